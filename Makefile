@@ -1,0 +1,124 @@
+# mori: plain Makefile (redis-style): quiet rules, -MMD dependencies, rebuild when flags change.
+#   make             build morid, moractl, libmori (.so/.a/.pc), tools and tests
+#   make check       install missing packages, build, run every test (non-zero on failure)
+#   make check-asan  the same under AddressSanitizer + UBSan (also: make check SANITIZE=address,undefined)
+#   make demo        the main job: KV-cache trace replay between prefill and decode clients
+#   make install PREFIX=/usr/local DESTDIR=
+VERSION    := 0.1.0
+PREFIX     ?= /usr/local
+DESTDIR    ?=
+SANITIZE   ?=
+B          ?= build
+CC         ?= cc
+NVCC       ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+
+PKGS       := libuv libprotobuf-c libsystemd inih libcjson
+PKG_CFLAGS  = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS    = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lnng -lpthread -ldl
+CHECK_LIBS  = $(shell pkg-config --libs check 2>/dev/null)
+
+OPT        ?= -O2 -g
+CFLAGS_ALL := -std=gnu11 $(OPT) -Wall -Wextra -Werror -Wno-unused-parameter -fPIC \
+              -D_GNU_SOURCE -DMORI_VERSION=\"$(VERSION)\" -Iinclude -Icommon -I$(B)/proto $(PKG_CFLAGS) $(CFLAGS)
+ifneq ($(SANITIZE),)
+  CFLAGS_ALL += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
+  LDFLAGS    += -fsanitize=$(SANITIZE)
+endif
+Q := $(if $(V),,@)
+
+PROTO_C   := $(B)/proto/mori.pb-c.c
+COMMON    := $(wildcard common/*.c) $(PROTO_C)
+DAEMON    := $(filter-out daemon/main.c,$(wildcard daemon/*.c))
+LIBCLIENT := $(wildcard libclient/*.c)
+TOOLS     := moractl mori-bench mori-kvreplay
+TESTS_SRC := $(wildcard tests/test_*.c)
+TESTS     := $(patsubst tests/%.c,$(B)/tests/%,$(TESTS_SRC))
+
+obj = $(patsubst %.c,$(B)/obj/%.o,$(patsubst $(B)/%,%,$(1)))
+COMMON_O   := $(call obj,$(COMMON))
+DAEMON_O   := $(call obj,$(DAEMON))
+LIB_O      := $(call obj,$(LIBCLIENT))
+
+all: $(B)/morid $(addprefix $(B)/,$(TOOLS)) $(B)/libmori.so $(B)/libmori.a $(B)/mori.pc $(TESTS) kernels
+
+# Rebuild everything when the flags change.
+$(B)/.flags: FORCE
+	@mkdir -p $(B); echo '$(CFLAGS_ALL) $(LDFLAGS) $(PKG_LIBS)' | cmp -s - $@ || echo '$(CFLAGS_ALL) $(LDFLAGS) $(PKG_LIBS)' > $@
+
+$(B)/proto/mori.pb-c.c $(B)/proto/mori.pb-c.h: proto/mori.proto
+	@mkdir -p $(B)/proto; echo "  PROTOC  $<"
+	$(Q)protoc-c --proto_path=proto --c_out=$(B)/proto $<
+
+$(B)/obj/proto/%.o: $(B)/proto/%.c $(B)/.flags
+	@mkdir -p $(dir $@); echo "  CC      $<"
+	$(Q)$(CC) $(CFLAGS_ALL) -Wno-error -MMD -c $< -o $@
+
+$(B)/obj/%.o: %.c $(B)/.flags $(B)/proto/mori.pb-c.h
+	@mkdir -p $(dir $@); echo "  CC      $<"
+	$(Q)$(CC) $(CFLAGS_ALL) -MMD -c $< -o $@
+
+$(B)/libmorid.a: $(DAEMON_O) $(COMMON_O)
+	$(Q)rm -f $@; ar rcs $@ $^
+
+$(B)/morid: $(call obj,daemon/main.c) $(B)/libmorid.a
+	@echo "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS) -libverbs
+
+$(B)/libmori.so: $(LIB_O) $(COMMON_O) libclient/libmori.map
+	@echo "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS) -shared -Wl,-soname,libmori.so.0 -Wl,--version-script=libclient/libmori.map \
+	  -o $@ $(LIB_O) $(COMMON_O) $(PKG_LIBS)
+
+$(B)/libmori.a: $(LIB_O) $(COMMON_O)
+	$(Q)rm -f $@; ar rcs $@ $^
+
+$(B)/mori.pc: libclient/mori.pc.in
+	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' $< > $@
+
+$(B)/%: $(B)/obj/tools/%.o $(B)/libmori.a
+	@echo "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(B)/libmori.a $(PKG_LIBS) -lm
+
+$(B)/tests/%: $(B)/obj/tests/%.o $(B)/libmori.a $(B)/libmorid.a
+	@mkdir -p $(dir $@); echo "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(B)/libmorid.a $(B)/libmori.a $(PKG_LIBS) $(CHECK_LIBS) -libverbs -lm
+
+# GPU kernels: built only where nvcc exists; the library loads them at run time.
+kernels:
+	@$(MAKE) -s -f kernels/kernels.mk B=$(B) NVCC=$(NVCC) 2>/dev/null || true
+
+deps:
+	@tools/install-deps
+
+check: deps
+	@$(MAKE) --no-print-directory all
+	@B=$(B) tests/run-all
+
+check-asan:
+	@$(MAKE) --no-print-directory check SANITIZE=address,undefined B=build-asan OPT="-O1 -g"
+
+check-gpu: all
+	@B=$(B) tests/run-gpu
+
+demo: deps
+	@$(MAKE) --no-print-directory all
+	@B=$(B) tools/demo
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include \
+	  $(DESTDIR)/etc/mori $(DESTDIR)$(PREFIX)/lib/systemd/system
+	install -m 755 $(B)/morid $(addprefix $(B)/,$(TOOLS)) $(DESTDIR)$(PREFIX)/bin/
+	install -m 644 include/mori.h $(DESTDIR)$(PREFIX)/include/
+	install -m 755 $(B)/libmori.so $(DESTDIR)$(PREFIX)/lib/libmori.so.0
+	ln -sf libmori.so.0 $(DESTDIR)$(PREFIX)/lib/libmori.so
+	install -m 644 $(B)/libmori.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 $(B)/mori.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+	install -m 644 conf/morid.conf $(DESTDIR)/etc/mori/
+	sed 's|@PREFIX@|$(PREFIX)|g' systemd/morid.service > $(DESTDIR)$(PREFIX)/lib/systemd/system/morid.service
+
+clean:
+	rm -rf $(B) build-asan
+
+.PHONY: all check check-asan check-gpu demo install clean deps kernels FORCE
+.SECONDARY:
+-include $(shell find $(B)/obj -name '*.d' 2>/dev/null)

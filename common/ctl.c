@@ -1,0 +1,63 @@
+#include "ctl.h"
+
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/req.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mori.h"
+
+void ctl_url(char *buf, size_t len, const char *runtime_dir)
+{
+	snprintf(buf, len, "ipc://%s/morid.sock", runtime_dir);
+}
+
+int ctl_call(const char *url, const Mori__Request *req, Mori__Reply **rep, int timeout_ms,
+	     char *err, size_t errlen)
+{
+	nng_socket s;
+	nng_msg *m = NULL;
+	int rc, ret = MORI_ECONN;
+	*rep = NULL;
+	if ((rc = nng_req0_open(&s)) != 0) {
+		snprintf(err, errlen, "nng: %s", nng_strerror(rc));
+		return MORI_ECONN;
+	}
+	nng_socket_set_ms(s, NNG_OPT_SENDTIMEO, timeout_ms);
+	nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, timeout_ms);
+	nng_socket_set_ms(s, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
+	if ((rc = nng_dial(s, url, NULL, 0)) != 0) {
+		snprintf(err, errlen, "no daemon answers at %s: %s", url, nng_strerror(rc));
+		goto out;
+	}
+	size_t len = mori__request__get_packed_size(req);
+	if ((rc = nng_msg_alloc(&m, len)) != 0) {
+		ret = MORI_ENOMEM;
+		snprintf(err, errlen, "out of memory");
+		goto out;
+	}
+	mori__request__pack(req, nng_msg_body(m));
+	if ((rc = nng_sendmsg(s, m, 0)) != 0) {
+		nng_msg_free(m);
+		snprintf(err, errlen, "send to %s: %s", url, nng_strerror(rc));
+		ret = rc == NNG_ETIMEDOUT ? MORI_ETIMEDOUT : MORI_ECONN;
+		goto out;
+	}
+	if ((rc = nng_recvmsg(s, &m, 0)) != 0) {
+		snprintf(err, errlen, "no reply from %s within %d ms: %s", url, timeout_ms, nng_strerror(rc));
+		ret = rc == NNG_ETIMEDOUT ? MORI_ETIMEDOUT : MORI_ECONN;
+		goto out;
+	}
+	*rep = mori__reply__unpack(NULL, nng_msg_len(m), nng_msg_body(m));
+	nng_msg_free(m);
+	if (!*rep) {
+		snprintf(err, errlen, "malformed reply from %s", url);
+		ret = MORI_EPROTO;
+		goto out;
+	}
+	ret = MORI_OK;
+out:
+	nng_close(s);
+	return ret;
+}

@@ -1,0 +1,14 @@
+/* One request/reply on a daemon's nng control socket, with a deadline. Used by moractl,
+ * libmori's hello and by peer daemons' tests. */
+#ifndef MORI_CTL_H
+#define MORI_CTL_H
+#include "mori.pb-c.h"
+
+/* Send req to url ("ipc:///run/mori/morid.sock" or "tcp://host:port") and wait up to
+ * timeout_ms for the reply. Returns MORI_OK with *rep (free with mori__reply__free_unpacked),
+ * or MORI_ECONN / MORI_ETIMEDOUT / MORI_EPROTO with a reason in err. */
+int ctl_call(const char *url, const Mori__Request *req, Mori__Reply **rep, int timeout_ms,
+	     char *err, size_t errlen);
+/* The control socket URL of a runtime dir. */
+void ctl_url(char *buf, size_t len, const char *runtime_dir);
+#endif

@@ -1,0 +1,29 @@
+/* Logging with levels and subsystems, cheap when off (redis serverLog, knot-resolver lib/log.h).
+ * To stderr, or to the journal when stderr is the journal (JOURNAL_STREAM) or log_target=journal. */
+#ifndef MORI_LOG_H
+#define MORI_LOG_H
+#include <stdarg.h>
+
+enum mori_log_level { MLOG_ERR = 0, MLOG_WARN, MLOG_NOTICE, MLOG_INFO, MLOG_DEBUG };
+
+extern int mori_log_level;
+
+void mori_log_init(const char *ident, int level, int to_journal);
+/* Parse "error|warn|notice|info|debug"; -1 if unknown. */
+int mori_log_level_parse(const char *s);
+const char *mori_log_level_name(int level);
+void mori_log_write(int level, const char *subsys, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+#define mlog(level, subsys, ...)                                            \
+	do {                                                                \
+		if ((level) <= mori_log_level)                              \
+			mori_log_write((level), (subsys), __VA_ARGS__);     \
+	} while (0)
+#define mlog_err(s, ...) mlog(MLOG_ERR, s, __VA_ARGS__)
+#define mlog_warn(s, ...) mlog(MLOG_WARN, s, __VA_ARGS__)
+#define mlog_notice(s, ...) mlog(MLOG_NOTICE, s, __VA_ARGS__)
+#define mlog_info(s, ...) mlog(MLOG_INFO, s, __VA_ARGS__)
+#define mlog_debug(s, ...) mlog(MLOG_DEBUG, s, __VA_ARGS__)
+
+#endif

@@ -1,0 +1,216 @@
+#include "config.h"
+
+#include <errno.h>
+#include <ini.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+
+enum opt_type { T_STR, T_INT };
+
+struct opt {
+	const char *name;
+	enum opt_type type;
+	size_t off, size;     /* field in struct config */
+	int64_t min, max;     /* T_INT bounds */
+	const char *def;
+	int reloadable;
+	const char *help;
+};
+
+#define S(f) offsetof(struct config, f), sizeof(((struct config *)0)->f)
+static const struct opt opts[] = {
+	{"runtime_dir", T_STR, S(runtime_dir), 0, 0, "/run/mori", 0, "directory of morid.sock, session socket and lock"},
+	{"log_level", T_STR, S(log_level), 0, 0, "notice", 1, "error, warn, notice, info or debug"},
+	{"log_target", T_STR, S(log_target), 0, 0, "auto", 0, "auto (journal under systemd), stderr or journal"},
+	{"allow_uids", T_STR, S(allow_uids), 0, 0, "", 1, "uids allowed to connect (comma list); empty: daemon's uid and root"},
+	{"socket_mode", T_INT, S(socket_mode), 0, 0777, "0660", 0, "mode of the sockets in runtime_dir (octal)"},
+	{"max_message_bytes", T_INT, S(max_message_bytes), 1024, 64 << 20, "4194304", 1, "largest control message accepted"},
+	{"max_clients", T_INT, S(max_clients), 1, 65536, "1024", 1, "most attached clients"},
+	{"listen", T_STR, S(listen), 0, 0, "", 0, "peer listener host:port for other nodes; empty: none"},
+	{"advertise", T_STR, S(advertise), 0, 0, "", 0, "address other nodes use to reach this one; empty: listen"},
+	{"peers", T_STR, S(peers), 0, 0, "", 1, "peer daemons to connect at start (comma list host:port)"},
+	{"data_streams", T_INT, S(data_streams), 1, 16, "4", 1, "TCP data streams per peer"},
+	{"transfer_timeout_ms", T_INT, S(transfer_timeout_ms), 1, 3600000, "30000", 1, "default transfer deadline"},
+	{"ring_entries", T_INT, S(ring_entries), 64, 65536, "4096", 0, "submission/completion ring entries (power of two)"},
+	{"arena_mib", T_INT, S(arena_mib), 1, 1024, "64", 0, "per-client argument arena for cross-node batches, MiB"},
+};
+#define NOPTS (sizeof(opts) / sizeof(opts[0]))
+
+static const struct opt *find(const char *name)
+{
+	char norm[64];
+	size_t i;
+	for (i = 0; name[i] && i < sizeof(norm) - 1; i++)
+		norm[i] = name[i] == '-' ? '_' : name[i];
+	norm[i] = 0;
+	for (size_t k = 0; k < NOPTS; k++)
+		if (strcmp(opts[k].name, norm) == 0)
+			return &opts[k];
+	return NULL;
+}
+
+int config_set(struct config *cfg, const char *name, const char *value, char *err, size_t errlen)
+{
+	const struct opt *o = find(name);
+	if (!o) {
+		snprintf(err, errlen, "unknown option '%s'", name);
+		return -1;
+	}
+	char *field = (char *)cfg + o->off;
+	if (o->type == T_STR) {
+		if (strlen(value) >= o->size) {
+			snprintf(err, errlen, "%s: value longer than %zu bytes", o->name, o->size - 1);
+			return -1;
+		}
+		strcpy(field, value);
+		return 0;
+	}
+	char *end;
+	errno = 0;
+	long long v = strtoll(value, &end, 0);
+	while (*end == ' ' || *end == '\t')
+		end++;
+	if (errno || end == value || *end) {
+		snprintf(err, errlen, "%s: '%s' is not an integer", o->name, value);
+		return -1;
+	}
+	if (v < o->min || v > o->max) {
+		snprintf(err, errlen, "%s: %lld out of bounds [%lld, %lld]", o->name, v,
+			 (long long)o->min, (long long)o->max);
+		return -1;
+	}
+	*(int64_t *)field = v;
+	return 0;
+}
+
+void config_defaults(struct config *cfg)
+{
+	char err[128];
+	memset(cfg, 0, sizeof(*cfg));
+	for (size_t k = 0; k < NOPTS; k++)
+		if (config_set(cfg, opts[k].name, opts[k].def, err, sizeof(err)) != 0)
+			abort(); /* a bad built-in default is a programming error */
+}
+
+struct parse_ctx {
+	struct config *cfg;
+	char *err;
+	size_t errlen;
+	int failed;
+};
+
+static int on_kv(void *user, const char *section, const char *name, const char *value)
+{
+	struct parse_ctx *p = user;
+	if (p->failed)
+		return 0;
+	if (section[0] && strcmp(section, "morid") != 0) {
+		snprintf(p->err, p->errlen, "unknown section [%s]", section);
+		p->failed = 1;
+		return 0;
+	}
+	if (config_set(p->cfg, name, value, p->err, p->errlen) != 0) {
+		p->failed = 1;
+		return 0;
+	}
+	return 1;
+}
+
+int config_load_file(struct config *cfg, const char *path, char *err, size_t errlen)
+{
+	char why[200] = "";
+	struct parse_ctx p = {cfg, why, sizeof(why), 0};
+	int rc = ini_parse(path, on_kv, &p);
+	if (rc == 0)
+		return 0;
+	if (rc < 0)
+		snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+	else
+		snprintf(err, errlen, "%s:%d: %s", path, rc, p.failed ? why : "syntax error");
+	return -1;
+}
+
+int config_validate(struct config *cfg, char *err, size_t errlen)
+{
+	if (mori_log_level_parse(cfg->log_level) < 0) {
+		snprintf(err, errlen, "log_level: '%s' is not one of error, warn, notice, info, debug",
+			 cfg->log_level);
+		return -1;
+	}
+	if (strcmp(cfg->log_target, "auto") && strcmp(cfg->log_target, "stderr") &&
+	    strcmp(cfg->log_target, "journal")) {
+		snprintf(err, errlen, "log_target: '%s' is not auto, stderr or journal", cfg->log_target);
+		return -1;
+	}
+	if (cfg->ring_entries & (cfg->ring_entries - 1)) {
+		snprintf(err, errlen, "ring_entries: %lld is not a power of two", (long long)cfg->ring_entries);
+		return -1;
+	}
+	if (cfg->runtime_dir[0] != '/') {
+		snprintf(err, errlen, "runtime_dir: '%s' is not an absolute path", cfg->runtime_dir);
+		return -1;
+	}
+	cfg->nuids = 0;
+	char buf[sizeof(cfg->allow_uids)];
+	strcpy(buf, cfg->allow_uids);
+	for (char *save, *tok = strtok_r(buf, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
+		char *end;
+		long v = strtol(tok, &end, 10);
+		if (*end || v < 0 || cfg->nuids >= CFG_MAX_UIDS) {
+			snprintf(err, errlen, "allow_uids: '%s' is not a uid (or more than %d)", tok, CFG_MAX_UIDS);
+			return -1;
+		}
+		cfg->uids[cfg->nuids++] = (uid_t)v;
+	}
+	if (cfg->nuids == 0) {
+		cfg->uids[cfg->nuids++] = getuid();
+		if (getuid() != 0)
+			cfg->uids[cfg->nuids++] = 0;
+	}
+	return 0;
+}
+
+int config_reload_allowed(const struct config *old, const struct config *new, char *err,
+			  size_t errlen)
+{
+	for (size_t k = 0; k < NOPTS; k++) {
+		if (opts[k].reloadable)
+			continue;
+		if (memcmp((const char *)old + opts[k].off, (const char *)new + opts[k].off, opts[k].size)) {
+			snprintf(err, errlen, "%s cannot change at reload (restart morid)", opts[k].name);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+int config_entry(const struct config *cfg, int i, const char **name, char *value, size_t vlen,
+		 int *reloadable, const char **help)
+{
+	if (i < 0 || (size_t)i >= NOPTS)
+		return 0;
+	const struct opt *o = &opts[i];
+	const char *field = (const char *)cfg + o->off;
+	*name = o->name;
+	*reloadable = o->reloadable;
+	*help = o->help;
+	if (o->type == T_STR)
+		snprintf(value, vlen, "%s", field);
+	else if (strcmp(o->name, "socket_mode") == 0)
+		snprintf(value, vlen, "0%llo", (long long)*(const int64_t *)field);
+	else
+		snprintf(value, vlen, "%lld", (long long)*(const int64_t *)field);
+	return 1;
+}
+
+int config_uid_allowed(const struct config *cfg, uid_t uid)
+{
+	for (int i = 0; i < cfg->nuids; i++)
+		if (cfg->uids[i] == uid)
+			return 1;
+	return 0;
+}

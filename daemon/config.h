@@ -1,0 +1,51 @@
+/* morid configuration: one table of options (redis static_configs[]), each with type, bounds,
+ * default and whether SIGHUP may change it. Parse into a fresh struct, validate, then swap. */
+#ifndef MORID_CONFIG_H
+#define MORID_CONFIG_H
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define CFG_MAX_UIDS 32
+#define CFG_MAX_PEERS 32
+
+struct config {
+	char runtime_dir[256];
+	char log_level[16];
+	char allow_uids[256];      /* comma list; empty: the daemon's own uid and root */
+	int64_t max_message_bytes;
+	int64_t max_clients;
+	char listen[128];          /* peer listener host:port; empty: no cross-node service */
+	char advertise[128];       /* address peers should use; empty: the listen address */
+	char peers[1024];          /* comma list of host:port, contacted at start */
+	int64_t data_streams;
+	int64_t transfer_timeout_ms;
+	int64_t ring_entries;
+	int64_t arena_mib;
+	int64_t socket_mode;
+	char log_target[16];       /* auto, stderr, journal */
+
+	/* derived at validation */
+	uid_t uids[CFG_MAX_UIDS];
+	int nuids;
+};
+
+/* Defaults into cfg. */
+void config_defaults(struct config *cfg);
+/* Parse an INI file over cfg (keys in section [morid] or none). On error returns -1 and writes
+ * "file:line: reason" into err. */
+int config_load_file(struct config *cfg, const char *path, char *err, size_t errlen);
+/* Set one option by name ("ring_entries" or "ring-entries"). Returns 0, or -1 with reason. */
+int config_set(struct config *cfg, const char *name, const char *value, char *err, size_t errlen);
+/* Cross-field checks and derived values. */
+int config_validate(struct config *cfg, char *err, size_t errlen);
+/* Is a change from old to new allowed at reload? Names the first non-reloadable change. */
+int config_reload_allowed(const struct config *old, const struct config *new, char *err,
+			  size_t errlen);
+
+/* Iterate the table for moractl config. Returns 0 past the end. */
+int config_entry(const struct config *cfg, int i, const char **name, char *value, size_t vlen,
+		 int *reloadable, const char **help);
+
+int config_uid_allowed(const struct config *cfg, uid_t uid);
+#endif

@@ -1,0 +1,226 @@
+#include "memory.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "gpu.h"
+#include "log.h"
+#include "peer.h"
+#include "registry.h"
+
+Mori__Handle *memory_handle_of(struct morid *d, struct region *g, struct rctx *r)
+{
+	Mori__Handle *h = rctx_alloc(r, sizeof(*h));
+	if (!h)
+		return NULL;
+	mori__handle__init(h);
+	h->node = rctx_strdup(r, d->cfg.advertise[0] ? d->cfg.advertise : d->cfg.listen);
+	h->epoch = d->epoch;
+	h->region_id = g->id;
+	h->generation = g->gen;
+	h->size = g->size;
+	h->kind = g->kind;
+	return h;
+}
+
+const char *memory_gpu_summary(struct morid *d)
+{
+	static char buf[256];
+	gpu_describe(buf, sizeof(buf));
+	return buf;
+}
+
+static int is_local_node(struct morid *d, const char *node)
+{
+	const char *me = d->cfg.advertise[0] ? d->cfg.advertise : d->cfg.listen;
+	return !node || !node[0] || strcmp(node, me) == 0;
+}
+
+/* A handle is usable here if it names this node and epoch and a live region of that generation. */
+static struct region *resolve(struct morid *d, const Mori__Handle *h, Mori__Reply *rep)
+{
+	if (h->epoch != d->epoch) {
+		reply_error(rep, MORI_ESTALE, "handle is from daemon epoch %llx, this daemon is %llx (restarted)",
+			    (unsigned long long)h->epoch, (unsigned long long)d->epoch);
+		return NULL;
+	}
+	struct region *g = region_find(d, h->region_id);
+	if (!g || g->gen != h->generation) {
+		reply_error(rep, MORI_ESTALE, "region %llu no longer registered", (unsigned long long)h->region_id);
+		return NULL;
+	}
+	return g;
+}
+
+static int do_register(struct morid *d, struct client *c, Mori__MemRegister *m, Mori__Reply *rep,
+		       struct rctx *r, int *fds, int nfds)
+{
+	int fd = nfds > 0 ? fds[0] : -1;
+	for (int i = 1; i < nfds; i++)
+		close(fds[i]);
+	if (m->size == 0 || (m->kind != MORI_MEM_HOST && m->kind != MORI_MEM_VRAM)) {
+		reply_error(rep, MORI_EINVAL, "register: size must be > 0 and kind HOST or VRAM");
+		goto fail;
+	}
+	if (m->has_fd != (fd >= 0)) {
+		reply_error(rep, MORI_EINVAL, "register: has_fd says %d but %d fds came", m->has_fd, nfds);
+		goto fail;
+	}
+	if (fd >= 0 && m->kind == MORI_MEM_HOST) {
+		struct stat st;
+		if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+		    m->fd_offset + m->size < m->size || m->fd_offset + m->size > (uint64_t)st.st_size) {
+			reply_error(rep, MORI_ERANGE, "register: range [%llu, +%llu) is outside the passed file",
+				    (unsigned long long)m->fd_offset, (unsigned long long)m->size);
+			goto fail;
+		}
+	}
+	if (m->gpu_ipc.len > GPU_IPC_MAX) {
+		reply_error(rep, MORI_EINVAL, "register: GPU IPC handle of %zu bytes", m->gpu_ipc.len);
+		goto fail;
+	}
+	/* Overlap with this client's own registrations is refused: never two owners of a byte. */
+	list_each(it, &c->regions) {
+		struct region *g = list_entry(it, struct region, owner_link);
+		if (g->kind == m->kind && m->addr && g->addr && m->addr < g->addr + g->size &&
+		    g->addr < m->addr + m->size) {
+			reply_error(rep, MORI_EBUSY, "register: overlaps region %llu", (unsigned long long)g->id);
+			goto fail;
+		}
+	}
+	struct region *g = region_add(d, c, m->kind, m->size, fd, m->fd_offset, m->addr); /* owns fd */
+	if (!g) {
+		reply_error(rep, MORI_ENOMEM, "register: out of memory");
+		return 0;
+	}
+	g->gpu_handle_type = m->gpu_handle_type;
+	memcpy(g->gpu_ipc, m->gpu_ipc.data, m->gpu_ipc.len);
+	g->gpu_ipc_len = m->gpu_ipc.len;
+	g->gpu_device = m->gpu_device;
+	Mori__MemRegisterReply *mr = rctx_alloc(r, sizeof(*mr));
+	if (mr) {
+		mori__mem_register_reply__init(mr);
+		mr->handle = memory_handle_of(d, g, r);
+	}
+	if (!mr || !mr->handle) {
+		region_remove(d, g, "out of memory");
+		reply_error(rep, MORI_ENOMEM, "register: out of memory");
+		return 0;
+	}
+	rep->body_case = MORI__REPLY__BODY_MEM_REGISTER;
+	rep->mem_register = mr;
+	mlog_debug("memory", "client %llu registered region %llu: %llu bytes kind %u%s",
+		   (unsigned long long)c->id, (unsigned long long)g->id, (unsigned long long)m->size,
+		   m->kind, fd >= 0 ? " (fd)" : "");
+	return 0;
+fail:
+	if (fd >= 0)
+		close(fd);
+	return 0;
+}
+
+static struct region *own_region(struct morid *d, struct client *c, uint64_t id, Mori__Reply *rep)
+{
+	struct region *g = region_find(d, id);
+	if (!g || g->owner != c) {
+		reply_error(rep, MORI_ENOENT, "region %llu is not registered by this client", (unsigned long long)id);
+		return NULL;
+	}
+	return g;
+}
+
+static void do_open(struct morid *d, struct client *c, struct region *g, Mori__Reply *rep,
+		    struct rctx *r)
+{
+	Mori__MemOpenReply *o = rctx_alloc(r, sizeof(*o));
+	if (!o) {
+		reply_error(rep, MORI_ENOMEM, "out of memory");
+		return;
+	}
+	mori__mem_open_reply__init(o);
+	o->handle = memory_handle_of(d, g, r);
+	o->fd_offset = g->fd_offset;
+	o->owner_pid = g->pid;
+	o->owner_addr = g->addr;
+	o->gpu_handle_type = g->gpu_handle_type;
+	o->gpu_ipc.data = g->gpu_ipc;
+	o->gpu_ipc.len = g->gpu_ipc_len;
+	o->gpu_device = g->gpu_device;
+	if (g->fd >= 0) {
+		int fd = fcntl(g->fd, F_DUPFD_CLOEXEC, 0);
+		if (fd < 0) {
+			reply_error(rep, MORI_ESYS, "open: dup: %s", strerror(errno));
+			return;
+		}
+		r->fds[r->nfds++] = fd; /* closed by the reply's sender: see rctx_free */
+		o->has_fd = 1;
+	}
+	if (g->owner != c && region_open(c, g) != MORI_OK) {
+		reply_error(rep, MORI_ENOMEM, "out of memory");
+		return;
+	}
+	rep->body_case = MORI__REPLY__BODY_MEM_OPEN;
+	rep->mem_open = o;
+}
+
+int memory_handle_request(struct morid *d, struct client *c, Mori__Request *req, Mori__Reply *rep,
+			  struct rctx *r, int *fds, int nfds)
+{
+	struct region *g;
+	int rc;
+	switch (req->body_case) {
+	case MORI__REQUEST__BODY_MEM_REGISTER:
+		return do_register(d, c, req->mem_register, rep, r, fds, nfds);
+	default:
+		break;
+	}
+	for (int i = 0; i < nfds; i++)
+		close(fds[i]); /* only register takes fds */
+	switch (req->body_case) {
+	case MORI__REQUEST__BODY_MEM_DEREGISTER:
+		if ((g = own_region(d, c, req->mem_deregister->region_id, rep)))
+			region_remove(d, g, "deregistered");
+		return 0;
+	case MORI__REQUEST__BODY_MEM_PUBLISH:
+		if (!(g = own_region(d, c, req->mem_publish->region_id, rep)))
+			return 0;
+		rc = region_publish(d, g, req->mem_publish->name);
+		if (rc == MORI_EEXIST)
+			reply_error(rep, rc, "name '%s' is already published", req->mem_publish->name);
+		else if (rc)
+			reply_error(rep, rc, "names are 1..127 printable bytes without spaces");
+		return 0;
+	case MORI__REQUEST__BODY_MEM_LOOKUP:
+		if (!is_local_node(d, req->mem_lookup->node))
+			return peer_handle_request(d, c, req, rep, r, NULL, 0);
+		if (!(g = region_lookup(d, req->mem_lookup->name))) {
+			reply_error(rep, MORI_EUNREACH, "name '%s' is not published on this node", req->mem_lookup->name);
+			return 0;
+		}
+		do_open(d, c, g, rep, r);
+		return 0;
+	case MORI__REQUEST__BODY_MEM_OPEN:
+		if (!req->mem_open->handle) {
+			reply_error(rep, MORI_EPROTO, "open: no handle");
+			return 0;
+		}
+		if (!is_local_node(d, req->mem_open->handle->node))
+			return peer_handle_request(d, c, req, rep, r, NULL, 0);
+		if ((g = resolve(d, req->mem_open->handle, rep)))
+			do_open(d, c, g, rep, r);
+		return 0;
+	case MORI__REQUEST__BODY_MEM_CLOSE:
+		if ((g = region_find(d, req->mem_close->region_id)))
+			region_close(c, g);
+		return 0;
+	case MORI__REQUEST__BODY_XFER_PREP:
+	case MORI__REQUEST__BODY_XFER_UNPREP:
+		return peer_handle_request(d, c, req, rep, r, NULL, 0);
+	default:
+		reply_error(rep, MORI_EPROTO, "not a memory request");
+		return 0;
+	}
+}

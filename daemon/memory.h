@@ -1,0 +1,14 @@
+/* Memory requests of attached clients: register, deregister, publish, look up, open, close. */
+#ifndef MORID_MEMORY_H
+#define MORID_MEMORY_H
+#include "morid.h"
+
+/* Returns 1 if the reply was deferred (a lookup at another node), else 0. Owns fds. */
+int memory_handle_request(struct morid *d, struct client *c, Mori__Request *req, Mori__Reply *rep,
+			  struct rctx *r, int *fds, int nfds);
+/* "no GPU" or a one-line description of the GPUs the runtime sees. */
+const char *memory_gpu_summary(struct morid *d);
+/* Fill a Handle for region r (allocated in r). */
+struct region;
+Mori__Handle *memory_handle_of(struct morid *d, struct region *g, struct rctx *r);
+#endif

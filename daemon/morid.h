@@ -1,0 +1,140 @@
+/* morid's shared state: one libuv loop owns every handle below. */
+#ifndef MORID_H
+#define MORID_H
+#include <nng/nng.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <uv.h>
+
+#include "config.h"
+#include "mori.h"
+#include "mori.pb-c.h"
+#include "ring.h"
+#include "wire.h"
+
+struct morid;
+struct client;
+struct region;
+struct peer;
+struct conn;
+
+/* Counters shown by moractl status; names in counters.c. */
+enum counter {
+	C_REQUESTS, C_BAD_REQUESTS, C_DENIED, C_OVERSIZE, C_CLIENTS_TOTAL, C_CLIENTS_DIED,
+	C_REGIONS_TOTAL, C_NOTIFS, C_SQES, C_BAD_SQES, C_XFERS, C_XFER_ERRORS, C_BYTES_SENT,
+	C_BYTES_RECEIVED, C_RELOADS, C_RELOAD_FAILURES, C_CQ_OVERFLOWS, C_COUNT
+};
+extern const char *const counter_names[C_COUNT];
+
+struct list { struct list *prev, *next; };
+#define LIST_INIT(l) ((l)->prev = (l)->next = (l))
+static inline void list_add(struct list *head, struct list *e)
+{
+	e->prev = head->prev; e->next = head; head->prev->next = e; head->prev = e;
+}
+static inline void list_del(struct list *e)
+{
+	e->prev->next = e->next; e->next->prev = e->prev; e->prev = e->next = e;
+}
+#define list_entry(p, T, m) ((T *)((char *)(p) - offsetof(T, m)))
+#define list_each(it, head) for (struct list *it = (head)->next, *it##_n = it->next; it != (head); it = it##_n, it##_n = it->next)
+
+/* Reply building: pieces allocated for a reply are freed together after it is packed. */
+struct rctx {
+	void **ptrs;
+	size_t n, cap;
+	int fds[4];
+	int nfds;
+	int keep_fds; /* fds belong to someone else (ring fds): don't close after sending */
+};
+void *rctx_alloc(struct rctx *r, size_t size);
+char *rctx_strdup(struct rctx *r, const char *s);
+void rctx_free(struct rctx *r);
+
+struct client {
+	struct list link;
+	struct morid *d;
+	uint64_t id, token;
+	pid_t pid;
+	uid_t uid;
+	char name[64];
+	uint64_t created_us, attached_us;
+	int attached;
+	struct conn *conn;           /* its session socket once attached */
+	uv_timer_t attach_timer;     /* hello'd clients must attach before it fires */
+	/* rings */
+	int ring_fd, sq_efd, cq_efd;
+	void *ring;
+	struct ring_layout lay;
+	struct ring_hdr *sqh, *cqh;
+	void *sqe, *cqe;
+	uv_poll_t sq_poll;
+	struct mori_cqe *cq_backlog; /* entries waiting for CQ space, FIFO */
+	size_t backlog_n, backlog_cap;
+	struct list regions;         /* regions it owns */
+	struct list opens;           /* struct open_ref: regions of others it opened */
+	struct list lists;           /* prepared descriptor lists (cross node) */
+	int handles_open;            /* libuv handles not yet closed */
+	int dying;
+};
+
+struct morid {
+	uv_loop_t *loop;
+	struct config cfg;
+	char config_path[512];
+	int config_from_file;
+	uint64_t start_us, start_wall_us;
+	uint64_t epoch;
+	uint64_t counters[C_COUNT];
+	uint64_t loop_iterations, last_watchdog_iter;
+	/* control socket (nng rep) */
+	nng_socket rep;
+	uv_poll_t rep_poll;
+	/* session socket */
+	int session_fd;
+	uv_poll_t session_poll;
+	char session_path[300];
+	char control_url[320];
+	int lock_fd;
+	/* life cycle */
+	uv_signal_t sig_term, sig_int, sig_hup;
+	uv_timer_t watchdog;
+	uv_check_t progress;
+	uint64_t watchdog_usec;
+	int stopping;
+	/* tables */
+	struct list clients;
+	uint32_t nclients;
+	uint64_t next_client_id;
+	struct registry *reg;
+	struct peers *peers;
+};
+
+/* main.c */
+void morid_stop(struct morid *d, const char *why);
+void morid_notify_status(struct morid *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* control.c: nng rep socket and the request dispatcher shared with session sockets. */
+int control_start(struct morid *d);
+void control_stop(struct morid *d);
+/* Handle one request. c is the attached client for session requests, NULL on the control
+ * socket. fds_in are owned by the callee. Returns 1 if the reply was deferred (the callee will
+ * send it later through session_reply), else 0 with rep filled. */
+int dispatch(struct morid *d, struct client *c, uid_t uid, Mori__Request *req, Mori__Reply *rep,
+	     struct rctx *r, int *fds_in, int nfds_in);
+void reply_error(Mori__Reply *rep, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* session.c: the SEQPACKET session sockets of attached clients. */
+int session_start(struct morid *d);
+void session_stop(struct morid *d);
+struct client *client_new(struct morid *d, pid_t pid, uid_t uid, const char *name);
+struct client *client_find(struct morid *d, uint64_t id);
+void client_destroy(struct client *c, const char *why);
+/* Queue a completion for the client; never dropped (backlog when the CQ is full). */
+void client_post(struct client *c, const struct mori_cqe *e);
+/* Send a reply on the client's session socket (deferred replies). */
+void session_send_reply(struct client *c, Mori__Reply *rep, struct rctx *r);
+
+/* counters.c */
+static inline void count(struct morid *d, enum counter k, uint64_t n) { d->counters[k] += n; }
+#endif

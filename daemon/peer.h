@@ -1,0 +1,19 @@
+/* Links to other nodes' daemons: nng tcp control, TCP data streams, cross-node transfers. */
+#ifndef MORID_PEER_H
+#define MORID_PEER_H
+#include "morid.h"
+
+int peers_start(struct morid *d);
+void peers_stop(struct morid *d);
+uint32_t peer_count(struct morid *d);
+/* A cross-node submission (SQE_XFER, SQE_XFER_LIST, SQE_CANCEL) from client c. */
+void peer_submit(struct morid *d, struct client *c, const struct mori_sqe *e);
+/* Fail and forget everything of c's. */
+void peer_client_gone(struct morid *d, struct client *c);
+/* Requests that touch other nodes; each returns 1 when the reply is deferred. */
+int peer_handle_request(struct morid *d, struct client *c, Mori__Request *req, Mori__Reply *rep,
+			struct rctx *r, int *fds, int nfds);
+void peer_list(struct morid *d, Mori__ListReply *lr, struct rctx *r);
+uint32_t peer_transfers_in_flight(struct morid *d);
+void peer_list_transfers(struct morid *d, Mori__ListReply *lr, struct rctx *r);
+#endif

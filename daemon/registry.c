@@ -1,0 +1,226 @@
+#include "registry.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "log.h"
+
+struct registry {
+	struct list regions;
+	uint32_t n;
+	uint64_t next_id;
+};
+
+struct registry *registry_new(void)
+{
+	struct registry *g = calloc(1, sizeof(*g));
+	if (!g)
+		return NULL;
+	LIST_INIT(&g->regions);
+	g->next_id = 1;
+	return g;
+}
+
+static void region_free(struct region *r)
+{
+	if (r->map_base)
+		munmap(r->map_base, r->map_len);
+	if (r->fd >= 0)
+		close(r->fd);
+	free(r);
+}
+
+void registry_free(struct registry *g)
+{
+	if (!g)
+		return;
+	list_each(it, &g->regions) {
+		struct region *r = list_entry(it, struct region, link);
+		list_del(&r->link);
+		region_free(r);
+	}
+	free(g);
+}
+
+uint32_t registry_count(struct registry *g, uint64_t *bytes)
+{
+	uint32_t n = 0;
+	uint64_t b = 0;
+	list_each(it, &g->regions) {
+		struct region *r = list_entry(it, struct region, link);
+		if (r->dead)
+			continue;
+		n++;
+		b += r->size;
+	}
+	if (bytes)
+		*bytes = b;
+	return n;
+}
+
+struct region *region_add(struct morid *d, struct client *owner, uint32_t kind, uint64_t size,
+			  int fd, uint64_t fd_offset, uint64_t addr)
+{
+	struct region *r = calloc(1, sizeof(*r));
+	if (!r) {
+		if (fd >= 0)
+			close(fd);
+		return NULL;
+	}
+	r->id = d->reg->next_id++;
+	r->gen = (uint32_t)(d->epoch ^ (r->id * 2654435761u)) | 1u;
+	r->owner = owner;
+	r->kind = kind;
+	r->size = size;
+	r->fd = fd;
+	r->fd_offset = fd_offset;
+	r->addr = addr;
+	r->pid = owner ? owner->pid : 0;
+	r->gpu_device = -1;
+	LIST_INIT(&r->openers);
+	list_add(&d->reg->regions, &r->link);
+	if (owner)
+		list_add(&owner->regions, &r->owner_link);
+	else
+		LIST_INIT(&r->owner_link);
+	d->reg->n++;
+	count(d, C_REGIONS_TOTAL, 1);
+	return r;
+}
+
+struct region *region_find(struct morid *d, uint64_t id)
+{
+	list_each(it, &d->reg->regions) {
+		struct region *r = list_entry(it, struct region, link);
+		if (r->id == id && !r->dead)
+			return r;
+	}
+	return NULL;
+}
+
+struct region *region_next(struct morid *d, struct region *prev)
+{
+	struct list *p = prev ? prev->link.next : d->reg->regions.next;
+	for (; p != &d->reg->regions; p = p->next) {
+		struct region *r = list_entry(p, struct region, link);
+		if (!r->dead)
+			return r;
+	}
+	return NULL;
+}
+
+void region_put(struct region *r)
+{
+	if (r->inflight)
+		r->inflight--;
+	if (r->dead && r->inflight == 0) {
+		list_del(&r->link);
+		region_free(r);
+	}
+}
+
+void region_remove(struct morid *d, struct region *r, const char *why)
+{
+	if (r->dead)
+		return;
+	mlog_info("memory", "region %llu (%llu bytes, %s) removed: %s", (unsigned long long)r->id,
+		  (unsigned long long)r->size, r->name[0] ? r->name : "unnamed", why);
+	r->dead = 1;
+	r->name[0] = 0;
+	list_del(&r->owner_link);
+	list_each(it, &r->openers) {
+		struct open_ref *o = list_entry(it, struct open_ref, region_link);
+		struct mori_cqe e = {.type = CQE_REVOKED, .code = MORI_ESTALE, .value = r->id};
+		snprintf(e.msg, sizeof(e.msg), "region %llu freed: %.20s", (unsigned long long)r->id, why);
+		client_post(o->client, &e);
+		list_del(&o->region_link);
+		list_del(&o->client_link);
+		free(o);
+	}
+	d->reg->n--;
+	r->inflight++;
+	region_put(r);
+}
+
+int region_publish(struct morid *d, struct region *r, const char *name)
+{
+	size_t n = strlen(name);
+	if (n == 0 || n >= sizeof(r->name))
+		return MORI_EINVAL;
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)name[i] < 0x21 || (unsigned char)name[i] > 0x7e)
+			return MORI_EINVAL;
+	if (region_lookup(d, name))
+		return MORI_EEXIST;
+	memcpy(r->name, name, n + 1);
+	return MORI_OK;
+}
+
+struct region *region_lookup(struct morid *d, const char *name)
+{
+	list_each(it, &d->reg->regions) {
+		struct region *r = list_entry(it, struct region, link);
+		if (!r->dead && strcmp(r->name, name) == 0)
+			return r;
+	}
+	return NULL;
+}
+
+int region_open(struct client *c, struct region *r)
+{
+	list_each(it, &r->openers) {
+		if (list_entry(it, struct open_ref, region_link)->client == c)
+			return MORI_OK;
+	}
+	struct open_ref *o = calloc(1, sizeof(*o));
+	if (!o)
+		return MORI_ENOMEM;
+	o->client = c;
+	o->region = r;
+	list_add(&r->openers, &o->region_link);
+	list_add(&c->opens, &o->client_link);
+	return MORI_OK;
+}
+
+void region_close(struct client *c, struct region *r)
+{
+	list_each(it, &r->openers) {
+		struct open_ref *o = list_entry(it, struct open_ref, region_link);
+		if (o->client != c)
+			continue;
+		list_del(&o->region_link);
+		list_del(&o->client_link);
+		free(o);
+		return;
+	}
+}
+
+void client_drop_opens(struct client *c)
+{
+	list_each(it, &c->opens) {
+		struct open_ref *o = list_entry(it, struct open_ref, client_link);
+		list_del(&o->region_link);
+		list_del(&o->client_link);
+		free(o);
+	}
+}
+
+void *region_map(struct region *r)
+{
+	if (r->map)
+		return r->map;
+	if (r->fd < 0 || r->kind != MORI_MEM_HOST)
+		return NULL;
+	long pg = sysconf(_SC_PAGESIZE);
+	uint64_t start = r->fd_offset & ~(uint64_t)(pg - 1);
+	uint64_t len = r->fd_offset - start + r->size;
+	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, (off_t)start);
+	if (p == MAP_FAILED)
+		return NULL;
+	r->map_base = p;
+	r->map_len = len;
+	r->map = (char *)p + (r->fd_offset - start);
+	return r->map;
+}

@@ -1,0 +1,62 @@
+/* The table of registered memory: regions owned by clients, their published names, and who has
+ * opened them (so a freed region can be revoked at its openers). */
+#ifndef MORID_REGISTRY_H
+#define MORID_REGISTRY_H
+#include "morid.h"
+
+#define GPU_IPC_MAX 64
+
+struct region {
+	struct list link;         /* registry's table */
+	struct list owner_link;   /* owner's regions */
+	struct list openers;      /* struct open_ref.region_link */
+	struct client *owner;
+	uint64_t id;
+	uint32_t gen;
+	uint32_t kind;
+	uint64_t size;
+	int fd;                   /* memfd/dma fd, owned by the region; -1 if none */
+	uint64_t fd_offset;
+	uint64_t addr;            /* owner's address (cross-memory attach) */
+	pid_t pid;
+	uint32_t gpu_handle_type;
+	uint8_t gpu_ipc[GPU_IPC_MAX];
+	size_t gpu_ipc_len;
+	int32_t gpu_device;
+	char name[128];
+	void *map;                /* region start in the daemon's own mapping (lazy, cross node) */
+	void *map_base;           /* what to munmap */
+	uint64_t map_len;
+	uint32_t inflight;        /* daemon-side transfers touching it */
+	int dead;                 /* removed; freed when inflight drops to 0 */
+};
+
+struct open_ref {
+	struct list client_link;
+	struct list region_link;
+	struct client *client;
+	struct region *region;
+};
+
+struct registry;
+struct registry *registry_new(void);
+void registry_free(struct registry *g);
+uint32_t registry_count(struct registry *g, uint64_t *bytes);
+
+/* The registry owns fd from here (closed on failure too). */
+struct region *region_add(struct morid *d, struct client *owner, uint32_t kind, uint64_t size,
+			  int fd, uint64_t fd_offset, uint64_t addr);
+struct region *region_find(struct morid *d, uint64_t id);
+/* Remove: withdraw its name, revoke at openers (CQE_REVOKED), free when no transfer holds it. */
+void region_remove(struct morid *d, struct region *r, const char *why);
+void region_put(struct region *r); /* drop an inflight reference */
+int region_publish(struct morid *d, struct region *r, const char *name);
+struct region *region_lookup(struct morid *d, const char *name);
+int region_open(struct client *c, struct region *r);
+void region_close(struct client *c, struct region *r);
+void client_drop_opens(struct client *c);
+/* Map for daemon-side access (cross node); returns base or NULL. */
+void *region_map(struct region *r);
+/* Iterate every region. */
+struct region *region_next(struct morid *d, struct region *prev);
+#endif

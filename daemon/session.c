@@ -1,0 +1,484 @@
+/* Clients and their session sockets (AF_UNIX SEQPACKET): attach, requests with fds, the ring
+ * pair, and clean-up when a client goes (its socket closing is its death certificate). */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "morid.h"
+#include "peer.h"
+#include "registry.h"
+
+#define ATTACH_DEADLINE_MS 10000
+#define SQ_BATCH 256 /* entries taken per wake-up, so one client cannot starve the loop */
+
+struct conn {
+	struct morid *d;
+	struct client *client;
+	int sock;
+	uid_t uid;
+	pid_t pid;
+	uv_poll_t poll;
+	uv_timer_t timer;
+	int closing, handles;
+	uint8_t *buf;
+};
+
+static void conn_close(struct conn *k);
+
+/* ---- clients ---- */
+
+struct client *client_new(struct morid *d, pid_t pid, uid_t uid, const char *name)
+{
+	struct client *c = calloc(1, sizeof(*c));
+	if (!c)
+		return NULL;
+	c->d = d;
+	c->id = d->next_client_id++;
+	if (getrandom_u64(&c->token) != 0) {
+		free(c);
+		return NULL;
+	}
+	c->pid = pid;
+	c->uid = uid;
+	snprintf(c->name, sizeof(c->name), "%s", name ? name : "");
+	c->created_us = mori_now_us();
+	c->ring_fd = c->sq_efd = c->cq_efd = -1;
+	LIST_INIT(&c->regions);
+	LIST_INIT(&c->opens);
+	LIST_INIT(&c->lists);
+	uv_timer_init(d->loop, &c->attach_timer);
+	c->attach_timer.data = c;
+	c->handles_open = 1;
+	list_add(&d->clients, &c->link);
+	d->nclients++;
+	count(d, C_CLIENTS_TOTAL, 1);
+	return c;
+}
+
+struct client *client_find(struct morid *d, uint64_t id)
+{
+	list_each(it, &d->clients) {
+		struct client *c = list_entry(it, struct client, link);
+		if (c->id == id && !c->dying)
+			return c;
+	}
+	return NULL;
+}
+
+static void client_handle_closed(uv_handle_t *h)
+{
+	struct client *c = h->data;
+	if (--c->handles_open > 0)
+		return;
+	if (c->ring)
+		munmap(c->ring, c->lay.total);
+	if (c->ring_fd >= 0)
+		close(c->ring_fd);
+	if (c->sq_efd >= 0)
+		close(c->sq_efd);
+	if (c->cq_efd >= 0)
+		close(c->cq_efd);
+	free(c->cq_backlog);
+	free(c);
+}
+
+void client_destroy(struct client *c, const char *why)
+{
+	struct morid *d = c->d;
+	if (c->dying)
+		return;
+	c->dying = 1;
+	mlog_info("client", "client %llu (pid %d, %s) gone: %s", (unsigned long long)c->id, c->pid,
+		  c->name, why);
+	if (c->attached && !d->stopping)
+		count(d, C_CLIENTS_DIED, strcmp(why, "closed") != 0);
+	peer_client_gone(d, c);
+	list_each(it, &c->regions)
+		region_remove(d, list_entry(it, struct region, owner_link), "owner gone");
+	client_drop_opens(c);
+	list_del(&c->link);
+	d->nclients--;
+	if (c->conn) {
+		c->conn->client = NULL;
+		conn_close(c->conn);
+		c->conn = NULL;
+	}
+	uv_close((uv_handle_t *)&c->attach_timer, client_handle_closed);
+	if (c->sq_efd >= 0) {
+		c->handles_open++;
+		uv_close((uv_handle_t *)&c->sq_poll, client_handle_closed);
+	}
+}
+
+static void attach_expired(uv_timer_t *t)
+{
+	client_destroy(t->data, "did not attach within its deadline (10 s)");
+}
+
+/* Called after a successful hello: the client must attach before the deadline. */
+void client_arm_attach_deadline(struct client *c)
+{
+	uv_timer_start(&c->attach_timer, attach_expired, ATTACH_DEADLINE_MS, 0);
+}
+
+static void flush_backlog(struct client *c)
+{
+	size_t i = 0;
+	while (i < c->backlog_n && ring_push(c->cqh, c->cqe, c->lay.cq_entries, &c->cq_backlog[i]) == 0)
+		i++;
+	if (i) {
+		memmove(c->cq_backlog, c->cq_backlog + i, (c->backlog_n - i) * sizeof(*c->cq_backlog));
+		c->backlog_n -= i;
+	}
+	atomic_store_explicit(&c->cqh->overflow, c->backlog_n ? 1 : 0, memory_order_release);
+}
+
+void client_post(struct client *c, const struct mori_cqe *e)
+{
+	if (c->dying || !c->ring)
+		return;
+	if (c->backlog_n)
+		flush_backlog(c);
+	if (c->backlog_n || ring_push(c->cqh, c->cqe, c->lay.cq_entries, e) != 0) {
+		if (c->backlog_n == c->backlog_cap) {
+			size_t ncap = c->backlog_cap ? 2 * c->backlog_cap : 64;
+			void *p = realloc(c->cq_backlog, ncap * sizeof(*e));
+			if (!p) {
+				client_destroy(c, "out of memory for its completion backlog");
+				return;
+			}
+			c->cq_backlog = p;
+			c->backlog_cap = ncap;
+		}
+		c->cq_backlog[c->backlog_n++] = *e;
+		atomic_store_explicit(&c->cqh->overflow, 1, memory_order_release);
+		count(c->d, C_CQ_OVERFLOWS, 1);
+	}
+	if (ring_needs_wakeup(c->cqh)) {
+		uint64_t one = 1;
+		if (write(c->cq_efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+			mlog_warn("client", "client %llu: doorbell: %s", (unsigned long long)c->id, strerror(errno));
+	}
+}
+
+/* ---- the submission queue ---- */
+
+static void handle_sqe(struct client *c, const struct mori_sqe *e)
+{
+	struct morid *d = c->d;
+	count(d, C_SQES, 1);
+	switch (e->op) {
+	case SQE_NOP:
+	case SQE_CQ_SPACE:
+		return;
+	case SQE_NOTIFY: {
+		struct region *r = region_find(d, e->local_region);
+		if (!r || !r->owner) {
+			count(d, C_BAD_SQES, 1);
+			return;
+		}
+		struct mori_cqe n = {.type = CQE_NOTIF, .code = c->pid, .user_data = e->tag, .value = r->id};
+		client_post(r->owner, &n);
+		count(d, C_NOTIFS, 1);
+		return;
+	}
+	case SQE_XFER:
+	case SQE_XFER_LIST:
+	case SQE_CANCEL:
+		peer_submit(d, c, e);
+		return;
+	default:
+		count(d, C_BAD_SQES, 1);
+		mlog_info("client", "client %llu: unknown submission op %u", (unsigned long long)c->id, e->op);
+	}
+}
+
+static void sq_ready(uv_poll_t *p, int status, int events)
+{
+	struct client *c = p->data;
+	uint64_t v;
+	if (read(c->sq_efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+		return;
+	for (;;) {
+		ring_awake(c->sqh);
+		struct mori_sqe e;
+		int n = 0;
+		while (n < SQ_BATCH && !c->dying && ring_pop(c->sqh, c->sqe, c->lay.sq_entries, &e) == 0) {
+			handle_sqe(c, &e);
+			n++;
+		}
+		if (c->dying)
+			return;
+		if (c->backlog_n)
+			flush_backlog(c);
+		if (n == SQ_BATCH) {
+			/* more may wait: come back on the next loop turn via a self-doorbell */
+			uint64_t one = 1;
+			if (write(c->sq_efd, &one, sizeof(one)) < 0) {
+			}
+			return;
+		}
+		if (ring_prepare_sleep(c->sqh))
+			return;
+	}
+}
+
+static int client_setup_rings(struct client *c)
+{
+	struct morid *d = c->d;
+	uint32_t n = (uint32_t)d->cfg.ring_entries;
+	ring_layout_compute(&c->lay, n, n, (uint64_t)d->cfg.arena_mib << 20);
+	c->ring_fd = memfd_create("mori-ring", MFD_CLOEXEC);
+	if (c->ring_fd < 0 || ftruncate(c->ring_fd, (off_t)c->lay.total) != 0)
+		return MORI_ESYS;
+	c->ring = mmap(NULL, c->lay.total, PROT_READ | PROT_WRITE, MAP_SHARED, c->ring_fd, 0);
+	if (c->ring == MAP_FAILED) {
+		c->ring = NULL;
+		return MORI_ESYS;
+	}
+	c->sqh = (struct ring_hdr *)c->ring;
+	c->cqh = c->sqh + 1;
+	c->sqh->capacity = c->cqh->capacity = n;
+	c->sqe = (char *)c->ring + c->lay.sq_off;
+	c->cqe = (char *)c->ring + c->lay.cq_off;
+	atomic_store(&c->sqh->sleeping, 1);
+	c->sq_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	c->cq_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (c->sq_efd < 0 || c->cq_efd < 0)
+		return MORI_ESYS;
+	uv_poll_init(d->loop, &c->sq_poll, c->sq_efd);
+	c->sq_poll.data = c;
+	uv_poll_start(&c->sq_poll, UV_READABLE, sq_ready);
+	return MORI_OK;
+}
+
+/* ---- session sockets ---- */
+
+static void conn_handle_closed(uv_handle_t *h)
+{
+	struct conn *k = h->data;
+	if (--k->handles > 0)
+		return;
+	close(k->sock);
+	free(k->buf);
+	free(k);
+}
+
+static void conn_close(struct conn *k)
+{
+	if (k->closing)
+		return;
+	k->closing = 1;
+	if (k->client) {
+		struct client *c = k->client;
+		k->client = NULL;
+		c->conn = NULL;
+		client_destroy(c, "closed");
+	}
+	uv_close((uv_handle_t *)&k->poll, conn_handle_closed);
+	uv_close((uv_handle_t *)&k->timer, conn_handle_closed);
+}
+
+static void send_reply(struct conn *k, Mori__Reply *rep, struct rctx *r)
+{
+	uint8_t *buf;
+	size_t len;
+	if (wire_pack_reply(rep, &buf, &len) != MORI_OK)
+		return;
+	int rc = wire_send(k->sock, buf, len, r->fds, r->nfds);
+	if (rc < 0)
+		mlog_info("session", "pid %d: reply not sent: %s", k->pid, strerror(-rc));
+	free(buf);
+}
+
+void session_send_reply(struct client *c, Mori__Reply *rep, struct rctx *r)
+{
+	if (c->conn && !c->conn->closing)
+		send_reply(c->conn, rep, r);
+}
+
+static int do_attach(struct conn *k, Mori__Attach *a, Mori__Reply *rep, struct rctx *r,
+		     Mori__AttachReply *ar)
+{
+	struct client *c = client_find(k->d, a->client_id);
+	if (!c || c->token != a->token || c->attached) {
+		reply_error(rep, MORI_EPERM, "attach refused: unknown client or wrong token");
+		return -1;
+	}
+	if (c->uid != k->uid) {
+		reply_error(rep, MORI_EPERM, "attach refused: uid %u is not the hello's uid %u", k->uid, c->uid);
+		return -1;
+	}
+	int rc = client_setup_rings(c);
+	if (rc != MORI_OK) {
+		reply_error(rep, rc, "ring setup failed: %s", strerror(errno));
+		client_destroy(c, "ring setup failed");
+		return -1;
+	}
+	uv_timer_stop(&c->attach_timer);
+	c->attached = 1;
+	c->attached_us = mori_now_us();
+	c->pid = k->pid; /* the kernel's word, not the hello's */
+	c->conn = k;
+	k->client = c;
+	uv_timer_stop(&k->timer);
+	ar->sq_entries = c->lay.sq_entries;
+	ar->cq_entries = c->lay.cq_entries;
+	ar->ring_bytes = c->lay.total;
+	rep->body_case = MORI__REPLY__BODY_ATTACH;
+	rep->attach = ar;
+	r->fds[0] = c->ring_fd;
+	r->fds[1] = c->sq_efd;
+	r->fds[2] = c->cq_efd;
+	r->nfds = 3;
+	r->keep_fds = 1; /* the client struct owns its ring fds */
+	mlog_info("client", "client %llu attached: pid %d uid %u name '%s'", (unsigned long long)c->id,
+		  c->pid, c->uid, c->name);
+	return 0;
+}
+
+static void conn_readable(uv_poll_t *p, int status, int events)
+{
+	struct conn *k = p->data;
+	struct morid *d = k->d;
+	for (int round = 0; round < 16 && !k->closing; round++) {
+		int fds[WIRE_MAX_FDS], nfds = 0;
+		ssize_t n = wire_recv(k->sock, k->buf, WIRE_SEQPACKET_MAX, fds, &nfds);
+		if (n == -EAGAIN)
+			return;
+		if (n == 0 || (n < 0 && n != -EMSGSIZE)) {
+			conn_close(k);
+			return;
+		}
+		count(d, C_REQUESTS, 1);
+		Mori__Reply rep = MORI__REPLY__INIT;
+		Mori__AttachReply ar = MORI__ATTACH_REPLY__INIT;
+		struct rctx r = {0};
+		Mori__Request *req = NULL;
+		if (n == -EMSGSIZE || (size_t)n > (size_t)d->cfg.max_message_bytes) {
+			count(d, C_OVERSIZE, 1);
+			reply_error(&rep, MORI_EMSGSIZE, "message over the size cap");
+		} else if (!(req = mori__request__unpack(NULL, (size_t)n, k->buf))) {
+			count(d, C_BAD_REQUESTS, 1);
+			reply_error(&rep, MORI_EPROTO, "malformed request (%zd bytes)", n);
+		} else {
+			rep.id = req->id;
+			if (!k->client) {
+				if (req->body_case == MORI__REQUEST__BODY_ATTACH)
+					do_attach(k, req->attach, &rep, &r, &ar);
+				else
+					reply_error(&rep, MORI_EPROTO, "first message on a session must be attach");
+			} else if (dispatch(d, k->client, k->uid, req, &rep, &r, fds, nfds) == 1) {
+				nfds = 0; /* deferred: the reply is sent later */
+				mori__request__free_unpacked(req, NULL);
+				continue;
+			} else {
+				nfds = 0; /* dispatch owns the fds */
+			}
+		}
+		for (int i = 0; i < nfds; i++)
+			close(fds[i]);
+		send_reply(k, &rep, &r);
+		rctx_free(&r);
+		if (req)
+			mori__request__free_unpacked(req, NULL);
+		if (rep.code != 0 && !k->client) {
+			conn_close(k); /* a failed attach ends the session */
+			return;
+		}
+	}
+}
+
+static void conn_attach_expired(uv_timer_t *t)
+{
+	struct conn *k = t->data;
+	mlog_info("session", "pid %d: no attach within %d ms, closing", k->pid, ATTACH_DEADLINE_MS);
+	conn_close(k);
+}
+
+static void session_accept(uv_poll_t *p, int status, int events)
+{
+	struct morid *d = p->data;
+	for (int i = 0; i < 16; i++) {
+		int s = accept4(d->session_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		if (s < 0)
+			return;
+		struct ucred cred;
+		socklen_t cl = sizeof(cred);
+		if (getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0 ||
+		    !config_uid_allowed(&d->cfg, cred.uid)) {
+			count(d, C_DENIED, 1);
+			mlog_warn("session", "refused session from uid %u pid %d: uid not in allow_uids",
+				  cred.uid, cred.pid);
+			close(s);
+			continue;
+		}
+		if (d->nclients >= (uint32_t)d->cfg.max_clients + 16) {
+			mlog_warn("session", "refused session from pid %d: too many clients", cred.pid);
+			close(s);
+			continue;
+		}
+		struct conn *k = calloc(1, sizeof(*k));
+		if (k)
+			k->buf = malloc(WIRE_SEQPACKET_MAX);
+		if (!k || !k->buf) {
+			if (k)
+				free(k);
+			close(s);
+			continue;
+		}
+		k->d = d;
+		k->sock = s;
+		k->uid = cred.uid;
+		k->pid = cred.pid;
+		k->handles = 2;
+		uv_poll_init(d->loop, &k->poll, s);
+		k->poll.data = k;
+		uv_timer_init(d->loop, &k->timer);
+		k->timer.data = k;
+		uv_poll_start(&k->poll, UV_READABLE | UV_DISCONNECT, conn_readable);
+		uv_timer_start(&k->timer, conn_attach_expired, ATTACH_DEADLINE_MS, 0);
+	}
+}
+
+int session_start(struct morid *d)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	snprintf(d->session_path, sizeof(d->session_path), "%s/morid.session", d->cfg.runtime_dir);
+	if (strlen(d->session_path) >= sizeof(sa.sun_path)) {
+		mlog_err("session", "runtime_dir too long for a unix socket path");
+		return -1;
+	}
+	strcpy(sa.sun_path, d->session_path);
+	unlink(d->session_path); /* we hold the lock: any socket there is stale */
+	d->session_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (d->session_fd < 0 || bind(d->session_fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
+	    chmod(d->session_path, (mode_t)d->cfg.socket_mode) != 0 || listen(d->session_fd, 128) != 0) {
+		mlog_err("session", "cannot listen on %s: %s", d->session_path, strerror(errno));
+		return -1;
+	}
+	uv_poll_init(d->loop, &d->session_poll, d->session_fd);
+	d->session_poll.data = d;
+	uv_poll_start(&d->session_poll, UV_READABLE, session_accept);
+	return 0;
+}
+
+void session_stop(struct morid *d)
+{
+	list_each(it, &d->clients)
+		client_destroy(list_entry(it, struct client, link), "daemon stopping");
+	if (d->session_fd >= 0) {
+		uv_close((uv_handle_t *)&d->session_poll, NULL);
+		close(d->session_fd);
+		d->session_fd = -1;
+		unlink(d->session_path);
+	}
+}

@@ -1,0 +1,251 @@
+/* mori.h: the public API of libmori, the client library of the mori node service.
+ *
+ * A serving process (one per GPU) opens a client on the node's daemon (morid), registers the
+ * memory that holds its KV cache, publishes it under a name or packs it into a blob, and moves
+ * KV blocks to and from peers' registered memory with reads and writes. On the same node the
+ * bytes move directly between the two processes' mappings (the daemon brokers the mapping, not
+ * the bytes); across nodes the two daemons move them over their transports.
+ *
+ * The transfer model follows NIXL and ROCm/mori's IO engine: batches of (local offset, remote
+ * offset, length) descriptors, prepared descriptor lists submitted by index (vLLM's NIXL
+ * connector pattern), per-transfer status, and a 64-bit notification that reaches the target
+ * process only after the data has landed.
+ *
+ * Conventions: every function that can fail returns 0 (MORI_OK) or a negative MORI_E* code;
+ * mori_strerror() names it and mori_client_last_error() gives the detail of the client's last
+ * failure. Sizes and offsets are bytes; times are microseconds. Objects returned through an
+ * `out` argument are owned by the caller until passed to their matching close/free function.
+ * A client and its objects may be used from several threads, but a single transfer handle must
+ * not be waited on from two threads at once.
+ */
+#ifndef MORI_H
+#define MORI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MORI_PROTOCOL_VERSION 1
+
+/* Error codes, shared by morid, libmori and moractl. */
+enum mori_err {
+	MORI_OK = 0,
+	MORI_EINVAL = -1,       /* an argument is invalid (null, zero length, empty batch, bad kind) */
+	MORI_ENOMEM = -2,       /* out of memory (host, GPU, or a daemon-side table) */
+	MORI_ENOENT = -3,       /* unknown handle, region, list or client */
+	MORI_ERANGE = -4,       /* offset + length falls outside a region or list */
+	MORI_ETIMEDOUT = -5,    /* a deadline expired; the message names which */
+	MORI_ECANCELED = -6,    /* the transfer was cancelled */
+	MORI_EPROTO = -7,       /* malformed or unknown message */
+	MORI_EVERSION = -8,     /* protocol version mismatch between client and daemon */
+	MORI_ECONN = -9,        /* the daemon or a peer daemon cannot be reached */
+	MORI_EPERM = -10,       /* the caller's uid is not allowed, or access denied */
+	MORI_EBUSY = -11,       /* range already registered, or region still in use */
+	MORI_EAGAIN = -12,      /* a ring or queue is full; retry after completions */
+	MORI_ESTALE = -13,      /* the handle belongs to an earlier daemon epoch or a freed region */
+	MORI_EPEERDEAD = -14,   /* the process or daemon owning the other side has gone */
+	MORI_EIO = -15,         /* transport failure while moving data */
+	MORI_ENOTSUP = -16,     /* not supported here (kind, transport, feature) */
+	MORI_EMSGSIZE = -17,    /* a message exceeds the configured size cap */
+	MORI_EEXIST = -18,      /* a name is already published */
+	MORI_ENOGPU = -19,      /* no GPU runtime or device */
+	MORI_ENOKERNEL = -20,   /* no GPU kernel for this device's architecture */
+	MORI_EINPROGRESS = -21, /* status only: the transfer has not finished */
+	MORI_ESYS = -22,        /* a system call failed; the message has errno's text */
+	MORI_EUNREACH = -23,    /* the name is not published (at that node) */
+};
+
+/* Name of an error code ("MORI_ETIMEDOUT: deadline expired"). Never NULL; static storage. */
+const char *mori_strerror(int code);
+
+/* Library version string, e.g. "0.1.0". */
+const char *mori_version(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Client
+ */
+typedef struct mori_client mori_client;
+
+/* Connect to the local morid.
+ * runtime_dir: the daemon's runtime directory (holding morid.sock); NULL uses $MORI_RUNTIME_DIR,
+ *   else /run/mori.
+ * name: a label shown by `moractl clients`; may be NULL.
+ * Performs the Hello (protocol version check), attaches the session socket and maps the
+ * submission/completion ring pair. The client's registrations live as long as the client: when
+ * it closes or its process dies, the daemon frees them and peers' transfers on them fail.
+ * Errors: MORI_ECONN (no daemon answers), MORI_EVERSION, MORI_EPERM (uid not allowed),
+ * MORI_ENOMEM, MORI_ESYS. On success *out is owned by the caller (mori_client_close). */
+int mori_client_open(const char *runtime_dir, const char *name, mori_client **out);
+
+/* Close the client: waits up to 1 s for its in-flight transfers, then frees every memory object,
+ * list and transfer still open on it. NULL is a no-op. */
+void mori_client_close(mori_client *c);
+
+/* Detail message of the last failure on this client (thread-local to the calling thread).
+ * Valid until the next call on the client from that thread. Never NULL. */
+const char *mori_client_last_error(mori_client *c);
+
+/* This node's peer address as the daemon reports it ("10.0.0.1:7100"), or "" when the daemon has
+ * no peer listener. Static storage owned by the client. */
+const char *mori_client_node(mori_client *c);
+
+/* ---------------------------------------------------------------------------------------------
+ * Memory
+ */
+typedef struct mori_mem mori_mem;
+
+enum mori_mem_kind {
+	MORI_MEM_HOST = 0,  /* host memory */
+	MORI_MEM_VRAM = 1,  /* GPU memory (cudaMalloc/hipMalloc or VMM); needs the GPU runtime */
+};
+
+/* Allocate `size` bytes of host memory that peers on this node map zero-copy (a memfd, mapped
+ * shared; the daemon keeps a reference). kind must be MORI_MEM_HOST. The region is registered.
+ * Errors: MORI_EINVAL (size 0 or bad kind), MORI_ENOMEM, MORI_ESYS. Free with
+ * mori_mem_deregister, which also unmaps the memory. */
+int mori_mem_alloc(mori_client *c, size_t size, int kind, mori_mem **out);
+
+/* Register `len` bytes at `ptr` that the caller allocated.
+ * Host memory: if ptr lies in a shared file mapping (memfd or tmpfs file) the file is passed to
+ * the daemon and peers map it zero-copy (cost: one mmap per peer, then memcpy speed). Otherwise
+ * peers on this node reach it by cross-memory attach (process_vm_readv/writev): one system call
+ * per batch, about memcpy speed for large blocks but a few microseconds per call, and it needs
+ * ptrace permission between the two processes (same uid, or yama ptrace_scope 0).
+ * A sub-range of a larger allocation registers with its offset kept.
+ * VRAM: see the GPU section of the README; the range may start inside a larger allocation.
+ * Registering a range that overlaps one this client already registered fails with MORI_EBUSY.
+ * Errors: MORI_EINVAL, MORI_EBUSY, MORI_ENOGPU, MORI_ENOMEM, MORI_ESYS.
+ * The caller keeps ownership of the memory; it must stay valid until mori_mem_deregister. */
+int mori_mem_register(mori_client *c, void *ptr, size_t len, int kind, mori_mem **out);
+
+/* Deregister (and, for mori_mem_alloc memory, free) a local region. Waits up to 1 s for this
+ * client's in-flight transfers on it, then fails them with MORI_ECANCELED. Peers holding the
+ * region open see MORI_ESTALE on their next transfer. Also closes a handle from
+ * mori_mem_unpack/mori_mem_open_remote. NULL is a no-op returning MORI_OK. */
+int mori_mem_deregister(mori_mem *mem);
+
+/* Local address and size of a local region (NULL for a remote handle). */
+void *mori_mem_ptr(const mori_mem *mem);
+size_t mori_mem_size(const mori_mem *mem);
+
+/* Largest packed blob, bytes. */
+#define MORI_MEM_BLOB_MAX 128
+
+/* Pack a region's handle (node, daemon epoch, region id, generation, size, kind) into an opaque
+ * blob of at most MORI_MEM_BLOB_MAX bytes, to send out of band. *len gets its length.
+ * Errors: MORI_EINVAL, MORI_EMSGSIZE (cap too small). */
+int mori_mem_pack(const mori_mem *mem, void *blob, size_t cap, size_t *len);
+
+/* Open a peer's region from a packed blob (from this node or another). On the same node the
+ * region is mapped into this process once and cached. Errors: MORI_EPROTO (not a blob),
+ * MORI_ESTALE (daemon restarted since, or region freed), MORI_ENOENT, MORI_ECONN.
+ * Close with mori_mem_deregister. */
+int mori_mem_unpack(mori_client *c, const void *blob, size_t len, mori_mem **out);
+
+/* Publish a local region under `name` (1..127 printable bytes, e.g. "prefill0/kv") in this
+ * node's daemon; the name is withdrawn when the region is deregistered or its client dies.
+ * Errors: MORI_EEXIST (name taken), MORI_EINVAL, MORI_ENOENT. */
+int mori_mem_publish(mori_mem *mem, const char *name);
+
+/* Open the region published as `name` at node `node_address` ("host:port" of that node's daemon
+ * peer listener; NULL or "" for this node). Errors: MORI_EUNREACH (not published there),
+ * MORI_ECONN (peer daemon unreachable), MORI_ETIMEDOUT. Close with mori_mem_deregister. */
+int mori_mem_open_remote(mori_client *c, const char *node_address, const char *name,
+			 mori_mem **out);
+
+/* ---------------------------------------------------------------------------------------------
+ * Transfers
+ *
+ * A write copies local bytes into the remote region; a read copies remote bytes into the local
+ * region. `remote` is a handle from mori_mem_unpack/mori_mem_open_remote (or another local
+ * region of this node). Offsets and lengths are bytes and are checked against both regions:
+ * MORI_ERANGE when outside, MORI_EINVAL for a zero length or an empty batch.
+ */
+typedef struct mori_xfer mori_xfer;
+typedef struct mori_xfer_list mori_xfer_list;
+
+typedef struct mori_desc {
+	uint64_t local_offset;
+	uint64_t remote_offset;
+	uint64_t length;
+} mori_desc;
+
+enum mori_op { MORI_OP_READ = 0, MORI_OP_WRITE = 1 };
+
+typedef struct mori_xfer_opts {
+	uint64_t notif_tag;   /* delivered to the remote region's owner after the data has landed */
+	int has_notif;        /* nonzero: send notif_tag */
+	int64_t timeout_us;   /* deadline from submission; <= 0 uses the default (30 s) */
+	void *stream;         /* GPU stream for VRAM copies (cudaStream_t); NULL: internal stream */
+} mori_xfer_opts;
+
+/* One contiguous range. Returns a transfer handle in *out (caller frees with mori_xfer_free);
+ * the transfer may already be complete on return. opts may be NULL.
+ * Errors at submission: MORI_EINVAL, MORI_ERANGE, MORI_ESTALE, MORI_EPEERDEAD, MORI_EAGAIN
+ * (submission ring full: retry after completing transfers). Later errors are the status. */
+int mori_write(mori_mem *local, uint64_t local_offset, mori_mem *remote, uint64_t remote_offset,
+	       uint64_t length, const mori_xfer_opts *opts, mori_xfer **out);
+int mori_read(mori_mem *local, uint64_t local_offset, mori_mem *remote, uint64_t remote_offset,
+	      uint64_t length, const mori_xfer_opts *opts, mori_xfer **out);
+
+/* A batch of n descriptors (n >= 1), one status for the whole batch. descs is copied. */
+int mori_xfer_batch(int op, mori_mem *local, mori_mem *remote, const mori_desc *descs, size_t n,
+		    const mori_xfer_opts *opts, mori_xfer **out);
+
+/* Prepare a descriptor list once (copied; validated against both regions now), then submit
+ * arrays of indices into it, so that submitting k blocks costs O(k) index words and no
+ * descriptor traffic (vLLM's NIXL connector pattern). Free with mori_xfer_list_free after its
+ * transfers have finished. Errors: MORI_EINVAL, MORI_ERANGE, MORI_ENOMEM. */
+int mori_xfer_prep(mori_mem *local, mori_mem *remote, const mori_desc *descs, size_t n,
+		   mori_xfer_list **out);
+/* Submit indices[0..n) of a prepared list; MORI_ERANGE for an index >= the list's length. */
+int mori_xfer_submit(mori_xfer_list *list, int op, const uint32_t *indices, size_t n,
+		     const mori_xfer_opts *opts, mori_xfer **out);
+void mori_xfer_list_free(mori_xfer_list *list);
+
+/* Current status: MORI_EINPROGRESS, MORI_OK, or the transfer's error code (the first error
+ * sticks). If msg is non-NULL it gets a message owned by the handle. */
+int mori_xfer_status(mori_xfer *x, const char **msg);
+
+/* Wait up to timeout_us (< 0: until the transfer's own deadline) for completion. Busy-polls for
+ * a bounded time (mori.conf-independent, 50 us) then sleeps on the completion doorbell.
+ * Returns the final status, or MORI_ETIMEDOUT if this wait's timeout expired first (the transfer
+ * continues; its own deadline still applies). */
+int mori_xfer_wait(mori_xfer *x, int64_t timeout_us);
+
+/* Wait for all n transfers; returns MORI_OK if all succeeded, else the first error found
+ * (in array order) or MORI_ETIMEDOUT. */
+int mori_xfer_wait_all(mori_xfer *const *xs, size_t n, int64_t timeout_us);
+
+/* Request cancellation: an unfinished transfer ends with MORI_ECANCELED (bytes already moved
+ * stay moved, and no notification is sent). Returns MORI_OK or MORI_EINVAL. */
+int mori_xfer_cancel(mori_xfer *x);
+
+/* Bytes the transfer covers. */
+uint64_t mori_xfer_bytes(const mori_xfer *x);
+
+/* Free a transfer handle; an unfinished transfer is cancelled first. NULL is a no-op. */
+void mori_xfer_free(mori_xfer *x);
+
+/* ---------------------------------------------------------------------------------------------
+ * Notifications
+ */
+typedef struct mori_notif {
+	uint64_t tag;        /* the initiator's notif_tag */
+	uint64_t region_id;  /* the target region (owned by this client) the transfer touched */
+	int32_t from_pid;    /* initiator's pid on this node, 0 when it came from another node */
+	uint32_t reserved;
+} mori_notif;
+
+/* Take up to max notifications addressed to this client, waiting up to timeout_us for the first
+ * (0: don't wait). Returns the count (>= 0) or a negative error. A notification is delivered
+ * only after all bytes of its transfer are visible in the target region. */
+int mori_notif_poll(mori_client *c, mori_notif *out, size_t max, int64_t timeout_us);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MORI_H */

@@ -1,0 +1,1 @@
+int mori__placeholder;

@@ -1,0 +1,360 @@
+/* moractl: show and steer morid. Human tables by default, --json for machines.
+ * Exit 0 on success; 1 with a one-line reason when no daemon answers or it answers an error. */
+#include <cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ctl.h"
+#include "mori.h"
+
+static int json;
+static int timeout_ms = 3000;
+static char url[400];
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: moractl [--runtime-dir DIR | --socket URL] [--json] [--timeout MS] COMMAND\n"
+		"commands:\n"
+		"  status      version, uptime, pid, config, runtime dir, clients, memory, peers, counters\n"
+		"  version     moractl's and the daemon's versions\n"
+		"  config      effective configuration (reloadable options marked)\n"
+		"  reload      re-read the configuration file (like SIGHUP); errors keep the old one\n"
+		"  clients     attached clients\n"
+		"  memory      registered memory regions\n"
+		"  peers       other nodes' daemons and per-peer counters\n"
+		"  transfers   cross-node transfers in flight\n"
+		"The runtime dir defaults to $MORI_RUNTIME_DIR, else /run/mori.\n");
+}
+
+static Mori__Reply *call(Mori__Request *req)
+{
+	Mori__Reply *rep;
+	char err[512];
+	int rc = ctl_call(url, req, &rep, timeout_ms, err, sizeof(err));
+	if (rc != MORI_OK) {
+		fprintf(stderr, "moractl: %s\n", err);
+		exit(1);
+	}
+	if (rep->code != 0) {
+		fprintf(stderr, "moractl: daemon: %s (%s)\n", rep->message, mori_strerror(rep->code));
+		exit(1);
+	}
+	return rep;
+}
+
+static void print_json(cJSON *o)
+{
+	char *s = cJSON_Print(o);
+	puts(s);
+	free(s);
+	cJSON_Delete(o);
+}
+
+static void fmt_bytes(char *buf, size_t len, uint64_t b)
+{
+	const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+	double v = (double)b;
+	int i = 0;
+	while (v >= 1024 && i < 4) {
+		v /= 1024;
+		i++;
+	}
+	snprintf(buf, len, i ? "%.1f %s" : "%.0f %s", v, u[i]);
+}
+
+static int cmd_status(void)
+{
+	Mori__Request req = MORI__REQUEST__INIT;
+	Mori__StatusRequest sr = MORI__STATUS_REQUEST__INIT;
+	req.body_case = MORI__REQUEST__BODY_STATUS;
+	req.status = &sr;
+	Mori__Reply *rep = call(&req);
+	Mori__StatusReply *s = rep->status;
+	if (rep->body_case != MORI__REPLY__BODY_STATUS) {
+		fprintf(stderr, "moractl: daemon sent no status\n");
+		return 1;
+	}
+	if (json) {
+		cJSON *o = cJSON_CreateObject();
+		cJSON_AddStringToObject(o, "version", s->version);
+		cJSON_AddNumberToObject(o, "uptime_us", (double)s->uptime_us);
+		cJSON_AddNumberToObject(o, "pid", s->pid);
+		cJSON_AddStringToObject(o, "config_path", s->config_path);
+		cJSON_AddStringToObject(o, "runtime_dir", s->runtime_dir);
+		cJSON_AddNumberToObject(o, "clients", s->clients);
+		cJSON_AddNumberToObject(o, "regions", s->regions);
+		cJSON_AddNumberToObject(o, "registered_bytes", (double)s->registered_bytes);
+		cJSON_AddNumberToObject(o, "peers", s->peers);
+		cJSON_AddNumberToObject(o, "transfers_in_flight", s->transfers_in_flight);
+		cJSON_AddStringToObject(o, "gpu", s->gpu);
+		cJSON_AddStringToObject(o, "node", s->node);
+		char ep[32];
+		snprintf(ep, sizeof(ep), "%016llx", (unsigned long long)s->epoch);
+		cJSON_AddStringToObject(o, "epoch", ep);
+		cJSON *c = cJSON_AddObjectToObject(o, "counters");
+		for (size_t i = 0; i < s->n_counters; i++)
+			cJSON_AddNumberToObject(c, s->counters[i]->name, (double)s->counters[i]->value);
+		print_json(o);
+	} else {
+		char b[32];
+		uint64_t up = s->uptime_us / 1000000;
+		fmt_bytes(b, sizeof(b), s->registered_bytes);
+		printf("morid %s, pid %d, up %lluh%02llum%02llus, epoch %016llx\n", s->version, s->pid,
+		       (unsigned long long)up / 3600, (unsigned long long)up / 60 % 60,
+		       (unsigned long long)up % 60, (unsigned long long)s->epoch);
+		printf("  %-18s %s\n", "config", s->config_path);
+		printf("  %-18s %s\n", "runtime dir", s->runtime_dir);
+		printf("  %-18s %s\n", "node address", s->node[0] ? s->node : "(no peer listener)");
+		printf("  %-18s %s\n", "gpu", s->gpu);
+		printf("  %-18s %u\n", "clients", s->clients);
+		printf("  %-18s %u regions, %s\n", "registered memory", s->regions, b);
+		printf("  %-18s %u\n", "peers", s->peers);
+		printf("  %-18s %u\n", "transfers", s->transfers_in_flight);
+		printf("counters:\n");
+		for (size_t i = 0; i < s->n_counters; i++)
+			printf("  %-18s %llu\n", s->counters[i]->name, (unsigned long long)s->counters[i]->value);
+	}
+	mori__reply__free_unpacked(rep, NULL);
+	return 0;
+}
+
+static int cmd_version(void)
+{
+	Mori__Request req = MORI__REQUEST__INIT;
+	Mori__Hello h = MORI__HELLO__INIT;
+	h.protocol_version = MORI_PROTOCOL_VERSION;
+	h.name = "moractl";
+	req.body_case = MORI__REQUEST__BODY_HELLO;
+	req.hello = &h;
+	Mori__Reply *rep = call(&req);
+	const char *dv = rep->body_case == MORI__REPLY__BODY_HELLO ? rep->hello->daemon_version : "?";
+	unsigned pv = rep->body_case == MORI__REPLY__BODY_HELLO ? rep->hello->protocol_version : 0;
+	if (json) {
+		cJSON *o = cJSON_CreateObject();
+		cJSON_AddStringToObject(o, "moractl", MORI_VERSION);
+		cJSON_AddStringToObject(o, "morid", dv);
+		cJSON_AddNumberToObject(o, "protocol", pv);
+		print_json(o);
+	} else {
+		printf("moractl %s\nmorid %s (protocol %u)\n", MORI_VERSION, dv, pv);
+	}
+	mori__reply__free_unpacked(rep, NULL);
+	return 0;
+}
+
+static int cmd_config(void)
+{
+	Mori__Request req = MORI__REQUEST__INIT;
+	Mori__ConfigRequest cr = MORI__CONFIG_REQUEST__INIT;
+	req.body_case = MORI__REQUEST__BODY_CONFIG;
+	req.config = &cr;
+	Mori__Reply *rep = call(&req);
+	if (rep->body_case != MORI__REPLY__BODY_CONFIG) {
+		fprintf(stderr, "moractl: daemon sent no config\n");
+		return 1;
+	}
+	Mori__ConfigReply *c = rep->config;
+	if (json) {
+		cJSON *o = cJSON_CreateObject();
+		cJSON_AddStringToObject(o, "path", c->path);
+		cJSON *v = cJSON_AddObjectToObject(o, "values");
+		for (size_t i = 0; i < c->n_entries; i++)
+			cJSON_AddStringToObject(v, c->entries[i]->name, c->entries[i]->value);
+		print_json(o);
+	} else {
+		printf("# %s\n", c->path);
+		for (size_t i = 0; i < c->n_entries; i++)
+			printf("%-20s = %-24s %s\n", c->entries[i]->name, c->entries[i]->value,
+			       c->entries[i]->reloadable ? "" : "(restart to change)");
+	}
+	mori__reply__free_unpacked(rep, NULL);
+	return 0;
+}
+
+static int cmd_reload(void)
+{
+	Mori__Request req = MORI__REQUEST__INIT;
+	Mori__ReloadRequest rr = MORI__RELOAD_REQUEST__INIT;
+	req.body_case = MORI__REQUEST__BODY_RELOAD;
+	req.reload = &rr;
+	Mori__Reply *rep = call(&req);
+	if (json)
+		puts("{\"reloaded\": true}");
+	else
+		puts("reloaded");
+	mori__reply__free_unpacked(rep, NULL);
+	return 0;
+}
+
+static const char *kind_name(uint32_t k) { return k == MORI_MEM_VRAM ? "vram" : "host"; }
+
+static int cmd_list(int what)
+{
+	Mori__Request req = MORI__REQUEST__INIT;
+	Mori__ListRequest lq = MORI__LIST_REQUEST__INIT;
+	lq.what = (uint32_t)what;
+	req.body_case = MORI__REQUEST__BODY_LIST;
+	req.list = &lq;
+	Mori__Reply *rep = call(&req);
+	Mori__ListReply *l = rep->list;
+	if (rep->body_case != MORI__REPLY__BODY_LIST) {
+		fprintf(stderr, "moractl: daemon sent no list\n");
+		return 1;
+	}
+	cJSON *arr = cJSON_CreateArray();
+	char b[32], b2[32];
+	if (what == 1) {
+		if (!json)
+			printf("%-6s %-8s %-6s %-20s %-8s %-12s\n", "ID", "PID", "UID", "NAME", "REGIONS", "BYTES");
+		for (size_t i = 0; i < l->n_clients; i++) {
+			Mori__ClientInfo *c = l->clients[i];
+			if (json) {
+				cJSON *o = cJSON_CreateObject();
+				cJSON_AddNumberToObject(o, "id", (double)c->id);
+				cJSON_AddNumberToObject(o, "pid", c->pid);
+				cJSON_AddNumberToObject(o, "uid", c->uid);
+				cJSON_AddStringToObject(o, "name", c->name);
+				cJSON_AddNumberToObject(o, "regions", c->regions);
+				cJSON_AddNumberToObject(o, "bytes", (double)c->bytes);
+				cJSON_AddItemToArray(arr, o);
+			} else {
+				fmt_bytes(b, sizeof(b), c->bytes);
+				printf("%-6llu %-8d %-6u %-20s %-8u %-12s\n", (unsigned long long)c->id, c->pid,
+				       c->uid, c->name, c->regions, b);
+			}
+		}
+	} else if (what == 2) {
+		if (!json)
+			printf("%-6s %-8s %-5s %-12s %-6s %-9s %s\n", "ID", "OWNER", "KIND", "BYTES", "OPENS", "INFLIGHT", "NAME");
+		for (size_t i = 0; i < l->n_regions; i++) {
+			Mori__RegionInfo *g = l->regions[i];
+			if (json) {
+				cJSON *o = cJSON_CreateObject();
+				cJSON_AddNumberToObject(o, "id", (double)g->id);
+				cJSON_AddNumberToObject(o, "owner_pid", g->owner_pid);
+				cJSON_AddStringToObject(o, "kind", kind_name(g->kind));
+				cJSON_AddNumberToObject(o, "bytes", (double)g->bytes);
+				cJSON_AddStringToObject(o, "name", g->name);
+				cJSON_AddNumberToObject(o, "opens", g->opens);
+				cJSON_AddNumberToObject(o, "inflight", g->inflight);
+				cJSON_AddItemToArray(arr, o);
+			} else {
+				fmt_bytes(b, sizeof(b), g->bytes);
+				printf("%-6llu %-8d %-5s %-12s %-6u %-9u %s\n", (unsigned long long)g->id,
+				       g->owner_pid, kind_name(g->kind), b, g->opens, g->inflight, g->name);
+			}
+		}
+	} else if (what == 3) {
+		if (!json)
+			printf("%-22s %-10s %-9s %-8s %-12s %-12s %-10s %s\n", "ADDRESS", "STATE", "TRANSPORT",
+			       "STREAMS", "SENT", "RECEIVED", "TRANSFERS", "ERRORS");
+		for (size_t i = 0; i < l->n_peers; i++) {
+			Mori__PeerInfo *p = l->peers[i];
+			if (json) {
+				cJSON *o = cJSON_CreateObject();
+				cJSON_AddStringToObject(o, "address", p->address);
+				cJSON_AddStringToObject(o, "state", p->state);
+				cJSON_AddStringToObject(o, "transport", p->transport);
+				cJSON_AddNumberToObject(o, "streams", p->streams);
+				cJSON_AddNumberToObject(o, "bytes_sent", (double)p->bytes_sent);
+				cJSON_AddNumberToObject(o, "bytes_received", (double)p->bytes_received);
+				cJSON_AddNumberToObject(o, "transfers", (double)p->transfers);
+				cJSON_AddNumberToObject(o, "errors", (double)p->errors);
+				cJSON_AddItemToArray(arr, o);
+			} else {
+				fmt_bytes(b, sizeof(b), p->bytes_sent);
+				fmt_bytes(b2, sizeof(b2), p->bytes_received);
+				printf("%-22s %-10s %-9s %-8u %-12s %-12s %-10llu %llu\n", p->address, p->state,
+				       p->transport, p->streams, b, b2, (unsigned long long)p->transfers,
+				       (unsigned long long)p->errors);
+			}
+		}
+	} else {
+		if (!json)
+			printf("%-8s %-6s %-22s %-5s %-12s %-12s %s\n", "ID", "CLIENT", "PEER", "OP", "BYTES", "DONE", "AGE_MS");
+		for (size_t i = 0; i < l->n_xfers; i++) {
+			Mori__XferInfo *x = l->xfers[i];
+			if (json) {
+				cJSON *o = cJSON_CreateObject();
+				cJSON_AddNumberToObject(o, "id", (double)x->id);
+				cJSON_AddNumberToObject(o, "client", (double)x->client);
+				cJSON_AddStringToObject(o, "peer", x->peer);
+				cJSON_AddStringToObject(o, "op", x->op);
+				cJSON_AddNumberToObject(o, "bytes", (double)x->bytes);
+				cJSON_AddNumberToObject(o, "bytes_done", (double)x->bytes_done);
+				cJSON_AddNumberToObject(o, "age_us", (double)x->age_us);
+				cJSON_AddItemToArray(arr, o);
+			} else {
+				fmt_bytes(b, sizeof(b), x->bytes);
+				fmt_bytes(b2, sizeof(b2), x->bytes_done);
+				printf("%-8llu %-6llu %-22s %-5s %-12s %-12s %llu\n", (unsigned long long)x->id,
+				       (unsigned long long)x->client, x->peer, x->op, b, b2,
+				       (unsigned long long)x->age_us / 1000);
+			}
+		}
+	}
+	if (json)
+		print_json(arr);
+	else
+		cJSON_Delete(arr);
+	mori__reply__free_unpacked(rep, NULL);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	const char *rundir = getenv("MORI_RUNTIME_DIR");
+	const char *sock = NULL, *cmd = NULL;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		if (!strcmp(a, "--json") || !strcmp(a, "-j"))
+			json = 1;
+		else if (!strcmp(a, "--runtime-dir") && i + 1 < argc)
+			rundir = argv[++i];
+		else if (!strncmp(a, "--runtime-dir=", 14))
+			rundir = a + 14;
+		else if (!strcmp(a, "--socket") && i + 1 < argc)
+			sock = argv[++i];
+		else if (!strncmp(a, "--socket=", 9))
+			sock = a + 9;
+		else if (!strcmp(a, "--timeout") && i + 1 < argc)
+			timeout_ms = atoi(argv[++i]);
+		else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+			usage(stdout);
+			return 0;
+		} else if (a[0] == '-') {
+			fprintf(stderr, "moractl: unknown option %s (try --help)\n", a);
+			return 2;
+		} else if (!cmd)
+			cmd = a;
+		else {
+			fprintf(stderr, "moractl: unexpected argument %s\n", a);
+			return 2;
+		}
+	}
+	if (sock)
+		snprintf(url, sizeof(url), "%s%s", strstr(sock, "://") ? "" : "ipc://", sock);
+	else
+		ctl_url(url, sizeof(url), rundir ? rundir : "/run/mori");
+	if (!cmd || !strcmp(cmd, "status"))
+		return cmd_status();
+	if (!strcmp(cmd, "version"))
+		return cmd_version();
+	if (!strcmp(cmd, "config"))
+		return cmd_config();
+	if (!strcmp(cmd, "reload"))
+		return cmd_reload();
+	if (!strcmp(cmd, "clients"))
+		return cmd_list(1);
+	if (!strcmp(cmd, "memory"))
+		return cmd_list(2);
+	if (!strcmp(cmd, "peers"))
+		return cmd_list(3);
+	if (!strcmp(cmd, "transfers"))
+		return cmd_list(4);
+	fprintf(stderr, "moractl: unknown command '%s' (try --help)\n", cmd);
+	return 2;
+}
