@@ -98,10 +98,30 @@ void config_defaults(struct config *cfg)
 
 struct parse_ctx {
 	struct config *cfg;
+	FILE *f;
 	char *err;
 	size_t errlen;
-	int failed;
+	int line;      /* lines read so far: the handler runs on the line just read */
+	int failed;    /* line of the first rejected key or over-long line; 0 if none */
 };
+
+/* inih's ini_parse() hides line numbers from the handler and keeps going after an error, so a
+ * later bad key could be reported with an earlier syntax error's line. Reading the lines
+ * ourselves tells us where the handler is, and stops at the first rejected line. */
+static char *read_line(char *str, int num, void *stream)
+{
+	struct parse_ctx *p = stream;
+	if (p->failed || !fgets(str, num, p->f))
+		return NULL;
+	p->line++;
+	size_t n = strlen(str);
+	if ((int)n == num - 1 && str[n - 1] != '\n' && !feof(p->f)) {
+		snprintf(p->err, p->errlen, "line longer than %d bytes", num - 2);
+		p->failed = p->line;
+		return NULL;
+	}
+	return str;
+}
 
 static int on_kv(void *user, const char *section, const char *name, const char *value)
 {
@@ -110,11 +130,11 @@ static int on_kv(void *user, const char *section, const char *name, const char *
 		return 0;
 	if (section[0] && strcmp(section, "morid") != 0) {
 		snprintf(p->err, p->errlen, "unknown section [%s]", section);
-		p->failed = 1;
+		p->failed = p->line;
 		return 0;
 	}
 	if (config_set(p->cfg, name, value, p->err, p->errlen) != 0) {
-		p->failed = 1;
+		p->failed = p->line;
 		return 0;
 	}
 	return 1;
@@ -123,14 +143,22 @@ static int on_kv(void *user, const char *section, const char *name, const char *
 int config_load_file(struct config *cfg, const char *path, char *err, size_t errlen)
 {
 	char why[200] = "";
-	struct parse_ctx p = {cfg, why, sizeof(why), 0};
-	int rc = ini_parse(path, on_kv, &p);
-	if (rc == 0)
-		return 0;
-	if (rc < 0)
+	struct parse_ctx p = {.cfg = cfg, .err = why, .errlen = sizeof(why)};
+	if (!(p.f = fopen(path, "re"))) {
 		snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+		return -1;
+	}
+	int rc = ini_parse_stream(read_line, &p, on_kv, &p);
+	int read_error = ferror(p.f);
+	fclose(p.f);
+	if (rc > 0 && (!p.failed || rc < p.failed))
+		snprintf(err, errlen, "%s:%d: syntax error", path, rc);
+	else if (p.failed)
+		snprintf(err, errlen, "%s:%d: %s", path, p.failed, why);
+	else if (rc != 0 || read_error)
+		snprintf(err, errlen, "%s:%d: read error", path, p.line);
 	else
-		snprintf(err, errlen, "%s:%d: %s", path, rc, p.failed ? why : "syntax error");
+		return 0;
 	return -1;
 }
 

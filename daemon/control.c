@@ -26,7 +26,6 @@ const char *const counter_names[C_COUNT] = {
 };
 
 int morid_reload(struct morid *d, char *err, size_t errlen);
-void client_arm_attach_deadline(struct client *c);
 
 void *rctx_alloc(struct rctx *r, size_t size)
 {
@@ -77,7 +76,8 @@ void reply_error(Mori__Reply *rep, int code, const char *fmt, ...)
 	rep->body_case = MORI__REPLY__BODY__NOT_SET;
 }
 
-static void do_hello(struct morid *d, uid_t uid, Mori__Hello *h, Mori__Reply *rep, struct rctx *r)
+/* On the control socket a hello is a probe: versions and features, no session. */
+void do_hello(struct morid *d, uid_t uid, Mori__Hello *h, Mori__Reply *rep, struct rctx *r)
 {
 	if (h->protocol_version != MORI_PROTOCOL_VERSION) {
 		reply_error(rep, MORI_EVERSION, "protocol version %u not supported (daemon speaks %u)",
@@ -94,22 +94,6 @@ static void do_hello(struct morid *d, uid_t uid, Mori__Hello *h, Mori__Reply *re
 	hr->daemon_version = MORI_VERSION;
 	hr->epoch = d->epoch;
 	hr->node = rctx_strdup(r, d->cfg.advertise[0] ? d->cfg.advertise : d->cfg.listen);
-	/* A hello with pid 0 is a probe (moractl): no session is created. */
-	if (h->pid > 0) {
-		if (d->nclients >= (uint32_t)d->cfg.max_clients) {
-			reply_error(rep, MORI_EAGAIN, "too many clients (max_clients = %lld)",
-				    (long long)d->cfg.max_clients);
-			return;
-		}
-		struct client *c = client_new(d, h->pid, uid, h->name);
-		if (!c) {
-			reply_error(rep, MORI_ENOMEM, "out of memory");
-			return;
-		}
-		client_arm_attach_deadline(c);
-		hr->client_id = c->id;
-		hr->token = c->token;
-	}
 	rep->body_case = MORI__REPLY__BODY_HELLO;
 	rep->hello = hr;
 }

@@ -54,14 +54,13 @@ void rctx_free(struct rctx *r);
 struct client {
 	struct list link;
 	struct morid *d;
-	uint64_t id, token;
+	uint64_t id;
 	pid_t pid;
 	uid_t uid;
 	char name[64];
 	uint64_t created_us, attached_us;
 	int attached;
-	struct conn *conn;           /* its session socket once attached */
-	uv_timer_t attach_timer;     /* hello'd clients must attach before it fires */
+	struct conn *conn;           /* its session socket: the client lives as long as it */
 	/* rings */
 	int ring_fd, sq_efd, cq_efd;
 	void *ring;
@@ -74,7 +73,6 @@ struct client {
 	struct list regions;         /* regions it owns */
 	struct list opens;           /* struct open_ref: regions of others it opened */
 	struct list lists;           /* prepared descriptor lists (cross node) */
-	int handles_open;            /* libuv handles not yet closed */
 	int dying;
 };
 

@@ -16,7 +16,7 @@
 #include "peer.h"
 #include "registry.h"
 
-#define ATTACH_DEADLINE_MS 10000
+#define ATTACH_DEADLINE_MS 10000 /* a session must say hello within this */
 #define SQ_BATCH 256 /* entries taken per wake-up, so one client cannot starve the loop */
 
 struct conn {
@@ -42,10 +42,6 @@ struct client *client_new(struct morid *d, pid_t pid, uid_t uid, const char *nam
 		return NULL;
 	c->d = d;
 	c->id = d->next_client_id++;
-	if (getrandom_u64(&c->token) != 0) {
-		free(c);
-		return NULL;
-	}
 	c->pid = pid;
 	c->uid = uid;
 	snprintf(c->name, sizeof(c->name), "%s", name ? name : "");
@@ -54,9 +50,6 @@ struct client *client_new(struct morid *d, pid_t pid, uid_t uid, const char *nam
 	LIST_INIT(&c->regions);
 	LIST_INIT(&c->opens);
 	LIST_INIT(&c->lists);
-	uv_timer_init(d->loop, &c->attach_timer);
-	c->attach_timer.data = c;
-	c->handles_open = 1;
 	list_add(&d->clients, &c->link);
 	d->nclients++;
 	count(d, C_CLIENTS_TOTAL, 1);
@@ -73,11 +66,8 @@ struct client *client_find(struct morid *d, uint64_t id)
 	return NULL;
 }
 
-static void client_handle_closed(uv_handle_t *h)
+static void client_free(struct client *c)
 {
-	struct client *c = h->data;
-	if (--c->handles_open > 0)
-		return;
 	if (c->ring)
 		munmap(c->ring, c->lay.total);
 	if (c->ring_fd >= 0)
@@ -88,6 +78,11 @@ static void client_handle_closed(uv_handle_t *h)
 		close(c->cq_efd);
 	free(c->cq_backlog);
 	free(c);
+}
+
+static void client_handle_closed(uv_handle_t *h)
+{
+	client_free(h->data);
 }
 
 void client_destroy(struct client *c, const char *why)
@@ -111,22 +106,10 @@ void client_destroy(struct client *c, const char *why)
 		conn_close(c->conn);
 		c->conn = NULL;
 	}
-	uv_close((uv_handle_t *)&c->attach_timer, client_handle_closed);
-	if (c->sq_efd >= 0) {
-		c->handles_open++;
+	if (c->sq_efd >= 0 && uv_is_active((uv_handle_t *)&c->sq_poll))
 		uv_close((uv_handle_t *)&c->sq_poll, client_handle_closed);
-	}
-}
-
-static void attach_expired(uv_timer_t *t)
-{
-	client_destroy(t->data, "did not attach within its deadline (10 s)");
-}
-
-/* Called after a successful hello: the client must attach before the deadline. */
-void client_arm_attach_deadline(struct client *c)
-{
-	uv_timer_start(&c->attach_timer, attach_expired, ATTACH_DEADLINE_MS, 0);
+	else
+		client_free(c);
 }
 
 static void flush_backlog(struct client *c)
@@ -305,16 +288,23 @@ void session_send_reply(struct client *c, Mori__Reply *rep, struct rctx *r)
 		send_reply(c->conn, rep, r);
 }
 
-static int do_attach(struct conn *k, Mori__Attach *a, Mori__Reply *rep, struct rctx *r,
-		     Mori__AttachReply *ar)
+void do_hello(struct morid *d, uid_t uid, Mori__Hello *h, Mori__Reply *rep, struct rctx *r);
+
+/* The first message on a session socket is the hello: it creates the client, whose life is
+ * this socket's, and hands over its ring pair. */
+static int do_session_hello(struct conn *k, Mori__Hello *h, Mori__Reply *rep, struct rctx *r)
 {
-	struct client *c = client_find(k->d, a->client_id);
-	if (!c || c->token != a->token || c->attached) {
-		reply_error(rep, MORI_EPERM, "attach refused: unknown client or wrong token");
+	struct morid *d = k->d;
+	do_hello(d, k->uid, h, rep, r);
+	if (rep->code != 0)
+		return -1;
+	if (d->nclients >= (uint32_t)d->cfg.max_clients) {
+		reply_error(rep, MORI_EAGAIN, "too many clients (max_clients = %lld)", (long long)d->cfg.max_clients);
 		return -1;
 	}
-	if (c->uid != k->uid) {
-		reply_error(rep, MORI_EPERM, "attach refused: uid %u is not the hello's uid %u", k->uid, c->uid);
+	struct client *c = client_new(d, k->pid, k->uid, h->name);
+	if (!c) {
+		reply_error(rep, MORI_ENOMEM, "out of memory");
 		return -1;
 	}
 	int rc = client_setup_rings(c);
@@ -323,18 +313,16 @@ static int do_attach(struct conn *k, Mori__Attach *a, Mori__Reply *rep, struct r
 		client_destroy(c, "ring setup failed");
 		return -1;
 	}
-	uv_timer_stop(&c->attach_timer);
 	c->attached = 1;
 	c->attached_us = mori_now_us();
-	c->pid = k->pid; /* the kernel's word, not the hello's */
 	c->conn = k;
 	k->client = c;
 	uv_timer_stop(&k->timer);
-	ar->sq_entries = c->lay.sq_entries;
-	ar->cq_entries = c->lay.cq_entries;
-	ar->ring_bytes = c->lay.total;
-	rep->body_case = MORI__REPLY__BODY_ATTACH;
-	rep->attach = ar;
+	Mori__HelloReply *hr = rep->hello;
+	hr->client_id = c->id;
+	hr->sq_entries = c->lay.sq_entries;
+	hr->cq_entries = c->lay.cq_entries;
+	hr->ring_bytes = c->lay.total;
 	r->fds[0] = c->ring_fd;
 	r->fds[1] = c->sq_efd;
 	r->fds[2] = c->cq_efd;
@@ -360,7 +348,6 @@ static void conn_readable(uv_poll_t *p, int status, int events)
 		}
 		count(d, C_REQUESTS, 1);
 		Mori__Reply rep = MORI__REPLY__INIT;
-		Mori__AttachReply ar = MORI__ATTACH_REPLY__INIT;
 		struct rctx r = {0};
 		Mori__Request *req = NULL;
 		if (n == -EMSGSIZE || (size_t)n > (size_t)d->cfg.max_message_bytes) {
@@ -372,10 +359,10 @@ static void conn_readable(uv_poll_t *p, int status, int events)
 		} else {
 			rep.id = req->id;
 			if (!k->client) {
-				if (req->body_case == MORI__REQUEST__BODY_ATTACH)
-					do_attach(k, req->attach, &rep, &r, &ar);
+				if (req->body_case == MORI__REQUEST__BODY_HELLO)
+					do_session_hello(k, req->hello, &rep, &r);
 				else
-					reply_error(&rep, MORI_EPROTO, "first message on a session must be attach");
+					reply_error(&rep, MORI_EPROTO, "first message on a session must be hello");
 			} else if (dispatch(d, k->client, k->uid, req, &rep, &r, fds, nfds) == 1) {
 				nfds = 0; /* deferred: the reply is sent later */
 				mori__request__free_unpacked(req, NULL);
@@ -391,7 +378,7 @@ static void conn_readable(uv_poll_t *p, int status, int events)
 		if (req)
 			mori__request__free_unpacked(req, NULL);
 		if (rep.code != 0 && !k->client) {
-			conn_close(k); /* a failed attach ends the session */
+			conn_close(k); /* a failed hello ends the session */
 			return;
 		}
 	}
@@ -400,7 +387,7 @@ static void conn_readable(uv_poll_t *p, int status, int events)
 static void conn_attach_expired(uv_timer_t *t)
 {
 	struct conn *k = t->data;
-	mlog_info("session", "pid %d: no attach within %d ms, closing", k->pid, ATTACH_DEADLINE_MS);
+	mlog_info("session", "pid %d: no hello within %d ms, closing", k->pid, ATTACH_DEADLINE_MS);
 	conn_close(k);
 }
 

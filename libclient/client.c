@@ -1,1 +1,356 @@
-int mori__placeholder;
+/* libmori: connecting to morid, the session socket, and the ring pair. */
+#include <errno.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define RPC_TIMEOUT_MS 15000  /* a remote lookup may wait on another node's daemon */
+
+static __thread char last_error[512];
+
+int set_error(mori_client *c, int code, const char *fmt, ...)
+{
+	(void)c;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(last_error, sizeof(last_error), fmt, ap);
+	va_end(ap);
+	return code;
+}
+
+const char *mori_client_last_error(mori_client *c)
+{
+	(void)c;
+	return last_error;
+}
+
+const char *mori_client_node(mori_client *c) { return c->node; }
+
+/* Wait for the socket to be readable until deadline; 0, or MORI_ETIMEDOUT/MORI_ECONN. */
+static int wait_readable(int fd, uint64_t deadline_us)
+{
+	for (;;) {
+		uint64_t now = mori_now_us();
+		if (now >= deadline_us)
+			return MORI_ETIMEDOUT;
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		int n = poll(&p, 1, (int)((deadline_us - now + 999) / 1000));
+		if (n > 0)
+			return (p.revents & POLLIN) ? MORI_OK : MORI_ECONN;
+		if (n < 0 && errno != EINTR)
+			return MORI_ECONN;
+	}
+}
+
+static int rpc_locked(mori_client *c, Mori__Request *req, const int *fds_out, int nfds_out,
+		      Mori__Reply **rep, int *fds_in, int *nfds_in)
+{
+	uint8_t *buf;
+	size_t len;
+	int fds[WIRE_MAX_FDS], nfds = 0;
+	*rep = NULL;
+	if (nfds_in)
+		*nfds_in = 0;
+	req->id = ++c->next_req;
+	if (wire_pack_request(req, &buf, &len) != MORI_OK)
+		return set_error(c, MORI_ENOMEM, "out of memory");
+	int rc = wire_send(c->sock, buf, len, fds_out, nfds_out);
+	free(buf);
+	if (rc < 0)
+		return set_error(c, MORI_ECONN, "session with morid lost: %s", strerror(-rc));
+	uint64_t deadline = mori_now_us() + RPC_TIMEOUT_MS * 1000ull;
+	uint8_t *in = malloc(WIRE_SEQPACKET_MAX);
+	if (!in)
+		return set_error(c, MORI_ENOMEM, "out of memory");
+	for (;;) {
+		rc = wait_readable(c->sock, deadline);
+		if (rc == MORI_ETIMEDOUT) {
+			free(in);
+			return set_error(c, rc, "morid did not reply within %d ms", RPC_TIMEOUT_MS);
+		}
+		ssize_t n = wire_recv(c->sock, in, WIRE_SEQPACKET_MAX, fds, &nfds);
+		if (n == -EAGAIN)
+			continue;
+		if (n <= 0) {
+			free(in);
+			return set_error(c, MORI_ECONN, "session with morid lost: %s",
+					 n == 0 ? "closed" : strerror((int)-n));
+		}
+		Mori__Reply *r = mori__reply__unpack(NULL, (size_t)n, in);
+		if (!r || r->id != req->id) {
+			/* a late reply to a request that timed out earlier: drop it */
+			for (int i = 0; i < nfds; i++)
+				close(fds[i]);
+			if (r)
+				mori__reply__free_unpacked(r, NULL);
+			continue;
+		}
+		free(in);
+		if (fds_in) {
+			memcpy(fds_in, fds, sizeof(int) * (size_t)nfds);
+			*nfds_in = nfds;
+		} else {
+			for (int i = 0; i < nfds; i++)
+				close(fds[i]);
+		}
+		if (r->code != 0) {
+			rc = set_error(c, r->code, "morid: %s", r->message);
+			mori__reply__free_unpacked(r, NULL);
+			if (fds_in) {
+				for (int i = 0; i < *nfds_in; i++)
+					close(fds_in[i]);
+				*nfds_in = 0;
+			}
+			return rc;
+		}
+		*rep = r;
+		return MORI_OK;
+	}
+}
+
+int client_rpc(mori_client *c, Mori__Request *req, const int *fds_out, int nfds_out,
+	       Mori__Reply **rep, int *fds_in, int *nfds_in)
+{
+	pthread_mutex_lock(&c->rpc_lock);
+	int rc = rpc_locked(c, req, fds_out, nfds_out, rep, fds_in, nfds_in);
+	pthread_mutex_unlock(&c->rpc_lock);
+	return rc;
+}
+
+/* Connect the session socket and say hello on it: the daemon creates our client, whose life is
+ * this socket's, and hands over the ring pair. (No nng in the library: nng cannot be used again
+ * in a child after fork, and serving frameworks fork.) */
+static int do_hello(mori_client *c, const char *name)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int n = snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/morid.session", c->runtime_dir);
+	if (n >= (int)sizeof(sa.sun_path))
+		return set_error(c, MORI_EINVAL, "runtime dir path too long");
+	c->sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (c->sock < 0)
+		return set_error(c, MORI_ESYS, "socket: %s", strerror(errno));
+	if (connect(c->sock, (struct sockaddr *)&sa, sizeof(sa)) != 0)
+		return set_error(c, MORI_ECONN, "no morid at %s: %s", sa.sun_path, strerror(errno));
+	Mori__Request req = MORI__REQUEST__INIT;
+	Mori__Hello h = MORI__HELLO__INIT;
+	Mori__Reply *rep;
+	int fds[WIRE_MAX_FDS], nfds = 0;
+	h.protocol_version = MORI_PROTOCOL_VERSION;
+	h.name = (char *)(name ? name : "");
+	h.pid = getpid();
+	req.body_case = MORI__REQUEST__BODY_HELLO;
+	req.hello = &h;
+	int rc = client_rpc(c, &req, NULL, 0, &rep, fds, &nfds);
+	if (rc != MORI_OK)
+		return rc;
+	if (rep->body_case != MORI__REPLY__BODY_HELLO || nfds != 3) {
+		mori__reply__free_unpacked(rep, NULL);
+		for (int i = 0; i < nfds; i++)
+			close(fds[i]);
+		return set_error(c, MORI_EPROTO, "hello reply without the ring (%d fds)", nfds);
+	}
+	Mori__HelloReply *hr = rep->hello;
+	uint32_t sq = hr->sq_entries, cq = hr->cq_entries;
+	uint64_t total = hr->ring_bytes;
+	c->id = hr->client_id;
+	c->epoch = hr->epoch;
+	snprintf(c->node, sizeof(c->node), "%s", hr->node);
+	mori__reply__free_unpacked(rep, NULL);
+	c->ring_fd = fds[0];
+	c->sq_efd = fds[1];
+	c->cq_efd = fds[2];
+	/* The daemon's word on the layout, checked against our own computation. */
+	uint64_t fixed = 2 * sizeof(struct ring_hdr) + ((uint64_t)sq + cq) * 64;
+	if (!sq || (sq & (sq - 1)) || !cq || (cq & (cq - 1)) || total < fixed)
+		return set_error(c, MORI_EPROTO, "hello reply with an impossible ring layout");
+	ring_layout_compute(&c->lay, sq, cq, total - fixed);
+	c->ring = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, c->ring_fd, 0);
+	if (c->ring == MAP_FAILED) {
+		c->ring = NULL;
+		return set_error(c, MORI_ESYS, "mmap ring: %s", strerror(errno));
+	}
+	c->sqh = (struct ring_hdr *)c->ring;
+	c->cqh = c->sqh + 1;
+	c->sqe = (char *)c->ring + c->lay.sq_off;
+	c->cqe = (char *)c->ring + c->lay.cq_off;
+	return MORI_OK;
+}
+
+int arena_init(mori_client *c);
+void arena_fini(mori_client *c);
+
+int mori_client_open(const char *runtime_dir, const char *name, mori_client **out)
+{
+	if (!out)
+		return set_error(NULL, MORI_EINVAL, "out is NULL");
+	*out = NULL;
+	mori_client *c = calloc(1, sizeof(*c));
+	if (!c)
+		return set_error(NULL, MORI_ENOMEM, "out of memory");
+	if (!runtime_dir || !runtime_dir[0])
+		runtime_dir = getenv("MORI_RUNTIME_DIR");
+	if (!runtime_dir || !runtime_dir[0])
+		runtime_dir = "/run/mori";
+	snprintf(c->runtime_dir, sizeof(c->runtime_dir), "%s", runtime_dir);
+	c->sock = c->ring_fd = c->sq_efd = c->cq_efd = -1;
+	c->pid = getpid();
+	pthread_mutex_init(&c->rpc_lock, NULL);
+	pthread_mutex_init(&c->sq_lock, NULL);
+	pthread_mutex_init(&c->cq_lock, NULL);
+	pthread_mutex_init(&c->arena_lock, NULL);
+	pthread_mutex_init(&c->xfer_lock, NULL);
+	pthread_mutex_init(&c->mem_lock, NULL);
+	int rc = do_hello(c, name);
+	if (rc == MORI_OK)
+		rc = arena_init(c);
+	if (rc != MORI_OK) {
+		char keep[sizeof(last_error)];
+		memcpy(keep, last_error, sizeof(keep));
+		mori_client_close(c);
+		memcpy(last_error, keep, sizeof(keep));
+		return rc;
+	}
+	*out = c;
+	return MORI_OK;
+}
+
+void xfer_close_all(mori_client *c);
+
+void mori_client_close(mori_client *c)
+{
+	if (!c)
+		return;
+	xfer_close_all(c);
+	while (c->mems)
+		mori_mem_deregister(c->mems);
+	if (c->pool)
+		copy_pool_free(c->pool);
+	gpu_ctx_free(c);
+	if (c->ring)
+		munmap(c->ring, c->lay.total);
+	arena_fini(c);
+	if (c->sock >= 0)
+		close(c->sock); /* the daemon frees what is left when the session closes */
+	if (c->ring_fd >= 0)
+		close(c->ring_fd);
+	if (c->sq_efd >= 0)
+		close(c->sq_efd);
+	if (c->cq_efd >= 0)
+		close(c->cq_efd);
+	free(c->pending);
+	free(c->notifs);
+	free(c);
+}
+
+/* ---- rings ---- */
+
+int client_submit(mori_client *c, const struct mori_sqe *e)
+{
+	pthread_mutex_lock(&c->sq_lock);
+	int full = ring_push(c->sqh, c->sqe, c->lay.sq_entries, e) != 0;
+	pthread_mutex_unlock(&c->sq_lock);
+	if (full)
+		return set_error(c, MORI_EAGAIN, "submission ring full (%u entries)", c->lay.sq_entries);
+	if (ring_needs_wakeup(c->sqh)) {
+		uint64_t one = 1;
+		if (write(c->sq_efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+			return set_error(c, MORI_ECONN, "doorbell: %s", strerror(errno));
+	}
+	return MORI_OK;
+}
+
+void xfer_complete_id(mori_client *c, uint64_t id, int code, const char *msg);
+void mem_revoked(mori_client *c, uint64_t region_id);
+
+void client_reap(mori_client *c)
+{
+	if (pthread_mutex_trylock(&c->cq_lock) != 0)
+		return; /* another thread is reaping; it will complete ours too */
+	struct mori_cqe e;
+	int drained = 0;
+	while (ring_pop(c->cqh, c->cqe, c->lay.cq_entries, &e) == 0) {
+		drained++;
+		e.msg[CQE_MSG - 1] = 0;
+		switch (e.type) {
+		case CQE_XFER_DONE:
+			xfer_complete_id(c, e.user_data, e.code, e.msg);
+			break;
+		case CQE_NOTIF:
+			pthread_mutex_lock(&c->xfer_lock);
+			if (c->nnotif == c->cap_notif) {
+				size_t ncap = c->cap_notif ? 2 * c->cap_notif : 64;
+				void *p = realloc(c->notifs, ncap * sizeof(*c->notifs));
+				if (p) {
+					c->notifs = p;
+					c->cap_notif = ncap;
+				}
+			}
+			if (c->nnotif < c->cap_notif)
+				c->notifs[c->nnotif++] = (mori_notif){.tag = e.user_data, .region_id = e.value,
+								      .from_pid = e.code};
+			pthread_mutex_unlock(&c->xfer_lock);
+			break;
+		case CQE_REVOKED:
+			mem_revoked(c, e.value);
+			break;
+		default:
+			break;
+		}
+	}
+	int overflow = atomic_load_explicit(&c->cqh->overflow, memory_order_acquire);
+	pthread_mutex_unlock(&c->cq_lock);
+	if (drained && overflow) {
+		struct mori_sqe s = {.op = SQE_CQ_SPACE};
+		client_submit(c, &s);
+	}
+}
+
+void client_sleep(mori_client *c, int64_t timeout_us)
+{
+	if (timeout_us <= 0)
+		return;
+	if (!ring_prepare_sleep(c->cqh))
+		return;
+	struct pollfd p = {.fd = c->cq_efd, .events = POLLIN};
+	int ms = (int)((timeout_us + 999) / 1000);
+	if (poll(&p, 1, ms > 100 ? 100 : ms) > 0) {
+		uint64_t v;
+		if (read(c->cq_efd, &v, sizeof(v)) < 0) {
+			/* another thread took the count: fine, the ring is what we read */
+		}
+	}
+	ring_awake(c->cqh);
+}
+
+int mori_notif_poll(mori_client *c, mori_notif *out, size_t max, int64_t timeout_us)
+{
+	if (!c || (!out && max))
+		return set_error(c, MORI_EINVAL, "notif_poll: NULL argument");
+	uint64_t deadline = mori_now_us() + (timeout_us > 0 ? (uint64_t)timeout_us : 0);
+	for (int spin = 0;; spin++) {
+		client_reap(c);
+		pthread_mutex_lock(&c->xfer_lock);
+		size_t n = c->nnotif < max ? c->nnotif : max;
+		if (n) {
+			memcpy(out, c->notifs, n * sizeof(*out));
+			memmove(c->notifs, c->notifs + n, (c->nnotif - n) * sizeof(*out));
+			c->nnotif -= n;
+		}
+		pthread_mutex_unlock(&c->xfer_lock);
+		if (n || max == 0)
+			return (int)n;
+		uint64_t now = mori_now_us();
+		if (now >= deadline)
+			return 0;
+		if (spin > 64)
+			client_sleep(c, (int64_t)(deadline - now));
+	}
+}

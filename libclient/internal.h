@@ -1,0 +1,134 @@
+/* libmori internals: the objects behind the opaque handles of mori.h. */
+#ifndef LIBMORI_INTERNAL_H
+#define LIBMORI_INTERNAL_H
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "mori.h"
+#include "mori.pb-c.h"
+#include "ring.h"
+#include "wire.h"
+
+struct mori_client {
+	char runtime_dir[256];
+	char node[128];
+	uint64_t id, epoch;
+	pid_t pid;
+	int sock;                 /* session socket (SEQPACKET) */
+	pthread_mutex_t rpc_lock; /* one request in flight on the session socket */
+	uint64_t next_req;
+	/* rings */
+	int ring_fd, sq_efd, cq_efd;
+	void *ring;
+	struct ring_layout lay;
+	struct ring_hdr *sqh, *cqh;
+	void *sqe, *cqe;
+	pthread_mutex_t sq_lock;  /* producers of the SQ */
+	pthread_mutex_t cq_lock;  /* the consumer of the CQ (whoever polls) */
+	/* arena allocator for cross-node arguments (first fit over a sorted free list) */
+	pthread_mutex_t arena_lock;
+	struct arena_block *arena_free;
+	/* transfers waiting for daemon completions, by id */
+	pthread_mutex_t xfer_lock;
+	struct mori_xfer **pending;
+	size_t npending, cap_pending;
+	uint64_t next_xfer;
+	/* notifications received but not yet taken */
+	mori_notif *notifs;
+	size_t nnotif, cap_notif;
+	/* memory objects (for revocation and close) */
+	pthread_mutex_t mem_lock;
+	struct mori_mem *mems;
+	/* the copy thread pool */
+	struct copy_pool *pool;
+	/* GPU state, created on first VRAM use (gpu_mem.c) */
+	struct gpu_ctx *gpu;
+};
+
+struct mori_mem {
+	struct mori_mem *next;    /* client's list */
+	mori_client *c;
+	int local;                /* registered by this client */
+	int kind;
+	uint64_t size;
+	uint64_t region_id;
+	uint32_t generation;
+	char node[128];           /* owning node ("" = this node) */
+	uint64_t epoch;
+	/* where the bytes are, for this process */
+	uint8_t *ptr;             /* host: mapped address (local or peer's memfd); NULL if CMA */
+	void *map_base;           /* what to munmap, if we mapped it */
+	uint64_t map_len;
+	int owns_alloc;           /* mori_mem_alloc memory: unmap at deregister */
+	pid_t owner_pid;          /* CMA: process and address of the bytes */
+	uint64_t owner_addr;
+	int remote;               /* on another node: transfers go through the daemons */
+	uint64_t remote_ref;      /* daemon's id for it */
+	_Atomic int revoked;      /* the owner freed it (CQE_REVOKED) */
+	_Atomic int inflight;     /* this process's transfers touching it */
+	/* VRAM (gpu_mem.c) */
+	uint64_t dptr;            /* device address in this process */
+	int gpu_device;
+	void *gpu_priv;           /* runtime-specific mapping state */
+};
+
+enum xfer_state { XS_PENDING = 0, XS_DONE = 1 };
+
+struct mori_xfer {
+	mori_client *c;
+	uint64_t id;
+	uint64_t bytes;
+	_Atomic int state;        /* XS_* */
+	int code;                 /* final code when XS_DONE */
+	char msg[160];
+	uint64_t deadline_us;     /* absolute, mori_now_us() clock */
+	uint64_t arena_off, arena_len;
+	mori_mem *local, *remote;
+	int has_notif;
+	uint64_t tag;
+	void *gpu_event;          /* VRAM copies: completion event (gpu_copy.c) */
+	int in_table;
+};
+
+struct mori_xfer_list {
+	mori_mem *local, *remote;
+	mori_desc *descs;
+	size_t n;
+	uint64_t list_id;         /* daemon's id for cross-node lists */
+};
+
+/* client.c */
+/* One request/reply on the session socket; fds_out are sent (not closed), fds_in received.
+ * Returns MORI_OK or an error; a daemon error reply sets last_error and returns its code. */
+int client_rpc(mori_client *c, Mori__Request *req, const int *fds_out, int nfds_out,
+	       Mori__Reply **rep, int *fds_in, int *nfds_in);
+int set_error(mori_client *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Submit one SQE, ringing the doorbell when the daemon sleeps. MORI_EAGAIN when full. */
+int client_submit(mori_client *c, const struct mori_sqe *e);
+/* Drain the CQ: completes transfers, queues notifications, marks revocations. */
+void client_reap(mori_client *c);
+/* Block on the CQ doorbell up to timeout_us (after the ring said empty). */
+void client_sleep(mori_client *c, int64_t timeout_us);
+
+/* copy.c: memcpy over several threads for large batches. */
+struct copy_pool *copy_pool_new(int threads);
+void copy_pool_free(struct copy_pool *p);
+struct copy_op { uint8_t *dst; const uint8_t *src; uint64_t len; };
+void copy_pool_run(struct copy_pool *p, const struct copy_op *ops, size_t n, uint64_t total);
+
+/* gpu_*.c: GPU memory and copies; MORI_ENOGPU where no runtime is present. */
+int gpu_mem_register(mori_client *c, mori_mem *m, void *ptr, size_t len, Mori__MemRegister *req,
+		     uint8_t *ipc_buf, size_t ipc_cap, int *fd_out);
+int gpu_mem_open(mori_client *c, mori_mem *m, const Mori__MemOpenReply *o, int fd);
+void gpu_mem_close(mori_client *c, mori_mem *m);
+/* A same-node batch where either side is VRAM: one kernel launch (or copy engine for host
+ * sides); completion through x->gpu_event. */
+int gpu_xfer(mori_client *c, int op, mori_mem *local, mori_mem *remote, const mori_desc *descs,
+	     size_t n, void *stream, struct mori_xfer *x);
+int gpu_xfer_poll(struct mori_xfer *x); /* MORI_EINPROGRESS, MORI_OK or an error */
+void gpu_ctx_free(mori_client *c);
+/* Is this pointer device memory? 1 yes, 0 no, <0 no runtime. */
+int gpu_ptr_is_device(const void *ptr);
+#endif

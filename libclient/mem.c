@@ -1,0 +1,386 @@
+/* libmori memory: allocation, registration, handles, blobs, names, and opening peers' regions. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define DEREG_WAIT_US 1000000
+
+static void mem_link(mori_client *c, mori_mem *m)
+{
+	pthread_mutex_lock(&c->mem_lock);
+	m->next = c->mems;
+	c->mems = m;
+	pthread_mutex_unlock(&c->mem_lock);
+}
+
+static void mem_unlink(mori_client *c, mori_mem *m)
+{
+	pthread_mutex_lock(&c->mem_lock);
+	for (mori_mem **p = &c->mems; *p; p = &(*p)->next)
+		if (*p == m) {
+			*p = m->next;
+			break;
+		}
+	pthread_mutex_unlock(&c->mem_lock);
+}
+
+void mem_revoked(mori_client *c, uint64_t region_id)
+{
+	pthread_mutex_lock(&c->mem_lock);
+	for (mori_mem *m = c->mems; m; m = m->next)
+		if (!m->local && !m->remote && m->region_id == region_id)
+			atomic_store(&m->revoked, 1);
+	pthread_mutex_unlock(&c->mem_lock);
+}
+
+static void take_handle(mori_mem *m, const Mori__Handle *h)
+{
+	m->region_id = h->region_id;
+	m->generation = h->generation;
+	m->size = h->size;
+	m->kind = (int)h->kind;
+	m->epoch = h->epoch;
+	snprintf(m->node, sizeof(m->node), "%s", h->node);
+}
+
+static int do_register(mori_client *c, mori_mem *m, Mori__MemRegister *mr, int fd)
+{
+	Mori__Request req = MORI__REQUEST__INIT;
+	Mori__Reply *rep;
+	req.body_case = MORI__REQUEST__BODY_MEM_REGISTER;
+	req.mem_register = mr;
+	int rc = client_rpc(c, &req, fd >= 0 ? &fd : NULL, fd >= 0 ? 1 : 0, &rep, NULL, NULL);
+	if (rc != MORI_OK)
+		return rc;
+	if (rep->body_case != MORI__REPLY__BODY_MEM_REGISTER || !rep->mem_register->handle) {
+		mori__reply__free_unpacked(rep, NULL);
+		return set_error(c, MORI_EPROTO, "register reply without a handle");
+	}
+	take_handle(m, rep->mem_register->handle);
+	mori__reply__free_unpacked(rep, NULL);
+	m->local = 1;
+	m->c = c;
+	mem_link(c, m);
+	return MORI_OK;
+}
+
+int mori_mem_alloc(mori_client *c, size_t size, int kind, mori_mem **out)
+{
+	if (!c || !out || size == 0)
+		return set_error(c, MORI_EINVAL, "mem_alloc: NULL argument or size 0");
+	if (kind != MORI_MEM_HOST)
+		return set_error(c, MORI_EINVAL, "mem_alloc: only MORI_MEM_HOST (allocate VRAM with the GPU runtime and register it)");
+	mori_mem *m = calloc(1, sizeof(*m));
+	if (!m)
+		return set_error(c, MORI_ENOMEM, "out of memory");
+	int fd = memfd_create("mori-mem", MFD_CLOEXEC);
+	if (fd < 0 || ftruncate(fd, (off_t)size) != 0) {
+		int e = errno;
+		if (fd >= 0)
+			close(fd);
+		free(m);
+		return set_error(c, e == ENOMEM || e == ENOSPC ? MORI_ENOMEM : MORI_ESYS, "memfd: %s", strerror(e));
+	}
+	void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+	if (p == MAP_FAILED) {
+		int e = errno;
+		close(fd);
+		free(m);
+		return set_error(c, MORI_ENOMEM, "mmap %zu bytes: %s", size, strerror(e));
+	}
+	m->ptr = p;
+	m->map_base = p;
+	m->map_len = size;
+	m->owns_alloc = 1;
+	Mori__MemRegister mr = MORI__MEM_REGISTER__INIT;
+	mr.kind = MORI_MEM_HOST;
+	mr.size = size;
+	mr.has_fd = 1;
+	mr.addr = (uint64_t)(uintptr_t)p;
+	int rc = do_register(c, m, &mr, fd);
+	close(fd); /* the daemon holds its own reference now */
+	if (rc != MORI_OK) {
+		munmap(p, size);
+		free(m);
+		return rc;
+	}
+	*out = m;
+	return MORI_OK;
+}
+
+/* If [ptr, ptr+len) lies in one shared file mapping, return an fd of that file and the offset of
+ * ptr in it; -1 otherwise (private memory: peers reach it by cross-memory attach). */
+static int shared_file_of(void *ptr, size_t len, uint64_t *offset)
+{
+	FILE *f = fopen("/proc/self/maps", "re");
+	if (!f)
+		return -1;
+	char line[512];
+	uintptr_t a = (uintptr_t)ptr;
+	int fd = -1;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi, off;
+		char perms[8];
+		if (sscanf(line, "%lx-%lx %7s %lx", &lo, &hi, perms, &off) != 4)
+			continue;
+		if (a < lo || a >= hi)
+			continue;
+		if (a + len <= hi && perms[3] == 's') {
+			char path[96];
+			snprintf(path, sizeof(path), "/proc/self/map_files/%lx-%lx", lo, hi);
+			fd = open(path, O_RDWR | O_CLOEXEC);
+			*offset = off + (a - lo);
+		}
+		break;
+	}
+	fclose(f);
+	return fd;
+}
+
+int mori_mem_register(mori_client *c, void *ptr, size_t len, int kind, mori_mem **out)
+{
+	if (!c || !ptr || !out || len == 0)
+		return set_error(c, MORI_EINVAL, "mem_register: NULL argument or length 0");
+	if (kind != MORI_MEM_HOST && kind != MORI_MEM_VRAM)
+		return set_error(c, MORI_EINVAL, "mem_register: unknown kind %d", kind);
+	int dev = gpu_ptr_is_device(ptr);
+	if (kind == MORI_MEM_HOST && dev == 1)
+		return set_error(c, MORI_EINVAL, "mem_register: %p is GPU memory, registered as HOST", ptr);
+	if (kind == MORI_MEM_VRAM && dev == 0)
+		return set_error(c, MORI_EINVAL, "mem_register: %p is host memory, registered as VRAM", ptr);
+	mori_mem *m = calloc(1, sizeof(*m));
+	if (!m)
+		return set_error(c, MORI_ENOMEM, "out of memory");
+	Mori__MemRegister mr = MORI__MEM_REGISTER__INIT;
+	mr.kind = (uint32_t)kind;
+	mr.size = len;
+	mr.addr = (uint64_t)(uintptr_t)ptr;
+	int fd = -1, rc;
+	uint8_t ipc[128];
+	if (kind == MORI_MEM_VRAM) {
+		rc = gpu_mem_register(c, m, ptr, len, &mr, ipc, sizeof(ipc), &fd);
+		if (rc != MORI_OK) {
+			free(m);
+			return rc;
+		}
+	} else {
+		uint64_t off = 0;
+		fd = shared_file_of(ptr, len, &off);
+		mr.has_fd = fd >= 0;
+		mr.fd_offset = off;
+		m->ptr = ptr;
+	}
+	mr.has_fd = fd >= 0;
+	rc = do_register(c, m, &mr, fd);
+	if (fd >= 0)
+		close(fd);
+	if (rc != MORI_OK) {
+		if (kind == MORI_MEM_VRAM)
+			gpu_mem_close(c, m);
+		free(m);
+		return rc;
+	}
+	*out = m;
+	return MORI_OK;
+}
+
+void *mori_mem_ptr(const mori_mem *m)
+{
+	if (!m || !m->local)
+		return NULL;
+	return m->kind == MORI_MEM_VRAM ? (void *)(uintptr_t)m->dptr : m->ptr;
+}
+
+size_t mori_mem_size(const mori_mem *m) { return m ? (size_t)m->size : 0; }
+
+static void wait_idle(mori_mem *m)
+{
+	uint64_t deadline = mori_now_us() + DEREG_WAIT_US;
+	while (atomic_load(&m->inflight) > 0 && mori_now_us() < deadline) {
+		client_reap(m->c);
+		usleep(100);
+	}
+}
+
+int mori_mem_deregister(mori_mem *m)
+{
+	if (!m)
+		return MORI_OK;
+	mori_client *c = m->c;
+	int rc = MORI_OK;
+	wait_idle(m);
+	mem_unlink(c, m);
+	Mori__Request req = MORI__REQUEST__INIT;
+	Mori__Reply *rep = NULL;
+	if (m->local) {
+		Mori__MemDeregister d = MORI__MEM_DEREGISTER__INIT;
+		d.region_id = m->region_id;
+		req.body_case = MORI__REQUEST__BODY_MEM_DEREGISTER;
+		req.mem_deregister = &d;
+		rc = client_rpc(c, &req, NULL, 0, &rep, NULL, NULL);
+	} else {
+		Mori__MemClose d = MORI__MEM_CLOSE__INIT;
+		d.region_id = m->remote ? m->remote_ref : m->region_id;
+		req.body_case = MORI__REQUEST__BODY_MEM_CLOSE;
+		req.mem_close = &d;
+		rc = client_rpc(c, &req, NULL, 0, &rep, NULL, NULL);
+	}
+	if (rep)
+		mori__reply__free_unpacked(rep, NULL);
+	if (m->kind == MORI_MEM_VRAM)
+		gpu_mem_close(c, m);
+	if (m->map_base)
+		munmap(m->map_base, m->map_len);
+	free(m);
+	return rc;
+}
+
+/* ---- handles ---- */
+
+static void fill_handle(const mori_mem *m, Mori__Handle *h)
+{
+	mori__handle__init(h);
+	h->node = (char *)m->node;
+	h->epoch = m->epoch;
+	h->region_id = m->region_id;
+	h->generation = m->generation;
+	h->size = m->size;
+	h->kind = (uint32_t)m->kind;
+}
+
+int mori_mem_pack(const mori_mem *m, void *blob, size_t cap, size_t *len)
+{
+	if (!m || !blob || !len)
+		return set_error(NULL, MORI_EINVAL, "mem_pack: NULL argument");
+	Mori__Handle h;
+	fill_handle(m, &h);
+	size_t n = mori__handle__get_packed_size(&h) + 1;
+	if (n > cap || n > MORI_MEM_BLOB_MAX)
+		return set_error(m->c, MORI_EMSGSIZE, "mem_pack: blob needs %zu bytes, cap is %zu", n, cap);
+	((uint8_t *)blob)[0] = WIRE_BLOB_MAGIC;
+	mori__handle__pack(&h, (uint8_t *)blob + 1);
+	*len = n;
+	return MORI_OK;
+}
+
+/* Map what the daemon's open reply describes. */
+static int open_from_reply(mori_client *c, mori_mem *m, const Mori__MemOpenReply *o, int fd)
+{
+	take_handle(m, o->handle);
+	m->c = c;
+	if (o->remote) {
+		m->remote = 1;
+		m->remote_ref = o->remote_ref;
+		if (fd >= 0)
+			close(fd);
+		return MORI_OK;
+	}
+	if (m->kind == MORI_MEM_VRAM)
+		return gpu_mem_open(c, m, o, fd); /* owns fd */
+	m->owner_pid = o->owner_pid;
+	m->owner_addr = o->owner_addr;
+	if (fd < 0)
+		return MORI_OK; /* cross-memory attach */
+	long pg = sysconf(_SC_PAGESIZE);
+	uint64_t start = o->fd_offset & ~(uint64_t)(pg - 1);
+	uint64_t len = o->fd_offset - start + m->size;
+	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)start);
+	close(fd);
+	if (p == MAP_FAILED)
+		return set_error(c, MORI_ESYS, "mmap peer region %llu: %s", (unsigned long long)m->region_id,
+				 strerror(errno));
+	m->map_base = p;
+	m->map_len = len;
+	m->ptr = (uint8_t *)p + (o->fd_offset - start);
+	return MORI_OK;
+}
+
+static int open_rpc(mori_client *c, Mori__Request *req, mori_mem **out)
+{
+	Mori__Reply *rep;
+	int fds[WIRE_MAX_FDS], nfds = 0;
+	int rc = client_rpc(c, req, NULL, 0, &rep, fds, &nfds);
+	if (rc != MORI_OK)
+		return rc;
+	for (int i = 1; i < nfds; i++)
+		close(fds[i]);
+	if (rep->body_case != MORI__REPLY__BODY_MEM_OPEN || !rep->mem_open->handle) {
+		if (nfds)
+			close(fds[0]);
+		mori__reply__free_unpacked(rep, NULL);
+		return set_error(c, MORI_EPROTO, "open reply without a handle");
+	}
+	mori_mem *m = calloc(1, sizeof(*m));
+	if (!m) {
+		if (nfds)
+			close(fds[0]);
+		mori__reply__free_unpacked(rep, NULL);
+		return set_error(c, MORI_ENOMEM, "out of memory");
+	}
+	rc = open_from_reply(c, m, rep->mem_open, nfds ? fds[0] : -1);
+	mori__reply__free_unpacked(rep, NULL);
+	if (rc != MORI_OK) {
+		free(m);
+		return rc;
+	}
+	mem_link(c, m);
+	*out = m;
+	return MORI_OK;
+}
+
+int mori_mem_unpack(mori_client *c, const void *blob, size_t len, mori_mem **out)
+{
+	if (!c || !blob || !out)
+		return set_error(c, MORI_EINVAL, "mem_unpack: NULL argument");
+	if (len < 2 || len > MORI_MEM_BLOB_MAX || ((const uint8_t *)blob)[0] != WIRE_BLOB_MAGIC)
+		return set_error(c, MORI_EPROTO, "mem_unpack: not a mori blob");
+	Mori__Handle *h = mori__handle__unpack(NULL, len - 1, (const uint8_t *)blob + 1);
+	if (!h)
+		return set_error(c, MORI_EPROTO, "mem_unpack: corrupt blob");
+	Mori__Request req = MORI__REQUEST__INIT;
+	Mori__MemOpen mo = MORI__MEM_OPEN__INIT;
+	mo.handle = h;
+	req.body_case = MORI__REQUEST__BODY_MEM_OPEN;
+	req.mem_open = &mo;
+	int rc = open_rpc(c, &req, out);
+	mori__handle__free_unpacked(h, NULL);
+	return rc;
+}
+
+int mori_mem_publish(mori_mem *m, const char *name)
+{
+	if (!m || !name)
+		return set_error(NULL, MORI_EINVAL, "mem_publish: NULL argument");
+	if (!m->local)
+		return set_error(m->c, MORI_EINVAL, "mem_publish: only local regions can be published");
+	Mori__Request req = MORI__REQUEST__INIT;
+	Mori__MemPublish p = MORI__MEM_PUBLISH__INIT;
+	Mori__Reply *rep;
+	p.region_id = m->region_id;
+	p.name = (char *)name;
+	req.body_case = MORI__REQUEST__BODY_MEM_PUBLISH;
+	req.mem_publish = &p;
+	int rc = client_rpc(m->c, &req, NULL, 0, &rep, NULL, NULL);
+	if (rc == MORI_OK)
+		mori__reply__free_unpacked(rep, NULL);
+	return rc;
+}
+
+int mori_mem_open_remote(mori_client *c, const char *node, const char *name, mori_mem **out)
+{
+	if (!c || !name || !out)
+		return set_error(c, MORI_EINVAL, "mem_open_remote: NULL argument");
+	Mori__Request req = MORI__REQUEST__INIT;
+	Mori__MemLookup l = MORI__MEM_LOOKUP__INIT;
+	l.name = (char *)name;
+	l.node = (char *)(node ? node : "");
+	req.body_case = MORI__REQUEST__BODY_MEM_LOOKUP;
+	req.mem_lookup = &l;
+	return open_rpc(c, &req, out);
+}
