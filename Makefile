@@ -33,13 +33,14 @@ LIBCLIENT := $(wildcard libclient/*.c)
 TOOLS     := moractl mori-bench mori-kvreplay
 TESTS_SRC := $(wildcard tests/test_*.c)
 TESTS     := $(patsubst tests/%.c,$(B)/tests/%,$(TESTS_SRC))
+TEST_TOOLS := $(B)/tests/notify_listener
 
 obj = $(patsubst %.c,$(B)/obj/%.o,$(patsubst $(B)/%,%,$(1)))
 COMMON_O   := $(call obj,$(COMMON))
 DAEMON_O   := $(call obj,$(DAEMON))
 LIB_O      := $(call obj,$(LIBCLIENT))
 
-all: $(B)/morid $(addprefix $(B)/,$(TOOLS)) $(B)/libmori.so $(B)/libmori.a $(B)/mori.pc $(TESTS) kernels
+all: $(B)/morid $(addprefix $(B)/,$(TOOLS)) $(B)/libmori.so $(B)/libmori.a $(B)/mori.pc $(TESTS) $(TEST_TOOLS) kernels
 
 # Rebuild everything when the flags change.
 $(B)/.flags: FORCE
@@ -112,7 +113,7 @@ install: all
 	install -m 755 $(B)/libmori.so $(DESTDIR)$(PREFIX)/lib/libmori.so.0
 	ln -sf libmori.so.0 $(DESTDIR)$(PREFIX)/lib/libmori.so
 	install -m 644 $(B)/libmori.a $(DESTDIR)$(PREFIX)/lib/
-	install -m 644 $(B)/mori.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' libclient/mori.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/mori.pc
 	install -m 644 conf/morid.conf $(DESTDIR)/etc/mori/
 	sed 's|@PREFIX@|$(PREFIX)|g' systemd/morid.service > $(DESTDIR)$(PREFIX)/lib/systemd/system/morid.service
 
