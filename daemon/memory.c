@@ -48,7 +48,7 @@ static struct region *resolve(struct morid *d, const Mori__Handle *h, Mori__Repl
 		return NULL;
 	}
 	struct region *g = region_find(d, h->region_id);
-	if (!g || g->gen != h->generation) {
+	if (!g || g->gen != h->generation || g->size != h->size || g->kind != h->kind) {
 		reply_error(rep, MORI_ESTALE, "region %llu no longer registered", (unsigned long long)h->region_id);
 		return NULL;
 	}
@@ -174,6 +174,9 @@ int memory_handle_request(struct morid *d, struct client *c, Mori__Request *req,
 	switch (req->body_case) {
 	case MORI__REQUEST__BODY_MEM_REGISTER:
 		return do_register(d, c, req->mem_register, rep, r, fds, nfds);
+	case MORI__REQUEST__BODY_XFER_PREP: /* its descriptors come as a memfd (peer.c) */
+	case MORI__REQUEST__BODY_XFER_UNPREP:
+		return peer_handle_request(d, c, req, rep, r, fds, nfds);
 	default:
 		break;
 	}
@@ -213,6 +216,8 @@ int memory_handle_request(struct morid *d, struct client *c, Mori__Request *req,
 			do_open(d, c, g, rep, r);
 		return 0;
 	case MORI__REQUEST__BODY_MEM_CLOSE:
+		if (peer_close_ref(d, c, req->mem_close->region_id))
+			return 0; /* a remote region's ref (peer.c) */
 		if ((g = region_find(d, req->mem_close->region_id)))
 			region_close(c, g);
 		return 0;

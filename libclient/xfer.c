@@ -169,6 +169,7 @@ static int check_pair(mori_mem *local, mori_mem *remote)
 		return set_error(local->c, MORI_EINVAL, "transfer: the local side must be a region this client registered");
 	if (remote->c != local->c)
 		return set_error(local->c, MORI_EINVAL, "transfer: the two handles belong to different clients");
+	client_reap(local->c); /* cheap when empty; brings revocations in before we copy */
 	if (atomic_load(&remote->revoked))
 		return set_error(local->c, MORI_ESTALE, "transfer: remote region %llu was freed by its owner",
 				 (unsigned long long)remote->region_id);

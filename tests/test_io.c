@@ -1,0 +1,533 @@
+/* MORI-IO on host memory, same node: random verified batches between two processes, and the
+ * bad-input and fault cases (issue 3). Each test runs its own morid. */
+#include <check.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+
+#include "ctl.h"
+#include "wire.h"
+#include "harness.h"
+#include "mori.h"
+
+#define REGION_A (64u << 20) /* memfd: peers map it */
+#define REGION_B (32u << 20) /* malloc'd: peers use cross-memory attach */
+#define LOCAL_SZ (64u << 20)
+
+static struct test_daemon D;
+
+static void setup(void) { ck_assert_int_eq(daemon_start(&D, NULL), 0); }
+static void teardown(void)
+{
+	daemon_stop(&D);
+	daemon_cleanup(&D);
+}
+
+#define OK(x)                                                                                    \
+	do {                                                                                     \
+		int _r = (x);                                                                    \
+		ck_assert_msg(_r == MORI_OK, "%s -> %s (%s)", #x, mori_strerror(_r),            \
+			      mori_client_last_error(NULL));                                    \
+	} while (0)
+
+static uint32_t daemon_regions(void)
+{
+	char url[400], err[256];
+	Mori__Request req = MORI__REQUEST__INIT;
+	Mori__StatusRequest sr = MORI__STATUS_REQUEST__INIT;
+	Mori__Reply *rep;
+	req.body_case = MORI__REQUEST__BODY_STATUS;
+	req.status = &sr;
+	ctl_url(url, sizeof(url), D.dir);
+	ck_assert_int_eq(ctl_call(url, &req, &rep, 2000, err, sizeof(err)), MORI_OK);
+	uint32_t n = rep->status->regions;
+	mori__reply__free_unpacked(rep, NULL);
+	return n;
+}
+
+static void fill_random(uint8_t *p, size_t n, uint64_t seed)
+{
+	uint64_t s = seed | 1;
+	for (size_t i = 0; i + 8 <= n; i += 8) {
+		uint64_t v = test_rand(&s);
+		memcpy(p + i, &v, 8);
+	}
+}
+
+/* ---- the target process: owns regions A and B, answers hash requests over a pipe ---- */
+
+struct hreq {
+	uint32_t n;     /* ranges; 0 = report notifications and exit */
+	uint32_t which; /* 0 = A, 1 = B */
+};
+
+static void target_main(int rfd, int wfd, uint64_t seed)
+{
+	mori_client *c;
+	mori_mem *a, *b;
+	if (mori_client_open(D.dir, "target", &c) != MORI_OK)
+		_exit(10);
+	if (mori_mem_alloc(c, REGION_A, MORI_MEM_HOST, &a) != MORI_OK)
+		_exit(11);
+	uint8_t *bp = aligned_alloc(4096, REGION_B);
+	if (!bp || mori_mem_register(c, bp, REGION_B, MORI_MEM_HOST, &b) != MORI_OK)
+		_exit(12);
+	fill_random(mori_mem_ptr(a), REGION_A, seed);
+	fill_random(bp, REGION_B, seed + 1);
+	if (mori_mem_publish(a, "target/a") || mori_mem_publish(b, "target/b"))
+		_exit(13);
+	uint64_t notifs = 0, tagsum = 0;
+	char ready = 'r';
+	if (write(wfd, &ready, 1) != 1)
+		_exit(14);
+	for (;;) {
+		struct hreq h;
+		if (read(rfd, &h, sizeof(h)) != sizeof(h))
+			_exit(15);
+		mori_notif nb[64];
+		int k;
+		while ((k = mori_notif_poll(c, nb, 64, 0)) > 0)
+			for (int i = 0; i < k; i++) {
+				notifs++;
+				tagsum += nb[i].tag;
+			}
+		if (h.n == 0) {
+			uint64_t out[2] = {notifs, tagsum};
+			if (write(wfd, out, sizeof(out)) != sizeof(out))
+				_exit(16);
+			break;
+		}
+		uint64_t *r = malloc(h.n * 16);
+		if (!r || read(rfd, r, h.n * 16) != (ssize_t)(h.n * 16))
+			_exit(17);
+		uint8_t *base = h.which ? bp : mori_mem_ptr(a);
+		uint64_t hv = 0;
+		for (uint32_t i = 0; i < h.n; i++)
+			hv = test_hash(hv, base + r[2 * i], r[2 * i + 1]);
+		free(r);
+		if (write(wfd, &hv, 8) != 8)
+			_exit(18);
+	}
+	mori_client_close(c);
+	_exit(0);
+}
+
+static uint64_t ask_hash(int wfd, int rfd, uint32_t which, const mori_desc *d, const uint32_t *idx, size_t n)
+{
+	struct hreq h = {(uint32_t)n, which};
+	uint64_t *r = malloc(n * 16), hv;
+	for (size_t i = 0; i < n; i++) {
+		const mori_desc *e = &d[idx ? idx[i] : i];
+		r[2 * i] = e->remote_offset;
+		r[2 * i + 1] = e->length;
+	}
+	ck_assert(write(wfd, &h, sizeof(h)) == sizeof(h));
+	ck_assert(write(wfd, r, n * 16) == (ssize_t)(n * 16));
+	ck_assert(read(rfd, &hv, 8) == 8);
+	free(r);
+	return hv;
+}
+
+static uint64_t local_hash(const uint8_t *base, const mori_desc *d, const uint32_t *idx, size_t n)
+{
+	uint64_t hv = 0;
+	for (size_t i = 0; i < n; i++) {
+		const mori_desc *e = &d[idx ? idx[i] : i];
+		hv = test_hash(hv, base + e->local_offset, e->length);
+	}
+	return hv;
+}
+
+/* Log-uniform block size in [1, 4 MiB]. */
+static uint64_t rand_len(uint64_t *s)
+{
+	int bits = (int)(test_rand(s) % 23); /* 2^0 .. 2^22 */
+	uint64_t lo = 1ull << bits;
+	return lo + test_rand(s) % lo;
+}
+
+/* k non-overlapping descriptors (on both sides) with random gaps, total <= cap. */
+static size_t rand_batch(uint64_t *s, mori_desc *d, size_t k, uint64_t lsz, uint64_t rsz)
+{
+	uint64_t lc = test_rand(s) % 4096, rc = test_rand(s) % 4096;
+	size_t n = 0;
+	for (size_t i = 0; i < k; i++) {
+		uint64_t len = rand_len(s);
+		uint64_t lg = test_rand(s) % 8192, rg = test_rand(s) % 8192;
+		if (lc + lg + len > lsz || rc + rg + len > rsz)
+			break;
+		d[n++] = (mori_desc){lc + lg, rc + rg, len};
+		lc += lg + len;
+		rc += rg + len;
+	}
+	if (n == 0)
+		d[n++] = (mori_desc){0, 0, 1};
+	return n;
+}
+
+START_TEST(random_batches)
+{
+	uint64_t seed = test_seed();
+	int to_t[2], from_t[2];
+	ck_assert(pipe(to_t) == 0 && pipe(from_t) == 0);
+	pid_t t = fork();
+	if (t == 0)
+		target_main(to_t[0], from_t[1], seed);
+	char ready;
+	ck_assert_int_eq(read(from_t[0], &ready, 1), 1);
+
+	mori_client *c;
+	mori_mem *l, *ra, *rb;
+	OK(mori_client_open(D.dir, "initiator", &c));
+	OK(mori_mem_alloc(c, LOCAL_SZ, MORI_MEM_HOST, &l));
+	uint8_t *lp = mori_mem_ptr(l);
+	fill_random(lp, LOCAL_SZ, seed + 2);
+	OK(mori_mem_open_remote(c, NULL, "target/a", &ra));
+	OK(mori_mem_open_remote(c, NULL, "target/b", &rb));
+	ck_assert_uint_eq(mori_mem_size(ra), REGION_A);
+
+	/* prepared lists: 512 disjoint slots of up to 64 KiB */
+	enum { SLOTS = 512, SLOT = 64 << 10 };
+	mori_desc slots[SLOTS];
+	for (int i = 0; i < SLOTS; i++)
+		slots[i] = (mori_desc){(uint64_t)i * SLOT, (uint64_t)i * SLOT, 1 + test_rand(&seed) % SLOT};
+	mori_xfer_list *la, *lb;
+	OK(mori_xfer_prep(l, ra, slots, SLOTS, &la));
+	OK(mori_xfer_prep(l, rb, slots, SLOTS, &lb));
+
+	const char *env = getenv("MORI_TEST_BATCHES");
+	int batches = env ? atoi(env) : 10000;
+	uint64_t bytes = 0, notifs = 0, tagsum = 0;
+	mori_desc d[8];
+	uint32_t idx[64];
+	for (int it = 0; it < batches; it++) {
+		int which = (int)(test_rand(&seed) & 1);
+		mori_mem *r = which ? rb : ra;
+		int op = (test_rand(&seed) & 1) ? MORI_OP_WRITE : MORI_OP_READ;
+		int form = (int)(test_rand(&seed) % 3);
+		mori_xfer_opts o = {0};
+		if (op == MORI_OP_WRITE && (test_rand(&seed) & 3) == 0) {
+			o.has_notif = 1;
+			o.notif_tag = test_rand(&seed);
+		}
+		mori_xfer *x;
+		const mori_desc *dd = d;
+		const uint32_t *ii = NULL;
+		size_t n;
+		if (form == 2) {
+			n = 1 + test_rand(&seed) % 64;
+			for (size_t i = 0; i < n; i++) { /* distinct slots: shuffle-free rejection */
+				uint32_t v;
+				int dup;
+				do {
+					v = (uint32_t)(test_rand(&seed) % SLOTS);
+					dup = 0;
+					for (size_t j = 0; j < i; j++)
+						dup |= idx[j] == v;
+				} while (dup);
+				idx[i] = v;
+			}
+			dd = slots;
+			ii = idx;
+		} else {
+			n = rand_batch(&seed, d, form == 0 ? 1 : 1 + test_rand(&seed) % 8, LOCAL_SZ,
+				       which ? REGION_B : REGION_A);
+		}
+		uint64_t before = op == MORI_OP_WRITE ? local_hash(lp, dd, ii, n) : ask_hash(to_t[1], from_t[0], (uint32_t)which, dd, ii, n);
+		if (form == 2)
+			OK(mori_xfer_submit(which ? lb : la, op, idx, n, &o, &x));
+		else if (form == 0 && op == MORI_OP_WRITE)
+			OK(mori_write(l, d[0].local_offset, r, d[0].remote_offset, d[0].length, &o, &x));
+		else if (form == 0)
+			OK(mori_read(l, d[0].local_offset, r, d[0].remote_offset, d[0].length, &o, &x));
+		else
+			OK(mori_xfer_batch(op, l, r, d, n, &o, &x));
+		OK(mori_xfer_wait(x, 5000000));
+		bytes += mori_xfer_bytes(x);
+		mori_xfer_free(x);
+		uint64_t after = op == MORI_OP_WRITE ? ask_hash(to_t[1], from_t[0], (uint32_t)which, dd, ii, n) : local_hash(lp, dd, ii, n);
+		ck_assert_msg(before == after, "batch %d (op %d form %d region %d n %zu): contents differ", it, op, form, which, n);
+		if (o.has_notif) {
+			notifs++;
+			tagsum += o.notif_tag;
+		}
+	}
+	/* The target counts the notifications it received; they arrive after their data. */
+	usleep(20000);
+	struct hreq h = {0, 0};
+	uint64_t got[2];
+	ck_assert(write(to_t[1], &h, sizeof(h)) == sizeof(h));
+	ck_assert(read(from_t[0], got, sizeof(got)) == sizeof(got));
+	ck_assert_uint_eq(got[0], notifs);
+	ck_assert_uint_eq(got[1], tagsum);
+	int st;
+	waitpid(t, &st, 0);
+	ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	fprintf(stderr, "# %d batches, %llu bytes, %llu notifications verified\n", batches,
+		(unsigned long long)bytes, (unsigned long long)notifs);
+	mori_xfer_list_free(la);
+	mori_xfer_list_free(lb);
+	mori_client_close(c);
+}
+END_TEST
+
+START_TEST(bad_input)
+{
+	mori_client *c;
+	mori_mem *a, *b, *m, *dup;
+	mori_xfer *x = NULL;
+	OK(mori_client_open(D.dir, "bad", &c));
+	OK(mori_mem_alloc(c, 1 << 20, MORI_MEM_HOST, &a));
+	OK(mori_mem_alloc(c, 1 << 20, MORI_MEM_HOST, &b));
+	/* ranges and lengths */
+	ck_assert_int_eq(mori_write(a, 0, b, (1 << 20) - 10, 11, NULL, &x), MORI_ERANGE);
+	ck_assert_int_eq(mori_write(a, 1 << 20, b, 0, 1, NULL, &x), MORI_ERANGE);
+	ck_assert_int_eq(mori_write(a, UINT64_MAX, b, 0, 2, NULL, &x), MORI_ERANGE);
+	ck_assert_int_eq(mori_write(a, 0, b, 0, 0, NULL, &x), MORI_EINVAL);
+	mori_desc d = {0, 0, 16};
+	ck_assert_int_eq(mori_xfer_batch(MORI_OP_WRITE, a, b, &d, 0, NULL, &x), MORI_EINVAL);
+	ck_assert_int_eq(mori_xfer_batch(7, a, b, &d, 1, NULL, &x), MORI_EINVAL);
+	mori_xfer_list *l;
+	OK(mori_xfer_prep(a, b, &d, 1, &l));
+	uint32_t bad_idx = 1;
+	ck_assert_int_eq(mori_xfer_submit(l, MORI_OP_WRITE, &bad_idx, 1, NULL, &x), MORI_ERANGE);
+	ck_assert_int_eq(mori_xfer_submit(l, MORI_OP_WRITE, &bad_idx, 0, NULL, &x), MORI_EINVAL);
+	mori_xfer_list_free(l);
+	/* names and blobs */
+	ck_assert_int_eq(mori_mem_open_remote(c, NULL, "nobody/kv", &m), MORI_EUNREACH);
+	OK(mori_mem_publish(a, "bad/a"));
+	ck_assert_int_eq(mori_mem_publish(b, "bad/a"), MORI_EEXIST);
+	ck_assert_int_eq(mori_mem_publish(b, "has space"), MORI_EINVAL);
+	ck_assert_int_eq(mori_mem_publish(b, ""), MORI_EINVAL);
+	uint8_t blob[MORI_MEM_BLOB_MAX];
+	size_t bl;
+	ck_assert_int_eq(mori_mem_unpack(c, "garbage!", 8, &m), MORI_EPROTO);
+	OK(mori_mem_pack(b, blob, sizeof(blob), &bl));
+	ck_assert_int_eq(mori_mem_pack(b, blob, 3, &bl), MORI_EMSGSIZE);
+	blob[bl - 1] ^= 0x55; /* corrupt the generation or size */
+	int rc = mori_mem_unpack(c, blob, bl, &m);
+	ck_assert_msg(rc == MORI_ESTALE || rc == MORI_EPROTO, "corrupt blob gave %s", mori_strerror(rc));
+	/* overlapping registration of caller memory */
+	uint8_t *p = aligned_alloc(4096, 1 << 16);
+	OK(mori_mem_register(c, p, 1 << 16, MORI_MEM_HOST, &m));
+	ck_assert_int_eq(mori_mem_register(c, p + 4096, 100, MORI_MEM_HOST, &dup), MORI_EBUSY);
+	ck_assert_int_eq(mori_mem_register(c, p, 1 << 16, 9, &dup), MORI_EINVAL);
+	rc = mori_mem_register(c, p, 1 << 16, MORI_MEM_VRAM, &dup);
+	ck_assert_msg(rc == MORI_EINVAL || rc == MORI_ENOGPU, "host memory as VRAM gave %s", mori_strerror(rc));
+	OK(mori_mem_deregister(m));
+	free(p);
+	/* a deregistered region's blob is stale */
+	OK(mori_mem_pack(b, blob, sizeof(blob), &bl));
+	OK(mori_mem_deregister(b));
+	ck_assert_int_eq(mori_mem_unpack(c, blob, bl, &m), MORI_ESTALE);
+	ck_assert_int_eq(daemon_regions(), 1);
+	mori_client_close(c);
+}
+END_TEST
+
+START_TEST(stale_epoch)
+{
+	mori_client *c;
+	mori_mem *a, *m;
+	uint8_t blob[MORI_MEM_BLOB_MAX];
+	size_t bl;
+	OK(mori_client_open(D.dir, "epoch", &c));
+	OK(mori_mem_alloc(c, 4096, MORI_MEM_HOST, &a));
+	OK(mori_mem_pack(a, blob, sizeof(blob), &bl));
+	mori_client_close(c);
+	char dir[256];
+	snprintf(dir, sizeof(dir), "%s", D.dir);
+	ck_assert_int_eq(daemon_stop(&D), 0);
+	ck_assert_int_eq(daemon_start_in(&D, dir, NULL), 0);
+	OK(mori_client_open(D.dir, "epoch2", &c));
+	ck_assert_int_eq(mori_mem_unpack(c, blob, bl, &m), MORI_ESTALE);
+	ck_assert_str_ne(mori_client_last_error(c), "");
+	mori_client_close(c);
+}
+END_TEST
+
+/* The owner of a region dies (SIGKILL): the daemon frees its registrations, and a peer's next
+ * transfer on it fails with a clear code well within its deadline. Both sharing paths. */
+static void owner_dies(int use_cma)
+{
+	int p[2];
+	ck_assert(pipe(p) == 0);
+	pid_t child = fork();
+	if (child == 0) {
+		mori_client *c;
+		mori_mem *m;
+		if (mori_client_open(D.dir, "victim", &c))
+			_exit(1);
+		if (use_cma) {
+			uint8_t *b = aligned_alloc(4096, 1 << 20);
+			if (!b || mori_mem_register(c, b, 1 << 20, MORI_MEM_HOST, &m))
+				_exit(2);
+		} else if (mori_mem_alloc(c, 1 << 20, MORI_MEM_HOST, &m)) {
+			_exit(2);
+		}
+		if (mori_mem_publish(m, "victim/kv"))
+			_exit(3);
+		char r = 'r';
+		if (write(p[1], &r, 1) != 1)
+			_exit(4);
+		pause();
+		_exit(0);
+	}
+	char r;
+	ck_assert_int_eq(read(p[0], &r, 1), 1);
+	mori_client *c;
+	mori_mem *l, *v;
+	mori_xfer *x;
+	OK(mori_client_open(D.dir, "survivor", &c));
+	OK(mori_mem_alloc(c, 1 << 20, MORI_MEM_HOST, &l));
+	OK(mori_mem_open_remote(c, NULL, "victim/kv", &v));
+	OK(mori_write(l, 0, v, 0, 4096, NULL, &x));
+	OK(mori_xfer_wait(x, 1000000));
+	mori_xfer_free(x);
+	ck_assert_int_eq(daemon_regions(), 2);
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+	uint64_t t0 = mori_now_us();
+	int rc = MORI_OK;
+	while (mori_now_us() - t0 < 2000000) {
+		rc = mori_write(l, 0, v, 0, 4096, NULL, &x);
+		if (rc == MORI_OK) {
+			rc = mori_xfer_wait(x, 1000000);
+			mori_xfer_free(x);
+		}
+		if (rc != MORI_OK)
+			break;
+		usleep(1000);
+	}
+	ck_assert_msg(rc == MORI_ESTALE || rc == MORI_EPEERDEAD, "after the owner died: %s", mori_strerror(rc));
+	ck_assert_uint_lt(mori_now_us() - t0, 2000000);
+	ck_assert_int_eq(daemon_regions(), 1);
+	OK(mori_mem_deregister(v));
+	mori_client_close(c);
+}
+
+START_TEST(owner_killed_memfd) { owner_dies(0); }
+END_TEST
+START_TEST(owner_killed_cma) { owner_dies(1); }
+END_TEST
+
+/* An initiator killed in the middle of a stream of transfers: the target and the daemon carry on. */
+START_TEST(initiator_killed)
+{
+	mori_client *c;
+	mori_mem *t;
+	OK(mori_client_open(D.dir, "target", &c));
+	OK(mori_mem_alloc(c, 16 << 20, MORI_MEM_HOST, &t));
+	OK(mori_mem_publish(t, "t/kv"));
+	pid_t child = fork();
+	if (child == 0) {
+		mori_client *k;
+		mori_mem *l, *r;
+		mori_xfer *x;
+		if (mori_client_open(D.dir, "doomed", &k) || mori_mem_alloc(k, 16 << 20, MORI_MEM_HOST, &l) ||
+		    mori_mem_open_remote(k, NULL, "t/kv", &r))
+			_exit(1);
+		mori_xfer_opts o = {.has_notif = 1, .notif_tag = 7};
+		for (;;) {
+			if (mori_write(l, 0, r, 0, 16 << 20, &o, &x) == MORI_OK) {
+				mori_xfer_wait(x, 1000000);
+				mori_xfer_free(x);
+			}
+		}
+	}
+	mori_notif n;
+	ck_assert_int_eq(mori_notif_poll(c, &n, 1, 5000000), 1); /* it is really running */
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+	usleep(100000);
+	ck_assert_int_eq(daemon_regions(), 1);
+	/* the target still works */
+	mori_mem *l2;
+	mori_xfer *x;
+	OK(mori_mem_alloc(c, 4096, MORI_MEM_HOST, &l2));
+	memset(mori_mem_ptr(l2), 0xab, 4096);
+	OK(mori_write(l2, 0, t, 100, 4096, NULL, &x));
+	OK(mori_xfer_wait(x, 1000000));
+	mori_xfer_free(x);
+	ck_assert_int_eq(((uint8_t *)mori_mem_ptr(t))[100 + 4095], 0xab);
+	mori_client_close(c);
+}
+END_TEST
+
+/* A full submission ring: transfers report MORI_EAGAIN instead of blocking forever, and nothing
+ * queued is lost once the daemon drains the ring. */
+START_TEST(ring_full)
+{
+	char dir[256];
+	snprintf(dir, sizeof(dir), "%s", D.dir);
+	daemon_stop(&D);
+	const char *extra[] = {"--ring-entries", "64", NULL};
+	ck_assert_int_eq(daemon_start_in(&D, dir, extra), 0);
+	mori_client *a, *b;
+	mori_mem *ma, *mb, *rb;
+	mori_xfer *x;
+	OK(mori_client_open(D.dir, "a", &a));
+	OK(mori_client_open(D.dir, "b", &b));
+	OK(mori_mem_alloc(a, 4096, MORI_MEM_HOST, &ma));
+	OK(mori_mem_alloc(b, 4096, MORI_MEM_HOST, &mb));
+	OK(mori_mem_publish(mb, "b/kv"));
+	OK(mori_mem_open_remote(a, NULL, "b/kv", &rb));
+	kill(D.pid, SIGSTOP);
+	mori_xfer_opts o = {.has_notif = 1};
+	int ok = 0, again = 0;
+	for (int i = 0; i < 65; i++) {
+		o.notif_tag = (uint64_t)i;
+		OK(mori_write(ma, 0, rb, 0, 64, &o, &x));
+		int rc = mori_xfer_wait(x, 3000000);
+		ok += rc == MORI_OK;
+		again += rc == MORI_EAGAIN;
+		mori_xfer_free(x);
+	}
+	kill(D.pid, SIGCONT);
+	ck_assert_int_eq(ok, 64);
+	ck_assert_int_eq(again, 1);
+	mori_notif n[128];
+	int got = 0, k;
+	uint64_t t0 = mori_now_us();
+	while (got < 64 && mori_now_us() - t0 < 3000000)
+		if ((k = mori_notif_poll(b, n + got, (size_t)(128 - got), 100000)) > 0)
+			got += k;
+	ck_assert_int_eq(got, 64);
+	for (int i = 0; i < 64; i++)
+		ck_assert_uint_eq(n[i].tag, (uint64_t)i); /* in order */
+	mori_client_close(a);
+	mori_client_close(b);
+}
+END_TEST
+
+START_TEST(no_daemon)
+{
+	mori_client *c;
+	daemon_stop(&D);
+	ck_assert_int_eq(mori_client_open(D.dir, "x", &c), MORI_ECONN);
+	ck_assert_ptr_nonnull(strstr(mori_client_last_error(NULL), "morid"));
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("io");
+	TCase *t = tcase_create("io");
+	tcase_add_checked_fixture(t, setup, teardown);
+	tcase_set_timeout(t, 300);
+	const char *only = getenv("MORI_TEST_ONLY");
+#define ADD(fn) if (!only || !strcmp(only, #fn)) tcase_add_test(t, fn)
+	ADD(random_batches);
+	ADD(bad_input);
+	ADD(stale_epoch);
+	ADD(owner_killed_memfd);
+	ADD(owner_killed_cma);
+	ADD(initiator_killed);
+	ADD(ring_full);
+	ADD(no_daemon);
+	suite_add_tcase(s, t);
+	SRunner *r = srunner_create(s);
+	srunner_run_all(r, CK_NORMAL);
+	int failed = srunner_ntests_failed(r);
+	srunner_free(r);
+	return failed ? 1 : 0;
+}
