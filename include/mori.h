@@ -230,6 +230,11 @@ uint64_t mori_xfer_bytes(const mori_xfer *x);
 /* Free a transfer handle; an unfinished transfer is cancelled first. NULL is a no-op. */
 void mori_xfer_free(mori_xfer *x);
 
+/* Submissions this client has queued for morid that the daemon has not yet taken off the ring
+ * (cross-node transfers, notifications, cancels). 0 means the daemon has seen everything
+ * submitted so far. For diagnostics and benchmarks. */
+unsigned mori_client_sq_pending(mori_client *c);
+
 /* ---------------------------------------------------------------------------------------------
  * Notifications
  */

@@ -313,6 +313,15 @@ void client_reap(mori_client *c)
 	}
 }
 
+unsigned mori_client_sq_pending(mori_client *c)
+{
+	if (!c || !c->sqh)
+		return 0;
+	uint32_t tail = atomic_load_explicit(&c->sqh->tail, memory_order_relaxed);
+	uint32_t head = atomic_load_explicit(&c->sqh->head, memory_order_acquire);
+	return tail - head;
+}
+
 void client_sleep(mori_client *c, int64_t timeout_us)
 {
 	if (timeout_us <= 0)
