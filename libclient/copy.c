@@ -50,7 +50,7 @@ static void *worker(void *arg)
 	for (int i = 0; i < p->nthreads; i++)
 		if (pthread_equal(p->th[i], pthread_self()))
 			me = i;
-	uint64_t seen = p->generation;
+	uint64_t seen = 0; /* not p->generation: a batch may have been posted before we ran */
 	for (;;) {
 		while (!p->quit && p->generation == seen)
 			pthread_cond_wait(&p->go, &p->lock);
