@@ -34,6 +34,7 @@ enum sqe_op {
 	SQE_XFER_LIST = 3,/* cross-node transfer of a prepared list: arena holds uint32 indices */
 	SQE_CANCEL = 4,   /* cancel transfer user_data */
 	SQE_CQ_SPACE = 5, /* the client drained its CQ after the daemon flagged overflow */
+	SQE_REVOKE_ACK = 6, /* the client has no copy left on revoked region local_region */
 };
 #define SQE_F_READ 1u
 #define SQE_F_NOTIF 2u

@@ -185,7 +185,7 @@ int memory_handle_request(struct morid *d, struct client *c, Mori__Request *req,
 	switch (req->body_case) {
 	case MORI__REQUEST__BODY_MEM_DEREGISTER:
 		if ((g = own_region(d, c, req->mem_deregister->region_id, rep)))
-			region_remove(d, g, "deregistered");
+			return region_deregister(d, c, g, req->id);
 		return 0;
 	case MORI__REQUEST__BODY_MEM_PUBLISH:
 		if (!(g = own_region(d, c, req->mem_publish->region_id, rep)))

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "mori.pb-c.h"
 
 struct registry {
 	struct list regions;
@@ -166,6 +167,91 @@ struct region *region_lookup(struct morid *d, const char *name)
 			return r;
 	}
 	return NULL;
+}
+
+uint32_t region_openers(struct region *r)
+{
+	uint32_t n = 0;
+	list_each(it, &r->openers)
+		n++;
+	return n;
+}
+
+static void ack_timer_closed(uv_handle_t *h) { free(h); }
+
+/* Send the deferred deregister reply and let the region go. */
+static void dereg_finish(struct region *r, const char *why)
+{
+	if (r->dereg_waiter) {
+		Mori__Reply rep = MORI__REPLY__INIT;
+		struct rctx rc = {0};
+		rep.id = r->dereg_req;
+		if (why)
+			mlog_warn("memory", "region %llu: %s", (unsigned long long)r->id, why);
+		session_send_reply(r->dereg_waiter, &rep, &rc);
+		rctx_free(&rc);
+		r->dereg_waiter = NULL;
+	}
+	if (r->ack_timer) {
+		uv_timer_stop(r->ack_timer);
+		uv_close((uv_handle_t *)r->ack_timer, ack_timer_closed);
+		r->ack_timer = NULL;
+	}
+	r->acks_pending = 0;
+	region_put(r);
+}
+
+static void ack_deadline(uv_timer_t *t)
+{
+	dereg_finish(t->data, "openers did not acknowledge the revocation within 5 s; deregistered anyway");
+}
+
+void region_revoke_ack(struct morid *d, struct client *c, uint64_t id)
+{
+	list_each(it, &d->reg->regions) {
+		struct region *r = list_entry(it, struct region, link);
+		if (r->id != id || !r->dead || !r->acks_pending)
+			continue;
+		if (--r->acks_pending == 0)
+			dereg_finish(r, NULL);
+		return;
+	}
+}
+
+void region_forget_waiter(struct morid *d, struct client *c)
+{
+	list_each(it, &d->reg->regions) {
+		struct region *r = list_entry(it, struct region, link);
+		if (r->dereg_waiter == c)
+			r->dereg_waiter = NULL;
+	}
+}
+
+/* Deregister with a deferred reply when peers reach the bytes by cross-memory attach: the owner
+ * may free the memory as soon as we answer, so every opener must first confirm it has no copy
+ * running. Returns 1 if the reply is deferred. */
+int region_deregister(struct morid *d, struct client *c, struct region *r, uint64_t req_id)
+{
+	uint32_t n = r->fd < 0 && r->kind == MORI_MEM_HOST ? region_openers(r) : 0;
+	if (n == 0) {
+		region_remove(d, r, "deregistered");
+		return 0;
+	}
+	uv_timer_t *t = malloc(sizeof(*t));
+	if (!t) {
+		region_remove(d, r, "deregistered");
+		return 0;
+	}
+	r->inflight++; /* keep it until the acks are in */
+	r->acks_pending = n;
+	r->dereg_waiter = c;
+	r->dereg_req = req_id;
+	r->ack_timer = t;
+	uv_timer_init(d->loop, t);
+	t->data = r;
+	uv_timer_start(t, ack_deadline, 5000, 0);
+	region_remove(d, r, "deregistered");
+	return 1;
 }
 
 int region_open(struct client *c, struct region *r)

@@ -29,6 +29,12 @@ struct region {
 	uint64_t map_len;
 	uint32_t inflight;        /* daemon-side transfers touching it */
 	int dead;                 /* removed; freed when inflight drops to 0 */
+	/* Deregistration of memory reached by cross-memory attach waits until every opener has
+	 * acknowledged the revocation (no copy of theirs can still be running), or a deadline. */
+	uint32_t acks_pending;
+	struct client *dereg_waiter;
+	uint64_t dereg_req;
+	uv_timer_t *ack_timer;
 };
 
 struct open_ref {
@@ -49,10 +55,17 @@ struct region *region_add(struct morid *d, struct client *owner, uint32_t kind, 
 struct region *region_find(struct morid *d, uint64_t id);
 /* Remove: withdraw its name, revoke at openers (CQE_REVOKED), free when no transfer holds it. */
 void region_remove(struct morid *d, struct region *r, const char *why);
+int region_deregister(struct morid *d, struct client *c, struct region *r, uint64_t req_id);
 void region_put(struct region *r); /* drop an inflight reference */
 int region_publish(struct morid *d, struct region *r, const char *name);
 struct region *region_lookup(struct morid *d, const char *name);
 int region_open(struct client *c, struct region *r);
+/* Count of clients that opened r. */
+uint32_t region_openers(struct region *r);
+/* An opener acknowledged the revocation of region id. */
+void region_revoke_ack(struct morid *d, struct client *c, uint64_t id);
+/* Forget a client that was waiting on a deregistration (it died). */
+void region_forget_waiter(struct morid *d, struct client *c);
 void region_close(struct client *c, struct region *r);
 void client_drop_opens(struct client *c);
 /* Map for daemon-side access (cross node); returns base or NULL. */

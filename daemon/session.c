@@ -96,6 +96,7 @@ void client_destroy(struct client *c, const char *why)
 	if (c->attached && !d->stopping)
 		count(d, C_CLIENTS_DIED, strcmp(why, "closed") != 0);
 	peer_client_gone(d, c);
+	region_forget_waiter(d, c);
 	list_each(it, &c->regions)
 		region_remove(d, list_entry(it, struct region, owner_link), "owner gone");
 	client_drop_opens(c);
@@ -173,6 +174,9 @@ static void handle_sqe(struct client *c, const struct mori_sqe *e)
 		count(d, C_NOTIFS, 1);
 		return;
 	}
+	case SQE_REVOKE_ACK:
+		region_revoke_ack(d, c, e->local_region);
+		return;
 	case SQE_XFER:
 	case SQE_XFER_LIST:
 	case SQE_CANCEL:

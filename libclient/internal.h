@@ -68,6 +68,7 @@ struct mori_mem {
 	uint64_t remote_ref;      /* daemon's id for it */
 	_Atomic int revoked;      /* the owner freed it (CQE_REVOKED) */
 	_Atomic int inflight;     /* this process's transfers touching it */
+	_Atomic int ack_pending;  /* revoked while a copy ran: acknowledge when inflight is 0 */
 	/* VRAM (gpu_mem.c) */
 	uint64_t dptr;            /* device address in this process */
 	int gpu_device;
@@ -105,6 +106,8 @@ struct mori_xfer_list {
 int client_rpc(mori_client *c, Mori__Request *req, const int *fds_out, int nfds_out,
 	       Mori__Reply **rep, int *fds_in, int *nfds_in);
 int set_error(mori_client *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Tell the daemon no copy of ours still touches revoked region m (cross-memory attach). */
+void mem_ack_revoke(mori_client *c, mori_mem *m);
 /* Submit one SQE, ringing the doorbell when the daemon sleeps. MORI_EAGAIN when full. */
 int client_submit(mori_client *c, const struct mori_sqe *e);
 /* Drain the CQ: completes transfers, queues notifications, marks revocations. */

@@ -30,12 +30,29 @@ static void mem_unlink(mori_client *c, mori_mem *m)
 	pthread_mutex_unlock(&c->mem_lock);
 }
 
+void mem_ack_revoke(mori_client *c, mori_mem *m)
+{
+	struct mori_sqe e = {.op = SQE_REVOKE_ACK, .local_region = m->region_id};
+	if (client_submit(c, &e) != MORI_OK) {
+		/* a full ring: the daemon's deadline (5 s) covers a lost acknowledgement */
+	}
+}
+
+/* The owner freed a region we opened. For memory reached by cross-memory attach the owner is
+ * waiting to free the bytes: acknowledge once no copy of ours touches them. */
 void mem_revoked(mori_client *c, uint64_t region_id)
 {
 	pthread_mutex_lock(&c->mem_lock);
-	for (mori_mem *m = c->mems; m; m = m->next)
-		if (!m->local && !m->remote && m->region_id == region_id)
-			atomic_store(&m->revoked, 1);
+	for (mori_mem *m = c->mems; m; m = m->next) {
+		if (m->local || m->remote || m->region_id != region_id)
+			continue;
+		atomic_store(&m->revoked, 1);
+		if (m->ptr || m->kind != MORI_MEM_HOST)
+			continue;
+		atomic_store(&m->ack_pending, 1);
+		if (atomic_load(&m->inflight) == 0 && atomic_exchange(&m->ack_pending, 0))
+			mem_ack_revoke(c, m);
+	}
 	pthread_mutex_unlock(&c->mem_lock);
 }
 

@@ -109,8 +109,9 @@ static void finish(struct mori_xfer *x, int code, const char *msg)
 	snprintf(x->msg, sizeof(x->msg), "%s", msg ? msg : "");
 	if (x->local)
 		atomic_fetch_sub(&x->local->inflight, 1);
-	if (x->remote)
-		atomic_fetch_sub(&x->remote->inflight, 1);
+	if (x->remote && atomic_fetch_sub(&x->remote->inflight, 1) == 1 &&
+	    atomic_load(&x->remote->ack_pending) && atomic_exchange(&x->remote->ack_pending, 0))
+		mem_ack_revoke(x->c, x->remote);
 	atomic_store_explicit(&x->state, XS_DONE, memory_order_release);
 }
 

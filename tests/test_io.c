@@ -499,6 +499,64 @@ START_TEST(ring_full)
 }
 END_TEST
 
+/* Deregistering memory that a peer is writing by cross-memory attach: the call returns only
+ * once the peer has no copy running, so no byte lands after it (no use-after-free). */
+START_TEST(dereg_during_cma_writes)
+{
+	enum { SZ = 32 << 20 };
+	mori_client *c;
+	mori_mem *m;
+	OK(mori_client_open(D.dir, "owner", &c));
+	uint8_t *buf = aligned_alloc(4096, SZ);
+	memset(buf, 0, SZ);
+	OK(mori_mem_register(c, buf, SZ, MORI_MEM_HOST, &m));
+	OK(mori_mem_publish(m, "owner/cma"));
+	int p[2];
+	ck_assert(pipe(p) == 0);
+	pid_t child = fork();
+	if (child == 0) {
+		mori_client *k;
+		mori_mem *l, *r;
+		mori_xfer *x;
+		if (mori_client_open(D.dir, "writer", &k) || mori_mem_alloc(k, SZ, MORI_MEM_HOST, &l) ||
+		    mori_mem_open_remote(k, NULL, "owner/cma", &r))
+			_exit(1);
+		memset(mori_mem_ptr(l), 0x77, SZ);
+		char go = 'g';
+		if (write(p[1], &go, 1) != 1)
+			_exit(2);
+		int rc = MORI_OK;
+		for (int i = 0; i < 100000 && rc == MORI_OK; i++) {
+			rc = mori_write(l, 0, r, 0, SZ, NULL, &x);
+			if (rc == MORI_OK) {
+				rc = mori_xfer_wait(x, 5000000);
+				mori_xfer_free(x);
+			}
+		}
+		_exit(rc == MORI_ESTALE ? 0 : 3);
+	}
+	char go;
+	ck_assert_int_eq(read(p[0], &go, 1), 1);
+	usleep(50000); /* let it copy a few times */
+	uint64_t t0 = mori_now_us();
+	OK(mori_mem_deregister(m));
+	uint64_t took = mori_now_us() - t0;
+	memset(buf, 0xee, SZ);
+	usleep(200000);
+	size_t late = 0;
+	for (size_t i = 0; i < SZ; i++)
+		late += buf[i] != 0xee;
+	int st;
+	waitpid(child, &st, 0);
+	ck_assert_msg(late == 0, "%zu bytes written after deregistration returned", late);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "writer did not end with MORI_ESTALE (status %d)", st);
+	ck_assert_uint_lt(took, 5000000);
+	fprintf(stderr, "# deregistration with a running peer copy took %llu us\n", (unsigned long long)took);
+	free(buf);
+	mori_client_close(c);
+}
+END_TEST
+
 START_TEST(no_daemon)
 {
 	mori_client *c;
@@ -523,6 +581,7 @@ int main(void)
 	ADD(owner_killed_cma);
 	ADD(initiator_killed);
 	ADD(ring_full);
+	ADD(dereg_during_cma_writes);
 	ADD(no_daemon);
 	suite_add_tcase(s, t);
 	SRunner *r = srunner_create(s);
