@@ -448,11 +448,21 @@ int session_start(struct morid *d)
 		mlog_err("session", "runtime_dir too long for a unix socket path");
 		return -1;
 	}
-	strcpy(sa.sun_path, d->session_path);
+	/* Bind under a temporary name and rename once listening, so that the socket appears only
+	 * when a connect to it succeeds. */
+	char tmp[sizeof(sa.sun_path) + 8];
+	snprintf(tmp, sizeof(tmp), "%s.new", d->session_path);
+	if (strlen(tmp) >= sizeof(sa.sun_path)) {
+		mlog_err("session", "runtime_dir too long for a unix socket path");
+		return -1;
+	}
+	strcpy(sa.sun_path, tmp);
+	unlink(tmp);
 	unlink(d->session_path); /* we hold the lock: any socket there is stale */
 	d->session_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (d->session_fd < 0 || bind(d->session_fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
-	    chmod(d->session_path, (mode_t)d->cfg.socket_mode) != 0 || listen(d->session_fd, 128) != 0) {
+	    chmod(tmp, (mode_t)d->cfg.socket_mode) != 0 || listen(d->session_fd, 128) != 0 ||
+	    rename(tmp, d->session_path) != 0) {
 		mlog_err("session", "cannot listen on %s: %s", d->session_path, strerror(errno));
 		return -1;
 	}
