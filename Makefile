@@ -30,7 +30,7 @@ PROTO_C   := $(B)/proto/mori.pb-c.c
 COMMON    := $(wildcard common/*.c) $(PROTO_C)
 DAEMON    := $(filter-out daemon/main.c,$(wildcard daemon/*.c))
 LIBCLIENT := $(wildcard libclient/*.c)
-TOOLS     := moractl mori-bench mori-kvreplay
+TOOLS     := moractl mori-bench mori-kvreplay mori-gpubench
 TESTS_SRC := $(wildcard tests/test_*.c)
 TESTS     := $(patsubst tests/%.c,$(B)/tests/%,$(TESTS_SRC))
 TEST_TOOLS := $(B)/tests/notify_listener
@@ -38,7 +38,7 @@ TEST_TOOLS := $(B)/tests/notify_listener
 obj = $(patsubst %.c,$(B)/obj/%.o,$(patsubst $(B)/%,%,$(1)))
 COMMON_O   := $(call obj,$(COMMON))
 DAEMON_O   := $(call obj,$(DAEMON))
-LIB_O      := $(call obj,$(LIBCLIENT))
+LIB_O      := $(call obj,$(LIBCLIENT)) $(B)/obj/kernels/mori_kernels.o
 
 all: $(B)/morid $(addprefix $(B)/,$(TOOLS)) $(B)/libmori.so $(B)/libmori.a $(B)/mori.pc $(TESTS) $(TEST_TOOLS) kernels
 
@@ -84,9 +84,14 @@ $(B)/tests/%: $(B)/obj/tests/%.o $(B)/libmori.a $(B)/libmorid.a
 	@mkdir -p $(dir $@); echo "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(B)/libmorid.a $(B)/libmori.a $(PKG_LIBS) $(CHECK_LIBS) -libverbs -lm
 
-# GPU kernels: built only where nvcc exists; the library loads them at run time.
-kernels:
-	@$(MAKE) -s -f kernels/kernels.mk B=$(B) NVCC=$(NVCC) 2>/dev/null || true
+# GPU kernels (kernels/kernels.mk): a fatbin where nvcc exists, embedded in libmori as a
+# generated C array; without nvcc an empty image, said once. kernels.mk decides what is stale.
+kernels: $(B)/kernels/mori_kernels.c
+$(B)/kernels/mori_kernels.c: FORCE
+	@$(MAKE) -s --no-print-directory -f kernels/kernels.mk B=$(B) NVCC=$(NVCC) CC=$(CC)
+$(B)/obj/kernels/%.o: $(B)/kernels/%.c $(B)/.flags
+	@mkdir -p $(dir $@); echo "  CC      $<"
+	$(Q)$(CC) $(CFLAGS_ALL) -c $< -o $@
 
 deps:
 	@tools/install-deps

@@ -250,7 +250,7 @@ int mori_mem_deregister(mori_mem *m)
 	}
 	if (rep)
 		mori__reply__free_unpacked(rep, NULL);
-	if (m->kind == MORI_MEM_VRAM)
+	if (m->kind == MORI_MEM_VRAM || m->gpu_priv) /* host regions the GPU touched are pinned */
 		gpu_mem_close(c, m);
 	if (m->map_base)
 		munmap(m->map_base, m->map_len);

@@ -1,0 +1,48 @@
+/* The batched copy kernel's argument block, shared by the kernel (kernels/copy.cu) and the
+ * host code that launches it (libclient/gpu_copy.c): fixed-width fields only, so C and
+ * CUDA/HIP C++ lay it out alike. Passed by value as the kernel's one parameter. */
+#ifndef MORI_COPY_H
+#define MORI_COPY_H
+#include <stdint.h>
+
+#define MORI_COPY_KERNEL "mori_copy_batch"
+#define MORI_COPY_INLINE 8            /* batches this small travel inside the parameters */
+#define MORI_COPY_MIN_CHUNK_SHIFT 10  /* a warp copies at least 1 KiB of one descriptor */
+#define MORI_COPY_MAX_CHUNK_SHIFT 16  /* and at most 64 KiB */
+#define MORI_COPY_BLOCK_THREADS 256
+#define MORI_COPY_BLOCKS_PER_SM 6      /* resident blocks the kernel is built for (40 registers) */
+
+/* One descriptor, laid out as mori_desc: (local offset, remote offset, length). Which of the
+ * two offsets is the source is the batch's `swap` flag, so the caller's array is copied as is. */
+struct mori_copy_desc {
+	uint64_t a_off;
+	uint64_t b_off;
+	uint64_t len;
+};
+
+/* The work is cut into chunks of 1 << chunk_shift bytes of one descriptor; each warp copies
+ * whole chunks. first_chunk[i] is descriptor i's first chunk (n + 1 entries, the last is the
+ * total); when every descriptor fits in one chunk it is absent (0) and chunk i is desc i. */
+struct mori_copy_args {
+	uint64_t a_base;       /* device address that a_off is relative to */
+	uint64_t b_base;
+	uint64_t descs;        /* device address of n descriptors; 0: they are in inl[] */
+	uint64_t first_chunk;  /* device address of n + 1 uint32 values, or 0 (see above) */
+	uint64_t total_chunks;
+	uint32_t n;
+	uint32_t chunk_shift;
+	uint32_t swap;         /* 0: copy a -> b; 1: copy b -> a */
+	uint32_t pad;
+	struct mori_copy_desc inl[MORI_COPY_INLINE];
+	uint32_t inl_first[MORI_COPY_INLINE + 1];
+	uint32_t pad2;
+};
+
+#ifdef __cplusplus
+static_assert(sizeof(struct mori_copy_args) == 56 + 24 * MORI_COPY_INLINE + 4 * (MORI_COPY_INLINE + 2),
+	      "mori_copy_args layout");
+#else
+_Static_assert(sizeof(struct mori_copy_args) == 56 + 24 * MORI_COPY_INLINE + 4 * (MORI_COPY_INLINE + 2),
+	       "mori_copy_args layout");
+#endif
+#endif

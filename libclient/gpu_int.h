@@ -1,0 +1,110 @@
+/* libmori's GPU state, private to gpu_mem.c and gpu_copy.c. */
+#ifndef LIBMORI_GPU_INT_H
+#define LIBMORI_GPU_INT_H
+#include <pthread.h>
+#include <stdint.h>
+
+#include "gpu.h"
+#include "internal.h"
+
+#define GPU_MAX_DEVICES 16
+#define GPU_STAGING_BYTES (4u << 20)   /* descriptor staging ring, pinned host + device */
+#define GPU_SLICE_DESCS 16384          /* descriptors per launch of a large batch */
+#define GPU_UNMAP_WAIT_US 2000000      /* how long an unmap waits for this client's copies */
+
+/* gpu_handle_type values in MemRegister / MemOpenReply. */
+enum { GPU_HANDLE_NONE = 0, GPU_HANDLE_LEGACY_IPC = 1, GPU_HANDLE_POSIX_FD = 2 };
+
+/* The gpu_ipc bytes of a VMM region (the fd itself travels with SCM_RIGHTS). */
+#define GPU_VMM_MAGIC 0x4d4d564du /* "MVMM" */
+struct gpu_vmm_blob {
+	uint32_t magic;
+	uint32_t version;      /* 1 */
+	uint64_t alloc_size;   /* bytes of the physical allocation (mapping) the region lies in */
+	uint64_t owner_base;   /* owner's address of that mapping (diagnostics) */
+};
+
+/* A copy launched and not yet seen complete. */
+struct gpu_op {
+	struct gpu_op *prev, *next;  /* the device's live list */
+	struct gpu_dev *d;
+	gpu_event ev;                /* recorded after the last launch */
+	int orphan;                  /* its transfer gave up on it (deadline): free when done */
+};
+
+struct gpu_span { uint64_t end; gpu_event ev; };
+
+struct gpu_dev {
+	int ordinal;
+	gpu_device dev;
+	gpu_context ctx;             /* primary context, retained */
+	char arch[16];
+	int sm_count;
+	pthread_mutex_t lock;        /* everything below */
+	int kernel_rc;               /* 0 not tried, 1 loaded, < 0 MORI_E* */
+	char kernel_msg[200];
+	gpu_module module;
+	gpu_function copy_fn;
+	gpu_stream stream;           /* launches when the caller gives none */
+	gpu_stream upload;           /* descriptor uploads, overlapping earlier slices' copies */
+	gpu_event upload_ev;
+	uint8_t *ring_host;          /* staging ring (pinned), mirrored at ring_dev */
+	gpu_dptr ring_dev;
+	uint64_t ring_head, ring_tail; /* free-running byte counters */
+	struct gpu_span *spans;      /* FIFO of staged slices with their completion events */
+	size_t span_cap, span_first, span_n;
+	gpu_event *pool;             /* idle events */
+	size_t npool, cap_pool;
+	struct gpu_op live;          /* sentinel of the live list */
+};
+
+/* A peer's GPU region mapped into this process, shared by every handle that opens it. */
+struct gpu_map {
+	struct gpu_map *next;
+	int refs;
+	int type;                    /* GPU_HANDLE_* */
+	struct gpu_ipc_handle ipc;   /* legacy: the key */
+	uint64_t epoch, region_id;   /* VMM: the key */
+	uint32_t generation;
+	struct gpu_dev *d;
+	gpu_dptr base;
+	size_t size;
+};
+
+/* Host memory pinned for the GPU on behalf of one mori_mem (gpu_priv of a HOST region; a
+ * VRAM region's gpu_priv is its gpu_map, NULL when local). */
+struct gpu_pin {
+	void *base;
+	size_t len;
+	int owned;                   /* we registered it (else the application had) */
+	gpu_dptr dptr;               /* device address of mori_mem.ptr */
+};
+
+struct gpu_ctx {
+	const struct gpu_api *g;
+	pthread_mutex_t lock;        /* devs[] creation, maps, pins */
+	struct gpu_dev *devs[GPU_MAX_DEVICES];
+	struct gpu_map *maps;
+};
+
+/* gpu_mem.c */
+int gpu_ctx_get(mori_client *c, struct gpu_ctx **out);
+int gpu_dev_get(mori_client *c, struct gpu_ctx *x, int ordinal, struct gpu_dev **out);
+/* Device address of a HOST region's bytes, pinning them for the GPU on first use. */
+int gpu_host_dptr(mori_client *c, struct gpu_ctx *x, struct gpu_dev *d, mori_mem *m, gpu_dptr *out);
+int gpu_push(const struct gpu_api *g, struct gpu_dev *d);
+void gpu_pop(const struct gpu_api *g);
+
+/* gpu_copy.c */
+/* Wait (bounded) until every copy launched on d has finished; reclaims finished ops. */
+void gpu_dev_drain(const struct gpu_api *g, struct gpu_dev *d, uint64_t wait_us);
+void gpu_dev_free(const struct gpu_api *g, struct gpu_dev *d);
+
+/* Inspection for tests and mori-gpubench: load (if needed) and return the copy kernel of
+ * device `ordinal`. MORI_ENOKERNEL with a message naming the architecture when absent. */
+int gpu_copy_kernel(mori_client *c, int ordinal, gpu_function *fn, int *sm_count);
+/* Grid for a batch of total_chunks (what gpu_xfer launches with). */
+unsigned gpu_copy_grid(uint64_t total_chunks, int sm_count);
+/* Chunk size (log2 bytes) gpu_xfer picks for `total` bytes on sm_count SMs. */
+uint32_t gpu_copy_chunk_shift(uint64_t total, int sm_count);
+#endif

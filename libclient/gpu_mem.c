@@ -1,0 +1,529 @@
+/* libmori GPU memory: the per-client GPU context, registration of device memory (cudaMalloc
+ * memory by the legacy IPC handle of its allocation base plus the offset of the range; VMM
+ * memory by a POSIX fd of its physical allocation, passed to morid with SCM_RIGHTS), mapping
+ * of peers' regions (once per allocation, cached), and pinning of host regions that GPU
+ * copies touch. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gpu_int.h"
+#include "log.h"
+
+static pthread_mutex_t create_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int gpu_ctx_get(mori_client *c, struct gpu_ctx **out)
+{
+	struct gpu_ctx *x = __atomic_load_n(&c->gpu, __ATOMIC_ACQUIRE);
+	if (x) {
+		*out = x;
+		return MORI_OK;
+	}
+	const struct gpu_api *g = gpu_api();
+	if (!g)
+		return set_error(c, MORI_ENOGPU, "no GPU: %s", gpu_unavailable_reason());
+	pthread_mutex_lock(&create_lock);
+	x = c->gpu;
+	if (!x) {
+		x = calloc(1, sizeof(*x));
+		if (x) {
+			x->g = g;
+			pthread_mutex_init(&x->lock, NULL);
+			__atomic_store_n(&c->gpu, x, __ATOMIC_RELEASE);
+		}
+	}
+	pthread_mutex_unlock(&create_lock);
+	if (!x)
+		return set_error(c, MORI_ENOMEM, "out of memory");
+	*out = x;
+	return MORI_OK;
+}
+
+int gpu_push(const struct gpu_api *g, struct gpu_dev *d)
+{
+	return g->ctx_push_current(d->ctx);
+}
+
+void gpu_pop(const struct gpu_api *g)
+{
+	gpu_context old;
+	g->ctx_pop_current(&old);
+}
+
+int gpu_dev_get(mori_client *c, struct gpu_ctx *x, int ordinal, struct gpu_dev **out)
+{
+	const struct gpu_api *g = x->g;
+	if (ordinal < 0 || ordinal >= g->device_count || ordinal >= GPU_MAX_DEVICES)
+		return set_error(c, MORI_EINVAL, "GPU %d: this process sees %d device(s)", ordinal,
+				 g->device_count);
+	pthread_mutex_lock(&x->lock);
+	struct gpu_dev *d = x->devs[ordinal];
+	if (d) {
+		pthread_mutex_unlock(&x->lock);
+		*out = d;
+		return MORI_OK;
+	}
+	char msg[200];
+	int rc = MORI_ENOMEM;
+	d = calloc(1, sizeof(*d));
+	if (!d) {
+		snprintf(msg, sizeof(msg), "out of memory");
+		goto fail;
+	}
+	d->ordinal = ordinal;
+	if ((rc = gpu_err(g->device_get(&d->dev, ordinal), "cuDeviceGet", msg, sizeof(msg))))
+		goto fail;
+	if ((rc = gpu_err(g->primary_ctx_retain(&d->ctx, d->dev), "retain primary context", msg, sizeof(msg))))
+		goto fail;
+	gpu_arch_name(g, d->dev, d->arch, sizeof(d->arch));
+	d->sm_count = 0;
+	if (g->device_get_attribute)
+		g->device_get_attribute(&d->sm_count, GPU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d->dev);
+	if (d->sm_count <= 0)
+		d->sm_count = 64; /* HIP: not queried; a guess that only sizes the grid */
+	pthread_mutex_init(&d->lock, NULL);
+	d->live.next = d->live.prev = &d->live;
+	x->devs[ordinal] = d;
+	pthread_mutex_unlock(&x->lock);
+	*out = d;
+	return MORI_OK;
+fail:
+	pthread_mutex_unlock(&x->lock);
+	free(d);
+	return set_error(c, rc, "GPU %d: %s", ordinal, msg);
+}
+
+int gpu_ptr_is_device(const void *ptr)
+{
+	/* A process that has not loaded the runtime holds no device memory; don't load it (and
+	 * pay for cuInit) just to ask. */
+	if (!gpu_runtime_loaded())
+		return MORI_ENOGPU;
+	const struct gpu_api *g = gpu_api();
+	if (!g)
+		return MORI_ENOGPU;
+	unsigned type = 0;
+	if (g->pointer_get_attribute(&type, GPU_POINTER_ATTRIBUTE_MEMORY_TYPE, (gpu_dptr)(uintptr_t)ptr) != 0)
+		return 0; /* unknown to the driver: plain host memory */
+	return type == GPU_MEMORYTYPE_DEVICE;
+}
+
+/* ---- registration ---- */
+
+static int attr_u64(const struct gpu_api *g, int attr, gpu_dptr p, uint64_t *v)
+{
+	*v = 0;
+	return g->pointer_get_attribute(v, attr, p);
+}
+
+static int register_legacy(mori_client *c, const struct gpu_api *g, gpu_dptr p, size_t len,
+			   Mori__MemRegister *req, uint8_t *buf, size_t cap)
+{
+	char msg[200];
+	gpu_dptr base = 0;
+	size_t size = 0;
+	int rc = gpu_err(g->mem_get_address_range(&base, &size, p), "cuMemGetAddressRange", msg, sizeof(msg));
+	if (rc)
+		return set_error(c, rc, "register VRAM %#llx: %s", (unsigned long long)p, msg);
+	if (p + len < p || p + len > base + size)
+		return set_error(c, MORI_ERANGE,
+				 "register VRAM: [%#llx, +%zu) runs past the end of its allocation [%#llx, +%zu)",
+				 (unsigned long long)p, len, (unsigned long long)base, size);
+	if (cap < sizeof(struct gpu_ipc_handle))
+		return set_error(c, MORI_EINVAL, "register VRAM: IPC buffer of %zu bytes", cap);
+	struct gpu_ipc_handle h;
+	rc = gpu_err(g->ipc_get_mem_handle(&h, base), "cuIpcGetMemHandle", msg, sizeof(msg));
+	if (rc)
+		return set_error(c, rc, "register VRAM %#llx: %s", (unsigned long long)p, msg);
+	/* The handle names the whole allocation; the region is at an offset inside it. */
+	memcpy(buf, &h, sizeof(h));
+	req->gpu_handle_type = GPU_HANDLE_LEGACY_IPC;
+	req->gpu_ipc.data = buf;
+	req->gpu_ipc.len = sizeof(h);
+	req->fd_offset = p - base;
+	return MORI_OK;
+}
+
+static int register_vmm(mori_client *c, const struct gpu_api *g, gpu_dptr p, size_t len,
+			Mori__MemRegister *req, uint8_t *buf, size_t cap, int *fd_out)
+{
+	char msg[200];
+	if (!g->mem_retain_allocation_handle || !g->mem_export_to_shareable_handle || !g->mem_release)
+		return set_error(c, MORI_ENOTSUP, "register VRAM: this driver has no VMM entry points");
+	gpu_memhandle h = 0;
+	if (g->mem_retain_allocation_handle(&h, (void *)(uintptr_t)p) != 0)
+		return set_error(c, MORI_ENOTSUP,
+				 "register VRAM %#llx: device memory that is neither cudaMalloc memory (legacy IPC) nor "
+				 "a VMM allocation (cuMemCreate), e.g. a stream-ordered pool (cudaMallocAsync): it "
+				 "cannot be shared", (unsigned long long)p);
+	uint64_t mbase = 0, msize = 0, types = 0;
+	if (attr_u64(g, GPU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, p, &mbase) != 0 ||
+	    attr_u64(g, GPU_POINTER_ATTRIBUTE_MAPPING_SIZE, p, &msize) != 0 || !msize) {
+		gpu_dptr b = 0;
+		size_t s = 0;
+		g->mem_get_address_range(&b, &s, p);
+		mbase = b;
+		msize = s;
+	}
+	int rc = MORI_OK;
+	int fd = -1;
+	if (attr_u64(g, GPU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES, p, &types) == 0 &&
+	    !(types & GPU_MEM_HANDLE_TYPE_POSIX_FD)) {
+		rc = set_error(c, MORI_ENOTSUP,
+			       "register VRAM %#llx: the VMM allocation was created without POSIX fd handles "
+			       "(requestedHandleTypes lacks CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)",
+			       (unsigned long long)p);
+		goto out;
+	}
+	if (!msize || p + len < p || p + len > mbase + msize) {
+		rc = set_error(c, MORI_ENOTSUP,
+			       "register VRAM: [%#llx, +%zu) spans more than one VMM allocation (mapping [%#llx, +%llu)); "
+			       "register each allocation separately",
+			       (unsigned long long)p, len, (unsigned long long)mbase, (unsigned long long)msize);
+		goto out;
+	}
+	if (cap < sizeof(struct gpu_vmm_blob)) {
+		rc = set_error(c, MORI_EINVAL, "register VRAM: IPC buffer of %zu bytes", cap);
+		goto out;
+	}
+	rc = gpu_err(g->mem_export_to_shareable_handle(&fd, h, GPU_MEM_HANDLE_TYPE_POSIX_FD, 0),
+		     "cuMemExportToShareableHandle", msg, sizeof(msg));
+	if (rc) {
+		rc = set_error(c, rc, "register VRAM %#llx: %s", (unsigned long long)p, msg);
+		goto out;
+	}
+	struct gpu_vmm_blob b = {GPU_VMM_MAGIC, 1, msize, mbase};
+	memcpy(buf, &b, sizeof(b));
+	req->gpu_handle_type = GPU_HANDLE_POSIX_FD;
+	req->gpu_ipc.data = buf;
+	req->gpu_ipc.len = sizeof(b);
+	req->fd_offset = p - mbase;
+	*fd_out = fd; /* the caller sends it to morid, then closes it */
+out:
+	g->mem_release(h); /* drops only the reference the retain took */
+	return rc;
+}
+
+int gpu_mem_register(mori_client *c, mori_mem *m, void *ptr, size_t len, Mori__MemRegister *req,
+		     uint8_t *ipc_buf, size_t ipc_cap, int *fd_out)
+{
+	*fd_out = -1;
+	struct gpu_ctx *x;
+	int rc = gpu_ctx_get(c, &x);
+	if (rc)
+		return rc;
+	const struct gpu_api *g = x->g;
+	gpu_dptr p = (gpu_dptr)(uintptr_t)ptr;
+	unsigned type = 0, managed = 0, legacy = 0;
+	int ordinal = -1;
+	if (g->pointer_get_attribute(&type, GPU_POINTER_ATTRIBUTE_MEMORY_TYPE, p) != 0)
+		return set_error(c, MORI_EINVAL, "register VRAM: %p is not GPU memory (host memory, or freed)", ptr);
+	if (type != GPU_MEMORYTYPE_DEVICE)
+		return set_error(c, MORI_EINVAL, "register VRAM: %p is host memory (pinned), registered as VRAM", ptr);
+	if (g->pointer_get_attribute(&managed, GPU_POINTER_ATTRIBUTE_IS_MANAGED, p) == 0 && managed)
+		return set_error(c, MORI_ENOTSUP, "register VRAM: %p is managed (unified) memory, which cannot be shared", ptr);
+	if (g->pointer_get_attribute(&ordinal, GPU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p) != 0 || ordinal < 0)
+		return set_error(c, MORI_EINVAL, "register VRAM: no device ordinal for %p", ptr);
+	struct gpu_dev *d;
+	if ((rc = gpu_dev_get(c, x, ordinal, &d)))
+		return rc;
+	if ((rc = gpu_err(gpu_push(g, d), "push context", NULL, 0)))
+		return set_error(c, rc, "register VRAM: cannot make GPU %d's context current", ordinal);
+	if (g->pointer_get_attribute(&legacy, GPU_POINTER_ATTRIBUTE_IS_LEGACY_IPC_CAPABLE, p) == 0 && legacy)
+		rc = register_legacy(c, g, p, len, req, ipc_buf, ipc_cap);
+	else
+		rc = register_vmm(c, g, p, len, req, ipc_buf, ipc_cap, fd_out);
+	gpu_pop(g);
+	if (rc)
+		return rc;
+	req->gpu_device = ordinal;
+	m->dptr = p;
+	m->gpu_device = ordinal;
+	m->gpu_priv = NULL; /* local: nothing mapped */
+	return MORI_OK;
+}
+
+/* ---- peers' regions ---- */
+
+static void map_release(const struct gpu_api *g, struct gpu_map *mp)
+{
+	gpu_dev_drain(g, mp->d, GPU_UNMAP_WAIT_US); /* no copy of ours may still touch it */
+	gpu_push(g, mp->d);
+	if (mp->type == GPU_HANDLE_LEGACY_IPC) {
+		g->ipc_close_mem_handle(mp->base);
+	} else {
+		g->mem_unmap(mp->base, mp->size);
+		g->mem_address_free(mp->base, mp->size);
+	}
+	gpu_pop(g);
+	free(mp);
+}
+
+static int map_legacy(mori_client *c, const struct gpu_api *g, struct gpu_map *mp, const Mori__MemOpenReply *o)
+{
+	char msg[200];
+	if (o->gpu_ipc.len != sizeof(struct gpu_ipc_handle))
+		return set_error(c, MORI_EPROTO, "open VRAM region: IPC handle of %zu bytes", o->gpu_ipc.len);
+	memcpy(&mp->ipc, o->gpu_ipc.data, sizeof(mp->ipc));
+	int rc = gpu_err(g->ipc_open_mem_handle(&mp->base, mp->ipc, GPU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS),
+			 "cuIpcOpenMemHandle", msg, sizeof(msg));
+	if (rc)
+		return set_error(c, rc == MORI_EINVAL ? MORI_ESTALE : rc,
+				 "open VRAM region %llu: %s (the owner may have freed it)",
+				 (unsigned long long)o->handle->region_id, msg);
+	gpu_dptr b = 0;
+	size_t s = 0;
+	if (g->mem_get_address_range(&b, &s, mp->base) != 0 || b != mp->base) {
+		g->ipc_close_mem_handle(mp->base);
+		return set_error(c, MORI_EIO, "open VRAM region: cannot size the mapped allocation");
+	}
+	mp->size = s;
+	return MORI_OK;
+}
+
+static int map_vmm(mori_client *c, const struct gpu_api *g, struct gpu_map *mp, const Mori__MemOpenReply *o, int fd)
+{
+	char msg[200];
+	struct gpu_vmm_blob b;
+	if (o->gpu_ipc.len != sizeof(b))
+		return set_error(c, MORI_EPROTO, "open VRAM region: VMM blob of %zu bytes", o->gpu_ipc.len);
+	memcpy(&b, o->gpu_ipc.data, sizeof(b));
+	if (b.magic != GPU_VMM_MAGIC || b.version != 1 || !b.alloc_size)
+		return set_error(c, MORI_EPROTO, "open VRAM region: not a VMM blob");
+	if (fd < 0)
+		return set_error(c, MORI_EPROTO, "open VRAM region: morid sent no fd for a VMM region");
+	if (!g->mem_import_from_shareable_handle || !g->mem_map || !g->mem_address_reserve)
+		return set_error(c, MORI_ENOTSUP, "open VRAM region: this driver has no VMM entry points");
+	struct gpu_mem_prop prop;
+	memset(&prop, 0, sizeof(prop));
+	prop.type = GPU_MEM_ALLOCATION_TYPE_PINNED;
+	prop.requested_handle_types = GPU_MEM_HANDLE_TYPE_POSIX_FD;
+	prop.location.type = GPU_MEM_LOCATION_TYPE_DEVICE;
+	prop.location.id = mp->d->ordinal;
+	size_t gran = 0;
+	if (g->mem_get_allocation_granularity(&gran, &prop, GPU_MEM_ALLOC_GRANULARITY_MINIMUM) != 0 || !gran)
+		gran = 2u << 20;
+	size_t size = (b.alloc_size + gran - 1) / gran * gran;
+	gpu_memhandle h = 0;
+	gpu_dptr va = 0;
+	int rc = gpu_err(g->mem_import_from_shareable_handle(&h, (void *)(uintptr_t)fd, GPU_MEM_HANDLE_TYPE_POSIX_FD),
+			 "cuMemImportFromShareableHandle", msg, sizeof(msg));
+	if (rc)
+		return set_error(c, rc, "open VRAM region %llu: %s", (unsigned long long)o->handle->region_id, msg);
+	if ((rc = gpu_err(g->mem_address_reserve(&va, size, gran, 0, 0), "cuMemAddressReserve", msg, sizeof(msg))))
+		goto fail_release;
+	if ((rc = gpu_err(g->mem_map(va, size, 0, h, 0), "cuMemMap", msg, sizeof(msg))))
+		goto fail_free;
+	struct gpu_access_desc acc = {{GPU_MEM_LOCATION_TYPE_DEVICE, mp->d->ordinal}, GPU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+	if ((rc = gpu_err(g->mem_set_access(va, size, &acc, 1), "cuMemSetAccess", msg, sizeof(msg))))
+		goto fail_unmap;
+	g->mem_release(h); /* the mapping keeps the allocation alive from here */
+	mp->base = va;
+	mp->size = size;
+	return MORI_OK;
+fail_unmap:
+	g->mem_unmap(va, size);
+fail_free:
+	g->mem_address_free(va, size);
+fail_release:
+	g->mem_release(h);
+	return set_error(c, rc, "open VRAM region %llu: %s", (unsigned long long)o->handle->region_id, msg);
+}
+
+static int same_map(const struct gpu_map *mp, int type, const Mori__MemOpenReply *o)
+{
+	if (mp->type != type)
+		return 0;
+	if (type == GPU_HANDLE_LEGACY_IPC) /* one mapping per allocation: sub-ranges share it */
+		return o->gpu_ipc.len == sizeof(mp->ipc) && memcmp(&mp->ipc, o->gpu_ipc.data, sizeof(mp->ipc)) == 0;
+	return mp->epoch == o->handle->epoch && mp->region_id == o->handle->region_id &&
+	       mp->generation == o->handle->generation;
+}
+
+int gpu_mem_open(mori_client *c, mori_mem *m, const Mori__MemOpenReply *o, int fd)
+{
+	struct gpu_ctx *x;
+	int rc = gpu_ctx_get(c, &x);
+	if (rc)
+		goto out;
+	const struct gpu_api *g = x->g;
+	int type = (int)o->gpu_handle_type;
+	if (!o->handle || (type != GPU_HANDLE_LEGACY_IPC && type != GPU_HANDLE_POSIX_FD)) {
+		rc = set_error(c, MORI_EPROTO, "open VRAM region: unknown GPU handle type %d", type);
+		goto out;
+	}
+	if (o->owner_pid == getpid() && o->owner_addr) {
+		/* Our own region (loopback): the driver refuses to import its own handles, and the
+		 * bytes are already here. */
+		m->dptr = o->owner_addr;
+		m->gpu_device = o->gpu_device;
+		m->gpu_priv = NULL;
+		goto out;
+	}
+	/* Map on the owner's device ordinal when this process has it (same CUDA_VISIBLE_DEVICES),
+	 * else on device 0; legacy IPC enables peer access lazily either way. */
+	int ordinal = o->gpu_device >= 0 && o->gpu_device < g->device_count ? o->gpu_device : 0;
+	struct gpu_dev *d;
+	if ((rc = gpu_dev_get(c, x, ordinal, &d)))
+		goto out;
+	pthread_mutex_lock(&x->lock);
+	struct gpu_map *mp;
+	for (mp = x->maps; mp; mp = mp->next)
+		if (mp->d == d && same_map(mp, type, o))
+			break;
+	if (mp) {
+		mp->refs++;
+	} else if (!(mp = calloc(1, sizeof(*mp)))) {
+		rc = set_error(c, MORI_ENOMEM, "out of memory");
+	} else {
+		mp->type = type;
+		mp->d = d;
+		mp->epoch = o->handle->epoch;
+		mp->region_id = o->handle->region_id;
+		mp->generation = o->handle->generation;
+		mp->refs = 1;
+		if ((rc = gpu_err(gpu_push(g, d), "push context", NULL, 0)) == MORI_OK) {
+			rc = type == GPU_HANDLE_LEGACY_IPC ? map_legacy(c, g, mp, o) : map_vmm(c, g, mp, o, fd);
+			gpu_pop(g);
+		} else {
+			rc = set_error(c, rc, "open VRAM region: cannot make GPU %d's context current", ordinal);
+		}
+		if (rc) {
+			free(mp);
+			mp = NULL;
+		} else {
+			mp->next = x->maps;
+			x->maps = mp;
+		}
+	}
+	if (mp && (o->fd_offset + m->size < o->fd_offset || o->fd_offset + m->size > mp->size)) {
+		rc = set_error(c, MORI_EPROTO, "open VRAM region %llu: [%llu, +%llu) is outside its %zu-byte allocation",
+			       (unsigned long long)o->handle->region_id, (unsigned long long)o->fd_offset,
+			       (unsigned long long)m->size, mp->size);
+		if (--mp->refs == 0) {
+			for (struct gpu_map **pp = &x->maps; *pp; pp = &(*pp)->next)
+				if (*pp == mp) {
+					*pp = mp->next;
+					break;
+				}
+			map_release(g, mp);
+		}
+		mp = NULL;
+	}
+	pthread_mutex_unlock(&x->lock);
+	if (mp) {
+		m->dptr = mp->base + o->fd_offset;
+		m->gpu_device = ordinal;
+		m->gpu_priv = mp;
+	}
+out:
+	if (fd >= 0)
+		close(fd); /* imported (or refused): the mapping does not need it */
+	return rc;
+}
+
+/* ---- host regions the GPU touches ---- */
+
+int gpu_host_dptr(mori_client *c, struct gpu_ctx *x, struct gpu_dev *d, mori_mem *m, gpu_dptr *out)
+{
+	const struct gpu_api *g = x->g;
+	if (!m->ptr)
+		return set_error(c, MORI_ENOTSUP,
+				 "host region %llu has no mapping in this process (cross-memory attach): GPU copies "
+				 "need a shared-file region (mori_mem_alloc, or memfd/tmpfs memory)",
+				 (unsigned long long)m->region_id);
+	pthread_mutex_lock(&x->lock);
+	struct gpu_pin *pin = m->gpu_priv;
+	if (pin) {
+		*out = pin->dptr;
+		pthread_mutex_unlock(&x->lock);
+		return MORI_OK;
+	}
+	char msg[200];
+	int rc = MORI_ENOMEM;
+	long pg = sysconf(_SC_PAGESIZE);
+	uintptr_t lo = (uintptr_t)m->ptr & ~(uintptr_t)(pg - 1);
+	uintptr_t hi = ((uintptr_t)m->ptr + m->size + (uintptr_t)pg - 1) & ~(uintptr_t)(pg - 1);
+	if (!(pin = calloc(1, sizeof(*pin)))) {
+		snprintf(msg, sizeof(msg), "out of memory");
+		goto fail;
+	}
+	pin->base = (void *)lo;
+	pin->len = hi - lo;
+	if ((rc = gpu_err(gpu_push(g, d), "push context", msg, sizeof(msg))))
+		goto fail;
+	int r = g->mem_host_register(pin->base, pin->len, GPU_MEMHOSTREGISTER_PORTABLE | GPU_MEMHOSTREGISTER_DEVICEMAP);
+	pin->owned = r == GPU_SUCCESS;
+	if (r != GPU_SUCCESS && r != GPU_ERROR_HOST_MEMORY_ALREADY_REGISTERED)
+		rc = gpu_err(r, "cuMemHostRegister", msg, sizeof(msg));
+	else
+		rc = gpu_err(g->mem_host_get_device_pointer(&pin->dptr, m->ptr, 0), "cuMemHostGetDevicePointer",
+			     msg, sizeof(msg));
+	if (rc && pin->owned)
+		g->mem_host_unregister(pin->base);
+	gpu_pop(g);
+	if (rc)
+		goto fail;
+	m->gpu_priv = pin; /* gpu_mem_close unpins */
+	*out = pin->dptr;
+	pthread_mutex_unlock(&x->lock);
+	return MORI_OK;
+fail:
+	pthread_mutex_unlock(&x->lock);
+	free(pin);
+	return set_error(c, rc, "pin host region %llu (%llu bytes) for the GPU: %s", (unsigned long long)m->region_id,
+			 (unsigned long long)m->size, msg);
+}
+
+void gpu_mem_close(mori_client *c, mori_mem *m)
+{
+	struct gpu_ctx *x = c ? c->gpu : NULL;
+	if (!x || !m->gpu_priv)
+		return;
+	const struct gpu_api *g = x->g;
+	pthread_mutex_lock(&x->lock);
+	if (m->kind == MORI_MEM_HOST) {
+		struct gpu_pin *pin = m->gpu_priv;
+		if (pin->owned) {
+			for (int i = 0; i < GPU_MAX_DEVICES; i++)
+				if (x->devs[i])
+					gpu_dev_drain(g, x->devs[i], GPU_UNMAP_WAIT_US);
+			g->mem_host_unregister(pin->base);
+		}
+		free(pin);
+	} else {
+		struct gpu_map *mp = m->gpu_priv;
+		if (--mp->refs == 0) {
+			for (struct gpu_map **pp = &x->maps; *pp; pp = &(*pp)->next)
+				if (*pp == mp) {
+					*pp = mp->next;
+					break;
+				}
+			map_release(g, mp);
+		}
+	}
+	m->gpu_priv = NULL;
+	m->dptr = 0;
+	pthread_mutex_unlock(&x->lock);
+}
+
+void gpu_ctx_free(mori_client *c)
+{
+	struct gpu_ctx *x = c ? c->gpu : NULL;
+	if (!x)
+		return;
+	const struct gpu_api *g = x->g;
+	while (x->maps) { /* handles left open: unmap anyway, the client is going */
+		struct gpu_map *mp = x->maps;
+		x->maps = mp->next;
+		mlog_warn("gpu", "peer region %llu still mapped at client close", (unsigned long long)mp->region_id);
+		map_release(g, mp);
+	}
+	for (int i = 0; i < GPU_MAX_DEVICES; i++)
+		if (x->devs[i])
+			gpu_dev_free(g, x->devs[i]);
+	pthread_mutex_destroy(&x->lock);
+	free(x);
+	c->gpu = NULL;
+}

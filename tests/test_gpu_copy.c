@@ -1,0 +1,349 @@
+/* GPU layer below the daemon, one process: the runtime table, registration of each kind of
+ * memory (and refusal of the wrong kinds), and the batched copy kernel through gpu_xfer on
+ * random batches, every destination byte checked against a host model. Skips (77) without a
+ * GPU or without kernels. */
+#include <check.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gpu_harness.h"
+
+static const struct gpu_api *g;
+static mori_client C;
+static struct gpu_ctx *X;
+static struct gpu_dev *D;
+
+static void setup(void)
+{
+	g = gpu_api();
+	ck_assert_ptr_nonnull(g);
+	ck_assert_int_eq(gpu_ctx_get(&C, &X), MORI_OK);
+	ck_assert_int_eq(gpu_dev_get(&C, X, 0, &D), MORI_OK);
+	ck_assert_int_eq(gpu_push(g, D), 0);
+}
+
+static void teardown(void)
+{
+	gpu_pop(g);
+	gpu_ctx_free(&C);
+}
+
+#define CKR(call)                                                                          \
+	do {                                                                               \
+		int r_ = (call);                                                           \
+		ck_assert_msg(r_ == 0, "%s: %s", #call, gpu_strerror(r_));                 \
+	} while (0)
+
+static void fill_random(uint64_t *seed, uint8_t *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = (uint8_t)(test_rand(seed) >> 56);
+}
+
+static int run_xfer(int op, mori_mem *l, mori_mem *r, const mori_desc *d, size_t n)
+{
+	struct mori_xfer x = {.c = &C};
+	x.deadline_us = mori_now_us() + 10000000;
+	int rc = gpu_xfer(&C, op, l, r, d, n, NULL, &x);
+	if (rc)
+		return rc;
+	while ((rc = gpu_xfer_poll(&x)) == MORI_EINPROGRESS)
+		;
+	return rc;
+}
+
+START_TEST(describe_and_arch)
+{
+	char buf[256];
+	gpu_describe(buf, sizeof(buf));
+	ck_assert_msg(strstr(buf, " x ") && strstr(buf, "CUDA driver"), "describe: %s", buf);
+	ck_assert_msg(strncmp(D->arch, "sm_", 3) == 0, "arch %s", D->arch);
+	ck_assert_int_gt(D->sm_count, 0);
+	ck_assert_int_eq(gpu_ptr_is_device(buf), 0);
+}
+END_TEST
+
+/* VRAM <-> VRAM, both directions, inline, staged and sliced batches. */
+START_TEST(random_batches_vram)
+{
+	uint64_t seed = test_seed();
+	const uint64_t size = 16u << 20;
+	gpu_dptr A, B;
+	CKR(g->mem_alloc(&A, size));
+	CKR(g->mem_alloc(&B, size));
+	uint8_t *ma = malloc(size), *mb = malloc(size), *got = malloc(size);
+	fill_random(&seed, ma, size);
+	fill_random(&seed, mb, size);
+	CKR(g->memcpy_htod_async(A, ma, size, NULL));
+	CKR(g->memcpy_htod_async(B, mb, size, NULL));
+	CKR(g->stream_synchronize(NULL));
+	mori_mem L = {.c = &C, .local = 1, .kind = MORI_MEM_VRAM, .size = size, .dptr = A, .region_id = 1};
+	mori_mem R = {.c = &C, .kind = MORI_MEM_VRAM, .size = size, .dptr = B, .region_id = 2};
+	size_t cap = 40000;
+	struct gpu_move *mv = malloc(cap * sizeof(*mv));
+	mori_desc *d = malloc(cap * sizeof(*d));
+	int batches = gpu_batches(400);
+	for (int b = 0; b < batches; b++) {
+		uint64_t k = test_rand(&seed) % 100;
+		size_t n = k < 30 ? 1 + test_rand(&seed) % MORI_COPY_INLINE     /* inline */
+			 : k < 90 ? 1 + test_rand(&seed) % 3000                  /* one slice */
+				  : 16385 + test_rand(&seed) % (cap - 16385);     /* several slices */
+		uint64_t maxlen = k % 3 == 0 ? (4u << 20) : k % 3 == 1 ? 65536 : 300;
+		int op = test_rand(&seed) & 1 ? MORI_OP_WRITE : MORI_OP_READ;
+		uint8_t *msrc = op == MORI_OP_WRITE ? ma : mb, *mdst = op == MORI_OP_WRITE ? mb : ma;
+		gpu_dptr ddst = op == MORI_OP_WRITE ? B : A;
+		gpu_random_moves(&seed, mv, n, size, size, maxlen);
+		gpu_moves_to_descs(mv, n, op, d);
+		int rc = run_xfer(op, &L, &R, d, n);
+		ck_assert_msg(rc == MORI_OK, "batch %d (n=%zu): %s: %s", b, n, mori_strerror(rc), mori_client_last_error(&C));
+		gpu_model_apply(mv, n, msrc, mdst);
+		CKR(g->memcpy_dtoh_async(got, ddst, size, NULL));
+		CKR(g->stream_synchronize(NULL));
+		long long at = gpu_first_diff(got, mdst, size);
+		ck_assert_msg(at < 0, "batch %d (op %d, n=%zu, maxlen %llu): first wrong byte at %lld", b, op, n,
+			      (unsigned long long)maxlen, at);
+	}
+	free(mv);
+	free(d);
+	free(ma);
+	free(mb);
+	free(got);
+	g->mem_free(A);
+	g->mem_free(B);
+}
+END_TEST
+
+/* VRAM <-> host (malloc'd, pinned by the library on first use and unpinned at close). */
+START_TEST(random_batches_host)
+{
+	uint64_t seed = test_seed();
+	const uint64_t size = 8u << 20;
+	gpu_dptr A;
+	CKR(g->mem_alloc(&A, size));
+	uint8_t *ma = malloc(size), *host = aligned_alloc(4096, size + 4096), *mh = malloc(size), *got = malloc(size);
+	uint8_t *hp = host + 100; /* not page aligned: pinning rounds to pages */
+	fill_random(&seed, ma, size);
+	fill_random(&seed, hp, size);
+	memcpy(mh, hp, size);
+	CKR(g->memcpy_htod_async(A, ma, size, NULL));
+	CKR(g->stream_synchronize(NULL));
+	mori_mem L = {.c = &C, .local = 1, .kind = MORI_MEM_VRAM, .size = size, .dptr = A, .region_id = 1};
+	mori_mem H = {.c = &C, .kind = MORI_MEM_HOST, .size = size, .ptr = hp, .region_id = 3};
+	struct gpu_move mv[600];
+	mori_desc d[600];
+	for (int b = 0; b < gpu_batches(400) / 2; b++) {
+		size_t n = 1 + test_rand(&seed) % 600;
+		int op = test_rand(&seed) & 1 ? MORI_OP_WRITE : MORI_OP_READ; /* write: GPU -> host */
+		gpu_random_moves(&seed, mv, n, size, size, 40000);
+		gpu_moves_to_descs(mv, n, op, d);
+		int rc = run_xfer(op, &L, &H, d, n);
+		ck_assert_msg(rc == MORI_OK, "batch %d: %s: %s", b, mori_strerror(rc), mori_client_last_error(&C));
+		if (op == MORI_OP_WRITE) {
+			gpu_model_apply(mv, n, ma, mh);
+			long long at = gpu_first_diff(hp, mh, size);
+			ck_assert_msg(at < 0, "GPU->host batch %d: first wrong byte at %lld", b, at);
+		} else {
+			gpu_model_apply(mv, n, mh, ma);
+			CKR(g->memcpy_dtoh_async(got, A, size, NULL));
+			CKR(g->stream_synchronize(NULL));
+			long long at = gpu_first_diff(got, ma, size);
+			ck_assert_msg(at < 0, "host->GPU batch %d: first wrong byte at %lld", b, at);
+		}
+	}
+	ck_assert_ptr_nonnull(H.gpu_priv);
+	gpu_mem_close(&C, &H);
+	ck_assert_ptr_null(H.gpu_priv);
+	/* unpinned: registering the same pages again succeeds */
+	CKR(g->mem_host_register(host, size, 0));
+	CKR(g->mem_host_unregister(host));
+	free(ma);
+	free(mh);
+	free(got);
+	free(host);
+	g->mem_free(A);
+}
+END_TEST
+
+/* Every byte of a copy between mutually misaligned addresses, lengths 1..600 (head, narrow
+ * body, tail), against the model. */
+START_TEST(alignment_edges)
+{
+	uint64_t seed = test_seed();
+	const uint64_t size = 1u << 20;
+	gpu_dptr A, B;
+	CKR(g->mem_alloc(&A, size));
+	CKR(g->mem_alloc(&B, size));
+	uint8_t *ma = malloc(size), *mb = malloc(size), *got = malloc(size);
+	fill_random(&seed, ma, size);
+	fill_random(&seed, mb, size);
+	CKR(g->memcpy_htod_async(A, ma, size, NULL));
+	CKR(g->memcpy_htod_async(B, mb, size, NULL));
+	CKR(g->stream_synchronize(NULL));
+	mori_mem L = {.c = &C, .local = 1, .kind = MORI_MEM_VRAM, .size = size, .dptr = A};
+	mori_mem R = {.c = &C, .kind = MORI_MEM_VRAM, .size = size, .dptr = B};
+	struct gpu_move mv[256];
+	mori_desc d[256];
+	for (unsigned s = 0; s < 16; s++)
+		for (unsigned t = 0; t < 16; t++) {
+			size_t i = s * 16 + t;
+			uint64_t len = 1 + test_rand(&seed) % 600;
+			mv[i] = (struct gpu_move){4096 * i + s, 4096 * i + t, len};
+		}
+	gpu_moves_to_descs(mv, 256, MORI_OP_WRITE, d);
+	ck_assert_int_eq(run_xfer(MORI_OP_WRITE, &L, &R, d, 256), MORI_OK);
+	gpu_model_apply(mv, 256, ma, mb);
+	CKR(g->memcpy_dtoh_async(got, B, size, NULL));
+	CKR(g->stream_synchronize(NULL));
+	long long at = gpu_first_diff(got, mb, size);
+	ck_assert_msg(at < 0, "first wrong byte at %lld", at);
+	free(ma);
+	free(mb);
+	free(got);
+	g->mem_free(A);
+	g->mem_free(B);
+}
+END_TEST
+
+START_TEST(register_kinds)
+{
+	uint8_t buf[128];
+	int fd;
+	mori_mem m = {.c = &C};
+	gpu_dptr A;
+	CKR(g->mem_alloc(&A, 3u << 20));
+	/* cudaMalloc memory: legacy handle of the allocation base, offset of the range */
+	Mori__MemRegister r0 = MORI__MEM_REGISTER__INIT, r1 = MORI__MEM_REGISTER__INIT;
+	ck_assert_int_eq(gpu_mem_register(&C, &m, (void *)(uintptr_t)A, 1u << 20, &r0, buf, sizeof(buf), &fd), MORI_OK);
+	ck_assert_int_eq(r0.gpu_handle_type, GPU_HANDLE_LEGACY_IPC);
+	ck_assert_int_eq(r0.fd_offset, 0);
+	ck_assert_int_eq(fd, -1);
+	ck_assert_int_eq(r0.gpu_ipc.len, 64);
+	uint8_t h0[64];
+	memcpy(h0, r0.gpu_ipc.data, 64);
+	ck_assert_int_eq(gpu_mem_register(&C, &m, (void *)(uintptr_t)(A + 1000003), 1u << 20, &r1, buf, sizeof(buf), &fd),
+			 MORI_OK);
+	ck_assert_int_eq(r1.fd_offset, 1000003);
+	ck_assert_int_eq(memcmp(h0, r1.gpu_ipc.data, 64), 0);
+	ck_assert_int_eq(m.dptr, A + 1000003);
+	/* past the end of the allocation */
+	Mori__MemRegister r2 = MORI__MEM_REGISTER__INIT;
+	ck_assert_int_eq(gpu_mem_register(&C, &m, (void *)(uintptr_t)(A + (2u << 20)), 2u << 20, &r2, buf, sizeof(buf), &fd),
+			 MORI_ERANGE);
+	/* host memory, pinned host memory, freed memory */
+	char *plain = malloc(4096);
+	ck_assert_int_eq(gpu_mem_register(&C, &m, plain, 4096, &r2, buf, sizeof(buf), &fd), MORI_EINVAL);
+	ck_assert_msg(strstr(mori_client_last_error(&C), "not GPU memory"), "%s", mori_client_last_error(&C));
+	ck_assert_int_eq(gpu_ptr_is_device(plain), 0);
+	ck_assert_int_eq(gpu_ptr_is_device((void *)(uintptr_t)A), 1);
+	free(plain);
+	void *pinned;
+	CKR(g->mem_host_alloc(&pinned, 4096, 0));
+	ck_assert_int_eq(gpu_mem_register(&C, &m, pinned, 4096, &r2, buf, sizeof(buf), &fd), MORI_EINVAL);
+	ck_assert_msg(strstr(mori_client_last_error(&C), "host memory"), "%s", mori_client_last_error(&C));
+	g->mem_free_host(pinned);
+	g->mem_free(A);
+	ck_assert_int_eq(gpu_mem_register(&C, &m, (void *)(uintptr_t)A, 4096, &r2, buf, sizeof(buf), &fd), MORI_EINVAL);
+}
+END_TEST
+
+static int vmm_alloc(size_t size, int handle_types, gpu_dptr *va, gpu_memhandle *h)
+{
+	struct gpu_mem_prop prop;
+	memset(&prop, 0, sizeof(prop));
+	prop.type = GPU_MEM_ALLOCATION_TYPE_PINNED;
+	prop.requested_handle_types = handle_types;
+	prop.location.type = GPU_MEM_LOCATION_TYPE_DEVICE;
+	prop.location.id = 0;
+	int rc;
+	if ((rc = g->mem_create(h, size, &prop, 0)) || (rc = g->mem_address_reserve(va, size, 0, 0, 0)) ||
+	    (rc = g->mem_map(*va, size, 0, *h, 0)))
+		return rc;
+	struct gpu_access_desc a = {{GPU_MEM_LOCATION_TYPE_DEVICE, 0}, GPU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+	return g->mem_set_access(*va, size, &a, 1);
+}
+
+static void vmm_free(size_t size, gpu_dptr va, gpu_memhandle h)
+{
+	g->mem_unmap(va, size);
+	g->mem_address_free(va, size);
+	g->mem_release(h);
+}
+
+START_TEST(register_vmm)
+{
+	const size_t size = 4u << 20;
+	gpu_dptr va, vb;
+	gpu_memhandle ha, hb;
+	CKR(vmm_alloc(size, GPU_MEM_HANDLE_TYPE_POSIX_FD, &va, &ha));
+	uint8_t buf[128];
+	int fd = -1;
+	mori_mem m = {.c = &C};
+	Mori__MemRegister r = MORI__MEM_REGISTER__INIT;
+	ck_assert_int_eq(gpu_mem_register(&C, &m, (void *)(uintptr_t)(va + 12345), 1u << 20, &r, buf, sizeof(buf), &fd),
+			 MORI_OK);
+	ck_assert_int_eq(r.gpu_handle_type, GPU_HANDLE_POSIX_FD);
+	ck_assert_int_eq(r.fd_offset, 12345);
+	ck_assert_int_ge(fd, 0);
+	struct gpu_vmm_blob b;
+	memcpy(&b, r.gpu_ipc.data, sizeof(b));
+	ck_assert_int_eq(b.alloc_size, size);
+	ck_assert_int_eq(b.owner_base, va);
+	/* the fd imports: the same allocation, mapped a second time here */
+	gpu_memhandle h2;
+	CKR(g->mem_import_from_shareable_handle(&h2, (void *)(uintptr_t)fd, GPU_MEM_HANDLE_TYPE_POSIX_FD));
+	g->mem_release(h2);
+	close(fd);
+	/* a range running past the allocation */
+	ck_assert_int_eq(gpu_mem_register(&C, &m, (void *)(uintptr_t)(va + size - 10), 100, &r, buf, sizeof(buf), &fd),
+			 MORI_ENOTSUP);
+	/* VMM memory created without POSIX fd handles cannot be shared */
+	CKR(vmm_alloc(size, GPU_MEM_HANDLE_TYPE_NONE, &vb, &hb));
+	ck_assert_int_eq(gpu_mem_register(&C, &m, (void *)(uintptr_t)vb, 4096, &r, buf, sizeof(buf), &fd), MORI_ENOTSUP);
+	ck_assert_msg(strstr(mori_client_last_error(&C), "POSIX fd"), "%s", mori_client_last_error(&C));
+	vmm_free(size, va, ha);
+	vmm_free(size, vb, hb);
+}
+END_TEST
+
+START_TEST(bad_transfers)
+{
+	gpu_dptr A;
+	CKR(g->mem_alloc(&A, 1u << 20));
+	mori_mem L = {.c = &C, .local = 1, .kind = MORI_MEM_VRAM, .size = 1u << 20, .dptr = A};
+	mori_mem R = {.c = &C, .kind = MORI_MEM_VRAM, .size = 4096, .dptr = A + 8192};
+	mori_desc d = {0, 4000, 97};
+	ck_assert_int_eq(run_xfer(MORI_OP_WRITE, &L, &R, &d, 1), MORI_ERANGE);
+	d = (mori_desc){UINT64_MAX - 10, 0, 20};
+	ck_assert_int_eq(run_xfer(MORI_OP_WRITE, &L, &R, &d, 1), MORI_ERANGE);
+	ck_assert_int_eq(run_xfer(MORI_OP_WRITE, &L, &R, &d, 0), MORI_EINVAL);
+	/* a host region with no mapping here (cross-memory attach) cannot be reached by the GPU */
+	mori_mem H = {.c = &C, .kind = MORI_MEM_HOST, .size = 4096, .ptr = NULL};
+	d = (mori_desc){0, 0, 64};
+	ck_assert_int_eq(run_xfer(MORI_OP_WRITE, &L, &H, &d, 1), MORI_ENOTSUP);
+	g->mem_free(A);
+}
+END_TEST
+
+int main(void)
+{
+	gpu_skip_unless_ready();
+	Suite *s = suite_create("gpu_copy");
+	TCase *t = tcase_create("gpu");
+	tcase_add_checked_fixture(t, setup, teardown);
+	tcase_set_timeout(t, 300);
+	tcase_add_test(t, describe_and_arch);
+	tcase_add_test(t, register_kinds);
+	tcase_add_test(t, register_vmm);
+	tcase_add_test(t, bad_transfers);
+	tcase_add_test(t, alignment_edges);
+	tcase_add_test(t, random_batches_vram);
+	tcase_add_test(t, random_batches_host);
+	suite_add_tcase(s, t);
+	SRunner *r = srunner_create(s);
+	srunner_run_all(r, CK_NORMAL);
+	int failed = srunner_ntests_failed(r);
+	srunner_free(r);
+	return failed ? 1 : 0;
+}
