@@ -13,6 +13,9 @@ void peer_client_gone(struct morid *d, struct client *c);
 /* Requests that touch other nodes; each returns 1 when the reply is deferred. */
 int peer_handle_request(struct morid *d, struct client *c, Mori__Request *req, Mori__Reply *rep,
 			struct rctx *r, int *fds, int nfds);
+/* MemClose of a remote ref (ids with REF_TAG, bit 62): forget it. Returns 1 if id was a remote
+ * ref (handled), 0 if it is a local region id. */
+int peer_close_ref(struct morid *d, struct client *c, uint64_t id);
 void peer_list(struct morid *d, Mori__ListReply *lr, struct rctx *r);
 uint32_t peer_transfers_in_flight(struct morid *d);
 void peer_list_transfers(struct morid *d, Mori__ListReply *lr, struct rctx *r);

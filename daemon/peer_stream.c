@@ -1,0 +1,665 @@
+/* Cross-node data streams: TCP connections between daemons (libuv), framed as struct fhdr +
+ * payload. Sending coalesces many frames into one write of up to BATCH_MAX payload bytes whose
+ * large payloads are iovecs straight into the registered regions' mappings (no copy in user
+ * space); receiving lands large payloads straight into the destination mapping (the read buffer
+ * handed to libuv is the destination) and parses small frames out of a staging buffer. */
+#include <errno.h>
+#include <netdb.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include "log.h"
+#include "peer_int.h"
+
+struct batch {
+	uv_write_t w;
+	struct batch *next_free;
+	struct stream *s;
+	uint32_t nbuf, nfr, nregs, nowned, nserved;
+	uint32_t stage_used, seg_start;
+	uint64_t bytes, payload;
+	uint8_t *stage;
+	uv_buf_t bufs[2 * BATCH_FRAMES + 2];
+	struct region *regs[BATCH_FRAMES];
+	void *owned[BATCH_FRAMES];
+	struct { uint64_t xfer, bytes; } served[BATCH_FRAMES];
+};
+
+#define HDR ((uint32_t)sizeof(struct fhdr))
+
+/* ---- batches ---- */
+
+static struct batch *batch_new(struct stream *s)
+{
+	struct peers *P = s->P;
+	struct batch *b = P->batch_cache;
+	if (b) {
+		P->batch_cache = b->next_free;
+		P->nbatch_cache--;
+	} else {
+		b = malloc(sizeof(*b));
+		if (!b)
+			return NULL;
+		if (!(b->stage = malloc(STAGE_CAP))) {
+			free(b);
+			return NULL;
+		}
+	}
+	uint8_t *stage = b->stage;
+	memset(b, 0, offsetof(struct batch, bufs));
+	b->stage = stage;
+	b->s = s;
+	return b;
+}
+
+static void batch_release(struct peers *P, struct batch *b)
+{
+	for (uint32_t i = 0; i < b->nregs; i++)
+		region_put(b->regs[i]);
+	for (uint32_t i = 0; i < b->nowned; i++)
+		free(b->owned[i]);
+	if (P->nbatch_cache < 16) {
+		b->next_free = P->batch_cache;
+		P->batch_cache = b;
+		P->nbatch_cache++;
+	} else {
+		free(b->stage);
+		free(b);
+	}
+}
+
+void peers_free(struct peers *P)
+{
+	while (P->batch_cache) {
+		struct batch *b = P->batch_cache;
+		P->batch_cache = b->next_free;
+		free(b->stage);
+		free(b);
+	}
+	free(P);
+}
+
+/* Close the contiguous stage segment in progress as one iovec. */
+static void seg_close(struct batch *b)
+{
+	if (b->stage_used > b->seg_start) {
+		b->bufs[b->nbuf++] = uv_buf_init((char *)b->stage + b->seg_start, b->stage_used - b->seg_start);
+		b->seg_start = b->stage_used;
+	}
+}
+
+static void mark_dirty(struct stream *s)
+{
+	if (!s->dirty) {
+		s->dirty = 1;
+		list_add(&s->P->dirty, &s->dlink);
+	}
+	peers_dirty(s->P);
+}
+
+static void on_written(uv_write_t *w, int status);
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf);
+
+void stream_flush(struct stream *s)
+{
+	struct batch *b = s->cur;
+	if (!b)
+		return;
+	s->cur = NULL;
+	if (s->closing || !b->nfr) {
+		batch_release(s->P, b);
+		return;
+	}
+	seg_close(b);
+	b->w.data = b;
+	s->tx_queued += b->bytes;
+	int rc = uv_write(&b->w, (uv_stream_t *)&s->tcp, b->bufs, b->nbuf, on_written);
+	if (rc < 0) {
+		s->tx_queued -= b->bytes;
+		mlog_info("peer", "write on data stream failed: %s", uv_strerror(rc));
+		for (uint32_t i = 0; i < b->nserved; i++)
+			rx_read_served(s->P, s->src_epoch, b->served[i].xfer, b->served[i].bytes, 0);
+		batch_release(s->P, b);
+	}
+}
+
+void streams_flush_dirty(struct peers *P)
+{
+	list_each(it, &P->dirty) {
+		struct stream *s = list_entry(it, struct stream, dlink);
+		list_del(&s->dlink);
+		s->dirty = 0;
+		stream_flush(s);
+	}
+}
+
+/* Room for one more frame with `stage_need` bytes in the stage and `bufs_need` iovecs? */
+static struct batch *batch_room(struct stream *s, uint32_t stage_need, uint32_t bufs_need)
+{
+	struct batch *b = s->cur;
+	if (b && (b->nfr >= BATCH_FRAMES || b->stage_used + stage_need > STAGE_CAP ||
+		  b->nbuf + bufs_need + 1 > 2 * BATCH_FRAMES + 2 || b->payload >= BATCH_MAX)) {
+		stream_flush(s);
+		b = NULL;
+	}
+	if (!b) {
+		if (!(b = s->cur = batch_new(s)))
+			return NULL;
+	}
+	mark_dirty(s);
+	return b;
+}
+
+uint64_t stream_batch_room(struct stream *s)
+{
+	if (!s->cur)
+		return BATCH_MAX;
+	if (s->cur->nfr >= BATCH_FRAMES || s->cur->payload >= BATCH_MAX)
+		return 0;
+	return BATCH_MAX - s->cur->payload;
+}
+
+void stream_frame(struct stream *s, const struct fhdr *h, const void *payload, uint32_t len)
+{
+	if (s->closing)
+		return;
+	struct batch *b = batch_room(s, HDR + len, 0);
+	if (!b)
+		return;
+	struct fhdr hh = *h;
+	hh.magic = FRAME_MAGIC;
+	hh.len = len;
+	memcpy(b->stage + b->stage_used, &hh, HDR);
+	if (len)
+		memcpy(b->stage + b->stage_used + HDR, payload, len);
+	b->stage_used += HDR + len;
+	b->nfr++;
+	b->bytes += HDR + len;
+}
+
+int region_cma(struct region *g, uint64_t off, void *buf, uint64_t len, int write)
+{
+	uint64_t done = 0;
+	while (done < len) {
+		struct iovec l = {(char *)buf + done, len - done};
+		struct iovec r = {(void *)(uintptr_t)(g->addr + off + done), len - done};
+		ssize_t n = write ? process_vm_writev(g->pid, &l, 1, &r, 1, 0)
+				  : process_vm_readv(g->pid, &l, 1, &r, 1, 0);
+		if (n <= 0)
+			return n < 0 ? -errno : -EIO;
+		done += (uint64_t)n;
+	}
+	return 0;
+}
+
+int stream_frame_data(struct stream *s, const struct fhdr *h, struct region *g, uint64_t off,
+		      uint32_t len, int *err)
+{
+	*err = 0;
+	if (s->closing) {
+		*err = MORI_EPEERDEAD;
+		return -1;
+	}
+	int small = len < SMALL_COPY;
+	struct batch *b = batch_room(s, HDR + (small ? len : 0), 2);
+	if (!b) {
+		*err = MORI_ENOMEM;
+		return -1;
+	}
+	struct fhdr hh = *h;
+	hh.magic = FRAME_MAGIC;
+	hh.len = len;
+	uint8_t *dst = b->stage + b->stage_used;
+	memcpy(dst, &hh, HDR);
+	if (small) {
+		if (g->fd >= 0) {
+			memcpy(dst + HDR, (uint8_t *)g->map + off, len);
+		} else if (region_cma(g, off, dst + HDR, len, 0) != 0) {
+			*err = MORI_EPEERDEAD;
+			return -1;
+		}
+		b->stage_used += HDR + len;
+	} else {
+		void *src;
+		if (g->fd >= 0) {
+			src = (uint8_t *)g->map + off;
+			if (!b->nregs || b->regs[b->nregs - 1] != g) {
+				g->inflight++; /* the mapping must outlive the write */
+				b->regs[b->nregs++] = g;
+			}
+		} else {
+			if (!(src = malloc(len))) {
+				*err = MORI_ENOMEM;
+				return -1;
+			}
+			if (region_cma(g, off, src, len, 0) != 0) {
+				free(src);
+				*err = MORI_EPEERDEAD;
+				return -1;
+			}
+			b->owned[b->nowned++] = src;
+		}
+		b->stage_used += HDR;
+		seg_close(b);
+		b->bufs[b->nbuf++] = uv_buf_init(src, len);
+	}
+	b->nfr++;
+	b->bytes += HDR + len;
+	b->payload += len;
+	if (h->type == F_RDATA && !s->outgoing) {
+		b->served[b->nserved].xfer = h->xfer;
+		b->served[b->nserved++].bytes = len;
+	}
+	return 0;
+}
+
+static void on_written(uv_write_t *w, int status)
+{
+	struct batch *b = w->data;
+	struct stream *s = b->s;
+	struct peers *P = s->P;
+	s->tx_queued -= b->bytes;
+	for (uint32_t i = 0; i < b->nserved; i++)
+		rx_read_served(P, s->src_epoch, b->served[i].xfer, b->served[i].bytes, status == 0);
+	if (status == 0) {
+		count(P->d, C_BYTES_SENT, b->payload);
+		if (s->p && !s->closing)
+			s->p->bytes_sent += b->payload;
+	}
+	batch_release(P, b);
+	if (s->closing)
+		return;
+	if (s->outgoing) {
+		s->p->pump_needed = 1;
+		peers_dirty(P);
+	} else if (s->read_stopped && s->tx_queued < STREAM_WINDOW / 2) {
+		s->read_stopped = 0;
+		uv_read_start((uv_stream_t *)&s->tcp, on_alloc, on_read);
+	}
+}
+
+/* ---- closing ---- */
+
+static void on_stream_closed(uv_handle_t *h)
+{
+	struct stream *s = h->data;
+	struct peers *P = s->P;
+	free(s->rxbuf);
+	free(s);
+	if (--P->handles == 0)
+		peers_free(P);
+}
+
+void stream_close(struct stream *s)
+{
+	if (s->closing)
+		return;
+	s->closing = 1;
+	if (s->dirty) {
+		list_del(&s->dlink);
+		s->dirty = 0;
+	}
+	if (s->cur) {
+		batch_release(s->P, s->cur);
+		s->cur = NULL;
+	}
+	if (s->rx_reg) {
+		region_put(s->rx_reg);
+		s->rx_reg = NULL;
+	}
+	if (!s->outgoing)
+		list_del(&s->link);
+	uv_close((uv_handle_t *)&s->tcp, on_stream_closed);
+}
+
+/* A stream broke: for ours, the peer is down (every stream goes, transfers on the wire fail);
+ * for an accepted one, the initiator's state here goes with it. */
+static void stream_lost(struct stream *s, int code, const char *why)
+{
+	if (s->closing)
+		return;
+	if (s->outgoing) {
+		struct peer *p = s->p;
+		if (s->conn_gen == p->conn_gen)
+			peer_down(p, code, "%s", why);
+		else
+			stream_close(s);
+	} else {
+		uint64_t e = s->src_epoch;
+		mlog_info("peer", "data stream from %s closed: %s", s->p ? s->p->addr : "?", why);
+		stream_close(s);
+		if (e)
+			inb_drop_epoch(s->P, e);
+	}
+}
+
+/* ---- receiving ---- */
+
+static void payload_end(struct stream *s);
+
+static int proto_error(struct stream *s, const char *why)
+{
+	char m[200];
+	snprintf(m, sizeof(m), "protocol error on data stream: %s", why);
+	mlog_warn("peer", "%s%s%s", s->p ? s->p->addr : "", s->p ? ": " : "", m);
+	stream_lost(s, MORI_EPROTO, m);
+	return -1;
+}
+
+static int frame_begin(struct stream *s)
+{
+	struct fhdr *h = &s->h;
+	if (h->magic != FRAME_MAGIC)
+		return proto_error(s, "bad frame magic");
+	s->rx_payload = 1;
+	s->rx_left = h->len;
+	s->rx_dst = NULL;
+	s->rx_pid = 0;
+	s->rx_code = 0;
+	s->rx_collect = 0;
+	s->rx_msglen = 0;
+	int ready = s->outgoing ? s->ready : s->src_epoch != 0;
+	if (!ready && h->type != (s->outgoing ? F_HELLO_ACK : F_HELLO))
+		return proto_error(s, "first frame is not a hello");
+	switch (h->type) {
+	case F_HELLO:
+	case F_HELLO_ACK:
+	case F_DONE:
+		if ((h->type == F_HELLO_ACK || h->type == F_DONE) != s->outgoing || h->len > sizeof(s->rx_msg) - 1)
+			return proto_error(s, "unexpected control frame");
+		s->rx_collect = 1;
+		break;
+	case F_WRITE:
+		if (s->outgoing || h->len > CHUNK_MAX)
+			return proto_error(s, "bad write frame");
+		rx_write_hdr(s);
+		break;
+	case F_READ:
+	case F_ABORT:
+		if (s->outgoing || h->len)
+			return proto_error(s, "bad read/abort frame");
+		s->rx_payload = 0;
+		if (h->type == F_READ)
+			rx_read_req(s);
+		else
+			rx_abort(s);
+		return 0;
+	case F_RDATA:
+		if (!s->outgoing || h->len > CHUNK_MAX)
+			return proto_error(s, "bad data frame");
+		if (h->code) {
+			if (h->len > sizeof(s->rx_msg) - 1)
+				return proto_error(s, "bad error frame");
+			s->rx_collect = 1;
+		}
+		rx_rdata_hdr(s);
+		break;
+	default:
+		return proto_error(s, "unknown frame type");
+	}
+	if (!s->closing && s->rx_left == 0)
+		payload_end(s);
+	return s->closing ? -1 : 0;
+}
+
+static void on_hello(struct stream *s)
+{
+	struct peers *P = s->P;
+	s->rx_msg[s->rx_msglen] = 0;
+	if (!s->outgoing) {
+		if (s->h.code != FRAME_VERSION || !s->h.xfer) {
+			proto_error(s, "data stream version mismatch");
+			return;
+		}
+		s->src_epoch = s->h.xfer;
+		if (s->rx_msglen && strcmp(s->rx_msg, P->self) != 0)
+			s->p = peer_get(P, s->rx_msg, 1);
+		struct fhdr a = {.type = F_HELLO_ACK, .code = FRAME_VERSION, .xfer = P->d->epoch};
+		stream_frame(s, &a, P->self, (uint32_t)strlen(P->self));
+		return;
+	}
+	struct peer *p = s->p;
+	if (s->conn_gen != p->conn_gen)
+		return;
+	if (s->h.xfer != p->epoch) {
+		peer_down(p, MORI_EPEERDEAD, "restarted while connecting (epoch %llx, expected %llx)",
+			  (unsigned long long)s->h.xfer, (unsigned long long)p->epoch);
+		return;
+	}
+	s->ready = 1;
+	if (++p->nready == p->nout)
+		peer_up(p);
+}
+
+static void payload_end(struct stream *s)
+{
+	s->rx_payload = 0;
+	switch (s->h.type) {
+	case F_HELLO:
+	case F_HELLO_ACK:
+		on_hello(s);
+		break;
+	case F_WRITE:
+		rx_write_end(s);
+		break;
+	case F_DONE:
+		s->rx_msg[s->rx_msglen] = 0;
+		rx_done(s);
+		break;
+	case F_RDATA:
+		s->rx_msg[s->rx_msglen] = 0;
+		rx_rdata_end(s);
+		break;
+	}
+	if (s->rx_reg) {
+		region_put(s->rx_reg);
+		s->rx_reg = NULL;
+	}
+}
+
+static void payload_piece(struct stream *s, const uint8_t *p, uint64_t n)
+{
+	if (s->rx_dst) {
+		memcpy(s->rx_dst, p, n);
+		s->rx_dst += n;
+	} else if (s->rx_pid && !s->rx_code) {
+		if (region_cma(s->rx_reg, s->rx_addr, (void *)p, n, 1) != 0)
+			s->rx_code = MORI_EPEERDEAD;
+		s->rx_addr += n;
+	} else if (s->rx_collect) {
+		uint64_t room = sizeof(s->rx_msg) - 1 - s->rx_msglen;
+		uint64_t k = n < room ? n : room;
+		memcpy(s->rx_msg + s->rx_msglen, p, k);
+		s->rx_msglen += (uint32_t)k;
+	}
+}
+
+static void parse(struct stream *s, const uint8_t *p, uint64_t n)
+{
+	while (n > 0 && !s->closing) {
+		if (!s->rx_payload) {
+			uint32_t take = HDR - s->hhave;
+			if (take > n)
+				take = (uint32_t)n;
+			memcpy(s->hbuf + s->hhave, p, take);
+			s->hhave += take;
+			p += take;
+			n -= take;
+			if (s->hhave < HDR)
+				return;
+			s->hhave = 0;
+			memcpy(&s->h, s->hbuf, HDR);
+			if (frame_begin(s) != 0)
+				return;
+		} else {
+			uint64_t take = s->rx_left < n ? s->rx_left : n;
+			payload_piece(s, p, take);
+			s->rx_left -= take;
+			p += take;
+			n -= take;
+			if (!s->rx_left)
+				payload_end(s);
+		}
+	}
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+	struct stream *s = h->data;
+	if (s->rx_payload && s->rx_dst && s->rx_left >= RX_DIRECT_MIN) {
+		/* Straight into the destination region: exactly the payload, nothing beyond it. */
+		buf->base = (char *)s->rx_dst;
+		buf->len = s->rx_left;
+	} else {
+		buf->base = (char *)s->rxbuf;
+		buf->len = RX_BUF;
+	}
+}
+
+static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
+{
+	struct stream *s = st->data;
+	if (n < 0) {
+		char m[160];
+		snprintf(m, sizeof(m), "data stream %s", n == UV_EOF ? "closed by the other side" : uv_strerror((int)n));
+		stream_lost(s, n == UV_EOF || n == UV_ECONNRESET ? MORI_EPEERDEAD : MORI_EIO, m);
+		return;
+	}
+	if (n == 0 || s->closing)
+		return;
+	if (buf->base != (char *)s->rxbuf) {
+		s->rx_dst += n;
+		s->rx_left -= (uint64_t)n;
+		if (!s->rx_left)
+			payload_end(s);
+	} else {
+		parse(s, (const uint8_t *)buf->base, (uint64_t)n);
+	}
+	if (!s->closing && !s->outgoing && !s->read_stopped &&
+	    s->tx_queued + (s->cur ? s->cur->bytes : 0) > STREAM_WINDOW) {
+		/* Answers pile up faster than the initiator takes them: stop reading requests. */
+		s->read_stopped = 1;
+		uv_read_stop(st);
+	}
+}
+
+static void stream_setup(struct stream *s)
+{
+	uv_tcp_nodelay(&s->tcp, 1);
+	uv_read_start((uv_stream_t *)&s->tcp, on_alloc, on_read);
+}
+
+/* ---- outgoing ---- */
+
+static struct stream *stream_new(struct peers *P)
+{
+	struct stream *s = calloc(1, sizeof(*s));
+	if (!s)
+		return NULL;
+	if (!(s->rxbuf = malloc(RX_BUF))) {
+		free(s);
+		return NULL;
+	}
+	s->P = P;
+	LIST_INIT(&s->link);
+	LIST_INIT(&s->dlink);
+	uv_tcp_init(P->d->loop, &s->tcp);
+	s->tcp.data = s;
+	P->handles++;
+	return s;
+}
+
+static void on_connect(uv_connect_t *req, int status)
+{
+	struct stream *s = req->data;
+	struct peer *p = s->p;
+	if (s->closing)
+		return;
+	if (status < 0) {
+		char m[200];
+		snprintf(m, sizeof(m), "data connection to %s port %u: %s", p->host, p->data_port, uv_strerror(status));
+		stream_lost(s, MORI_ECONN, m);
+		return;
+	}
+	stream_setup(s);
+	struct fhdr h = {.type = F_HELLO, .code = FRAME_VERSION, .xfer = s->P->d->epoch};
+	stream_frame(s, &h, s->P->self, (uint32_t)strlen(s->P->self));
+}
+
+void streams_connect(struct peer *p, const struct sockaddr *sa)
+{
+	struct peers *P = p->P;
+	int n = (int)P->d->cfg.data_streams;
+	if (n < 1)
+		n = 1;
+	if (n > 16)
+		n = 16;
+	p->nout = p->nready = 0;
+	for (int i = 0; i < n; i++) {
+		struct stream *s = stream_new(P);
+		if (!s) {
+			peer_down(p, MORI_ENOMEM, "out of memory for data streams");
+			return;
+		}
+		s->outgoing = 1;
+		s->p = p;
+		s->conn_gen = p->conn_gen;
+		p->out[p->nout++] = s;
+		s->connreq.data = s;
+		int rc = uv_tcp_connect(&s->connreq, &s->tcp, sa, on_connect);
+		if (rc < 0) {
+			peer_down(p, MORI_ECONN, "data connection to %s: %s", p->host, uv_strerror(rc));
+			return;
+		}
+	}
+}
+
+/* ---- accepting ---- */
+
+static void on_connection(uv_stream_t *server, int status)
+{
+	struct peers *P = server->data;
+	if (status < 0)
+		return;
+	struct stream *s = stream_new(P);
+	if (!s)
+		return;
+	list_add(&P->accepted, &s->link);
+	if (uv_accept(server, (uv_stream_t *)&s->tcp) != 0) {
+		stream_close(s);
+		return;
+	}
+	stream_setup(s);
+}
+
+int stream_listen(struct peers *P, const char *host)
+{
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
+	struct addrinfo *res = NULL;
+	int rc = getaddrinfo(strcmp(host, "*") == 0 ? NULL : host, "0", &hints, &res);
+	if (rc != 0 || !res) {
+		mlog_err("peer", "listen host '%s': %s", host, gai_strerror(rc));
+		return -1;
+	}
+	uv_tcp_init(P->d->loop, &P->lsn);
+	P->lsn.data = P;
+	P->lsn_on = 1;
+	rc = uv_tcp_bind(&P->lsn, res->ai_addr, 0);
+	freeaddrinfo(res);
+	if (rc == 0)
+		rc = uv_listen((uv_stream_t *)&P->lsn, 128, on_connection);
+	struct sockaddr_storage ss;
+	int len = sizeof(ss);
+	if (rc == 0)
+		rc = uv_tcp_getsockname(&P->lsn, (struct sockaddr *)&ss, &len);
+	if (rc != 0) {
+		mlog_err("peer", "data listener on %s: %s", host, uv_strerror(rc));
+		return -1;
+	}
+	P->data_port = ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
+						    : ((struct sockaddr_in6 *)&ss)->sin6_port);
+	return 0;
+}

@@ -1,0 +1,721 @@
+/* MORI-IO across nodes (issue 3): two morids, each with its own runtime dir and peer listener,
+ * a target client on node B and an initiator on node A. Random verified batches, and the fault
+ * cases: unpublished name, unreachable node, deadline, cancel, region freed, peer daemon killed
+ * mid-transfer and restarted (new epoch: old handles are stale, new ones work).
+ *
+ * By default both daemons run on loopback. tests/test_xnode_netns.sh runs the same binary with
+ * MORI_XNODE_NS_A/B (network namespaces) and MORI_XNODE_IP_A/B (their veth addresses): the
+ * daemons then run inside the namespaces (`ip netns exec`), the clients stay outside and reach
+ * them through their runtime dirs. */
+#include <arpa/inet.h>
+#include <check.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+
+#include "ctl.h"
+#include "harness.h"
+#include "mori.h"
+#include "wire.h"
+
+#define REGION_A (64u << 20) /* target: memfd */
+#define REGION_B (32u << 20) /* target: malloc'd, reached by cross-memory attach */
+#define LOCAL_SZ (64u << 20)
+
+struct node {
+	pid_t pid;
+	char dir[256];
+	char log[300];
+	char ip[64];
+	const char *ns;
+	int port;
+	char addr[128];
+};
+static struct node NA, NB;
+
+#define OK(x)                                                                                    \
+	do {                                                                                     \
+		int _r = (x);                                                                    \
+		ck_assert_msg(_r == MORI_OK, "%s -> %s (%s)", #x, mori_strerror(_r),            \
+			      mori_client_last_error(NULL));                                    \
+	} while (0)
+
+/* A port nobody listens on right now (the kernel's pick), on loopback. */
+static int free_port(void)
+{
+	int s = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t l = sizeof(sa);
+	ck_assert(s >= 0);
+	ck_assert(bind(s, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+	ck_assert(getsockname(s, (struct sockaddr *)&sa, &l) == 0);
+	close(s);
+	return ntohs(sa.sin_port);
+}
+
+/* Start (or restart, same dir and port) a node's morid. Waits up to 5 s for its sockets. */
+static int node_start(struct node *n, const char *const *extra)
+{
+	char morid[512], sock[300], listen[128];
+	snprintf(morid, sizeof(morid), "%s/morid", build_dir());
+	if (!n->dir[0]) {
+		snprintf(n->dir, sizeof(n->dir), "/tmp/mori-xnode-XXXXXX");
+		if (!mkdtemp(n->dir))
+			return -1;
+	}
+	snprintf(n->log, sizeof(n->log), "%s.log", n->dir);
+	snprintf(sock, sizeof(sock), "%s/morid.sock", n->dir);
+	snprintf(listen, sizeof(listen), "%s:%d", n->ip, n->port);
+	snprintf(n->addr, sizeof(n->addr), "%s", listen);
+	unlink(sock);
+	n->pid = fork();
+	if (n->pid < 0)
+		return -1;
+	if (n->pid == 0) {
+		const char *argv[40];
+		int k = 0;
+		if (n->ns) {
+			argv[k++] = "ip";
+			argv[k++] = "netns";
+			argv[k++] = "exec";
+			argv[k++] = n->ns;
+		}
+		argv[k++] = morid;
+		argv[k++] = "--runtime-dir";
+		argv[k++] = n->dir;
+		argv[k++] = "--log-level";
+		argv[k++] = getenv("MORI_XNODE_LOG") ? getenv("MORI_XNODE_LOG") : "info";
+		argv[k++] = "--listen";
+		argv[k++] = listen;
+		argv[k++] = "--transfer-timeout-ms";
+		argv[k++] = "10000";
+		for (int i = 0; extra && extra[i] && k < 38; i++)
+			argv[k++] = extra[i];
+		argv[k] = NULL;
+		FILE *f = freopen(n->log, "a", stderr);
+		(void)f;
+		unsetenv("NOTIFY_SOCKET");
+		if (n->ns)
+			execvp("ip", (char *const *)argv);
+		else
+			execv(morid, (char *const *)argv);
+		_exit(127);
+	}
+	for (int i = 0; i < 500; i++) {
+		struct stat st;
+		int status;
+		if (stat(sock, &st) == 0) {
+			usleep(20000); /* the peer listener binds right after the control socket */
+			return 0;
+		}
+		if (waitpid(n->pid, &status, WNOHANG) == n->pid) {
+			n->pid = 0;
+			return -1;
+		}
+		usleep(10000);
+	}
+	return -1;
+}
+
+static void node_stop(struct node *n)
+{
+	if (n->pid <= 0)
+		return;
+	kill(n->pid, SIGTERM);
+	for (int i = 0; i < 300; i++) {
+		if (waitpid(n->pid, NULL, WNOHANG) == n->pid) {
+			n->pid = 0;
+			return;
+		}
+		usleep(10000);
+	}
+	kill(n->pid, SIGKILL);
+	waitpid(n->pid, NULL, 0);
+	n->pid = 0;
+}
+
+static void node_kill9(struct node *n)
+{
+	if (n->pid > 0) {
+		kill(n->pid, SIGKILL);
+		waitpid(n->pid, NULL, 0);
+		n->pid = 0;
+	}
+}
+
+static void node_init(struct node *n, const char *nsvar, const char *ipvar)
+{
+	memset(n, 0, sizeof(*n));
+	n->ns = getenv(nsvar);
+	const char *ip = getenv(ipvar);
+	snprintf(n->ip, sizeof(n->ip), "%s", ip ? ip : "127.0.0.1");
+	n->port = n->ns ? 7100 : free_port();
+}
+
+static void setup(void)
+{
+	node_init(&NA, "MORI_XNODE_NS_A", "MORI_XNODE_IP_A");
+	node_init(&NB, "MORI_XNODE_NS_B", "MORI_XNODE_IP_B");
+	ck_assert_int_eq(node_start(&NA, NULL), 0);
+	ck_assert_int_eq(node_start(&NB, NULL), 0);
+}
+
+static void teardown(void)
+{
+	node_stop(&NA);
+	node_stop(&NB);
+}
+
+static void fill_random(uint8_t *p, size_t n, uint64_t seed)
+{
+	uint64_t s = seed | 1;
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		uint64_t v = test_rand(&s);
+		memcpy(p + i, &v, 8);
+	}
+	for (; i < n; i++)
+		p[i] = (uint8_t)test_rand(&s);
+}
+
+/* A control-socket status field of a node. */
+static Mori__Reply *node_list(struct node *n, uint32_t what)
+{
+	char url[400], err[256];
+	Mori__Request req = MORI__REQUEST__INIT;
+	Mori__ListRequest lq = MORI__LIST_REQUEST__INIT;
+	Mori__Reply *rep;
+	lq.what = what;
+	req.body_case = MORI__REQUEST__BODY_LIST;
+	req.list = &lq;
+	ctl_url(url, sizeof(url), n->dir);
+	ck_assert_int_eq(ctl_call(url, &req, &rep, 2000, err, sizeof(err)), MORI_OK);
+	return rep;
+}
+
+/* ---- the target process on node B: owns regions A (memfd) and B (CMA), answers hash
+ * requests and counts notifications ---- */
+
+struct hreq {
+	uint32_t n;     /* ranges; 0 = report notifications and exit; UINT32_MAX: deregister A */
+	uint32_t which; /* 0 = A, 1 = B */
+};
+
+static void target_main(int rfd, int wfd, uint64_t seed)
+{
+	mori_client *c;
+	mori_mem *a, *b;
+	if (mori_client_open(NB.dir, "target", &c) != MORI_OK)
+		_exit(10);
+	if (mori_mem_alloc(c, REGION_A, MORI_MEM_HOST, &a) != MORI_OK)
+		_exit(11);
+	uint8_t *bp = aligned_alloc(4096, REGION_B);
+	if (!bp || mori_mem_register(c, bp, REGION_B, MORI_MEM_HOST, &b) != MORI_OK)
+		_exit(12);
+	fill_random(mori_mem_ptr(a), REGION_A, seed);
+	fill_random(bp, REGION_B, seed + 1);
+	if (mori_mem_publish(a, "target/a") || mori_mem_publish(b, "target/b"))
+		_exit(13);
+	uint64_t notifs = 0, tagsum = 0;
+	char ready = 'r';
+	if (write(wfd, &ready, 1) != 1)
+		_exit(14);
+	for (;;) {
+		struct hreq h;
+		if (read(rfd, &h, sizeof(h)) != sizeof(h))
+			_exit(15);
+		mori_notif nb[64];
+		int k;
+		while ((k = mori_notif_poll(c, nb, 64, 0)) > 0)
+			for (int i = 0; i < k; i++) {
+				notifs++;
+				tagsum += nb[i].tag;
+				if (nb[i].from_pid != 0 || nb[i].region_id == 0)
+					_exit(19);
+			}
+		if (h.n == 0) {
+			uint64_t out[2] = {notifs, tagsum};
+			if (write(wfd, out, sizeof(out)) != sizeof(out))
+				_exit(16);
+			break;
+		}
+		if (h.n == UINT32_MAX) {
+			int rc = mori_mem_deregister(h.which ? b : a);
+			if (write(wfd, &rc, sizeof(rc)) != sizeof(rc))
+				_exit(20);
+			continue;
+		}
+		uint64_t *r = malloc(h.n * 16);
+		if (!r || read(rfd, r, h.n * 16) != (ssize_t)(h.n * 16))
+			_exit(17);
+		uint8_t *base = h.which ? bp : mori_mem_ptr(a);
+		uint64_t hv = 0;
+		for (uint32_t i = 0; i < h.n; i++)
+			hv = test_hash(hv, base + r[2 * i], r[2 * i + 1]);
+		free(r);
+		if (write(wfd, &hv, 8) != 8)
+			_exit(18);
+	}
+	mori_client_close(c);
+	_exit(0);
+}
+
+struct target {
+	pid_t pid;
+	int to, from;
+};
+
+static void target_start(struct target *t, uint64_t seed)
+{
+	int to_t[2], from_t[2];
+	ck_assert(pipe(to_t) == 0 && pipe(from_t) == 0);
+	t->pid = fork();
+	if (t->pid == 0) {
+		close(to_t[1]);
+		close(from_t[0]);
+		target_main(to_t[0], from_t[1], seed);
+	}
+	close(to_t[0]);
+	close(from_t[1]);
+	t->to = to_t[1];
+	t->from = from_t[0];
+	char ready;
+	ck_assert_int_eq(read(t->from, &ready, 1), 1);
+}
+
+static void target_end(struct target *t, uint64_t *notifs, uint64_t *tagsum)
+{
+	struct hreq h = {0, 0};
+	uint64_t got[2] = {0, 0};
+	ck_assert(write(t->to, &h, sizeof(h)) == sizeof(h));
+	ck_assert(read(t->from, got, sizeof(got)) == sizeof(got));
+	if (notifs)
+		*notifs = got[0];
+	if (tagsum)
+		*tagsum = got[1];
+	int st;
+	waitpid(t->pid, &st, 0);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "target exited with %d", WEXITSTATUS(st));
+	close(t->to);
+	close(t->from);
+}
+
+static uint64_t ask_hash(struct target *t, uint32_t which, const mori_desc *d, const uint32_t *idx, size_t n)
+{
+	struct hreq h = {(uint32_t)n, which};
+	uint64_t *r = malloc(n * 16), hv;
+	for (size_t i = 0; i < n; i++) {
+		const mori_desc *e = &d[idx ? idx[i] : i];
+		r[2 * i] = e->remote_offset;
+		r[2 * i + 1] = e->length;
+	}
+	ck_assert(write(t->to, &h, sizeof(h)) == sizeof(h));
+	ck_assert(write(t->to, r, n * 16) == (ssize_t)(n * 16));
+	ck_assert(read(t->from, &hv, 8) == 8);
+	free(r);
+	return hv;
+}
+
+static uint64_t local_hash(const uint8_t *base, const mori_desc *d, const uint32_t *idx, size_t n)
+{
+	uint64_t hv = 0;
+	for (size_t i = 0; i < n; i++) {
+		const mori_desc *e = &d[idx ? idx[i] : i];
+		hv = test_hash(hv, base + e->local_offset, e->length);
+	}
+	return hv;
+}
+
+/* Log-uniform block size in [1, 4 MiB]. */
+static uint64_t rand_len(uint64_t *s)
+{
+	int bits = (int)(test_rand(s) % 23);
+	uint64_t lo = 1ull << bits;
+	uint64_t v = lo + test_rand(s) % lo;
+	return v > (4u << 20) ? (4u << 20) : v;
+}
+
+/* k descriptors, disjoint on both sides, random offsets and gaps. */
+static size_t rand_batch(uint64_t *s, mori_desc *d, size_t k, uint64_t lsz, uint64_t rsz)
+{
+	uint64_t lc = test_rand(s) % 4096, rc = test_rand(s) % 4096;
+	size_t n = 0;
+	for (size_t i = 0; i < k; i++) {
+		uint64_t len = rand_len(s);
+		uint64_t lg = test_rand(s) % 65536, rg = test_rand(s) % 65536;
+		if (lc + lg + len > lsz || rc + rg + len > rsz)
+			break;
+		d[n++] = (mori_desc){lc + lg, rc + rg, len};
+		lc += lg + len;
+		rc += rg + len;
+	}
+	if (n == 0)
+		d[n++] = (mori_desc){0, 0, 1};
+	return n;
+}
+
+/* ---- tests ---- */
+
+START_TEST(random_batches)
+{
+	uint64_t seed = test_seed();
+	struct target t;
+	target_start(&t, seed);
+	mori_client *c;
+	mori_mem *lm, *lc, *ra, *rb;
+	OK(mori_client_open(NA.dir, "initiator", &c));
+	ck_assert_str_eq(mori_client_node(c), NA.addr);
+	OK(mori_mem_alloc(c, LOCAL_SZ, MORI_MEM_HOST, &lm)); /* the daemon maps it */
+	uint8_t *cp = aligned_alloc(4096, LOCAL_SZ);          /* the daemon uses CMA */
+	ck_assert_ptr_nonnull(cp);
+	OK(mori_mem_register(c, cp, LOCAL_SZ, MORI_MEM_HOST, &lc));
+	fill_random(mori_mem_ptr(lm), LOCAL_SZ, seed + 2);
+	fill_random(cp, LOCAL_SZ, seed + 3);
+	OK(mori_mem_open_remote(c, NB.addr, "target/a", &ra));
+	OK(mori_mem_open_remote(c, NB.addr, "target/b", &rb));
+	ck_assert_uint_eq(mori_mem_size(ra), REGION_A);
+	ck_assert_uint_eq(mori_mem_size(rb), REGION_B);
+
+	enum { SLOTS = 512, SLOT = 64 << 10 };
+	mori_desc slots[SLOTS];
+	for (int i = 0; i < SLOTS; i++)
+		slots[i] = (mori_desc){(uint64_t)i * SLOT, (uint64_t)i * SLOT, 1 + test_rand(&seed) % SLOT};
+	mori_xfer_list *lists[2][2];
+	mori_mem *locals[2] = {lm, lc}, *remotes[2] = {ra, rb};
+	for (int i = 0; i < 2; i++)
+		for (int j = 0; j < 2; j++)
+			OK(mori_xfer_prep(locals[i], remotes[j], slots, SLOTS, &lists[i][j]));
+
+	const char *env = getenv("MORI_TEST_BATCHES");
+	int batches = env ? atoi(env) : 10000;
+	uint64_t bytes = 0, notifs = 0, tagsum = 0;
+	mori_desc d[8];
+	uint32_t idx[64];
+	for (int it = 0; it < batches; it++) {
+		int which = (int)(test_rand(&seed) & 1), li = (int)(test_rand(&seed) & 1);
+		mori_mem *r = remotes[which], *l = locals[li];
+		uint8_t *lp = li ? cp : mori_mem_ptr(lm);
+		int op = (test_rand(&seed) & 1) ? MORI_OP_WRITE : MORI_OP_READ;
+		int form = (int)(test_rand(&seed) % 3);
+		mori_xfer_opts o = {0};
+		if ((test_rand(&seed) & 3) == 0) {
+			o.has_notif = 1;
+			o.notif_tag = test_rand(&seed);
+		}
+		const mori_desc *dd = d;
+		const uint32_t *ii = NULL;
+		size_t n;
+		if (form == 2) {
+			n = 1 + test_rand(&seed) % 64;
+			for (size_t i = 0; i < n; i++) {
+				uint32_t v;
+				int dup;
+				do {
+					v = (uint32_t)(test_rand(&seed) % SLOTS);
+					dup = 0;
+					for (size_t j = 0; j < i; j++)
+						dup |= idx[j] == v;
+				} while (dup);
+				idx[i] = v;
+			}
+			dd = slots;
+			ii = idx;
+		} else {
+			n = rand_batch(&seed, d, form == 0 ? 1 : 1 + test_rand(&seed) % 8, LOCAL_SZ,
+				       which ? REGION_B : REGION_A);
+		}
+		uint64_t before = op == MORI_OP_WRITE ? local_hash(lp, dd, ii, n) : ask_hash(&t, (uint32_t)which, dd, ii, n);
+		mori_xfer *x;
+		if (form == 2)
+			OK(mori_xfer_submit(lists[li][which], op, idx, n, &o, &x));
+		else if (form == 0 && op == MORI_OP_WRITE)
+			OK(mori_write(l, d[0].local_offset, r, d[0].remote_offset, d[0].length, &o, &x));
+		else if (form == 0)
+			OK(mori_read(l, d[0].local_offset, r, d[0].remote_offset, d[0].length, &o, &x));
+		else
+			OK(mori_xfer_batch(op, l, r, d, n, &o, &x));
+		int rc = mori_xfer_wait(x, 10000000);
+		const char *msg = "";
+		mori_xfer_status(x, &msg);
+		ck_assert_msg(rc == MORI_OK, "batch %d: %s (%s)", it, mori_strerror(rc), msg);
+		bytes += mori_xfer_bytes(x);
+		mori_xfer_free(x);
+		uint64_t after = op == MORI_OP_WRITE ? ask_hash(&t, (uint32_t)which, dd, ii, n) : local_hash(lp, dd, ii, n);
+		ck_assert_msg(before == after, "batch %d (op %d form %d local %d region %d n %zu): contents differ",
+			      it, op, form, li, which, n);
+		if (o.has_notif) {
+			notifs++;
+			tagsum += o.notif_tag;
+		}
+	}
+	/* Notifications reach the target's client after their data; give the last one a moment. */
+	usleep(50000);
+	uint64_t got_n, got_sum;
+	target_end(&t, &got_n, &got_sum);
+	ck_assert_uint_eq(got_n, notifs);
+	ck_assert_uint_eq(got_sum, tagsum);
+	/* moractl peers: node A knows B as up, with the bytes it moved */
+	Mori__Reply *rep = node_list(&NA, 3);
+	ck_assert_uint_ge(rep->list->n_peers, 1);
+	Mori__PeerInfo *pi = rep->list->peers[0];
+	ck_assert_str_eq(pi->address, NB.addr);
+	ck_assert_str_eq(pi->state, "up");
+	ck_assert_str_eq(pi->transport, "tcp");
+	ck_assert_uint_ge(pi->bytes_sent + pi->bytes_received, bytes / 2);
+	ck_assert_uint_eq(pi->transfers, (uint64_t)batches);
+	ck_assert_uint_eq(pi->errors, 0);
+	mori__reply__free_unpacked(rep, NULL);
+	fprintf(stderr, "# %d cross-node batches, %llu bytes, %llu notifications verified\n", batches,
+		(unsigned long long)bytes, (unsigned long long)notifs);
+	for (int i = 0; i < 2; i++)
+		for (int j = 0; j < 2; j++)
+			mori_xfer_list_free(lists[i][j]);
+	mori_client_close(c);
+	free(cp);
+}
+END_TEST
+
+/* Bad names and nodes, bad handles, a region freed under an open handle. */
+START_TEST(bad_input)
+{
+	struct target t;
+	target_start(&t, 1);
+	mori_client *c;
+	mori_mem *l, *m, *ra;
+	mori_xfer *x;
+	OK(mori_client_open(NA.dir, "bad", &c));
+	OK(mori_mem_alloc(c, 1 << 20, MORI_MEM_HOST, &l));
+	ck_assert_int_eq(mori_mem_open_remote(c, NB.addr, "nobody/kv", &m), MORI_EUNREACH);
+	ck_assert_ptr_nonnull(strstr(mori_client_last_error(c), "nobody/kv"));
+	/* a node where no daemon listens: MORI_ECONN naming it, within the 5 s lookup deadline */
+	char dead[96];
+	snprintf(dead, sizeof(dead), "%s:%d", NB.ns ? NB.ip : "127.0.0.1", NB.ns ? 7199 : free_port());
+	uint64_t t0 = mori_now_us();
+	int rc = mori_mem_open_remote(c, dead, "target/a", &m);
+	ck_assert_msg(rc == MORI_ECONN, "unreachable node gave %s", mori_strerror(rc));
+	ck_assert_ptr_nonnull(strstr(mori_client_last_error(c), dead));
+	ck_assert_uint_lt(mori_now_us() - t0, 7000000);
+	ck_assert_int_eq(mori_mem_open_remote(c, "no-port", "target/a", &m), MORI_EINVAL);
+	/* ranges are checked (the library checks first; the daemon checks its copy again) */
+	OK(mori_mem_open_remote(c, NB.addr, "target/a", &ra));
+	ck_assert_int_eq(mori_write(l, 0, ra, REGION_A - 10, 11, NULL, &x), MORI_ERANGE);
+	ck_assert_int_eq(mori_read(l, (1 << 20) - 1, ra, 0, 2, NULL, &x), MORI_ERANGE);
+	ck_assert_int_eq(mori_write(l, 0, ra, 0, 0, NULL, &x), MORI_EINVAL);
+	/* a blob of a remote region opens by handle, and a corrupted one is refused */
+	uint8_t blob[MORI_MEM_BLOB_MAX];
+	size_t bl;
+	OK(mori_mem_pack(ra, blob, sizeof(blob), &bl));
+	OK(mori_mem_unpack(c, blob, bl, &m));
+	OK(mori_write(l, 0, m, 4096, 4096, NULL, &x));
+	OK(mori_xfer_wait(x, 5000000));
+	mori_xfer_free(x);
+	OK(mori_mem_deregister(m));
+	/* the owner deregisters A: the open handle is stale at its next transfer, and so is a blob */
+	struct hreq h = {UINT32_MAX, 0};
+	ck_assert(write(t.to, &h, sizeof(h)) == sizeof(h));
+	ck_assert(read(t.from, &rc, sizeof(rc)) == sizeof(rc));
+	OK(rc);
+	OK(mori_write(l, 0, ra, 0, 4096, NULL, &x));
+	rc = mori_xfer_wait(x, 5000000);
+	ck_assert_msg(rc == MORI_ESTALE, "write to a freed region gave %s", mori_strerror(rc));
+	mori_xfer_free(x);
+	OK(mori_read(l, 0, ra, 0, 4096, NULL, &x));
+	ck_assert_int_eq(mori_xfer_wait(x, 5000000), MORI_ESTALE);
+	mori_xfer_free(x);
+	ck_assert_int_eq(mori_mem_unpack(c, blob, bl, &m), MORI_ESTALE);
+	OK(mori_mem_deregister(ra));
+	target_end(&t, NULL, NULL);
+	mori_client_close(c);
+}
+END_TEST
+
+/* A peer daemon that stops answering (SIGSTOP): transfers end with MORI_ETIMEDOUT at their
+ * deadline, naming the peer; cancellation ends one with MORI_ECANCELED. */
+START_TEST(deadline_and_cancel)
+{
+	struct target t;
+	target_start(&t, 2);
+	mori_client *c;
+	mori_mem *l, *ra;
+	mori_xfer *x, *y;
+	OK(mori_client_open(NA.dir, "deadline", &c));
+	OK(mori_mem_alloc(c, 16 << 20, MORI_MEM_HOST, &l));
+	OK(mori_mem_open_remote(c, NB.addr, "target/a", &ra));
+	OK(mori_write(l, 0, ra, 0, 4096, NULL, &x)); /* the streams are up */
+	OK(mori_xfer_wait(x, 5000000));
+	mori_xfer_free(x);
+	kill(NB.pid, SIGSTOP);
+	mori_xfer_opts o = {.timeout_us = 300000};
+	uint64_t t0 = mori_now_us();
+	OK(mori_write(l, 0, ra, 0, 16 << 20, &o, &x));
+	OK(mori_read(l, 0, ra, 0, 16 << 20, NULL, &y));
+	int rc = mori_xfer_wait(x, 3000000);
+	uint64_t dt = mori_now_us() - t0;
+	const char *msg = "";
+	mori_xfer_status(x, &msg);
+	ck_assert_msg(rc == MORI_ETIMEDOUT, "stopped peer gave %s (%s)", mori_strerror(rc), msg);
+	ck_assert_ptr_nonnull(strstr(msg, "300"));
+	ck_assert_uint_ge(dt, 290000);
+	ck_assert_uint_lt(dt, 1000000);
+	OK(mori_xfer_cancel(y));
+	ck_assert_int_eq(mori_xfer_wait(y, 1000000), MORI_ECANCELED);
+	mori_xfer_free(x);
+	mori_xfer_free(y);
+	kill(NB.pid, SIGCONT);
+	/* the peer is still usable afterwards, and the daemon has nothing left in flight */
+	memset(mori_mem_ptr(l), 0x5a, 8192);
+	OK(mori_write(l, 0, ra, 100, 8192, NULL, &x));
+	OK(mori_xfer_wait(x, 5000000));
+	mori_xfer_free(x);
+	memset(mori_mem_ptr(l), 0, 8192);
+	OK(mori_read(l, 0, ra, 100, 8192, NULL, &x));
+	OK(mori_xfer_wait(x, 5000000));
+	mori_xfer_free(x);
+	for (int i = 0; i < 8192; i++)
+		ck_assert_uint_eq(((uint8_t *)mori_mem_ptr(l))[i], 0x5a);
+	Mori__Reply *rep = node_list(&NA, 4);
+	ck_assert_uint_eq(rep->list->n_xfers, 0);
+	mori__reply__free_unpacked(rep, NULL);
+	OK(mori_mem_deregister(ra));
+	target_end(&t, NULL, NULL);
+	mori_client_close(c);
+}
+END_TEST
+
+/* The peer daemon is killed (SIGKILL) in the middle of a stream of transfers: each ends (OK if it
+ * finished before, else an error) within its deadline; after a restart (new epoch) the old handle
+ * is MORI_ESTALE and a new open works, without restarting anything on node A. */
+START_TEST(peer_killed)
+{
+	struct target t;
+	target_start(&t, 3);
+	mori_client *c;
+	mori_mem *l, *ra;
+	OK(mori_client_open(NA.dir, "survivor", &c));
+	OK(mori_mem_alloc(c, 64 << 20, MORI_MEM_HOST, &l));
+	OK(mori_mem_open_remote(c, NB.addr, "target/a", &ra));
+	uint8_t blob[MORI_MEM_BLOB_MAX];
+	size_t bl;
+	OK(mori_mem_pack(ra, blob, sizeof(blob), &bl));
+	enum { N = 64 };
+	mori_xfer *xs[N];
+	mori_xfer_opts o = {.timeout_us = 3000000};
+	for (int i = 0; i < N; i++) {
+		if (i & 1)
+			OK(mori_read(l, 0, ra, 0, 64 << 20, &o, &xs[i]));
+		else
+			OK(mori_write(l, 0, ra, 0, 64 << 20, &o, &xs[i]));
+	}
+	usleep(30000);
+	uint64_t t0 = mori_now_us();
+	node_kill9(&NB);
+	int ok = 0, failed = 0;
+	for (int i = 0; i < N; i++) {
+		int rc = mori_xfer_wait(xs[i], 5000000);
+		const char *msg = "";
+		mori_xfer_status(xs[i], &msg);
+		ck_assert_msg(rc == MORI_OK || rc == MORI_EPEERDEAD || rc == MORI_EIO || rc == MORI_ETIMEDOUT ||
+				      rc == MORI_ESTALE || rc == MORI_ECONN,
+			      "transfer %d: %s (%s)", i, mori_strerror(rc), msg);
+		ok += rc == MORI_OK;
+		failed += rc != MORI_OK;
+		mori_xfer_free(xs[i]);
+	}
+	uint64_t dt = mori_now_us() - t0;
+	fprintf(stderr, "# peer killed: %d transfers done before, %d failed, all ended after %llu ms\n", ok,
+		failed, (unsigned long long)(dt / 1000));
+	ck_assert_int_gt(failed, 0);
+	ck_assert_uint_lt(dt, 3500000);
+	kill(t.pid, SIGKILL); /* the target lost its daemon */
+	waitpid(t.pid, NULL, 0);
+	close(t.to);
+	close(t.from);
+
+	/* restart B: same address, new epoch */
+	ck_assert_int_eq(node_start(&NB, NULL), 0);
+	mori_xfer *x;
+	OK(mori_write(l, 0, ra, 0, 4096, NULL, &x));
+	int rc = mori_xfer_wait(x, 5000000);
+	ck_assert_msg(rc == MORI_ESTALE, "old handle after restart gave %s", mori_strerror(rc));
+	mori_xfer_free(x);
+	mori_mem *m;
+	ck_assert_int_eq(mori_mem_unpack(c, blob, bl, &m), MORI_ESTALE);
+	OK(mori_mem_deregister(ra));
+	target_start(&t, 4);
+	OK(mori_mem_open_remote(c, NB.addr, "target/a", &ra));
+	fill_random(mori_mem_ptr(l), 1 << 20, 99);
+	mori_desc d = {0, 12345, 1 << 20};
+	uint64_t want = local_hash(mori_mem_ptr(l), &d, NULL, 1);
+	OK(mori_write(l, 0, ra, 12345, 1 << 20, NULL, &x));
+	OK(mori_xfer_wait(x, 5000000));
+	mori_xfer_free(x);
+	ck_assert_uint_eq(ask_hash(&t, 0, &d, NULL, 1), want);
+	target_end(&t, NULL, NULL);
+	mori_client_close(c);
+}
+END_TEST
+
+/* The initiating client dies with transfers in flight: both daemons free everything. */
+START_TEST(initiator_killed)
+{
+	struct target t;
+	target_start(&t, 5);
+	pid_t child = fork();
+	if (child == 0) {
+		mori_client *k;
+		mori_mem *l, *r;
+		mori_xfer *x;
+		if (mori_client_open(NA.dir, "doomed", &k) || mori_mem_alloc(k, 32 << 20, MORI_MEM_HOST, &l) ||
+		    mori_mem_open_remote(k, NB.addr, "target/a", &r))
+			_exit(1);
+		for (;;)
+			if (mori_write(l, 0, r, 0, 32 << 20, NULL, &x) == MORI_OK)
+				(void)x; /* never waited for, never freed: the process dies with them */
+	}
+	usleep(300000);
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+	uint64_t t0 = mori_now_us();
+	uint32_t left = 1;
+	while (left && mori_now_us() - t0 < 3000000) {
+		Mori__Reply *rep = node_list(&NA, 4);
+		left = (uint32_t)rep->list->n_xfers;
+		mori__reply__free_unpacked(rep, NULL);
+		usleep(10000);
+	}
+	ck_assert_uint_eq(left, 0);
+	/* node B still serves */
+	mori_client *c;
+	mori_mem *l, *ra;
+	mori_xfer *x;
+	OK(mori_client_open(NA.dir, "next", &c));
+	OK(mori_mem_alloc(c, 4096, MORI_MEM_HOST, &l));
+	OK(mori_mem_open_remote(c, NB.addr, "target/a", &ra));
+	OK(mori_read(l, 0, ra, 0, 4096, NULL, &x));
+	OK(mori_xfer_wait(x, 5000000));
+	mori_xfer_free(x);
+	target_end(&t, NULL, NULL);
+	mori_client_close(c);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("xnode");
+	TCase *t = tcase_create("xnode");
+	tcase_add_checked_fixture(t, setup, teardown);
+	tcase_set_timeout(t, 600);
+	tcase_add_test(t, random_batches);
+	tcase_add_test(t, bad_input);
+	tcase_add_test(t, deadline_and_cancel);
+	tcase_add_test(t, peer_killed);
+	tcase_add_test(t, initiator_killed);
+	suite_add_tcase(s, t);
+	SRunner *r = srunner_create(s);
+	srunner_run_all(r, CK_NORMAL);
+	int failed = srunner_ntests_failed(r);
+	srunner_free(r);
+	return failed ? 1 : 0;
+}
