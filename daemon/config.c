@@ -36,6 +36,14 @@ static const struct opt opts[] = {
 	{"data_streams", T_INT, S(data_streams), 1, 16, "4", 1, "TCP data streams per peer"},
 	{"transfer_timeout_ms", T_INT, S(transfer_timeout_ms), 1, 3600000, "30000", 1, "default transfer deadline"},
 	{"ring_entries", T_INT, S(ring_entries), 64, 65536, "4096", 0, "submission/completion ring entries (power of two)"},
+	{"rdma_device", T_STR, S(rdma_device), 0, 0, "", 0, "RDMA verbs device to use (e.g. mlx5_0); empty: every usable one"},
+	{"rdma_port", T_INT, S(rdma_port), 0, 255, "0", 0, "RDMA port number; 0: every active port"},
+	{"rdma_gid_index", T_INT, S(rdma_gid_index), -1, 1023, "-1", 0, "GID index; -1: RoCEv2 GID of the first IPv4, else IPv6, address"},
+	{"rdma_include", T_STR, S(rdma_include), 0, 0, "", 0, "RDMA devices to use (comma list of names or globs); empty: all"},
+	{"rdma_exclude", T_STR, S(rdma_exclude), 0, 0, "", 0, "RDMA devices never to use (comma list of names or globs)"},
+	{"rdma_qp_timeout", T_INT, S(rdma_qp_timeout), 1, 31, "14", 1, "QP local ACK timeout exponent (4.096 us * 2^n) for new QPs"},
+	{"rdma_retry_cnt", T_INT, S(rdma_retry_cnt), 0, 7, "7", 1, "QP transport retries before an error, for new QPs"},
+	{"rdma_rnr_retry", T_INT, S(rdma_rnr_retry), 0, 7, "7", 1, "QP receiver-not-ready retries (7: forever), for new QPs"},
 	{"arena_mib", T_INT, S(arena_mib), 1, 1024, "64", 0, "per-client argument arena for cross-node batches, MiB"},
 };
 #define NOPTS (sizeof(opts) / sizeof(opts[0]))

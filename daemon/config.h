@@ -24,6 +24,15 @@ struct config {
 	int64_t arena_mib;
 	int64_t socket_mode;
 	char log_target[16];       /* auto, stderr, journal */
+	/* RDMA (daemon/rdma*.c) */
+	char rdma_device[64];      /* verbs device to use; empty: every usable one */
+	int64_t rdma_port;         /* 0: every active port */
+	int64_t rdma_gid_index;    /* -1: the RoCEv2 GID of the first IPv4, else IPv6, address */
+	char rdma_include[256];    /* comma list of device names or globs; empty: all */
+	char rdma_exclude[256];
+	int64_t rdma_qp_timeout;   /* local ACK timeout exponent: 4.096 us * 2^n */
+	int64_t rdma_retry_cnt;
+	int64_t rdma_rnr_retry;    /* 7: retry forever */
 
 	/* derived at validation */
 	uid_t uids[CFG_MAX_UIDS];

@@ -14,6 +14,7 @@
 #include "memory.h"
 #include "morid.h"
 #include "peer.h"
+#include "rdma.h"
 #include "registry.h"
 
 #define RECV_BATCH 32 /* requests per wake-up; level-triggered, the rest wait a turn */
@@ -271,6 +272,9 @@ int dispatch(struct morid *d, struct client *c, uid_t uid, Mori__Request *req, M
 	case MORI__REQUEST__BODY_PEER_HELLO:
 		deferred = peer_handle_request(d, c, req, rep, r, fds, nfds);
 		return deferred;
+	case MORI__REQUEST__BODY_NICS: /* rdma_dev.c (issue 7) */
+		rdma_nics_reply(d, rep, r);
+		break;
 	default:
 		count(d, C_BAD_REQUESTS, 1);
 		reply_error(rep, MORI_EPROTO, "unknown request type %d", (int)req->body_case);

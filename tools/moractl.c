@@ -26,6 +26,7 @@ static void usage(FILE *f)
 		"  memory      registered memory regions\n"
 		"  peers       other nodes' daemons and per-peer counters\n"
 		"  transfers   cross-node transfers in flight\n"
+		"  nics        RDMA devices and ports: state, MTU, speed, GID, NUMA, PCI, usable or why not\n"
 		"The runtime dir defaults to $MORI_RUNTIME_DIR, else /run/mori.\n");
 }
 
@@ -65,6 +66,37 @@ static void fmt_bytes(char *buf, size_t len, uint64_t b)
 	snprintf(buf, len, i ? "%.1f %s" : "%.0f %s", v, u[i]);
 }
 
+/* RDMA ports the daemon sees (issue 7). NULL when the daemon does not answer the request. */
+static Mori__Reply *nics_call(void)
+{
+	Mori__Request req = MORI__REQUEST__INIT;
+	Mori__NicsRequest nq = MORI__NICS_REQUEST__INIT;
+	req.body_case = MORI__REQUEST__BODY_NICS;
+	req.nics = &nq;
+	Mori__Reply *rep;
+	char err[512];
+	if (ctl_call(url, &req, &rep, timeout_ms, err, sizeof(err)) != MORI_OK)
+		return NULL;
+	if (rep->code != 0 || rep->body_case != MORI__REPLY__BODY_NICS) {
+		mori__reply__free_unpacked(rep, NULL);
+		return NULL;
+	}
+	return rep;
+}
+
+static void nics_count(unsigned *all, unsigned *usable)
+{
+	Mori__Reply *rep = nics_call();
+	*all = *usable = 0;
+	if (!rep)
+		return;
+	for (size_t i = 0; i < rep->nics->n_nics; i++) {
+		(*all)++;
+		*usable += rep->nics->nics[i]->usable;
+	}
+	mori__reply__free_unpacked(rep, NULL);
+}
+
 static int cmd_status(void)
 {
 	Mori__Request req = MORI__REQUEST__INIT;
@@ -91,6 +123,10 @@ static int cmd_status(void)
 		cJSON_AddNumberToObject(o, "transfers_in_flight", s->transfers_in_flight);
 		cJSON_AddStringToObject(o, "gpu", s->gpu);
 		cJSON_AddStringToObject(o, "node", s->node);
+		unsigned na, nu;
+		nics_count(&na, &nu);
+		cJSON_AddNumberToObject(o, "nics", na);
+		cJSON_AddNumberToObject(o, "nics_usable", nu);
 		char ep[32];
 		snprintf(ep, sizeof(ep), "%016llx", (unsigned long long)s->epoch);
 		cJSON_AddStringToObject(o, "epoch", ep);
@@ -109,6 +145,12 @@ static int cmd_status(void)
 		printf("  %-18s %s\n", "runtime dir", s->runtime_dir);
 		printf("  %-18s %s\n", "node address", s->node[0] ? s->node : "(no peer listener)");
 		printf("  %-18s %s\n", "gpu", s->gpu);
+		unsigned na, nu;
+		nics_count(&na, &nu);
+		if (na)
+			printf("  %-18s %u (%u usable)\n", "nics", na, nu);
+		else
+			printf("  %-18s %s\n", "nics", "no RDMA devices");
 		printf("  %-18s %u\n", "clients", s->clients);
 		printf("  %-18s %u regions, %s\n", "registered memory", s->regions, b);
 		printf("  %-18s %u\n", "peers", s->peers);
@@ -304,6 +346,73 @@ static int cmd_list(int what)
 	return 0;
 }
 
+static int cmd_nics(void)
+{
+	Mori__Request req = MORI__REQUEST__INIT;
+	Mori__NicsRequest nq = MORI__NICS_REQUEST__INIT;
+	req.body_case = MORI__REQUEST__BODY_NICS;
+	req.nics = &nq;
+	Mori__Reply *rep = call(&req);
+	if (rep->body_case != MORI__REPLY__BODY_NICS) {
+		fprintf(stderr, "moractl: daemon sent no device list\n");
+		return 1;
+	}
+	Mori__NicsReply *l = rep->nics;
+	if (json) {
+		cJSON *arr = cJSON_CreateArray();
+		for (size_t i = 0; i < l->n_nics; i++) {
+			Mori__NicInfo *e = l->nics[i];
+			cJSON *o = cJSON_CreateObject();
+			cJSON_AddStringToObject(o, "device", e->device);
+			cJSON_AddNumberToObject(o, "port", e->port);
+			cJSON_AddStringToObject(o, "state", e->state);
+			cJSON_AddStringToObject(o, "link_layer", e->link_layer);
+			cJSON_AddNumberToObject(o, "active_mtu", e->active_mtu);
+			cJSON_AddNumberToObject(o, "max_mtu", e->max_mtu);
+			cJSON_AddStringToObject(o, "speed", e->speed);
+			cJSON_AddNumberToObject(o, "gbps", e->gbps);
+			cJSON_AddNumberToObject(o, "max_msg", e->max_msg);
+			cJSON_AddNumberToObject(o, "max_qp_wr", e->max_qp_wr);
+			cJSON_AddNumberToObject(o, "gid_index", e->gid_index);
+			cJSON_AddStringToObject(o, "gid", e->gid);
+			cJSON_AddStringToObject(o, "gid_type", e->gid_type);
+			cJSON_AddStringToObject(o, "address", e->address);
+			cJSON_AddStringToObject(o, "netdev", e->netdev);
+			cJSON_AddNumberToObject(o, "numa_node", e->numa_node);
+			cJSON_AddStringToObject(o, "pci", e->pci);
+			cJSON_AddStringToObject(o, "pci_path", e->pci_path);
+			cJSON_AddStringToObject(o, "fw", e->fw);
+			cJSON_AddBoolToObject(o, "usable", e->usable);
+			cJSON_AddStringToObject(o, "reason", e->reason);
+			cJSON_AddItemToArray(arr, o);
+		}
+		cJSON *o = cJSON_CreateObject();
+		cJSON_AddItemToObject(o, "nics", arr);
+		cJSON_AddStringToObject(o, "note", l->note);
+		print_json(o);
+	} else if (l->n_nics == 0) {
+		printf("%s\n", l->note[0] ? l->note : "no RDMA devices");
+	} else {
+		printf("%-10s %-4s %-7s %-8s %-5s %-16s %-4s %-26s %-8s %-4s %-12s %s\n", "DEVICE", "PORT",
+		       "STATE", "LINK", "MTU", "SPEED", "GID", "ADDRESS", "NETDEV", "NUMA", "PCI", "USE");
+		for (size_t i = 0; i < l->n_nics; i++) {
+			Mori__NicInfo *e = l->nics[i];
+			char gid[16], numa[16];
+			snprintf(gid, sizeof(gid), e->gid_index >= 0 ? "%d" : "-", e->gid_index);
+			snprintf(numa, sizeof(numa), e->numa_node >= 0 ? "%d" : "-", e->numa_node);
+			printf("%-10s %-4u %-7s %-8s %-5u %-16s %-4s %-26s %-8s %-4s %-12s %s%s\n", e->device,
+			       e->port, e->state, e->link_layer, e->active_mtu, e->speed, gid,
+			       e->address[0] ? e->address : (e->gid[0] ? e->gid : "-"),
+			       e->netdev[0] ? e->netdev : "-", numa, e->pci[0] ? e->pci : "virtual",
+			       e->usable ? "yes" : "no: ", e->usable ? "" : e->reason);
+		}
+		if (l->note[0])
+			printf("note: %s\n", l->note);
+	}
+	mori__reply__free_unpacked(rep, NULL);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *rundir = getenv("MORI_RUNTIME_DIR");
@@ -355,6 +464,8 @@ int main(int argc, char **argv)
 		return cmd_list(3);
 	if (!strcmp(cmd, "transfers"))
 		return cmd_list(4);
+	if (!strcmp(cmd, "nics"))
+		return cmd_nics();
 	fprintf(stderr, "moractl: unknown command '%s' (try --help)\n", cmd);
 	return 2;
 }
