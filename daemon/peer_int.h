@@ -164,6 +164,7 @@ struct stream {
 	pid_t rx_pid;             /* CMA destination */
 	uint64_t rx_addr;
 	int rx_code;              /* nonzero: payload is discarded */
+	int rx_big;               /* the last payload was large and direct */
 	int rx_collect;           /* payload is a message: kept in rx_msg */
 	char rx_msg[256];
 	uint32_t rx_msglen;

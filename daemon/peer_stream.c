@@ -382,6 +382,7 @@ static int frame_begin(struct stream *s)
 		if (s->outgoing || h->len)
 			return proto_error(s, "bad read/abort frame");
 		s->rx_payload = 0;
+		s->rx_big = 0;
 		if (h->type == F_READ)
 			rx_read_req(s);
 		else
@@ -437,6 +438,7 @@ static void on_hello(struct stream *s)
 static void payload_end(struct stream *s)
 {
 	s->rx_payload = 0;
+	s->rx_big = s->h.len >= RX_DIRECT_MIN && s->rx_dst;
 	switch (s->h.type) {
 	case F_HELLO:
 	case F_HELLO_ACK:
@@ -513,6 +515,11 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 		/* Straight into the destination region: exactly the payload, nothing beyond it. */
 		buf->base = (char *)s->rx_dst;
 		buf->len = s->rx_left;
+	} else if (!s->rx_payload && s->rx_big) {
+		/* After a large payload another likely follows: take just its header, so that the
+		 * payload lands directly instead of through the staging buffer. */
+		buf->base = (char *)s->rxbuf;
+		buf->len = HDR - s->hhave;
 	} else {
 		buf->base = (char *)s->rxbuf;
 		buf->len = RX_BUF;

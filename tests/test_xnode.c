@@ -282,7 +282,11 @@ static void target_start(struct target *t, uint64_t seed)
 	t->to = to_t[1];
 	t->from = from_t[0];
 	char ready;
-	ck_assert_int_eq(read(t->from, &ready, 1), 1);
+	if (read(t->from, &ready, 1) != 1) {
+		int st = 0;
+		waitpid(t->pid, &st, 0);
+		ck_abort_msg("target process failed to start: exit %d (see target_main)", WEXITSTATUS(st));
+	}
 }
 
 static void target_end(struct target *t, uint64_t *notifs, uint64_t *tagsum)
