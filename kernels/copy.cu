@@ -80,14 +80,20 @@ MORI_KERNEL void __launch_bounds__(MORI_COPY_BLOCK_THREADS, MORI_COPY_BLOCKS_PER
 	const uint64_t step = mori_grid_warps();
 	const struct mori_copy_desc *descs = reinterpret_cast<const struct mori_copy_desc *>(a.descs);
 	const uint32_t *first = reinterpret_cast<const uint32_t *>(a.first_chunk);
+	const uint32_t *index = reinterpret_cast<const uint32_t *>(a.index);
 	for (uint64_t c = mori_global_warp(); c < a.total_chunks; c += step) {
 		uint32_t di;
 		uint64_t off;
 		struct mori_copy_desc d;
 		if (a.descs) {
-			di = first ? find_desc(first, a.n, c) : (uint32_t)c;
-			off = first ? (c - first[di]) << a.chunk_shift : 0;
-			d = descs[di];
+			if (a.uniform) {
+				di = (uint32_t)(a.uniform == 1 ? c : c / a.uniform);
+				off = (c - (uint64_t)di * a.uniform) << a.chunk_shift;
+			} else {
+				di = find_desc(first, a.n, c);
+				off = (c - first[di]) << a.chunk_shift;
+			}
+			d = descs[index ? index[di] : di];
 		} else {
 			// Inline batch: a short unrolled scan keeps the parameters in constant memory.
 			di = 0;

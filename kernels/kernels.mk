@@ -1,5 +1,5 @@
 # GPU kernels, built ahead of time and embedded in libmori as a generated C array.
-# Invoked by the top Makefile as: make -f kernels/kernels.mk B=build NVCC=/path/to/nvcc [HIPCC=...]
+# Invoked by the top Makefile as: make -f kernels/kernels.mk B=build NVCC=/path/to/nvcc
 #   with nvcc:    a fatbin for sm_80 and sm_90 plus compute_90 PTX (newer GPUs JIT the PTX);
 #                 kernels/abi_check.c also checks gpu.h's restated driver ABI against cuda.h.
 #   without nvcc: an empty image; libmori then answers GPU transfers with MORI_ENOKERNEL.

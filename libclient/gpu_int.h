@@ -9,7 +9,8 @@
 
 #define GPU_MAX_DEVICES 16
 #define GPU_STAGING_BYTES (4u << 20)   /* descriptor staging ring, pinned host + device */
-#define GPU_SLICE_DESCS 16384          /* descriptors per launch of a large batch */
+#define GPU_SLICE_DESCS 65536          /* most descriptors per launch of a large batch */
+#define GPU_FIRST_SLICE_DESCS 1024     /* the first launch's: the GPU starts while the CPU stages */
 #define GPU_UNMAP_WAIT_US 2000000      /* how long an unmap waits for this client's copies */
 
 /* gpu_handle_type values in MemRegister / MemOpenReply. */

@@ -98,6 +98,7 @@ struct mori_xfer_list {
 	mori_desc *descs;
 	size_t n;
 	uint64_t list_id;         /* daemon's id for cross-node lists */
+	void *gpu_priv;           /* same-node VRAM lists: descriptors kept on the GPU (gpu_copy.c) */
 };
 
 /* client.c */
@@ -131,6 +132,15 @@ void gpu_mem_close(mori_client *c, mori_mem *m);
 int gpu_xfer(mori_client *c, int op, mori_mem *local, mori_mem *remote, const mori_desc *descs,
 	     size_t n, void *stream, struct mori_xfer *x);
 int gpu_xfer_poll(struct mori_xfer *x); /* MORI_EINPROGRESS, MORI_OK or an error */
+/* Prepared lists where either side is VRAM (same node): gpu_list_prep uploads the list's
+ * descriptors to the GPU once (sets l->gpu_priv); gpu_xfer_list then stages only the indices
+ * (4 bytes each) instead of flattened descriptors; gpu_list_free (before freeing l) waits for
+ * copies still reading them. gpu_xfer_list also works without a prep (it then stages the
+ * indexed descriptors, like gpu_xfer on a flattened array). */
+int gpu_list_prep(mori_client *c, struct mori_xfer_list *l);
+void gpu_list_free(mori_client *c, struct mori_xfer_list *l);
+int gpu_xfer_list(mori_client *c, int op, struct mori_xfer_list *l, const uint32_t *idx, size_t n,
+		  void *stream, struct mori_xfer *x);
 void gpu_ctx_free(mori_client *c);
 /* Is this pointer device memory? 1 yes, 0 no, <0 no runtime. */
 int gpu_ptr_is_device(const void *ptr);

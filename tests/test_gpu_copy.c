@@ -206,6 +206,92 @@ START_TEST(alignment_edges)
 }
 END_TEST
 
+/* Prepared lists (descriptors on the GPU, indices staged): random subsets in random order,
+ * lists of one block size (uniform chunking) and of mixed sizes (first-chunk table), small
+ * (inline) and large (several slices) submissions. */
+START_TEST(random_lists)
+{
+	uint64_t seed = test_seed();
+	const uint64_t size = 16u << 20;
+	gpu_dptr A, B;
+	CKR(g->mem_alloc(&A, size));
+	CKR(g->mem_alloc(&B, size));
+	uint8_t *ma = malloc(size), *mb = malloc(size), *got = malloc(size);
+	fill_random(&seed, ma, size);
+	fill_random(&seed, mb, size);
+	CKR(g->memcpy_htod_async(A, ma, size, NULL));
+	CKR(g->memcpy_htod_async(B, mb, size, NULL));
+	CKR(g->stream_synchronize(NULL));
+	mori_mem L = {.c = &C, .local = 1, .kind = MORI_MEM_VRAM, .size = size, .dptr = A};
+	mori_mem R = {.c = &C, .kind = MORI_MEM_VRAM, .size = size, .dptr = B};
+	const size_t N = 30000;
+	struct gpu_move *mv = malloc(N * sizeof(*mv)), *sel = malloc(N * sizeof(*sel));
+	mori_desc *d = malloc(N * sizeof(*d));
+	uint32_t *idx = malloc(N * sizeof(*idx)), *perm = malloc(N * sizeof(*perm));
+	for (int round = 0; round < 8; round++) {
+		size_t n = round < 4 ? N : 1 + test_rand(&seed) % 500;
+		int uniform = round & 1;
+		int op = round & 2 ? MORI_OP_READ : MORI_OP_WRITE;
+		uint64_t src_size = size, dst_size = size;
+		gpu_random_moves(&seed, mv, n, src_size, dst_size, 70000);
+		if (uniform) { /* one block size everywhere (slots are >= 512 bytes), in shuffled slots */
+			uint64_t slot = dst_size / n, len = 512;
+			for (size_t i = 0; i < n; i++) {
+				uint64_t where = mv[i].dst / slot; /* keep the shuffle, redo the placement */
+				mv[i] = (struct gpu_move){test_rand(&seed) % (src_size - len + 1),
+							  where * slot + test_rand(&seed) % (slot - len + 1), len};
+			}
+		}
+		gpu_moves_to_descs(mv, n, op, d);
+		struct mori_xfer_list lst = {.local = &L, .remote = &R, .descs = d, .n = n};
+		ck_assert_int_eq(gpu_list_prep(&C, &lst), MORI_OK);
+		ck_assert_ptr_nonnull(lst.gpu_priv);
+		for (int sub = 0; sub < 10; sub++) {
+			size_t k = sub < 3 ? 1 + test_rand(&seed) % MORI_COPY_INLINE : 1 + test_rand(&seed) % n;
+			for (size_t i = 0; i < n; i++)
+				perm[i] = (uint32_t)i;
+			for (size_t i = 0; i < k; i++) { /* k distinct indices: destinations stay disjoint */
+				size_t j = i + test_rand(&seed) % (n - i);
+				uint32_t t = perm[i];
+				perm[i] = perm[j];
+				perm[j] = t;
+				idx[i] = perm[i];
+				sel[i] = mv[perm[i]];
+			}
+			struct mori_xfer x = {.c = &C};
+			x.deadline_us = mori_now_us() + 10000000;
+			int rc = gpu_xfer_list(&C, op, &lst, idx, k, NULL, &x);
+			if (rc == MORI_OK)
+				while ((rc = gpu_xfer_poll(&x)) == MORI_EINPROGRESS)
+					;
+			ck_assert_msg(rc == MORI_OK, "round %d sub %d: %s: %s", round, sub, mori_strerror(rc), mori_client_last_error(&C));
+			uint8_t *msrc = op == MORI_OP_WRITE ? ma : mb, *mdst = op == MORI_OP_WRITE ? mb : ma;
+			gpu_model_apply(sel, k, msrc, mdst);
+			CKR(g->memcpy_dtoh_async(got, op == MORI_OP_WRITE ? B : A, size, NULL));
+			CKR(g->stream_synchronize(NULL));
+			long long at = gpu_first_diff(got, mdst, size);
+			ck_assert_msg(at < 0, "round %d (uniform %d, op %d) sub %d (k=%zu of %zu): first wrong byte at %lld", round,
+				      uniform, op, sub, k, n, at);
+		}
+		idx[0] = (uint32_t)n; /* out of the list */
+		struct mori_xfer x = {.c = &C};
+		ck_assert_int_eq(gpu_xfer_list(&C, op, &lst, idx, 1, NULL, &x), MORI_ERANGE);
+		gpu_list_free(&C, &lst);
+		ck_assert_ptr_null(lst.gpu_priv);
+	}
+	free(mv);
+	free(sel);
+	free(d);
+	free(idx);
+	free(perm);
+	free(ma);
+	free(mb);
+	free(got);
+	g->mem_free(A);
+	g->mem_free(B);
+}
+END_TEST
+
 START_TEST(register_kinds)
 {
 	uint8_t buf[128];
@@ -340,6 +426,7 @@ int main(void)
 	tcase_add_test(t, alignment_edges);
 	tcase_add_test(t, random_batches_vram);
 	tcase_add_test(t, random_batches_host);
+	tcase_add_test(t, random_lists);
 	suite_add_tcase(s, t);
 	SRunner *r = srunner_create(s);
 	srunner_run_all(r, CK_NORMAL);
