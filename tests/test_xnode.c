@@ -13,6 +13,7 @@
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 
 #include "ctl.h"
@@ -97,6 +98,7 @@ static int node_start(struct node *n, const char *const *extra)
 		FILE *f = freopen(n->log, "a", stderr);
 		(void)f;
 		unsetenv("NOTIFY_SOCKET");
+		prctl(PR_SET_PDEATHSIG, SIGKILL); /* a failed check ends the test without teardown */
 		if (n->ns)
 			execvp("ip", (char *const *)argv);
 		else
@@ -162,10 +164,24 @@ static void setup(void)
 	ck_assert_int_eq(node_start(&NB, NULL), 0);
 }
 
+static void node_clean(struct node *n)
+{
+	char cmd[700];
+	if (getenv("KEEP_TMP") && !strcmp(getenv("KEEP_TMP"), "1")) {
+		fprintf(stderr, "# kept %s and %s\n", n->dir, n->log);
+		return;
+	}
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s'", n->dir, n->log);
+	if (system(cmd) != 0)
+		fprintf(stderr, "# could not remove %s\n", n->dir);
+}
+
 static void teardown(void)
 {
 	node_stop(&NA);
 	node_stop(&NB);
+	node_clean(&NA);
+	node_clean(&NB);
 }
 
 static void fill_random(uint8_t *p, size_t n, uint64_t seed)
