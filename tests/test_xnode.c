@@ -16,6 +16,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 
+#include "../libclient/internal.h" /* raw ring access: the daemon must check what the library would */
 #include "ctl.h"
 #include "harness.h"
 #include "mori.h"
@@ -721,6 +722,143 @@ START_TEST(initiator_killed)
 }
 END_TEST
 
+/* ---- the daemon's own checks, with the library's bypassed: raw entries on the ring ---- */
+
+static struct mori_cqe raw_wait(mori_client *c, uint64_t user_data, int timeout_ms)
+{
+	struct mori_cqe e;
+	uint64_t t0 = mori_now_us();
+	while (mori_now_us() - t0 < (uint64_t)timeout_ms * 1000) {
+		while (ring_pop(c->cqh, c->cqe, c->lay.cq_entries, &e) == 0)
+			if (e.type == CQE_XFER_DONE) {
+				ck_assert_msg(e.user_data == user_data, "completion for %llu while waiting for %llu",
+					      (unsigned long long)e.user_data, (unsigned long long)user_data);
+				return e;
+			}
+		usleep(1000);
+	}
+	ck_abort_msg("no completion for %llu within %d ms", (unsigned long long)user_data, timeout_ms);
+	return e;
+}
+
+static int raw_xfer(mori_client *c, uint16_t op, uint16_t flags, uint64_t id, uint64_t local, uint64_t remote,
+		    uint64_t arg_off, uint32_t count, char *msg, size_t msglen)
+{
+	struct mori_sqe e = {.op = op, .flags = flags, .count = count, .user_data = id, .local_region = local,
+			     .remote = remote, .arg_off = arg_off};
+	OK(client_submit(c, &e));
+	struct mori_cqe q = raw_wait(c, id, 5000);
+	if (msg)
+		snprintf(msg, msglen, "%s", q.msg);
+	return q.code;
+}
+
+START_TEST(raw_submissions)
+{
+	struct target t;
+	target_start(&t, 6);
+	mori_client *c, *other;
+	mori_mem *l, *ra, *ol;
+	OK(mori_client_open(NA.dir, "raw", &c));
+	OK(mori_client_open(NA.dir, "other", &other));
+	OK(mori_mem_alloc(c, 1 << 20, MORI_MEM_HOST, &l));
+	OK(mori_mem_alloc(other, 4096, MORI_MEM_HOST, &ol));
+	OK(mori_mem_open_remote(c, NB.addr, "target/a", &ra));
+	uint64_t ref = ra->remote_ref, lr = l->region_id;
+	uint8_t *arena = (uint8_t *)c->ring + c->lay.arena_off;
+	uint64_t off = c->lay.arena_bytes - 4096; /* far from what the library hands out */
+	mori_desc *d = (mori_desc *)(arena + off);
+	char msg[64];
+	uint64_t id = 1000;
+	/* a good one first */
+	d[0] = (mori_desc){0, 0, 4096};
+	ck_assert_int_eq(raw_xfer(c, SQE_XFER, 0, ++id, lr, ref, off, 1, NULL, 0), MORI_OK);
+	/* arguments outside the arena, empty batch */
+	ck_assert_int_eq(raw_xfer(c, SQE_XFER, 0, ++id, lr, ref, c->lay.arena_bytes - 8, 1, msg, sizeof(msg)), MORI_ERANGE);
+	ck_assert_int_eq(raw_xfer(c, SQE_XFER, 0, ++id, lr, ref, UINT64_MAX - 8, 1, msg, sizeof(msg)), MORI_ERANGE);
+	ck_assert_int_eq(raw_xfer(c, SQE_XFER, 0, ++id, lr, ref, off, UINT32_MAX, msg, sizeof(msg)), MORI_ERANGE);
+	ck_assert_int_eq(raw_xfer(c, SQE_XFER, 0, ++id, lr, ref, off, 0, msg, sizeof(msg)), MORI_EINVAL);
+	/* regions: unknown, another client's, a ref this client never opened */
+	ck_assert_int_eq(raw_xfer(c, SQE_XFER, 0, ++id, 9999, ref, off, 1, msg, sizeof(msg)), MORI_ENOENT);
+	ck_assert_int_eq(raw_xfer(c, SQE_XFER, 0, ++id, ol->region_id, ref, off, 1, msg, sizeof(msg)), MORI_ENOENT);
+	ck_assert_int_eq(raw_xfer(c, SQE_XFER, 0, ++id, lr, ref + 1, off, 1, msg, sizeof(msg)), MORI_ENOENT);
+	ck_assert_int_eq(raw_xfer(c, SQE_XFER, 0, ++id, lr, 0, off, 1, msg, sizeof(msg)), MORI_ENOENT);
+	/* descriptors: zero length, outside the local region, outside the remote one, overflow */
+	d[0] = (mori_desc){0, 0, 0};
+	ck_assert_int_eq(raw_xfer(c, SQE_XFER, 0, ++id, lr, ref, off, 1, msg, sizeof(msg)), MORI_EINVAL);
+	d[0] = (mori_desc){(1 << 20) - 1, 0, 2};
+	ck_assert_int_eq(raw_xfer(c, SQE_XFER, SQE_F_READ, ++id, lr, ref, off, 1, msg, sizeof(msg)), MORI_ERANGE);
+	d[0] = (mori_desc){0, REGION_A, 1};
+	ck_assert_int_eq(raw_xfer(c, SQE_XFER, 0, ++id, lr, ref, off, 1, msg, sizeof(msg)), MORI_ERANGE);
+	d[0] = (mori_desc){0, 16, UINT64_MAX - 8};
+	ck_assert_int_eq(raw_xfer(c, SQE_XFER, 0, ++id, lr, ref, off, 1, msg, sizeof(msg)), MORI_ERANGE);
+	d[0] = (mori_desc){0, 0, 8};
+	d[1] = (mori_desc){8, UINT64_MAX, 8};
+	ck_assert_int_eq(raw_xfer(c, SQE_XFER, 0, ++id, lr, ref, off, 2, msg, sizeof(msg)), MORI_ERANGE);
+	/* prepared lists: unknown list, index past its end, a list of another region */
+	mori_desc slots[4] = {{0, 0, 100}, {100, 100, 100}, {200, 200, 100}, {300, 300, 100}};
+	mori_xfer_list *pl;
+	OK(mori_xfer_prep(l, ra, slots, 4, &pl));
+	uint32_t *ix = (uint32_t *)(arena + off);
+	ix[0] = 3;
+	ck_assert_int_eq(raw_xfer(c, SQE_XFER_LIST, 0, ++id, lr, pl->list_id, off, 1, NULL, 0), MORI_OK);
+	ix[1] = 4;
+	ck_assert_int_eq(raw_xfer(c, SQE_XFER_LIST, 0, ++id, lr, pl->list_id, off, 2, msg, sizeof(msg)), MORI_ERANGE);
+	ck_assert_int_eq(raw_xfer(c, SQE_XFER_LIST, 0, ++id, lr, pl->list_id + 1, off, 1, msg, sizeof(msg)), MORI_ENOENT);
+	ck_assert_int_eq(raw_xfer(c, SQE_XFER_LIST, 0, ++id, lr, 0, off, 1, msg, sizeof(msg)), MORI_ENOENT);
+	/* XferPrep at the daemon: no memfd, a short one, an unknown ref, a bad descriptor */
+	Mori__Request req = MORI__REQUEST__INIT;
+	Mori__XferPrep xp = MORI__XFER_PREP__INIT;
+	Mori__Reply *rep;
+	req.body_case = MORI__REQUEST__BODY_XFER_PREP;
+	req.xfer_prep = &xp;
+	xp.local_region = lr;
+	xp.remote_ref = ref;
+	xp.count = 4;
+	ck_assert_int_eq(client_rpc(c, &req, NULL, 0, &rep, NULL, NULL), MORI_EINVAL);
+	int fd = memfd_create("descs", 0);
+	ck_assert(write(fd, slots, sizeof(slots)) == (ssize_t)sizeof(slots));
+	xp.count = 5;
+	ck_assert_int_eq(client_rpc(c, &req, &fd, 1, &rep, NULL, NULL), MORI_EINVAL);
+	xp.count = 4;
+	xp.remote_ref = ref + 7;
+	ck_assert_int_eq(client_rpc(c, &req, &fd, 1, &rep, NULL, NULL), MORI_ENOENT);
+	xp.remote_ref = ref;
+	xp.local_region = ol->region_id;
+	ck_assert_int_eq(client_rpc(c, &req, &fd, 1, &rep, NULL, NULL), MORI_ENOENT);
+	xp.local_region = lr;
+	slots[2].remote_offset = REGION_A - 50;
+	ck_assert(pwrite(fd, slots, sizeof(slots), 0) == (ssize_t)sizeof(slots));
+	ck_assert_int_eq(client_rpc(c, &req, &fd, 1, &rep, NULL, NULL), MORI_ERANGE);
+	close(fd);
+	/* a duplicate id while the first is in flight; cancel; an unknown cancel is ignored */
+	kill(NB.pid, SIGSTOP);
+	d[0] = (mori_desc){0, 0, 1 << 20};
+	struct mori_sqe e = {.op = SQE_XFER, .count = 1, .user_data = 77, .local_region = lr, .remote = ref,
+			     .arg_off = off, .timeout_us = 10000000};
+	OK(client_submit(c, &e));
+	ck_assert_int_eq(raw_xfer(c, SQE_XFER, 0, 77, lr, ref, off, 1, msg, sizeof(msg)), MORI_EINVAL);
+	struct mori_sqe k = {.op = SQE_CANCEL, .user_data = 78};
+	OK(client_submit(c, &k));
+	k.user_data = 77;
+	OK(client_submit(c, &k));
+	struct mori_cqe q = raw_wait(c, 77, 2000);
+	ck_assert_int_eq(q.code, MORI_ECANCELED);
+	OK(client_submit(c, &k)); /* cancelling again: nothing more */
+	kill(NB.pid, SIGCONT);
+	/* exactly one completion per submission: nothing else arrives */
+	usleep(200000);
+	struct mori_cqe extra;
+	ck_assert_int_eq(ring_pop(c->cqh, c->cqe, c->lay.cq_entries, &extra), -1);
+	/* and the daemon still works */
+	d[0] = (mori_desc){0, 0, 4096};
+	ck_assert_int_eq(raw_xfer(c, SQE_XFER, SQE_F_READ, ++id, lr, ref, off, 1, NULL, 0), MORI_OK);
+	target_end(&t, NULL, NULL);
+	mori_client_close(other);
+	mori_client_close(c);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("xnode");
@@ -732,6 +870,7 @@ int main(void)
 	tcase_add_test(t, deadline_and_cancel);
 	tcase_add_test(t, peer_killed);
 	tcase_add_test(t, initiator_killed);
+	tcase_add_test(t, raw_submissions);
 	suite_add_tcase(s, t);
 	SRunner *r = srunner_create(s);
 	srunner_run_all(r, CK_NORMAL);
