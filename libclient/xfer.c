@@ -295,13 +295,12 @@ static int host_batch(mori_client *c, int op, mori_mem *l, mori_mem *r, const mo
 
 /* ---- submission, shared by the three forms ---- */
 
+/* total: the bytes of the batch, summed by the caller during its validation pass. */
 static int submit(int op, mori_mem *l, mori_mem *r, const mori_desc *d, const uint32_t *idx,
-		  size_t n, uint64_t list_id, const mori_xfer_opts *o, mori_xfer **out)
+		  size_t n, mori_xfer_list *list, uint64_t total, const mori_xfer_opts *o, mori_xfer **out)
 {
 	mori_client *c = l->c;
-	uint64_t total = 0;
-	for (size_t i = 0; i < n; i++)
-		total += d[idx ? idx[i] : i].length;
+	uint64_t list_id = list && r->remote ? list->list_id : 0;
 	struct mori_xfer *x = xfer_new(c, l, r, o);
 	if (!x)
 		return set_error(c, MORI_ENOMEM, "out of memory");
@@ -367,20 +366,9 @@ static int submit(int op, mori_mem *l, mori_mem *r, const mori_desc *d, const ui
 		return MORI_OK;
 	}
 	if (l->kind == MORI_MEM_VRAM || r->kind == MORI_MEM_VRAM) {
-		mori_desc *flat = (mori_desc *)d;
-		if (idx) {
-			flat = malloc(n * sizeof(*flat));
-			if (!flat) {
-				finish(x, MORI_ENOMEM, "");
-				free(x);
-				return set_error(c, MORI_ENOMEM, "out of memory");
-			}
-			for (size_t i = 0; i < n; i++)
-				flat[i] = d[idx[i]];
-		}
-		rc = gpu_xfer(c, op, l, r, flat, n, o ? o->stream : NULL, x);
-		if (flat != d)
-			free(flat);
+		/* Lists stage only their indices (the descriptors already live on the GPU). */
+		void *stream = o ? o->stream : NULL;
+		rc = list ? gpu_xfer_list(c, op, list, idx, n, stream, x) : gpu_xfer(c, op, l, r, d, n, stream, x);
 		if (rc != MORI_OK) {
 			finish(x, rc, mori_client_last_error(c));
 			free(x);
@@ -410,10 +398,13 @@ int mori_xfer_batch(int op, mori_mem *local, mori_mem *remote, const mori_desc *
 		return set_error(c, MORI_EINVAL, "transfer: empty batch");
 	if (n > UINT32_MAX)
 		return set_error(c, MORI_EINVAL, "transfer: batch of %zu descriptors is too large", n);
-	for (size_t i = 0; i < n; i++)
+	uint64_t total = 0;
+	for (size_t i = 0; i < n; i++) {
 		if ((rc = check_desc(c, local, remote, &descs[i], i)) != MORI_OK)
 			return rc;
-	return submit(op, local, remote, descs, NULL, n, 0, opts, out);
+		total += descs[i].length;
+	}
+	return submit(op, local, remote, descs, NULL, n, NULL, total, opts, out);
 }
 
 int mori_write(mori_mem *local, uint64_t local_offset, mori_mem *remote, uint64_t remote_offset,
@@ -504,7 +495,14 @@ int mori_xfer_prep(mori_mem *local, mori_mem *remote, const mori_desc *descs, si
 	l->n = n;
 	l->local = local;
 	l->remote = remote;
-	if (remote->remote) {
+	if (!remote->remote && (local->kind == MORI_MEM_VRAM || remote->kind == MORI_MEM_VRAM)) {
+		rc = gpu_list_prep(c, l); /* descriptors uploaded to the GPU once */
+		if (rc != MORI_OK) {
+			free(l->descs);
+			free(l);
+			return rc;
+		}
+	} else if (remote->remote) {
 		rc = xfer_prep_remote(c, l);
 		if (rc != MORI_OK) {
 			free(l->descs);
@@ -527,16 +525,21 @@ int mori_xfer_submit(mori_xfer_list *l, int op, const uint32_t *idx, size_t n,
 	mori_client *c = l->local->c;
 	if (op != MORI_OP_READ && op != MORI_OP_WRITE)
 		return set_error(c, MORI_EINVAL, "xfer_submit: unknown op %d", op);
-	for (size_t i = 0; i < n; i++)
+	uint64_t total = 0;
+	for (size_t i = 0; i < n; i++) {
 		if (idx[i] >= l->n)
 			return set_error(c, MORI_ERANGE, "xfer_submit: index %u at %zu >= list length %zu", idx[i], i, l->n);
-	return submit(op, l->local, l->remote, l->descs, idx, n, l->remote->remote ? l->list_id : 0, opts, out);
+		total += l->descs[idx[i]].length;
+	}
+	return submit(op, l->local, l->remote, l->descs, idx, n, l, total, opts, out);
 }
 
 void mori_xfer_list_free(mori_xfer_list *l)
 {
 	if (!l)
 		return;
+	if (l->gpu_priv)
+		gpu_list_free(l->local->c, l);
 	if (l->list_id)
 		xfer_unprep_remote(l->local->c, l);
 	free(l->descs);
