@@ -96,7 +96,7 @@ static void on_tick(uv_timer_t *t)
 						 PEER_LOOKUP_TIMEOUT_MS);
 				rpc_finish(p, q, q->sent ? MORI_ETIMEDOUT : MORI_ECONN, m, NULL);
 				rpc_kick(p);
-			} else if (!q->sent) {
+			} else if (!q->sent && now - p->rpc_try_us >= RPC_RETRY_MS * 1000ull) {
 				rpc_kick(p);
 			}
 		}
@@ -333,6 +333,7 @@ static void rpc_kick(struct peer *p)
 	struct rpc *q = list_entry(p->rpcs.next, struct rpc, link);
 	if (q->sent)
 		return;
+	p->rpc_try_us = mori_now_us();
 	Mori__Request req = MORI__REQUEST__INIT;
 	Mori__PeerHello ph = MORI__PEER_HELLO__INIT;
 	Mori__MemLookup ml = MORI__MEM_LOOKUP__INIT;

@@ -18,6 +18,8 @@
 #define PEER_BACKOFF_MAX_MS 1000
 #define PEER_TICK_MS 10               /* deadline resolution */
 #define INB_SLACK_MS 2000             /* target keeps a transfer's state this long past its deadline */
+#define INB_MAX_MS (3600u * 1000)     /* ... whatever deadline a peer claims */
+#define RPC_RETRY_MS 50               /* an unsent request (no connection yet) is retried this often */
 
 #define CHUNK_MAX (512u << 10)        /* largest payload of one frame */
 #define BATCH_MAX (2u << 20)          /* payload bytes coalesced into one socket write */
@@ -120,6 +122,7 @@ struct peer {
 	struct list rpcs;         /* struct rpc; the head is the one on the wire */
 	/* reconnect */
 	uint64_t retry_at_us;
+	uint64_t rpc_try_us;      /* last attempt to put the head request on the wire */
 	uint32_t backoff_ms;
 	uv_getaddrinfo_t gai;
 	int resolving;

@@ -183,6 +183,9 @@ void stream_frame(struct stream *s, const struct fhdr *h, const void *payload, u
 int region_cma(struct region *g, uint64_t off, void *buf, uint64_t len, int write)
 {
 	uint64_t done = 0;
+	/* Once deregistered the owner may free or reuse those addresses: never touch them again. */
+	if (g->dead)
+		return -EIDRM;
 	while (done < len) {
 		struct iovec l = {(char *)buf + done, len - done};
 		struct iovec r = {(void *)(uintptr_t)(g->addr + off + done), len - done};
@@ -218,7 +221,7 @@ int stream_frame_data(struct stream *s, const struct fhdr *h, struct region *g, 
 		if (g->fd >= 0) {
 			memcpy(dst + HDR, (uint8_t *)g->map + off, len);
 		} else if (region_cma(g, off, dst + HDR, len, 0) != 0) {
-			*err = MORI_EPEERDEAD;
+			*err = g->dead ? MORI_ESTALE : MORI_EPEERDEAD;
 			return -1;
 		}
 		b->stage_used += HDR + len;
@@ -237,7 +240,7 @@ int stream_frame_data(struct stream *s, const struct fhdr *h, struct region *g, 
 			}
 			if (region_cma(g, off, src, len, 0) != 0) {
 				free(src);
-				*err = MORI_EPEERDEAD;
+				*err = g->dead ? MORI_ESTALE : MORI_EPEERDEAD;
 				return -1;
 			}
 			b->owned[b->nowned++] = src;
@@ -469,7 +472,7 @@ static void payload_piece(struct stream *s, const uint8_t *p, uint64_t n)
 		s->rx_dst += n;
 	} else if (s->rx_pid && !s->rx_code) {
 		if (region_cma(s->rx_reg, s->rx_addr, (void *)p, n, 1) != 0)
-			s->rx_code = MORI_EPEERDEAD;
+			s->rx_code = s->rx_reg->dead ? MORI_ESTALE : MORI_EPEERDEAD;
 		s->rx_addr += n;
 	} else if (s->rx_collect) {
 		uint64_t room = sizeof(s->rx_msg) - 1 - s->rx_msglen;

@@ -357,7 +357,8 @@ void peer_pump(struct peer *p)
 				int err;
 				if (stream_frame_data(s, &h, x->local, dd->local_offset + x->cur_off, len, &err) != 0) {
 					xfer_complete(x, err, err == MORI_EPEERDEAD ? "cannot read local memory (owner gone)"
-										    : "out of memory");
+							      : err == MORI_ESTALE ? "local region deregistered"
+										   : "out of memory");
 					continue;
 				}
 				x->sent += len;
@@ -433,7 +434,8 @@ void rx_rdata_end(struct stream *s)
 		return;
 	}
 	if (s->rx_code) {
-		xfer_complete(x, s->rx_code, "cannot write local memory (owner gone)");
+		xfer_complete(x, s->rx_code, s->rx_code == MORI_ESTALE ? "local region deregistered"
+								      : "cannot write local memory (owner gone)");
 		return;
 	}
 	x->done += s->h.len;
@@ -521,7 +523,8 @@ static struct inb *inb_get(struct stream *s, int read)
 	b->tag = h->tag;
 	b->total = h->total;
 	b->p = s->p;
-	b->expire_us = now + (uint64_t)h->deadline_ms * 1000 + INB_SLACK_MS * 1000ull;
+	b->expire_us = now + (uint64_t)(h->deadline_ms < INB_MAX_MS ? h->deadline_ms : INB_MAX_MS) * 1000 +
+		       INB_SLACK_MS * 1000ull;
 	htab_add(&P->inbound, inb_key(b->src_epoch, b->xfer), &b->hlink);
 	if (b->expire_us < P->next_inb_scan_us || !P->next_inb_scan_us)
 		P->next_inb_scan_us = b->expire_us;
@@ -603,7 +606,8 @@ void rx_write_end(struct stream *s)
 	if (!b)
 		return;
 	if (s->rx_code && !b->code && !b->aborted)
-		inb_fail(s, b, s->rx_code, "cannot write region memory at %s (owner gone)", s->P->self);
+		inb_fail(s, b, s->rx_code, "region at %s %s", s->P->self,
+			 s->rx_code == MORI_ESTALE ? "deregistered during the transfer" : "unreachable (owner gone)");
 	if (!s->rx_code) {
 		count(s->P->d, C_BYTES_RECEIVED, s->h.len);
 		if (s->p)
@@ -644,7 +648,8 @@ void rx_read_req(struct stream *s)
 		if (stream_frame_data(s, &a, b->r, h->offset, h->rlen, &err) == 0)
 			return; /* counted when written (rx_read_served) */
 		code = err;
-		snprintf(msg, sizeof(msg), "cannot read region memory at %s", P->self);
+		snprintf(msg, sizeof(msg), "region at %s %s", P->self,
+			 err == MORI_ESTALE ? "deregistered during the transfer" : "unreachable (owner gone)");
 		inb_fail(s, b, code, "%s", msg);
 	}
 	a.code = code;
@@ -689,7 +694,8 @@ void rx_abort(struct stream *s)
 		b->src_epoch = s->src_epoch;
 		b->xfer = s->h.xfer;
 		b->total = UINT64_MAX;
-		b->expire_us = mori_now_us() + (uint64_t)s->h.deadline_ms * 1000 + INB_SLACK_MS * 1000ull;
+		b->expire_us = mori_now_us() + (uint64_t)(s->h.deadline_ms < INB_MAX_MS ? s->h.deadline_ms : INB_MAX_MS) * 1000 +
+			       INB_SLACK_MS * 1000ull;
 		htab_add(&P->inbound, inb_key(b->src_epoch, b->xfer), &b->hlink);
 		peers_kick(P);
 	}

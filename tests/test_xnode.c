@@ -258,6 +258,18 @@ static void target_main(int rfd, int wfd, uint64_t seed)
 				_exit(16);
 			break;
 		}
+		if (h.n == UINT32_MAX - 1) {
+			/* Deregister B (caller memory) under traffic, then check that nothing lands in it
+			 * afterwards: the daemon must not touch addresses it gave up. */
+			int64_t out[2] = {mori_mem_deregister(b), 0};
+			memset(bp, 0xEE, REGION_B);
+			usleep(300000);
+			for (size_t i = 0; i < REGION_B; i++)
+				out[1] += bp[i] != 0xEE;
+			if (write(wfd, out, sizeof(out)) != sizeof(out))
+				_exit(21);
+			continue;
+		}
 		if (h.n == UINT32_MAX) {
 			int rc = mori_mem_deregister(h.which ? b : a);
 			if (write(wfd, &rc, sizeof(rc)) != sizeof(rc))
@@ -722,6 +734,46 @@ START_TEST(initiator_killed)
 }
 END_TEST
 
+/* The owner deregisters its caller-allocated region while writes stream into it: every transfer
+ * ends (done, or MORI_ESTALE), and no byte lands in the memory after the deregistration returned. */
+START_TEST(deregister_under_traffic)
+{
+	struct target t;
+	target_start(&t, 7);
+	mori_client *c;
+	mori_mem *l, *rb;
+	OK(mori_client_open(NA.dir, "writer", &c));
+	OK(mori_mem_alloc(c, REGION_B, MORI_MEM_HOST, &l));
+	fill_random(mori_mem_ptr(l), REGION_B, 42);
+	OK(mori_mem_open_remote(c, NB.addr, "target/b", &rb));
+	enum { N = 24 };
+	mori_xfer *xs[N];
+	for (int i = 0; i < N; i++)
+		OK(mori_write(l, 0, rb, 0, REGION_B, NULL, &xs[i]));
+	usleep(20000);
+	struct hreq h = {UINT32_MAX - 1, 1};
+	ck_assert(write(t.to, &h, sizeof(h)) == sizeof(h));
+	int ok = 0, stale = 0;
+	for (int i = 0; i < N; i++) {
+		int rc = mori_xfer_wait(xs[i], 10000000);
+		const char *msg = "";
+		mori_xfer_status(xs[i], &msg);
+		ck_assert_msg(rc == MORI_OK || rc == MORI_ESTALE, "transfer %d: %s (%s)", i, mori_strerror(rc), msg);
+		ok += rc == MORI_OK;
+		stale += rc == MORI_ESTALE;
+		mori_xfer_free(xs[i]);
+	}
+	int64_t out[2];
+	ck_assert(read(t.from, out, sizeof(out)) == sizeof(out));
+	OK((int)out[0]);
+	ck_assert_msg(out[1] == 0, "%lld bytes changed after deregistration", (long long)out[1]);
+	fprintf(stderr, "# deregistered under traffic: %d writes done, %d stale, 0 bytes landed after\n", ok, stale);
+	ck_assert_int_gt(stale, 0);
+	target_end(&t, NULL, NULL);
+	mori_client_close(c);
+}
+END_TEST
+
 /* ---- the daemon's own checks, with the library's bypassed: raw entries on the ring ---- */
 
 static struct mori_cqe raw_wait(mori_client *c, uint64_t user_data, int timeout_ms)
@@ -871,6 +923,7 @@ int main(void)
 	tcase_add_test(t, peer_killed);
 	tcase_add_test(t, initiator_killed);
 	tcase_add_test(t, raw_submissions);
+	tcase_add_test(t, deregister_under_traffic);
 	suite_add_tcase(s, t);
 	SRunner *r = srunner_create(s);
 	srunner_run_all(r, CK_NORMAL);
