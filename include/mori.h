@@ -102,10 +102,18 @@ enum mori_mem_kind {
 	MORI_MEM_VRAM = 1,  /* GPU memory (cudaMalloc/hipMalloc or VMM); needs the GPU runtime */
 };
 
-/* Allocate `size` bytes of host memory that peers on this node map zero-copy (a memfd, mapped
- * shared; the daemon keeps a reference). kind must be MORI_MEM_HOST. The region is registered.
- * Errors: MORI_EINVAL (size 0 or bad kind), MORI_ENOMEM, MORI_ESYS. Free with
- * mori_mem_deregister, which also unmaps the memory. */
+/* Allocate and register a region of `size` bytes, zero-filled.
+ * MORI_MEM_HOST: host memory that peers on this node map zero-copy (a memfd, mapped shared; the
+ *   daemon keeps a reference); mori_mem_ptr gives its address.
+ * MORI_MEM_VRAM: device memory on GPU $MORI_GPU_DEVICE (default 0), a VMM allocation exported
+ *   as a POSIX fd (cuMemCreate; rounded up to the driver's granularity, 2 MiB on current NVIDIA
+ *   GPUs), or cudaMalloc memory where the driver has no VMM. mori_mem_ptr gives its device
+ *   address (CUdeviceptr), usable in this process's primary context of that device. To fill or
+ *   read it without GPU code of your own, transfer between it and a host region of the same
+ *   client (mori_xfer_batch with one as local and the other as remote).
+ * Errors: MORI_EINVAL (size 0, bad kind, MORI_GPU_DEVICE not a device of this process),
+ * MORI_ENOGPU (VRAM without a GPU runtime or device), MORI_ENOMEM (host or GPU memory),
+ * MORI_ESYS. Free with mori_mem_deregister, which also unmaps and frees the memory. */
 int mori_mem_alloc(mori_client *c, size_t size, int kind, mori_mem **out);
 
 /* Register `len` bytes at `ptr` that the caller allocated.

@@ -244,6 +244,150 @@ int gpu_mem_register(mori_client *c, mori_mem *m, void *ptr, size_t len, Mori__M
 	return MORI_OK;
 }
 
+/* ---- allocation (mori_mem_alloc with MORI_MEM_VRAM) ---- */
+
+/* Device memory libmori allocated for a local region (its gpu_priv; owns_alloc is set). */
+struct gpu_alloc {
+	struct gpu_dev *d;
+	gpu_dptr base;
+	size_t size;             /* bytes allocated (VMM: rounded up to the granularity) */
+	int vmm;                 /* 1: cuMemCreate + map; 0: cuMemAlloc */
+	gpu_memhandle h;
+};
+
+/* The device mori_mem_alloc uses: $MORI_GPU_DEVICE, else 0. */
+static int alloc_ordinal(mori_client *c, const struct gpu_api *g, int *out)
+{
+	const char *e = getenv("MORI_GPU_DEVICE");
+	long v = 0;
+	if (e && *e) {
+		char *end;
+		v = strtol(e, &end, 10);
+		if (*end || v < 0 || v >= g->device_count)
+			return set_error(c, MORI_EINVAL, "MORI_GPU_DEVICE=%s: this process sees %d device(s) (0..%d)", e,
+					 g->device_count, g->device_count - 1);
+	}
+	*out = (int)v;
+	return MORI_OK;
+}
+
+/* VMM memory exportable as a POSIX fd. Preferred: morid holds the fd, so the physical memory
+ * stays alive while any peer still maps it, even past our free. GPU_ERROR_NOT_SUPPORTED when
+ * the driver or device has no VMM or no POSIX fd handles (the caller then uses cuMemAlloc). */
+static int alloc_vmm(const struct gpu_api *g, struct gpu_dev *d, size_t size, struct gpu_alloc *a)
+{
+	int vmm = 0, posix = 0;
+	if (!g->mem_create || !g->mem_address_reserve || !g->mem_map || !g->mem_set_access ||
+	    !g->mem_get_allocation_granularity || !g->mem_export_to_shareable_handle || !g->device_get_attribute ||
+	    g->device_get_attribute(&vmm, GPU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, d->dev) || !vmm ||
+	    g->device_get_attribute(&posix, GPU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FD_SUPPORTED, d->dev) || !posix)
+		return GPU_ERROR_NOT_SUPPORTED;
+	struct gpu_mem_prop prop;
+	memset(&prop, 0, sizeof(prop));
+	prop.type = GPU_MEM_ALLOCATION_TYPE_PINNED;
+	prop.requested_handle_types = GPU_MEM_HANDLE_TYPE_POSIX_FD;
+	prop.location.type = GPU_MEM_LOCATION_TYPE_DEVICE;
+	prop.location.id = d->ordinal;
+	size_t gran = 0;
+	int r = g->mem_get_allocation_granularity(&gran, &prop, GPU_MEM_ALLOC_GRANULARITY_MINIMUM);
+	if (r)
+		return r;
+	if (!gran)
+		gran = 2u << 20;
+	if (size > SIZE_MAX - gran)
+		return GPU_ERROR_OUT_OF_MEMORY;
+	a->size = (size + gran - 1) / gran * gran;
+	gpu_dptr va = 0;
+	struct gpu_access_desc acc = {{GPU_MEM_LOCATION_TYPE_DEVICE, d->ordinal}, GPU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+	if ((r = g->mem_create(&a->h, a->size, &prop, 0)))
+		return r;
+	if ((r = g->mem_address_reserve(&va, a->size, gran, 0, 0)))
+		goto release;
+	if ((r = g->mem_map(va, a->size, 0, a->h, 0)))
+		goto unreserve;
+	if ((r = g->mem_set_access(va, a->size, &acc, 1)))
+		goto unmap;
+	a->base = va;
+	a->vmm = 1;
+	return GPU_SUCCESS;
+unmap:
+	g->mem_unmap(va, a->size);
+unreserve:
+	g->mem_address_free(va, a->size);
+release:
+	g->mem_release(a->h);
+	return r;
+}
+
+static void alloc_free(const struct gpu_api *g, struct gpu_alloc *a)
+{
+	gpu_dev_drain(g, a->d, GPU_UNMAP_WAIT_US); /* no copy of ours may still touch it */
+	gpu_push(g, a->d);
+	if (a->vmm) {
+		g->mem_unmap(a->base, a->size);
+		g->mem_address_free(a->base, a->size);
+		g->mem_release(a->h); /* the physical memory lives on while morid or a peer holds it */
+	} else {
+		g->mem_free(a->base);
+	}
+	gpu_pop(g);
+	free(a);
+}
+
+int gpu_mem_alloc(mori_client *c, mori_mem *m, size_t size, Mori__MemRegister *req, uint8_t *ipc_buf,
+		  size_t ipc_cap, int *fd_out)
+{
+	*fd_out = -1;
+	struct gpu_ctx *x;
+	int rc = gpu_ctx_get(c, &x);
+	if (rc)
+		return rc;
+	const struct gpu_api *g = x->g;
+	int ordinal = 0;
+	struct gpu_dev *d;
+	if ((rc = alloc_ordinal(c, g, &ordinal)) || (rc = gpu_dev_get(c, x, ordinal, &d)))
+		return rc;
+	struct gpu_alloc *a = calloc(1, sizeof(*a));
+	if (!a)
+		return set_error(c, MORI_ENOMEM, "out of memory");
+	a->d = d;
+	char msg[200];
+	if ((rc = gpu_err(gpu_push(g, d), "push context", msg, sizeof(msg)))) {
+		free(a);
+		return set_error(c, rc, "alloc VRAM on GPU %d: %s", ordinal, msg);
+	}
+	/* $MORI_VRAM_ALLOC=malloc forces cuMemAlloc (tests cover both paths). */
+	const char *how = getenv("MORI_VRAM_ALLOC"), *what = "VMM allocation (cuMemCreate)";
+	int r = how && !strcmp(how, "malloc") ? GPU_ERROR_NOT_SUPPORTED : alloc_vmm(g, d, size, a);
+	if (r != GPU_SUCCESS && r != GPU_ERROR_OUT_OF_MEMORY) { /* no usable VMM here */
+		what = "cuMemAlloc";
+		a->size = size;
+		r = g->mem_alloc(&a->base, size);
+	}
+	/* Zero-filled, as host regions from mori_mem_alloc are: no earlier user's bytes leak. */
+	if (r == GPU_SUCCESS && (r = g->memset_d8_async(a->base, 0, a->size, NULL)) == GPU_SUCCESS)
+		r = g->stream_synchronize(NULL);
+	gpu_pop(g);
+	if (r != GPU_SUCCESS) {
+		rc = gpu_err(r, a->base ? "zero-fill" : what, msg, sizeof(msg));
+		if (a->base)
+			alloc_free(g, a);
+		else
+			free(a);
+		return set_error(c, rc, "alloc %zu bytes of VRAM on GPU %d: %s", size, ordinal, msg);
+	}
+	rc = gpu_mem_register(c, m, (void *)(uintptr_t)a->base, size, req, ipc_buf, ipc_cap, fd_out);
+	if (rc) {
+		alloc_free(g, a);
+		return rc;
+	}
+	m->kind = MORI_MEM_VRAM;
+	m->local = 1;
+	m->owns_alloc = 1;
+	m->gpu_priv = a; /* gpu_mem_close frees it, also when the daemon refuses the region */
+	return MORI_OK;
+}
+
 /* ---- peers' regions ---- */
 
 static void map_release(const struct gpu_api *g, struct gpu_map *mp)
@@ -492,6 +636,8 @@ void gpu_mem_close(mori_client *c, mori_mem *m)
 			g->mem_host_unregister(pin->base);
 		}
 		free(pin);
+	} else if (m->local && m->owns_alloc) {
+		alloc_free(g, m->gpu_priv);
 	} else {
 		struct gpu_map *mp = m->gpu_priv;
 		if (--mp->refs == 0) {

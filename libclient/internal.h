@@ -127,6 +127,10 @@ int gpu_mem_register(mori_client *c, mori_mem *m, void *ptr, size_t len, Mori__M
 		     uint8_t *ipc_buf, size_t ipc_cap, int *fd_out);
 int gpu_mem_open(mori_client *c, mori_mem *m, const Mori__MemOpenReply *o, int fd);
 void gpu_mem_close(mori_client *c, mori_mem *m);
+/* mori_mem_alloc(MORI_MEM_VRAM): allocate on $MORI_GPU_DEVICE (else 0), zero it and fill req as
+ * gpu_mem_register does; m owns the allocation (gpu_mem_close frees it). */
+int gpu_mem_alloc(mori_client *c, mori_mem *m, size_t size, Mori__MemRegister *req, uint8_t *ipc_buf,
+		  size_t ipc_cap, int *fd_out);
 /* A same-node batch where either side is VRAM: one kernel launch (or copy engine for host
  * sides); completion through x->gpu_event. */
 int gpu_xfer(mori_client *c, int op, mori_mem *local, mori_mem *remote, const mori_desc *descs,

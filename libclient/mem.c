@@ -91,11 +91,34 @@ int mori_mem_alloc(mori_client *c, size_t size, int kind, mori_mem **out)
 {
 	if (!c || !out || size == 0)
 		return set_error(c, MORI_EINVAL, "mem_alloc: NULL argument or size 0");
-	if (kind != MORI_MEM_HOST)
-		return set_error(c, MORI_EINVAL, "mem_alloc: only MORI_MEM_HOST (allocate VRAM with the GPU runtime and register it)");
+	if (kind != MORI_MEM_HOST && kind != MORI_MEM_VRAM)
+		return set_error(c, MORI_EINVAL, "mem_alloc: unknown kind %d", kind);
 	mori_mem *m = calloc(1, sizeof(*m));
 	if (!m)
 		return set_error(c, MORI_ENOMEM, "out of memory");
+	if (kind == MORI_MEM_VRAM) {
+		Mori__MemRegister mr = MORI__MEM_REGISTER__INIT;
+		uint8_t ipc[128];
+		int fd = -1;
+		int rc = gpu_mem_alloc(c, m, size, &mr, ipc, sizeof(ipc), &fd); /* m owns the memory now */
+		if (rc == MORI_OK) {
+			mr.kind = MORI_MEM_VRAM;
+			mr.size = size;
+			mr.addr = m->dptr;
+			mr.has_fd = fd >= 0;
+			rc = do_register(c, m, &mr, fd);
+			if (fd >= 0)
+				close(fd);
+			if (rc != MORI_OK)
+				gpu_mem_close(c, m); /* frees the allocation */
+		}
+		if (rc != MORI_OK) {
+			free(m);
+			return rc;
+		}
+		*out = m;
+		return MORI_OK;
+	}
 	int fd = memfd_create("mori-mem", MFD_CLOEXEC);
 	if (fd < 0 || ftruncate(fd, (off_t)size) != 0) {
 		int e = errno;

@@ -6,6 +6,9 @@
  *
  * Each row prints mori's GB/s and batch latency p50/p99 beside the baseline: memcpy of the same
  * bytes (same node), or a plain TCP stream between the same two addresses (cross node).
+ * With VRAM on either side (--mem vram, or --local-mem/--remote-mem), same node only, the
+ * baselines are the GPU's: one cuMemcpy*Async of the batch's bytes (the copy ceiling) and one
+ * cuMemcpy*Async per block, both between buffers of the same kinds in this process.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -23,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "gpu.h" /* the driver table inside libmori.a, for the GPU baselines */
 #include "mori.h"
 
 #define MAX_TOTAL (1ull << 30) /* bytes per batch cap: large blocks get smaller batches */
@@ -36,6 +40,8 @@ struct opts {
 	int check, json, mem;
 	uint64_t region;
 	size_t prep_descs;
+	int lmem, rmem; /* MORI_MEM_* of the initiator's and the target's regions */
+	int prep;       /* submit every iteration as all indices of a prepared list */
 };
 
 static double now_s(void)
@@ -79,6 +85,76 @@ static double pct(double *v, int n, double p)
 	return v[i < 0 ? 0 : i];
 }
 
+static uint8_t pattern(uint64_t off) { return (uint8_t)(off * 131 + 7); }
+
+#define STAGE_MAX (64ull << 20)
+
+/* VRAM regions are filled and read through a host region of the same client (a same-client
+ * transfer), so the bench needs no GPU code for its data. Returns the staging region. */
+static mori_mem *stage_for(mori_client *c, uint64_t len)
+{
+	mori_mem *s;
+	int rc = mori_mem_alloc(c, len < STAGE_MAX ? len : STAGE_MAX, MORI_MEM_HOST, &s);
+	if (rc)
+		die("mem_alloc (staging)", rc);
+	return s;
+}
+
+static void stage_move(mori_mem *s, mori_mem *m, uint64_t off, uint64_t len, int op)
+{
+	mori_xfer *x;
+	int rc = op == MORI_OP_WRITE ? mori_write(s, 0, m, off, len, NULL, &x) : mori_read(s, 0, m, off, len, NULL, &x);
+	if (rc || (rc = mori_xfer_wait(x, 60000000)))
+		die("staging transfer", rc);
+	mori_xfer_free(x);
+}
+
+/* Fill [0, len) of region m (of kind `kind`) with pattern(offset). */
+static void region_fill(mori_client *c, mori_mem *m, int kind, uint64_t len)
+{
+	if (kind == MORI_MEM_HOST) {
+		uint8_t *p = mori_mem_ptr(m);
+		for (uint64_t i = 0; i < len; i++)
+			p[i] = pattern(i);
+		return;
+	}
+	mori_mem *s = stage_for(c, len);
+	uint8_t *sp = mori_mem_ptr(s);
+	for (uint64_t off = 0; off < len; off += mori_mem_size(s)) {
+		uint64_t n = len - off < mori_mem_size(s) ? len - off : mori_mem_size(s);
+		for (uint64_t i = 0; i < n; i++)
+			sp[i] = pattern(off + i);
+		stage_move(s, m, off, n, MORI_OP_WRITE);
+	}
+	mori_mem_deregister(s);
+}
+
+/* Does [0, len) of region m hold pattern(offset)? */
+static int region_check(mori_client *c, mori_mem *m, int kind, uint64_t len)
+{
+	if (kind == MORI_MEM_HOST) {
+		const uint8_t *p = mori_mem_ptr(m);
+		for (uint64_t i = 0; i < len; i++)
+			if (p[i] != pattern(i))
+				return 0;
+		return 1;
+	}
+	mori_mem *s = stage_for(c, len);
+	const uint8_t *sp = mori_mem_ptr(s);
+	int ok = 1;
+	for (uint64_t off = 0; ok && off < len; off += mori_mem_size(s)) {
+		uint64_t n = len - off < mori_mem_size(s) ? len - off : mori_mem_size(s);
+		stage_move(s, m, off, n, MORI_OP_READ);
+		for (uint64_t i = 0; i < n; i++)
+			if (sp[i] != pattern(off + i)) {
+				ok = 0;
+				break;
+			}
+	}
+	mori_mem_deregister(s);
+	return ok;
+}
+
 /* ---- the target: owns the remote region, optional TCP sink for the baseline ---- */
 
 static int tcp_listen(const char *host, int *port)
@@ -120,11 +196,9 @@ static void target_main(const struct opts *o, int ready_fd)
 	int rc;
 	if ((rc = mori_client_open(o->rundir, "bench-target", &c)))
 		die("target: client_open", rc);
-	if ((rc = mori_mem_alloc(c, o->region, MORI_MEM_HOST, &m)))
+	if ((rc = mori_mem_alloc(c, o->region, o->rmem, &m)))
 		die("target: mem_alloc", rc);
-	uint8_t *p = mori_mem_ptr(m);
-	for (uint64_t i = 0; i < o->region; i++)
-		p[i] = (uint8_t)(i * 131 + 7);
+	region_fill(c, m, o->rmem, o->region);
 	if ((rc = mori_mem_publish(m, o->name)))
 		die("target: publish", rc);
 	const char *node = mori_client_node(c);
@@ -208,6 +282,94 @@ static double tcp_gbps(const char *hostport, const uint8_t *src, uint64_t bytes,
 	return (double)bytes * iters / dt / 1e9;
 }
 
+/* ---- GPU baselines (rows with VRAM on either side), through libmori's driver table ---- */
+
+struct gbase {
+	const struct gpu_api *g;
+	gpu_device dev;
+	gpu_stream s;
+};
+
+static void gk(int r, const char *what)
+{
+	if (r) {
+		fprintf(stderr, "mori-bench: GPU baseline: %s: %s\n", what, gpu_strerror(r));
+		exit(1);
+	}
+}
+
+/* Make the primary context of the device holding dptr current on this thread (libmori's). */
+static void gbase_init(struct gbase *b, uint64_t dptr)
+{
+	int ord = 0;
+	gpu_context ctx;
+	b->g = gpu_api();
+	if (!b->g) {
+		fprintf(stderr, "mori-bench: no GPU: %s\n", gpu_unavailable_reason());
+		exit(1);
+	}
+	gk(b->g->pointer_get_attribute(&ord, GPU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, dptr), "device of the region");
+	gk(b->g->device_get(&b->dev, ord), "cuDeviceGet");
+	gk(b->g->primary_ctx_retain(&ctx, b->dev), "cuDevicePrimaryCtxRetain");
+	gk(b->g->ctx_push_current(ctx), "cuCtxPushCurrent");
+	gk(b->g->stream_create(&b->s, GPU_STREAM_NON_BLOCKING), "cuStreamCreate");
+}
+
+/* One cuMemcpy{DtoD,HtoD,DtoH}Async as the two kinds ask (addresses: device or host). */
+static int gcopy(const struct gbase *b, int dk, uint64_t dst, int sk, uint64_t src, size_t n)
+{
+	if (dk == MORI_MEM_VRAM && sk == MORI_MEM_VRAM)
+		return b->g->memcpy_dtod_async(dst, src, n, b->s);
+	if (dk == MORI_MEM_VRAM)
+		return b->g->memcpy_htod_async(dst, (const void *)(uintptr_t)src, n, b->s);
+	return b->g->memcpy_dtoh_async((void *)(uintptr_t)dst, src, n, b->s);
+}
+
+/* The copy ceiling: one copy of block * batch bytes per iteration, each waited for (as mori's
+ * loop waits for each batch at depth 1). */
+static double gpu_ceiling_gbps(const struct gbase *b, int dk, uint64_t dst, int sk, uint64_t src,
+			       uint64_t bytes, int iters)
+{
+	gk(gcopy(b, dk, dst, sk, src, bytes), "ceiling copy");
+	gk(b->g->stream_synchronize(b->s), "cuStreamSynchronize");
+	double t0 = now_s();
+	for (int it = 0; it < iters; it++) {
+		gk(gcopy(b, dk, dst, sk, src, bytes), "ceiling copy");
+		gk(b->g->stream_synchronize(b->s), "cuStreamSynchronize");
+	}
+	return (double)bytes * iters / (now_s() - t0) / 1e9;
+}
+
+/* One copy per block (what UCX cuda_ipc and most engines do), one sync per batch. At 16 KiB
+ * this runs near 3 GB/s, so it is timed over one pass of the batch. */
+static double gpu_perblock_gbps(const struct gbase *b, int dk, uint64_t dst, int sk, uint64_t src,
+				uint64_t block, size_t batch)
+{
+	for (size_t i = 0; i < (batch < 64 ? batch : 64); i++)
+		gk(gcopy(b, dk, dst + i * block, sk, src + i * block, block), "per-block copy");
+	gk(b->g->stream_synchronize(b->s), "cuStreamSynchronize");
+	int reps = batch >= 1024 ? 1 : (int)(4096 / batch);
+	double t0 = now_s();
+	for (int r = 0; r < reps; r++) {
+		for (size_t i = 0; i < batch; i++)
+			gk(gcopy(b, dk, dst + i * block, sk, src + i * block, block), "per-block copy");
+		gk(b->g->stream_synchronize(b->s), "cuStreamSynchronize");
+	}
+	return (double)block * (double)batch * reps / (now_s() - t0) / 1e9;
+}
+
+static int parse_mem(const char *v)
+{
+	if (!strcmp(v, "host"))
+		return MORI_MEM_HOST;
+	if (!strcmp(v, "vram"))
+		return MORI_MEM_VRAM;
+	fprintf(stderr, "mori-bench: memory kind '%s' is not host or vram\n", v);
+	exit(2);
+}
+
+static const char *mem_name(int k) { return k == MORI_MEM_VRAM ? "vram" : "host"; }
+
 /* ---- the io benchmark ---- */
 
 static void usage(void)
@@ -216,11 +378,15 @@ static void usage(void)
 		"usage: mori-bench io [--runtime-dir DIR] [--remote-runtime-dir DIR2 | --node HOST:PORT --name NAME --tcp HOST:PORT]\n"
 		"                     [--op read|write] [--block-min 4K] [--block-max 64M] [--batch 256]\n"
 		"                     [--iters 20] [--warmup 3] [--depth 1] [--region 1G] [--check] [--json]\n"
-		"                     [--prep-descs 100000]\n"
+		"                     [--prep-descs 100000] [--prep]\n"
+		"                     [--mem host|vram | --local-mem host|vram --remote-mem host|vram]\n"
 		"       mori-bench io-target --runtime-dir DIR [--name NAME] [--region 1G]\n"
 		"Same node (default): a forked target process publishes a region on the same morid; baseline\n"
 		"memcpy of the same bytes. Cross node: the target is on another morid; baseline a plain TCP\n"
-		"stream between the same two hosts.\n");
+		"stream between the same two hosts.\n"
+		"--mem vram (or mixed kinds; same node only): regions in GPU memory (device $MORI_GPU_DEVICE,\n"
+		"else 0); baselines one cuMemcpy*Async of the batch's bytes (ceiling) and one per block.\n"
+		"--prep: each iteration submits all indices of a prepared list of the batch's descriptors.\n");
 	exit(2);
 }
 
@@ -244,6 +410,10 @@ static void parse(int argc, char **argv, struct opts *o)
 		else if (ARG("--depth")) o->depth = atoi(v);
 		else if (ARG("--region")) o->region = parse_size(v);
 		else if (ARG("--prep-descs")) o->prep_descs = (size_t)atol(v);
+		else if (ARG("--mem")) o->lmem = o->rmem = parse_mem(v);
+		else if (ARG("--local-mem")) o->lmem = parse_mem(v);
+		else if (ARG("--remote-mem")) o->rmem = parse_mem(v);
+		else if (!strcmp(a, "--prep")) o->prep = 1;
 		else if (!strcmp(a, "--check")) o->check = 1;
 		else if (!strcmp(a, "--json")) o->json = 1;
 		else usage();
@@ -251,13 +421,20 @@ static void parse(int argc, char **argv, struct opts *o)
 	}
 	if (!o->block_min || o->block_max < o->block_min || !o->batch || o->iters < 1 || o->depth < 1)
 		usage();
+	if (o->batch > UINT32_MAX) {
+		fprintf(stderr, "mori-bench: --batch %zu is too large\n", o->batch);
+		exit(2);
+	}
 }
-
-static uint8_t pattern(uint64_t off) { return (uint8_t)(off * 131 + 7); }
 
 static int run_io(struct opts *o)
 {
 	int cross = o->remote_rundir || o->node;
+	int gpu = o->lmem == MORI_MEM_VRAM || o->rmem == MORI_MEM_VRAM;
+	if (gpu && cross) {
+		fprintf(stderr, "mori-bench: VRAM regions are same node only (cross-node VRAM is not built)\n");
+		return 2;
+	}
 	pid_t target = 0;
 	char node[160] = "", tcp[160] = "";
 	if (o->node) {
@@ -295,28 +472,49 @@ static int run_io(struct opts *o)
 	if ((rc = mori_client_open(o->rundir, "bench", &c)))
 		die("client_open", rc);
 	uint64_t lsz = o->region;
-	if ((rc = mori_mem_alloc(c, lsz, MORI_MEM_HOST, &l)))
+	if ((rc = mori_mem_alloc(c, lsz, o->lmem, &l)))
 		die("mem_alloc", rc);
 	uint8_t *lp = mori_mem_ptr(l);
-	memset(lp, 0x11, lsz);
+	if (o->lmem == MORI_MEM_HOST)
+		memset(lp, 0x11, lsz);
 	if ((rc = mori_mem_open_remote(c, cross ? node : NULL, o->name, &r)))
 		die("mem_open_remote", rc);
 	uint8_t *bp = NULL;
+	struct gbase gb = {0};
 	if (!cross) {
-		if ((rc = mori_mem_alloc(c, lsz, MORI_MEM_HOST, &base)))
+		/* the baseline's copy of the remote side, of the same kind, in this process */
+		if ((rc = mori_mem_alloc(c, lsz, o->rmem, &base)))
 			die("mem_alloc (baseline)", rc);
 		bp = mori_mem_ptr(base);
-		memset(bp, 0x22, lsz);
+		if (o->rmem == MORI_MEM_HOST)
+			memset(bp, 0x22, lsz);
+	}
+	if (gpu) {
+		gbase_init(&gb, (uint64_t)(uintptr_t)(o->lmem == MORI_MEM_VRAM ? lp : bp));
+		/* pinned, as libmori pins host regions that GPU copies touch */
+		if (o->rmem == MORI_MEM_HOST)
+			gk(gb.g->mem_host_register(bp, lsz, GPU_MEMHOSTREGISTER_PORTABLE), "cuMemHostRegister");
 	}
 	const char *opname = o->op == MORI_OP_READ ? "read" : "write";
 	if (!o->json) {
 		printf("# mori-bench io: %s, %s, batch %zu, iters %d (+%d warm-up), depth %d, region %llu MiB\n",
 		       cross ? "cross node" : "same node", opname, o->batch, o->iters, o->warmup, o->depth,
 		       (unsigned long long)(o->region >> 20));
-		printf("# baseline: %s\n", cross ? "plain TCP stream to the same host (one connection)" :
-						  "memcpy of the same bytes (one thread)");
-		printf("%10s %7s %12s %10s %10s %10s %12s %8s\n", "block", "batch", "bytes/iter", "GB/s",
-		       "p50_us", "p99_us", "base_GB/s", "ratio");
+		if (gpu) {
+			const char *k = o->lmem == o->rmem ? "DtoD"
+				      : (o->op == MORI_OP_WRITE) == (o->lmem == MORI_MEM_HOST) ? "HtoD" : "DtoH";
+			printf("# memory: local %s, remote %s%s\n", mem_name(o->lmem), mem_name(o->rmem),
+			       o->prep ? "; submitted as all indices of a prepared list" : "");
+			printf("# baselines: ceil = one cuMemcpy%sAsync of the batch's bytes; blk = one cuMemcpy%sAsync per block\n",
+			       k, k);
+			printf("%10s %7s %12s %10s %10s %10s %10s %7s %10s %9s\n", "block", "batch", "bytes/iter", "GB/s",
+			       "p50_us", "p99_us", "ceil_GB/s", "%ceil", "blk_GB/s", "x_blk");
+		} else {
+			printf("# baseline: %s\n", cross ? "plain TCP stream to the same host (one connection)" :
+							  "memcpy of the same bytes (one thread)");
+			printf("%10s %7s %12s %10s %10s %10s %12s %8s\n", "block", "batch", "bytes/iter", "GB/s",
+			       "p50_us", "p99_us", "base_GB/s", "ratio");
+		}
 	} else {
 		printf("{\"mode\": \"%s\", \"op\": \"%s\", \"rows\": [\n", cross ? "cross" : "same", opname);
 	}
@@ -325,6 +523,12 @@ static int run_io(struct opts *o)
 	mori_xfer **inflight = calloc((size_t)o->depth, sizeof(*inflight));
 	double *lat = malloc(sizeof(double) * (size_t)(o->iters + o->warmup));
 	double *t_sub = malloc(sizeof(double) * (size_t)o->depth);
+	uint32_t *all = NULL;
+	if (o->prep) {
+		all = malloc(sizeof(*all) * o->batch);
+		for (size_t i = 0; i < o->batch; i++)
+			all[i] = (uint32_t)i;
+	}
 	for (uint64_t block = o->block_min; block <= o->block_max; block *= 2) {
 		size_t batch = o->batch;
 		if (block * batch > MAX_TOTAL)
@@ -337,9 +541,14 @@ static int run_io(struct opts *o)
 		}
 		for (size_t i = 0; i < batch; i++)
 			d[i] = (mori_desc){i * block, i * block, block};
+		mori_xfer_list *xl = NULL;
+		if (o->prep && (rc = mori_xfer_prep(l, r, d, batch, &xl)))
+			die("xfer_prep", rc);
+#define SUBMIT(xp) (xl ? mori_xfer_submit(xl, o->op, all, batch, NULL, (xp)) \
+		       : mori_xfer_batch(o->op, l, r, d, batch, NULL, (xp)))
 		for (int w = 0; w < o->warmup; w++) {
 			mori_xfer *x;
-			if ((rc = mori_xfer_batch(o->op, l, r, d, batch, NULL, &x)) || (rc = mori_xfer_wait(x, 60000000)))
+			if ((rc = SUBMIT(&x)) || (rc = mori_xfer_wait(x, 60000000)))
 				die("warm-up transfer", rc);
 			mori_xfer_free(x);
 		}
@@ -349,8 +558,8 @@ static int run_io(struct opts *o)
 			while (submitted < o->iters && submitted - done < o->depth) {
 				int slot = submitted % o->depth;
 				t_sub[slot] = now_s();
-				if ((rc = mori_xfer_batch(o->op, l, r, d, batch, NULL, &inflight[slot])))
-					die("xfer_batch", rc);
+				if ((rc = SUBMIT(&inflight[slot])))
+					die(xl ? "xfer_submit" : "xfer_batch", rc);
 				submitted++;
 			}
 			int slot = done % o->depth;
@@ -362,17 +571,31 @@ static int run_io(struct opts *o)
 		}
 		double dt = now_s() - t0;
 		double gbps = (double)block * (double)batch * o->iters / dt / 1e9;
-		if (o->check && o->op == MORI_OP_READ) {
-			for (size_t i = 0; i < batch * block; i++)
-				if (lp[i] != pattern(i)) {
-					bad++;
-					break;
-				}
+#undef SUBMIT
+		mori_xfer_list_free(xl);
+		if (o->check && o->op == MORI_OP_READ && !region_check(c, l, o->lmem, batch * block))
+			bad++;
+		double base_gbps, blk_gbps = 0;
+		if (gpu) {
+			/* a write copies local -> remote, a read remote -> local */
+			int wr = o->op == MORI_OP_WRITE;
+			uint64_t la = (uint64_t)(uintptr_t)lp, ba = (uint64_t)(uintptr_t)bp;
+			int dk = wr ? o->rmem : o->lmem, sk = wr ? o->lmem : o->rmem;
+			uint64_t dst = wr ? ba : la, src = wr ? la : ba;
+			base_gbps = gpu_ceiling_gbps(&gb, dk, dst, sk, src, block * batch, o->iters);
+			blk_gbps = gpu_perblock_gbps(&gb, dk, dst, sk, src, block, batch);
+		} else {
+			base_gbps = cross ? (tcp[0] ? tcp_gbps(tcp, lp, block * batch, o->iters) : -1)
+					  : memcpy_gbps(bp, lp, block, batch, o->iters);
 		}
-		double base_gbps = cross ? (tcp[0] ? tcp_gbps(tcp, lp, block * batch, o->iters) : -1)
-					 : memcpy_gbps(bp, lp, block, batch, o->iters);
 		double p50 = pct(lat, nlat, 50), p99 = pct(lat, nlat, 99);
-		if (o->json) {
+		if (o->json && gpu) {
+			printf("%s  {\"block\": %llu, \"batch\": %zu, \"bytes_per_iter\": %llu, \"gbps\": %.3f, "
+			       "\"p50_us\": %.2f, \"p99_us\": %.2f, \"baseline_gbps\": %.3f, \"ceiling_gbps\": %.3f, "
+			       "\"perblock_gbps\": %.3f}",
+			       first ? "" : ",\n", (unsigned long long)block, batch,
+			       (unsigned long long)(block * batch), gbps, p50, p99, base_gbps, base_gbps, blk_gbps);
+		} else if (o->json) {
 			printf("%s  {\"block\": %llu, \"batch\": %zu, \"bytes_per_iter\": %llu, \"gbps\": %.3f, "
 			       "\"p50_us\": %.1f, \"p99_us\": %.1f, \"baseline_gbps\": %.3f}",
 			       first ? "" : ",\n", (unsigned long long)block, batch,
@@ -385,9 +608,14 @@ static int run_io(struct opts *o)
 				snprintf(bs, sizeof(bs), "%lluK", (unsigned long long)(block >> 10));
 			else
 				snprintf(bs, sizeof(bs), "%llu", (unsigned long long)block);
-			printf("%10s %7zu %12llu %10.2f %10.1f %10.1f %12.2f %7.0f%%\n", bs, batch,
-			       (unsigned long long)(block * batch), gbps, p50, p99, base_gbps,
-			       base_gbps > 0 ? 100 * gbps / base_gbps : 0);
+			if (gpu)
+				printf("%10s %7zu %12llu %10.2f %10.2f %10.2f %10.2f %6.1f%% %10.3f %8.1fx\n", bs, batch,
+				       (unsigned long long)(block * batch), gbps, p50, p99, base_gbps,
+				       base_gbps > 0 ? 100 * gbps / base_gbps : 0, blk_gbps, blk_gbps > 0 ? gbps / blk_gbps : 0);
+			else
+				printf("%10s %7zu %12llu %10.2f %10.1f %10.1f %12.2f %7.0f%%\n", bs, batch,
+				       (unsigned long long)(block * batch), gbps, p50, p99, base_gbps,
+				       base_gbps > 0 ? 100 * gbps / base_gbps : 0);
 		}
 		fflush(stdout);
 		first = 0;
@@ -441,6 +669,12 @@ static int run_io(struct opts *o)
 	free(inflight);
 	free(lat);
 	free(t_sub);
+	free(all);
+	if (gpu) {
+		if (o->rmem == MORI_MEM_HOST)
+			gb.g->mem_host_unregister(bp);
+		gb.g->stream_destroy(gb.s);
+	}
 	mori_mem_deregister(r);
 	mori_mem_deregister(l);
 	if (base)
