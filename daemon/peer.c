@@ -159,7 +159,7 @@ struct peer *peer_get(struct peers *P, const char *addr, int create)
 	if (!create)
 		return NULL;
 	char host[128];
-	int port, rc, fd;
+	int port;
 	if (strlen(addr) >= sizeof(((struct peer *)0)->addr) || split_addr(addr, host, sizeof(host), &port) != 0)
 		return NULL;
 	struct peer *p = calloc(1, sizeof(*p));
@@ -177,13 +177,23 @@ struct peer *peer_get(struct peers *P, const char *addr, int create)
 		free(p);
 		return NULL;
 	}
+	list_add(&P->peers, &p->link);
+	mlog_info("peer", "peer %s added", addr);
+	return p;
+}
+
+/* The nng req0 dialer to p, made when the first request needs it (a peer that only contacted us
+ * is listed but not dialled). Returns 0, or -1 with p->why set. */
+static int peer_dial(struct peer *p)
+{
 	char url[160];
-	snprintf(url, sizeof(url), "tcp://%s", addr);
+	int rc, fd;
+	if (p->req_ok)
+		return 0;
+	snprintf(url, sizeof(url), "tcp://%s", p->addr);
 	if ((rc = nng_req0_open(&p->req)) != 0) {
-		mlog_warn("peer", "%s: nng_req0_open: %s", addr, nng_strerror(rc));
-		free(p->out);
-		free(p);
-		return NULL;
+		snprintf(p->why, sizeof(p->why), "nng_req0_open: %s", nng_strerror(rc));
+		return -1;
 	}
 	nng_socket_set_ms(p->req, NNG_OPT_RECONNMINT, PEER_BACKOFF_MIN_MS);
 	nng_socket_set_ms(p->req, NNG_OPT_RECONNMAXT, PEER_BACKOFF_MAX_MS);
@@ -192,20 +202,16 @@ struct peer *peer_get(struct peers *P, const char *addr, int create)
 	/* Non-blocking: nng keeps redialling in the background with the backoff above. */
 	if ((rc = nng_dial(p->req, url, NULL, NNG_FLAG_NONBLOCK)) != 0 ||
 	    (rc = nng_socket_get_int(p->req, NNG_OPT_RECVFD, &fd)) != 0) {
-		mlog_warn("peer", "%s: cannot dial %s: %s", addr, url, nng_strerror(rc));
+		snprintf(p->why, sizeof(p->why), "cannot dial %s: %s", url, nng_strerror(rc));
 		nng_close(p->req);
-		free(p->out);
-		free(p);
-		return NULL;
+		return -1;
 	}
 	p->req_ok = 1;
-	uv_poll_init(P->d->loop, &p->req_poll, fd);
+	uv_poll_init(p->P->d->loop, &p->req_poll, fd);
 	p->req_poll.data = p;
 	uv_poll_start(&p->req_poll, UV_READABLE, req_readable);
 	p->req_poll_on = 1;
-	list_add(&P->peers, &p->link);
-	mlog_info("peer", "peer %s added", addr);
-	return p;
+	return 0;
 }
 
 void peer_up(struct peer *p)
@@ -320,6 +326,10 @@ static struct rpc *rpc_new(struct peer *p, int kind, struct client *c, uint64_t 
 /* Queue a filled-in request; it goes on the wire now if nothing is ahead of it. */
 static void rpc_queue(struct peer *p, struct rpc *q)
 {
+	if (peer_dial(p) != 0) {
+		mlog_warn("peer", "%s: %s", p->addr, p->why);
+		q->deadline_us = 0; /* fails at the next tick, with the reason */
+	}
 	list_add(&p->rpcs, &q->link);
 	peers_kick(p->P);
 	if (p->rpcs.next == &q->link)
@@ -331,7 +341,7 @@ static void rpc_kick(struct peer *p)
 	if (p->rpcs.next == &p->rpcs)
 		return;
 	struct rpc *q = list_entry(p->rpcs.next, struct rpc, link);
-	if (q->sent)
+	if (q->sent || !p->req_ok)
 		return;
 	p->rpc_try_us = mori_now_us();
 	Mori__Request req = MORI__REQUEST__INIT;
@@ -1035,7 +1045,7 @@ void peer_list(struct morid *d, Mori__ListReply *lr, struct rctx *r)
 			return;
 		mori__peer_info__init(pi);
 		pi->address = p->addr;
-		char st[220];
+		char st[300];
 		if (p->why[0] && p->state != PS_UP)
 			snprintf(st, sizeof(st), "%s (%s)", state_name(p->state), p->why);
 		else

@@ -111,7 +111,7 @@ struct peer {
 	char host[128];
 	char node[128];           /* what it calls itself */
 	enum pstate state;
-	char why[160];            /* last failure, for moractl and messages */
+	char why[256];            /* last failure, for moractl and messages */
 	uint64_t epoch;           /* the peer daemon's epoch, 0 before the first hello */
 	uint32_t data_port;
 	/* nng req0 */
