@@ -306,11 +306,40 @@ static struct stream *pick(struct peer *p)
 	return best;
 }
 
+/* The next chunk of x from its position: up to CHUNK_MAX bytes, running on into following
+ * descriptors that continue both ranges (adjacent KV blocks travel as one frame). The position
+ * after it goes to ncur and noff; x is not changed. */
+static uint32_t next_chunk(const struct xfer *x, uint64_t *lo, uint64_t *ro, uint32_t *ncur, uint64_t *noff)
+{
+	uint32_t cur = x->cur;
+	uint64_t off = x->cur_off, len = 0;
+	const mori_desc *d = &x->descs[cur];
+	*lo = d->local_offset + off;
+	*ro = d->remote_offset + off;
+	for (;;) {
+		uint64_t left = d->length - off;
+		uint64_t take = CHUNK_MAX - len < left ? CHUNK_MAX - len : left;
+		len += take;
+		off += take;
+		if (off < d->length || ++cur == x->n || len == CHUNK_MAX) {
+			if (off == d->length)
+				off = 0;
+			break;
+		}
+		off = 0;
+		d = &x->descs[cur];
+		if (d->local_offset != *lo + len || d->remote_offset != *ro + len)
+			break;
+	}
+	*ncur = cur;
+	*noff = off;
+	return (uint32_t)len;
+}
+
 /* Cut queued transfers into frames: one batch per stream at a time, least-loaded stream first,
  * so a large transfer stripes over the streams and small ones coalesce into one write. */
 void peer_pump(struct peer *p)
 {
-	struct peers *P = p->P;
 	if (p->state != PS_UP)
 		return;
 	while (p->queue.next != &p->queue) {
@@ -333,9 +362,9 @@ void peer_pump(struct peer *p)
 				}
 				x->started = 1;
 			}
-			const mori_desc *dd = &x->descs[x->cur];
-			uint64_t left = dd->length - x->cur_off;
-			uint32_t len = left > CHUNK_MAX ? CHUNK_MAX : (uint32_t)left;
+			uint64_t lo, ro, noff;
+			uint32_t ncur;
+			uint32_t len = next_chunk(x, &lo, &ro, &ncur, &noff);
 			uint64_t now = mori_now_us();
 			struct fhdr h = {
 				.type = x->read ? F_READ : F_WRITE,
@@ -343,19 +372,19 @@ void peer_pump(struct peer *p)
 				.xfer = x->id,
 				.region = x->rregion,
 				.gen = x->rgen,
-				.offset = dd->remote_offset + x->cur_off,
+				.offset = ro,
 				.total = x->total,
 				.tag = x->tag,
 				.deadline_ms = x->deadline_us > now ? (uint32_t)((x->deadline_us - now) / 1000 + 1) : 1,
 			};
 			if (x->read) {
-				h.aux = dd->local_offset + x->cur_off;
+				h.aux = lo;
 				h.rlen = len;
 				stream_frame(s, &h, NULL, 0);
 				s->rd_outstanding += len;
 			} else {
 				int err;
-				if (stream_frame_data(s, &h, x->local, dd->local_offset + x->cur_off, len, &err) != 0) {
+				if (stream_frame_data(s, &h, x->local, lo, len, &err) != 0) {
 					xfer_complete(x, err, err == MORI_EPEERDEAD ? "cannot read local memory (owner gone)"
 							      : err == MORI_ESTALE ? "local region deregistered"
 										   : "out of memory");
@@ -365,17 +394,14 @@ void peer_pump(struct peer *p)
 			}
 			budget = budget > len ? budget - len : 0;
 			frames++;
-			x->cur_off += len;
-			if (x->cur_off == dd->length) {
-				x->cur_off = 0;
-				if (++x->cur == x->n) {
-					list_del(&x->qlink);
-					x->queued_link = 0;
-				}
+			x->cur = ncur;
+			x->cur_off = noff;
+			if (x->cur == x->n) {
+				list_del(&x->qlink);
+				x->queued_link = 0;
 			}
 		}
 		stream_flush(s);
-		(void)P;
 	}
 }
 

@@ -378,6 +378,8 @@ static size_t rand_batch(uint64_t *s, mori_desc *d, size_t k, uint64_t lsz, uint
 	for (size_t i = 0; i < k; i++) {
 		uint64_t len = rand_len(s);
 		uint64_t lg = test_rand(s) % 65536, rg = test_rand(s) % 65536;
+		if ((test_rand(s) & 3) == 0)
+			lg = rg = 0; /* adjacent on both sides: the daemon merges such runs into one frame */
 		if (lc + lg + len > lsz || rc + rg + len > rsz)
 			break;
 		d[n++] = (mori_desc){lc + lg, rc + rg, len};
