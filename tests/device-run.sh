@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# Issue 5 on the GPU machine, in one call: VRAM figures through the library and the GPU tests.
+#
+#   tests/device-run.sh bundle            here: make, then bundle the binaries, the shared
+#                                         libraries they need and the trace into bundle/
+#                                         (git-ignored; name it in the device tool's carry)
+#   tests/device-run.sh run [PART ...]    there: PARTs (default: all, in this order)
+#       io        mori-bench io --mem vram: 16 KiB x 65 536 (prepared list and plain batch),
+#                 the 4 KiB..64 MiB sweep, mixed host/VRAM, a verified read
+#       io2       16 KiB x 65 536 again: cudaMalloc regions (MORI_VRAM_ALLOC=malloc) instead of
+#                 VMM, and pipeline depth 2 and 4
+#       lat       4 KiB, batch 1: end-to-end p50/p99 through the library
+#       gpubench  mori-gpubench (kernel-only 4 KiB time, gpu_xfer, library rows)
+#       kv        mori-kvreplay --mem vram on the whole trace (llama3-8b, as fast as possible,
+#                 $KV_ARGS, default --verify-every 64: the CPU cannot fill and check all ~18 TB)
+#                 between two runs of mori-bench io --mem vram --prep at the page size
+#       tests     the GPU tests (make check-gpu)
+# Everything is logged to $OUT/log (or /tmp/device-run/log); a summary of the key lines ends
+# the output. Each step has its own timeout so that the whole call ends within 10 minutes.
+set -u
+cd "$(dirname "$0")/.."
+BUNDLE=bundle
+
+if [ "${1:-}" = bundle ]; then
+	set -e
+	make -j2 >/dev/null
+	ls build/kernels/copy.fatbin >/dev/null # the kernels must be in libmori (nvcc here)
+	rm -rf "$BUNDLE"
+	/work/shared/tools/device-bundle "$BUNDLE" build/morid build/moractl build/mori-bench build/mori-kvreplay \
+		build/mori-gpubench build/tests/test_gpu_*
+	mkdir -p "$BUNDLE/bin/tests" "$BUNDLE/data"
+	mv "$BUNDLE"/bin/test_gpu_* "$BUNDLE/bin/tests/"
+	cp ../shared/data/mooncake_conversation_trace.jsonl "$BUNDLE/data/"
+	du -sh "$BUNDLE"
+	exit 0
+fi
+[ "${1:-}" = run ] || { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+shift
+parts=${*:-io io2 lat gpubench kv tests}
+
+export LD_LIBRARY_PATH=$PWD/$BUNDLE/lib
+export B=$PWD/$BUNDLE/bin
+O=${OUT:-/tmp/device-run}
+mkdir -p "$O"
+exec > >(tee "$O/log") 2>&1
+RT=$(mktemp -d /tmp/mori-rt.XXXXXX)
+SUM=$O/summary
+: > "$SUM"
+MPID=
+stop_morid() { [ -n "$MPID" ] && kill "$MPID" 2>/dev/null && wait "$MPID" 2>/dev/null; MPID=; }
+trap stop_morid EXIT
+start_morid() {
+	stop_morid
+	rm -rf "$RT" && mkdir -p "$RT"
+	"$B/morid" --foreground --runtime-dir "$RT" --log-level warn 2>> "$O/morid.log" &
+	MPID=$!
+	for _ in $(seq 200); do [ -S "$RT/morid.session" ] && return 0; sleep 0.05; done
+	echo "morid did not start"; cat "$O/morid.log"; return 1
+}
+step() { echo; echo "== $*"; echo "== $*" >> "$SUM"; }
+# run CMD with a timeout, keep its output, and copy the lines matching KEEP into the summary
+run() {
+	local secs=$1 keep=$2; shift 2
+	local t0=$(date +%s)
+	timeout -k 5 "$secs" "$@" > /tmp/device-run.step 2>&1
+	local rc=$?
+	cat /tmp/device-run.step
+	grep -E "$keep|^mori-|MORI_E|FAIL|not ok" /tmp/device-run.step >> "$SUM"
+	echo "rc=$rc ($(( $(date +%s) - t0 )) s)" | tee -a "$SUM"
+}
+
+date -u
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader | tee -a "$SUM"
+echo "$(nproc) cores, $(uname -r)" | tee -a "$SUM"
+start_morid || exit 1
+ROWS='^ +[0-9]+[KM]? |^#'
+
+for p in $parts; do
+	case $p in
+	io)
+		step "io: 16 KiB x 65 536 VRAM->VRAM (two processes), prepared list (all indices each iteration)"
+		run 120 "$ROWS" "$B/mori-bench" io --runtime-dir "$RT" --mem vram --block 16K --batch 65536 --iters 20 --prep
+		step "io: 16 KiB x 65 536 VRAM->VRAM, plain batch (mori_xfer_batch)"
+		run 120 "$ROWS" "$B/mori-bench" io --runtime-dir "$RT" --mem vram --block 16K --batch 65536 --iters 20
+		step "io: sweep 4 KiB..64 MiB, batch 65 536 (1 GiB cap), prepared list"
+		run 200 "$ROWS" "$B/mori-bench" io --runtime-dir "$RT" --mem vram --block-min 4K --block-max 64M \
+			--batch 65536 --iters 10 --prep
+		step "io: host -> VRAM (local host, remote VRAM), 16 KiB x 65 536"
+		run 120 "$ROWS" "$B/mori-bench" io --runtime-dir "$RT" --local-mem host --remote-mem vram --block 16K \
+			--batch 65536 --iters 10 --prep
+		step "io: VRAM -> host (local VRAM, remote host), 16 KiB x 65 536"
+		run 120 "$ROWS" "$B/mori-bench" io --runtime-dir "$RT" --local-mem vram --remote-mem host --block 16K \
+			--batch 65536 --iters 10 --prep
+		step "io: read VRAM->VRAM 64 KiB x 16 384, contents checked through host staging"
+		run 120 "$ROWS|check" "$B/mori-bench" io --runtime-dir "$RT" --mem vram --op read --block 64K \
+			--batch 16384 --iters 5 --check
+		;;
+	io2)
+		step "io2: 16 KiB x 65 536, prepared list, cudaMalloc regions (legacy IPC) instead of VMM"
+		MORI_VRAM_ALLOC=malloc run 120 "$ROWS" "$B/mori-bench" io --runtime-dir "$RT" --mem vram --block 16K \
+			--batch 65536 --iters 20 --prep
+		for dp in 2 4; do
+			step "io2: 16 KiB x 65 536, prepared list, depth $dp"
+			run 120 "$ROWS" "$B/mori-bench" io --runtime-dir "$RT" --mem vram --block 16K --batch 65536 \
+				--iters 40 --prep --depth $dp
+		done
+		;;
+	lat)
+		step "lat: 4 KiB, batch 1, VRAM->VRAM, mori_xfer_batch submit to completion seen"
+		run 120 "$ROWS" "$B/mori-bench" io --runtime-dir "$RT" --mem vram --block 4K --batch 1 --iters 5000 \
+			--warmup 200
+		;;
+	gpubench)
+		step "gpubench: 16 KiB x 65 536 (kernel, gpu_xfer, lists, per-block, library)"
+		run 150 "GB/s|p50|ceiling" "$B/mori-gpubench" --runtime-dir "$RT"
+		;;
+	kv)
+		TRACE=$PWD/$BUNDLE/data/mooncake_conversation_trace.jsonl
+		PAGE=$("$B/mori-kvreplay" --dry-run --synthetic --requests 1 --model llama3-8b --json 2>/dev/null |
+			sed -n 's/^[[:space:]]*"page_bytes":[[:space:]]*\([0-9]*\).*/\1/p' | head -n 1)
+		kvbench() {
+			run 120 "$ROWS" "$B/mori-bench" io --runtime-dir "$RT" --mem vram --block "${PAGE:-32768}" --batch 2048 \
+				--iters 50 --prep
+			run 120 "$ROWS" "$B/mori-bench" io --runtime-dir "$RT" --mem vram --block "${PAGE:-32768}" --batch 32768 \
+				--iters 20 --prep
+		}
+		step "kv: mori-bench io --mem vram, page ${PAGE:-?} B, batch 2048 (one 512-token block) and 32768, prepared list"
+		kvbench
+		step "kv: mori-kvreplay --mem vram, whole trace, llama3-8b, as fast as possible"
+		run 420 "requests|blocks|bytes|run time|throughput|descriptors|latency|verification|error" \
+			"$B/mori-kvreplay" --runtime-dir "$RT" --trace "$TRACE" --model llama3-8b --mem vram \
+			--as-fast-as-possible --no-progress ${KV_ARGS:---verify-every 64}
+		step "kv: mori-bench io again (after the replay)"
+		kvbench
+		;;
+	tests)
+		step "tests: GPU tests (make check-gpu)"
+		stop_morid
+		MORI_TEST_TIMEOUT=${TEST_TIMEOUT:-240} run 560 "^(ok|not ok|skip)|passed|failed|skipped" tests/run-gpu
+		cp "$B"/test-logs/*gpu*.log "$O/" 2>/dev/null
+		;;
+	*) echo "unknown part $p" ;;
+	esac
+done
+stop_morid
+echo
+echo "================ summary ================"
+cat "$SUM"
