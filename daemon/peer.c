@@ -8,6 +8,7 @@
 #include <nng/protocol/reqrep0/rep.h>
 #include <nng/protocol/reqrep0/req.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -199,6 +200,7 @@ static int peer_dial(struct peer *p)
 	nng_socket_set_ms(p->req, NNG_OPT_RECONNMAXT, PEER_BACKOFF_MAX_MS);
 	nng_socket_set_ms(p->req, NNG_OPT_REQ_RESENDTIME, 1000);
 	nng_socket_set_size(p->req, NNG_OPT_RECVMAXSZ, 1 << 20);
+	nng_socket_set_bool(p->req, NNG_OPT_TCP_KEEPALIVE, true);
 	/* Non-blocking: nng keeps redialling in the background with the backoff above. */
 	if ((rc = nng_dial(p->req, url, NULL, NNG_FLAG_NONBLOCK)) != 0 ||
 	    (rc = nng_socket_get_int(p->req, NNG_OPT_RECVFD, &fd)) != 0) {

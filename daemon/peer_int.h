@@ -27,6 +27,7 @@
 #define SMALL_COPY 4096               /* payloads below this are copied beside their header */
 #define STAGE_CAP (BATCH_FRAMES * 96 + (512u << 10))
 #define STREAM_WINDOW (8u << 20)      /* bytes in flight per stream (queued writes + reads asked) */
+#define STREAM_DEAD_S 15              /* keepalive idle and TCP_USER_TIMEOUT of data streams */
 #define RX_BUF (256u << 10)           /* per-stream receive staging */
 #define RX_DIRECT_MIN (256u << 10)    /* larger payloads land straight in the region; smaller ones
                                        * through the staging buffer (a copy is cheaper than the

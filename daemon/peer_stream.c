@@ -5,6 +5,8 @@
  * handed to libuv is the destination) and parses small frames out of a staging buffer. */
 #include <errno.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -558,7 +560,14 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
 
 static void stream_setup(struct stream *s)
 {
+	uv_os_fd_t fd;
 	uv_tcp_nodelay(&s->tcp, 1);
+	/* A peer host that vanishes without a reset: idle streams notice through keepalives, busy
+	 * ones when sent data stays unacknowledged this long (then the peer is marked down). */
+	uv_tcp_keepalive(&s->tcp, 1, STREAM_DEAD_S);
+	unsigned ut = STREAM_DEAD_S * 1000;
+	if (uv_fileno((uv_handle_t *)&s->tcp, &fd) == 0)
+		setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ut, sizeof(ut));
 	uv_read_start((uv_stream_t *)&s->tcp, on_alloc, on_read);
 }
 
