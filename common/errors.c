@@ -30,7 +30,7 @@ static const char *const names[] = {
 
 const char *mori_strerror(int code)
 {
-	unsigned i = code <= 0 ? (unsigned)-code : ~0u;
+	unsigned i = code <= 0 ? 0u - (unsigned)code : ~0u; /* -INT_MIN would overflow */
 	if (i < sizeof(names) / sizeof(names[0]) && names[i])
 		return names[i];
 	return "MORI_E?: unknown error code";

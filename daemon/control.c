@@ -1,13 +1,13 @@
-/* The control socket (nng rep0 on ipc://<runtime_dir>/morid.sock, driven from the loop through
- * nng's receive fd) and the request dispatcher that session sockets share. */
+/* The control socket (nng's req/rep wire protocol on ipc://<runtime_dir>/morid.sock, served
+ * on the loop: see below) and the request dispatcher that session sockets share. */
 #include <errno.h>
-#include <nng/nng.h>
-#include <nng/protocol/reqrep0/rep.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -16,8 +16,6 @@
 #include "peer.h"
 #include "rdma.h"
 #include "registry.h"
-
-#define RECV_BATCH 32 /* requests per wake-up; level-triggered, the rest wait a turn */
 
 const char *const counter_names[C_COUNT] = {
 	"requests", "bad_requests", "denied", "oversize", "clients_total", "clients_died",
@@ -284,103 +282,362 @@ int dispatch(struct morid *d, struct client *c, uid_t uid, Mori__Request *req, M
 	return deferred;
 }
 
-/* ---- nng rep socket ---- */
+/* ---- the control socket ----
+ *
+ * morid speaks nng's req/rep protocol over its ipc transport on this socket, so that moractl,
+ * peers' tests and anything else built on nng_req0 can call it, but it serves the socket itself
+ * on the loop instead of through libnng: nng 1.5.2 (Debian 12) stops accepting on a listener
+ * for good when a client disconnects during the connection handshake (nng issue #1518, fixed
+ * in 1.6), so a single `connect(); close();` on morid.sock would end the control plane; and its
+ * rep0 refuses a non-blocking reply while the pipe's previous reply is still completing on an
+ * nng thread, losing replies to clients that send their next request at once.
+ *
+ * The wire format, as nng's ipc transport and rep0 protocol define it:
+ *   each side first sends 8 bytes: 00 'S' 'P' 00, its protocol (u16 big-endian: req0 0x30,
+ *   rep0 0x31), 00 00; then messages: a byte 0x01, the length (u64 big-endian), the payload.
+ *   A request's payload starts with its backtrace: 4-byte words, the last one with the high
+ *   bit set (a req0 client sends one: its request id); the reply repeats them, then the body.
+ * Like nng, a message over twice max_message_bytes, a bad header or a bad backtrace closes
+ * the connection; everything else gets a reply. */
+#define SP_PROTO_REQ0 0x30
+#define SP_PROTO_REP0 0x31
+#define SP_MAX_HOPS 8                 /* backtrace words accepted (nng's default max TTL) */
+#define CTL_HANDSHAKE_MS 10000        /* to send the 8-byte header */
+#define CTL_MAX_CONNS 512             /* more are closed at once */
+#define CTL_MAX_QUEUED (4u << 20)     /* unsent reply bytes before we stop reading */
 
-static int pipe_uid(nng_msg *m, uid_t *uid)
+struct cconn {
+	struct list link;
+	struct morid *d;
+	uv_pipe_t pipe;
+	uv_timer_t timer;
+	uid_t uid;
+	int have_uid;
+	int handles;           /* libuv handles not yet closed: freed at 0 */
+	int closing, reading;
+	uint8_t head[9];       /* the 8-byte handshake, then each 9-byte message header */
+	size_t head_got;
+	int negotiated;
+	uint8_t *msg;          /* the payload being received */
+	uint64_t msg_len, msg_got;
+	size_t queued;         /* reply bytes handed to uv_write, not yet written */
+};
+
+struct cwrite {
+	uv_write_t req;
+	struct cconn *k;
+	size_t len;
+	uint8_t data[];
+};
+
+static struct {
+	uv_pipe_t listener;
+	int listening;
+	struct list conns;
+	int nconns;
+	char path[300];
+} L;
+
+static uint8_t read_buf[64 * 1024]; /* one read at a time on the loop */
+
+static void conn_closed(uv_handle_t *h)
 {
-	nng_pipe p = nng_msg_get_pipe(m);
-	uint64_t v;
-	if (nng_pipe_get_uint64(p, NNG_OPT_IPC_PEER_UID, &v) != 0)
-		return -1;
-	*uid = (uid_t)v;
-	return 0;
+	struct cconn *k = h->data;
+	if (--k->handles == 0) {
+		free(k->msg);
+		free(k);
+	}
 }
 
-static void control_one(struct morid *d, nng_msg *m)
+static void conn_close(struct cconn *k, const char *why)
 {
+	if (k->closing)
+		return;
+	k->closing = 1;
+	if (why)
+		mlog_info("control", "closing connection (uid %d): %s", k->have_uid ? (int)k->uid : -1, why);
+	list_del(&k->link);
+	L.nconns--;
+	uv_close((uv_handle_t *)&k->pipe, conn_closed);
+	uv_close((uv_handle_t *)&k->timer, conn_closed);
+}
+
+static void on_handshake_timeout(uv_timer_t *t)
+{
+	conn_close(t->data, "no handshake in time");
+}
+
+static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
+{
+	*buf = uv_buf_init((char *)read_buf, sizeof(read_buf));
+}
+
+static void conn_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf);
+
+static void on_written(uv_write_t *req, int status)
+{
+	struct cwrite *w = (struct cwrite *)req;
+	struct cconn *k = w->k;
+	k->queued -= w->len;
+	free(w);
+	if (status < 0) {
+		conn_close(k, uv_strerror(status));
+		return;
+	}
+	if (!k->closing && !k->reading && k->queued < CTL_MAX_QUEUED / 2) {
+		k->reading = 1;
+		uv_read_start((uv_stream_t *)&k->pipe, on_alloc, conn_read);
+	}
+}
+
+/* Queue len bytes (two pieces) for writing; takes no ownership. */
+static void conn_write(struct cconn *k, const void *a, size_t alen, const void *b, size_t blen)
+{
+	struct cwrite *w = malloc(sizeof(*w) + alen + blen);
+	if (!w) {
+		conn_close(k, "out of memory for a reply");
+		return;
+	}
+	memcpy(w->data, a, alen);
+	if (blen)
+		memcpy(w->data + alen, b, blen);
+	w->k = k;
+	w->len = alen + blen;
+	uv_buf_t ub = uv_buf_init((char *)w->data, (unsigned)w->len);
+	int rc = uv_write(&w->req, (uv_stream_t *)&k->pipe, &ub, 1, on_written);
+	if (rc < 0) {
+		free(w);
+		conn_close(k, uv_strerror(rc));
+		return;
+	}
+	k->queued += w->len;
+	if (k->queued >= CTL_MAX_QUEUED && k->reading) {
+		/* a client that does not read its replies gets no more requests served */
+		k->reading = 0;
+		uv_read_stop((uv_stream_t *)&k->pipe);
+	}
+}
+
+static void put_be64(uint8_t *p, uint64_t v)
+{
+	for (int i = 7; i >= 0; i--, v >>= 8)
+		p[i] = (uint8_t)v;
+}
+
+/* Handle one complete message: backtrace, then the request. */
+static void conn_message(struct cconn *k, const uint8_t *p, size_t len)
+{
+	struct morid *d = k->d;
+	size_t bt = 0;
+	for (;;) {
+		if (bt + 4 > len || bt / 4 >= SP_MAX_HOPS) {
+			count(d, C_BAD_REQUESTS, 1);
+			conn_close(k, "message without a request id");
+			return;
+		}
+		bt += 4;
+		if (p[bt - 4] & 0x80)
+			break;
+	}
+	const uint8_t *body = p + bt;
+	size_t blen = len - bt;
+
 	Mori__Reply rep = MORI__REPLY__INIT;
 	struct rctx r = {0};
 	Mori__Request *req = NULL;
-	uid_t uid = (uid_t)-1;
 	count(d, C_REQUESTS, 1);
-	if (pipe_uid(m, &uid) != 0 || !config_uid_allowed(&d->cfg, uid)) {
+	if (!k->have_uid || !config_uid_allowed(&d->cfg, k->uid)) {
 		count(d, C_DENIED, 1);
-		mlog_warn("control", "request from uid %d refused: not in allow_uids", (int)uid);
-		reply_error(&rep, MORI_EPERM, "uid %d is not allowed (allow_uids)", (int)uid);
-	} else if (nng_msg_len(m) > (size_t)d->cfg.max_message_bytes) {
+		mlog_warn("control", "request from uid %d refused: not in allow_uids", k->have_uid ? (int)k->uid : -1);
+		reply_error(&rep, MORI_EPERM, "uid %d is not allowed (allow_uids)", k->have_uid ? (int)k->uid : -1);
+	} else if (blen > (size_t)d->cfg.max_message_bytes) {
 		count(d, C_OVERSIZE, 1);
-		mlog_info("control", "message of %zu bytes over the cap", nng_msg_len(m));
-		reply_error(&rep, MORI_EMSGSIZE, "message of %zu bytes over max_message_bytes", nng_msg_len(m));
-	} else if (!(req = mori__request__unpack(NULL, nng_msg_len(m), nng_msg_body(m)))) {
+		mlog_info("control", "message of %zu bytes over the cap", blen);
+		reply_error(&rep, MORI_EMSGSIZE, "message of %zu bytes over max_message_bytes", blen);
+	} else if (!(req = mori__request__unpack(NULL, blen, body))) {
 		count(d, C_BAD_REQUESTS, 1);
-		mlog_info("control", "malformed request of %zu bytes", nng_msg_len(m));
-		reply_error(&rep, MORI_EPROTO, "malformed request (%zu bytes)", nng_msg_len(m));
+		mlog_info("control", "malformed request of %zu bytes", blen);
+		reply_error(&rep, MORI_EPROTO, "malformed request (%zu bytes)", blen);
 	} else {
 		rep.id = req->id;
-		dispatch(d, NULL, uid, req, &rep, &r, NULL, 0);
+		if (dispatch(d, NULL, k->uid, req, &rep, &r, NULL, 0) == 1) {
+			/* nothing on the control socket may defer: there is no session to answer on */
+			mlog_err("control", "request type %d deferred on the control socket", (int)req->body_case);
+			reply_error(&rep, MORI_EPROTO, "request type %d needs a session", (int)req->body_case);
+		}
 	}
-	size_t len = mori__reply__get_packed_size(&rep);
-	nng_msg_clear(m);
-	if (nng_msg_realloc(m, len) == 0) {
-		mori__reply__pack(&rep, nng_msg_body(m));
-		if (nng_sendmsg(d->rep, m, NNG_FLAG_NONBLOCK) != 0)
-			nng_msg_free(m);
+	size_t rlen = mori__reply__get_packed_size(&rep);
+	uint8_t *out = malloc(9 + bt + rlen);
+	if (out) {
+		out[0] = 1;
+		put_be64(out + 1, bt + rlen);
+		memcpy(out + 9, p, bt); /* the backtrace routes the reply to its request */
+		mori__reply__pack(&rep, out + 9 + bt);
+		conn_write(k, out, 9 + bt + rlen, NULL, 0);
+		free(out);
 	} else {
-		nng_msg_free(m);
+		conn_close(k, "out of memory for a reply");
 	}
 	rctx_free(&r);
 	if (req)
 		mori__request__free_unpacked(req, NULL);
 }
 
-static void control_readable(uv_poll_t *p, int status, int events)
+/* Feed received bytes through the state machine: handshake, header, payload. */
+static void conn_feed(struct cconn *k, const uint8_t *p, size_t n)
 {
-	struct morid *d = p->data;
-	for (int i = 0; i < RECV_BATCH; i++) {
-		nng_msg *m;
-		if (nng_recvmsg(d->rep, &m, NNG_FLAG_NONBLOCK) != 0)
-			return;
-		control_one(d, m);
+	struct morid *d = k->d;
+	while (n > 0 && !k->closing) {
+		if (!k->negotiated) {
+			size_t take = 8 - k->head_got < n ? 8 - k->head_got : n;
+			memcpy(k->head + k->head_got, p, take);
+			k->head_got += take, p += take, n -= take;
+			if (k->head_got < 8)
+				return;
+			const uint8_t *h = k->head;
+			if (h[0] != 0 || h[1] != 'S' || h[2] != 'P' || h[3] != 0 || h[6] != 0 || h[7] != 0) {
+				count(d, C_BAD_REQUESTS, 1);
+				conn_close(k, "not an SP handshake");
+				return;
+			}
+			if (((h[4] << 8) | h[5]) != SP_PROTO_REQ0) {
+				count(d, C_BAD_REQUESTS, 1);
+				conn_close(k, "peer is not a req0 socket");
+				return;
+			}
+			k->negotiated = 1;
+			k->head_got = 0;
+			uv_timer_stop(&k->timer);
+			continue;
+		}
+		if (!k->msg) {
+			size_t take = 9 - k->head_got < n ? 9 - k->head_got : n;
+			memcpy(k->head + k->head_got, p, take);
+			k->head_got += take, p += take, n -= take;
+			if (k->head_got < 9)
+				return;
+			k->head_got = 0;
+			uint64_t len = 0;
+			for (int i = 1; i < 9; i++)
+				len = len << 8 | k->head[i];
+			if (k->head[0] != 1) {
+				count(d, C_BAD_REQUESTS, 1);
+				conn_close(k, "bad message header");
+				return;
+			}
+			if (len > 2 * (uint64_t)d->cfg.max_message_bytes + 4 * SP_MAX_HOPS) {
+				count(d, C_OVERSIZE, 1);
+				mlog_info("control", "message of %llu bytes over twice the cap: dropping the connection",
+					  (unsigned long long)len);
+				conn_close(k, NULL);
+				return;
+			}
+			if (!(k->msg = malloc(len ? len : 1))) {
+				conn_close(k, "out of memory for a request");
+				return;
+			}
+			k->msg_len = len;
+			k->msg_got = 0;
+		}
+		size_t take = k->msg_len - k->msg_got < n ? (size_t)(k->msg_len - k->msg_got) : n;
+		memcpy(k->msg + k->msg_got, p, take);
+		k->msg_got += take, p += take, n -= take;
+		if (k->msg_got == k->msg_len) {
+			uint8_t *m = k->msg;
+			k->msg = NULL;
+			conn_message(k, m, (size_t)k->msg_len);
+			free(m);
+		}
 	}
+}
+
+static void conn_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
+{
+	struct cconn *k = s->data;
+	if (n < 0) {
+		conn_close(k, n == UV_EOF ? NULL : uv_strerror((int)n));
+		return;
+	}
+	conn_feed(k, (const uint8_t *)buf->base, (size_t)n);
+}
+
+static void on_connection(uv_stream_t *server, int status)
+{
+	struct morid *d = server->data;
+	if (status < 0) {
+		mlog_warn("control", "accept: %s", uv_strerror(status));
+		return;
+	}
+	struct cconn *k = calloc(1, sizeof(*k));
+	if (!k)
+		return; /* the connection waits in the backlog; retried on the next one */
+	k->d = d;
+	uv_pipe_init(d->loop, &k->pipe, 0);
+	uv_timer_init(d->loop, &k->timer);
+	k->pipe.data = k->timer.data = k;
+	k->handles = 2;
+	LIST_INIT(&k->link);
+	list_add(&L.conns, &k->link);
+	L.nconns++;
+	if (uv_accept(server, (uv_stream_t *)&k->pipe) != 0) {
+		conn_close(k, NULL);
+		return;
+	}
+	if (L.nconns > CTL_MAX_CONNS) {
+		mlog_warn("control", "more than %d control connections: closing the newest", CTL_MAX_CONNS);
+		conn_close(k, NULL);
+		return;
+	}
+	uv_os_fd_t fd;
+	struct ucred cred;
+	socklen_t cl = sizeof(cred);
+	if (uv_fileno((uv_handle_t *)&k->pipe, &fd) == 0 &&
+	    getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0) {
+		k->uid = cred.uid;
+		k->have_uid = 1;
+	}
+	static const uint8_t hello[8] = {0, 'S', 'P', 0, 0, SP_PROTO_REP0, 0, 0};
+	conn_write(k, hello, sizeof(hello), NULL, 0);
+	if (k->closing)
+		return;
+	uv_timer_start(&k->timer, on_handshake_timeout, CTL_HANDSHAKE_MS, 0);
+	k->reading = 1;
+	uv_read_start((uv_stream_t *)&k->pipe, on_alloc, conn_read);
 }
 
 int control_start(struct morid *d)
 {
-	char sockpath[300];
-	int rc, fd;
-	snprintf(sockpath, sizeof(sockpath), "%s/morid.sock", d->cfg.runtime_dir);
-	snprintf(d->control_url, sizeof(d->control_url), "ipc://%s", sockpath);
-	unlink(sockpath); /* we hold the lock: a socket left there is stale */
-	if ((rc = nng_rep0_open(&d->rep)) != 0) {
-		mlog_err("control", "nng_rep0_open: %s", nng_strerror(rc));
+	int rc;
+	snprintf(L.path, sizeof(L.path), "%s/morid.sock", d->cfg.runtime_dir);
+	snprintf(d->control_url, sizeof(d->control_url), "ipc://%s", L.path);
+	if (strlen(L.path) >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
+		mlog_err("control", "%s: path too long for a unix socket", L.path);
 		return -1;
 	}
-	/* nng drops (and closes the pipe of) anything larger; a bit of slack lets us answer
-	 * moderately oversized messages with an error instead. */
-	nng_socket_set_size(d->rep, NNG_OPT_RECVMAXSZ, (size_t)d->cfg.max_message_bytes * 2);
-	if ((rc = nng_listen(d->rep, d->control_url, NULL, 0)) != 0) {
-		mlog_err("control", "cannot listen on %s: %s", d->control_url, nng_strerror(rc));
-		nng_close(d->rep);
+	LIST_INIT(&L.conns);
+	L.nconns = 0;
+	unlink(L.path); /* we hold the lock: a socket left there is stale */
+	uv_pipe_init(d->loop, &L.listener, 0);
+	L.listener.data = d;
+	L.listening = 1;
+	if ((rc = uv_pipe_bind(&L.listener, L.path)) != 0 ||
+	    (rc = uv_listen((uv_stream_t *)&L.listener, 128, on_connection)) != 0) {
+		mlog_err("control", "cannot listen on %s: %s", L.path, uv_strerror(rc));
+		control_stop(d);
 		return -1;
 	}
-	if (chmod(sockpath, (mode_t)d->cfg.socket_mode) != 0)
-		mlog_warn("control", "chmod %s: %s", sockpath, strerror(errno));
-	if ((rc = nng_socket_get_int(d->rep, NNG_OPT_RECVFD, &fd)) != 0) {
-		mlog_err("control", "nng recv fd: %s", nng_strerror(rc));
-		nng_close(d->rep);
-		return -1;
-	}
-	uv_poll_init(d->loop, &d->rep_poll, fd);
-	d->rep_poll.data = d;
-	uv_poll_start(&d->rep_poll, UV_READABLE, control_readable);
+	if (chmod(L.path, (mode_t)d->cfg.socket_mode) != 0)
+		mlog_warn("control", "chmod %s: %s", L.path, strerror(errno));
 	return 0;
 }
 
 void control_stop(struct morid *d)
 {
-	uv_close((uv_handle_t *)&d->rep_poll, NULL);
-	nng_close(d->rep);
-	char sockpath[300];
-	snprintf(sockpath, sizeof(sockpath), "%s/morid.sock", d->cfg.runtime_dir);
-	unlink(sockpath);
+	if (!L.listening)
+		return;
+	L.listening = 0;
+	uv_close((uv_handle_t *)&L.listener, NULL);
+	list_each(it, &L.conns)
+		conn_close(list_entry(it, struct cconn, link), NULL);
+	unlink(L.path);
 }
