@@ -907,6 +907,7 @@ START_TEST(raw_submissions)
 	/* and the daemon still works */
 	d[0] = (mori_desc){0, 0, 4096};
 	ck_assert_int_eq(raw_xfer(c, SQE_XFER, SQE_F_READ, ++id, lr, ref, off, 1, NULL, 0), MORI_OK);
+	mori_xfer_list_free(pl);
 	target_end(&t, NULL, NULL);
 	mori_client_close(other);
 	mori_client_close(c);
