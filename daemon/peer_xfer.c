@@ -228,7 +228,9 @@ void xfer_submit(struct peers *P, struct client *c, const struct mori_sqe *e)
 	struct peer *p = f->p;
 	uint64_t now = mori_now_us();
 	uint64_t tmo = e->timeout_us ? e->timeout_us : (uint64_t)d->cfg.transfer_timeout_ms * 1000;
-	if (tmo > 86400ull * 1000000)
+	if (tmo >> 63)
+		tmo = 1; /* a negative time left (the deadline passed before submission): expires now */
+	else if (tmo > 86400ull * 1000000)
 		tmo = 86400ull * 1000000;
 	x->id = ++P->next_xfer;
 	x->c = c;
