@@ -16,6 +16,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 
+#include "../daemon/peer_int.h"     /* the data-stream frame, to play a misbehaving peer */
 #include "../libclient/internal.h" /* raw ring access: the daemon must check what the library would */
 #include "ctl.h"
 #include "harness.h"
@@ -914,6 +915,160 @@ START_TEST(raw_submissions)
 }
 END_TEST
 
+/* ---- a misbehaving peer on B's data port: garbage, wrong direction, bad ranges ---- */
+
+static int data_connect(struct node *n, uint32_t port)
+{
+	int s = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+	ck_assert(inet_pton(AF_INET, n->ip, &sa.sin_addr) == 1);
+	ck_assert_msg(connect(s, (struct sockaddr *)&sa, sizeof(sa)) == 0, "connect data port %u", port);
+	struct timeval tv = {.tv_sec = 3};
+	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	return s;
+}
+
+static void send_frame(int s, uint16_t type, int32_t code, uint64_t xfer, uint64_t region, uint32_t gen,
+		       uint64_t offset, uint32_t len, uint32_t rlen, uint64_t total, const void *payload)
+{
+	struct fhdr h = {.magic = FRAME_MAGIC, .type = type, .len = len, .code = code, .xfer = xfer,
+			 .region = region, .gen = gen, .rlen = rlen, .offset = offset, .total = total,
+			 .deadline_ms = 5000};
+	ck_assert(write(s, &h, sizeof(h)) == (ssize_t)sizeof(h));
+	if (len && payload)
+		ck_assert(write(s, payload, len) == (ssize_t)len);
+}
+
+/* The next frame from the daemon (its payload skipped); type 0 when it closed the stream. */
+static struct fhdr recv_frame(int s)
+{
+	struct fhdr h = {0};
+	size_t got = 0;
+	while (got < sizeof(h)) {
+		ssize_t n = read(s, (char *)&h + got, sizeof(h) - got);
+		if (n <= 0) {
+			h.type = 0;
+			return h;
+		}
+		got += (size_t)n;
+	}
+	char skip[512];
+	for (uint32_t left = h.len; left;) {
+		ssize_t n = read(s, skip, left < sizeof(skip) ? left : sizeof(skip));
+		if (n <= 0)
+			break;
+		left -= (uint32_t)n;
+	}
+	return h;
+}
+
+static void hello(int s)
+{
+	send_frame(s, F_HELLO, FRAME_VERSION, 777, 0, 0, 0, 4, 0, 0, "fuzz");
+	ck_assert_int_eq(recv_frame(s).type, F_HELLO_ACK);
+}
+
+START_TEST(misbehaving_peer)
+{
+	if (NB.ns)
+		return; /* the data port is inside B's namespace: the loopback run covers this */
+	struct target t;
+	target_start(&t, 8);
+	char url[200], err[256];
+	Mori__Request req = MORI__REQUEST__INIT;
+	Mori__PeerHello ph = MORI__PEER_HELLO__INIT;
+	Mori__Reply *rep;
+	ph.protocol_version = MORI_PROTOCOL_VERSION;
+	ph.epoch = 777;
+	ph.node = "";
+	req.body_case = MORI__REQUEST__BODY_PEER_HELLO;
+	req.peer_hello = &ph;
+	snprintf(url, sizeof(url), "tcp://%s", NB.addr);
+	ck_assert_int_eq(ctl_call(url, &req, &rep, 3000, err, sizeof(err)), MORI_OK);
+	uint32_t port = rep->peer_hello->data_port;
+	ck_assert_uint_ne(rep->peer_hello->epoch, 0);
+	mori__reply__free_unpacked(rep, NULL);
+	/* the region's handle, as a well-behaved peer would know it */
+	mori_client *c;
+	mori_mem *ra, *l;
+	OK(mori_client_open(NA.dir, "fuzz", &c));
+	OK(mori_mem_open_remote(c, NB.addr, "target/a", &ra));
+	uint64_t region = ra->region_id;
+	uint32_t gen = ra->generation;
+	ck_assert_uint_ne(region, 0);
+
+	uint8_t junk[4096];
+	fill_random(junk, sizeof(junk), 5);
+	int s = data_connect(&NB, port); /* garbage: closed */
+	ck_assert(write(s, junk, sizeof(junk)) == (ssize_t)sizeof(junk));
+	ck_assert_int_eq(recv_frame(s).type, 0);
+	close(s);
+	s = data_connect(&NB, port); /* wrong version: closed */
+	send_frame(s, F_HELLO, 99, 777, 0, 0, 0, 0, 0, 0, NULL);
+	ck_assert_int_eq(recv_frame(s).type, 0);
+	close(s);
+	s = data_connect(&NB, port); /* data before hello: closed */
+	send_frame(s, F_WRITE, 0, 1, region, gen, 0, 16, 0, 16, junk);
+	ck_assert_int_eq(recv_frame(s).type, 0);
+	close(s);
+	s = data_connect(&NB, port);
+	hello(s);
+	send_frame(s, F_WRITE, 0, 1, 9999, 1, 0, 100, 0, 100, junk); /* unknown region */
+	struct fhdr a = recv_frame(s);
+	ck_assert_int_eq(a.type, F_DONE);
+	ck_assert_int_eq(a.code, MORI_ESTALE);
+	send_frame(s, F_WRITE, 0, 2, region, gen + 1, 0, 100, 0, 100, junk); /* wrong generation */
+	a = recv_frame(s);
+	ck_assert_int_eq(a.code, MORI_ESTALE);
+	send_frame(s, F_WRITE, 0, 3, region, gen, REGION_A - 10, 100, 0, 100, junk); /* past the end */
+	a = recv_frame(s);
+	ck_assert_int_eq(a.type, F_DONE);
+	ck_assert_int_eq(a.code, MORI_ERANGE);
+	send_frame(s, F_WRITE, 0, 4, region, gen, UINT64_MAX - 10, 100, 0, 100, junk); /* wrapping */
+	ck_assert_int_eq(recv_frame(s).code, MORI_ERANGE);
+	send_frame(s, F_READ, 0, 5, region, gen, REGION_A, 0, 100, 100, NULL);
+	a = recv_frame(s);
+	ck_assert_int_eq(a.type, F_RDATA);
+	ck_assert_int_eq(a.code, MORI_ERANGE);
+	ck_assert_uint_eq(a.rlen, 100);
+	send_frame(s, F_READ, 0, 6, region, gen, 0, 0, CHUNK_MAX + 1, CHUNK_MAX + 1, NULL); /* too large */
+	ck_assert_int_eq(recv_frame(s).code, MORI_ERANGE);
+	send_frame(s, F_ABORT, 0, 12345, 0, 0, 0, 0, 0, 0, NULL); /* unknown: ignored */
+	send_frame(s, F_READ, 0, 7, region, gen, 64, 0, 8, 8, NULL); /* a good read still works */
+	a = recv_frame(s);
+	ck_assert_int_eq(a.type, F_RDATA);
+	ck_assert_int_eq(a.code, 0);
+	ck_assert_uint_eq(a.len, 8);
+	send_frame(s, F_WRITE, 0, 8, region, gen, 0, CHUNK_MAX + 1, 0, CHUNK_MAX + 1, NULL); /* oversized */
+	ck_assert_int_eq(recv_frame(s).type, 0);
+	close(s);
+	s = data_connect(&NB, port); /* a frame only the initiator may receive: closed */
+	hello(s);
+	send_frame(s, F_RDATA, 0, 1, 0, 0, 0, 0, 0, 0, NULL);
+	ck_assert_int_eq(recv_frame(s).type, 0);
+	close(s);
+	s = data_connect(&NB, port); /* a peer that sends half a transfer and vanishes */
+	hello(s);
+	send_frame(s, F_WRITE, 0, 9, region, gen, 0, 100, 0, 1 << 20, junk);
+	close(s);
+	/* B is still well: a real transfer works and nothing is pinned by the dropped state */
+	OK(mori_mem_alloc(c, 4096, MORI_MEM_HOST, &l));
+	memset(mori_mem_ptr(l), 0x33, 4096);
+	mori_xfer *x;
+	OK(mori_write(l, 0, ra, 8192, 4096, NULL, &x));
+	OK(mori_xfer_wait(x, 5000000));
+	mori_xfer_free(x);
+	mori_desc d = {0, 8192, 4096};
+	ck_assert_uint_eq(ask_hash(&t, 0, &d, NULL, 1), local_hash(mori_mem_ptr(l), &d, NULL, 1));
+	Mori__Reply *mr = node_list(&NB, 2);
+	for (size_t i = 0; i < mr->list->n_regions; i++)
+		ck_assert_uint_eq(mr->list->regions[i]->inflight, 0);
+	mori__reply__free_unpacked(mr, NULL);
+	target_end(&t, NULL, NULL);
+	mori_client_close(c);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("xnode");
@@ -927,6 +1082,7 @@ int main(void)
 	tcase_add_test(t, initiator_killed);
 	tcase_add_test(t, raw_submissions);
 	tcase_add_test(t, deregister_under_traffic);
+	tcase_add_test(t, misbehaving_peer);
 	suite_add_tcase(s, t);
 	SRunner *r = srunner_create(s);
 	srunner_run_all(r, CK_NORMAL);
