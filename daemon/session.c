@@ -450,7 +450,7 @@ int session_start(struct morid *d)
 	}
 	/* Bind under a temporary name and rename once listening, so that the socket appears only
 	 * when a connect to it succeeds. */
-	char tmp[sizeof(sa.sun_path) + 8];
+	char tmp[sizeof(d->session_path) + 8]; /* room for any session_path: -O1 -Wformat-truncation */
 	snprintf(tmp, sizeof(tmp), "%s.new", d->session_path);
 	if (strlen(tmp) >= sizeof(sa.sun_path)) {
 		mlog_err("session", "runtime_dir too long for a unix socket path");
