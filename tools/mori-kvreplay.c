@@ -675,6 +675,7 @@ struct opts {
 	const char *prefill_node, *decode_node;
 	int64_t timeout_ms;
 	int skip_bad, json, progress, dry_run, warmup;
+	uint64_t verify_every; /* fill and verify job ids that are multiples of this (1: all) */
 };
 
 struct results {
@@ -822,12 +823,18 @@ struct side {
 	mori_client *c;
 	mori_mem *pool, *peer;
 	mori_xfer_list *list;
-	uint8_t *base;
+	uint8_t *base;        /* where pages are filled and verified: the pool, or its shadow */
+	/* VRAM pools: a host shadow of the same geometry and a prepared list pairing its page i
+	 * with the pool's page i; pages move between the two by same-client transfers */
+	mori_mem *shadow;
+	mori_xfer_list *stage;
 	char name[128];
 };
 
 static void side_close(struct side *s)
 {
+	mori_xfer_list_free(s->stage);
+	mori_mem_deregister(s->shadow);
 	mori_xfer_list_free(s->list);
 	mori_mem_deregister(s->peer);
 	mori_mem_deregister(s->pool);
@@ -869,10 +876,36 @@ static int side_open(struct side *s, const char *role, const char *rt, const str
 	}
 	vlog(role, "allocated %" PRIu64 " bytes", g->pool_bytes);
 	s->base = mori_mem_ptr(s->pool);
-	if (!s->base) {
-		snprintf(err, errlen, "%s: the pool has no host mapping (VRAM pools cannot be filled "
-				      "or verified by this tool yet)", role);
-		return -1;
+	if (mem_kind == MORI_MEM_VRAM) {
+		mori_desc *d = xcalloc(g->pool_descs, sizeof(*d));
+		for (uint64_t i = 0; i < g->pool_descs; i++) {
+			d[i].local_offset = d[i].remote_offset = i * g->page_bytes;
+			d[i].length = g->page_bytes;
+		}
+		rc = mori_mem_alloc(s->c, g->pool_bytes, MORI_MEM_HOST, &s->shadow);
+		if (rc == MORI_OK)
+			rc = mori_xfer_prep(s->shadow, s->pool, d, g->pool_descs, &s->stage);
+		free(d);
+		if (rc) {
+			snprintf(err, errlen, "%s: cannot set up the %.1f GiB host shadow of the VRAM pool: %s (%s)",
+				 role, g->pool_bytes / 1073741824.0, mori_strerror(rc),
+				 mori_client_last_error(s->c));
+			return -1;
+		}
+		/* the first GPU copy touching the shadow pins it (seconds for GiBs): do it now */
+		uint32_t first = 0;
+		mori_xfer *x = NULL;
+		rc = mori_xfer_submit(s->stage, MORI_OP_READ, &first, 1, NULL, &x);
+		if (rc == MORI_OK)
+			rc = mori_xfer_wait(x, 60000000);
+		mori_xfer_free(x);
+		if (rc) {
+			snprintf(err, errlen, "%s: cannot stage a page out of the VRAM pool: %s (%s)", role,
+				 mori_strerror(rc), mori_client_last_error(s->c));
+			return -1;
+		}
+		s->base = mori_mem_ptr(s->shadow);
+		vlog(role, "host shadow of the VRAM pool ready");
 	}
 	snprintf(s->name, sizeof(s->name), "kvreplay.%d.%s", (int)getpid(), role);
 	rc = mori_mem_publish(s->pool, s->name);
@@ -972,6 +1005,32 @@ static size_t job_indices(const struct geom *g, const struct msg *m, uint32_t *i
 									  g->pages_per_block +
 								  p);
 	return n;
+}
+
+/* VRAM pools: move the job's pages from the host shadow into the pool (op WRITE, after a fill)
+ * or from the pool into the shadow (op READ, before verifying). Returns a MORI code. */
+static int side_stage(struct side *s, const struct geom *g, const struct opts *o, int op,
+		      const struct msg *m, uint32_t *idx, char *msg, size_t msglen)
+{
+	if (!s->stage)
+		return MORI_OK;
+	size_t n = job_indices(g, m, idx);
+	mori_xfer_opts xo = {.timeout_us = o->timeout_ms * 1000};
+	mori_xfer *x = NULL;
+	int rc = mori_xfer_submit(s->stage, op, idx, n, &xo, &x);
+	if (rc == MORI_OK)
+		rc = mori_xfer_wait(x, o->timeout_ms * 1000);
+	if (rc)
+		snprintf(msg, msglen, "%s: staging %s the VRAM pool: %s (%s)", s->role,
+			 op == MORI_OP_WRITE ? "into" : "out of", mori_strerror(rc), mori_client_last_error(s->c));
+	mori_xfer_free(x);
+	return rc;
+}
+
+/* Is job `id` one whose bytes are filled and verified? */
+static int job_sampled(const struct opts *o, uint32_t id)
+{
+	return o->verify_every <= 1 || id % o->verify_every == 0;
 }
 
 /* Submit the job's pages (in parts of at most batch indices) and wait for all of them.
@@ -1156,13 +1215,18 @@ static int run_prefill(const struct opts *o, const struct geom *g, int fd, pid_t
 				fprintf(stderr, "mori-kvreplay: prefill: slot out of range\n");
 				goto out;
 			}
-			block_pages(g, s.base, m->blk[b].hash, m->blk[b].slot, 0);
+			if (job_sampled(o, job))
+				block_pages(g, s.base, m->blk[b].hash, m->blk[b].slot, 0);
 		}
-		fill_us += now_us() - t;
 		struct msg *r = xcalloc(1, offsetof(struct msg, blk));
 		r->type = M_DONE;
 		r->job = job;
-		if (o->mode == MODE_PUSH) {
+		if (job_sampled(o, job))
+			r->code = side_stage(&s, g, o, MORI_OP_WRITE, m, idx, r->text, sizeof(r->text));
+		fill_us += now_us() - t;
+		if (r->code) {
+			/* reported as this job's transfer failure */
+		} else if (o->mode == MODE_PUSH) {
 			r->code = move_job(&s, g, o, MORI_OP_WRITE, m, idx, &r->t0, &r->t1, &r->bytes,
 					   r->text, sizeof(r->text));
 			xfers++;
@@ -1278,6 +1342,9 @@ static int complete_oldest(struct sched *sc)
 					   j->id, o->timeout_ms, mori_strerror(code));
 				res->notif_missing++;
 			}
+		} else if (r.code) {
+			code = r.code; /* prefill could not stage the pages into its VRAM pool */
+			note_error(res, "%s", r.text);
 		} else {
 			char text[192];
 			code = move_job(&sc->s, g, o, MORI_OP_READ, m, sc->idx, &t0, &t1, &bytes,
@@ -1292,9 +1359,15 @@ static int complete_oldest(struct sched *sc)
 		res->jobs++;
 		res->bytes_moved += bytes;
 		res->xfer_busy_us += t1 - t0;
-		if (sc->fd >= 0) {
+		if (sc->fd >= 0 && job_sampled(o, j->id)) {
 			uint64_t tv = now_us();
-			for (uint32_t b = 0; b < m->n; b++) {
+			char text[192];
+			int src = side_stage(&sc->s, g, o, MORI_OP_READ, m, sc->idx, text, sizeof(text));
+			if (src) {
+				note_error(res, "%s", text);
+				res->transfer_errors++;
+			}
+			for (uint32_t b = 0; b < m->n && !src; b++) {
 				uint64_t bad =
 					block_pages(g, sc->s.base, m->blk[b].hash, m->blk[b].slot, 1);
 				if (bad && !res->verify_failures)
@@ -1305,7 +1378,8 @@ static int complete_oldest(struct sched *sc)
 				res->verify_failures += bad;
 			}
 			res->verify_us += now_us() - tv;
-			res->bytes_verified += (uint64_t)m->n * g->bytes_per_block;
+			if (!src)
+				res->bytes_verified += (uint64_t)m->n * g->bytes_per_block;
 		}
 		res->blocks_moved += m->n;
 		res->descriptors += (uint64_t)m->n * g->descs_per_block;
@@ -1511,6 +1585,7 @@ static void report(const struct opts *o, const struct geom *g, const struct trac
 		cJSON_AddNumberToObject(j, "evictions", (double)r->evictions);
 		cJSON_AddNumberToObject(j, "bytes_moved", (double)r->bytes_moved);
 		cJSON_AddNumberToObject(j, "bytes_verified", (double)r->bytes_verified);
+		cJSON_AddNumberToObject(j, "verify_every", (double)o->verify_every);
 		cJSON_AddNumberToObject(j, "descriptors", (double)r->descriptors);
 		cJSON_AddBoolToObject(j, "warmup", o->warmup && !o->dry_run);
 		cJSON_AddNumberToObject(j, "setup_s", r->setup_us / 1e6);
@@ -1560,8 +1635,11 @@ static void report(const struct opts *o, const struct geom *g, const struct trac
 	printf("  blocks           %" PRIu64 " moved, %" PRIu64 " skipped by prefix reuse (of %" PRIu64
 	       "), %" PRIu64 " evicted\n",
 	       r->blocks_moved, r->blocks_skipped, r->blocks_total, r->evictions);
-	printf("  bytes moved      %" PRIu64 " (%.2f GB), %" PRIu64 " verified\n", r->bytes_moved,
+	printf("  bytes moved      %" PRIu64 " (%.2f GB), %" PRIu64 " verified", r->bytes_moved,
 	       r->bytes_moved / 1e9, r->bytes_verified);
+	if (o->verify_every > 1)
+		printf(" (filled and verified: one transfer in %" PRIu64 ")", o->verify_every);
+	printf("\n");
 	printf("  run time         %.2f s (transfers %.2f s, fill %.2f s, verify %.2f s); set-up "
 	       "%.2f s%s\n",
 	       s, xs, r->fill_us / 1e6, r->verify_us / 1e6, r->setup_us / 1e6,
@@ -1621,6 +1699,10 @@ static void usage(FILE *f)
 		"  --progress, --no-progress  progress bar on stderr (default: when stderr is a tty)\n"
 		"  --dry-run              schedule only (prefix cache and counts), no daemon\n"
 		"  --verbose              set-up steps with times on stderr\n"
+		"  --verify-every N       fill and verify every byte of one transfer in N (default 1:\n"
+		"                         all); the others move the pool's current bytes unchecked.\n"
+		"                         For runs whose bytes the CPU cannot generate and check in\n"
+		"                         time (the whole trace on GPU memory: ~18 TB for llama3-8b)\n"
 		"  --no-warmup            skip the warm-up before the replay (each side touches its\n"
 		"                         pool, then one transfer over the whole pool): without it the\n"
 		"                         first use of each page pays a page fault\n"
@@ -1652,11 +1734,12 @@ int main(int argc, char **argv)
 		.progress = -1,
 		.mem_kind = MORI_MEM_HOST,
 		.warmup = 1,
+		.verify_every = 1,
 	};
 	const char *rt = NULL;
 	enum { O_TRACE = 256, O_SYN, O_REQ, O_MODEL, O_PT, O_PMIB, O_PBLK, O_MEM, O_SPEED, O_AFAP,
 	       O_WIN, O_BATCH, O_MODE, O_RT, O_PRT, O_DRT, O_PN, O_DN, O_TMO, O_SKIP, O_JSON,
-	       O_PROG, O_NOPROG, O_DRY, O_NOWARM, O_VERB, O_HELP };
+	       O_PROG, O_NOPROG, O_DRY, O_NOWARM, O_VERB, O_HELP, O_VEVERY };
 	static const struct option lo[] = {
 		{"trace", 1, 0, O_TRACE}, {"synthetic", 0, 0, O_SYN}, {"requests", 1, 0, O_REQ},
 		{"model", 1, 0, O_MODEL}, {"page-tokens", 1, 0, O_PT}, {"pool-mib", 1, 0, O_PMIB},
@@ -1667,7 +1750,8 @@ int main(int argc, char **argv)
 		{"prefill-node", 1, 0, O_PN}, {"decode-node", 1, 0, O_DN},
 		{"timeout-ms", 1, 0, O_TMO}, {"skip-bad-lines", 0, 0, O_SKIP}, {"json", 0, 0, O_JSON},
 		{"progress", 0, 0, O_PROG}, {"no-progress", 0, 0, O_NOPROG}, {"dry-run", 0, 0, O_DRY},
-		{"no-warmup", 0, 0, O_NOWARM}, {"verbose", 0, 0, O_VERB}, {"help", 0, 0, O_HELP}, {0, 0, 0, 0}};
+		{"no-warmup", 0, 0, O_NOWARM}, {"verbose", 0, 0, O_VERB}, {"help", 0, 0, O_HELP},
+		{"verify-every", 1, 0, O_VEVERY}, {0, 0, 0, 0}};
 	uint64_t v;
 	int c;
 	t_prog = now_us();
@@ -1744,6 +1828,11 @@ int main(int argc, char **argv)
 		case O_DRY: o.dry_run = 1; break;
 		case O_VERB: verbose = 1; break;
 		case O_NOWARM: o.warmup = 0; break;
+		case O_VEVERY:
+			if (parse_u64(optarg, 1, UINT32_MAX, &v))
+				goto badarg;
+			o.verify_every = v;
+			break;
 		case O_HELP:
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
