@@ -12,7 +12,7 @@
 #       lat       4 KiB, batch 1: end-to-end p50/p99 through the library
 #       gpubench  mori-gpubench (kernel-only 4 KiB time, gpu_xfer, library rows)
 #       kv        mori-kvreplay --mem vram on the whole trace (llama3-8b, as fast as possible,
-#                 $KV_ARGS, default --verify-every 64: the CPU cannot fill and check all ~18 TB)
+#                 $KV_ARGS, default --verify-every 128: the CPU cannot fill and check all ~18 TB)
 #                 between two runs of mori-bench io --mem vram --prep at the page size
 #       tests     the GPU tests (make check-gpu)
 # Everything is logged to $OUT/log (or /tmp/device-run/log); a summary of the key lines ends
@@ -127,9 +127,9 @@ for p in $parts; do
 		step "kv: mori-bench io --mem vram, page ${PAGE:-?} B, batch 2048 (one 512-token block) and 32768, prepared list"
 		kvbench
 		step "kv: mori-kvreplay --mem vram, whole trace, llama3-8b, as fast as possible"
-		run 420 "requests|blocks|bytes|run time|throughput|descriptors|latency|verification|error" \
+		run "${KV_TIMEOUT:-420}" "requests|blocks|bytes|run time|throughput|descriptors|latency|verification|error" \
 			"$B/mori-kvreplay" --runtime-dir "$RT" --trace "$TRACE" --model llama3-8b --mem vram \
-			--as-fast-as-possible --no-progress ${KV_ARGS:---verify-every 64}
+			--as-fast-as-possible --no-progress ${KV_ARGS:---verify-every 128}
 		step "kv: mori-bench io again (after the replay)"
 		kvbench
 		;;
