@@ -684,18 +684,26 @@ int peers_start(struct morid *d)
 	P->on = 1;
 	mlog_notice("peer", "peer listener %s (node %s, data port %u)", url, P->self, P->data_port);
 	/* Configured peers are connected now; the rest on first use. */
+	peers_reload(d);
+	return 0;
+}
+
+void peers_reload(struct morid *d)
+{
+	struct peers *P = d->peers;
+	if (!P || !P->on)
+		return;
 	char list[sizeof(d->cfg.peers)];
 	snprintf(list, sizeof(list), "%s", d->cfg.peers);
 	for (char *save = NULL, *tok = strtok_r(list, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
+		struct peer *p;
 		if (strcmp(tok, P->self) == 0)
 			continue;
-		struct peer *p = peer_get(P, tok, 1);
-		if (!p)
+		if (!(p = peer_get(P, tok, 1)))
 			mlog_warn("peer", "peers: '%s' is not host:port, skipped", tok);
 		else
-			peer_hello(p);
+			peer_use(p);
 	}
-	return 0;
 }
 
 void peers_stop(struct morid *d)

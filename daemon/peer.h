@@ -5,6 +5,8 @@
 
 int peers_start(struct morid *d);
 void peers_stop(struct morid *d);
+/* After a configuration reload: connect peers newly listed in `peers` (none are dropped). */
+void peers_reload(struct morid *d);
 uint32_t peer_count(struct morid *d);
 /* A cross-node submission (SQE_XFER, SQE_XFER_LIST, SQE_CANCEL) from client c. */
 void peer_submit(struct morid *d, struct client *c, const struct mori_sqe *e);

@@ -404,6 +404,13 @@ void peer_pump(struct peer *p)
 			}
 		}
 		stream_flush(s);
+		/* Round robin at batch granularity: a large transfer does not hold back small ones
+		 * queued behind it. */
+		if (p->queue.next != &p->queue && p->queue.next != p->queue.prev) {
+			struct list *h = p->queue.next;
+			list_del(h);
+			list_add(&p->queue, h);
+		}
 	}
 }
 

@@ -777,6 +777,40 @@ START_TEST(deregister_under_traffic)
 }
 END_TEST
 
+/* A small transfer queued behind a large one does not wait for all of it. */
+START_TEST(small_behind_large)
+{
+	struct target t;
+	target_start(&t, 9);
+	mori_client *c;
+	mori_mem *l, *ra;
+	mori_xfer *big, *small;
+	OK(mori_client_open(NA.dir, "mixed", &c));
+	OK(mori_mem_alloc(c, REGION_A, MORI_MEM_HOST, &l));
+	OK(mori_mem_open_remote(c, NB.addr, "target/a", &ra));
+	OK(mori_write(l, 0, ra, 0, 4096, NULL, &small)); /* the streams are up */
+	OK(mori_xfer_wait(small, 5000000));
+	mori_xfer_free(small);
+	mori_desc d[16];
+	for (int i = 0; i < 16; i++)
+		d[i] = (mori_desc){0, 0, REGION_A}; /* 1 GiB in all */
+	uint64_t t0 = mori_now_us();
+	OK(mori_xfer_batch(MORI_OP_WRITE, l, ra, d, 16, NULL, &big));
+	OK(mori_read(l, 0, ra, 4096, 4096, NULL, &small));
+	OK(mori_xfer_wait(small, 10000000));
+	uint64_t t_small = mori_now_us() - t0;
+	OK(mori_xfer_wait(big, 30000000));
+	uint64_t t_big = mori_now_us() - t0;
+	fprintf(stderr, "# 4 KiB read behind a 1 GiB write: done after %llu us, the write after %llu us\n",
+		(unsigned long long)t_small, (unsigned long long)t_big);
+	ck_assert_msg(t_small * 4 < t_big, "the 4 KiB read waited for most of the 1 GiB write");
+	mori_xfer_free(small);
+	mori_xfer_free(big);
+	target_end(&t, NULL, NULL);
+	mori_client_close(c);
+}
+END_TEST
+
 /* ---- the daemon's own checks, with the library's bypassed: raw entries on the ring ---- */
 
 static struct mori_cqe raw_wait(mori_client *c, uint64_t user_data, int timeout_ms)
@@ -1083,6 +1117,7 @@ int main(void)
 	tcase_add_test(t, raw_submissions);
 	tcase_add_test(t, deregister_under_traffic);
 	tcase_add_test(t, misbehaving_peer);
+	tcase_add_test(t, small_behind_large);
 	suite_add_tcase(s, t);
 	SRunner *r = srunner_create(s);
 	srunner_run_all(r, CK_NORMAL);
