@@ -97,6 +97,7 @@ struct mori_xfer_list {
 	mori_mem *local, *remote;
 	mori_desc *descs;
 	size_t n;
+	uint64_t uniform_len;     /* every descriptor's length when they are all equal, else 0 */
 	uint64_t list_id;         /* daemon's id for cross-node lists */
 	void *gpu_priv;           /* same-node VRAM lists: descriptors kept on the GPU (gpu_copy.c) */
 };

@@ -493,6 +493,10 @@ int mori_xfer_prep(mori_mem *local, mori_mem *remote, const mori_desc *descs, si
 	}
 	memcpy(l->descs, descs, n * sizeof(*descs));
 	l->n = n;
+	l->uniform_len = descs[0].length;
+	for (size_t i = 1; i < n && l->uniform_len; i++)
+		if (descs[i].length != l->uniform_len)
+			l->uniform_len = 0;
 	l->local = local;
 	l->remote = remote;
 	if (!remote->remote && (local->kind == MORI_MEM_VRAM || remote->kind == MORI_MEM_VRAM)) {
@@ -525,12 +529,22 @@ int mori_xfer_submit(mori_xfer_list *l, int op, const uint32_t *idx, size_t n,
 	mori_client *c = l->local->c;
 	if (op != MORI_OP_READ && op != MORI_OP_WRITE)
 		return set_error(c, MORI_EINVAL, "xfer_submit: unknown op %d", op);
+	/* One sequential pass over the indices; with equal-sized blocks (KV pages) the byte count
+	 * needs no random reads of the descriptors. */
 	uint64_t total = 0;
-	for (size_t i = 0; i < n; i++) {
-		if (idx[i] >= l->n)
-			return set_error(c, MORI_ERANGE, "xfer_submit: index %u at %zu >= list length %zu", idx[i], i, l->n);
-		total += l->descs[idx[i]].length;
+	uint32_t bad = 0;
+	for (size_t i = 0; i < n; i++)
+		bad |= idx[i] >= l->n;
+	if (bad) {
+		for (size_t i = 0; i < n; i++)
+			if (idx[i] >= l->n)
+				return set_error(c, MORI_ERANGE, "xfer_submit: index %u at %zu >= list length %zu", idx[i], i, l->n);
 	}
+	if (l->uniform_len)
+		total = (uint64_t)n * l->uniform_len;
+	else
+		for (size_t i = 0; i < n; i++)
+			total += l->descs[idx[i]].length;
 	return submit(op, l->local, l->remote, l->descs, idx, n, l, total, opts, out);
 }
 
