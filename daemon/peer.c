@@ -178,6 +178,8 @@ struct peer *peer_get(struct peers *P, const char *addr, int create)
 		free(p);
 		return NULL;
 	}
+	p->handles = 1; /* the table's reference */
+	P->handles++;   /* every peer holds the peers struct */
 	list_add(&P->peers, &p->link);
 	mlog_info("peer", "peer %s added", addr);
 	return p;
@@ -209,6 +211,7 @@ static int peer_dial(struct peer *p)
 		return -1;
 	}
 	p->req_ok = 1;
+	p->handles++; /* the poll handle, let go in its close callback */
 	uv_poll_init(p->P->d->loop, &p->req_poll, fd);
 	p->req_poll.data = p;
 	uv_poll_start(&p->req_poll, UV_READABLE, req_readable);
@@ -260,11 +263,32 @@ void peer_down(struct peer *p, int code, const char *fmt, ...)
 	peers_kick(p->P);
 }
 
+/* A peer is freed when its table entry, its nng poll handle and a pending address lookup have
+ * all let go; the peers struct outlives every peer. */
+static void peer_unref(struct peer *p)
+{
+	struct peers *P = p->P;
+	if (--p->handles > 0)
+		return;
+	free(p->out);
+	free(p);
+	if (--P->handles == 0)
+		peers_free(P);
+}
+
+static void resolved(struct peer *p, int status, struct addrinfo *res);
+
 static void on_resolved(uv_getaddrinfo_t *g, int status, struct addrinfo *res)
 {
 	struct peer *p = g->data;
 	p->resolving = 0;
-	if (p->P->d->stopping || p->state != PS_CONNECTING) {
+	resolved(p, status, res);
+	peer_unref(p);
+}
+
+static void resolved(struct peer *p, int status, struct addrinfo *res)
+{
+	if (p->gone || p->state != PS_CONNECTING) {
 		if (res)
 			uv_freeaddrinfo(res);
 		return;
@@ -302,10 +326,12 @@ static void hello_done(struct peer *p, const Mori__PeerHelloReply *hr)
 	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
 	p->gai.data = p;
 	int rc = uv_getaddrinfo(p->P->d->loop, &p->gai, on_resolved, p->host, NULL, &hints);
-	if (rc < 0)
+	if (rc < 0) {
 		peer_down(p, MORI_ECONN, "cannot resolve %s: %s", p->host, uv_strerror(rc));
-	else
+	} else {
 		p->resolving = 1;
+		p->handles++;
+	}
 }
 
 /* ---- nng requests to a peer: one on the wire at a time (req0 cooked), the rest queued ---- */
@@ -628,9 +654,7 @@ static void handle_closed(uv_handle_t *h)
 
 static void peer_handle_closed(uv_handle_t *h)
 {
-	struct peer *p = h->data;
-	free(p->out);
-	free(p);
+	peer_unref(h->data);
 }
 
 int peers_start(struct morid *d)
@@ -719,17 +743,15 @@ void peers_stop(struct morid *d)
 		close_out_streams(p);
 		list_each(qt, &p->rpcs)
 			rpc_free(list_entry(qt, struct rpc, link));
+		p->gone = 1;
 		if (p->resolving)
-			uv_cancel((uv_req_t *)&p->gai);
+			uv_cancel((uv_req_t *)&p->gai); /* its callback still comes, then lets go */
 		if (p->req_ok)
 			nng_close(p->req);
 		list_del(&p->link);
-		if (p->req_poll_on) {
+		if (p->req_poll_on)
 			uv_close((uv_handle_t *)&p->req_poll, peer_handle_closed);
-		} else {
-			free(p->out);
-			free(p);
-		}
+		peer_unref(p); /* the table's reference */
 	}
 	list_each(it, &P->accepted)
 		stream_close(list_entry(it, struct stream, link));

@@ -140,7 +140,8 @@ struct peer {
 	int pump_needed;
 	/* counters */
 	uint64_t bytes_sent, bytes_received, transfers, errors;
-	int handles;
+	int handles;              /* references: table entry, nng poll handle, address lookup */
+	int gone;                 /* out of the table (daemon stopping) */
 };
 
 struct batch;
