@@ -301,8 +301,13 @@ static int trace_parse_line(struct trace *t, const char *line, char *err, size_t
 	uint64_t ts, in, out, h;
 	const char *why = NULL;
 	if (!o) {
-		snprintf(err, errlen, "malformed JSON (truncated or not an object) near \"%.24s\"",
-			 cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() : line);
+		const char *at = cJSON_GetErrorPtr();
+		if (at && *at)
+			snprintf(err, errlen, "malformed JSON at column %zu, near \"%.24s\"",
+				 (size_t)(at - line) + 1, at);
+		else
+			snprintf(err, errlen, "malformed JSON: the line ends inside the object "
+					      "(truncated?)");
 		return -1;
 	}
 	if (!cJSON_IsObject(o)) {
@@ -674,7 +679,7 @@ struct opts {
 	const char *prefill_rt, *decode_rt;
 	const char *prefill_node, *decode_node;
 	int64_t timeout_ms;
-	int skip_bad, json, progress, dry_run, warmup;
+	int skip_bad, json, progress, dry_run, warmup, io_baseline;
 	uint64_t verify_every; /* fill and verify job ids that are multiples of this (1: all) */
 };
 
@@ -685,6 +690,7 @@ struct results {
 	uint64_t verify_failures, transfer_errors, notif_missing;
 	uint64_t evictions;
 	uint64_t setup_us, run_us, xfer_busy_us, fill_us, verify_us;
+	uint64_t io_batch, io_bytes, io_us; /* the streaming reference (--no-io-baseline: 0) */
 	uint64_t *lat;
 	size_t nlat, caplat;
 	char first_error[256];
@@ -723,6 +729,8 @@ enum msg_type {
 	M_DONE,      /* prefill -> decode: push: moved (code, times); pull: filled */
 	M_END,       /* decode -> prefill: no more jobs; n = transfers that should have notified */
 	M_STATS,     /* prefill -> decode: its counters */
+	M_BENCH,     /* decode -> prefill: stream the pool (u0 batch, u1 bytes); reply: t0 bytes,
+			t1 microseconds, code */
 };
 
 struct job_block {
@@ -992,6 +1000,39 @@ static int side_warm_peer(struct side *s, const struct geom *g, int op, int64_t 
 	return rc;
 }
 
+/* The reference for the replay's transfer rate, through the same library, list, pages and batch
+ * size: stream the whole pool in pool order, `batch` descriptors per submission, one submission
+ * at a time (mori-bench io's loop, which however reuses the same bytes each iteration), until
+ * `target` bytes have moved. Returns a MORI code; bytes and microseconds through the pointers. */
+static int side_sweep(struct side *s, const struct geom *g, int op, uint64_t batch, uint64_t target,
+		      int64_t timeout_ms, uint64_t *bytes, uint64_t *us)
+{
+	if (batch > g->pool_descs)
+		batch = g->pool_descs;
+	uint32_t *idx = xcalloc(batch, sizeof(uint32_t));
+	mori_xfer_opts xo = {.timeout_us = timeout_ms * 1000};
+	uint64_t pos = 0, t0 = 0;
+	int rc = MORI_OK;
+	*bytes = 0;
+	for (int warm = 1; rc == MORI_OK && (warm || *bytes < target); warm = 0) {
+		for (uint64_t k = 0; k < batch; k++)
+			idx[k] = (uint32_t)((pos + k) % g->pool_descs);
+		pos = (pos + batch) % g->pool_descs;
+		mori_xfer *x = NULL;
+		if (!warm && !t0)
+			t0 = now_us();
+		rc = mori_xfer_submit(s->list, op, idx, batch, &xo, &x);
+		if (rc == MORI_OK)
+			rc = mori_xfer_wait(x, timeout_ms * 1000);
+		if (rc == MORI_OK && !warm)
+			*bytes += mori_xfer_bytes(x);
+		mori_xfer_free(x);
+	}
+	*us = t0 ? now_us() - t0 : 0;
+	free(idx);
+	return rc;
+}
+
 /* Indices of every page of the job's blocks, layer-major (vLLM's per-layer K and V tensors). */
 static size_t job_indices(const struct geom *g, const struct msg *m, uint32_t *idx)
 {
@@ -1206,6 +1247,17 @@ static int run_prefill(const struct opts *o, const struct geom *g, int fd, pid_t
 		}
 		if (m->type == M_END)
 			break;
+		if (m->type == M_BENCH && o->mode == MODE_PUSH) {
+			struct msg *r = xcalloc(1, offsetof(struct msg, blk));
+			r->type = M_BENCH;
+			r->code = side_sweep(&s, g, MORI_OP_WRITE, m->u0, m->u1, o->timeout_ms, &r->t0,
+					     &r->t1);
+			int srv = msg_send(fd, r);
+			free(r);
+			if (srv)
+				goto out;
+			continue;
+		}
 		if (m->type != M_JOB)
 			goto out;
 		uint32_t job = m->job;
@@ -1284,6 +1336,7 @@ struct sched {
 	uint64_t *req_t0;    /* first submit per request (0: none yet) */
 	uint64_t *req_t1;
 	uint32_t *req_jobs_left;
+	uint8_t *req_dispatched; /* all of the request's jobs have been sent */
 	uint64_t pull_ok;    /* pull: successful reads that should have notified prefill */
 	struct results *res;
 	uint64_t t_start, last_progress;
@@ -1306,6 +1359,13 @@ static void progress(struct sched *sc, size_t done, int final)
 		bar, done, total, sc->res->bytes_moved / 1e9,
 		s > 0 ? sc->res->bytes_moved / 1e9 / s : 0.0, sc->res->verify_failures,
 		final ? "\n" : "");
+}
+
+/* A request's last transfer has completed: its latency is first submission to last completion. */
+static void req_finished(struct sched *sc, size_t req)
+{
+	if (sc->req_t0[req] && sc->fd >= 0)
+		lat_push(sc->res, sc->req_t1[req] - sc->req_t0[req]);
 }
 
 /* Finish the oldest in-flight job: push: its completion and notification, then verification;
@@ -1392,8 +1452,8 @@ static int complete_oldest(struct sched *sc)
 	}
 	for (uint32_t b = 0; b < m->n; b++)
 		pool_unpin(&sc->pool, m->blk[b].slot, code == MORI_OK);
-	if (--sc->req_jobs_left[j->req] == 0 && sc->req_t0[j->req] && sc->fd >= 0)
-		lat_push(res, sc->req_t1[j->req] - sc->req_t0[j->req]);
+	if (--sc->req_jobs_left[j->req] == 0 && sc->req_dispatched[j->req])
+		req_finished(sc, j->req);
 	free(j->m);
 	j->m = NULL;
 	sc->qhead = (sc->qhead + 1) % (size_t)o->window;
@@ -1435,7 +1495,8 @@ static void schedule(struct sched *sc)
 	for (size_t i = 0; i < t->n && !sc->fatal; i++) {
 		const struct request *rq = &t->req[i];
 		if (!o->afap && !o->dry_run) {
-			uint64_t due = sc->t_start + (uint64_t)((double)rq->ts_ms * 1000.0 / o->speedup);
+			uint64_t rel = rq->ts_ms > t->req[0].ts_ms ? rq->ts_ms - t->req[0].ts_ms : 0;
+			uint64_t due = sc->t_start + (uint64_t)((double)rel * 1000.0 / o->speedup);
 			/* idle until the arrival: finish what is in flight first */
 			while (now_us() < due && sc->qn && !sc->fatal)
 				complete_oldest(sc);
@@ -1489,6 +1550,10 @@ static void schedule(struct sched *sc)
 		} else {
 			free(m);
 		}
+		/* a request moved in several jobs may have finished some already */
+		sc->req_dispatched[i] = 1;
+		if (sc->req_jobs_left[i] == 0)
+			req_finished(sc, i);
 		if (res->blocks_skipped - moved_before == rq->nh)
 			res->requests_cached++;
 		while (sc->qn >= (size_t)o->window && !sc->fatal)
@@ -1516,6 +1581,7 @@ static void sched_init(struct sched *sc, const struct opts *o, const struct geom
 	sc->req_t0 = xcalloc(t->n, sizeof(uint64_t));
 	sc->req_t1 = xcalloc(t->n, sizeof(uint64_t));
 	sc->req_jobs_left = xcalloc(t->n, sizeof(uint32_t));
+	sc->req_dispatched = xcalloc(t->n, 1);
 }
 
 static void sched_fini(struct sched *sc)
@@ -1526,6 +1592,7 @@ static void sched_fini(struct sched *sc)
 	free(sc->req_t0);
 	free(sc->req_t1);
 	free(sc->req_jobs_left);
+	free(sc->req_dispatched);
 	free(sc->idx);
 	free(sc->notifs.v);
 	pool_free(&sc->pool);
@@ -1550,6 +1617,7 @@ static void report(const struct opts *o, const struct geom *g, const struct trac
 	double s = r->run_us / 1e6, xs = r->xfer_busy_us / 1e6;
 	double gbps = s > 0 ? r->bytes_moved / 1e9 / s : 0, xgbps = xs > 0 ? r->bytes_moved / 1e9 / xs : 0;
 	double dps = s > 0 ? r->descriptors / s : 0;
+	double iog = r->io_us ? r->io_bytes / 1e9 / (r->io_us / 1e6) : 0;
 	uint64_t p50 = percentile(r->lat, r->nlat, 50), p90 = percentile(r->lat, r->nlat, 90);
 	uint64_t p99 = percentile(r->lat, r->nlat, 99), pmax = r->nlat ? r->lat[r->nlat - 1] : 0;
 	const char *mode = o->mode == MODE_PUSH ? "push" : "pull";
@@ -1596,6 +1664,12 @@ static void report(const struct opts *o, const struct geom *g, const struct trac
 		cJSON_AddNumberToObject(j, "gbps_run", gbps);
 		cJSON_AddNumberToObject(j, "gbps_transfer", xgbps);
 		cJSON_AddNumberToObject(j, "descriptors_per_s", dps);
+		if (r->io_us) {
+			cJSON_AddNumberToObject(j, "io_baseline_batch", (double)r->io_batch);
+			cJSON_AddNumberToObject(j, "io_baseline_bytes", (double)r->io_bytes);
+			cJSON_AddNumberToObject(j, "io_baseline_gbps", iog);
+			cJSON_AddNumberToObject(j, "transfer_vs_io_baseline", iog > 0 ? xgbps / iog : 0);
+		}
 		cJSON_AddNumberToObject(lat, "count", (double)r->nlat);
 		cJSON_AddNumberToObject(lat, "p50", (double)p50);
 		cJSON_AddNumberToObject(lat, "p90", (double)p90);
@@ -1648,6 +1722,10 @@ static void report(const struct opts *o, const struct geom *g, const struct trac
 	       xgbps);
 	printf("  descriptors      %" PRIu64 " (%.0f per second over the run)\n", r->descriptors,
 	       dps);
+	if (r->io_us)
+		printf("  io baseline      %.2f GB/s streaming the same pool through the same list, %" PRIu64
+		       " descriptors per submission; the replay's transfers ran at %.0f%% of it\n",
+		       iog, r->io_batch, iog > 0 ? 100 * xgbps / iog : 0.0);
 	printf("  latency (us)     p50 %" PRIu64 "  p90 %" PRIu64 "  p99 %" PRIu64 "  max %" PRIu64
 	       "  (%zu requests with a transfer, submit to completion)\n",
 	       p50, p90, p99, pmax, r->nlat);
@@ -1699,6 +1777,8 @@ static void usage(FILE *f)
 		"  --progress, --no-progress  progress bar on stderr (default: when stderr is a tty)\n"
 		"  --dry-run              schedule only (prefix cache and counts), no daemon\n"
 		"  --verbose              set-up steps with times on stderr\n"
+		"  --no-io-baseline       skip the reference after the replay: the same list streamed\n"
+		"                         through the whole pool in pool order, same batch size\n"
 		"  --verify-every N       fill and verify every byte of one transfer in N (default 1:\n"
 		"                         all); the others move the pool's current bytes unchecked.\n"
 		"                         For runs whose bytes the CPU cannot generate and check in\n"
@@ -1734,12 +1814,13 @@ int main(int argc, char **argv)
 		.progress = -1,
 		.mem_kind = MORI_MEM_HOST,
 		.warmup = 1,
+		.io_baseline = 1,
 		.verify_every = 1,
 	};
 	const char *rt = NULL;
 	enum { O_TRACE = 256, O_SYN, O_REQ, O_MODEL, O_PT, O_PMIB, O_PBLK, O_MEM, O_SPEED, O_AFAP,
 	       O_WIN, O_BATCH, O_MODE, O_RT, O_PRT, O_DRT, O_PN, O_DN, O_TMO, O_SKIP, O_JSON,
-	       O_PROG, O_NOPROG, O_DRY, O_NOWARM, O_VERB, O_HELP, O_VEVERY };
+	       O_PROG, O_NOPROG, O_DRY, O_NOWARM, O_VERB, O_NOIOB, O_HELP, O_VEVERY };
 	static const struct option lo[] = {
 		{"trace", 1, 0, O_TRACE}, {"synthetic", 0, 0, O_SYN}, {"requests", 1, 0, O_REQ},
 		{"model", 1, 0, O_MODEL}, {"page-tokens", 1, 0, O_PT}, {"pool-mib", 1, 0, O_PMIB},
@@ -1750,7 +1831,7 @@ int main(int argc, char **argv)
 		{"prefill-node", 1, 0, O_PN}, {"decode-node", 1, 0, O_DN},
 		{"timeout-ms", 1, 0, O_TMO}, {"skip-bad-lines", 0, 0, O_SKIP}, {"json", 0, 0, O_JSON},
 		{"progress", 0, 0, O_PROG}, {"no-progress", 0, 0, O_NOPROG}, {"dry-run", 0, 0, O_DRY},
-		{"no-warmup", 0, 0, O_NOWARM}, {"verbose", 0, 0, O_VERB}, {"help", 0, 0, O_HELP},
+		{"no-warmup", 0, 0, O_NOWARM}, {"verbose", 0, 0, O_VERB}, {"no-io-baseline", 0, 0, O_NOIOB}, {"help", 0, 0, O_HELP},
 		{"verify-every", 1, 0, O_VEVERY}, {0, 0, 0, 0}};
 	uint64_t v;
 	int c;
@@ -1827,6 +1908,7 @@ int main(int argc, char **argv)
 		case O_NOPROG: o.progress = 0; break;
 		case O_DRY: o.dry_run = 1; break;
 		case O_VERB: verbose = 1; break;
+		case O_NOIOB: o.io_baseline = 0; break;
 		case O_NOWARM: o.warmup = 0; break;
 		case O_VEVERY:
 			if (parse_u64(optarg, 1, UINT32_MAX, &v))
@@ -1880,12 +1962,12 @@ int main(int argc, char **argv)
 	if (f) {
 		int rc = trace_read(&t, f, o.trace_path, o.requests, o.skip_bad, err, sizeof(err));
 		fclose(f);
-		if (rc) {
-			fprintf(stderr, "mori-kvreplay: %s\n", err);
-			return 2;
-		}
-		if (!t.n) {
-			fprintf(stderr, "mori-kvreplay: %s holds no requests\n", o.trace_path);
+		if (rc || !t.n) {
+			if (rc)
+				fprintf(stderr, "mori-kvreplay: %s\n", err);
+			else
+				fprintf(stderr, "mori-kvreplay: %s holds no requests\n", o.trace_path);
+			trace_free(&t);
 			return 2;
 		}
 		snprintf(source, sizeof(source), "%s", o.trace_path);
@@ -1906,19 +1988,24 @@ int main(int argc, char **argv)
 	int rc = 0;
 	pid_t child = -1;
 	int sv[2] = {-1, -1};
+	struct msg *m = NULL;
 	uint64_t t_setup = now_us();
 	if (!o.dry_run) {
 		fflush(NULL);
 		if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv)) {
 			fprintf(stderr, "mori-kvreplay: socketpair: %s\n", strerror(errno));
-			return 2;
+			rc = 2;
+			goto done;
 		}
 		pid_t me = getpid();
 		/* fork before any libmori call: the library's threads do not survive fork */
 		child = fork();
 		if (child < 0) {
 			fprintf(stderr, "mori-kvreplay: fork: %s\n", strerror(errno));
-			return 2;
+			close(sv[0]);
+			close(sv[1]);
+			rc = 2;
+			goto done;
 		}
 		if (child == 0) {
 			close(sv[0]);
@@ -1927,7 +2014,7 @@ int main(int argc, char **argv)
 		close(sv[1]);
 		sc.fd = sv[0];
 		sc.idx = xcalloc((size_t)g.descs_per_block * JOB_MAX_BLOCKS, sizeof(uint32_t));
-		struct msg *m = xcalloc(1, sizeof(*m));
+		m = xcalloc(1, sizeof(*m));
 		const char *why;
 		if (side_open(&sc.s, "decode", o.decode_rt, &g, o.mem_kind, err, sizeof(err))) {
 			fprintf(stderr, "mori-kvreplay: %s\n", err);
@@ -1986,14 +2073,49 @@ int main(int argc, char **argv)
 			goto done;
 		}
 		free(m);
+		m = NULL;
 	}
 	res.setup_us = now_us() - t_setup;
 
 	schedule(&sc);
 
+	if (!o.dry_run && !sc.fatal && o.io_baseline) {
+		/* batch: the replay's, else one 512-token block's descriptors */
+		uint64_t batch = o.batch ? o.batch : g.descs_per_block;
+		uint64_t target = 2 * g.pool_bytes < (4ull << 30) ? 4ull << 30 : 2 * g.pool_bytes;
+		int code;
+		const char *why = "unexpected message";
+		res.io_batch = batch;
+		if (o.mode == MODE_PUSH) {
+			m = xcalloc(1, sizeof(*m));
+			m->type = M_BENCH;
+			m->u0 = batch;
+			m->u1 = target;
+			if (msg_send(sc.fd, m) || msg_recv(sc.fd, m, 4 * o.timeout_ms, 0, &why) ||
+			    m->type != M_BENCH) {
+				note_error(&res, "prefill did not run the io baseline: %s", why);
+				res.transfer_errors++;
+				code = MORI_OK;
+			} else {
+				code = m->code;
+				res.io_bytes = m->t0;
+				res.io_us = m->t1;
+			}
+			free(m);
+			m = NULL;
+		} else {
+			code = side_sweep(&sc.s, &g, MORI_OP_READ, batch, target, o.timeout_ms,
+					  &res.io_bytes, &res.io_us);
+		}
+		if (code) {
+			note_error(&res, "io baseline transfer failed: %s", mori_strerror(code));
+			res.transfer_errors++;
+		}
+	}
+
 	if (!o.dry_run && !sc.fatal) {
-		struct msg *m = xcalloc(1, sizeof(*m));
 		const char *why;
+		m = xcalloc(1, sizeof(*m));
 		m->type = M_END;
 		m->u0 = sc.pull_ok; /* pull: the notifications prefill should have had */
 		if (msg_send(sc.fd, m) || msg_recv(sc.fd, m, 2 * o.timeout_ms, 0, &why) ||
@@ -2004,11 +2126,11 @@ int main(int argc, char **argv)
 			res.fill_us = m->u0;
 			res.notif_missing += m->u1;
 		}
-		free(m);
 	}
 	report(&o, &g, &t, &res, source);
 	rc = res.verify_failures || res.transfer_errors || res.notif_missing || sc.fatal ? 1 : 0;
 done:
+	free(m);
 	side_close(&sc.s);
 	if (child > 0) {
 		close(sc.fd);
