@@ -123,21 +123,25 @@ static int node_start(struct node *n, const char *const *extra)
 	return -1;
 }
 
-static void node_stop(struct node *n)
+/* SIGTERM; returns the exit status (0: every handle closed, the loop closed to zero), -1 if it had
+ * to be killed. */
+static int node_stop(struct node *n)
 {
+	int st;
 	if (n->pid <= 0)
-		return;
+		return -1;
 	kill(n->pid, SIGTERM);
 	for (int i = 0; i < 300; i++) {
-		if (waitpid(n->pid, NULL, WNOHANG) == n->pid) {
+		if (waitpid(n->pid, &st, WNOHANG) == n->pid) {
 			n->pid = 0;
-			return;
+			return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 		}
 		usleep(10000);
 	}
 	kill(n->pid, SIGKILL);
 	waitpid(n->pid, NULL, 0);
 	n->pid = 0;
+	return -1;
 }
 
 static void node_kill9(struct node *n)
@@ -777,6 +781,37 @@ START_TEST(deregister_under_traffic)
 }
 END_TEST
 
+/* Both daemons stop (SIGTERM) in the middle of traffic both ways: each closes every stream,
+ * timer and transfer and exits 0 (its loop closed to zero). */
+START_TEST(stop_mid_transfer)
+{
+	struct target t;
+	target_start(&t, 10);
+	mori_client *c;
+	mori_mem *l, *ra;
+	OK(mori_client_open(NA.dir, "stopping", &c));
+	OK(mori_mem_alloc(c, REGION_A, MORI_MEM_HOST, &l));
+	OK(mori_mem_open_remote(c, NB.addr, "target/a", &ra));
+	mori_xfer *xs[16];
+	for (int i = 0; i < 16; i++) {
+		if (i & 1)
+			OK(mori_read(l, 0, ra, 0, REGION_A, NULL, &xs[i]));
+		else
+			OK(mori_write(l, 0, ra, 0, REGION_A, NULL, &xs[i]));
+	}
+	usleep(50000);
+	ck_assert_int_eq(node_stop(&NB), 0);
+	ck_assert_int_eq(node_stop(&NA), 0);
+	kill(t.pid, SIGKILL);
+	waitpid(t.pid, NULL, 0);
+	close(t.to);
+	close(t.from);
+	for (int i = 0; i < 16; i++)
+		mori_xfer_free(xs[i]);
+	mori_client_close(c);
+}
+END_TEST
+
 /* A small transfer queued behind a large one does not wait for all of it. */
 START_TEST(small_behind_large)
 {
@@ -1118,6 +1153,7 @@ int main(void)
 	tcase_add_test(t, deregister_under_traffic);
 	tcase_add_test(t, misbehaving_peer);
 	tcase_add_test(t, small_behind_large);
+	tcase_add_test(t, stop_mid_transfer);
 	suite_add_tcase(s, t);
 	SRunner *r = srunner_create(s);
 	srunner_run_all(r, CK_NORMAL);
