@@ -838,7 +838,9 @@ START_TEST(small_behind_large)
 	uint64_t t_big = mori_now_us() - t0;
 	fprintf(stderr, "# 4 KiB read behind a 1 GiB write: done after %llu us, the write after %llu us\n",
 		(unsigned long long)t_small, (unsigned long long)t_big);
-	ck_assert_msg(t_small * 4 < t_big, "the 4 KiB read waited for most of the 1 GiB write");
+	/* In order it would finish with the write; behind one window of batches per stream it
+	 * finishes early (about 1/8 of the write here, 1/3 under a sanitizer on a loaded host). */
+	ck_assert_msg(t_small * 2 < t_big, "the 4 KiB read waited for most of the 1 GiB write");
 	mori_xfer_free(small);
 	mori_xfer_free(big);
 	target_end(&t, NULL, NULL);
