@@ -16,6 +16,7 @@
 #include "log.h"
 #include "morid.h"
 #include "peer.h"
+#include "rdma.h"
 #include "registry.h"
 
 #define DEFAULT_CONFIG "/etc/mori/morid.conf"
@@ -264,6 +265,7 @@ int main(int argc, char **argv)
 		goto out_control;
 	if (peers_start(d) != 0)
 		goto out_session;
+	rdma_log_devices(&d->cfg); /* issue 7: what RDMA devices this node has, once */
 
 	uv_signal_init(d->loop, &d->sig_term);
 	uv_signal_init(d->loop, &d->sig_int);

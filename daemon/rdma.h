@@ -77,6 +77,11 @@ void rdma_sysfs_info(const char *root, const char *dev, int *numa, char *pci, si
 /* Link speed text and Gb/s from ibv_port_attr's active_speed and active_width codes. */
 double rdma_link_gbps(unsigned speed_code, unsigned width_code, char *text, size_t len);
 
+/* The GID table of a port of an open verbs device (struct ibv_context *), as rdma_gid entries
+ * in *out (malloc'd; caller frees). tbl_len is the port's gid_tbl_len, nports the device's
+ * port count. Returns the count (0 on failure, *out then NULL or empty). */
+int rdma_read_gids(void *ibv_ctx, uint32_t port, int tbl_len, int nports, struct rdma_gid **out);
+
 /* The NicsRequest of moractl (proto numbers 60): fills rep. Defined in rdma_dev.c. */
 struct rctx;
 struct Mori__Reply;

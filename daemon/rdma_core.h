@@ -56,6 +56,11 @@ uint64_t rdma_count_chunks(const mori_desc *d, uint32_t n, uint64_t max);
 /* Map an ibv_wc_status value to a MORI code and a short message ("remote access error").
  * IBV_WC_SUCCESS maps to MORI_OK. Unknown values map to MORI_EIO. msg is static storage. */
 int rdma_wc_error(int wc_status, const char **msg);
+/* Is the status a failure of the path (flushed behind another failure, peer QP gone, receiver
+ * not ready, device hiccup) rather than of the request itself (bad key, bad length)? The
+ * engine re-posts the former on a new QP, bounded by RDMA_MAX_REQUEUES and the deadline, and
+ * fails the transfer at once on the latter. */
+int rdma_wc_transient(int wc_status);
 
 /* ---- the hardware line ---- */
 enum rdma_qps { QPS_NONE = 0, QPS_RESET, QPS_INIT, QPS_RTR, QPS_RTS, QPS_ERR };
@@ -90,8 +95,11 @@ struct rdma_ep {
 	uint32_t psn;           /* 24 bits */
 	uint32_t mtu;           /* active MTU, bytes */
 	uint8_t gid[16];
-	uint32_t peer_qpn;      /* in an ACK: the QP the sender connected to; else 0 */
+	uint32_t peer_qpn;      /* in an ACK: the QP end the sender paired with; else 0 */
+	uint32_t peer_psn;
 };
+/* A QP end is (qpn, psn): devices reuse QP numbers at once (Soft-RoCE does), and a new QP
+ * always gets a new random PSN. */
 
 /* Attributes of one state change. */
 struct rdma_qp_attr {
@@ -134,6 +142,7 @@ struct rdma_ops {
 #define RDMA_NOTIF_MAX 64   /* bytes of a notification message */
 #define RDMA_MAX_QPS 16
 #define RDMA_MAX_REQUEUES 4 /* times a transfer's work may be re-posted after QP failures */
+#define RDMA_DRAIN_US 1000000 /* a QP being reset is destroyed by then even if not drained */
 
 struct rdma_cfg {
 	uint32_t sq_depth;      /* send requests per QP */
@@ -196,6 +205,13 @@ struct rdma_qp {
 	uint32_t rq_posted;
 	uint64_t posted, completed, errors;
 	char why[192];          /* last failure */
+	/* reset: ERR, drained (every request and receive completed), then destroyed */
+	int draining;
+	uint64_t drain_start;
+	int drain_code;
+	uint64_t reset_id;
+	struct rdma_ep pending; /* the peer's new end, to pair with once our new QP exists */
+	int pending_valid;
 };
 
 static inline uint32_t rdma_qp_outstanding(const struct rdma_qp *q) { return q->tail - q->head; }

@@ -114,12 +114,12 @@ double rdma_link_gbps(unsigned speed_code, unsigned width_code, char *text, size
 	switch (speed_code) {
 	case 1: lane = 2.5; break;    /* SDR */
 	case 2: lane = 5; break;      /* DDR */
-	case 4: lane = 10; break;     /* QDR, also 10GbE as reported by some drivers */
-	case 8: lane = 10.3125; break;/* FDR10 */
-	case 16: lane = 14.0625; break;/* FDR */
-	case 32: lane = 25.78125; break;/* EDR */
-	case 64: lane = 53.125; break;/* HDR */
-	case 128: lane = 106.25; break;/* NDR */
+	case 4: lane = 10; break;     /* QDR */
+	case 8: lane = 10; break;     /* FDR10 (Soft-RoCE reports this) */
+	case 16: lane = 14; break;    /* FDR */
+	case 32: lane = 25; break;    /* EDR */
+	case 64: lane = 50; break;    /* HDR */
+	case 128: lane = 100; break;  /* NDR */
 	default: lane = 0;
 	}
 	unsigned width;
@@ -199,10 +199,9 @@ static void gid_text(const uint8_t g[16], char *buf, size_t len)
 		o += (size_t)snprintf(buf + o, len - o, "%02x%02x%s", g[i], g[i + 1], i < 14 ? ":" : "");
 }
 
-/* The port's GID table, as struct rdma_gid entries. Returns the count (0 on failure). */
-static int read_gids(struct ibv_context *ctx, uint32_t port, int tbl_len, int nports,
-		     struct rdma_gid **out)
+int rdma_read_gids(void *ibv_ctx, uint32_t port, int tbl_len, int nports, struct rdma_gid **out)
 {
+	struct ibv_context *ctx = ibv_ctx;
 	*out = NULL;
 	if (tbl_len <= 0)
 		return 0;
@@ -351,7 +350,7 @@ int rdma_discover(const struct config *cfg, struct rdma_nic **out, int *nout, ch
 			e.max_msg = pa.max_msg_sz;
 			e.gbps = rdma_link_gbps(pa.active_speed, pa.active_width, e.speed, sizeof(e.speed));
 			struct rdma_gid *gids;
-			int ng = read_gids(ctx, port, pa.gid_tbl_len, da.phys_port_cnt, &gids);
+			int ng = rdma_read_gids(ctx, port, pa.gid_tbl_len, da.phys_port_cnt, &gids);
 			char why[96] = "";
 			int k = rdma_gid_pick(gids, ng, eth, (int)cfg->rdma_gid_index, want_addr, why,
 					      sizeof(why));
@@ -424,57 +423,4 @@ void rdma_log_devices(const struct config *cfg)
 			mlog_notice("rdma", "%s port %u: not used: %s", e->device, e->port, e->reason);
 	}
 	free(v);
-}
-
-void rdma_nics_reply(struct morid *d, Mori__Reply *rep, struct rctx *r)
-{
-	struct rdma_nic *v;
-	int n;
-	char note[160];
-	if (rdma_discover(&d->cfg, &v, &n, note, sizeof(note)) != 0) {
-		reply_error(rep, MORI_ENOMEM, "rdma: out of memory listing devices");
-		return;
-	}
-	Mori__NicsReply *nr = rctx_alloc(r, sizeof(*nr));
-	Mori__NicInfo **arr = rctx_alloc(r, sizeof(*arr) * (size_t)(n + 1));
-	if (!nr || !arr) {
-		free(v);
-		reply_error(rep, MORI_ENOMEM, "out of memory");
-		return;
-	}
-	mori__nics_reply__init(nr);
-	nr->note = rctx_strdup(r, note);
-	nr->nics = arr;
-	for (int i = 0; i < n; i++) {
-		struct rdma_nic *e = &v[i];
-		Mori__NicInfo *ni = rctx_alloc(r, sizeof(*ni));
-		if (!ni)
-			break;
-		mori__nic_info__init(ni);
-		ni->device = rctx_strdup(r, e->device);
-		ni->port = e->port;
-		ni->state = rctx_strdup(r, e->state);
-		ni->link_layer = rctx_strdup(r, e->link_layer);
-		ni->active_mtu = e->active_mtu;
-		ni->max_mtu = e->max_mtu;
-		ni->speed = rctx_strdup(r, e->speed);
-		ni->gbps = e->gbps;
-		ni->max_msg = e->max_msg;
-		ni->gid_index = e->gid_index;
-		ni->gid = rctx_strdup(r, e->gid);
-		ni->gid_type = rctx_strdup(r, e->gid_type);
-		ni->address = rctx_strdup(r, e->address);
-		ni->netdev = rctx_strdup(r, e->netdev);
-		ni->numa_node = e->numa_node;
-		ni->pci = rctx_strdup(r, e->pci);
-		ni->pci_path = rctx_strdup(r, e->pci_path);
-		ni->usable = e->usable;
-		ni->reason = rctx_strdup(r, e->reason);
-		ni->fw = rctx_strdup(r, e->fw);
-		ni->max_qp_wr = e->max_qp_wr;
-		arr[nr->n_nics++] = ni;
-	}
-	free(v);
-	rep->body_case = MORI__REPLY__BODY_NICS;
-	rep->nics = nr;
 }

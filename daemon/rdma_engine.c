@@ -55,6 +55,7 @@ struct rx {
 	uint64_t reset_mark;
 	int failed, code;
 	char msg[96];
+	char last_qp_err[96];     /* why its work was last re-posted */
 	uint64_t total, moved;
 };
 
@@ -85,6 +86,7 @@ struct rdma_eng {
 	uint64_t reset_seq;
 	uint64_t next_deadline;
 	int in_done;
+	uint64_t now;             /* the time of the current call */
 	int dead;                 /* the device failed: nothing more runs on this engine */
 	char dead_why[128];
 	struct rdma_stats st;
@@ -324,7 +326,10 @@ static int slot_create(struct rdma_eng *e, struct rdma_qp *q, char *err, size_t 
 		return rc;
 	}
 	q->state = QPS_RESET;
-	q->psn = rand24();
+	uint32_t old = q->psn;
+	do
+		q->psn = rand24();
+	while (q->psn == old);
 	memset(&q->remote, 0, sizeof(q->remote));
 	rc = rdma_qp_modify(e, q, QPS_INIT, NULL, err, len);
 	for (uint32_t i = 0; rc == 0 && i < e->cfg.rq_depth; i++)
@@ -345,7 +350,8 @@ static int slot_create(struct rdma_eng *e, struct rdma_qp *q, char *err, size_t 
 }
 
 /* Retire fifo entry k of q without success: requeue its work, or fail its transfer. */
-static void retire_lost(struct rdma_eng *e, struct rdma_fifo_ent *f, int code, const char *msg)
+static void retire_lost(struct rdma_eng *e, struct rdma_qp *q, struct rdma_fifo_ent *f, int code,
+			const char *msg)
 {
 	struct rx *x = xfind(e, f->xfer);
 	if (!x || x->c == NULL)
@@ -354,10 +360,11 @@ static void retire_lost(struct rdma_eng *e, struct rdma_fifo_ent *f, int code, c
 	if (f->kind == WRK_DATA)
 		x->out_data--;
 	if (!x->failed) {
-		if (x->reset_mark != e->reset_seq) {
-			x->reset_mark = e->reset_seq;
+		if (x->reset_mark != q->reset_id) { /* one count per QP reset, not per request */
+			x->reset_mark = q->reset_id;
 			x->requeues++;
 		}
+		snprintf(x->last_qp_err, sizeof(x->last_qp_err), "%s", msg);
 		if (x->requeues > RDMA_MAX_REQUEUES) {
 			xfail(x, code, "%s (after %d QP resets)", msg, x->requeues - 1);
 		} else if (f->kind == WRK_DATA) {
@@ -376,11 +383,12 @@ static void retire_lost(struct rdma_eng *e, struct rdma_fifo_ent *f, int code, c
 			e->st.requeued++;
 			xpend(x);
 		} else if (f->kind == WRK_NOTIF) {
-			x->ns = x->out_data ? N_WAIT : N_READY;
+			/* Its data may be in the retry list (requeued just before it): the
+			 * notification waits until every data request has completed again. */
+			x->ns = N_WAIT;
 			x->single_qp = -2;
 			e->st.requeued++;
-			if (x->ns == N_READY)
-				xpend(x);
+			xpend(x);
 		}
 	}
 out:
@@ -406,39 +414,88 @@ static void retire_ok(struct rdma_eng *e, struct rdma_fifo_ent *f)
 	xcheck(x);
 }
 
-/* Tear the slot's QP down (into ERR, destroyed: the device no longer touches any buffer),
- * requeue or fail everything it held, and create a fresh QP that waits for the peer. */
-static void slot_reset(struct rdma_eng *e, struct rdma_qp *q, int code, const char *why)
+static int pair(struct rdma_eng *e, struct rdma_qp *q, const struct rdma_ep *ep, int ack,
+		char *err, size_t len);
+
+/* The second half of a reset: the QP has nothing left on the device (drained), or we stop
+ * waiting (forced: the device no longer answers, the connection goes). Whatever it still holds
+ * is re-posted or failed; it is destroyed (the device no longer touches any buffer) and a fresh
+ * QP waits for the peer, or pairs at once with an end the peer already sent. */
+static void slot_finish(struct rdma_eng *e, struct rdma_qp *q)
 {
 	char err[128];
-	e->reset_seq++;
-	e->st.qp_resets++;
-	snprintf(q->why, sizeof(q->why), "%s", why);
+	while (q->head != q->tail) {
+		struct rdma_fifo_ent f = q->fifo[q->head % q->depth];
+		q->head++;
+		retire_lost(e, q, &f, q->drain_code, q->why);
+	}
 	if (q->hw) {
-		if (q->state != QPS_ERR && q->state != QPS_RESET)
-			rdma_qp_modify(e, q, QPS_ERR, NULL, err, sizeof(err));
 		qhash_set(e, q, 0);
 		e->ops->qp_destroy(e->ctx, q);
 		q->hw = NULL;
 	}
 	q->state = QPS_NONE;
-	/* Retire in order: the head may be the culprit already failed by the caller. */
-	while (q->head != q->tail) {
-		struct rdma_fifo_ent f = q->fifo[q->head % q->depth];
-		q->head++;
-		retire_lost(e, &f, code, why);
-	}
+	q->draining = 0;
 	q->head = q->tail = 0;
 	q->unsignaled = 0;
 	q->gen++;
 	q->rq_posted = 0;
-	qp_event(q, "reset", why);
-	if (q->conn->freeing)
+	if (q->conn->freeing || e->dead)
 		return;
 	if (slot_create(e, q, err, sizeof(err)) != 0) {
 		snprintf(q->why, sizeof(q->why), "re-create failed: %s", err);
 		qp_event(q, "down", q->why);
+		q->connect_sent_us = e->now ? e->now : 1; /* progress retries after connect_retry_us */
+		return;
 	}
+	if (q->pending_valid) {
+		q->pending_valid = 0;
+		if (pair(e, q, &q->pending, 0, err, sizeof(err)) != 0)
+			qp_event(q, "down", err);
+	}
+}
+
+static void drain_check(struct rdma_eng *e, struct rdma_qp *q)
+{
+	if (q->draining && q->head == q->tail && q->rq_posted == 0)
+		slot_finish(e, q);
+}
+
+/* Reset a slot: move its QP to ERR, so that the device completes everything it holds (flushed
+ * requests come back to be re-posted; receives that had already landed are still delivered),
+ * then destroy it once drained. Only then is a notification that reached us never lost, and
+ * no request of ours is left on a QP we no longer watch. A device that does not drain within
+ * RDMA_DRAIN_US is not waited for. */
+static void slot_reset(struct rdma_eng *e, struct rdma_qp *q, int code, const char *why)
+{
+	if (q->draining)
+		return; /* already on its way down: the first reason stands */
+	char err[128];
+	q->reset_id = ++e->reset_seq;
+	e->st.qp_resets++;
+	snprintf(q->why, sizeof(q->why), "%s", why);
+	q->drain_code = code;
+	qp_event(q, "reset", why);
+	if (!q->hw) {
+		slot_finish(e, q);
+		return;
+	}
+	q->draining = 1;
+	q->drain_start = e->now;
+	if (q->state != QPS_ERR && rdma_qp_modify(e, q, QPS_ERR, NULL, err, sizeof(err)) != 0) {
+		slot_finish(e, q); /* cannot even stop it: destroy now */
+		return;
+	}
+	q->state = QPS_ERR;
+	drain_check(e, q);
+}
+
+/* Reset without waiting for the device (connection freed, device dead). */
+static void slot_kill(struct rdma_eng *e, struct rdma_qp *q, int code, const char *why)
+{
+	slot_reset(e, q, code, why);
+	if (q->draining)
+		slot_finish(e, q);
 }
 
 static void pump(struct rdma_eng *e, struct rdma_conn *c);
@@ -540,7 +597,7 @@ void rdma_conn_free(struct rdma_conn *c, int code, const char *msg)
 	for (int i = 0; i < c->nqp; i++) {
 		struct rdma_qp *q = &c->q[i];
 		if (q->hw)
-			slot_reset(e, q, code, msg);
+			slot_kill(e, q, code, msg);
 		if (q->ctrl_mr)
 			e->ops->mr_dereg(e->ctx, q->ctrl_mr);
 		free(q->fifo);
@@ -567,8 +624,10 @@ int rdma_conn_local(const struct rdma_conn *c, int idx, struct rdma_ep *ep)
 	ep->psn = q->psn;
 	ep->mtu = c->e->cfg.mtu;
 	memcpy(ep->gid, c->e->cfg.gid, 16);
-	if (q->state == QPS_RTS || q->state == QPS_RTR)
+	if (q->state == QPS_RTS || q->state == QPS_RTR) {
 		ep->peer_qpn = q->remote.qpn;
+		ep->peer_psn = q->remote.psn;
+	}
 	return MORI_OK;
 }
 
@@ -590,10 +649,30 @@ static void send_connect(struct rdma_conn *c, int idx, int ack, uint64_t now)
 		c->cb.send_connect(c->cb.arg, c, idx, &ep, ack);
 }
 
+/* Pair slot q (in INIT) with the peer's end: RTR, RTS, and answer a CONNECT. */
+static int pair(struct rdma_eng *e, struct rdma_qp *q, const struct rdma_ep *ep, int ack,
+		char *err, size_t len)
+{
+	int rc = rdma_qp_modify(e, q, QPS_RTR, ep, err, len);
+	if (rc == 0)
+		rc = rdma_qp_modify(e, q, QPS_RTS, NULL, err, len);
+	if (rc) {
+		char why[200];
+		snprintf(why, sizeof(why), "pairing failed: %s", err);
+		slot_reset(e, q, MORI_EIO, why);
+		return rc;
+	}
+	qp_event(q, "up", "");
+	if (!ack)
+		send_connect(q->conn, q->idx, 1, e->now);
+	return MORI_OK;
+}
+
 int rdma_conn_remote(struct rdma_conn *c, int idx, const struct rdma_ep *ep, int ack, uint64_t now,
 		     char *err, size_t len)
 {
 	struct rdma_eng *e = c->e;
+	e->now = now;
 	if (idx < 0 || idx >= c->nqp) {
 		snprintf(err, len, "QP slot %d is outside 0..%d", idx, c->nqp - 1);
 		return MORI_EPROTO;
@@ -602,48 +681,39 @@ int rdma_conn_remote(struct rdma_conn *c, int idx, const struct rdma_ep *ep, int
 	if (rc)
 		return rc;
 	struct rdma_qp *q = &c->q[idx];
-	if (ack && ep->peer_qpn != q->qpn)
+	if (ack && (ep->peer_qpn != q->qpn || ep->peer_psn != q->psn || q->draining))
 		return MORI_OK; /* answers an earlier QP of ours: stale */
-	if (q->state == QPS_RTS && q->remote.qpn == ep->qpn) {
+	if (q->state == QPS_RTS && q->remote.qpn == ep->qpn && q->remote.psn == ep->psn) {
 		if (!ack)
 			send_connect(c, idx, 1, now); /* a repeated CONNECT: answer again */
 		return MORI_OK;
 	}
-	if (q->state == QPS_RTS || q->state == QPS_RTR || q->state == QPS_ERR) {
-		/* The peer has a new QP: ours is paired with its old one. */
-		slot_reset(e, q, MORI_EIO, "peer re-created its QP");
-	}
 	if (q->state != QPS_INIT) {
-		snprintf(err, len, "QP slot %d has no QP (%s)", idx, q->why);
-		return MORI_EIO;
-	}
-	rc = rdma_qp_modify(e, q, QPS_RTR, ep, err, len);
-	if (rc == 0)
-		rc = rdma_qp_modify(e, q, QPS_RTS, NULL, err, len);
-	if (rc) {
-		char why[160];
-		snprintf(why, sizeof(why), "pairing failed: %s", err);
-		slot_reset(e, q, MORI_EIO, why);
+		/* The peer has a new QP while ours is paired with its old one (or is being reset,
+		 * or could not be created): pair with this end once ours is new. */
+		q->pending = *ep;
+		q->pending_valid = 1;
+		if (!q->draining && q->state != QPS_NONE)
+			slot_reset(e, q, MORI_EIO, "peer re-created its QP");
 		run_done(e);
-		return rc;
+		return MORI_OK;
 	}
-	qp_event(q, "up", "");
-	if (!ack)
-		send_connect(c, idx, 1, now);
+	rc = pair(e, q, ep, ack, err, len);
 	/* Work that waited for a QP can go. No polling here: completions are handled in order by
 	 * rdma_eng_progress alone. */
-	pump(e, c);
+	if (rc == 0)
+		pump(e, c);
 	run_done(e);
-	return MORI_OK;
+	return rc;
 }
 
 void rdma_conn_kill_qp(struct rdma_conn *c, int idx, const char *why, uint64_t now)
 {
 	if (idx < 0 || idx >= c->nqp)
 		return;
+	c->e->now = now;
 	slot_reset(c->e, &c->q[idx], MORI_EIO, why);
 	run_done(c->e);
-	(void)now;
 }
 
 /* ---- transfers ---- */
@@ -651,6 +721,7 @@ int rdma_xfer_start(struct rdma_conn *c, const struct rdma_xfer_args *a, uint64_
 		    uint32_t *id)
 {
 	struct rdma_eng *e = c->e;
+	e->now = now;
 	if (!a->descs || a->n == 0 || (a->notif && (a->notif_len == 0 || a->notif_len > RDMA_NOTIF_MAX)))
 		return MORI_EINVAL;
 	if (e->dead)
@@ -693,8 +764,12 @@ int rdma_xfer_start(struct rdma_conn *c, const struct rdma_xfer_args *a, uint64_
  * guarantee it will ever complete them (a lost acknowledgement, a stuck peer). */
 static void xkill(struct rdma_eng *e, struct rx *x, int code, const char *msg)
 {
-	xfail(x, code, "%s (%llu of %llu bytes moved)", msg, (unsigned long long)x->moved,
-	      (unsigned long long)x->total);
+	if (x->last_qp_err[0])
+		xfail(x, code, "%s (%llu of %llu bytes moved; last QP error: %s)", msg,
+		      (unsigned long long)x->moved, (unsigned long long)x->total, x->last_qp_err);
+	else
+		xfail(x, code, "%s (%llu of %llu bytes moved)", msg, (unsigned long long)x->moved,
+		      (unsigned long long)x->total);
 	x->killed = 1;
 	struct rdma_conn *c = x->c;
 	for (int i = 0; i < c->nqp && x->out; i++) {
@@ -712,6 +787,7 @@ static void xkill(struct rdma_eng *e, struct rx *x, int code, const char *msg)
 
 int rdma_xfer_cancel(struct rdma_eng *e, uint32_t id, uint64_t now)
 {
+	e->now = now;
 	struct rx *x = xfind(e, id);
 	if (!x || x->on_done)
 		return MORI_ENOENT;
@@ -871,10 +947,11 @@ static void pump(struct rdma_eng *e, struct rdma_conn *c)
 				}
 				continue;
 			}
-			/* No data left to post. */
+			/* No data left to post. The notification goes once every data request has
+			 * completed (on whichever QP): then nothing it follows can still be on the way. */
 			if (x->ns == N_WAIT && x->out_data == 0)
 				x->ns = N_READY;
-			if (x->ns == N_READY) {
+			if (x->ns == N_READY && x->out_data == 0) {
 				int qi = -1;
 				for (int k = 0; k < c->nqp; k++) {
 					int i = (int)((c->rr + (uint32_t)k) % (uint32_t)c->nqp);
@@ -908,28 +985,36 @@ static void pump(struct rdma_eng *e, struct rdma_conn *c)
 static void on_recv(struct rdma_eng *e, struct rdma_qp *q, const struct rdma_wc *w)
 {
 	uint32_t slot = wrid_chunk(w->wr_id);
+	q->rq_posted--; /* this receive is used up */
 	if (w->status != 0) {
+		/* A receive fails only when the QP went into error (flushed): reset it. */
 		const char *m;
 		rdma_wc_error(w->status, &m);
 		char why[128];
 		snprintf(why, sizeof(why), "receive failed: %s", m);
 		slot_reset(e, q, MORI_EIO, why);
+		drain_check(e, q);
 		return;
 	}
-	if (slot >= e->cfg.rq_depth)
+	if (slot >= e->cfg.rq_depth) {
+		drain_check(e, q);
 		return;
+	}
 	e->st.notifs_rx++;
 	struct rdma_conn *c = q->conn;
 	uint32_t n = w->byte_len < RDMA_NOTIF_MAX ? w->byte_len : RDMA_NOTIF_MAX;
 	uint8_t msg[RDMA_NOTIF_MAX];
 	memcpy(msg, q->ctrl + (uint64_t)slot * RDMA_NOTIF_MAX, n);
-	uint8_t gen = q->gen;
-	if (post_recv(e, q, slot) != 0) {
-		slot_reset(e, q, MORI_EIO, "cannot re-post a receive buffer");
+	if (!q->draining) {
+		if (post_recv(e, q, slot) == 0)
+			q->rq_posted++;
+		else
+			slot_reset(e, q, MORI_EIO, "cannot re-post a receive buffer");
 	}
+	/* Delivered even from a QP being reset: the data it follows has landed. */
 	if (c->cb.on_notif)
 		c->cb.on_notif(c->cb.arg, c, msg, n);
-	(void)gen;
+	drain_check(e, q);
 }
 
 static void on_wc(struct rdma_eng *e, const struct rdma_wc *w)
@@ -961,18 +1046,22 @@ static void on_wc(struct rdma_eng *e, const struct rdma_wc *w)
 	if (w->status == 0) {
 		q->completed++;
 		retire_ok(e, &f);
+		drain_check(e, q);
 		return;
 	}
 	q->errors++;
 	const char *m;
 	int code = rdma_wc_error(w->status, &m);
-	struct rx *x = xfind(e, f.xfer);
 	char why[160];
-	if (w->status == RDMA_WC_FLUSH) {
-		/* Flushed behind some other failure: not this transfer's fault; post it again. */
+	if (rdma_wc_transient(w->status)) {
+		/* Flushed behind some other failure, or the path failed (peer QP gone, receiver
+		 * not ready): not this request's fault. Post it again on a new QP; the requeue
+		 * limit and the deadline bound how long that goes on. */
 		snprintf(why, sizeof(why), "%s", m);
-		q->head--; /* let slot_reset retire it with the others */
+		slot_reset(e, q, code, why);
+		retire_lost(e, q, &f, code, q->why);
 	} else {
+		struct rx *x = xfind(e, f.xfer);
 		if (x) {
 			x->out--;
 			if (f.kind == WRK_DATA)
@@ -982,8 +1071,9 @@ static void on_wc(struct rdma_eng *e, const struct rdma_wc *w)
 		}
 		snprintf(why, sizeof(why), "%s (wr %s, status %d, vendor 0x%x)", m,
 			 f.kind == WRK_NOTIF ? "notification" : "data", w->status, w->vendor_err);
+		slot_reset(e, q, code, why);
 	}
-	slot_reset(e, q, code, why);
+	drain_check(e, q);
 }
 
 static void expire(struct rdma_eng *e, uint64_t now)
@@ -1013,7 +1103,8 @@ static void expire(struct rdma_eng *e, uint64_t now)
 int rdma_eng_progress(struct rdma_eng *e, uint64_t now)
 {
 	struct rdma_wc wc[32];
-	int total = 0, n, rounds = 0;
+	int total = 0, n = 0, rounds = 0;
+	e->now = now;
 	while (rounds++ < 8 && (n = e->ops->poll(e->ctx, wc, 32)) > 0) {
 		for (int i = 0; i < n; i++)
 			on_wc(e, &wc[i]);
@@ -1035,7 +1126,7 @@ int rdma_eng_progress(struct rdma_eng *e, uint64_t now)
 			c->freeing = 1; /* no re-creation */
 			for (int i = 0; i < c->nqp; i++)
 				if (c->q[i].hw)
-					slot_reset(e, &c->q[i], MORI_EIO, e->dead_why);
+					slot_kill(e, &c->q[i], MORI_EIO, e->dead_why);
 		}
 		for (struct rl *it = e->xfers.next; it != &e->xfers; it = it->next)
 			xcheck(rl_entry(it, struct rx, all));
@@ -1050,12 +1141,22 @@ int rdma_eng_progress(struct rdma_eng *e, uint64_t now)
 		struct rdma_conn *c = rl_entry(it, struct rdma_conn, link);
 		for (int i = 0; i < c->nqp; i++) {
 			struct rdma_qp *q = &c->q[i];
-			if (q->state == QPS_NONE && !c->freeing &&
+			if (q->draining && now - q->drain_start >= RDMA_DRAIN_US) {
+				snprintf(q->why + strlen(q->why), sizeof(q->why) - strlen(q->why),
+					 "; not drained in %u ms", RDMA_DRAIN_US / 1000);
+				slot_finish(e, q);
+			}
+			if (q->state == QPS_NONE && !q->draining && !c->freeing &&
 			    (q->connect_sent_us == 0 || now - q->connect_sent_us >= e->cfg.connect_retry_us)) {
 				char err[128];
 				q->connect_sent_us = now ? now : 1;
-				if (slot_create(e, q, err, sizeof(err)) != 0)
+				if (slot_create(e, q, err, sizeof(err)) != 0) {
 					snprintf(q->why, sizeof(q->why), "re-create failed: %s", err);
+				} else if (q->pending_valid) {
+					q->pending_valid = 0;
+					if (pair(e, q, &q->pending, 0, err, sizeof(err)) != 0)
+						qp_event(q, "down", err);
+				}
 			}
 			if (q->state == QPS_INIT &&
 			    (q->connect_sent_us == 0 || now - q->connect_sent_us >= e->cfg.connect_retry_us))
@@ -1075,13 +1176,15 @@ uint64_t rdma_eng_next_timer(const struct rdma_eng *e)
 		const struct rdma_conn *c = rl_entry(it, const struct rdma_conn, link);
 		for (int i = 0; i < c->nqp; i++) {
 			const struct rdma_qp *q = &c->q[i];
-			if (q->state == QPS_INIT || q->state == QPS_NONE) {
+			if (q->state == QPS_INIT || (q->state == QPS_NONE && !q->draining)) {
 				uint64_t at = q->connect_sent_us + e->cfg.connect_retry_us;
 				if (q->connect_sent_us == 0)
 					at = 0;
 				if (at < t)
 					t = at;
 			}
+			if (q->draining && q->drain_start + RDMA_DRAIN_US < t)
+				t = q->drain_start + RDMA_DRAIN_US;
 		}
 	}
 	return t;

@@ -85,6 +85,22 @@ int rdma_wc_error(int st, const char **msg)
 	return code;
 }
 
+int rdma_wc_transient(int st)
+{
+	switch ((enum ibv_wc_status)st) {
+	case IBV_WC_WR_FLUSH_ERR:
+	case IBV_WC_RETRY_EXC_ERR:
+	case IBV_WC_RNR_RETRY_EXC_ERR:
+	case IBV_WC_RESP_TIMEOUT_ERR:
+	case IBV_WC_BAD_RESP_ERR:
+	case IBV_WC_FATAL_ERR:
+	case IBV_WC_GENERAL_ERR:
+		return 1;
+	default:
+		return 0;
+	}
+}
+
 const char *rdma_qps_name(int s)
 {
 	static const char *const names[] = {"NONE", "RESET", "INIT", "RTR", "RTS", "ERR"};

@@ -44,6 +44,7 @@ struct fake_qp {
 	uint32_t sq_psn, rq_psn;
 	struct fwr *sq;          /* ring of depth: [sq_head, sq_tail) occupy the queue */
 	uint32_t sq_head, sq_exec, sq_tail; /* occupied from head; executed up to exec */
+	uint32_t sq_ack;         /* completed (acknowledged) up to here: a lost ACK leaves a gap */
 	struct { uint64_t wr_id, addr; uint32_t len, lkey; } *rq;
 	uint32_t rq_head, rq_tail;
 	int stuck;               /* nothing executes (a peer that never answers) */
@@ -110,9 +111,10 @@ static inline void fq_error(struct fake_qp *q)
 	if (q->state == QPS_ERR)
 		return;
 	q->state = QPS_ERR;
-	for (uint32_t k = q->sq_exec; k != q->sq_tail; k++)
+	/* everything not acknowledged flushes, executed or not */
+	for (uint32_t k = q->sq_ack; k != q->sq_tail; k++)
 		fcq_push(q->dev, q->sq[k % q->depth].w.wr_id, q->qpn, IBV_WC_WR_FLUSH_ERR, 0, 0);
-	q->sq_exec = q->sq_tail;
+	q->sq_exec = q->sq_ack = q->sq_tail;
 	while (q->rq_head != q->rq_tail) {
 		fcq_push(q->dev, q->rq[q->rq_head % q->rq_depth].wr_id, q->qpn, IBV_WC_WR_FLUSH_ERR, 1, 0);
 		q->rq_head++;
@@ -134,7 +136,7 @@ static int f_qp_create(void *ctx, struct rdma_qp *rq, uint32_t depth, uint32_t r
 			continue;
 		memset(q, 0, sizeof(*q));
 		q->used = 1;
-		q->qpn = 0x100 + d->fab->next_qpn++;
+		q->qpn = 0x100 + (uint32_t)i; /* the lowest free number, reused at once, as rxe does */
 		q->state = QPS_RESET;
 		q->dev = d;
 		q->depth = depth;
@@ -228,7 +230,7 @@ static int f_post_send(void *ctx, struct rdma_qp *rq, const struct rdma_wr *w, i
 			d->max_occupancy = q->sq_tail - q->sq_head;
 		if (q->state == QPS_ERR) { /* posts to an errored QP complete with flush */
 			fcq_push(d, w[i].wr_id, q->qpn, IBV_WC_WR_FLUSH_ERR, 0, 0);
-			q->sq_exec = q->sq_tail;
+			q->sq_exec = q->sq_ack = q->sq_tail;
 		}
 	}
 	return 0;
@@ -295,14 +297,14 @@ static inline int fq_exec(struct fake_fab *f, struct fake_qp *q, struct fwr *r)
 	struct fake_qp *p = fq_by_qpn(f, q->dest_qpn);
 	if (!p || (p->state != QPS_RTR && p->state != QPS_RTS) || p->dest_qpn != q->qpn) {
 		fcq_push(q->dev, r->w.wr_id, q->qpn, IBV_WC_RETRY_EXC_ERR, 0, 0);
-		q->sq_exec++;
+		q->sq_ack = ++q->sq_exec;
 		fq_error(q);
 		return -1;
 	}
 	struct rdma_wr *w = &r->w;
 	if (!fmr_find(f, w->lkey, w->laddr, w->len)) {
 		fcq_push(q->dev, w->wr_id, q->qpn, IBV_WC_LOC_PROT_ERR, 0, 0);
-		q->sq_exec++;
+		q->sq_ack = ++q->sq_exec;
 		fq_error(q);
 		return -1;
 	}
@@ -311,7 +313,7 @@ static inline int fq_exec(struct fake_fab *f, struct fake_qp *q, struct fwr *r)
 			if (q->rnr_retry == 7)
 				return 1;
 			fcq_push(q->dev, w->wr_id, q->qpn, IBV_WC_RNR_RETRY_EXC_ERR, 0, 0);
-			q->sq_exec++;
+			q->sq_ack = ++q->sq_exec;
 			fq_error(q);
 			return -1;
 		}
@@ -322,7 +324,7 @@ static inline int fq_exec(struct fake_fab *f, struct fake_qp *q, struct fwr *r)
 	} else {
 		if (!fmr_find(f, w->rkey, w->raddr, w->len)) {
 			fcq_push(q->dev, w->wr_id, q->qpn, IBV_WC_REM_ACCESS_ERR, 0, 0);
-			q->sq_exec++;
+			q->sq_ack = ++q->sq_exec;
 			fq_error(q);
 			fq_error(p); /* the responder's QP goes to error too */
 			return -1;
@@ -334,6 +336,8 @@ static inline int fq_exec(struct fake_fab *f, struct fake_qp *q, struct fwr *r)
 	}
 	fq_complete(q, r, 0);
 	q->sq_exec++;
+	if (!q->lose_cqe && q->sq_ack == q->sq_exec - 1)
+		q->sq_ack = q->sq_exec;
 	return 0;
 }
 
@@ -341,9 +345,11 @@ static inline int fq_exec(struct fake_fab *f, struct fake_qp *q, struct fwr *r)
 static inline int fake_run(struct fake_fab *f, int budget)
 {
 	int done = 0;
-	for (int i = 0; i < FQ_MAX; i++) {
-		struct fake_qp *q = &f->q[i];
-		if (!q->used || q->state != QPS_RTS || q->stuck)
+	/* Each QP moves or not, at random, in each run: nothing may rely on one QP's requests
+	 * landing before another's (RC orders requests within a QP only). */
+	for (int j = 0; j < FQ_MAX; j++) {
+		struct fake_qp *q = &f->q[j];
+		if (!q->used || q->state != QPS_RTS || q->stuck || random() % 2)
 			continue;
 		int k = 0;
 		while (q->sq_exec != q->sq_tail && (!budget || k < budget)) {

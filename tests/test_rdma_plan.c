@@ -179,6 +179,13 @@ START_TEST(wc_mapping)
 	ck_assert_str_eq(m, "fatal device error");
 	ck_assert_int_eq(rdma_wc_error(12345, &m), MORI_EIO);
 	ck_assert_str_eq(m, "unknown completion status");
+	ck_assert(rdma_wc_transient(IBV_WC_WR_FLUSH_ERR));
+	ck_assert(rdma_wc_transient(IBV_WC_RETRY_EXC_ERR));
+	ck_assert(rdma_wc_transient(IBV_WC_RNR_RETRY_EXC_ERR));
+	ck_assert(!rdma_wc_transient(IBV_WC_REM_ACCESS_ERR));
+	ck_assert(!rdma_wc_transient(IBV_WC_LOC_PROT_ERR));
+	ck_assert(!rdma_wc_transient(IBV_WC_LOC_LEN_ERR));
+	ck_assert(!rdma_wc_transient(IBV_WC_SUCCESS));
 	/* every status has a message and a code that is not OK */
 	for (int s = 1; s <= IBV_WC_TM_RNDV_INCOMPLETE + 2; s++) {
 		m = NULL;

@@ -1,0 +1,87 @@
+#!/bin/bash
+# The RDMA suite, run inside the Soft-RoCE VM by tests/test_rdma_vm.sh (through run.sh), as root
+# in the host's root filesystem. Env: REPO (the source tree), B (its build dir), BATCHES, MIB,
+# PERFTEST (1: ib_write_bw/ib_read_bw baseline on the same devices).
+# Each check prints "ok: ..." or "FAIL: ..."; the exit status is the number of failures (capped).
+set -u
+cd "$REPO"
+fails=0
+ok() { echo "ok: $*"; }
+bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
+gidx() { # index of the IPv4-mapped RoCEv2 GID of $1
+	for g in /sys/class/infiniband/$1/ports/1/gids/*; do
+		case $(cat "$g" 2>/dev/null) in 0000:0000:0000:0000:0000:ffff:*) basename "$g"; return ;; esac
+	done
+}
+echo "--- devices"
+ls /sys/class/infiniband/ || bad "no /sys/class/infiniband"
+
+echo "--- layer 1: morid sees rxe0 and rxe1"
+rd=$(mktemp -d /tmp/morid.XXXXXX)
+"$B/morid" --runtime-dir "$rd" --log-target stderr > "$rd/log" 2>&1 &
+mpid=$!
+for i in $(seq 100); do [ -S "$rd/morid.sock" ] && break; sleep 0.1; done
+"$B/moractl" --runtime-dir "$rd" nics
+js=$("$B/moractl" --runtime-dir "$rd" nics --json)
+for d in rxe0:192.168.77.1:v0 rxe1:192.168.77.2:v1; do
+	IFS=: read -r dev addr nd <<< "$d"
+	line=$(echo "$js" | tr -d '\n\t ' | grep -o "{\"device\":\"$dev\"[^}]*}")
+	if echo "$line" | grep -q '"usable":true' && echo "$line" | grep -q "\"address\":\"$addr\"" &&
+		echo "$line" | grep -q "\"netdev\":\"$nd\"" && echo "$line" | grep -q '"gid_type":"RoCEv2"' &&
+		echo "$line" | grep -q '"state":"ACTIVE"' && echo "$line" | grep -q "\"gid_index\":$(gidx "$dev")"; then
+		ok "moractl nics: $dev usable, $addr on $nd, RoCEv2 GID $(gidx "$dev")"
+	else
+		bad "moractl nics: $dev: $line"
+	fi
+done
+"$B/moractl" --runtime-dir "$rd" status | grep -q 'nics *2 (2 usable)' && ok "moractl status: nics 2 (2 usable)" ||
+	bad "moractl status: $("$B/moractl" --runtime-dir "$rd" status | grep nics)"
+grep rdma "$rd/log"
+kill $mpid; wait $mpid
+# configuration: exclude a device, force a GID index
+"$B/morid" --runtime-dir "$rd" --log-target stderr --rdma-exclude 'rxe1' --rdma-gid-index 0 > "$rd/log" 2>&1 &
+mpid=$!
+for i in $(seq 100); do [ -S "$rd/morid.sock" ] && break; sleep 0.1; done
+"$B/moractl" --runtime-dir "$rd" nics
+js=$("$B/moractl" --runtime-dir "$rd" nics --json | tr -d '\n\t ')
+echo "$js" | grep -o '{"device":"rxe1"[^}]*}' | grep -q '"usable":false.*"reason":"inrdma_exclude"' &&
+	ok "rdma_exclude=rxe1: rxe1 listed, not used" || bad "rdma_exclude: $js"
+echo "$js" | grep -o '{"device":"rxe0"[^}]*}' | grep -q '"gid_index":0' &&
+	ok "rdma_gid_index=0: rxe0 uses GID 0" || bad "rdma_gid_index: $js"
+kill $mpid; wait $mpid
+"$B/morid" --runtime-dir "$rd" --log-target stderr --rdma-device nosuch0 > "$rd/log" 2>&1 &
+mpid=$!
+for i in $(seq 100); do [ -S "$rd/morid.sock" ] && break; sleep 0.1; done
+"$B/moractl" --runtime-dir "$rd" nics | grep -q "rdma_device 'nosuch0' not found" &&
+	ok "rdma_device=nosuch0: said so" || bad "rdma_device=nosuch0: $("$B/moractl" --runtime-dir "$rd" nics)"
+kill $mpid; wait $mpid
+
+echo "--- layers 2-3: the engine on real verbs (rxe0 <-> rxe1)"
+if timeout 400 "$B/tests/test_rdma_verbs" --dev-a rxe0 --dev-b rxe1 --batches "${BATCHES:-300}" \
+	--mib "${MIB:-128}" --json "$PWD/verbs.json"; then
+	ok "test_rdma_verbs"
+else
+	bad "test_rdma_verbs (exit $?)"
+fi
+
+if [ "${PERFTEST:-1}" = 1 ] && command -v ib_write_bw >/dev/null; then
+	echo "--- baseline: perftest on the same devices, 1 MiB messages"
+	g=$(gidx rxe0)
+	for t in ib_write_bw ib_read_bw; do
+		$t -d rxe0 -x "$g" -s 1048576 -n "${MIB:-128}" -F > /tmp/srv.out 2>&1 &
+		sp=$!
+		sleep 1
+		if timeout 120 $t -d rxe1 -x "$g" -s 1048576 -n "${MIB:-128}" -F 192.168.77.1 > /tmp/cli.out 2>&1; then
+			bw=$(awk '$1 == 1048576 { print $4 }' /tmp/cli.out | tail -n1)
+			echo "$t 1 MiB x ${MIB:-128}: ${bw} MB/s"
+			echo "{\"test\": \"$t\", \"mbs\": ${bw:-0}}" >> "$PWD/perftest.json"
+		else
+			cat /tmp/cli.out
+			echo "$t did not run (not counted as a failure)"
+		fi
+		wait $sp
+	done
+fi
+echo "--- $fails failures"
+[ $fails -gt 100 ] && fails=100
+exit $fails

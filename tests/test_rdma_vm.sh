@@ -1,0 +1,37 @@
+#!/bin/bash
+# RDMA on real verbs devices: boots a QEMU guest from Debian's kernel with two Soft-RoCE devices
+# (rxe0 <-> rxe1, tests/softroce/) and runs tests/softroce/suite.sh in it: morid's device list
+# (moractl nics/status, rdma_* options), then tests/test_rdma_verbs (the RDMA engine over
+# libibverbs: verified random batches, notifications after the data, throughput, bad and
+# deregistered keys, a QP forced into error, a frozen and a killed peer), then perftest's
+# ib_write_bw/ib_read_bw on the same devices as the baseline.
+# Skips (77) without qemu-system-x86, a readable kernel image and its modules, or static busybox.
+# Size: MORI_TEST_RDMA_VM=1 runs the full suite (1000 batches, 256 MiB throughput runs; several
+# minutes under TCG); by default a lighter one (150 batches, 32 MiB) that takes about 1.5 min.
+# Results: $B/test-logs/rdma-vm/ (console log, verbs.json, perftest.json).
+set -u
+cd "$(dirname "$0")/.."
+B=${B:-build}
+skip() { echo "skipped: $*"; exit 77; }
+[ -x "$B/tests/test_rdma_verbs" ] && [ -x "$B/morid" ] || { echo "build first (make)"; exit 1; }
+command -v qemu-system-x86_64 >/dev/null || skip "no qemu-system-x86_64 (tools/install-deps installs qemu-system-x86)"
+ls /boot/vmlinuz-* >/dev/null 2>&1 || skip "no kernel image in /boot (install linux-image-amd64)"
+if [ "${MORI_TEST_RDMA_VM:-0}" = 1 ]; then
+	batches=1000 mib=256 tmo=900
+else
+	batches=150 mib=32 tmo=280
+fi
+out=$B/test-logs/rdma-vm
+rm -rf "$out"
+mkdir -p "$out"
+tests/softroce/run.sh -d "$out" -t "$tmo" "$PWD/tests/softroce/suite.sh" \
+	REPO="$PWD" B="$(realpath "$B")" BATCHES=$batches MIB=$mib > "$out/run.out" 2>&1
+rc=$?
+grep -E '^(ok|FAIL|skipped):|^[0-9]\. |^   |MB/s|devices:|paired|^\[|^mori-vm|^run.sh' "$out/run.out"
+case $rc in
+0) echo "rdma vm suite passed"; exit 0 ;;
+77) grep -m1 '^skipped' "$out/run.out"; exit 77 ;;
+124) echo "FAIL: the VM ran past ${tmo} s"; exit 1 ;;
+125) tail -n 30 "$out/run.out"; echo "FAIL: the guest gave no status"; exit 1 ;;
+*) echo "FAIL: suite exit $rc"; exit 1 ;;
+esac
