@@ -84,6 +84,7 @@ int morid_reload(struct morid *d, char *err, size_t errlen)
 	if (rc == 0) {
 		d->cfg = fresh; /* swap only after parse and validation succeeded */
 		apply_log(d);
+		peers_reload(d); /* connect peers newly listed in 'peers' */
 		count(d, C_RELOADS, 1);
 		mlog_notice("config", "reloaded %s", d->config_from_file ? d->config_path : "(defaults)");
 	} else {

@@ -97,7 +97,8 @@ static int do_register(struct morid *d, struct client *c, Mori__MemRegister *m, 
 		return 0;
 	}
 	g->gpu_handle_type = m->gpu_handle_type;
-	memcpy(g->gpu_ipc, m->gpu_ipc.data, m->gpu_ipc.len);
+	if (m->gpu_ipc.len) /* data is NULL when empty: memcpy(.., NULL, 0) is undefined */
+		memcpy(g->gpu_ipc, m->gpu_ipc.data, m->gpu_ipc.len);
 	g->gpu_ipc_len = m->gpu_ipc.len;
 	g->gpu_device = m->gpu_device;
 	Mori__MemRegisterReply *mr = rctx_alloc(r, sizeof(*mr));
