@@ -139,7 +139,13 @@ struct rdma_ops {
 };
 
 /* ---- engine ---- */
-#define RDMA_NOTIF_MAX 64   /* bytes of a notification message */
+/* A notification on the wire: a header (the sender connection's nonce, the notification's id,
+ * the lowest id the sender may still send) and the caller's message. A notification whose
+ * acknowledgement was lost is sent again on a new QP; the receiver drops the copy by its id, so
+ * each is delivered at most once, and (while its transfer succeeds) exactly once. */
+#define RDMA_NOTIF_WIRE 64
+#define RDMA_NOTIF_HDR 24
+#define RDMA_NOTIF_MAX (RDMA_NOTIF_WIRE - RDMA_NOTIF_HDR) /* bytes of the caller's message */
 #define RDMA_MAX_QPS 16
 #define RDMA_MAX_REQUEUES 4 /* times a transfer's work may be re-posted after QP failures */
 #define RDMA_DRAIN_US 1000000 /* a QP being reset is destroyed by then even if not drained */
@@ -155,6 +161,10 @@ struct rdma_cfg {
 	uint8_t gid[16];
 	uint8_t timeout, retry_cnt, rnr_retry, min_rnr_timer, max_rd_atomic;
 	uint32_t connect_retry_us; /* resend CONNECT while a slot waits for its peer */
+	/* A QP with requests out and no completion for this long is reset and its work re-posted
+	 * (0: four times the transport's own retry budget, 4.096 us * 2^timeout * (retry_cnt + 1),
+	 * plus 2 s). Seen on Soft-RoCE under load: a QP that neither completes nor fails. */
+	uint32_t stall_us;
 };
 void rdma_cfg_defaults(struct rdma_cfg *c);
 
@@ -194,6 +204,7 @@ struct rdma_qp {
 	uint32_t psn;
 	struct rdma_ep remote;  /* valid from RTR */
 	uint64_t connect_sent_us;
+	uint64_t progress_us;   /* last completion, or when work went out on an idle QP */
 	/* send queue accounting: entries [head, tail) are posted and not retired */
 	struct rdma_fifo_ent *fifo;
 	uint32_t depth, head, tail;
@@ -234,7 +245,8 @@ struct rdma_xfer_args {
 
 struct rdma_stats {
 	uint64_t xfers, xfer_errors, bytes, wrs_posted, wrs_signaled, chunks, merged;
-	uint64_t qp_resets, requeued, stale_wcs, sq_full_waits, timeouts, notifs_rx;
+	uint64_t qp_resets, requeued, stale_wcs, sq_full_waits, timeouts, notifs_rx, stalls;
+	uint64_t notifs_dup, notifs_bad;
 };
 
 /* Create an engine over ops/ctx. Returns NULL when out of memory. */

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "rdma_core.h"
 
@@ -29,6 +30,71 @@ static void rl_del(struct rl *e)
 
 enum nstate { N_NONE, N_WAIT, N_READY, N_POSTED, N_DONE };
 
+/* Notification ids seen from the peer and not yet below its low watermark. */
+struct idset {
+	uint64_t *v;              /* open addressing; 0 is empty (ids start at 1) */
+	uint32_t cap, n;
+};
+
+static uint32_t idhash(uint64_t id, uint32_t cap)
+{
+	id ^= id >> 31;
+	id *= 0x7fb5d329728ea185ull;
+	return (uint32_t)(id >> 32) & (cap - 1);
+}
+
+static int idset_has(const struct idset *s, uint64_t id)
+{
+	if (!s->cap)
+		return 0;
+	for (uint32_t i = idhash(id, s->cap);; i = (i + 1) & (s->cap - 1)) {
+		if (s->v[i] == id)
+			return 1;
+		if (s->v[i] == 0)
+			return 0;
+	}
+}
+
+/* Rebuild with room for more, keeping only ids >= low. Returns -1 out of memory. */
+static int idset_rebuild(struct idset *s, uint64_t low)
+{
+	uint32_t keep = 0;
+	for (uint32_t i = 0; i < s->cap; i++)
+		keep += s->v[i] >= low && s->v[i];
+	uint32_t cap = 64;
+	while (cap < 4 * (keep + 1))
+		cap *= 2;
+	uint64_t *v = calloc(cap, sizeof(*v));
+	if (!v)
+		return -1;
+	for (uint32_t i = 0; i < s->cap; i++) {
+		uint64_t id = s->v[i];
+		if (id < low || !id)
+			continue;
+		uint32_t j = idhash(id, cap);
+		while (v[j])
+			j = (j + 1) & (cap - 1);
+		v[j] = id;
+	}
+	free(s->v);
+	s->v = v;
+	s->cap = cap;
+	s->n = keep;
+	return 0;
+}
+
+static void idset_add(struct idset *s, uint64_t id, uint64_t low)
+{
+	/* Stale ids (< low) leave only when the table fills: then it is rebuilt without them. */
+	if (2 * (s->n + 1) > s->cap && idset_rebuild(s, low) != 0)
+		return; /* out of memory: no duplicate filtering for this one */
+	uint32_t j = idhash(id, s->cap);
+	while (s->v[j])
+		j = (j + 1) & (s->cap - 1);
+	s->v[j] = id;
+	s->n++;
+}
+
 struct chunk { uint64_t loff, roff; uint32_t len; };
 
 struct rx {
@@ -41,6 +107,8 @@ struct rx {
 	uint32_t id;
 	struct rdma_xfer_args a;
 	uint8_t notif[RDMA_NOTIF_MAX];
+	uint64_t notif_id;        /* 0: no notification */
+	struct rl nlink;          /* c->nlist while it may still send its notification */
 	enum nstate ns;
 	struct rdma_cursor cur;
 	uint32_t seq;             /* chunks taken (wr id chunk index) */
@@ -61,6 +129,10 @@ struct rx {
 
 struct rdma_conn {
 	struct rl link;           /* e->conns */
+	uint64_t tx_nonce, next_nid;
+	struct rl nlist;          /* transfers that may still send a notification, by id */
+	uint64_t rx_nonce, rx_low;
+	struct idset seen;
 	struct rdma_eng *e;
 	struct rdma_conn_cb cb;
 	int nqp;
@@ -87,6 +159,7 @@ struct rdma_eng {
 	uint64_t next_deadline;
 	int in_done;
 	uint64_t now;             /* the time of the current call */
+	uint64_t rng;
 	int dead;                 /* the device failed: nothing more runs on this engine */
 	char dead_why[128];
 	struct rdma_stats st;
@@ -188,6 +261,8 @@ static void xcheck(struct rx *x)
 		rl_del(&x->pend);
 		x->on_pend = 0;
 	}
+	if (x->notif_id)
+		rl_del(&x->nlink); /* it sends nothing more: the peer may forget its id */
 	x->on_done = 1;
 	rl_add(&x->c->e->done, &x->dlink);
 }
@@ -230,9 +305,16 @@ static void run_done(struct rdma_eng *e)
 }
 
 /* ---- QP slots ---- */
-static uint32_t rand24(void)
+/* PSNs: random per QP so that packets of an earlier QP with a reused number are not taken
+ * for this one's; a private generator seeded from the kernel (rdma_eng_new). */
+static uint32_t rand24(struct rdma_eng *e)
 {
-	return (uint32_t)random() & 0xffffffu;
+	uint64_t x = e->rng;
+	x ^= x << 13;
+	x ^= x >> 7;
+	x ^= x << 17;
+	e->rng = x;
+	return (uint32_t)(x >> 20) & 0xffffffu;
 }
 
 int rdma_ep_check(const struct rdma_ep *ep, char *err, size_t len)
@@ -310,8 +392,8 @@ static void qp_event(struct rdma_qp *q, const char *what, const char *why)
 
 static int post_recv(struct rdma_eng *e, struct rdma_qp *q, uint32_t slot)
 {
-	uint64_t addr = (uint64_t)(uintptr_t)(q->ctrl + (uint64_t)slot * RDMA_NOTIF_MAX);
-	return e->ops->post_recv(e->ctx, q, wrid_make(0, slot, q->gen, WRK_RECV), addr, RDMA_NOTIF_MAX,
+	uint64_t addr = (uint64_t)(uintptr_t)(q->ctrl + (uint64_t)slot * RDMA_NOTIF_WIRE);
+	return e->ops->post_recv(e->ctx, q, wrid_make(0, slot, q->gen, WRK_RECV), addr, RDMA_NOTIF_WIRE,
 				 q->ctrl_lkey);
 }
 
@@ -328,7 +410,7 @@ static int slot_create(struct rdma_eng *e, struct rdma_qp *q, char *err, size_t 
 	q->state = QPS_RESET;
 	uint32_t old = q->psn;
 	do
-		q->psn = rand24();
+		q->psn = rand24(e);
 	while (q->psn == old);
 	memset(&q->remote, 0, sizeof(q->remote));
 	rc = rdma_qp_modify(e, q, QPS_INIT, NULL, err, len);
@@ -500,6 +582,19 @@ static void slot_kill(struct rdma_eng *e, struct rdma_qp *q, int code, const cha
 
 static void pump(struct rdma_eng *e, struct rdma_conn *c);
 
+static void derive(struct rdma_cfg *c)
+{
+	if (c->sig_every == 0)
+		c->sig_every = 1;
+	if (c->chunk == 0)
+		c->chunk = 1u << 20;
+	if (c->stall_us == 0) {
+		double budget = 4.096 * (double)(1ull << (c->timeout < 31 ? c->timeout : 31)) * (c->retry_cnt + 1);
+		double us = 4 * budget + 2e6; /* generous: a false stall only costs a re-post */
+		c->stall_us = us > 600e6 ? 600000000u : (uint32_t)us;
+	}
+}
+
 /* ---- connections ---- */
 struct rdma_eng *rdma_eng_new(const struct rdma_ops *ops, void *ctx, const struct rdma_cfg *cfg)
 {
@@ -509,15 +604,15 @@ struct rdma_eng *rdma_eng_new(const struct rdma_ops *ops, void *ctx, const struc
 	e->ops = ops;
 	e->ctx = ctx;
 	e->cfg = *cfg;
-	if (e->cfg.sig_every == 0)
-		e->cfg.sig_every = 1;
-	if (e->cfg.chunk == 0)
-		e->cfg.chunk = 1u << 20;
+	derive(&e->cfg);
 	rl_init(&e->conns);
 	rl_init(&e->xfers);
 	rl_init(&e->done);
 	e->next_id = 1;
 	e->next_deadline = UINT64_MAX;
+	if (getrandom(&e->rng, sizeof(e->rng), GRND_NONBLOCK) != (ssize_t)sizeof(e->rng))
+		e->rng = (uint64_t)(uintptr_t)e ^ 0x9e3779b97f4a7c15ull;
+	e->rng |= 1; /* xorshift must not start at 0 */
 	return e;
 }
 
@@ -528,8 +623,7 @@ void rdma_eng_set_cfg(struct rdma_eng *e, const struct rdma_cfg *cfg)
 	e->cfg = *cfg;
 	e->cfg.sq_depth = sq;
 	e->cfg.rq_depth = rq;
-	if (e->cfg.sig_every == 0)
-		e->cfg.sig_every = 1;
+	derive(&e->cfg);
 }
 
 const struct rdma_stats *rdma_eng_stats(const struct rdma_eng *e) { return &e->st; }
@@ -557,8 +651,11 @@ struct rdma_conn *rdma_conn_new(struct rdma_eng *e, int nqp, const struct rdma_c
 	c->cb = *cb;
 	c->nqp = nqp;
 	rl_init(&c->pending);
+	rl_init(&c->nlist);
+	c->tx_nonce = ((uint64_t)rand24(e) << 40) ^ ((uint64_t)rand24(e) << 16) ^ rand24(e);
+	c->next_nid = 1;
 	rl_add(&e->conns, &c->link);
-	size_t ctrl = (size_t)(e->cfg.rq_depth + e->cfg.sq_depth) * RDMA_NOTIF_MAX;
+	size_t ctrl = (size_t)(e->cfg.rq_depth + e->cfg.sq_depth) * RDMA_NOTIF_WIRE;
 	for (int i = 0; i < nqp; i++) {
 		struct rdma_qp *q = &c->q[i];
 		q->conn = c;
@@ -611,6 +708,7 @@ void rdma_conn_free(struct rdma_conn *c, int code, const char *msg)
 	}
 	run_done(e);
 	rl_del(&c->link);
+	free(c->seen.v);
 	free(c);
 }
 
@@ -740,6 +838,8 @@ int rdma_xfer_start(struct rdma_conn *c, const struct rdma_xfer_args *a, uint64_
 	if (a->notif) {
 		memcpy(x->notif, a->notif, a->notif_len);
 		x->ns = N_WAIT;
+		x->notif_id = c->next_nid++;
+		rl_add(&c->nlist, &x->nlink); /* ids grow: the list stays in id order */
 	}
 	rl_add(&e->xfers, &x->all);
 	x->hnext = e->xh[x->id % XHASH];
@@ -838,6 +938,8 @@ static void put(struct rdma_eng *e, struct rdma_qp *q, struct batch *b, struct r
 {
 	uint32_t slot = q->tail % q->depth;
 	struct rdma_fifo_ent *f = &q->fifo[slot];
+	if (q->head == q->tail)
+		q->progress_us = e->now; /* the stall clock starts with the first request out */
 	struct rdma_wr *w = &b->w[b->n++];
 	memset(w, 0, sizeof(*w));
 	int sig = force_signal || q->unsignaled + 1 >= e->cfg.sig_every ||
@@ -855,12 +957,16 @@ static void put(struct rdma_eng *e, struct rdma_qp *q, struct batch *b, struct r
 		x->out_data++;
 		e->st.chunks++;
 	} else {
-		uint8_t *buf = q->ctrl + (uint64_t)(e->cfg.rq_depth + slot) * RDMA_NOTIF_MAX;
-		memcpy(buf, x->notif, x->a.notif_len);
+		uint8_t *buf = q->ctrl + (uint64_t)(e->cfg.rq_depth + slot) * RDMA_NOTIF_WIRE;
+		struct rdma_conn *c = x->c;
+		uint64_t low = rl_entry(c->nlist.next, struct rx, nlink)->notif_id; /* x is on it */
+		uint64_t hdr[3] = {c->tx_nonce, x->notif_id, low};
+		memcpy(buf, hdr, RDMA_NOTIF_HDR);
+		memcpy(buf + RDMA_NOTIF_HDR, x->notif, x->a.notif_len);
 		w->op = RDMA_SEND;
 		w->laddr = (uint64_t)(uintptr_t)buf;
 		w->lkey = q->ctrl_lkey;
-		w->len = x->a.notif_len;
+		w->len = RDMA_NOTIF_HDR + x->a.notif_len;
 		/* After read data on this QP the notification waits for the reads to finish. */
 		w->fence = x->a.read;
 		x->ns = N_POSTED;
@@ -1000,11 +1106,34 @@ static void on_recv(struct rdma_eng *e, struct rdma_qp *q, const struct rdma_wc 
 		drain_check(e, q);
 		return;
 	}
-	e->st.notifs_rx++;
 	struct rdma_conn *c = q->conn;
-	uint32_t n = w->byte_len < RDMA_NOTIF_MAX ? w->byte_len : RDMA_NOTIF_MAX;
-	uint8_t msg[RDMA_NOTIF_MAX];
-	memcpy(msg, q->ctrl + (uint64_t)slot * RDMA_NOTIF_MAX, n);
+	uint32_t n = w->byte_len < RDMA_NOTIF_WIRE ? w->byte_len : RDMA_NOTIF_WIRE;
+	uint8_t msg[RDMA_NOTIF_WIRE];
+	memcpy(msg, q->ctrl + (uint64_t)slot * RDMA_NOTIF_WIRE, n);
+	int deliver = 0;
+	if (n < RDMA_NOTIF_HDR) {
+		e->st.notifs_bad++;
+	} else {
+		uint64_t hdr[3];
+		memcpy(hdr, msg, sizeof(hdr));
+		if (hdr[0] != c->rx_nonce) { /* a new connection at the peer: forget the old ids */
+			c->rx_nonce = hdr[0];
+			c->rx_low = 0;
+			c->seen.n = 0;
+			if (c->seen.v)
+				memset(c->seen.v, 0, c->seen.cap * sizeof(uint64_t));
+		}
+		if (hdr[2] > c->rx_low)
+			c->rx_low = hdr[2];
+		/* Below the watermark, the sender saw it complete: a copy. */
+		if (hdr[1] == 0 || hdr[1] < c->rx_low || idset_has(&c->seen, hdr[1])) {
+			e->st.notifs_dup++;
+		} else {
+			idset_add(&c->seen, hdr[1], c->rx_low);
+			deliver = 1;
+			e->st.notifs_rx++;
+		}
+	}
 	if (!q->draining) {
 		if (post_recv(e, q, slot) == 0)
 			q->rq_posted++;
@@ -1012,8 +1141,8 @@ static void on_recv(struct rdma_eng *e, struct rdma_qp *q, const struct rdma_wc 
 			slot_reset(e, q, MORI_EIO, "cannot re-post a receive buffer");
 	}
 	/* Delivered even from a QP being reset: the data it follows has landed. */
-	if (c->cb.on_notif)
-		c->cb.on_notif(c->cb.arg, c, msg, n);
+	if (deliver && c->cb.on_notif)
+		c->cb.on_notif(c->cb.arg, c, msg + RDMA_NOTIF_HDR, n - RDMA_NOTIF_HDR);
 	drain_check(e, q);
 }
 
@@ -1024,6 +1153,7 @@ static void on_wc(struct rdma_eng *e, const struct rdma_wc *w)
 		e->st.stale_wcs++; /* a QP we already tore down */
 		return;
 	}
+	q->progress_us = e->now;
 	if (w->recv || wrid_kind(w->wr_id) == WRK_RECV) {
 		on_recv(e, q, w);
 		return;
@@ -1141,6 +1271,14 @@ int rdma_eng_progress(struct rdma_eng *e, uint64_t now)
 		struct rdma_conn *c = rl_entry(it, struct rdma_conn, link);
 		for (int i = 0; i < c->nqp; i++) {
 			struct rdma_qp *q = &c->q[i];
+			if (q->state == QPS_RTS && q->head != q->tail && !q->draining &&
+			    now - q->progress_us >= e->cfg.stall_us) {
+				char why[96];
+				snprintf(why, sizeof(why), "stalled: %u requests out, no completion in %u ms",
+					 rdma_qp_outstanding(q), e->cfg.stall_us / 1000);
+				e->st.stalls++;
+				slot_reset(e, q, MORI_EIO, why);
+			}
 			if (q->draining && now - q->drain_start >= RDMA_DRAIN_US) {
 				snprintf(q->why + strlen(q->why), sizeof(q->why) - strlen(q->why),
 					 "; not drained in %u ms", RDMA_DRAIN_US / 1000);
@@ -1185,6 +1323,8 @@ uint64_t rdma_eng_next_timer(const struct rdma_eng *e)
 			}
 			if (q->draining && q->drain_start + RDMA_DRAIN_US < t)
 				t = q->drain_start + RDMA_DRAIN_US;
+			if (q->state == QPS_RTS && q->head != q->tail && q->progress_us + e->cfg.stall_us < t)
+				t = q->progress_us + e->cfg.stall_us;
 		}
 	}
 	return t;

@@ -503,6 +503,93 @@ START_TEST(stuck_qp_deadline_and_cancel)
 }
 END_TEST
 
+/* A QP that neither completes nor fails (seen on Soft-RoCE under load): after stall_us without
+ * a completion it is reset and its work re-posted, so the transfer succeeds long before its
+ * deadline. */
+START_TEST(stalled_qp_reset)
+{
+	struct rdma_cfg cfg;
+	rdma_cfg_defaults(&cfg);
+	cfg.stall_us = 200000;
+	struct pair *p = pair_new(2, &cfg, &cfg);
+	cur_pair = p;
+	ck_assert_int_eq(pair_connect(p, 100), 0);
+	struct mem m;
+	mem_init(p, &m);
+	fq_by_qpn(&p->fab, rdma_conn_qp(p->ca, 0)->qpn)->stuck = 1;
+	fq_by_qpn(&p->fab, rdma_conn_qp(p->ca, 1)->qpn)->stuck = 1;
+	mori_desc d = {0, 0, 100000};
+	struct res r = {0};
+	uint64_t t0 = p->now;
+	static const char nm[8] = "notif!!";
+	struct rdma_xfer_args a = args(&m, 0, &d, 1, &r, p->now + 100000000);
+	a.notif = nm;
+	a.notif_len = 8;
+	uint32_t id;
+	ck_assert_int_eq(rdma_xfer_start(p->ca, &a, p->now, &id), MORI_OK);
+	ck_assert_int_eq(run_until(p, &r, 1, 1000000), 0);
+	ck_assert_msg(r.code == 0, "%s", r.msg);
+	ck_assert(memcmp(m.a, m.b, 100000) == 0);
+	ck_assert_uint_ge(rdma_eng_stats(p->a)->stalls, 1);
+	ck_assert_uint_lt(r.at - t0, 1000000); /* about one stall period, not the 100 s deadline */
+	/* an idle QP is never "stalled" */
+	uint64_t stalls = rdma_eng_stats(p->a)->stalls;
+	for (int i = 0; i < 20000; i++)
+		pair_step(p);
+	ck_assert_uint_eq(rdma_eng_stats(p->a)->stalls, stalls);
+	pair_free(p);
+	free(m.a);
+	free(m.b);
+}
+END_TEST
+
+/* The notification reached B but its acknowledgement was lost (found on Soft-RoCE): A's stalled
+ * QP is reset and the notification sent again; B drops the copy by its id, so the target sees
+ * each notification once. */
+START_TEST(notif_once_after_lost_ack)
+{
+	struct rdma_cfg cfg;
+	rdma_cfg_defaults(&cfg);
+	cfg.stall_us = 100000;
+	struct pair *p = pair_new(1, &cfg, &cfg);
+	cur_pair = p;
+	ck_assert_int_eq(pair_connect(p, 100), 0);
+	struct mem m;
+	mem_init(p, &m);
+	struct notif_check nc = {.m = &m};
+	p->user = &nc;
+	p->notif = check_notif;
+	for (int round = 0; round < 5; round++) {
+		fq_by_qpn(&p->fab, rdma_conn_qp(p->ca, 0)->qpn)->lose_cqe = 1;
+		mori_desc d = {(uint64_t)round * 8192, (uint64_t)round * 8192, 5000};
+		memset(m.a + d.local_offset, 0x30 + round, d.length);
+		nc.d[0] = &d;
+		nc.n[0] = 1;
+		nc.seen[0] = 0;
+		struct nmsg msg = {0x4e4f5449, 0};
+		struct res r = {0};
+		struct rdma_xfer_args a = args(&m, 0, &d, 1, &r, p->now + 10000000);
+		a.notif = &msg;
+		a.notif_len = sizeof(msg);
+		uint32_t id;
+		ck_assert_int_eq(rdma_xfer_start(p->ca, &a, p->now, &id), MORI_OK);
+		ck_assert_int_eq(run_until(p, &r, 1, 1000000), 0);
+		ck_assert_msg(r.code == 0, "%s", r.msg);
+		for (int i = 0; i < 100; i++)
+			pair_step(p);
+		ck_assert_int_eq(nc.seen[0], 1);
+		ck_assert_int_eq(nc.bad, 0);
+		ck_assert_int_eq(pair_connect(p, 10000), 0);
+	}
+	ck_assert_uint_ge(rdma_eng_stats(p->a)->stalls, 5);
+	ck_assert_uint_ge(rdma_eng_stats(p->b)->notifs_dup, 5);
+	ck_assert_uint_eq(rdma_eng_stats(p->b)->notifs_rx, 5);
+	pair_free(p);
+	free(m.a);
+	free(m.b);
+}
+END_TEST
+
 /* The peer's QP vanishes without telling us: the device says "retry exceeded"; that is the
  * path's failure, not the request's, so the work is re-posted once the peer has re-paired and
  * the transfer succeeds. When the peer never comes back, the transfer ends by its deadline
@@ -651,6 +738,8 @@ int main(void)
 	tcase_add_test(t, lost_completion_deadline);
 	tcase_add_test(t, stuck_qp_deadline_and_cancel);
 	tcase_add_test(t, retry_exceeded);
+	tcase_add_test(t, stalled_qp_reset);
+	tcase_add_test(t, notif_once_after_lost_ack);
 	tcase_add_test(t, device_poll_error);
 	tcase_add_test(t, conn_free_ends_transfers);
 	tcase_add_test(t, bad_args);

@@ -661,10 +661,11 @@ int main(int argc, char **argv)
 	if (reports_total != (uint64_t)batches)
 		fail("%llu reports for %d notified batches", (unsigned long long)reports_total, batches);
 	const struct rdma_stats *st = rdma_eng_stats(s.e);
-	printf("   engine: %llu chunks, %llu work requests (%llu signalled), %llu waits for send-queue room, %llu QP resets\n",
+	printf("   engine: %llu chunks, %llu work requests (%llu signalled), %llu waits for send-queue room, %llu QP resets (%llu stalls), %llu re-posted\n",
 	       (unsigned long long)st->chunks, (unsigned long long)st->wrs_posted,
 	       (unsigned long long)st->wrs_signaled, (unsigned long long)st->sq_full_waits,
-	       (unsigned long long)st->qp_resets);
+	       (unsigned long long)st->qp_resets, (unsigned long long)st->stalls,
+	       (unsigned long long)st->requeued);
 
 	/* 2. throughput: 1 MiB writes (notified, checked at B), then 1 MiB reads */
 	double wr_mbs = 0, rd_mbs = 0;
