@@ -95,3 +95,19 @@ grep -q "stopped" "$DLOG" || fail "no 'stopped' log line"
 if out=$(ctl status 2>&1); then fail "moractl status succeeded with no daemon"; fi
 grep -q "no daemon answers\|no reply" <<< "$out" || fail "moractl with no daemon said: $out"
 pass "SIGTERM: STOPPING=1, exit 0 in $STOP_MS ms; moractl then says: $out"
+
+# SIGINT drains the same way
+: > "$NLOG"
+start_morid --config "$CONF"
+t0=$(now_ms)
+kill -INT "$MPID"
+deadline=$(( t0 + 2000 * SLOW ))
+while kill -0 "$MPID" 2>/dev/null && [ "$(now_ms)" -lt "$deadline" ]; do sleep 0.01; done
+kill -0 "$MPID" 2>/dev/null && fail "morid still running 2 s after SIGINT"
+wait "$MPID"
+rc=$?
+MPID=
+[ $rc = 0 ] || fail "morid exited $rc after SIGINT"
+wait_for "$NLOG" '^[0-9]+ STOPPING=1$' 1 || fail "no STOPPING=1 after SIGINT"
+grep -q "stopping: SIGINT" "$DLOG" || fail "no 'stopping: SIGINT' log line"
+pass "SIGINT: STOPPING=1, exit 0 in $(( $(now_ms) - t0 )) ms"
