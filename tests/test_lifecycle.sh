@@ -77,7 +77,7 @@ ctl reload > /dev/null || fail "moractl reload of a valid file failed"
 pass "moractl reload: errors name the line, valid changes apply"
 
 # a second daemon on the same runtime dir refuses and says why
-if out=$(NOTIFY_SOCKET= timeout $((10 * SLOW)) "$MORID" --foreground --runtime-dir "$RUN" --config "$CONF" 2>&1); then
+if out=$(NOTIFY_SOCKET='' timeout $((10 * SLOW)) "$MORID" --foreground --runtime-dir "$RUN" --config "$CONF" 2>&1); then
 	fail "a second morid started on $RUN"
 fi
 grep -q "another morid (pid $MPID) is serving $RUN" <<< "$out" || fail "second morid said: $out"
@@ -106,7 +106,7 @@ while kill -0 "$MPID" 2>/dev/null && [ "$(now_ms)" -lt "$deadline" ]; do sleep 0
 kill -0 "$MPID" 2>/dev/null && fail "morid still running 2 s after SIGINT"
 wait "$MPID"
 rc=$?
-MPID=
+MPID='' # reaped: nothing for cleanup to kill
 [ $rc = 0 ] || fail "morid exited $rc after SIGINT"
 wait_for "$NLOG" '^[0-9]+ STOPPING=1$' 1 || fail "no STOPPING=1 after SIGINT"
 grep -q "stopping: SIGINT" "$DLOG" || fail "no 'stopping: SIGINT' log line"

@@ -2,8 +2,9 @@
 # tests/test_*.sh).
 # Each script gets a private temp dir with the daemon's runtime dir, its own notification
 # socket and logs; everything it started is stopped on exit, whatever happened.
+# shellcheck disable=SC2034 # B_ARG, STOP_MS, STOP_RC are for the scripts that source this
 set -u
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 ROOT=$PWD
 B=${B:-build}
 B_ARG=$B # as make was given it: the build's flags (.flags) name it, so keep it for make
