@@ -63,5 +63,6 @@ check_run "same node, pull, batches of 1000 descriptors" "$js"
 [ "$(ctl status --json | json_get clients)" = 0 ] || fail "clients left attached after the replay"
 [ "$(ctl status --json | json_get registered_bytes)" = 0 ] || fail "memory left registered"
 pass "nothing left registered"
-
+stop_morid
+[ "$STOP_RC" = 0 ] || fail "morid exited $STOP_RC after SIGTERM"
 exit 0

@@ -72,4 +72,5 @@ done
 kill -TERM "$M2"
 wait "$M2" 2>/dev/null
 M2=
+stop_morid
 exit 0

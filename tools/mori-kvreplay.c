@@ -978,7 +978,10 @@ static void side_warm_local(struct side *s, const struct geom *g, int write)
 static int side_warm_peer(struct side *s, const struct geom *g, int op, int64_t timeout_ms,
 			  char *err, size_t errlen)
 {
-	const size_t per = 65536;
+	/* 256 MiB per submission: each well inside its deadline even at first-touch speed */
+	size_t per = (size_t)((256ull << 20) / g->page_bytes);
+	if (per < 1)
+		per = 1;
 	uint32_t *idx = xcalloc(per, sizeof(uint32_t));
 	mori_xfer_opts xo = {.timeout_us = timeout_ms * 1000};
 	int rc = MORI_OK;
@@ -1187,6 +1190,14 @@ static int notif_wait(mori_client *c, struct tagset *t, uint64_t tag, int64_t ti
 	return MORI_OK;
 }
 
+/* Deadline of the set-up steps (allocation, warm-up): the transfer timeout plus 30 s per GiB
+ * of pool, since touching a page the first time costs up to about 25 us on this VM and the
+ * warm-up touches each page up to three times. */
+static int64_t setup_deadline_ms(const struct opts *o, const struct geom *g)
+{
+	return o->timeout_ms + 30000 * (int64_t)((g->pool_bytes + (1ull << 30) - 1) >> 30);
+}
+
 /* ---------------------------------------------------------------------------------------------
  * The prefill process
  */
@@ -1211,7 +1222,7 @@ static int run_prefill(const struct opts *o, const struct geom *g, int fd, pid_t
 	snprintf(m->b, sizeof(m->b), "%s", s.name);
 	if (msg_send(fd, m))
 		goto out;
-	if (msg_recv(fd, m, o->timeout_ms, parent, &why) || m->type != M_HELLO)
+	if (msg_recv(fd, m, setup_deadline_ms(o, g), parent, &why) || m->type != M_HELLO)
 		goto out; /* the decode side reports its own failure */
 	/* warm-up, overlapping the decode side's: prefill writes its pool (fill) through its own
 	 * mapping, and in push mode the decode pool through its mapping of it */
@@ -1989,6 +2000,7 @@ int main(int argc, char **argv)
 	pid_t child = -1;
 	int sv[2] = {-1, -1};
 	struct msg *m = NULL;
+	int64_t setup_ms = setup_deadline_ms(&o, &g);
 	uint64_t t_setup = now_us();
 	if (!o.dry_run) {
 		fflush(NULL);
@@ -2021,7 +2033,7 @@ int main(int argc, char **argv)
 			rc = 2;
 			goto done;
 		}
-		if (msg_recv(sc.fd, m, o.timeout_ms, 0, &why)) {
+		if (msg_recv(sc.fd, m, setup_ms, 0, &why)) {
 			fprintf(stderr, "mori-kvreplay: prefill set-up: %s\n", why);
 			rc = 2;
 			goto done;
@@ -2066,9 +2078,10 @@ int main(int argc, char **argv)
 				goto done;
 			}
 		}
-		if (msg_recv(sc.fd, m, o.timeout_ms, 0, &why) || m->type != M_READY) {
-			fprintf(stderr, "mori-kvreplay: %s\n",
-				m->type == M_ERR ? m->text : "prefill set-up failed");
+		m->type = 0;
+		if (msg_recv(sc.fd, m, setup_ms, 0, &why) || m->type != M_READY) {
+			fprintf(stderr, "mori-kvreplay: %s%s\n", m->type == M_ERR ? "" : "prefill set-up: ",
+				m->type == M_ERR ? m->text : why);
 			rc = 2;
 			goto done;
 		}
