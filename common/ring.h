@@ -102,11 +102,15 @@ static inline int ring_push(struct ring_hdr *h, void *entries, uint32_t cap, con
 }
 
 /* After publishing: does the consumer need its doorbell? The full fence orders our tail store
- * before the load of `sleeping` (pairs with the fence in ring_prepare_sleep). */
+ * before the read of `sleeping` (pairs with the fence in ring_prepare_sleep). The producer that
+ * finds it set also clears it, so one sleep costs one doorbell however many entries follow
+ * (nng pollable.c: signal only on the false-to-true edge). */
 static inline int ring_needs_wakeup(struct ring_hdr *h)
 {
 	atomic_thread_fence(memory_order_seq_cst);
-	return atomic_load_explicit(&h->sleeping, memory_order_relaxed) != 0;
+	if (!atomic_load_explicit(&h->sleeping, memory_order_relaxed))
+		return 0;
+	return atomic_exchange_explicit(&h->sleeping, 0, memory_order_relaxed) != 0;
 }
 
 /* Consumer side: pop one entry into e. Returns 0, or -1 when empty. A corrupt distance (the
@@ -117,6 +121,8 @@ static inline int ring_pop(struct ring_hdr *h, const void *entries, uint32_t cap
 	uint32_t tail = atomic_load_explicit(&h->tail, memory_order_acquire);
 	if (tail == head)
 		return -1;
+	if ((uint32_t)(tail - head) > cap)
+		head = tail - cap; /* a corrupt tail: never read more than the ring holds */
 	memcpy(e, (const char *)entries + (uint64_t)(head & (cap - 1)) * 64, 64);
 	atomic_store_explicit(&h->head, head + 1, memory_order_release);
 	return 0;
