@@ -330,7 +330,9 @@ static int open_from_reply(mori_client *c, mori_mem *m, const Mori__MemOpenReply
 	long pg = sysconf(_SC_PAGESIZE);
 	uint64_t start = o->fd_offset & ~(uint64_t)(pg - 1);
 	uint64_t len = o->fd_offset - start + m->size;
-	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)start);
+	/* Populate now: a peer's KV pool is opened once and used for hours, and a first touch
+	 * through a fresh mapping costs a fault per page in the middle of a transfer. */
+	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, (off_t)start);
 	close(fd);
 	if (p == MAP_FAILED)
 		return set_error(c, MORI_ESYS, "mmap peer region %llu: %s", (unsigned long long)m->region_id,

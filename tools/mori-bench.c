@@ -30,6 +30,7 @@
 #include "mori.h"
 
 #define MAX_TOTAL (1ull << 30) /* bytes per batch cap: large blocks get smaller batches */
+#define MAX_WINDOWS 64         /* host rows rotate over up to this many batch-sized windows */
 
 struct opts {
 	const char *rundir, *remote_rundir, *node, *name, *tcp;
@@ -38,6 +39,7 @@ struct opts {
 	int iters, warmup, depth;
 	int op; /* MORI_OP_* */
 	int check, json, mem;
+	int no_rotate; /* host rows: copy the same window every iteration (cache-hot) */
 	uint64_t region;
 	size_t prep_descs;
 	int lmem, rmem; /* MORI_MEM_* of the initiator's and the target's regions */
@@ -222,14 +224,19 @@ static void target_main(const struct opts *o, int ready_fd)
 
 /* ---- baselines ---- */
 
-static double memcpy_gbps(uint8_t *dst, const uint8_t *src, uint64_t block, size_t batch, int iters)
+/* Iteration it copies window it % windows, as the mori rows do. */
+static double memcpy_gbps(uint8_t *dst, const uint8_t *src, uint64_t block, size_t batch, int iters,
+			  int windows)
 {
 	double best = 0;
+	uint64_t bpi = block * batch;
 	for (int w = 0; w < 2; w++) { /* first pass warms pages and caches */
 		double t0 = now_s();
-		for (int it = 0; it < iters; it++)
+		for (int it = 0; it < iters; it++) {
+			uint64_t off = (uint64_t)(it % windows) * bpi;
 			for (size_t i = 0; i < batch; i++)
-				memcpy(dst + i * block, src + i * block, block);
+				memcpy(dst + off + i * block, src + off + i * block, block);
+		}
 		double dt = now_s() - t0;
 		best = (double)block * (double)batch * iters / dt / 1e9;
 	}
@@ -380,7 +387,7 @@ static void usage(void)
 		"usage: mori-bench io [--runtime-dir DIR] [--remote-runtime-dir DIR2 | --node HOST:PORT --name NAME --tcp HOST:PORT]\n"
 		"                     [--op read|write] [--block-min 4K] [--block-max 64M] [--batch 256]\n"
 		"                     [--iters 20] [--warmup 3] [--depth 1] [--region 1G] [--check] [--json]\n"
-		"                     [--prep-descs 100000] [--prep]\n"
+		"                     [--prep-descs 100000] [--prep] [--no-rotate]\n"
 		"                     [--mem host|vram | --local-mem host|vram --remote-mem host|vram]\n"
 		"       mori-bench io-target --runtime-dir DIR [--name NAME] [--region 1G]\n"
 		"Same node (default): a forked target process publishes a region on the same morid; baseline\n"
@@ -417,6 +424,7 @@ static void parse(int argc, char **argv, struct opts *o)
 		else if (ARG("--remote-mem")) o->rmem = parse_mem(v);
 		else if (!strcmp(a, "--prep")) o->prep = 1;
 		else if (!strcmp(a, "--check")) o->check = 1;
+		else if (!strcmp(a, "--no-rotate")) o->no_rotate = 1;
 		else if (!strcmp(a, "--json")) o->json = 1;
 		else usage();
 #undef ARG
@@ -514,6 +522,8 @@ static int run_io(struct opts *o)
 		} else {
 			printf("# baseline: %s\n", cross ? "plain TCP stream to the same host (one connection)" :
 							  "memcpy of the same bytes (one thread)");
+			printf("# working set: %s\n", o->no_rotate ? "the same batch window every iteration (--no-rotate)" :
+			       "iterations rotate over up to 64 batch-sized windows of the region (mori and baseline alike)");
 			printf("%10s %7s %12s %10s %10s %10s %12s %8s\n", "block", "batch", "bytes/iter", "GB/s",
 			       "p50_us", "p99_us", "base_GB/s", "ratio");
 		}
@@ -521,14 +531,14 @@ static int run_io(struct opts *o)
 		printf("{\"mode\": \"%s\", \"op\": \"%s\", \"rows\": [\n", cross ? "cross" : "same", opname);
 	}
 	int first = 1, bad = 0;
-	mori_desc *d = malloc(sizeof(*d) * o->batch);
+	mori_desc *d = malloc(sizeof(*d) * o->batch * MAX_WINDOWS);
 	mori_xfer **inflight = calloc((size_t)o->depth, sizeof(*inflight));
 	double *lat = malloc(sizeof(double) * (size_t)(o->iters + o->warmup));
 	double *t_sub = malloc(sizeof(double) * (size_t)o->depth);
 	uint32_t *all = NULL;
 	if (o->prep) {
-		all = malloc(sizeof(*all) * o->batch);
-		for (size_t i = 0; i < o->batch; i++)
+		all = malloc(sizeof(*all) * o->batch * MAX_WINDOWS);
+		for (size_t i = 0; i < o->batch * MAX_WINDOWS; i++)
 			all[i] = (uint32_t)i;
 	}
 	for (uint64_t block = o->block_min; block <= o->block_max; block *= 2) {
@@ -541,16 +551,28 @@ static int run_io(struct opts *o)
 			fprintf(stderr, "mori-bench: block %llu larger than the region; stopping\n", (unsigned long long)block);
 			break;
 		}
-		for (size_t i = 0; i < batch; i++)
-			d[i] = (mori_desc){i * block, i * block, block};
+		/* Host rows rotate through the region, one window of the batch's bytes per iteration,
+		 * so that they measure memory rather than a cache-resident 64 MiB (VRAM rows keep one
+		 * window: their baselines are measured that way). */
+		uint64_t bpi = block * batch;
+		int windows = gpu || o->no_rotate ? 1 : (int)(lsz / bpi < MAX_WINDOWS ? lsz / bpi : MAX_WINDOWS);
+		if (windows < 1)
+			windows = 1;
+		for (int w = 0; w < windows; w++)
+			for (size_t i = 0; i < batch; i++) {
+				uint64_t off = (uint64_t)w * bpi + i * block;
+				d[(size_t)w * batch + i] = (mori_desc){off, off, block};
+			}
 		mori_xfer_list *xl = NULL;
-		if (o->prep && (rc = mori_xfer_prep(l, r, d, batch, &xl)))
+		if (o->prep && (rc = mori_xfer_prep(l, r, d, batch * (size_t)windows, &xl)))
 			die("xfer_prep", rc);
-#define SUBMIT(xp) (xl ? mori_xfer_submit(xl, o->op, all, batch, NULL, (xp)) \
-		       : mori_xfer_batch(o->op, l, r, d, batch, NULL, (xp)))
-		for (int w = 0; w < o->warmup; w++) {
+#define SUBMIT(it, xp) (xl ? mori_xfer_submit(xl, o->op, all + (size_t)((it) % windows) * batch, batch, NULL, (xp)) \
+			   : mori_xfer_batch(o->op, l, r, d + (size_t)((it) % windows) * batch, batch, NULL, (xp)))
+		/* Warm every window once (first touches through a mapping cost a fault per page). */
+		int warm = o->warmup > windows ? o->warmup : windows;
+		for (int w = 0; w < warm; w++) {
 			mori_xfer *x;
-			if ((rc = SUBMIT(&x)) || (rc = mori_xfer_wait(x, 60000000)))
+			if ((rc = SUBMIT(w, &x)) || (rc = mori_xfer_wait(x, 60000000)))
 				die("warm-up transfer", rc);
 			mori_xfer_free(x);
 		}
@@ -560,7 +582,7 @@ static int run_io(struct opts *o)
 			while (submitted < o->iters && submitted - done < o->depth) {
 				int slot = submitted % o->depth;
 				t_sub[slot] = now_s();
-				if ((rc = SUBMIT(&inflight[slot])))
+				if ((rc = SUBMIT(submitted, &inflight[slot])))
 					die(xl ? "xfer_submit" : "xfer_batch", rc);
 				submitted++;
 			}
@@ -588,7 +610,7 @@ static int run_io(struct opts *o)
 			blk_gbps = gpu_perblock_gbps(&gb, dk, dst, sk, src, block, batch);
 		} else {
 			base_gbps = cross ? (tcp[0] ? tcp_gbps(tcp, lp, block * batch, o->iters) : -1)
-					  : memcpy_gbps(bp, lp, block, batch, o->iters);
+					  : memcpy_gbps(bp, lp, block, batch, o->iters, windows);
 		}
 		double p50 = pct(lat, nlat, 50), p99 = pct(lat, nlat, 99);
 		if (o->json && gpu) {
