@@ -44,6 +44,8 @@ static const struct opt opts[] = {
 	{"rdma_qp_timeout", T_INT, S(rdma_qp_timeout), 1, 31, "14", 1, "QP local ACK timeout exponent (4.096 us * 2^n) for new QPs"},
 	{"rdma_retry_cnt", T_INT, S(rdma_retry_cnt), 0, 7, "7", 1, "QP transport retries before an error, for new QPs"},
 	{"rdma_rnr_retry", T_INT, S(rdma_rnr_retry), 0, 7, "7", 1, "QP receiver-not-ready retries (7: forever), for new QPs"},
+	{"transport", T_STR, S(transport), 0, 0, "auto", 0, "cross-node transport: auto (RDMA where both ends have it, else TCP), tcp or rdma"},
+	{"rdma_qps_per_peer", T_INT, S(rdma_qps_per_peer), 1, 16, "2", 0, "RDMA queue pairs per peer daemon (transfers striped over them)"},
 	{"arena_mib", T_INT, S(arena_mib), 1, 1024, "64", 0, "per-client argument arena for cross-node batches, MiB"},
 };
 #define NOPTS (sizeof(opts) / sizeof(opts[0]))
@@ -180,6 +182,10 @@ int config_validate(struct config *cfg, char *err, size_t errlen)
 	if (strcmp(cfg->log_target, "auto") && strcmp(cfg->log_target, "stderr") &&
 	    strcmp(cfg->log_target, "journal")) {
 		snprintf(err, errlen, "log_target: '%s' is not auto, stderr or journal", cfg->log_target);
+		return -1;
+	}
+	if (strcmp(cfg->transport, "auto") && strcmp(cfg->transport, "tcp") && strcmp(cfg->transport, "rdma")) {
+		snprintf(err, errlen, "transport: '%s' is not auto, tcp or rdma", cfg->transport);
 		return -1;
 	}
 	if (cfg->ring_entries & (cfg->ring_entries - 1)) {

@@ -33,6 +33,8 @@ struct config {
 	int64_t rdma_qp_timeout;   /* local ACK timeout exponent: 4.096 us * 2^n */
 	int64_t rdma_retry_cnt;
 	int64_t rdma_rnr_retry;    /* 7: retry forever */
+	char transport[8];         /* auto, tcp, rdma: cross-node transport choice */
+	int64_t rdma_qps_per_peer;
 
 	/* derived at validation */
 	uid_t uids[CFG_MAX_UIDS];

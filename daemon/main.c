@@ -110,6 +110,7 @@ void morid_stop(struct morid *d, const char *why)
 	mlog_notice("main", "stopping: %s", why);
 	sd_notify(0, "STOPPING=1");
 	session_stop(d);
+	rdma_node_stop(d); /* before the peer service: its transfers end there */
 	peers_stop(d);
 	control_stop(d);
 	uv_close((uv_handle_t *)&d->sig_term, NULL);
@@ -267,6 +268,7 @@ int main(int argc, char **argv)
 	if (peers_start(d) != 0)
 		goto out_session;
 	rdma_log_devices(&d->cfg); /* issue 7: what RDMA devices this node has, once */
+	rdma_node_start(d);        /* the RDMA transport; off (TCP only) without a usable port */
 
 	uv_signal_init(d->loop, &d->sig_term);
 	uv_signal_init(d->loop, &d->sig_int);

@@ -106,6 +106,7 @@ struct morid {
 	uint64_t next_client_id;
 	struct registry *reg;
 	struct peers *peers;
+	struct rnode *rdma;        /* RDMA transport (rdma_peer.c); NULL when stopped */
 };
 
 /* main.c */

@@ -17,6 +17,7 @@
 #include "log.h"
 #include "memory.h"
 #include "peer_int.h"
+#include "rdma.h"
 
 enum rpc_kind { RPC_HELLO, RPC_LOOKUP, RPC_OPEN };
 
@@ -615,6 +616,8 @@ static void serve_one(struct peers *P, nng_msg *m)
 			break;
 		}
 		default:
+			if (rdma_serve(d, req, &rep, &r)) /* RdmaConnect, RdmaRegion (issue 7) */
+				break;
 			reply_error(&rep, MORI_EPROTO, "request %d is not served to peer daemons", (int)req->body_case);
 		}
 	}
@@ -1087,7 +1090,7 @@ void peer_list(struct morid *d, Mori__ListReply *lr, struct rctx *r)
 		pi->bytes_received = p->bytes_received;
 		pi->transfers = p->transfers;
 		pi->errors = p->errors;
-		pi->transport = "tcp";
+		pi->transport = (char *)rdma_transport(d, p->addr); /* issue 7 */
 		pi->streams = (uint32_t)p->nready;
 		lr->peers[lr->n_peers++] = pi;
 	}

@@ -9,6 +9,7 @@
 
 #include "log.h"
 #include "peer_int.h"
+#include "rdma.h"
 
 /* ---- initiator: transfers ---- */
 
@@ -63,6 +64,7 @@ static void xfer_end(struct xfer *x, int code, const char *msg, int abort_target
 {
 	struct peers *P = x->p->P;
 	struct morid *d = P->d;
+	rdma_drop(d, x); /* issue 7: cancel its RDMA work, if any */
 	if (x->c) {
 		struct mori_cqe e = {.type = CQE_XFER_DONE, .code = code, .user_data = x->user_data};
 		cqe_msg(&e, code ? msg : "");
@@ -254,8 +256,10 @@ void xfer_submit(struct peers *P, struct client *c, const struct mori_sqe *e)
 	htab_add(&P->xfers, x->id, &x->hlink);
 	htab_add(&P->byuser, user_key(x->client_id, x->user_data), &x->ulink);
 	list_add(&p->xfers, &x->plink);
-	list_add(&p->queue, &x->qlink);
-	x->queued_link = 1;
+	if (!rdma_take(d, x)) { /* RDMA transport (rdma_peer.c, issue 7) runs it, else TCP */
+		list_add(&p->queue, &x->qlink);
+		x->queued_link = 1;
+	}
 	p->nxfers++;
 	p->transfers++;
 	count(d, C_XFERS, 1);

@@ -97,9 +97,14 @@ struct rdma_ep {
 	uint8_t gid[16];
 	uint32_t peer_qpn;      /* in an ACK: the QP end the sender paired with; else 0 */
 	uint32_t peer_psn;
+	uint32_t inc;           /* the slot's incarnation at the sender: +1 for each QP it makes */
+	uint64_t nonce;         /* the sender's connection (a new one after a peer restart) */
 };
 /* A QP end is (qpn, psn): devices reuse QP numbers at once (Soft-RoCE does), and a new QP
- * always gets a new random PSN. */
+ * always gets a new random PSN. Messages about QPs travel late and twice; the incarnation
+ * tells an old one (dropped) from news (the peer made a new QP: ours, paired with its old
+ * one, is replaced). Each side makes one QP per incarnation, so two crossing resets meet in
+ * the middle instead of chasing each other. */
 
 /* Attributes of one state change. */
 struct rdma_qp_attr {
@@ -223,6 +228,8 @@ struct rdma_qp {
 	uint64_t reset_id;
 	struct rdma_ep pending; /* the peer's new end, to pair with once our new QP exists */
 	int pending_valid;
+	uint32_t inc;           /* our incarnation of this slot */
+	uint32_t remote_inc;    /* the newest incarnation seen from the peer */
 };
 
 static inline uint32_t rdma_qp_outstanding(const struct rdma_qp *q) { return q->tail - q->head; }

@@ -4,6 +4,7 @@
 
 #include "morid.h"
 #include "rdma.h"
+#include "rdma_core.h"
 
 void rdma_nics_reply(struct morid *d, Mori__Reply *rep, struct rctx *r)
 {
@@ -54,6 +55,31 @@ void rdma_nics_reply(struct morid *d, Mori__Reply *rep, struct rctx *r)
 		arr[nr->n_nics++] = ni;
 	}
 	free(v);
+	/* the transport's side: the port in use and the engine's counters */
+	char in_use[200];
+	const char *transport;
+	struct rdma_stats st;
+	rdma_node_info(d, in_use, sizeof(in_use), &transport, &st);
+	nr->in_use = rctx_strdup(r, in_use);
+	nr->transport = rctx_strdup(r, transport);
+	static const char *const names[] = {"transfers", "transfer_errors", "bytes", "work_requests",
+		"signalled", "chunks", "qp_resets", "qp_stalls", "reposted", "sq_full_waits", "timeouts",
+		"notifications_in", "notification_copies_dropped"};
+	uint64_t vals[] = {st.xfers, st.xfer_errors, st.bytes, st.wrs_posted, st.wrs_signaled, st.chunks,
+			   st.qp_resets, st.stalls, st.requeued, st.sq_full_waits, st.timeouts, st.notifs_rx,
+			   st.notifs_dup};
+	size_t nc = sizeof(vals) / sizeof(vals[0]);
+	Mori__Counter **cs = rctx_alloc(r, sizeof(*cs) * nc);
+	for (size_t i = 0; cs && i < nc; i++) {
+		cs[i] = rctx_alloc(r, sizeof(Mori__Counter));
+		if (!cs[i])
+			break;
+		mori__counter__init(cs[i]);
+		cs[i]->name = (char *)names[i];
+		cs[i]->value = vals[i];
+		nr->n_counters = i + 1;
+	}
+	nr->counters = cs;
 	rep->body_case = MORI__REPLY__BODY_NICS;
 	rep->nics = nr;
 }

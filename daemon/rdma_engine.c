@@ -133,6 +133,7 @@ struct rdma_conn {
 	struct rl nlist;          /* transfers that may still send a notification, by id */
 	uint64_t rx_nonce, rx_low;
 	struct idset seen;
+	uint64_t peer_nonce;      /* the peer connection whose QPs we pair with */
 	struct rdma_eng *e;
 	struct rdma_conn_cb cb;
 	int nqp;
@@ -408,6 +409,7 @@ static int slot_create(struct rdma_eng *e, struct rdma_qp *q, char *err, size_t 
 		return rc;
 	}
 	q->state = QPS_RESET;
+	q->inc++;
 	uint32_t old = q->psn;
 	do
 		q->psn = rand24(e);
@@ -720,6 +722,8 @@ int rdma_conn_local(const struct rdma_conn *c, int idx, struct rdma_ep *ep)
 	memset(ep, 0, sizeof(*ep));
 	ep->qpn = q->qpn;
 	ep->psn = q->psn;
+	ep->inc = q->inc;
+	ep->nonce = c->tx_nonce;
 	ep->mtu = c->e->cfg.mtu;
 	memcpy(ep->gid, c->e->cfg.gid, 16);
 	if (q->state == QPS_RTS || q->state == QPS_RTR) {
@@ -778,19 +782,33 @@ int rdma_conn_remote(struct rdma_conn *c, int idx, const struct rdma_ep *ep, int
 	int rc = rdma_ep_check(ep, err, len);
 	if (rc)
 		return rc;
+	if (ep->nonce != c->peer_nonce) {
+		/* A new connection at the peer (it restarted): what we knew of its QPs is void. */
+		c->peer_nonce = ep->nonce;
+		for (int i = 0; i < c->nqp; i++)
+			c->q[i].remote_inc = 0;
+	}
 	struct rdma_qp *q = &c->q[idx];
+	if (ep->inc < q->remote_inc)
+		return MORI_OK; /* about a QP the peer has replaced since: stale */
 	if (ack && (ep->peer_qpn != q->qpn || ep->peer_psn != q->psn || q->draining))
 		return MORI_OK; /* answers an earlier QP of ours: stale */
-	if (q->state == QPS_RTS && q->remote.qpn == ep->qpn && q->remote.psn == ep->psn) {
+	int paired = q->state == QPS_RTS || q->state == QPS_RTR;
+	if (paired && q->remote.qpn == ep->qpn && q->remote.psn == ep->psn) {
 		if (!ack)
 			send_connect(c, idx, 1, now); /* a repeated CONNECT: answer again */
 		return MORI_OK;
 	}
-	if (q->state != QPS_INIT) {
-		/* The peer has a new QP while ours is paired with its old one (or is being reset,
-		 * or could not be created): pair with this end once ours is new. */
-		q->pending = *ep;
-		q->pending_valid = 1;
+	q->remote_inc = ep->inc;
+	if (q->state != QPS_INIT || q->draining) {
+		/* The peer has a newer QP while ours is paired with an older one (or is being
+		 * reset, or could not be created): ours is replaced. A CONNECT's end waits in INIT,
+		 * so our new QP pairs with it and answers. An ACK's end is already paired (with
+		 * this QP of ours): pairing a new one with it would make the peer replace it in
+		 * turn, and so on; our new QP sends a fresh CONNECT instead. */
+		q->pending_valid = !ack;
+		if (!ack)
+			q->pending = *ep;
 		if (!q->draining && q->state != QPS_NONE)
 			slot_reset(e, q, MORI_EIO, "peer re-created its QP");
 		run_done(e);

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "rdma.h"
 #include "mori.pb-c.h"
 
 struct registry {
@@ -129,6 +130,7 @@ void region_remove(struct morid *d, struct region *r, const char *why)
 	mlog_info("memory", "region %llu (%llu bytes, %s) removed: %s", (unsigned long long)r->id,
 		  (unsigned long long)r->size, r->name[0] ? r->name : "unnamed", why);
 	r->dead = 1;
+	rdma_region_gone(d, r); /* issue 7: peers lose RDMA access now */
 	r->name[0] = 0;
 	list_del(&r->owner_link);
 	list_each(it, &r->openers) {

@@ -371,6 +371,7 @@ struct fake_ctl {
 	struct fmsg m[4096];
 	uint32_t head, tail;
 	int drop;                /* drop every message while set */
+	int chaos;               /* deliver late, out of order and twice, at random */
 	uint64_t sent;
 };
 
@@ -378,6 +379,28 @@ struct fake_ctl {
 static inline int fake_ctl_run(struct fake_ctl *c, uint64_t now)
 {
 	int n = 0;
+	if (c->chaos) {
+		/* each waiting message goes now with probability 1/3, else stays (so later ones
+		 * overtake it); one in five goes twice */
+		uint32_t cnt = c->tail - c->head;
+		struct fmsg keep[4096];
+		uint32_t nk = 0;
+		for (uint32_t i = 0; i < cnt; i++) {
+			struct fmsg m = c->m[c->head++ % 4096];
+			if (random() % 3) {
+				keep[nk++] = m;
+				continue;
+			}
+			char err[160];
+			rdma_conn_remote(m.to, m.idx, &m.ep, m.ack, now, err, sizeof(err));
+			if (random() % 5 == 0 && nk < 4096)
+				keep[nk++] = m;
+			n++;
+		}
+		for (uint32_t i = 0; i < nk && c->tail - c->head < 4096; i++)
+			c->m[c->tail++ % 4096] = keep[i];
+		return n;
+	}
 	while (c->head != c->tail) {
 		struct fmsg m = c->m[c->head++ % 4096];
 		char err[160];

@@ -212,6 +212,44 @@ START_TEST(stale_ack_ignored)
 }
 END_TEST
 
+/* Control messages late, out of order and doubled, while QPs of both sides die again and again:
+ * the slots still end up paired with each other's newest QPs, and once the killing stops they
+ * settle (no endless re-creation: crossing news meets in the middle). */
+START_TEST(pairing_under_chaos)
+{
+	srandom(4242);
+	for (int round = 0; round < 20; round++) {
+		struct pair *p = pair_new(3, NULL, NULL);
+		p->ctl.chaos = 1;
+		for (int s = 0; s < 4000; s++) {
+			if (s < 2000 && random() % 97 == 0) {
+				int side = (int)(random() % 2), idx = (int)(random() % 3);
+				rdma_conn_kill_qp(side ? p->cb : p->ca, idx, "chaos", p->now);
+			}
+			pair_step(p);
+		}
+		/* settled: paired with each other's current ends, and quiet */
+		ck_assert_msg(pair_connect(p, 20000) == 0, "round %d: not paired", round);
+		for (int i = 0; i < 100; i++)
+			pair_step(p);
+		uint64_t ra = rdma_eng_stats(p->a)->qp_resets, rb = rdma_eng_stats(p->b)->qp_resets;
+		for (int i = 0; i < 20000; i++) /* 1 s with resends of stale messages still around */
+			pair_step(p);
+		ck_assert_uint_eq(rdma_eng_stats(p->a)->qp_resets, ra);
+		ck_assert_uint_eq(rdma_eng_stats(p->b)->qp_resets, rb);
+		for (int i = 0; i < 3; i++) {
+			const struct rdma_qp *qa = rdma_conn_qp(p->ca, i), *qb = rdma_conn_qp(p->cb, i);
+			ck_assert_int_eq(qa->state, QPS_RTS);
+			ck_assert_uint_eq(qa->remote.qpn, qb->qpn);
+			ck_assert_uint_eq(qa->remote.psn, qb->psn);
+			ck_assert_uint_eq(qb->remote.qpn, qa->qpn);
+			ck_assert_uint_eq(qb->remote.psn, qa->psn);
+		}
+		pair_free(p);
+	}
+}
+END_TEST
+
 START_TEST(connect_resent_when_lost)
 {
 	struct pair *p = pair_new(1, NULL, NULL);
@@ -239,6 +277,7 @@ int main(void)
 	tcase_add_test(t, repair_after_peer_recreates);
 	tcase_add_test(t, stale_ack_ignored);
 	tcase_add_test(t, connect_resent_when_lost);
+	tcase_add_test(t, pairing_under_chaos);
 	suite_add_tcase(s, t);
 	SRunner *r = srunner_create(s);
 	srunner_run_all(r, CK_NORMAL);

@@ -3,11 +3,13 @@
 # (rxe0 <-> rxe1, tests/softroce/) and runs tests/softroce/suite.sh in it: morid's device list
 # (moractl nics/status, rdma_* options), then tests/test_rdma_verbs (the RDMA engine over
 # libibverbs: verified random batches, notifications after the data, throughput, bad and
-# deregistered keys, a QP forced into error, a frozen and a killed peer), then perftest's
-# ib_write_bw/ib_read_bw on the same devices as the baseline.
+# deregistered keys, a QP forced into error, a frozen and a killed peer), perftest's
+# ib_write_bw/ib_read_bw on the same devices, then tests/test_rdma_daemons (two morids over RDMA,
+# clients through libmori, fault cases) and mori-bench io over RDMA beside ib_write_bw.
 # Skips (77) without qemu-system-x86, a readable kernel image and its modules, or static busybox.
-# Size: MORI_TEST_RDMA_VM=1 runs the full suite (1000 batches, 256 MiB throughput runs; several
-# minutes under TCG); by default a lighter one (150 batches, 32 MiB) that takes about 1.5 min.
+# Size: MORI_TEST_RDMA_VM=1 runs the full suite (1000 batches in each test, 256 MiB throughput
+# runs; about 6 minutes under TCG); by default a lighter one (150 and 100 batches, 32 MiB) that
+# takes about 2.5 minutes.
 # Results: $B/test-logs/rdma-vm/ (console log, verbs.json, perftest.json).
 set -u
 cd "$(dirname "$0")/.."
@@ -17,17 +19,18 @@ skip() { echo "skipped: $*"; exit 77; }
 command -v qemu-system-x86_64 >/dev/null || skip "no qemu-system-x86_64 (tools/install-deps installs qemu-system-x86)"
 ls /boot/vmlinuz-* >/dev/null 2>&1 || skip "no kernel image in /boot (install linux-image-amd64)"
 if [ "${MORI_TEST_RDMA_VM:-0}" = 1 ]; then
-	batches=1000 mib=256 tmo=900
+	batches=1000 dbatches=1000 mib=256 iters=16 tmo=1200
 else
-	batches=150 mib=32 tmo=280
+	batches=150 dbatches=100 mib=32 iters=6 tmo=290
 fi
 out=$B/test-logs/rdma-vm
 rm -rf "$out"
 mkdir -p "$out"
 tests/softroce/run.sh -d "$out" -t "$tmo" "$PWD/tests/softroce/suite.sh" \
-	REPO="$PWD" B="$(realpath "$B")" BATCHES=$batches MIB=$mib > "$out/run.out" 2>&1
+	REPO="$PWD" B="$(realpath "$B")" BATCHES=$batches DBATCHES=$dbatches MIB=$mib BENCH_ITERS=$iters \
+	> "$out/run.out" 2>&1
 rc=$?
-grep -E '^(ok|FAIL|skipped):|^[0-9]\. |^   |MB/s|devices:|paired|^\[|^mori-vm|^run.sh' "$out/run.out"
+grep -E '^(ok|FAIL|skipped):|^[0-9]\. |^   |MB/s|devices:|daemons:|paired|^\[|^mori-vm|^run.sh|^round' "$out/run.out"
 case $rc in
 0) echo "rdma vm suite passed"; exit 0 ;;
 77) grep -m1 '^skipped' "$out/run.out"; exit 77 ;;

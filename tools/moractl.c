@@ -389,6 +389,11 @@ static int cmd_nics(void)
 		cJSON *o = cJSON_CreateObject();
 		cJSON_AddItemToObject(o, "nics", arr);
 		cJSON_AddStringToObject(o, "note", l->note);
+		cJSON_AddStringToObject(o, "transport", l->transport);
+		cJSON_AddStringToObject(o, "in_use", l->in_use);
+		cJSON *c = cJSON_AddObjectToObject(o, "rdma_counters");
+		for (size_t i = 0; i < l->n_counters; i++)
+			cJSON_AddNumberToObject(c, l->counters[i]->name, (double)l->counters[i]->value);
 		print_json(o);
 	} else if (l->n_nics == 0) {
 		printf("%s\n", l->note[0] ? l->note : "no RDMA devices");
@@ -408,6 +413,12 @@ static int cmd_nics(void)
 		}
 		if (l->note[0])
 			printf("note: %s\n", l->note);
+	}
+	if (!json && l->transport[0]) {
+		printf("transport %s; RDMA: %s\n", l->transport, l->in_use[0] ? l->in_use : "-");
+		for (size_t i = 0; i < l->n_counters; i++)
+			if (l->counters[i]->value)
+				printf("  %-28s %llu\n", l->counters[i]->name, (unsigned long long)l->counters[i]->value);
 	}
 	mori__reply__free_unpacked(rep, NULL);
 	return 0;

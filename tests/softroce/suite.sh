@@ -1,7 +1,7 @@
 #!/bin/bash
 # The RDMA suite, run inside the Soft-RoCE VM by tests/test_rdma_vm.sh (through run.sh), as root
-# in the host's root filesystem. Env: REPO (the source tree), B (its build dir), BATCHES, MIB,
-# PERFTEST (1: ib_write_bw/ib_read_bw baseline on the same devices).
+# in the host's root filesystem. Env: REPO (the source tree), B (its build dir), BATCHES (engine
+# test), DBATCHES (two-daemon test), MIB, BENCH_ITERS, PERFTEST (1: perftest baselines).
 # Each check prints "ok: ..." or "FAIL: ..."; the exit status is the number of failures (capped).
 set -u
 cd "$REPO"
@@ -81,6 +81,47 @@ if [ "${PERFTEST:-1}" = 1 ] && command -v ib_write_bw >/dev/null; then
 		fi
 		wait $sp
 	done
+fi
+echo "--- layer 4: two morids over RDMA (transport = rdma), clients through libmori"
+if timeout 500 "$B/tests/test_rdma_daemons" --batches "${DBATCHES:-100}"; then
+	ok "test_rdma_daemons"
+else
+	bad "test_rdma_daemons (exit $?)"
+fi
+
+if [ "${PERFTEST:-1}" = 1 ] && command -v ib_write_bw >/dev/null; then
+	echo "--- mori-bench io over RDMA against ib_write_bw, 1 MiB blocks, same devices, alternating"
+	ra=/tmp/bench-a rb=/tmp/bench-b
+	mkdir -p $ra $rb
+	"$B/morid" --runtime-dir $ra --listen 192.168.77.1:7160 --transport rdma --rdma-device rxe0 --log-target stderr 2> $ra.log &
+	pa=$!
+	"$B/morid" --runtime-dir $rb --listen 192.168.77.2:7160 --transport rdma --rdma-device rxe1 --log-target stderr 2> $rb.log &
+	pb=$!
+	for i in $(seq 100); do [ -S $ra/morid.sock ] && [ -S $rb/morid.sock ] && break; sleep 0.1; done
+	g=$(gidx rxe0)
+	n=${BENCH_ITERS:-8}
+	best_m=0 best_p=0
+	for round in 1 2; do
+		m=$(timeout 200 "$B/mori-bench" io --runtime-dir $ra --remote-runtime-dir $rb --op write \
+			--block 1M --batch 16 --iters $n --warmup 1 --depth 2 --region 64M | awk '$1 == "1M" { print $4 * 1000 }')
+		ib_write_bw -d rxe0 -x "$g" -s 1048576 -n $((n * 16)) -F > /tmp/srv.out 2>&1 &
+		sp=$!
+		sleep 1
+		p=$(timeout 120 ib_write_bw -d rxe1 -x "$g" -s 1048576 -n $((n * 16)) -F 192.168.77.1 2>/dev/null |
+			awk '$1 == 1048576 { print $4 }' | tail -n1)
+		wait $sp
+		echo "round $round: mori-bench io write 1 MiB x 16 (2 QPs): ${m:-?} MB/s; ib_write_bw 1 MiB: ${p:-?} MB/s"
+		best_m=$(awk -v a="$best_m" -v b="${m:-0}" 'BEGIN { print (b > a ? b : a) }')
+		best_p=$(awk -v a="$best_p" -v b="${p:-0}" 'BEGIN { print (b > a ? b : a) }')
+	done
+	"$B/moractl" --runtime-dir $ra peers
+	ratio=$(awk -v a="$best_m" -v b="$best_p" 'BEGIN { if (b > 0) printf "%.0f", 100 * a / b; else print "?" }')
+	echo "mori-bench io over RDMA: best ${best_m} MB/s = ${ratio}% of ib_write_bw's best ${best_p} MB/s (Soft-RoCE under TCG: emulation speed)"
+	echo "{\"mori_mbs\": $best_m, \"ib_write_bw_mbs\": $best_p, \"ratio_pct\": \"$ratio\"}" > "$PWD/bench.json"
+	"$B/moractl" --runtime-dir $ra peers | grep -q ' rdma ' && ok "mori-bench went over RDMA (moractl peers)" ||
+		bad "mori-bench did not use RDMA: $("$B/moractl" --runtime-dir $ra peers)"
+	kill $pa $pb
+	wait $pa $pb
 fi
 echo "--- $fails failures"
 [ $fails -gt 100 ] && fails=100
