@@ -153,8 +153,14 @@ static void progress(struct rnode *N)
 	if (!N->e)
 		return;
 	uint64_t now = mori_now_us();
+	int dead = rdma_eng_dead(N->e) != NULL;
 	for (int i = 0; i < 64 && rdma_eng_progress(N->e, now) > 0; i++)
 		;
+	if (!dead && rdma_eng_dead(N->e)) {
+		snprintf(N->why, sizeof(N->why), "%s: %s; TCP carries on until morid restarts",
+			 rdma_vdev_info(N->v)->name, rdma_eng_dead(N->e));
+		mlog_err("rdma", "%s", N->why);
+	}
 	arm(N);
 }
 
@@ -833,6 +839,8 @@ int rdma_take(struct morid *d, struct xfer *x)
 	struct rnode *N = node(d);
 	if (!N || !N->on || N->mode == M_TCP)
 		return 0;
+	if (rdma_eng_dead(N->e)) /* the device failed: TCP carries on (the log said why) */
+		return 0;
 	struct rpeer *rp = rpeer_get(N, x->p->addr, 1);
 	if (!rp)
 		return 0;
@@ -929,7 +937,7 @@ void rdma_drop(struct morid *d, struct xfer *x)
 const char *rdma_transport(struct morid *d, const char *addr)
 {
 	struct rnode *N = node(d);
-	if (!N || !N->on || N->mode == M_TCP)
+	if (!N || !N->on || N->mode == M_TCP || rdma_eng_dead(N->e))
 		return "tcp";
 	struct rpeer *rp = rpeer_get(N, addr, 0);
 	if (!rp || !rp->c)

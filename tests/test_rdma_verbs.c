@@ -781,6 +781,10 @@ int main(int argc, char **argv)
 	cmd(&s, CMD_KILL_QP, 0);
 	if (wait_slots(&s, 32, 30000000))
 		fail("phase 5: transfers still in flight after 30 s");
+	/* B's CONNECT for its new QP may come after the writes (when they were quicker than the
+	 * command): A re-creates its end when it arrives */
+	for (uint64_t end5 = now_us() + 5000000; rdma_eng_stats(s.e)->qp_resets == resets0 && now_us() < end5;)
+		turn(&s, 20);
 	wait_ready(&s, 5000000);
 	int ok5 = 0;
 	for (int k = 0; k < 32; k++) {
