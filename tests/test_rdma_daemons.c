@@ -184,7 +184,7 @@ static const char *sh(const char *fmt, ...)
 
 /* ---- the target client (a child process, on B) ---- */
 enum { T_READY = 1, T_REPORT, T_GONE };
-struct tmsg { uint32_t type; int32_t code; uint64_t seq; char text[80]; };
+struct tmsg { uint32_t type; int32_t code; uint64_t seq; char text[160]; };
 
 static void target(int up, int down, const char *rundir)
 {
