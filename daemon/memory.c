@@ -78,6 +78,17 @@ static int do_register(struct morid *d, struct client *c, Mori__MemRegister *m, 
 			goto fail;
 		}
 	}
+	if (fd >= 0 && m->kind == MORI_MEM_HOST) {
+		/* Peers map this file: it must not shrink under them (SIGBUS). A file that cannot be
+		 * sealed is served by cross-memory attach instead, which fails cleanly (EFAULT). */
+		int seals = fcntl(fd, F_GET_SEALS);
+		if (seals < 0 || (!(seals & F_SEAL_SHRINK) && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0)) {
+			mlog_info("memory", "client %llu: registered file cannot be sealed against shrinking; peers will use cross-memory attach",
+				  (unsigned long long)c->id);
+			close(fd);
+			fd = -1;
+		}
+	}
 	if (m->gpu_ipc.len > GPU_IPC_MAX) {
 		reply_error(rep, MORI_EINVAL, "register: GPU IPC handle of %zu bytes", m->gpu_ipc.len);
 		goto fail;

@@ -200,6 +200,8 @@ static void dereg_finish(struct region *r, const char *why)
 		r->ack_timer = NULL;
 	}
 	r->acks_pending = 0;
+	free(r->ack_from);
+	r->ack_from = NULL;
 	region_put(r);
 }
 
@@ -208,25 +210,52 @@ static void ack_deadline(uv_timer_t *t)
 	dereg_finish(t->data, "openers did not acknowledge the revocation within 5 s; deregistered anyway");
 }
 
-void region_revoke_ack(struct morid *d, struct client *c, uint64_t id)
+/* Count an acknowledgement only from an opener that owes one: another client cannot hurry a
+ * deregistration while a real opener is still copying. */
+static void take_ack(struct region *r, uint64_t client_id)
 {
-	list_each(it, &d->reg->regions) {
-		struct region *r = list_entry(it, struct region, link);
-		if (r->id != id || !r->dead || !r->acks_pending)
+	for (uint32_t i = 0; i < r->acks_pending; i++) {
+		if (r->ack_from[i] != client_id)
 			continue;
-		if (--r->acks_pending == 0)
+		r->ack_from[i] = r->ack_from[--r->acks_pending];
+		if (r->acks_pending == 0)
 			dereg_finish(r, NULL);
 		return;
 	}
 }
 
+void region_revoke_ack(struct morid *d, struct client *c, uint64_t id)
+{
+	list_each(it, &d->reg->regions) {
+		struct region *r = list_entry(it, struct region, link);
+		if (r->id == id && r->dead && r->acks_pending) {
+			take_ack(r, c->id);
+			return;
+		}
+	}
+}
+
+/* A client that goes away no longer copies: it owes nothing, and waits for nothing. */
 void region_forget_waiter(struct morid *d, struct client *c)
 {
 	list_each(it, &d->reg->regions) {
 		struct region *r = list_entry(it, struct region, link);
 		if (r->dereg_waiter == c)
 			r->dereg_waiter = NULL;
+		if (r->acks_pending)
+			take_ack(r, c->id); /* may free r: the iteration has already saved the next */
 	}
+}
+
+int region_reachable_by(struct region *r, struct client *c)
+{
+	if (r->owner == c)
+		return 1;
+	list_each(it, &r->openers) {
+		if (list_entry(it, struct open_ref, region_link)->client == c)
+			return 1;
+	}
+	return 0;
 }
 
 /* Deregister with a deferred reply when peers reach the bytes by cross-memory attach: the owner
@@ -240,12 +269,19 @@ int region_deregister(struct morid *d, struct client *c, struct region *r, uint6
 		return 0;
 	}
 	uv_timer_t *t = malloc(sizeof(*t));
-	if (!t) {
+	uint64_t *from = malloc(sizeof(*from) * n);
+	if (!t || !from) {
+		free(t);
+		free(from);
 		region_remove(d, r, "deregistered");
 		return 0;
 	}
+	uint32_t k = 0;
+	list_each(it, &r->openers)
+		from[k++] = list_entry(it, struct open_ref, region_link)->client->id;
 	r->inflight++; /* keep it until the acks are in */
 	r->acks_pending = n;
+	r->ack_from = from;
 	r->dereg_waiter = c;
 	r->dereg_req = req_id;
 	r->ack_timer = t;

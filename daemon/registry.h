@@ -32,6 +32,7 @@ struct region {
 	/* Deregistration of memory reached by cross-memory attach waits until every opener has
 	 * acknowledged the revocation (no copy of theirs can still be running), or a deadline. */
 	uint32_t acks_pending;
+	uint64_t *ack_from;       /* ids of the openers that still owe an acknowledgement */
 	struct client *dereg_waiter;
 	uint64_t dereg_req;
 	uv_timer_t *ack_timer;
@@ -66,6 +67,8 @@ uint32_t region_openers(struct region *r);
 void region_revoke_ack(struct morid *d, struct client *c, uint64_t id);
 /* Forget a client that was waiting on a deregistration (it died). */
 void region_forget_waiter(struct morid *d, struct client *c);
+/* Is c the owner of r or one of its openers? */
+int region_reachable_by(struct region *r, struct client *c);
 void region_close(struct client *c, struct region *r);
 void client_drop_opens(struct client *c);
 /* Map for daemon-side access (cross node); returns base or NULL. */

@@ -165,7 +165,8 @@ static void handle_sqe(struct client *c, const struct mori_sqe *e)
 		return;
 	case SQE_NOTIFY: {
 		struct region *r = region_find(d, e->local_region);
-		if (!r || !r->owner) {
+		if (!r || !r->owner || !region_reachable_by(r, c)) {
+			/* only a client that opened (or owns) the region may notify its owner */
 			count(d, C_BAD_SQES, 1);
 			return;
 		}
@@ -223,8 +224,12 @@ static int client_setup_rings(struct client *c)
 	struct morid *d = c->d;
 	uint32_t n = (uint32_t)d->cfg.ring_entries;
 	ring_layout_compute(&c->lay, n, n, (uint64_t)d->cfg.arena_mib << 20);
-	c->ring_fd = memfd_create("mori-ring", MFD_CLOEXEC);
+	c->ring_fd = memfd_create("mori-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (c->ring_fd < 0 || ftruncate(c->ring_fd, (off_t)c->lay.total) != 0)
+		return MORI_ESYS;
+	/* The client gets this fd read-write: sealed, it cannot shrink the ring under us (a SIGBUS
+	 * in the daemon) or grow it. */
+	if (fcntl(c->ring_fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
 		return MORI_ESYS;
 	c->ring = mmap(NULL, c->lay.total, PROT_READ | PROT_WRITE, MAP_SHARED, c->ring_fd, 0);
 	if (c->ring == MAP_FAILED) {

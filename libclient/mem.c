@@ -119,8 +119,9 @@ int mori_mem_alloc(mori_client *c, size_t size, int kind, mori_mem **out)
 		*out = m;
 		return MORI_OK;
 	}
-	int fd = memfd_create("mori-mem", MFD_CLOEXEC);
-	if (fd < 0 || ftruncate(fd, (off_t)size) != 0) {
+	/* Sealed against shrinking: peers map it, and a truncated mapping would SIGBUS them. */
+	int fd = memfd_create("mori-mem", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0 || ftruncate(fd, (off_t)size) != 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) {
 		int e = errno;
 		if (fd >= 0)
 			close(fd);

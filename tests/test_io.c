@@ -557,6 +557,56 @@ START_TEST(dereg_during_cma_writes)
 }
 END_TEST
 
+/* An owner that shrinks the file behind a region must not crash its peers (SIGBUS): memory from
+ * mori_mem_alloc is sealed against shrinking, and a file that cannot be sealed is served by
+ * cross-memory attach, where a vanished page is an error, not a signal. */
+START_TEST(owner_truncates)
+{
+	enum { SZ = 1 << 20 };
+	mori_client *c;
+	mori_mem *sealed, *plain, *l, *r1, *r2;
+	mori_xfer *x;
+	OK(mori_client_open(D.dir, "owner", &c));
+	OK(mori_mem_alloc(c, SZ, MORI_MEM_HOST, &sealed));
+	int fd = memfd_create("unsealable", MFD_CLOEXEC); /* no MFD_ALLOW_SEALING */
+	ck_assert(fd >= 0 && ftruncate(fd, SZ) == 0);
+	uint8_t *p = mmap(NULL, SZ, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	ck_assert(p != MAP_FAILED);
+	OK(mori_mem_register(c, p, SZ, MORI_MEM_HOST, &plain));
+	OK(mori_mem_publish(sealed, "o/sealed"));
+	OK(mori_mem_publish(plain, "o/plain"));
+	pid_t child = fork();
+	if (child == 0) {
+		mori_client *k;
+		if (mori_client_open(D.dir, "peer", &k) || mori_mem_alloc(k, SZ, MORI_MEM_HOST, &l) ||
+		    mori_mem_open_remote(k, NULL, "o/sealed", &r1) || mori_mem_open_remote(k, NULL, "o/plain", &r2))
+			_exit(1);
+		usleep(200000); /* the owner truncates meanwhile */
+		int rc1 = mori_write(l, 0, r1, 0, SZ, NULL, &x);
+		if (rc1 == MORI_OK) {
+			rc1 = mori_xfer_wait(x, 1000000);
+			mori_xfer_free(x);
+		}
+		int rc2 = mori_write(l, 0, r2, 0, SZ, NULL, &x);
+		if (rc2 == MORI_OK) {
+			rc2 = mori_xfer_wait(x, 1000000);
+			mori_xfer_free(x);
+		}
+		/* sealed: still whole, the write succeeds; unsealable: a clean error */
+		_exit(rc1 == MORI_OK && rc2 != MORI_OK ? 0 : 2);
+	}
+	usleep(100000);
+	ck_assert_int_eq(ftruncate(fd, 0), 0);
+	int st;
+	waitpid(child, &st, 0);
+	ck_assert_msg(WIFEXITED(st), "the peer died of signal %d", WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+	ck_assert_int_eq(WEXITSTATUS(st), 0);
+	munmap(p, SZ);
+	close(fd);
+	mori_client_close(c);
+}
+END_TEST
+
 START_TEST(no_daemon)
 {
 	mori_client *c;
@@ -582,6 +632,7 @@ int main(void)
 	ADD(initiator_killed);
 	ADD(ring_full);
 	ADD(dereg_during_cma_writes);
+	ADD(owner_truncates);
 	ADD(no_daemon);
 	suite_add_tcase(s, t);
 	SRunner *r = srunner_create(s);
