@@ -1624,7 +1624,8 @@ static const char *topology(const struct opts *o)
 static void report(const struct opts *o, const struct geom *g, const struct trace *t,
 		   struct results *r, const char *source)
 {
-	qsort(r->lat, r->nlat, sizeof(uint64_t), cmp_u64);
+	if (r->nlat) /* lat is NULL when no request moved anything: qsort(NULL, 0) is undefined */
+		qsort(r->lat, r->nlat, sizeof(uint64_t), cmp_u64);
 	double s = r->run_us / 1e6, xs = r->xfer_busy_us / 1e6;
 	double gbps = s > 0 ? r->bytes_moved / 1e9 / s : 0, xgbps = xs > 0 ? r->bytes_moved / 1e9 / xs : 0;
 	double dps = s > 0 ? r->descriptors / s : 0;
