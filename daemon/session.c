@@ -123,6 +123,11 @@ static void flush_backlog(struct client *c)
 		c->backlog_n -= i;
 	}
 	atomic_store_explicit(&c->cqh->overflow, c->backlog_n ? 1 : 0, memory_order_release);
+	if (i && ring_needs_wakeup(c->cqh)) {
+		uint64_t one = 1; /* the refilled entries would otherwise wait for the next post */
+		if (write(c->cq_efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+			mlog_warn("client", "client %llu: doorbell: %s", (unsigned long long)c->id, strerror(errno));
+	}
 }
 
 void client_post(struct client *c, const struct mori_cqe *e)

@@ -80,8 +80,10 @@ typedef struct mori_client mori_client;
  * MORI_ENOMEM, MORI_ESYS. On success *out is owned by the caller (mori_client_close). */
 int mori_client_open(const char *runtime_dir, const char *name, mori_client **out);
 
-/* Close the client: waits up to 1 s for its in-flight transfers, then frees every memory object,
- * list and transfer still open on it. NULL is a no-op. */
+/* Close the client: waits up to 1 s for its in-flight cross-node transfers, then deregisters
+ * (or closes) every memory object still open on it. Transfer handles and prepared lists stay
+ * the caller's: free them (mori_xfer_free, mori_xfer_list_free) before closing; using them after
+ * close is undefined. NULL is a no-op. */
 void mori_client_close(mori_client *c);
 
 /* Detail message of the last failure on this client (thread-local to the calling thread).
@@ -123,7 +125,8 @@ int mori_mem_alloc(mori_client *c, size_t size, int kind, mori_mem **out);
  * per batch, about memcpy speed for large blocks but a few microseconds per call, and it needs
  * ptrace permission between the two processes (same uid, or yama ptrace_scope 0).
  * A sub-range of a larger allocation registers with its offset kept.
- * VRAM: see the GPU section of the README; the range may start inside a larger allocation.
+ * VRAM: cudaMalloc memory (shared through its IPC handle plus the range's offset) or VMM memory
+ * (cuMemCreate with POSIX fd handles); the range may start inside a larger allocation.
  * Registering a range that overlaps one this client already registered fails with MORI_EBUSY.
  * Errors: MORI_EINVAL, MORI_EBUSY, MORI_ENOGPU, MORI_ENOMEM, MORI_ESYS.
  * The caller keeps ownership of the memory; it must stay valid until mori_mem_deregister. */
