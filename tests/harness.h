@@ -13,6 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "mori.h"
+
 struct test_daemon {
 	pid_t pid;
 	char dir[256];
@@ -147,5 +149,24 @@ static inline uint64_t test_hash(uint64_t h, const void *p, size_t n)
 	for (; i < n; i++)
 		h = (h ^ b[i]) * 1099511628211ull;
 	return h;
+}
+
+/* In a Check test: a call that must succeed, with the library's reason when it does not. */
+#define OK(x)                                                                                    \
+	do {                                                                                     \
+		int _r = (x);                                                                    \
+		ck_assert_msg(_r == MORI_OK, "%s -> %s (%s)", #x, mori_strerror(_r),            \
+			      mori_client_last_error(NULL));                                    \
+	} while (0)
+
+/* test_hash over the local side of descriptors (idx NULL: descriptors in order). */
+static inline uint64_t local_hash(const uint8_t *base, const mori_desc *d, const uint32_t *idx, size_t n)
+{
+	uint64_t hv = 0;
+	for (size_t i = 0; i < n; i++) {
+		const mori_desc *e = &d[idx ? idx[i] : i];
+		hv = test_hash(hv, base + e->local_offset, e->length);
+	}
+	return hv;
 }
 #endif

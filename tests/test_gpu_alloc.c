@@ -20,13 +20,6 @@ static void teardown(void)
 	daemon_cleanup(&D);
 }
 
-#define OK(x)                                                                                    \
-	do {                                                                                     \
-		int _r = (x);                                                                    \
-		ck_assert_msg(_r == MORI_OK, "%s -> %s (%s)", #x, mori_strerror(_r),            \
-			      mori_client_last_error(NULL));                                    \
-	} while (0)
-
 /* Move len bytes between host region h (at 0) and region v (at off): op WRITE h -> v. */
 static void move(mori_mem *h, mori_mem *v, uint64_t off, uint64_t len, int op)
 {

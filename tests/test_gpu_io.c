@@ -38,13 +38,6 @@ static void teardown(void)
 	daemon_cleanup(&D);
 }
 
-#define OK(x)                                                                                    \
-	do {                                                                                     \
-		int _r = (x);                                                                    \
-		ck_assert_msg(_r == MORI_OK, "%s -> %s (%s)", #x, mori_strerror(_r),            \
-			      mori_client_last_error(NULL));                                    \
-	} while (0)
-
 static void fill_random(uint8_t *p, size_t n, uint64_t seed)
 {
 	uint64_t s = seed | 1;

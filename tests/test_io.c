@@ -22,13 +22,6 @@ static void teardown(void)
 	daemon_cleanup(&D);
 }
 
-#define OK(x)                                                                                    \
-	do {                                                                                     \
-		int _r = (x);                                                                    \
-		ck_assert_msg(_r == MORI_OK, "%s -> %s (%s)", #x, mori_strerror(_r),            \
-			      mori_client_last_error(NULL));                                    \
-	} while (0)
-
 static uint32_t daemon_regions(void)
 {
 	char url[400], err[256];
@@ -124,16 +117,6 @@ static uint64_t ask_hash(int wfd, int rfd, uint32_t which, const mori_desc *d, c
 	ck_assert(write(wfd, r, n * 16) == (ssize_t)(n * 16));
 	ck_assert(read(rfd, &hv, 8) == 8);
 	free(r);
-	return hv;
-}
-
-static uint64_t local_hash(const uint8_t *base, const mori_desc *d, const uint32_t *idx, size_t n)
-{
-	uint64_t hv = 0;
-	for (size_t i = 0; i < n; i++) {
-		const mori_desc *e = &d[idx ? idx[i] : i];
-		hv = test_hash(hv, base + e->local_offset, e->length);
-	}
 	return hv;
 }
 
