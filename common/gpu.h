@@ -190,4 +190,26 @@ int gpu_runtime_loaded(void);
 
 /* One line: "no GPU (reason)" or "N x <name> (CUDA driver X.Y)". Never creates a context. */
 void gpu_describe(char *buf, size_t len);
+/* How a GPU region is shared between processes (gpu_handle_type in MemRegister / MemOpenReply).
+ * LEGACY_IPC: cudaMalloc memory, the IPC handle of its allocation base (64 bytes) and the
+ * region's offset in it. POSIX_FD: a VMM allocation (cuMemCreate), its gpu_vmm_blob; the fd
+ * itself travels with SCM_RIGHTS. */
+enum { GPU_HANDLE_NONE = 0, GPU_HANDLE_LEGACY_IPC = 1, GPU_HANDLE_POSIX_FD = 2 };
+#define GPU_VMM_MAGIC 0x4d4d564du /* "MVMM" */
+struct gpu_vmm_blob {
+	uint32_t magic;
+	uint32_t version;      /* 1 */
+	uint64_t alloc_size;   /* bytes of the physical allocation (mapping) the region lies in */
+	uint64_t owner_base;   /* owner's address of that mapping (diagnostics) */
+};
+
+/* Map into this process an allocation another process shared: type GPU_HANDLE_*, blob its
+ * gpu_ipc bytes, fd the VMM fd (not closed here). The caller has made device `ordinal`'s
+ * context current. On success *base and *size give the whole allocation's mapping (the
+ * region lies at its offset inside). A MORI_E* code and msg on failure; a legacy handle the
+ * driver refuses gives MORI_ESTALE (its owner freed it or exited). */
+int gpu_import(const struct gpu_api *g, int ordinal, int type, const void *blob, size_t blob_len,
+	       int fd, gpu_dptr *base, size_t *size, char *msg, size_t len);
+/* Undo gpu_import (context current, no copy touching it still running). */
+void gpu_unimport(const struct gpu_api *g, int type, gpu_dptr base, size_t size);
 #endif

@@ -21,7 +21,7 @@ const char *const counter_names[C_COUNT] = {
 	"requests", "bad_requests", "denied", "oversize", "clients_total", "clients_died",
 	"regions_total", "notifications", "submissions", "bad_submissions", "transfers",
 	"transfer_errors", "bytes_sent", "bytes_received", "reloads", "reload_failures",
-	"cq_overflows",
+	"cq_overflows", "vram_bytes_staged",
 };
 
 int morid_reload(struct morid *d, char *err, size_t errlen);

@@ -13,6 +13,7 @@
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
+#include "gpu_stage.h"
 #include "log.h"
 #include "morid.h"
 #include "peer.h"
@@ -303,6 +304,7 @@ int main(int argc, char **argv)
 		rc = 1;
 	}
 	registry_free(d->reg);
+	gpu_stage_fini(); /* after the regions: their VRAM mappings went first */
 	close(d->lock_fd);
 	mlog_notice("main", "stopped");
 	for (int i = 0; i < cli_n; i++)

@@ -168,7 +168,8 @@ struct stream {
 	uint64_t rx_left;
 	uint8_t *rx_dst;          /* mapped destination of the payload, NULL: discard/CMA/message */
 	struct region *rx_reg;    /* inflight reference for the payload's duration */
-	pid_t rx_pid;             /* CMA destination */
+	int rx_copy;              /* destination reached by region_copy (CMA or VRAM), at rx_addr */
+	int rx_pinned;            /* rxbuf pinned for GPU copies: 1 yes, -1 tried and failed */
 	uint64_t rx_addr;
 	int rx_code;              /* nonzero: payload is discarded */
 	int rx_big;               /* the last payload was large and direct */
@@ -303,5 +304,11 @@ void rx_abort(struct stream *s);
 void rx_done(struct stream *s);
 void rx_rdata_hdr(struct stream *s);
 void rx_rdata_end(struct stream *s);
-int region_cma(struct region *g, uint64_t off, void *buf, uint64_t len, int write);
+/* Can morid read and write g's bytes (mapping a host region or VRAM on first use)? 0, or a
+ * MORI_E* code and the reason in msg. After it, g->map is set for memory morid maps. */
+int region_reach(struct region *g, char *msg, size_t len);
+/* Bytes of a region morid has no mapping of: the owner's memory by cross-memory attach, or
+ * VRAM by a GPU copy through host memory. 0, or MORI_ESTALE (deregistered), MORI_EPEERDEAD
+ * (owner gone), or the GPU's error. */
+int region_copy(struct region *g, uint64_t off, void *buf, uint64_t len, int write);
 #endif

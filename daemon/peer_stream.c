@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include "gpu_stage.h"
 #include "log.h"
 #include "peer_int.h"
 
@@ -61,7 +62,7 @@ static void batch_release(struct peers *P, struct batch *b)
 	for (uint32_t i = 0; i < b->nregs; i++)
 		region_put(b->regs[i]);
 	for (uint32_t i = 0; i < b->nowned; i++)
-		free(b->owned[i]);
+		stage_put(b->owned[i]);
 	if (P->nbatch_cache < 16) {
 		b->next_free = P->batch_cache;
 		P->batch_cache = b;
@@ -182,7 +183,7 @@ void stream_frame(struct stream *s, const struct fhdr *h, const void *payload, u
 	b->bytes += HDR + len;
 }
 
-int region_cma(struct region *g, uint64_t off, void *buf, uint64_t len, int write)
+static int region_cma(struct region *g, uint64_t off, void *buf, uint64_t len, int write)
 {
 	uint64_t done = 0;
 	/* Once deregistered the owner may free or reuse those addresses: never touch them again. */
@@ -198,6 +199,25 @@ int region_cma(struct region *g, uint64_t off, void *buf, uint64_t len, int writ
 		done += (uint64_t)n;
 	}
 	return 0;
+}
+
+int region_copy(struct region *g, uint64_t off, void *buf, uint64_t len, int write)
+{
+	if (g->kind == MORI_MEM_VRAM)
+		return region_gpu_copy(g, off, buf, len, write);
+	if (region_cma(g, off, buf, len, write) != 0)
+		return g->dead ? MORI_ESTALE : MORI_EPEERDEAD;
+	return MORI_OK;
+}
+
+int region_reach(struct region *g, char *msg, size_t len)
+{
+	if (g->kind == MORI_MEM_VRAM)
+		return region_gpu_reach(g, msg, len);
+	if (g->kind == MORI_MEM_HOST && (g->fd >= 0 ? region_map(g) != NULL : g->addr && g->pid > 0))
+		return MORI_OK;
+	snprintf(msg, len, "region %llu is not memory morid can reach", (unsigned long long)g->id);
+	return g->fd >= 0 ? MORI_ESYS : MORI_ENOTSUP;
 }
 
 int stream_frame_data(struct stream *s, const struct fhdr *h, struct region *g, uint64_t off,
@@ -220,31 +240,31 @@ int stream_frame_data(struct stream *s, const struct fhdr *h, struct region *g, 
 	uint8_t *dst = b->stage + b->stage_used;
 	memcpy(dst, &hh, HDR);
 	if (small) {
-		if (g->fd >= 0) {
+		if (g->map) {
 			memcpy(dst + HDR, (uint8_t *)g->map + off, len);
-		} else if (region_cma(g, off, dst + HDR, len, 0) != 0) {
-			*err = g->dead ? MORI_ESTALE : MORI_EPEERDEAD;
+		} else if ((*err = region_copy(g, off, dst + HDR, len, 0)) != 0) {
 			return -1;
 		}
 		b->stage_used += HDR + len;
 	} else {
 		void *src;
-		if (g->fd >= 0) {
+		if (g->map) {
 			src = (uint8_t *)g->map + off;
 			if (!b->nregs || b->regs[b->nregs - 1] != g) {
 				g->inflight++; /* the mapping must outlive the write */
 				b->regs[b->nregs++] = g;
 			}
 		} else {
-			if (!(src = malloc(len))) {
+			if (!(src = stage_get(len))) {
 				*err = MORI_ENOMEM;
 				return -1;
 			}
-			if (region_cma(g, off, src, len, 0) != 0) {
-				free(src);
-				*err = g->dead ? MORI_ESTALE : MORI_EPEERDEAD;
+			if ((*err = region_copy(g, off, src, len, 0)) != 0) {
+				stage_put(src);
 				return -1;
 			}
+			if (g->kind == MORI_MEM_VRAM)
+				count(s->P->d, C_VRAM_STAGED, len);
 			b->owned[b->nowned++] = src;
 		}
 		b->stage_used += HDR;
@@ -292,6 +312,8 @@ static void on_stream_closed(uv_handle_t *h)
 {
 	struct stream *s = h->data;
 	struct peers *P = s->P;
+	if (s->rx_pinned > 0)
+		stage_unpin(s->rxbuf);
 	free(s->rxbuf);
 	free(s);
 	if (--P->handles == 0)
@@ -362,7 +384,7 @@ static int frame_begin(struct stream *s)
 	s->rx_payload = 1;
 	s->rx_left = h->len;
 	s->rx_dst = NULL;
-	s->rx_pid = 0;
+	s->rx_copy = 0;
 	s->rx_code = 0;
 	s->rx_collect = 0;
 	s->rx_msglen = 0;
@@ -472,9 +494,10 @@ static void payload_piece(struct stream *s, const uint8_t *p, uint64_t n)
 	if (s->rx_dst) {
 		memcpy(s->rx_dst, p, n);
 		s->rx_dst += n;
-	} else if (s->rx_pid && !s->rx_code) {
-		if (region_cma(s->rx_reg, s->rx_addr, (void *)p, n, 1) != 0)
-			s->rx_code = s->rx_reg->dead ? MORI_ESTALE : MORI_EPEERDEAD;
+	} else if (s->rx_copy && !s->rx_code) {
+		s->rx_code = region_copy(s->rx_reg, s->rx_addr, (void *)p, n, 1);
+		if (s->rx_code == 0 && s->rx_reg->kind == MORI_MEM_VRAM)
+			count(s->P->d, C_VRAM_STAGED, n);
 		s->rx_addr += n;
 	} else if (s->rx_collect) {
 		uint64_t room = sizeof(s->rx_msg) - 1 - s->rx_msglen;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpu_stage.h"
 #include "log.h"
 #include "peer_int.h"
 #include "rdma.h"
@@ -143,12 +144,10 @@ void xfer_submit(struct peers *P, struct client *c, const struct mori_sqe *e)
 		reject(d, c, e, MORI_ENOENT, "local region %llu not yours", (unsigned long long)e->local_region);
 		return;
 	}
-	if (g->kind != MORI_MEM_HOST) {
-		reject(d, c, e, MORI_ENOTSUP, "cross-node transfers of VRAM not supported");
-		return;
-	}
-	if (g->fd >= 0 ? !region_map(g) : (!g->addr || g->pid <= 0)) {
-		reject(d, c, e, MORI_ESYS, "daemon cannot map region %llu", (unsigned long long)g->id);
+	char why[300];
+	int rcode = region_reach(g, why, sizeof(why));
+	if (rcode) {
+		reject(d, c, e, rcode, "%s", why);
 		return;
 	}
 	if (e->count == 0) {
@@ -433,6 +432,20 @@ void rx_done(struct stream *s)
 	}
 }
 
+/* Where the payload now arriving on s goes: straight into g's mapping, or through region_copy
+ * (cross-memory attach, or VRAM from the receive buffer, pinned for it once). */
+static void rx_into(struct stream *s, struct region *g, uint64_t off)
+{
+	if (g->map) {
+		s->rx_dst = (uint8_t *)g->map + off;
+		return;
+	}
+	s->rx_copy = 1;
+	s->rx_addr = off;
+	if (g->kind == MORI_MEM_VRAM && !s->rx_pinned)
+		s->rx_pinned = stage_pin(s->rxbuf, RX_BUF) == 0 ? 1 : -1;
+}
+
 void rx_rdata_hdr(struct stream *s)
 {
 	struct fhdr *h = &s->h;
@@ -455,12 +468,7 @@ void rx_rdata_hdr(struct stream *s)
 	}
 	g->inflight++;
 	s->rx_reg = g; /* released after the payload (payload_end) */
-	if (g->fd >= 0) {
-		s->rx_dst = (uint8_t *)g->map + h->offset;
-	} else {
-		s->rx_pid = g->pid;
-		s->rx_addr = h->offset;
-	}
+	rx_into(s, g, h->offset);
 }
 
 void rx_rdata_end(struct stream *s)
@@ -569,12 +577,13 @@ static struct inb *inb_get(struct stream *s, int read)
 		P->next_inb_scan_us = b->expire_us;
 	peers_kick(P);
 	struct region *g = region_find(P->d, h->region);
+	char why[300];
+	int code;
 	if (!g || g->gen != h->gen) {
 		inb_fail(s, b, MORI_ESTALE, "region %llu is no longer registered at %s",
 			 (unsigned long long)h->region, P->self);
-	} else if (g->kind != MORI_MEM_HOST || (g->fd >= 0 ? !region_map(g) : (!g->addr || g->pid <= 0))) {
-		inb_fail(s, b, MORI_ENOTSUP, "region %llu at %s is not host memory the daemon can reach",
-			 (unsigned long long)h->region, P->self);
+	} else if ((code = region_reach(g, why, sizeof(why))) != 0) {
+		inb_fail(s, b, code, "at %s: %s", P->self, why);
 	} else {
 		b->r = g;
 		g->inflight++;
@@ -631,12 +640,7 @@ void rx_write_hdr(struct stream *s)
 	}
 	g->inflight++;
 	s->rx_reg = g; /* released after the payload */
-	if (g->fd >= 0) {
-		s->rx_dst = (uint8_t *)g->map + h->offset;
-	} else {
-		s->rx_pid = g->pid;
-		s->rx_addr = h->offset;
-	}
+	rx_into(s, g, h->offset);
 }
 
 void rx_write_end(struct stream *s)

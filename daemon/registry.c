@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "gpu_stage.h"
 #include "log.h"
 #include "rdma.h"
 #include "mori.pb-c.h"
@@ -27,6 +28,8 @@ struct registry *registry_new(void)
 
 static void region_free(struct region *r)
 {
+	if (r->gpu_map_base)
+		region_gpu_release(r);
 	if (r->map_base)
 		munmap(r->map_base, r->map_len);
 	if (r->fd >= 0)

@@ -27,6 +27,9 @@ struct region {
 	void *map;                /* region start in the daemon's own mapping (lazy, cross node) */
 	void *map_base;           /* what to munmap */
 	uint64_t map_len;
+	uint64_t gpu_addr;        /* VRAM: region start in morid's own mapping (lazy, cross node); 0 none */
+	uint64_t gpu_map_base;    /* what gpu_stage.c unmaps */
+	uint64_t gpu_map_size;
 	uint32_t inflight;        /* daemon-side transfers touching it */
 	int dead;                 /* removed; freed when inflight drops to 0 */
 	/* Deregistration of memory reached by cross-memory attach waits until every opener has

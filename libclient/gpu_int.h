@@ -13,18 +13,6 @@
 #define GPU_FIRST_SLICE_DESCS 1024     /* the first launch's: the GPU starts while the CPU stages */
 #define GPU_UNMAP_WAIT_US 2000000      /* how long an unmap waits for this client's copies */
 
-/* gpu_handle_type values in MemRegister / MemOpenReply. */
-enum { GPU_HANDLE_NONE = 0, GPU_HANDLE_LEGACY_IPC = 1, GPU_HANDLE_POSIX_FD = 2 };
-
-/* The gpu_ipc bytes of a VMM region (the fd itself travels with SCM_RIGHTS). */
-#define GPU_VMM_MAGIC 0x4d4d564du /* "MVMM" */
-struct gpu_vmm_blob {
-	uint32_t magic;
-	uint32_t version;      /* 1 */
-	uint64_t alloc_size;   /* bytes of the physical allocation (mapping) the region lies in */
-	uint64_t owner_base;   /* owner's address of that mapping (diagnostics) */
-};
-
 /* A copy launched and not yet seen complete. */
 struct gpu_op {
 	struct gpu_op *prev, *next;  /* the device's live list */

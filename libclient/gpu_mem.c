@@ -394,85 +394,21 @@ static void map_release(const struct gpu_api *g, struct gpu_map *mp)
 {
 	gpu_dev_drain(g, mp->d, GPU_UNMAP_WAIT_US); /* no copy of ours may still touch it */
 	gpu_push(g, mp->d);
-	if (mp->type == GPU_HANDLE_LEGACY_IPC) {
-		g->ipc_close_mem_handle(mp->base);
-	} else {
-		g->mem_unmap(mp->base, mp->size);
-		g->mem_address_free(mp->base, mp->size);
-	}
+	gpu_unimport(g, mp->type, mp->base, mp->size);
 	gpu_pop(g);
 	free(mp);
 }
 
-static int map_legacy(mori_client *c, const struct gpu_api *g, struct gpu_map *mp, const Mori__MemOpenReply *o)
+static int map_import(mori_client *c, const struct gpu_api *g, struct gpu_map *mp, const Mori__MemOpenReply *o, int fd)
 {
-	char msg[200];
-	if (o->gpu_ipc.len != sizeof(struct gpu_ipc_handle))
-		return set_error(c, MORI_EPROTO, "open VRAM region: IPC handle of %zu bytes", o->gpu_ipc.len);
-	memcpy(&mp->ipc, o->gpu_ipc.data, sizeof(mp->ipc));
-	int rc = gpu_err(g->ipc_open_mem_handle(&mp->base, mp->ipc, GPU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS),
-			 "cuIpcOpenMemHandle", msg, sizeof(msg));
-	if (rc)
-		return set_error(c, rc == MORI_EINVAL ? MORI_ESTALE : rc,
-				 "open VRAM region %llu: %s (the owner may have freed it)",
-				 (unsigned long long)o->handle->region_id, msg);
-	gpu_dptr b = 0;
-	size_t s = 0;
-	if (g->mem_get_address_range(&b, &s, mp->base) != 0 || b != mp->base) {
-		g->ipc_close_mem_handle(mp->base);
-		return set_error(c, MORI_EIO, "open VRAM region: cannot size the mapped allocation");
-	}
-	mp->size = s;
-	return MORI_OK;
-}
-
-static int map_vmm(mori_client *c, const struct gpu_api *g, struct gpu_map *mp, const Mori__MemOpenReply *o, int fd)
-{
-	char msg[200];
-	struct gpu_vmm_blob b;
-	if (o->gpu_ipc.len != sizeof(b))
-		return set_error(c, MORI_EPROTO, "open VRAM region: VMM blob of %zu bytes", o->gpu_ipc.len);
-	memcpy(&b, o->gpu_ipc.data, sizeof(b));
-	if (b.magic != GPU_VMM_MAGIC || b.version != 1 || !b.alloc_size)
-		return set_error(c, MORI_EPROTO, "open VRAM region: not a VMM blob");
-	if (fd < 0)
-		return set_error(c, MORI_EPROTO, "open VRAM region: morid sent no fd for a VMM region");
-	if (!g->mem_import_from_shareable_handle || !g->mem_map || !g->mem_address_reserve)
-		return set_error(c, MORI_ENOTSUP, "open VRAM region: this driver has no VMM entry points");
-	struct gpu_mem_prop prop;
-	memset(&prop, 0, sizeof(prop));
-	prop.type = GPU_MEM_ALLOCATION_TYPE_PINNED;
-	prop.requested_handle_types = GPU_MEM_HANDLE_TYPE_POSIX_FD;
-	prop.location.type = GPU_MEM_LOCATION_TYPE_DEVICE;
-	prop.location.id = mp->d->ordinal;
-	size_t gran = 0;
-	if (g->mem_get_allocation_granularity(&gran, &prop, GPU_MEM_ALLOC_GRANULARITY_MINIMUM) != 0 || !gran)
-		gran = 2u << 20;
-	size_t size = (b.alloc_size + gran - 1) / gran * gran;
-	gpu_memhandle h = 0;
-	gpu_dptr va = 0;
-	int rc = gpu_err(g->mem_import_from_shareable_handle(&h, (void *)(uintptr_t)fd, GPU_MEM_HANDLE_TYPE_POSIX_FD),
-			 "cuMemImportFromShareableHandle", msg, sizeof(msg));
+	char msg[240];
+	if (mp->type == GPU_HANDLE_LEGACY_IPC && o->gpu_ipc.len == sizeof(mp->ipc))
+		memcpy(&mp->ipc, o->gpu_ipc.data, sizeof(mp->ipc));
+	int rc = gpu_import(g, mp->d->ordinal, mp->type, o->gpu_ipc.data, o->gpu_ipc.len, fd, &mp->base, &mp->size, msg,
+			    sizeof(msg));
 	if (rc)
 		return set_error(c, rc, "open VRAM region %llu: %s", (unsigned long long)o->handle->region_id, msg);
-	if ((rc = gpu_err(g->mem_address_reserve(&va, size, gran, 0, 0), "cuMemAddressReserve", msg, sizeof(msg))))
-		goto fail_release;
-	if ((rc = gpu_err(g->mem_map(va, size, 0, h, 0), "cuMemMap", msg, sizeof(msg))))
-		goto fail_free;
-	struct gpu_access_desc acc = {{GPU_MEM_LOCATION_TYPE_DEVICE, mp->d->ordinal}, GPU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-	if ((rc = gpu_err(g->mem_set_access(va, size, &acc, 1), "cuMemSetAccess", msg, sizeof(msg))))
-		goto fail_unmap;
-	g->mem_release(h); /* the mapping keeps the allocation alive from here */
-	mp->base = va;
-	mp->size = size;
 	return MORI_OK;
-fail_unmap:
-	g->mem_unmap(va, size);
-fail_free:
-	g->mem_address_free(va, size);
-fail_release:
-	g->mem_release(h);
-	return set_error(c, rc, "open VRAM region %llu: %s", (unsigned long long)o->handle->region_id, msg);
 }
 
 static int same_map(const struct gpu_map *mp, int type, const Mori__MemOpenReply *o)
@@ -528,7 +464,7 @@ int gpu_mem_open(mori_client *c, mori_mem *m, const Mori__MemOpenReply *o, int f
 		mp->generation = o->handle->generation;
 		mp->refs = 1;
 		if ((rc = gpu_err(gpu_push(g, d), "push context", NULL, 0)) == MORI_OK) {
-			rc = type == GPU_HANDLE_LEGACY_IPC ? map_legacy(c, g, mp, o) : map_vmm(c, g, mp, o, fd);
+			rc = map_import(c, g, mp, o, fd);
 			gpu_pop(g);
 		} else {
 			rc = set_error(c, rc, "open VRAM region: cannot make GPU %d's context current", ordinal);

@@ -14,6 +14,8 @@
 #       kv        mori-kvreplay --mem vram on the whole trace (llama3-8b, as fast as possible,
 #                 $KV_ARGS, default --verify-every 128: the CPU cannot fill and check all ~18 TB)
 #                 between two runs of mori-bench io --mem vram --prep at the page size
+#       xnode     cross-node VRAM over TCP, two morids on loopback: mori-bench io --mem vram
+#                 (and host memory, same daemons, for reference) against a plain TCP stream
 #       tests     the GPU tests (make check-gpu)
 # Everything is logged to $OUT/log (or /tmp/device-run/log); a summary of the key lines ends
 # the output. Each step has its own timeout so that the whole call ends within 10 minutes.
@@ -132,6 +134,29 @@ for p in $parts; do
 			--as-fast-as-possible --no-progress ${KV_ARGS:---verify-every 128}
 		step "kv: mori-bench io again (after the replay)"
 		kvbench
+		;;
+	xnode)
+		RT2=$(mktemp -d /tmp/mori-rt2.XXXXXX)
+		P1=$((20000 + RANDOM % 20000)); P2=$((P1 + 1))
+		stop_morid
+		"$B/morid" --foreground --runtime-dir "$RT" --listen 127.0.0.1:$P1 --log-level warn 2>> "$O/morid.log" &
+		MPID=$!
+		"$B/morid" --foreground --runtime-dir "$RT2" --listen 127.0.0.1:$P2 --log-level warn 2>> "$O/morid2.log" &
+		MPID2=$!
+		for _ in $(seq 200); do [ -S "$RT/morid.session" ] && [ -S "$RT2/morid.session" ] && break; sleep 0.05; done
+		for kinds in "--mem vram" "--local-mem host --remote-mem vram" "--local-mem vram --remote-mem host" "--mem host"; do
+			for op in write read; do
+				step "xnode: $op, $kinds, 256 KiB..4 MiB, vs one TCP stream"
+				run 120 "$ROWS" "$B/mori-bench" io --runtime-dir "$RT" --remote-runtime-dir "$RT2" $kinds --op $op \
+					--block-min 256K --block-max 4M --batch 1024 --iters 5 --region 256M
+			done
+		done
+		step "xnode: read VRAM->VRAM 1 MiB x 64, contents checked"
+		run 120 "$ROWS|check" "$B/mori-bench" io --runtime-dir "$RT" --remote-runtime-dir "$RT2" --mem vram --op read \
+			--block 1M --batch 64 --iters 5 --check
+		"$B/moractl" --runtime-dir "$RT2" status | grep -E "vram|bytes" | tee -a "$SUM"
+		kill "$MPID2" 2>/dev/null; wait "$MPID2" 2>/dev/null
+		start_morid
 		;;
 	tests)
 		step "tests: GPU tests (make check-gpu)"

@@ -2,12 +2,15 @@
  * until it serves, stop it. Header-only so every test binary stays one file. */
 #ifndef MORI_TEST_HARNESS_H
 #define MORI_TEST_HARNESS_H
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -117,6 +120,20 @@ static inline void daemon_kill9(struct test_daemon *t)
 }
 
 /* xorshift64*: the tests' own random numbers, seeded from MORI_TEST_SEED or the clock. */
+/* A port nobody listens on right now (the kernel's pick), on loopback; -1 if none. */
+static inline int free_port(void)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t l = sizeof(sa);
+	int s = socket(AF_INET, SOCK_STREAM, 0), port = -1;
+	if (s >= 0 && bind(s, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+	    getsockname(s, (struct sockaddr *)&sa, &l) == 0)
+		port = ntohs(sa.sin_port);
+	if (s >= 0)
+		close(s);
+	return port;
+}
+
 static inline uint64_t test_rand(uint64_t *s)
 {
 	*s ^= *s >> 12;

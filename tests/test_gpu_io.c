@@ -28,14 +28,33 @@
 static const uint64_t reg_size[NREG] = {LEG_SZ, VMM_SZ, HOST_SZ, LEG2_SZ};
 static const char *const reg_name[NREG] = {"t/legacy", "t/vmm", "t/host", "t/legacy2"};
 
-static struct test_daemon D;
+static struct test_daemon D, D2; /* D2: the target's node in the cross-node case */
 static const struct gpu_api *g;
+static const char *target_dir;    /* the runtime dir the target's client uses */
 
-static void setup(void) { ck_assert_int_eq(daemon_start(&D, NULL), 0); }
+/* Every morid here has a peer listener on loopback, so that cross_node can pair two. */
+static int start_node(struct test_daemon *t, char *addr, size_t len)
+{
+	int port = free_port();
+	snprintf(addr, len, "127.0.0.1:%d", port);
+	const char *extra[] = {"--listen", addr, NULL};
+	return port > 0 ? daemon_start(t, extra) : -1;
+}
+
+static void setup(void)
+{
+	char addr[64];
+	ck_assert_int_eq(start_node(&D, addr, sizeof(addr)), 0);
+	target_dir = D.dir;
+}
 static void teardown(void)
 {
 	daemon_stop(&D);
 	daemon_cleanup(&D);
+	if (D2.pid) {
+		daemon_stop(&D2);
+		daemon_cleanup(&D2);
+	}
 }
 
 static void fill_random(uint8_t *p, size_t n, uint64_t seed)
@@ -67,7 +86,7 @@ static void target_main(int rfd, int wfd, uint64_t seed)
 {
 	mori_client *c;
 	mori_mem *m[NREG];
-	if (ctx_up() || mori_client_open(D.dir, "target", &c) != MORI_OK)
+	if (ctx_up() || mori_client_open(target_dir, "target", &c) != MORI_OK)
 		_exit(10);
 	gpu_dptr leg, vmm;
 	gpu_memhandle h;
@@ -164,7 +183,9 @@ static void target_stop(struct target *t)
 	close(t->from);
 }
 
-START_TEST(random_batches)
+/* Random verified batches between the initiator (VRAM sub-range and host memory, on D) and
+ * the target's four regions, opened on node (NULL: the same node). */
+static void batches(const char *node, int nbatches)
 {
 	uint64_t seed = test_seed();
 	struct target t;
@@ -189,17 +210,20 @@ START_TEST(random_batches)
 	ck_assert_int_eq(g->stream_synchronize(NULL), 0);
 	memcpy(mori_mem_ptr(loc[1]), lmodel[1], LOCAL_SZ);
 	for (int i = 0; i < NREG; i++) {
-		OK(mori_mem_open_remote(c, NULL, reg_name[i], &rem[i]));
+		OK(mori_mem_open_remote(c, node, reg_name[i], &rem[i]));
 		ck_assert_uint_eq(mori_mem_size(rem[i]), reg_size[i]);
 		rmodel[i] = malloc(reg_size[i]);
 		fill_random(rmodel[i], reg_size[i], seed + (uint64_t)i);
 	}
-	/* two sub-ranges of one cudaMalloc allocation share one mapping (ROCm/mori issue 415) */
-	ck_assert_ptr_nonnull(rem[0]->gpu_priv);
-	ck_assert_ptr_eq(rem[0]->gpu_priv, rem[3]->gpu_priv);
-	ck_assert_uint_eq(rem[3]->dptr - rem[0]->dptr, LEG2_OFF - LEG_OFF);
+	if (!node) {
+		/* two sub-ranges of one cudaMalloc allocation share one mapping (ROCm/mori issue 415) */
+		ck_assert_ptr_nonnull(rem[0]->gpu_priv);
+		ck_assert_ptr_eq(rem[0]->gpu_priv, rem[3]->gpu_priv);
+		ck_assert_uint_eq(rem[3]->dptr - rem[0]->dptr, LEG2_OFF - LEG_OFF);
+	}
 
-	int batches = gpu_batches(10000);
+	int batches = nbatches;
+	uint64_t t_start = mori_now_us();
 	size_t cap = 20000;
 	struct gpu_move *mv = malloc(cap * sizeof(*mv));
 	mori_desc *d = malloc(cap * sizeof(*d));
@@ -257,9 +281,9 @@ START_TEST(random_batches)
 	for (int r = 0; r < NREG; r++)
 		ck_assert_msg(target_hash(&t, (uint32_t)r, 0, reg_size[r]) == test_hash(0, rmodel[r], reg_size[r]),
 			      "at the end: region %s differs from the model", reg_name[r]);
-	fprintf(stderr, "# %d batches, %llu bytes verified: %llu GPU-GPU, %llu GPU-host, %llu host-GPU\n", batches,
-		(unsigned long long)bytes, (unsigned long long)kinds[0], (unsigned long long)kinds[1],
-		(unsigned long long)kinds[2]);
+	fprintf(stderr, "# %s: %d batches, %llu bytes verified: %llu GPU-GPU, %llu GPU-host, %llu host-GPU (%.1f s)\n",
+		node ? "cross node" : "same node", batches, (unsigned long long)bytes, (unsigned long long)kinds[0],
+		(unsigned long long)kinds[1], (unsigned long long)kinds[2], (mori_now_us() - t_start) / 1e6);
 	for (int r = 0; r < NREG; r++)
 		OK(mori_mem_deregister(rem[r]));
 	OK(mori_mem_deregister(loc[0]));
@@ -268,7 +292,29 @@ START_TEST(random_batches)
 	target_stop(&t);
 	g->mem_free(lalloc);
 }
+
+START_TEST(random_batches)
+{
+	batches(NULL, gpu_batches(10000));
+}
 END_TEST
+
+/* The same through two morids on loopback (issue 5: cross-node VRAM staged through the
+ * daemons' pinned buffers over the TCP data streams); the target is a client of D2. */
+START_TEST(cross_node)
+{
+	char addr[64];
+	ck_assert_int_eq(start_node(&D2, addr, sizeof(addr)), 0);
+	target_dir = D2.dir;
+	batches(addr, gpu_batches(10000) / 10);
+	/* both daemons staged VRAM: the initiator's for what it sent, D2's for what it received */
+	char cmd[600];
+	snprintf(cmd, sizeof(cmd), "%s/moractl --runtime-dir %s status --json | grep -q '\"vram_bytes_staged\":[[:space:]]*[1-9]'",
+		 build_dir(), D2.dir);
+	ck_assert_msg(system(cmd) == 0, "morid of the target node staged no VRAM bytes");
+}
+END_TEST
+
 
 /* The target dies while its VRAM is mapped here: transfers on it fail with a clear code within
  * two seconds, never hang, and closing the handles releases the mappings. */
@@ -350,6 +396,7 @@ int main(void)
 	ADD(wrong_kinds);
 	ADD(target_dies);
 	ADD(random_batches);
+	ADD(cross_node);
 	suite_add_tcase(s, t);
 	SRunner *r = srunner_create(s);
 	srunner_run_all(r, CK_NORMAL);

@@ -38,19 +38,6 @@ struct node {
 };
 static struct node NA, NB;
 
-/* A port nobody listens on right now (the kernel's pick), on loopback. */
-static int free_port(void)
-{
-	int s = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	socklen_t l = sizeof(sa);
-	ck_assert(s >= 0);
-	ck_assert(bind(s, (struct sockaddr *)&sa, sizeof(sa)) == 0);
-	ck_assert(getsockname(s, (struct sockaddr *)&sa, &l) == 0);
-	close(s);
-	return ntohs(sa.sin_port);
-}
-
 /* Start (or restart, same dir and port) a node's morid. Waits up to 5 s for its sockets. */
 static int node_start(struct node *n, const char *const *extra)
 {

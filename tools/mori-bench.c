@@ -6,9 +6,10 @@
  *
  * Each row prints mori's GB/s and batch latency p50/p99 beside the baseline: memcpy of the same
  * bytes (same node), or a plain TCP stream between the same two addresses (cross node).
- * With VRAM on either side (--mem vram, or --local-mem/--remote-mem), same node only, the
+ * With VRAM on either side (--mem vram, or --local-mem/--remote-mem) on the same node, the
  * baselines are the GPU's: one cuMemcpy*Async of the batch's bytes (the copy ceiling) and one
- * cuMemcpy*Async per block, both between buffers of the same kinds in this process.
+ * cuMemcpy*Async per block, both between buffers of the same kinds in this process. Across
+ * nodes VRAM is staged through the daemons and the baseline stays the TCP stream.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -393,7 +394,7 @@ static void usage(void)
 		"Same node (default): a forked target process publishes a region on the same morid; baseline\n"
 		"memcpy of the same bytes. Cross node: the target is on another morid; baseline a plain TCP\n"
 		"stream between the same two hosts.\n"
-		"--mem vram (or mixed kinds; same node only): regions in GPU memory (device $MORI_GPU_DEVICE,\n"
+		"--mem vram (or mixed kinds): regions in GPU memory (device $MORI_GPU_DEVICE,\n"
 		"else 0); baselines one cuMemcpy*Async of the batch's bytes (ceiling) and one per block.\n"
 		"--prep: each iteration submits all indices of a prepared list of the batch's descriptors.\n");
 	exit(2);
@@ -440,11 +441,9 @@ static void parse(int argc, char **argv, struct opts *o)
 static int run_io(struct opts *o)
 {
 	int cross = o->remote_rundir || o->node;
-	int gpu = o->lmem == MORI_MEM_VRAM || o->rmem == MORI_MEM_VRAM;
-	if (gpu && cross) {
-		fprintf(stderr, "mori-bench: VRAM regions are same node only (cross-node VRAM is not built)\n");
-		return 2;
-	}
+	/* cross node, VRAM is staged through the daemons and the baseline stays the TCP stream */
+	int vram = o->lmem == MORI_MEM_VRAM || o->rmem == MORI_MEM_VRAM;
+	int gpu = vram && !cross;
 	pid_t target = 0;
 	char node[160] = "", tcp[160] = "";
 	if (o->node) {
@@ -505,6 +504,14 @@ static int run_io(struct opts *o)
 		if (o->rmem == MORI_MEM_HOST)
 			gk(gb.g->mem_host_register(bp, lsz, GPU_MEMHOSTREGISTER_PORTABLE), "cuMemHostRegister");
 	}
+	/* what the TCP baseline sends: the local region, or host bytes of the same size for VRAM */
+	uint8_t *tsrc = lp, *tbuf = NULL;
+	if (cross && o->lmem == MORI_MEM_VRAM) {
+		if (!(tbuf = malloc(lsz)))
+			die("malloc", MORI_ENOMEM);
+		memset(tbuf, 0x11, lsz);
+		tsrc = tbuf;
+	}
 	const char *opname = o->op == MORI_OP_READ ? "read" : "write";
 	if (!o->json) {
 		printf("# mori-bench io: %s, %s, batch %zu, iters %d (+%d warm-up), depth %d, region %llu MiB\n",
@@ -522,6 +529,9 @@ static int run_io(struct opts *o)
 		} else {
 			printf("# baseline: %s\n", cross ? "plain TCP stream to the same host (one connection)" :
 							  "memcpy of the same bytes (one thread)");
+			if (vram)
+				printf("# memory: local %s, remote %s (VRAM staged through the daemons' pinned buffers)\n",
+				       mem_name(o->lmem), mem_name(o->rmem));
 			printf("# working set: %s\n", o->no_rotate ? "the same batch window every iteration (--no-rotate)" :
 			       "iterations rotate over up to 64 batch-sized windows of the region (mori and baseline alike)");
 			printf("%10s %7s %12s %10s %10s %10s %12s %8s\n", "block", "batch", "bytes/iter", "GB/s",
@@ -609,7 +619,7 @@ static int run_io(struct opts *o)
 			base_gbps = gpu_ceiling_gbps(&gb, dk, dst, sk, src, block * batch, o->iters, o->depth);
 			blk_gbps = gpu_perblock_gbps(&gb, dk, dst, sk, src, block, batch);
 		} else {
-			base_gbps = cross ? (tcp[0] ? tcp_gbps(tcp, lp, block * batch, o->iters) : -1)
+			base_gbps = cross ? (tcp[0] ? tcp_gbps(tcp, tsrc, block * batch, o->iters) : -1)
 					  : memcpy_gbps(bp, lp, block, batch, o->iters, windows);
 		}
 		double p50 = pct(lat, nlat, 50), p99 = pct(lat, nlat, 99);
@@ -694,6 +704,7 @@ static int run_io(struct opts *o)
 	free(lat);
 	free(t_sub);
 	free(all);
+	free(tbuf);
 	if (gpu) {
 		if (o->rmem == MORI_MEM_HOST)
 			gb.g->mem_host_unregister(bp);

@@ -1,0 +1,118 @@
+/* Mapping another process's GPU allocation into this one: what libmori does for a same-node
+ * peer's VRAM region and what morid does to stage a client's VRAM for a cross-node transfer.
+ * Legacy IPC handles (cudaMalloc memory) open with cuIpcOpenMemHandle; VMM allocations
+ * (cuMemCreate, as PyTorch's expandable segments) are imported from their POSIX fd, mapped
+ * into a reserved range and made accessible from the device. */
+#include <stdio.h>
+#include <string.h>
+
+#include "gpu.h"
+#include "mori.h"
+
+static int import_legacy(const struct gpu_api *g, const void *blob, size_t blob_len, gpu_dptr *base,
+			 size_t *size, char *msg, size_t len)
+{
+	struct gpu_ipc_handle h;
+	if (blob_len != sizeof(h)) {
+		snprintf(msg, len, "IPC handle of %zu bytes", blob_len);
+		return MORI_EPROTO;
+	}
+	memcpy(&h, blob, sizeof(h));
+	gpu_dptr p = 0;
+	int rc = gpu_err(g->ipc_open_mem_handle(&p, h, GPU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS), "cuIpcOpenMemHandle",
+			 msg, len);
+	if (rc) {
+		size_t n = strlen(msg);
+		snprintf(msg + n, len - n, " (the owner may have freed it)");
+		return rc == MORI_EINVAL ? MORI_ESTALE : rc;
+	}
+	gpu_dptr b = 0;
+	size_t s = 0;
+	if (g->mem_get_address_range(&b, &s, p) != 0 || b != p) {
+		g->ipc_close_mem_handle(p);
+		snprintf(msg, len, "cannot size the mapped allocation");
+		return MORI_EIO;
+	}
+	*base = p;
+	*size = s;
+	return MORI_OK;
+}
+
+static int import_vmm(const struct gpu_api *g, int ordinal, const void *blob, size_t blob_len, int fd,
+		      gpu_dptr *base, size_t *size, char *msg, size_t len)
+{
+	struct gpu_vmm_blob b;
+	if (blob_len != sizeof(b)) {
+		snprintf(msg, len, "VMM blob of %zu bytes", blob_len);
+		return MORI_EPROTO;
+	}
+	memcpy(&b, blob, sizeof(b));
+	if (b.magic != GPU_VMM_MAGIC || b.version != 1 || !b.alloc_size) {
+		snprintf(msg, len, "not a VMM blob");
+		return MORI_EPROTO;
+	}
+	if (fd < 0) {
+		snprintf(msg, len, "no fd for a VMM region");
+		return MORI_EPROTO;
+	}
+	if (!g->mem_import_from_shareable_handle || !g->mem_map || !g->mem_address_reserve) {
+		snprintf(msg, len, "this driver has no VMM entry points");
+		return MORI_ENOTSUP;
+	}
+	struct gpu_mem_prop prop;
+	memset(&prop, 0, sizeof(prop));
+	prop.type = GPU_MEM_ALLOCATION_TYPE_PINNED;
+	prop.requested_handle_types = GPU_MEM_HANDLE_TYPE_POSIX_FD;
+	prop.location.type = GPU_MEM_LOCATION_TYPE_DEVICE;
+	prop.location.id = ordinal;
+	size_t gran = 0;
+	if (g->mem_get_allocation_granularity(&gran, &prop, GPU_MEM_ALLOC_GRANULARITY_MINIMUM) != 0 || !gran)
+		gran = 2u << 20;
+	size_t sz = (b.alloc_size + gran - 1) / gran * gran;
+	gpu_memhandle h = 0;
+	gpu_dptr va = 0;
+	int rc = gpu_err(g->mem_import_from_shareable_handle(&h, (void *)(uintptr_t)fd, GPU_MEM_HANDLE_TYPE_POSIX_FD),
+			 "cuMemImportFromShareableHandle", msg, len);
+	if (rc)
+		return rc;
+	if ((rc = gpu_err(g->mem_address_reserve(&va, sz, gran, 0, 0), "cuMemAddressReserve", msg, len)))
+		goto fail_release;
+	if ((rc = gpu_err(g->mem_map(va, sz, 0, h, 0), "cuMemMap", msg, len)))
+		goto fail_free;
+	struct gpu_access_desc acc = {{GPU_MEM_LOCATION_TYPE_DEVICE, ordinal}, GPU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+	if ((rc = gpu_err(g->mem_set_access(va, sz, &acc, 1), "cuMemSetAccess", msg, len)))
+		goto fail_unmap;
+	g->mem_release(h); /* the mapping keeps the allocation alive from here */
+	*base = va;
+	*size = sz;
+	return MORI_OK;
+fail_unmap:
+	g->mem_unmap(va, sz);
+fail_free:
+	g->mem_address_free(va, sz);
+fail_release:
+	g->mem_release(h);
+	return rc;
+}
+
+int gpu_import(const struct gpu_api *g, int ordinal, int type, const void *blob, size_t blob_len,
+	       int fd, gpu_dptr *base, size_t *size, char *msg, size_t len)
+{
+	msg[0] = 0;
+	if (type == GPU_HANDLE_LEGACY_IPC)
+		return import_legacy(g, blob, blob_len, base, size, msg, len);
+	if (type == GPU_HANDLE_POSIX_FD)
+		return import_vmm(g, ordinal, blob, blob_len, fd, base, size, msg, len);
+	snprintf(msg, len, "unknown GPU handle type %d", type);
+	return MORI_EPROTO;
+}
+
+void gpu_unimport(const struct gpu_api *g, int type, gpu_dptr base, size_t size)
+{
+	if (type == GPU_HANDLE_LEGACY_IPC) {
+		g->ipc_close_mem_handle(base);
+	} else {
+		g->mem_unmap(base, size);
+		g->mem_address_free(base, size);
+	}
+}

@@ -1,0 +1,241 @@
+/* VRAM reached by morid for cross-node transfers over TCP (issue 5). A client's VRAM region is
+ * mapped into morid on its first cross-node transfer, through the same handle morid brokers to
+ * same-node peers (legacy IPC handle or VMM fd; common/gpu_import.c), on the device ordinal the
+ * owner registered it with. Bytes go between it and host buffers pinned with the driver, so
+ * the copies run at the PCIe rate: the frames a data stream sends are staged in a pool of
+ * pinned chunk buffers; what arrives is copied from the stream's receive buffer, pinned once.
+ * Copies are synchronous on morid's loop, one chunk (<= 512 KiB) at a time; the socket keeps
+ * moving the bytes already queued meanwhile (the kernel's buffers and libuv's write queue are
+ * the other half of the double buffer). */
+#include "gpu_stage.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu.h"
+#include "log.h"
+#include "mori.h"
+#include "peer_int.h"
+#include "registry.h"
+
+#define STAGE_DEVICES 16
+#define STAGE_POOL 64 /* pinned chunk buffers kept (32 MiB) */
+
+struct stage_dev {
+	int state; /* 0 untried, 1 ready, < 0 MORI_E* */
+	gpu_context ctx;
+	gpu_stream stream;
+};
+
+static struct {
+	const struct gpu_api *g;
+	struct stage_dev dev[STAGE_DEVICES];
+	void *pinned[STAGE_POOL]; /* every pinned chunk buffer made */
+	int npinned;
+	void *idle[STAGE_POOL];
+	int nidle;
+} S;
+
+static int dev_get(int ordinal, struct stage_dev **out, char *msg, size_t len)
+{
+	if (!S.g && !(S.g = gpu_api())) {
+		snprintf(msg, len, "no GPU in morid: %s", gpu_unavailable_reason());
+		return MORI_ENOGPU;
+	}
+	const struct gpu_api *g = S.g;
+	if (ordinal < 0 || ordinal >= g->device_count || ordinal >= STAGE_DEVICES) {
+		snprintf(msg, len, "GPU %d: morid sees %d device(s) (owner and morid must see the same ordinals)",
+			 ordinal, g->device_count);
+		return MORI_EINVAL;
+	}
+	struct stage_dev *d = &S.dev[ordinal];
+	if (d->state == 0) {
+		gpu_device dv;
+		int rc = gpu_err(g->device_get(&dv, ordinal), "cuDeviceGet", msg, len);
+		if (!rc)
+			rc = gpu_err(g->primary_ctx_retain(&d->ctx, dv), "cuDevicePrimaryCtxRetain", msg, len);
+		if (!rc && !(rc = gpu_err(g->ctx_push_current(d->ctx), "cuCtxPushCurrent", msg, len))) {
+			rc = gpu_err(g->stream_create(&d->stream, GPU_STREAM_NON_BLOCKING), "cuStreamCreate", msg, len);
+			gpu_context old;
+			g->ctx_pop_current(&old);
+		}
+		d->state = rc ? rc : 1;
+		if (rc)
+			return rc;
+		mlog_info("peer", "GPU %d: context for staging cross-node VRAM transfers", ordinal);
+	}
+	if (d->state < 0) {
+		snprintf(msg, len, "GPU %d: context failed earlier (%s)", ordinal, mori_strerror(d->state));
+		return d->state;
+	}
+	*out = d;
+	return MORI_OK;
+}
+
+int region_gpu_reach(struct region *r, char *msg, size_t len)
+{
+	if (r->gpu_addr)
+		return MORI_OK;
+	if (r->kind != MORI_MEM_VRAM) {
+		snprintf(msg, len, "region %llu is not VRAM", (unsigned long long)r->id);
+		return MORI_EINVAL;
+	}
+	if (r->dead) {
+		snprintf(msg, len, "region %llu deregistered", (unsigned long long)r->id);
+		return MORI_ESTALE;
+	}
+	struct stage_dev *d = NULL;
+	char why[240];
+	int rc = dev_get(r->gpu_device, &d, why, sizeof(why));
+	if (!rc) {
+		const struct gpu_api *g = S.g;
+		gpu_dptr base = 0;
+		size_t size = 0;
+		g->ctx_push_current(d->ctx);
+		rc = gpu_import(g, r->gpu_device, (int)r->gpu_handle_type, r->gpu_ipc, r->gpu_ipc_len, r->fd, &base, &size,
+				why, sizeof(why));
+		if (!rc && (r->fd_offset > size || r->size > size - r->fd_offset)) {
+			gpu_unimport(g, (int)r->gpu_handle_type, base, size);
+			snprintf(why, sizeof(why), "[%llu, +%llu) lies outside its %zu-byte allocation",
+				 (unsigned long long)r->fd_offset, (unsigned long long)r->size, size);
+			rc = MORI_EPROTO;
+		}
+		gpu_context old;
+		g->ctx_pop_current(&old);
+		if (!rc) {
+			r->gpu_map_base = base;
+			r->gpu_map_size = size;
+			r->gpu_addr = base + r->fd_offset;
+			return MORI_OK;
+		}
+	}
+	snprintf(msg, len, "morid cannot map VRAM region %llu: %s", (unsigned long long)r->id, why);
+	return rc;
+}
+
+int region_gpu_copy(struct region *r, uint64_t off, void *buf, uint64_t len, int write)
+{
+	if (r->dead)
+		return MORI_ESTALE;
+	if (!r->gpu_addr || off > r->size || len > r->size - off)
+		return MORI_ERANGE;
+	const struct gpu_api *g = S.g;
+	struct stage_dev *d = &S.dev[r->gpu_device];
+	if (g->ctx_push_current(d->ctx) != 0)
+		return MORI_EIO;
+	int rc = write ? g->memcpy_htod_async(r->gpu_addr + off, buf, len, d->stream)
+		       : g->memcpy_dtoh_async(buf, r->gpu_addr + off, len, d->stream);
+	if (!rc)
+		rc = g->stream_synchronize(d->stream);
+	gpu_context old;
+	g->ctx_pop_current(&old);
+	if (rc) {
+		char msg[200];
+		int code = gpu_err(rc, write ? "copy to VRAM" : "copy from VRAM", msg, sizeof(msg));
+		mlog_warn("peer", "region %llu: %s", (unsigned long long)r->id, msg);
+		return code;
+	}
+	return MORI_OK;
+}
+
+void region_gpu_release(struct region *r)
+{
+	const struct gpu_api *g = S.g;
+	if (!r->gpu_map_base || !g)
+		return;
+	struct stage_dev *d = &S.dev[r->gpu_device];
+	g->ctx_push_current(d->ctx);
+	gpu_unimport(g, (int)r->gpu_handle_type, r->gpu_map_base, r->gpu_map_size);
+	gpu_context old;
+	g->ctx_pop_current(&old);
+	r->gpu_map_base = r->gpu_map_size = r->gpu_addr = 0;
+}
+
+/* A context to pin host memory under: any device's (pinned memory is portable). */
+static struct stage_dev *any_dev(void)
+{
+	for (int i = 0; i < STAGE_DEVICES; i++)
+		if (S.dev[i].state == 1)
+			return &S.dev[i];
+	return NULL;
+}
+
+void *stage_get(size_t len)
+{
+	if (len <= CHUNK_MAX) {
+		if (S.nidle)
+			return S.idle[--S.nidle];
+		struct stage_dev *d = any_dev();
+		void *p = NULL;
+		if (d && S.npinned < STAGE_POOL && S.g->ctx_push_current(d->ctx) == 0) {
+			if (S.g->mem_host_alloc(&p, CHUNK_MAX, GPU_MEMHOSTALLOC_PORTABLE) != 0)
+				p = NULL;
+			gpu_context old;
+			S.g->ctx_pop_current(&old);
+			if (p) {
+				S.pinned[S.npinned++] = p;
+				return p;
+			}
+		}
+	}
+	return malloc(len ? len : 1);
+}
+
+void stage_put(void *p)
+{
+	for (int i = 0; i < S.npinned; i++)
+		if (S.pinned[i] == p) {
+			S.idle[S.nidle++] = p;
+			return;
+		}
+	free(p);
+}
+
+int stage_pin(void *p, size_t len)
+{
+	struct stage_dev *d = any_dev();
+	if (!d || S.g->ctx_push_current(d->ctx) != 0)
+		return -1;
+	int rc = S.g->mem_host_register(p, len, GPU_MEMHOSTREGISTER_PORTABLE);
+	gpu_context old;
+	S.g->ctx_pop_current(&old);
+	return rc ? -1 : 0;
+}
+
+void stage_unpin(void *p)
+{
+	struct stage_dev *d = any_dev();
+	if (!d || S.g->ctx_push_current(d->ctx) != 0)
+		return;
+	S.g->mem_host_unregister(p);
+	gpu_context old;
+	S.g->ctx_pop_current(&old);
+}
+
+void gpu_stage_fini(void)
+{
+	const struct gpu_api *g = S.g;
+	if (!g)
+		return;
+	struct stage_dev *d = any_dev();
+	if (d && g->ctx_push_current(d->ctx) == 0) {
+		for (int i = 0; i < S.npinned; i++)
+			g->mem_free_host(S.pinned[i]);
+		gpu_context old;
+		g->ctx_pop_current(&old);
+	}
+	S.npinned = S.nidle = 0;
+	for (int i = 0; i < STAGE_DEVICES; i++) {
+		if (S.dev[i].state == 1) {
+			gpu_device dv;
+			g->ctx_push_current(S.dev[i].ctx);
+			g->stream_destroy(S.dev[i].stream);
+			gpu_context old;
+			g->ctx_pop_current(&old);
+			if (g->device_get(&dv, i) == 0)
+				g->primary_ctx_release(dv);
+		}
+		S.dev[i].state = 0;
+	}
+}
