@@ -112,7 +112,10 @@ enum mori_mem_kind {
  *   GPUs), or cudaMalloc memory where the driver has no VMM. mori_mem_ptr gives its device
  *   address (CUdeviceptr), usable in this process's primary context of that device. To fill or
  *   read it without GPU code of your own, transfer between it and a host region of the same
- *   client (mori_xfer_batch with one as local and the other as remote).
+ *   client (mori_xfer_batch with one as local and the other as remote). Across nodes, VRAM
+ *   travels over the daemons' TCP streams, staged through their pinned host buffers (each
+ *   daemon maps its client's VRAM on the owner's device ordinal: run morid with the same
+ *   CUDA_VISIBLE_DEVICES view as its clients).
  * Errors: MORI_EINVAL (size 0, bad kind, MORI_GPU_DEVICE not a device of this process),
  * MORI_ENOGPU (VRAM without a GPU runtime or device), MORI_ENOMEM (host or GPU memory),
  * MORI_ESYS. Free with mori_mem_deregister, which also unmaps and frees the memory. */
