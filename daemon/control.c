@@ -303,7 +303,9 @@ int dispatch(struct morid *d, struct client *c, uid_t uid, Mori__Request *req, M
 #define SP_PROTO_REP0 0x31
 #define SP_MAX_HOPS 8                 /* backtrace words accepted (nng's default max TTL) */
 #define CTL_HANDSHAKE_MS 10000        /* to send the 8-byte header */
-#define CTL_MAX_CONNS 512             /* more are closed at once */
+#define CTL_IDLE_MS 60000             /* a connection with no whole request for this long is closed */
+#define CTL_MAX_CONNS 512             /* beyond it the longest-idle connection is closed */
+#define CTL_DENIED_MAX (64u << 10)    /* largest request read from a uid not in allow_uids */
 #define CTL_MAX_QUEUED (4u << 20)     /* unsent reply bytes before we stop reading */
 
 struct cconn {
@@ -318,6 +320,7 @@ struct cconn {
 	uint8_t head[9];       /* the 8-byte handshake, then each 9-byte message header */
 	size_t head_got;
 	int negotiated;
+	uint64_t last_ms;      /* loop time of the handshake or the last whole request */
 	uint8_t *msg;          /* the payload being received */
 	uint64_t msg_len, msg_got;
 	size_t queued;         /* reply bytes handed to uv_write, not yet written */
@@ -365,6 +368,23 @@ static void conn_close(struct cconn *k, const char *why)
 static void on_handshake_timeout(uv_timer_t *t)
 {
 	conn_close(t->data, "no handshake in time");
+}
+
+static void on_idle_timeout(uv_timer_t *t)
+{
+	conn_close(t->data, "idle (no request for 60 s)");
+}
+
+/* The connection that has waited longest for a request (handshaken or not). */
+static struct cconn *longest_idle(void)
+{
+	struct cconn *best = NULL;
+	list_each(it, &L.conns) {
+		struct cconn *k = list_entry(it, struct cconn, link);
+		if (!k->closing && (!best || k->last_ms < best->last_ms))
+			best = k;
+	}
+	return best;
 }
 
 static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
@@ -507,7 +527,8 @@ static void conn_feed(struct cconn *k, const uint8_t *p, size_t n)
 			}
 			k->negotiated = 1;
 			k->head_got = 0;
-			uv_timer_stop(&k->timer);
+			k->last_ms = uv_now(d->loop);
+			uv_timer_start(&k->timer, on_idle_timeout, CTL_IDLE_MS, 0);
 			continue;
 		}
 		if (!k->msg) {
@@ -532,6 +553,12 @@ static void conn_feed(struct cconn *k, const uint8_t *p, size_t n)
 				conn_close(k, NULL);
 				return;
 			}
+			if (len > CTL_DENIED_MAX && (!k->have_uid || !config_uid_allowed(&d->cfg, k->uid))) {
+				/* not buffered for a uid that only gets EPERM back */
+				count(d, C_DENIED, 1);
+				conn_close(k, "large request from a uid not in allow_uids");
+				return;
+			}
 			if (!(k->msg = malloc(len ? len : 1))) {
 				conn_close(k, "out of memory for a request");
 				return;
@@ -545,6 +572,8 @@ static void conn_feed(struct cconn *k, const uint8_t *p, size_t n)
 		if (k->msg_got == k->msg_len) {
 			uint8_t *m = k->msg;
 			k->msg = NULL;
+			k->last_ms = uv_now(d->loop);
+			uv_timer_start(&k->timer, on_idle_timeout, CTL_IDLE_MS, 0);
 			conn_message(k, m, (size_t)k->msg_len);
 			free(m);
 		}
@@ -583,10 +612,14 @@ static void on_connection(uv_stream_t *server, int status)
 		conn_close(k, NULL);
 		return;
 	}
+	k->last_ms = uv_now(d->loop);
 	if (L.nconns > CTL_MAX_CONNS) {
-		mlog_warn("control", "more than %d control connections: closing the newest", CTL_MAX_CONNS);
-		conn_close(k, NULL);
-		return;
+		/* make room by the connection that has waited longest: idle ones cannot lock others out */
+		struct cconn *old = longest_idle();
+		mlog_warn("control", "more than %d control connections: closing the longest idle", CTL_MAX_CONNS);
+		conn_close(old ? old : k, NULL);
+		if (k->closing)
+			return;
 	}
 	uv_os_fd_t fd;
 	struct ucred cred;

@@ -723,6 +723,41 @@ START_TEST(fuzz_control)
 }
 END_TEST
 
+/* Connections that finish the SP handshake and then say nothing must not lock moractl out:
+ * past 512 the daemon closes the longest idle one, so a request on a new connection is served
+ * and the first idle connection is the one dropped. */
+START_TEST(idle_flood)
+{
+	enum { FLOOD = 600 };
+	start_daemon();
+	struct ctl c;
+	ctl_open(&c, REPLY_TIMEOUT_MS);
+	Mori__StatusReply *st;
+	Mori__Reply *keep;
+	ck_assert_msg(status_ok(&c, &st, &keep), "no status before the flood (see %s)", log_path);
+	mori__reply__free_unpacked(keep, NULL);
+	static int fds[FLOOD];
+	const uint8_t hello[8] = {0, 'S', 'P', 0, 0, 0x30, 0, 0};
+	for (int i = 0; i < FLOOD; i++) {
+		fds[i] = unix_connect(ctl_url + strlen("ipc://"), SOCK_STREAM);
+		uint8_t theirs[8];
+		ck_assert_int_eq(send(fds[i], hello, 8, MSG_NOSIGNAL), 8);
+		ck_assert_msg(recv(fds[i], theirs, 8, MSG_WAITALL) == 8, "connection %d: no handshake", i);
+	}
+	/* a fresh client still gets its answer (its own req socket was opened before the flood and
+	 * is now among the oldest: it is closed and redials, which is what nng clients do) */
+	struct ctl c2;
+	ctl_open(&c2, REPLY_TIMEOUT_MS);
+	ck_assert_msg(status_ok(&c2, &st, &keep), "status refused after %d idle connections (see %s)", FLOOD, log_path);
+	mori__reply__free_unpacked(keep, NULL);
+	expect_closed(fds[0], "the longest idle connection");
+	for (int i = 0; i < FLOOD; i++)
+		close(fds[i]);
+	nng_close(c2.s);
+	ck_assert_int_eq(stop_daemon(), 0);
+}
+END_TEST
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -731,6 +766,7 @@ int main(void)
 	tcase_set_timeout(tc, 300);
 	tcase_add_checked_fixture(tc, NULL, cleanup);
 	tcase_add_test(tc, fuzz_control);
+	tcase_add_test(tc, idle_flood);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
