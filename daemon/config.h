@@ -22,6 +22,9 @@ struct config {
 	int64_t transfer_timeout_ms;
 	int64_t ring_entries;
 	int64_t arena_mib;
+	int64_t client_max_regions;  /* per-client caps: what one client can make the daemon hold */
+	int64_t client_max_lists;
+	int64_t client_max_backlog;
 	int64_t socket_mode;
 	char log_target[16];       /* auto, stderr, journal */
 	/* RDMA (daemon/rdma*.c) */

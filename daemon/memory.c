@@ -65,6 +65,11 @@ static int do_register(struct morid *d, struct client *c, Mori__MemRegister *m, 
 		reply_error(rep, MORI_EINVAL, "register: size must be > 0 and kind HOST or VRAM");
 		goto fail;
 	}
+	if (c->nregions >= d->cfg.client_max_regions) {
+		reply_error(rep, MORI_ENOMEM, "register: this client already has %u regions (client_max_regions)",
+			    c->nregions);
+		goto fail;
+	}
 	if (m->has_fd != (fd >= 0)) {
 		reply_error(rep, MORI_EINVAL, "register: has_fd says %d but %d fds came", m->has_fd, nfds);
 		goto fail;

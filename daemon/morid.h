@@ -72,6 +72,7 @@ struct client {
 	struct mori_cqe *cq_backlog; /* entries waiting for CQ space, FIFO */
 	size_t backlog_n, backlog_cap;
 	struct list regions;         /* regions it owns */
+	uint32_t nregions;           /* their count (client_max_regions) */
 	struct list opens;           /* struct open_ref: regions of others it opened */
 	struct list lists;           /* prepared descriptor lists (cross node) */
 	int dying;

@@ -848,6 +848,14 @@ static void prep_list(struct peers *P, struct client *c, Mori__XferPrep *xp, Mor
 			    (unsigned long long)bytes);
 		return;
 	}
+	uint64_t held = 0;
+	list_each(it, &c->lists)
+		held++;
+	if (held >= (uint64_t)d->cfg.client_max_lists) {
+		reply_error(rep, MORI_ENOMEM, "prep: this client already holds %llu prepared lists (client_max_lists)",
+			    (unsigned long long)held);
+		return;
+	}
 	struct plist *l = calloc(1, sizeof(*l));
 	mori_desc *ds = malloc(bytes);
 	if (!l || !ds) {

@@ -86,8 +86,10 @@ struct region *region_add(struct morid *d, struct client *owner, uint32_t kind, 
 	r->gpu_device = -1;
 	LIST_INIT(&r->openers);
 	list_add(&d->reg->regions, &r->link);
-	if (owner)
+	if (owner) {
 		list_add(&owner->regions, &r->owner_link);
+		owner->nregions++;
+	}
 	else
 		LIST_INIT(&r->owner_link);
 	d->reg->n++;
@@ -135,6 +137,8 @@ void region_remove(struct morid *d, struct region *r, const char *why)
 	r->dead = 1;
 	rdma_region_gone(d, r); /* issue 7: peers lose RDMA access now */
 	r->name[0] = 0;
+	if (r->owner && r->owner->nregions)
+		r->owner->nregions--;
 	list_del(&r->owner_link);
 	list_each(it, &r->openers) {
 		struct open_ref *o = list_entry(it, struct open_ref, region_link);

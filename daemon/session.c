@@ -137,6 +137,11 @@ void client_post(struct client *c, const struct mori_cqe *e)
 	if (c->backlog_n)
 		flush_backlog(c);
 	if (c->backlog_n || ring_push(c->cqh, c->cqe, c->lay.cq_entries, e) != 0) {
+		if (c->backlog_n >= (size_t)c->d->cfg.client_max_backlog) {
+			/* it stopped taking completions: holding them all would let it exhaust morid */
+			client_destroy(c, "completion queue full and backlog at client_max_backlog");
+			return;
+		}
 		if (c->backlog_n == c->backlog_cap) {
 			size_t ncap = c->backlog_cap ? 2 * c->backlog_cap : 64;
 			void *p = realloc(c->cq_backlog, ncap * sizeof(*e));

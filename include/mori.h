@@ -34,7 +34,7 @@ extern "C" {
 enum mori_err {
 	MORI_OK = 0,
 	MORI_EINVAL = -1,       /* an argument is invalid (null, zero length, empty batch, bad kind) */
-	MORI_ENOMEM = -2,       /* out of memory (host, GPU, or a daemon-side table) */
+	MORI_ENOMEM = -2,       /* out of memory (host, GPU, a daemon-side table), or a per-client cap of morid (client_max_*) */
 	MORI_ENOENT = -3,       /* unknown handle, region, list or client */
 	MORI_ERANGE = -4,       /* offset + length falls outside a region or list */
 	MORI_ETIMEDOUT = -5,    /* a deadline expired; the message names which */

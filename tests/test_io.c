@@ -482,6 +482,66 @@ START_TEST(ring_full)
 }
 END_TEST
 
+/* Per-client caps: a client cannot make morid hold unbounded state. Registering past
+ * client_max_regions is refused with the option's name (and allowed again after a
+ * deregistration); a client that stops taking completions is detached once client_max_backlog
+ * of them wait, and its regions go with it. */
+START_TEST(client_caps)
+{
+	char dir[256];
+	snprintf(dir, sizeof(dir), "%s", D.dir);
+	daemon_stop(&D);
+	const char *extra[] = {"--client-max-regions", "4", "--client-max-backlog", "1024", "--ring-entries", "64", NULL};
+	ck_assert_int_eq(daemon_start_in(&D, dir, extra), 0);
+	mori_client *a, *b;
+	mori_mem *m[5], *mb, *rb;
+	OK(mori_client_open(D.dir, "a", &a));
+	for (int i = 0; i < 4; i++)
+		OK(mori_mem_alloc(a, 4096, MORI_MEM_HOST, &m[i]));
+	ck_assert_int_eq(mori_mem_alloc(a, 4096, MORI_MEM_HOST, &m[4]), MORI_ENOMEM);
+	ck_assert_msg(strstr(mori_client_last_error(a), "client_max_regions"), "error: %s", mori_client_last_error(a));
+	OK(mori_mem_deregister(m[3]));
+	OK(mori_mem_alloc(a, 4096, MORI_MEM_HOST, &m[3]));
+
+	OK(mori_client_open(D.dir, "b", &b));
+	OK(mori_mem_alloc(b, 4096, MORI_MEM_HOST, &mb));
+	OK(mori_mem_publish(mb, "b/kv"));
+	OK(mori_mem_open_remote(a, NULL, "b/kv", &rb));
+	/* b never polls: 64 notifications fill its queue, 1024 more its backlog, the next detaches it */
+	mori_xfer_opts o = {.has_notif = 1};
+	int sent = 0, rc = MORI_OK;
+	for (int i = 0; i < 64 + 1024 + 200 && rc == MORI_OK; i++) {
+		mori_xfer *x;
+		o.notif_tag = (uint64_t)i;
+		rc = mori_write(m[0], 0, rb, 0, 64, &o, &x);
+		if (rc == MORI_OK) {
+			rc = mori_xfer_wait(x, 3000000);
+			mori_xfer_free(x);
+		}
+		sent += rc == MORI_OK;
+	}
+	ck_assert_int_ge(sent, 64 + 1024);
+	/* b's region went with it: a's transfers to it fail within the deadline, never hang */
+	uint64_t t0 = mori_now_us();
+	while (rc == MORI_OK && mori_now_us() - t0 < 3000000) {
+		mori_xfer *x;
+		rc = mori_write(m[0], 0, rb, 0, 64, NULL, &x);
+		if (rc == MORI_OK) {
+			rc = mori_xfer_wait(x, 1000000);
+			mori_xfer_free(x);
+		}
+		if (rc == MORI_OK)
+			usleep(10000);
+	}
+	ck_assert_msg(rc == MORI_ESTALE || rc == MORI_EPEERDEAD, "after b was detached: %s", mori_strerror(rc));
+	char cmd[600];
+	snprintf(cmd, sizeof(cmd), "grep -q 'client_max_backlog' %s", D.log);
+	ck_assert_msg(system(cmd) == 0, "morid's log does not say why b was detached (%s)", D.log);
+	mori_client_close(b);
+	mori_client_close(a);
+}
+END_TEST
+
 /* Deregistering memory that a peer is writing by cross-memory attach: the call returns only
  * once the peer has no copy running, so no byte lands after it (no use-after-free). */
 START_TEST(dereg_during_cma_writes)
@@ -614,6 +674,7 @@ int main(void)
 	ADD(owner_killed_cma);
 	ADD(initiator_killed);
 	ADD(ring_full);
+	ADD(client_caps);
 	ADD(dereg_during_cma_writes);
 	ADD(owner_truncates);
 	ADD(no_daemon);
