@@ -17,6 +17,7 @@
 #include "registry.h"
 
 #define ATTACH_DEADLINE_MS 10000 /* a session must say hello within this */
+#define PENDING_MAX 256          /* sessions yet to say hello; past it the oldest is closed */
 #define SQ_BATCH 256 /* entries taken per wake-up, so one client cannot starve the loop */
 
 struct conn {
@@ -29,7 +30,20 @@ struct conn {
 	uv_timer_t timer;
 	int closing, handles;
 	uint8_t *buf;
+	struct list plink;       /* on pending until its hello */
 };
+
+static struct list pending = {&pending, &pending};
+static int npending;
+static int spare_fd = -1;        /* given up to accept-and-close when out of descriptors */
+
+static void pending_leave(struct conn *k)
+{
+	if (k->plink.next != &k->plink) {
+		list_del(&k->plink);
+		npending--;
+	}
+}
 
 static void conn_close(struct conn *k);
 
@@ -279,6 +293,7 @@ static void conn_close(struct conn *k)
 	if (k->closing)
 		return;
 	k->closing = 1;
+	pending_leave(k);
 	if (k->client) {
 		struct client *c = k->client;
 		k->client = NULL;
@@ -336,6 +351,7 @@ static int do_session_hello(struct conn *k, Mori__Hello *h, Mori__Reply *rep, st
 	c->attached_us = mori_now_us();
 	c->conn = k;
 	k->client = c;
+	pending_leave(k);
 	uv_timer_stop(&k->timer);
 	Mori__HelloReply *hr = rep->hello;
 	hr->client_id = c->id;
@@ -415,6 +431,18 @@ static void session_accept(uv_poll_t *p, int status, int events)
 	struct morid *d = p->data;
 	for (int i = 0; i < 16; i++) {
 		int s = accept4(d->session_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		if (s < 0 && (errno == EMFILE || errno == ENFILE) && spare_fd >= 0) {
+			/* out of descriptors: take the connection on the spare one and close it, or the
+			 * listener stays readable and the loop spins */
+			close(spare_fd);
+			s = accept4(d->session_fd, NULL, NULL, SOCK_CLOEXEC);
+			if (s >= 0)
+				close(s);
+			spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+			count(d, C_DENIED, 1);
+			mlog_warn("session", "refused a session: out of file descriptors");
+			continue;
+		}
 		if (s < 0)
 			return;
 		struct ucred cred;
@@ -441,6 +469,14 @@ static void session_accept(uv_poll_t *p, int status, int events)
 			close(s);
 			continue;
 		}
+		if (npending >= PENDING_MAX) {
+			struct conn *old = list_entry(pending.next, struct conn, plink);
+			mlog_warn("session", "more than %d sessions without a hello: closing the oldest (pid %d)",
+				  PENDING_MAX, old->pid);
+			conn_close(old);
+		}
+		list_add(&pending, &k->plink);
+		npending++;
 		k->d = d;
 		k->sock = s;
 		k->uid = cred.uid;
@@ -474,6 +510,8 @@ int session_start(struct morid *d)
 	strcpy(sa.sun_path, tmp);
 	unlink(tmp);
 	unlink(d->session_path); /* we hold the lock: any socket there is stale */
+	if (spare_fd < 0)
+		spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	d->session_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (d->session_fd < 0 || bind(d->session_fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
 	    chmod(tmp, (mode_t)d->cfg.socket_mode) != 0 || listen(d->session_fd, 128) != 0 ||
@@ -491,6 +529,12 @@ void session_stop(struct morid *d)
 {
 	list_each(it, &d->clients)
 		client_destroy(list_entry(it, struct client, link), "daemon stopping");
+	list_each(it, &pending)
+		conn_close(list_entry(it, struct conn, plink));
+	if (spare_fd >= 0) {
+		close(spare_fd);
+		spare_fd = -1;
+	}
 	if (d->session_fd >= 0) {
 		uv_close((uv_handle_t *)&d->session_poll, NULL);
 		close(d->session_fd);

@@ -3,6 +3,7 @@
 #include <check.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/un.h>
 
 #include "ctl.h"
 #include "wire.h"
@@ -542,6 +543,35 @@ START_TEST(client_caps)
 }
 END_TEST
 
+/* Sessions that connect and never say hello cannot lock clients out: past 256 of them the
+ * daemon closes the oldest, so a real client still attaches at once. */
+START_TEST(silent_sessions)
+{
+	enum { FLOOD = 300 };
+	static int s[FLOOD];
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	ck_assert_uint_lt(strlen(D.dir) + strlen("/morid.session"), sizeof(sa.sun_path));
+	strcpy(sa.sun_path, D.dir);
+	strcat(sa.sun_path, "/morid.session");
+	for (int i = 0; i < FLOOD; i++) {
+		s[i] = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+		ck_assert_msg(connect(s[i], (struct sockaddr *)&sa, sizeof(sa)) == 0, "connect %d: %s", i, strerror(errno));
+	}
+	mori_client *c;
+	uint64_t t0 = mori_now_us();
+	OK(mori_client_open(D.dir, "late", &c));
+	ck_assert_msg(mori_now_us() - t0 < 2000000, "attaching took %llu us", (unsigned long long)(mori_now_us() - t0));
+	/* the oldest silent one was closed by the daemon */
+	struct timeval tv = {.tv_sec = 2};
+	setsockopt(s[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	char b[64];
+	ck_assert_int_eq(recv(s[0], b, sizeof(b), 0), 0);
+	for (int i = 0; i < FLOOD; i++)
+		close(s[i]);
+	mori_client_close(c);
+}
+END_TEST
+
 /* Deregistering memory that a peer is writing by cross-memory attach: the call returns only
  * once the peer has no copy running, so no byte lands after it (no use-after-free). */
 START_TEST(dereg_during_cma_writes)
@@ -675,6 +705,7 @@ int main(void)
 	ADD(initiator_killed);
 	ADD(ring_full);
 	ADD(client_caps);
+	ADD(silent_sessions);
 	ADD(dereg_during_cma_writes);
 	ADD(owner_truncates);
 	ADD(no_daemon);
