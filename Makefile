@@ -11,6 +11,7 @@ SANITIZE   ?=
 B          ?= build
 CC         ?= cc
 NVCC       ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+HIPCC      ?= $(shell command -v hipcc 2>/dev/null || ls /opt/rocm/bin/hipcc 2>/dev/null)
 
 PKGS       := libuv libprotobuf-c libsystemd inih libcjson
 PKG_CFLAGS  = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
@@ -88,7 +89,7 @@ $(B)/tests/%: $(B)/obj/tests/%.o $(B)/libmori.a $(B)/libmorid.a
 # generated C array; without nvcc an empty image, said once. kernels.mk decides what is stale.
 kernels: $(B)/kernels/mori_kernels.c
 $(B)/kernels/mori_kernels.c: FORCE
-	@$(MAKE) -s --no-print-directory -f kernels/kernels.mk B=$(B) NVCC=$(NVCC) CC=$(CC)
+	@$(MAKE) -s --no-print-directory -f kernels/kernels.mk B=$(B) NVCC=$(NVCC) HIPCC=$(HIPCC) CC=$(CC)
 $(B)/obj/kernels/%.o: $(B)/kernels/%.c $(B)/.flags
 	@mkdir -p $(dir $@); echo "  CC      $<"
 	$(Q)$(CC) $(CFLAGS_ALL) -c $< -o $@

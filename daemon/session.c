@@ -59,6 +59,9 @@ struct client *client_new(struct morid *d, pid_t pid, uid_t uid, const char *nam
 	c->pid = pid;
 	c->uid = uid;
 	snprintf(c->name, sizeof(c->name), "%s", name ? name : "");
+	for (char *q = c->name; *q; q++)
+		if ((unsigned char)*q < 0x20 || *q == 0x7f)
+			*q = '?'; /* names go into logs and moractl's table: no control characters */
 	c->created_us = mori_now_us();
 	c->ring_fd = c->sq_efd = c->cq_efd = -1;
 	LIST_INIT(&c->regions);

@@ -4,13 +4,18 @@
 #                 kernels/abi_check.c also checks gpu.h's restated driver ABI against cuda.h.
 #   without nvcc, or with one that cannot compile (kernels/probe-nvcc.sh):
 #                 an empty image; libmori then answers GPU transfers with MORI_ENOKERNEL.
-#   HIP:          code objects for gfx942/gfx950 are not built yet (no hipcc that targets them
-#                 here); on AMD GPUs libmori answers GPU transfers with MORI_ENOKERNEL.
+#   with hipcc:   a code-object bundle for the HIP_ARCHS it can target (gfx942 gfx950), from the
+#                 same source through kernels/mori_gpu.h; archs it cannot target are skipped,
+#                 saying so (kernels/probe-hipcc.sh). Without: AMD GPUs get MORI_ENOKERNEL.
 B      ?= build
 NVCC   ?=
+HIPCC  ?=
+HIP_ARCHS ?= gfx942 gfx950
 CC     ?= cc
 OUT    := $(B)/kernels
 GEN    := $(OUT)/mori_kernels.c
+CUDA_PART := $(OUT)/kernels_cuda.part
+HIP_PART  := $(OUT)/kernels_hip.part
 SRC    := kernels/copy.cu
 DEPS   := $(SRC) kernels/mori_gpu.h kernels/mori_copy.h kernels/kernels.mk kernels/embed.sh \
           kernels/probe-nvcc.sh
@@ -19,12 +24,19 @@ ARCHS  := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_9
 NVFLAGS ?= -O3 -std=c++17
 NVCC_OK   := $(if $(NVCC),$(shell sh kernels/probe-nvcc.sh "$(NVCC)" "$(OUT)"),not found)
 HAVE_NVCC := $(if $(filter yes,$(NVCC_OK)),yes,)
+HIP_OK    := $(if $(HIPCC),$(shell sh kernels/probe-hipcc.sh "$(HIPCC)" "$(OUT)" $(HIP_ARCHS)),none: hipcc not found)
+HIP_GOOD  := $(if $(filter none:,$(firstword $(HIP_OK))),,$(HIP_OK))
 
 all: $(GEN)
 
-# Rebuild when the compiler choice changes (nvcc installed or removed).
+$(GEN): $(CUDA_PART) $(HIP_PART)
+	@cat $(CUDA_PART) $(HIP_PART) > $@.tmp && mv $@.tmp $@
+
+# Rebuild when the compiler choice changes (nvcc or hipcc installed or removed).
 $(OUT)/.nvcc: FORCE
 	@mkdir -p $(OUT); echo '$(NVCC) $(HAVE_NVCC) $(NVFLAGS)' | cmp -s - $@ || echo '$(NVCC) $(HAVE_NVCC) $(NVFLAGS)' > $@
+$(OUT)/.hipcc: FORCE
+	@mkdir -p $(OUT); echo '$(HIPCC) $(HIP_GOOD) $(HIPFLAGS)' | cmp -s - $@ || echo '$(HIPCC) $(HIP_GOOD) $(HIPFLAGS)' > $@
 
 ifeq ($(HAVE_NVCC),yes)
 # cuda.h for the ABI check: beside nvcc, or in the toolkit's target directory (some installs
@@ -45,12 +57,27 @@ else
 	@touch $@
 endif
 
-$(GEN): $(OUT)/copy.fatbin $(OUT)/abi_check.ok
-	@sh kernels/embed.sh $< "sm_80 sm_90 compute_90" > $@.tmp && mv $@.tmp $@
+$(CUDA_PART): $(OUT)/copy.fatbin $(OUT)/abi_check.ok
+	@sh kernels/embed.sh cuda $< "sm_80 sm_90 compute_90" > $@.tmp && mv $@.tmp $@
 else
-$(GEN): $(DEPS) $(OUT)/.nvcc
-	@echo "  KERNELS none: nvcc $(NVCC_OK); libmori is built without GPU kernels (GPU transfers give MORI_ENOKERNEL)"
-	@sh kernels/embed.sh "" "" > $@.tmp && mv $@.tmp $@
+$(CUDA_PART): $(DEPS) $(OUT)/.nvcc
+	@echo "  KERNELS no CUDA kernels: nvcc $(NVCC_OK); libmori answers GPU transfers on NVIDIA with MORI_ENOKERNEL"
+	@sh kernels/embed.sh cuda "" "" > $@.tmp && mv $@.tmp $@
+endif
+
+HIPFLAGS ?= -O3 -std=c++17
+HIP_SKIP := $(filter-out $(HIP_GOOD),$(HIP_ARCHS))
+ifneq ($(HIP_GOOD),)
+$(OUT)/copy.hipfb: $(DEPS) kernels/probe-hipcc.sh $(OUT)/.hipcc
+	@echo "  HIPCC   $(SRC) -> $(HIP_GOOD)$(if $(HIP_SKIP), (skipped: $(HIP_SKIP), which $(HIPCC) cannot target),)"
+	@$(HIPCC) $(HIPFLAGS) --genco $(addprefix --offload-arch=,$(HIP_GOOD)) -Ikernels -o $@ $(SRC)
+
+$(HIP_PART): $(OUT)/copy.hipfb
+	@sh kernels/embed.sh hip $< "$(HIP_GOOD)" > $@.tmp && mv $@.tmp $@
+else
+$(HIP_PART): $(DEPS) kernels/probe-hipcc.sh $(OUT)/.hipcc
+	@echo "  KERNELS no HIP kernels for $(HIP_ARCHS): $(strip $(patsubst none:%,%,$(HIP_OK))); AMD GPUs get MORI_ENOKERNEL"
+	@sh kernels/embed.sh hip "" "" > $@.tmp && mv $@.tmp $@
 endif
 
 .PHONY: all FORCE
