@@ -47,7 +47,8 @@ all: $(B)/morid $(addprefix $(B)/,$(TOOLS)) $(B)/libmori.so $(B)/libmori.a $(B)/
 $(B)/.flags: FORCE
 	@mkdir -p $(B); echo '$(CFLAGS_ALL) $(LDFLAGS) $(PKG_LIBS)' | cmp -s - $@ || echo '$(CFLAGS_ALL) $(LDFLAGS) $(PKG_LIBS)' > $@
 
-$(B)/proto/mori.pb-c.c $(B)/proto/mori.pb-c.h: proto/mori.proto
+# one run of protoc-c makes both files (a grouped target: make 4.3)
+$(B)/proto/mori.pb-c.c $(B)/proto/mori.pb-c.h &: proto/mori.proto
 	@mkdir -p $(B)/proto; echo "  PROTOC  $<"
 	$(Q)protoc-c --proto_path=proto --c_out=$(B)/proto $<
 
