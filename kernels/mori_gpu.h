@@ -39,11 +39,16 @@ MORI_DEVICE uint64_t mori_grid_warps(void)
  * Bytes a copy kernel moves are read once and written once: the streaming hints keep them
  * from evicting data the application's own kernels want in L2. */
 typedef uint4 mori_vec16;
+#ifdef MORI_HIP
+/* clang's nontemporal builtins take native vectors, not HIP's uint4 wrapper struct */
+typedef unsigned int mori_native16 __attribute__((ext_vector_type(4)));
+#endif
 
 MORI_DEVICE mori_vec16 mori_load_once16(const mori_vec16 *p)
 {
 #ifdef MORI_HIP
-	return __builtin_nontemporal_load(p);
+	mori_native16 n = __builtin_nontemporal_load((const mori_native16 *)p);
+	return make_uint4(n.x, n.y, n.z, n.w);
 #else
 	return __ldcs(p);
 #endif
@@ -51,7 +56,8 @@ MORI_DEVICE mori_vec16 mori_load_once16(const mori_vec16 *p)
 MORI_DEVICE void mori_store_once16(mori_vec16 *p, mori_vec16 v)
 {
 #ifdef MORI_HIP
-	__builtin_nontemporal_store(v, p);
+	mori_native16 n = {v.x, v.y, v.z, v.w};
+	__builtin_nontemporal_store(n, (mori_native16 *)p);
 #else
 	__stcs(p, v);
 #endif
