@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 B=${B:-build}
 skip() { echo "skipped: $*"; exit 77; }
 [ -x "$B/tests/test_rdma_verbs" ] && [ -x "$B/morid" ] || { echo "build first (make)"; exit 1; }
-command -v qemu-system-x86_64 >/dev/null || skip "no qemu-system-x86_64 (tools/install-deps installs qemu-system-x86)"
+command -v qemu-system-x86_64 >/dev/null || skip "no qemu-system-x86_64 (tools/install-deps installs it as root)"
 ls /boot/vmlinuz-* >/dev/null 2>&1 || skip "no kernel image in /boot (install linux-image-amd64)"
 if [ "${MORI_TEST_RDMA_VM:-0}" = 1 ]; then
 	batches=1000 dbatches=1000 mib=256 iters=16 tmo=1200
