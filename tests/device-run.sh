@@ -163,6 +163,7 @@ for p in $parts; do
 		stop_morid
 		MORI_TEST_TIMEOUT=${TEST_TIMEOUT:-240} run 560 "^(ok|not ok|skip)|passed|failed|skipped" tests/run-gpu
 		cp "$B"/test-logs/*gpu*.log "$O/" 2>/dev/null
+		start_morid # for the parts after this one
 		;;
 	*) echo "unknown part $p" ;;
 	esac
