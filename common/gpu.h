@@ -203,6 +203,10 @@ struct gpu_vmm_blob {
 	uint64_t owner_base;   /* owner's address of that mapping (diagnostics) */
 };
 
+/* The properties of a shareable VMM allocation on device `ordinal`: pinned device memory
+ * exportable as a POSIX fd (what mori_mem_alloc makes and gpu_import maps). */
+void gpu_vmm_prop(struct gpu_mem_prop *prop, int ordinal);
+
 /* Map into this process an allocation another process shared: type GPU_HANDLE_*, blob its
  * gpu_ipc bytes, fd the VMM fd (not closed here). The caller has made device `ordinal`'s
  * context current. On success *base and *size give the whole allocation's mapping (the

@@ -9,6 +9,15 @@
 #include "gpu.h"
 #include "mori.h"
 
+void gpu_vmm_prop(struct gpu_mem_prop *prop, int ordinal)
+{
+	memset(prop, 0, sizeof(*prop));
+	prop->type = GPU_MEM_ALLOCATION_TYPE_PINNED;
+	prop->requested_handle_types = GPU_MEM_HANDLE_TYPE_POSIX_FD;
+	prop->location.type = GPU_MEM_LOCATION_TYPE_DEVICE;
+	prop->location.id = ordinal;
+}
+
 static int import_legacy(const struct gpu_api *g, const void *blob, size_t blob_len, gpu_dptr *base,
 			 size_t *size, char *msg, size_t len)
 {
@@ -60,11 +69,7 @@ static int import_vmm(const struct gpu_api *g, int ordinal, const void *blob, si
 		return MORI_ENOTSUP;
 	}
 	struct gpu_mem_prop prop;
-	memset(&prop, 0, sizeof(prop));
-	prop.type = GPU_MEM_ALLOCATION_TYPE_PINNED;
-	prop.requested_handle_types = GPU_MEM_HANDLE_TYPE_POSIX_FD;
-	prop.location.type = GPU_MEM_LOCATION_TYPE_DEVICE;
-	prop.location.id = ordinal;
+	gpu_vmm_prop(&prop, ordinal);
 	size_t gran = 0;
 	if (g->mem_get_allocation_granularity(&gran, &prop, GPU_MEM_ALLOC_GRANULARITY_MINIMUM) != 0 || !gran)
 		gran = 2u << 20;

@@ -2,11 +2,11 @@
 # Invoked by the top Makefile as: make -f kernels/kernels.mk B=build NVCC=/path/to/nvcc
 #   with nvcc:    a fatbin for sm_80 and sm_90 plus compute_90 PTX (newer GPUs JIT the PTX);
 #                 kernels/abi_check.c also checks gpu.h's restated driver ABI against cuda.h.
-#   without nvcc, or with one that cannot compile (kernels/probe-nvcc.sh):
+#   without nvcc, or with one that cannot compile (kernels/probe-gpucc.sh):
 #                 an empty image; libmori then answers GPU transfers with MORI_ENOKERNEL.
 #   with hipcc:   a code-object bundle for the HIP_ARCHS it can target (gfx942 gfx950), from the
 #                 same source through kernels/mori_gpu.h; archs it cannot target are skipped,
-#                 saying so (kernels/probe-hipcc.sh). Without: AMD GPUs get MORI_ENOKERNEL.
+#                 saying so (kernels/probe-gpucc.sh). Without: AMD GPUs get MORI_ENOKERNEL.
 B      ?= build
 NVCC   ?=
 HIPCC  ?=
@@ -18,13 +18,13 @@ CUDA_PART := $(OUT)/kernels_cuda.part
 HIP_PART  := $(OUT)/kernels_hip.part
 SRC    := kernels/copy.cu
 DEPS   := $(SRC) kernels/mori_gpu.h kernels/mori_copy.h kernels/kernels.mk kernels/embed.sh \
-          kernels/probe-nvcc.sh
+          kernels/probe-gpucc.sh
 ARCHS  := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
           -gencode arch=compute_90,code=compute_90
 NVFLAGS ?= -O3 -std=c++17
-NVCC_OK   := $(if $(NVCC),$(shell sh kernels/probe-nvcc.sh "$(NVCC)" "$(OUT)"),not found)
+NVCC_OK   := $(if $(NVCC),$(shell sh kernels/probe-gpucc.sh nvcc "$(NVCC)" "$(OUT)"),not found)
 HAVE_NVCC := $(if $(filter yes,$(NVCC_OK)),yes,)
-HIP_OK    := $(if $(HIPCC),$(shell sh kernels/probe-hipcc.sh "$(HIPCC)" "$(OUT)" $(HIP_ARCHS)),none: hipcc not found)
+HIP_OK    := $(if $(HIPCC),$(shell sh kernels/probe-gpucc.sh hipcc "$(HIPCC)" "$(OUT)" $(HIP_ARCHS)),none: hipcc not found)
 HIP_GOOD  := $(if $(filter none:,$(firstword $(HIP_OK))),,$(HIP_OK))
 
 all: $(GEN)
@@ -68,14 +68,14 @@ endif
 HIPFLAGS ?= -O3 -std=c++17
 HIP_SKIP := $(filter-out $(HIP_GOOD),$(HIP_ARCHS))
 ifneq ($(HIP_GOOD),)
-$(OUT)/copy.hipfb: $(DEPS) kernels/probe-hipcc.sh $(OUT)/.hipcc
+$(OUT)/copy.hipfb: $(DEPS) kernels/probe-gpucc.sh $(OUT)/.hipcc
 	@echo "  HIPCC   $(SRC) -> $(HIP_GOOD)$(if $(HIP_SKIP), (skipped: $(HIP_SKIP), which $(HIPCC) cannot target),)"
 	@$(HIPCC) $(HIPFLAGS) --genco $(addprefix --offload-arch=,$(HIP_GOOD)) -Ikernels -o $@ $(SRC)
 
 $(HIP_PART): $(OUT)/copy.hipfb
 	@sh kernels/embed.sh hip $< "$(HIP_GOOD)" > $@.tmp && mv $@.tmp $@
 else
-$(HIP_PART): $(DEPS) kernels/probe-hipcc.sh $(OUT)/.hipcc
+$(HIP_PART): $(DEPS) kernels/probe-gpucc.sh $(OUT)/.hipcc
 	@echo "  KERNELS no HIP kernels for $(HIP_ARCHS): $(strip $(patsubst none:%,%,$(HIP_OK))); AMD GPUs get MORI_ENOKERNEL"
 	@sh kernels/embed.sh hip "" "" > $@.tmp && mv $@.tmp $@
 endif

@@ -283,11 +283,7 @@ static int alloc_vmm(const struct gpu_api *g, struct gpu_dev *d, size_t size, st
 	    g->device_get_attribute(&posix, GPU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FD_SUPPORTED, d->dev) || !posix)
 		return GPU_ERROR_NOT_SUPPORTED;
 	struct gpu_mem_prop prop;
-	memset(&prop, 0, sizeof(prop));
-	prop.type = GPU_MEM_ALLOCATION_TYPE_PINNED;
-	prop.requested_handle_types = GPU_MEM_HANDLE_TYPE_POSIX_FD;
-	prop.location.type = GPU_MEM_LOCATION_TYPE_DEVICE;
-	prop.location.id = d->ordinal;
+	gpu_vmm_prop(&prop, d->ordinal);
 	size_t gran = 0;
 	int r = g->mem_get_allocation_granularity(&gran, &prop, GPU_MEM_ALLOC_GRANULARITY_MINIMUM);
 	if (r)

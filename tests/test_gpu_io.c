@@ -91,10 +91,7 @@ static void target_main(int rfd, int wfd, uint64_t seed)
 	gpu_dptr leg, vmm;
 	gpu_memhandle h;
 	struct gpu_mem_prop prop;
-	memset(&prop, 0, sizeof(prop));
-	prop.type = GPU_MEM_ALLOCATION_TYPE_PINNED;
-	prop.requested_handle_types = GPU_MEM_HANDLE_TYPE_POSIX_FD;
-	prop.location.type = GPU_MEM_LOCATION_TYPE_DEVICE;
+	gpu_vmm_prop(&prop, 0);
 	struct gpu_access_desc acc = {{GPU_MEM_LOCATION_TYPE_DEVICE, 0}, GPU_MEM_ACCESS_FLAGS_PROT_READWRITE};
 	if (g->mem_alloc(&leg, LEG_ALLOC) || g->mem_create(&h, VMM_ALLOC, &prop, 0) ||
 	    g->mem_address_reserve(&vmm, VMM_ALLOC, 0, 0, 0) || g->mem_map(vmm, VMM_ALLOC, 0, h, 0) ||
