@@ -45,6 +45,7 @@ static const struct opt opts[] = {
 	{"rdma_retry_cnt", T_INT, S(rdma_retry_cnt), 0, 7, "7", 1, "QP transport retries before an error, for new QPs"},
 	{"rdma_rnr_retry", T_INT, S(rdma_rnr_retry), 0, 7, "7", 1, "QP receiver-not-ready retries (7: forever), for new QPs"},
 	{"transport", T_STR, S(transport), 0, 0, "auto", 0, "cross-node transport: auto (RDMA where both ends have it, else TCP), tcp or rdma"},
+	{"rdma_busy_poll", T_INT, S(rdma_busy_poll), 0, 1, "0", 1, "1: while transfers are in flight morid's loop polls the completion queue instead of sleeping on its channel (lower latency, one core busy)"},
 	{"rdma_qps_per_peer", T_INT, S(rdma_qps_per_peer), 1, 16, "2", 0, "RDMA queue pairs per peer daemon (transfers striped over them)"},
 	{"client_max_regions", T_INT, S(client_max_regions), 1, 1 << 20, "65536", 1, "regions one client may have registered at once"},
 	{"client_max_lists", T_INT, S(client_max_lists), 1, 1 << 20, "4096", 1, "prepared cross-node descriptor lists one client may hold"},

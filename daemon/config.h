@@ -38,6 +38,7 @@ struct config {
 	int64_t rdma_rnr_retry;    /* 7: retry forever */
 	char transport[8];         /* auto, tcp, rdma: cross-node transport choice */
 	int64_t rdma_qps_per_peer;
+	int64_t rdma_busy_poll;    /* 1: spin on the CQ while transfers are in flight */
 
 	/* derived at validation */
 	uid_t uids[CFG_MAX_UIDS];

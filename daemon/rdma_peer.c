@@ -136,6 +136,7 @@ struct rnode {
 	struct rdma_eng *e;
 	uv_poll_t cq_poll;
 	uv_timer_t timer;
+	uv_idle_t spin;          /* rdma_busy_poll: polls the CQ every loop turn while work is out */
 	int handles;
 	int stopping;
 	int kick;                /* waiting jobs to look at (at the next timer, never re-entrant) */
@@ -186,10 +187,20 @@ static void on_timer(uv_timer_t *t)
 	progress(N);
 }
 
+static void on_spin(uv_idle_t *h)
+{
+	progress(h->data);
+}
+
 static void arm(struct rnode *N)
 {
 	if (N->stopping || !N->e)
 		return;
+	/* busy polling runs only while there is something to wait for */
+	if (N->d->cfg.rdma_busy_poll && rdma_xfers_in_flight(N->e) > 0)
+		uv_idle_start(&N->spin, on_spin);
+	else
+		uv_idle_stop(&N->spin);
 	if (N->kick) {
 		uv_timer_start(&N->timer, on_timer, 0, 0);
 		return;
@@ -1141,7 +1152,9 @@ int rdma_node_start(struct morid *d)
 	uv_poll_start(&N->cq_poll, UV_READABLE, on_cq);
 	uv_timer_init(d->loop, &N->timer);
 	N->timer.data = N;
-	N->handles += 2;
+	uv_idle_init(d->loop, &N->spin);
+	N->spin.data = N;
+	N->handles += 3;
 	N->on = 1;
 	const struct rdma_vinfo *vi = rdma_vdev_info(N->v);
 	snprintf(N->why, sizeof(N->why), "%s port %u (%s, gid %d, mtu %u)", vi->name, vi->port, vi->address,
@@ -1202,6 +1215,7 @@ void rdma_node_stop(struct morid *d)
 	if (N->on) {
 		uv_close((uv_handle_t *)&N->cq_poll, handle_closed);
 		uv_close((uv_handle_t *)&N->timer, handle_closed);
+		uv_close((uv_handle_t *)&N->spin, handle_closed);
 		rdma_vdev_close(N->v); /* its fd stays open until here; the poll handle is closing */
 		N->v = NULL;
 		N->on = 0;

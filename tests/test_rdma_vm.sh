@@ -21,7 +21,7 @@ ls /boot/vmlinuz-* >/dev/null 2>&1 || skip "no kernel image in /boot (install li
 if [ "${MORI_TEST_RDMA_VM:-0}" = 1 ]; then
 	batches=1000 dbatches=1000 mib=256 iters=16 tmo=1200
 else
-	batches=150 dbatches=100 mib=32 iters=6 tmo=290
+	batches=150 dbatches=100 mib=32 iters=6 tmo=400
 fi
 out=$B/test-logs/rdma-vm
 rm -rf "$out"

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -458,6 +459,7 @@ static int run_io(struct opts *o)
 		to.rundir = o->remote_rundir ? o->remote_rundir : o->rundir;
 		target = fork();
 		if (target == 0) {
+			prctl(PR_SET_PDEATHSIG, SIGKILL); /* a bench that dies must not leave its name published */
 			close(p[0]);
 			target_main(&to, p[1]);
 			_exit(0);
