@@ -160,7 +160,8 @@ int mori_mem_pack(const mori_mem *mem, void *blob, size_t cap, size_t *len);
 int mori_mem_unpack(mori_client *c, const void *blob, size_t len, mori_mem **out);
 
 /* Publish a local region under `name` (1..127 printable bytes, e.g. "prefill0/kv") in this
- * node's daemon; the name is withdrawn when the region is deregistered or its client dies.
+ * node's daemon; the name is withdrawn when the region is deregistered or its client dies. A
+ * region has one name: publishing it again under another name renames it.
  * Errors: MORI_EEXIST (name taken), MORI_EINVAL, MORI_ENOENT. */
 int mori_mem_publish(mori_mem *mem, const char *name);
 
