@@ -19,7 +19,11 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -681,7 +685,11 @@ struct opts {
 	int64_t timeout_ms;
 	int skip_bad, json, progress, dry_run, warmup, io_baseline;
 	uint64_t verify_every; /* fill and verify job ids that are multiples of this (1: all) */
+	int role;              /* ROLE_BOTH: fork both sides; else this process is one of them */
+	const char *coord;     /* --coord HOST:PORT: the side channel between the two roles */
+	int role_cross;        /* role mode: the two sides' daemons differ (set at the hello) */
 };
+enum { ROLE_BOTH = 0, ROLE_PREFILL, ROLE_DECODE };
 
 struct results {
 	uint64_t requests, requests_cached, jobs;
@@ -752,13 +760,22 @@ static size_t msg_len(const struct msg *m)
 	return offsetof(struct msg, blk) + (size_t)m->n * sizeof(struct job_block);
 }
 
+/* The side channel is a SEQPACKET socketpair (one message per packet) when one process forks
+ * both sides, a TCP connection between the roles (--role): then messages are read by length. */
+static int msg_stream;
+
 static int msg_send(int fd, const struct msg *m)
 {
-	ssize_t w;
-	do
-		w = send(fd, m, msg_len(m), MSG_NOSIGNAL);
-	while (w < 0 && errno == EINTR);
-	return w == (ssize_t)msg_len(m) ? 0 : -1;
+	size_t len = msg_len(m), done = 0;
+	while (done < len) {
+		ssize_t w = send(fd, (const char *)m + done, len - done, MSG_NOSIGNAL);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0 || (!msg_stream && (size_t)w != len))
+			return -1;
+		done += (size_t)w;
+	}
+	return 0;
 }
 
 /* Receive one message within timeout_ms (< 0: wait, checking every second that the parent
@@ -766,6 +783,8 @@ static int msg_send(int fd, const struct msg *m)
 static int msg_recv(int fd, struct msg *m, int64_t timeout_ms, pid_t parent_pid, const char **why)
 {
 	uint64_t deadline = timeout_ms >= 0 ? now_us() + (uint64_t)timeout_ms * 1000 : 0;
+	const size_t head = offsetof(struct msg, blk);
+	size_t got = 0, want = msg_stream ? head : sizeof(*m);
 	for (;;) {
 		struct pollfd pfd = {.fd = fd, .events = POLLIN};
 		int wait_ms = 1000;
@@ -785,8 +804,8 @@ static int msg_recv(int fd, struct msg *m, int64_t timeout_ms, pid_t parent_pid,
 			return -1;
 		}
 		if (rc > 0) {
-			ssize_t r = recv(fd, m, sizeof(*m), 0);
-			if (r < 0 && errno == EINTR)
+			ssize_t r = recv(fd, (char *)m + got, want - got, 0);
+			if (r < 0 && (errno == EINTR || errno == EAGAIN))
 				continue;
 			if (r == 0 || (r < 0 && errno == ECONNRESET)) {
 				*why = "the other process has gone";
@@ -795,6 +814,14 @@ static int msg_recv(int fd, struct msg *m, int64_t timeout_ms, pid_t parent_pid,
 			if (r < 0) {
 				*why = "receive failed";
 				return -1;
+			}
+			if (msg_stream) {
+				got += (size_t)r;
+				if (got == head && m->n <= JOB_MAX_BLOCKS)
+					want = msg_len(m);
+				if (got < want)
+					continue;
+				r = (ssize_t)got;
 			}
 			if (r < (ssize_t)offsetof(struct msg, blk) || m->n > JOB_MAX_BLOCKS ||
 			    (size_t)r != msg_len(m)) {
@@ -1193,6 +1220,30 @@ static int notif_wait(mori_client *c, struct tagset *t, uint64_t tag, int64_t ti
 /* Deadline of the set-up steps (allocation, warm-up): the transfer timeout plus 30 s per GiB
  * of pool, since touching a page the first time costs up to about 25 us on this VM and the
  * warm-up touches each page up to three times. */
+/* What both sides must agree on (they may be separate commands with --role): put in a hello,
+ * checked against the other side's. */
+static void hello_geom(struct msg *m, const struct opts *o, const struct geom *g)
+{
+	m->u0 = g->bytes_per_block;
+	m->u1 = g->pool_blocks;
+	m->code = o->mode * 16 + o->mem_kind;
+}
+
+static int hello_geom_differs(const struct msg *m, const struct opts *o, const struct geom *g, char *err,
+			      size_t len)
+{
+	struct msg mine;
+	hello_geom(&mine, o, g);
+	if (m->u0 == mine.u0 && m->u1 == mine.u1 && m->code == mine.code)
+		return 0;
+	snprintf(err, len,
+		 "prefill and decode disagree: %llu vs %llu bytes per block, %llu vs %llu pool blocks, "
+		 "mode/memory %d vs %d (give both the same --model, --page-tokens, --pool-*, --mode, --mem)",
+		 (unsigned long long)m->u0, (unsigned long long)mine.u0, (unsigned long long)m->u1,
+		 (unsigned long long)mine.u1, m->code, mine.code);
+	return -1;
+}
+
 static int64_t setup_deadline_ms(const struct opts *o, const struct geom *g)
 {
 	return o->timeout_ms + 30000 * (int64_t)((g->pool_bytes + (1ull << 30) - 1) >> 30);
@@ -1220,20 +1271,25 @@ static int run_prefill(const struct opts *o, const struct geom *g, int fd, pid_t
 	m->type = M_HELLO;
 	snprintf(m->a, sizeof(m->a), "%s", mori_client_node(s.c));
 	snprintf(m->b, sizeof(m->b), "%s", s.name);
+	hello_geom(m, o, g);
 	if (msg_send(fd, m))
 		goto out;
 	if (msg_recv(fd, m, setup_deadline_ms(o, g), parent, &why) || m->type != M_HELLO)
 		goto out; /* the decode side reports its own failure */
+	if (hello_geom_differs(m, o, g, err, sizeof(err))) {
+		fprintf(stderr, "mori-kvreplay: prefill: %s\n", err);
+		goto out; /* decode found the same and says so */
+	}
 	/* warm-up, overlapping the decode side's: prefill writes its pool (fill) through its own
 	 * mapping, and in push mode the decode pool through its mapping of it */
 	if (o->warmup)
 		side_warm_local(&s, g, 1);
 	if (o->mode == MODE_PUSH) {
-		const char *node = o->decode_node ? o->decode_node
-				   : strcmp(o->prefill_rt ? o->prefill_rt : "",
-					    o->decode_rt ? o->decode_rt : "")
-				       ? m->a
-				       : NULL;
+		/* the decode pool is opened at its daemon's address when that is another daemon */
+		int cross = o->role != ROLE_BOTH ? strcmp(m->a, mori_client_node(s.c)) != 0
+						 : strcmp(o->prefill_rt ? o->prefill_rt : "",
+							  o->decode_rt ? o->decode_rt : "") != 0;
+		const char *node = o->decode_node ? o->decode_node : cross ? m->a : NULL;
 		if (node && !*node) {
 			send_err(fd, "prefill: the decode daemon reports no peer address (set listen= "
 				     "in its config, or --decode-node)");
@@ -1616,6 +1672,8 @@ static const char *topology(const struct opts *o)
 {
 	if (o->dry_run)
 		return "dry-run";
+	if (o->role != ROLE_BOTH)
+		return o->role_cross ? "cross-node" : "same-node";
 	return strcmp(o->prefill_rt ? o->prefill_rt : "", o->decode_rt ? o->decode_rt : "")
 		       ? "cross-node"
 		       : "same-node";
@@ -1754,6 +1812,94 @@ static void report(const struct opts *o, const struct geom *g, const struct trac
 /* ---------------------------------------------------------------------------------------------
  * main
  */
+/* ---------------------------------------------------------------------------------------------
+ * --role: prefill and decode as two commands (two machines), joined by one TCP connection
+ */
+static int coord_resolve(const char *spec, struct addrinfo **out, char *err, size_t len)
+{
+	char host[256];
+	const char *colon = strrchr(spec, ':');
+	if (!colon || colon == spec || !colon[1] || (size_t)(colon - spec) >= sizeof(host)) {
+		snprintf(err, len, "--coord %s: expected HOST:PORT", spec);
+		return -1;
+	}
+	memcpy(host, spec, (size_t)(colon - spec));
+	host[colon - spec] = 0;
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM};
+	int rc = getaddrinfo(host, colon + 1, &hints, out);
+	if (rc) {
+		snprintf(err, len, "--coord %s: %s", spec, gai_strerror(rc));
+		return -1;
+	}
+	return 0;
+}
+
+static void coord_tune(int fd)
+{
+	int one = 1, idle = 10, intvl = 5, cnt = 3; /* a vanished peer is noticed within ~25 s */
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+}
+
+/* The prefill role: listen at spec and take one decode connection within timeout_ms. */
+static int coord_accept(const char *spec, int64_t timeout_ms, char *err, size_t len)
+{
+	struct addrinfo *ai;
+	if (coord_resolve(spec, &ai, err, len))
+		return -1;
+	int one = 1, fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd >= 0)
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) || listen(fd, 1)) {
+		snprintf(err, len, "--coord %s: cannot listen: %s", spec, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		freeaddrinfo(ai);
+		return -1;
+	}
+	freeaddrinfo(ai);
+	struct pollfd pfd = {.fd = fd, .events = POLLIN};
+	int rc = poll(&pfd, 1, timeout_ms > INT_MAX ? INT_MAX : (int)timeout_ms);
+	int c = rc > 0 ? accept4(fd, NULL, NULL, SOCK_CLOEXEC) : -1;
+	if (c < 0)
+		snprintf(err, len, "--coord %s: no decode side connected within %lld ms", spec, (long long)timeout_ms);
+	close(fd);
+	if (c >= 0)
+		coord_tune(c);
+	return c;
+}
+
+/* The decode role: connect to the prefill role at spec, retrying until timeout_ms (it may start
+ * after us). */
+static int coord_connect(const char *spec, int64_t timeout_ms, char *err, size_t len)
+{
+	uint64_t deadline = now_us() + (uint64_t)timeout_ms * 1000;
+	for (;;) {
+		struct addrinfo *ai;
+		if (coord_resolve(spec, &ai, err, len))
+			return -1;
+		int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		int ok = fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) == 0;
+		int e = errno;
+		freeaddrinfo(ai);
+		if (ok) {
+			coord_tune(fd);
+			return fd;
+		}
+		if (fd >= 0)
+			close(fd);
+		if (now_us() > deadline) {
+			snprintf(err, len, "--coord %s: no prefill side within %lld ms (%s)", spec, (long long)timeout_ms,
+				 strerror(e));
+			return -1;
+		}
+		usleep(100000);
+	}
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f,
@@ -1784,6 +1930,13 @@ static void usage(FILE *f)
 		"                         peer address to open that side's pool at (default: what its\n"
 		"                         daemon reports when the runtime dirs differ)\n"
 		"  --timeout-ms N         deadline of each transfer and wait (default 30000)\n"
+		"  --role prefill|decode  run only that side, as its own command (e.g. on another\n"
+		"                         machine, each with --runtime-dir of its node's morid); the\n"
+		"                         two sides meet at --coord. Both need the same --model,\n"
+		"                         --page-tokens, --pool-*, --mode and --mem (checked); the\n"
+		"                         decode side reads the trace and prints the summary\n"
+		"  --coord HOST:PORT      where the prefill role listens and the decode role connects\n"
+		"                         (each waits up to 120 s, or the set-up deadline if longer)\n"
 		"  --skip-bad-lines       skip malformed trace lines (counted) instead of failing\n"
 		"  --json                 print the summary as JSON\n"
 		"  --progress, --no-progress  progress bar on stderr (default: when stderr is a tty)\n"
@@ -1832,7 +1985,7 @@ int main(int argc, char **argv)
 	const char *rt = NULL;
 	enum { O_TRACE = 256, O_SYN, O_REQ, O_MODEL, O_PT, O_PMIB, O_PBLK, O_MEM, O_SPEED, O_AFAP,
 	       O_WIN, O_BATCH, O_MODE, O_RT, O_PRT, O_DRT, O_PN, O_DN, O_TMO, O_SKIP, O_JSON,
-	       O_PROG, O_NOPROG, O_DRY, O_NOWARM, O_VERB, O_NOIOB, O_HELP, O_VEVERY };
+	       O_PROG, O_NOPROG, O_DRY, O_NOWARM, O_VERB, O_NOIOB, O_HELP, O_VEVERY, O_ROLE, O_COORD };
 	static const struct option lo[] = {
 		{"trace", 1, 0, O_TRACE}, {"synthetic", 0, 0, O_SYN}, {"requests", 1, 0, O_REQ},
 		{"model", 1, 0, O_MODEL}, {"page-tokens", 1, 0, O_PT}, {"pool-mib", 1, 0, O_PMIB},
@@ -1844,7 +1997,7 @@ int main(int argc, char **argv)
 		{"timeout-ms", 1, 0, O_TMO}, {"skip-bad-lines", 0, 0, O_SKIP}, {"json", 0, 0, O_JSON},
 		{"progress", 0, 0, O_PROG}, {"no-progress", 0, 0, O_NOPROG}, {"dry-run", 0, 0, O_DRY},
 		{"no-warmup", 0, 0, O_NOWARM}, {"verbose", 0, 0, O_VERB}, {"no-io-baseline", 0, 0, O_NOIOB}, {"help", 0, 0, O_HELP},
-		{"verify-every", 1, 0, O_VEVERY}, {0, 0, 0, 0}};
+		{"verify-every", 1, 0, O_VEVERY}, {"role", 1, 0, O_ROLE}, {"coord", 1, 0, O_COORD}, {0, 0, 0, 0}};
 	uint64_t v;
 	int c;
 	t_prog = now_us();
@@ -1927,6 +2080,17 @@ int main(int argc, char **argv)
 				goto badarg;
 			o.verify_every = v;
 			break;
+		case O_ROLE:
+			if (!strcmp(optarg, "prefill"))
+				o.role = ROLE_PREFILL;
+			else if (!strcmp(optarg, "decode"))
+				o.role = ROLE_DECODE;
+			else if (!strcmp(optarg, "both"))
+				o.role = ROLE_BOTH;
+			else
+				goto badarg;
+			break;
+		case O_COORD: o.coord = optarg; break;
 		case O_HELP:
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
@@ -1940,6 +2104,11 @@ int main(int argc, char **argv)
 	if (optind < argc) {
 		fprintf(stderr, "mori-kvreplay: unexpected argument \"%s\"\n", argv[optind]);
 		usage(stderr);
+		return 2;
+	}
+	if ((o.role != ROLE_BOTH) != (o.coord != NULL) || (o.role != ROLE_BOTH && o.dry_run)) {
+		fprintf(stderr, "mori-kvreplay: --role prefill|decode and --coord HOST:PORT go together%s\n",
+			o.dry_run ? " (and not with --dry-run)" : "");
 		return 2;
 	}
 	if (!o.prefill_rt)
@@ -1960,6 +2129,21 @@ int main(int argc, char **argv)
 	if (geom_init(&g, p, o.page_tokens, o.pool_blocks, o.pool_mib, err, sizeof(err))) {
 		fprintf(stderr, "mori-kvreplay: %s\n", err);
 		return 2;
+	}
+
+	int64_t coord_ms = setup_deadline_ms(&o, &g) > 120000 ? setup_deadline_ms(&o, &g) : 120000;
+	if (o.role == ROLE_PREFILL) {
+		msg_stream = 1;
+		int fd = coord_accept(o.coord, coord_ms, err, sizeof(err));
+		if (fd < 0) {
+			fprintf(stderr, "mori-kvreplay: prefill: %s\n", err);
+			return 2;
+		}
+		int prc = run_prefill(&o, &g, fd, 0);
+		close(fd);
+		if (!o.json)
+			fprintf(stderr, "mori-kvreplay: prefill: %s\n", prc ? "stopped early (the decode side reports why)" : "done");
+		return prc;
 	}
 
 	/* the workload */
@@ -2004,27 +2188,36 @@ int main(int argc, char **argv)
 	int64_t setup_ms = setup_deadline_ms(&o, &g);
 	uint64_t t_setup = now_us();
 	if (!o.dry_run) {
-		fflush(NULL);
-		if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv)) {
-			fprintf(stderr, "mori-kvreplay: socketpair: %s\n", strerror(errno));
-			rc = 2;
-			goto done;
-		}
-		pid_t me = getpid();
-		/* fork before any libmori call: the library's threads do not survive fork */
-		child = fork();
-		if (child < 0) {
-			fprintf(stderr, "mori-kvreplay: fork: %s\n", strerror(errno));
-			close(sv[0]);
+		if (o.role == ROLE_DECODE) {
+			msg_stream = 1;
+			if ((sv[0] = coord_connect(o.coord, coord_ms, err, sizeof(err))) < 0) {
+				fprintf(stderr, "mori-kvreplay: decode: %s\n", err);
+				rc = 2;
+				goto done;
+			}
+		} else {
+			fflush(NULL);
+			if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv)) {
+				fprintf(stderr, "mori-kvreplay: socketpair: %s\n", strerror(errno));
+				rc = 2;
+				goto done;
+			}
+			pid_t me = getpid();
+			/* fork before any libmori call: the library's threads do not survive fork */
+			child = fork();
+			if (child < 0) {
+				fprintf(stderr, "mori-kvreplay: fork: %s\n", strerror(errno));
+				close(sv[0]);
+				close(sv[1]);
+				rc = 2;
+				goto done;
+			}
+			if (child == 0) {
+				close(sv[0]);
+				_exit(run_prefill(&o, &g, sv[1], me));
+			}
 			close(sv[1]);
-			rc = 2;
-			goto done;
 		}
-		if (child == 0) {
-			close(sv[0]);
-			_exit(run_prefill(&o, &g, sv[1], me));
-		}
-		close(sv[1]);
 		sc.fd = sv[0];
 		sc.idx = xcalloc((size_t)g.descs_per_block * JOB_MAX_BLOCKS, sizeof(uint32_t));
 		m = xcalloc(1, sizeof(*m));
@@ -2048,10 +2241,19 @@ int main(int argc, char **argv)
 		char pnode[128], pname[128];
 		snprintf(pnode, sizeof(pnode), "%s", m->a);
 		snprintf(pname, sizeof(pname), "%s", m->b);
+		int differs = hello_geom_differs(m, &o, &g, err, sizeof(err));
+		o.role_cross = strcmp(pnode, mori_client_node(sc.s.c)) != 0;
 		memset(m, 0, offsetof(struct msg, blk));
 		m->type = M_HELLO;
 		snprintf(m->a, sizeof(m->a), "%s", mori_client_node(sc.s.c));
 		snprintf(m->b, sizeof(m->b), "%s", sc.s.name);
+		hello_geom(m, &o, &g);
+		if (differs) {
+			msg_send(sc.fd, m); /* prefill sees the same difference and stops */
+			fprintf(stderr, "mori-kvreplay: %s\n", err);
+			rc = 2;
+			goto done;
+		}
 		if (msg_send(sc.fd, m)) {
 			fprintf(stderr, "mori-kvreplay: prefill has gone\n");
 			rc = 2;
@@ -2160,6 +2362,9 @@ done:
 			}
 			usleep(10000);
 		}
+	} else if (sc.fd >= 0) {
+		close(sc.fd); /* --role decode: prefill ends on EOF */
+		sc.fd = -1;
 	}
 	sched_fini(&sc);
 	free(res.lat);
