@@ -8,10 +8,9 @@
 #include "ctl.h"
 #include "wire.h"
 #include "harness.h"
+#include "io_target.h"
 #include "mori.h"
 
-#define REGION_A (64u << 20) /* memfd: peers map it */
-#define REGION_B (32u << 20) /* malloc'd: peers use cross-memory attach */
 #define LOCAL_SZ (64u << 20)
 
 static struct test_daemon D;
@@ -38,126 +37,11 @@ static uint32_t daemon_regions(void)
 	return n;
 }
 
-static void fill_random(uint8_t *p, size_t n, uint64_t seed)
-{
-	uint64_t s = seed | 1;
-	for (size_t i = 0; i + 8 <= n; i += 8) {
-		uint64_t v = test_rand(&s);
-		memcpy(p + i, &v, 8);
-	}
-}
-
-/* ---- the target process: owns regions A and B, answers hash requests over a pipe ---- */
-
-struct hreq {
-	uint32_t n;     /* ranges; 0 = report notifications and exit */
-	uint32_t which; /* 0 = A, 1 = B */
-};
-
-static void target_main(int rfd, int wfd, uint64_t seed)
-{
-	mori_client *c;
-	mori_mem *a, *b;
-	if (mori_client_open(D.dir, "target", &c) != MORI_OK)
-		_exit(10);
-	if (mori_mem_alloc(c, REGION_A, MORI_MEM_HOST, &a) != MORI_OK)
-		_exit(11);
-	uint8_t *bp = aligned_alloc(4096, REGION_B);
-	if (!bp || mori_mem_register(c, bp, REGION_B, MORI_MEM_HOST, &b) != MORI_OK)
-		_exit(12);
-	fill_random(mori_mem_ptr(a), REGION_A, seed);
-	fill_random(bp, REGION_B, seed + 1);
-	if (mori_mem_publish(a, "target/a") || mori_mem_publish(b, "target/b"))
-		_exit(13);
-	uint64_t notifs = 0, tagsum = 0;
-	char ready = 'r';
-	if (write(wfd, &ready, 1) != 1)
-		_exit(14);
-	for (;;) {
-		struct hreq h;
-		if (read(rfd, &h, sizeof(h)) != sizeof(h))
-			_exit(15);
-		mori_notif nb[64];
-		int k;
-		while ((k = mori_notif_poll(c, nb, 64, 0)) > 0)
-			for (int i = 0; i < k; i++) {
-				notifs++;
-				tagsum += nb[i].tag;
-			}
-		if (h.n == 0) {
-			uint64_t out[2] = {notifs, tagsum};
-			if (write(wfd, out, sizeof(out)) != sizeof(out))
-				_exit(16);
-			break;
-		}
-		uint64_t *r = malloc(h.n * 16);
-		if (!r || read(rfd, r, h.n * 16) != (ssize_t)(h.n * 16))
-			_exit(17);
-		uint8_t *base = h.which ? bp : mori_mem_ptr(a);
-		uint64_t hv = 0;
-		for (uint32_t i = 0; i < h.n; i++)
-			hv = test_hash(hv, base + r[2 * i], r[2 * i + 1]);
-		free(r);
-		if (write(wfd, &hv, 8) != 8)
-			_exit(18);
-	}
-	mori_client_close(c);
-	_exit(0);
-}
-
-static uint64_t ask_hash(int wfd, int rfd, uint32_t which, const mori_desc *d, const uint32_t *idx, size_t n)
-{
-	struct hreq h = {(uint32_t)n, which};
-	uint64_t *r = malloc(n * 16), hv;
-	for (size_t i = 0; i < n; i++) {
-		const mori_desc *e = &d[idx ? idx[i] : i];
-		r[2 * i] = e->remote_offset;
-		r[2 * i + 1] = e->length;
-	}
-	ck_assert(write(wfd, &h, sizeof(h)) == sizeof(h));
-	ck_assert(write(wfd, r, n * 16) == (ssize_t)(n * 16));
-	ck_assert(read(rfd, &hv, 8) == 8);
-	free(r);
-	return hv;
-}
-
-/* Log-uniform block size in [1, 4 MiB]. */
-static uint64_t rand_len(uint64_t *s)
-{
-	int bits = (int)(test_rand(s) % 23); /* 2^0 .. 2^22 */
-	uint64_t lo = 1ull << bits;
-	return lo + test_rand(s) % lo;
-}
-
-/* k non-overlapping descriptors (on both sides) with random gaps, total <= cap. */
-static size_t rand_batch(uint64_t *s, mori_desc *d, size_t k, uint64_t lsz, uint64_t rsz)
-{
-	uint64_t lc = test_rand(s) % 4096, rc = test_rand(s) % 4096;
-	size_t n = 0;
-	for (size_t i = 0; i < k; i++) {
-		uint64_t len = rand_len(s);
-		uint64_t lg = test_rand(s) % 8192, rg = test_rand(s) % 8192;
-		if (lc + lg + len > lsz || rc + rg + len > rsz)
-			break;
-		d[n++] = (mori_desc){lc + lg, rc + rg, len};
-		lc += lg + len;
-		rc += rg + len;
-	}
-	if (n == 0)
-		d[n++] = (mori_desc){0, 0, 1};
-	return n;
-}
-
 START_TEST(random_batches)
 {
 	uint64_t seed = test_seed();
-	int to_t[2], from_t[2];
-	ck_assert(pipe(to_t) == 0 && pipe(from_t) == 0);
-	pid_t t = fork();
-	if (t == 0)
-		target_main(to_t[0], from_t[1], seed);
-	char ready;
-	ck_assert_int_eq(read(from_t[0], &ready, 1), 1);
+	struct target t;
+	target_start(&t, D.dir, 0, seed);
 
 	mori_client *c;
 	mori_mem *l, *ra, *rb;
@@ -216,7 +100,7 @@ START_TEST(random_batches)
 			n = rand_batch(&seed, d, form == 0 ? 1 : 1 + test_rand(&seed) % 8, LOCAL_SZ,
 				       which ? REGION_B : REGION_A);
 		}
-		uint64_t before = op == MORI_OP_WRITE ? local_hash(lp, dd, ii, n) : ask_hash(to_t[1], from_t[0], (uint32_t)which, dd, ii, n);
+		uint64_t before = op == MORI_OP_WRITE ? local_hash(lp, dd, ii, n) : ask_hash(&t, (uint32_t)which, dd, ii, n);
 		if (form == 2)
 			OK(mori_xfer_submit(which ? lb : la, op, idx, n, &o, &x));
 		else if (form == 0 && op == MORI_OP_WRITE)
@@ -228,7 +112,7 @@ START_TEST(random_batches)
 		OK(mori_xfer_wait(x, 5000000));
 		bytes += mori_xfer_bytes(x);
 		mori_xfer_free(x);
-		uint64_t after = op == MORI_OP_WRITE ? ask_hash(to_t[1], from_t[0], (uint32_t)which, dd, ii, n) : local_hash(lp, dd, ii, n);
+		uint64_t after = op == MORI_OP_WRITE ? ask_hash(&t, (uint32_t)which, dd, ii, n) : local_hash(lp, dd, ii, n);
 		ck_assert_msg(before == after, "batch %d (op %d form %d region %d n %zu): contents differ", it, op, form, which, n);
 		if (o.has_notif) {
 			notifs++;
@@ -237,15 +121,10 @@ START_TEST(random_batches)
 	}
 	/* The target counts the notifications it received; they arrive after their data. */
 	usleep(20000);
-	struct hreq h = {0, 0};
 	uint64_t got[2];
-	ck_assert(write(to_t[1], &h, sizeof(h)) == sizeof(h));
-	ck_assert(read(from_t[0], got, sizeof(got)) == sizeof(got));
+	target_end(&t, &got[0], &got[1]);
 	ck_assert_uint_eq(got[0], notifs);
 	ck_assert_uint_eq(got[1], tagsum);
-	int st;
-	waitpid(t, &st, 0);
-	ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 	fprintf(stderr, "# %d batches, %llu bytes, %llu notifications verified\n", batches,
 		(unsigned long long)bytes, (unsigned long long)notifs);
 	mori_xfer_list_free(la);

@@ -20,11 +20,10 @@
 #include "../libclient/internal.h" /* raw ring access: the daemon must check what the library would */
 #include "ctl.h"
 #include "harness.h"
+#include "io_target.h"
 #include "mori.h"
 #include "wire.h"
 
-#define REGION_A (64u << 20) /* target: memfd */
-#define REGION_B (32u << 20) /* target: malloc'd, reached by cross-memory attach */
 #define LOCAL_SZ (64u << 20)
 
 struct node {
@@ -170,18 +169,6 @@ static void teardown(void)
 	node_clean(&NB);
 }
 
-static void fill_random(uint8_t *p, size_t n, uint64_t seed)
-{
-	uint64_t s = seed | 1;
-	size_t i = 0;
-	for (; i + 8 <= n; i += 8) {
-		uint64_t v = test_rand(&s);
-		memcpy(p + i, &v, 8);
-	}
-	for (; i < n; i++)
-		p[i] = (uint8_t)test_rand(&s);
-}
-
 /* A control-socket status field of a node. */
 static Mori__Reply *node_list(struct node *n, uint32_t what)
 {
@@ -197,182 +184,13 @@ static Mori__Reply *node_list(struct node *n, uint32_t what)
 	return rep;
 }
 
-/* ---- the target process on node B: owns regions A (memfd) and B (CMA), answers hash
- * requests and counts notifications ---- */
-
-struct hreq {
-	uint32_t n;     /* ranges; 0 = report notifications and exit; UINT32_MAX: deregister A */
-	uint32_t which; /* 0 = A, 1 = B */
-};
-
-static void target_main(int rfd, int wfd, uint64_t seed)
-{
-	mori_client *c;
-	mori_mem *a, *b;
-	if (mori_client_open(NB.dir, "target", &c) != MORI_OK)
-		_exit(10);
-	if (mori_mem_alloc(c, REGION_A, MORI_MEM_HOST, &a) != MORI_OK)
-		_exit(11);
-	uint8_t *bp = aligned_alloc(4096, REGION_B);
-	if (!bp || mori_mem_register(c, bp, REGION_B, MORI_MEM_HOST, &b) != MORI_OK)
-		_exit(12);
-	fill_random(mori_mem_ptr(a), REGION_A, seed);
-	fill_random(bp, REGION_B, seed + 1);
-	if (mori_mem_publish(a, "target/a") || mori_mem_publish(b, "target/b"))
-		_exit(13);
-	uint64_t notifs = 0, tagsum = 0;
-	char ready = 'r';
-	if (write(wfd, &ready, 1) != 1)
-		_exit(14);
-	for (;;) {
-		struct hreq h;
-		if (read(rfd, &h, sizeof(h)) != sizeof(h))
-			_exit(15);
-		mori_notif nb[64];
-		int k;
-		while ((k = mori_notif_poll(c, nb, 64, 0)) > 0)
-			for (int i = 0; i < k; i++) {
-				notifs++;
-				tagsum += nb[i].tag;
-				if (nb[i].from_pid != 0 || nb[i].region_id == 0)
-					_exit(19);
-			}
-		if (h.n == 0) {
-			uint64_t out[2] = {notifs, tagsum};
-			if (write(wfd, out, sizeof(out)) != sizeof(out))
-				_exit(16);
-			break;
-		}
-		if (h.n == UINT32_MAX - 1) {
-			/* Deregister B (caller memory) under traffic, then check that nothing lands in it
-			 * afterwards: the daemon must not touch addresses it gave up. */
-			int64_t out[2] = {mori_mem_deregister(b), 0};
-			memset(bp, 0xEE, REGION_B);
-			usleep(300000);
-			for (size_t i = 0; i < REGION_B; i++)
-				out[1] += bp[i] != 0xEE;
-			if (write(wfd, out, sizeof(out)) != sizeof(out))
-				_exit(21);
-			continue;
-		}
-		if (h.n == UINT32_MAX) {
-			int rc = mori_mem_deregister(h.which ? b : a);
-			if (write(wfd, &rc, sizeof(rc)) != sizeof(rc))
-				_exit(20);
-			continue;
-		}
-		uint64_t *r = malloc(h.n * 16);
-		if (!r || read(rfd, r, h.n * 16) != (ssize_t)(h.n * 16))
-			_exit(17);
-		uint8_t *base = h.which ? bp : mori_mem_ptr(a);
-		uint64_t hv = 0;
-		for (uint32_t i = 0; i < h.n; i++)
-			hv = test_hash(hv, base + r[2 * i], r[2 * i + 1]);
-		free(r);
-		if (write(wfd, &hv, 8) != 8)
-			_exit(18);
-	}
-	mori_client_close(c);
-	_exit(0);
-}
-
-struct target {
-	pid_t pid;
-	int to, from;
-};
-
-static void target_start(struct target *t, uint64_t seed)
-{
-	int to_t[2], from_t[2];
-	ck_assert(pipe(to_t) == 0 && pipe(from_t) == 0);
-	t->pid = fork();
-	if (t->pid == 0) {
-		close(to_t[1]);
-		close(from_t[0]);
-		target_main(to_t[0], from_t[1], seed);
-	}
-	close(to_t[0]);
-	close(from_t[1]);
-	t->to = to_t[1];
-	t->from = from_t[0];
-	char ready;
-	if (read(t->from, &ready, 1) != 1) {
-		int st = 0;
-		waitpid(t->pid, &st, 0);
-		ck_abort_msg("target process failed to start: exit %d (see target_main)", WEXITSTATUS(st));
-	}
-}
-
-static void target_end(struct target *t, uint64_t *notifs, uint64_t *tagsum)
-{
-	struct hreq h = {0, 0};
-	uint64_t got[2] = {0, 0};
-	ck_assert(write(t->to, &h, sizeof(h)) == sizeof(h));
-	ck_assert(read(t->from, got, sizeof(got)) == sizeof(got));
-	if (notifs)
-		*notifs = got[0];
-	if (tagsum)
-		*tagsum = got[1];
-	int st;
-	waitpid(t->pid, &st, 0);
-	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "target exited with %d", WEXITSTATUS(st));
-	close(t->to);
-	close(t->from);
-}
-
-static uint64_t ask_hash(struct target *t, uint32_t which, const mori_desc *d, const uint32_t *idx, size_t n)
-{
-	struct hreq h = {(uint32_t)n, which};
-	uint64_t *r = malloc(n * 16), hv;
-	for (size_t i = 0; i < n; i++) {
-		const mori_desc *e = &d[idx ? idx[i] : i];
-		r[2 * i] = e->remote_offset;
-		r[2 * i + 1] = e->length;
-	}
-	ck_assert(write(t->to, &h, sizeof(h)) == sizeof(h));
-	ck_assert(write(t->to, r, n * 16) == (ssize_t)(n * 16));
-	ck_assert(read(t->from, &hv, 8) == 8);
-	free(r);
-	return hv;
-}
-
-/* Log-uniform block size in [1, 4 MiB]. */
-static uint64_t rand_len(uint64_t *s)
-{
-	int bits = (int)(test_rand(s) % 23);
-	uint64_t lo = 1ull << bits;
-	uint64_t v = lo + test_rand(s) % lo;
-	return v > (4u << 20) ? (4u << 20) : v;
-}
-
-/* k descriptors, disjoint on both sides, random offsets and gaps. */
-static size_t rand_batch(uint64_t *s, mori_desc *d, size_t k, uint64_t lsz, uint64_t rsz)
-{
-	uint64_t lc = test_rand(s) % 4096, rc = test_rand(s) % 4096;
-	size_t n = 0;
-	for (size_t i = 0; i < k; i++) {
-		uint64_t len = rand_len(s);
-		uint64_t lg = test_rand(s) % 65536, rg = test_rand(s) % 65536;
-		if ((test_rand(s) & 3) == 0)
-			lg = rg = 0; /* adjacent on both sides: the daemon merges such runs into one frame */
-		if (lc + lg + len > lsz || rc + rg + len > rsz)
-			break;
-		d[n++] = (mori_desc){lc + lg, rc + rg, len};
-		lc += lg + len;
-		rc += rg + len;
-	}
-	if (n == 0)
-		d[n++] = (mori_desc){0, 0, 1};
-	return n;
-}
-
 /* ---- tests ---- */
 
 START_TEST(random_batches)
 {
 	uint64_t seed = test_seed();
 	struct target t;
-	target_start(&t, seed);
+	target_start(&t, NB.dir, 1, seed);
 	mori_client *c;
 	mori_mem *lm, *lc, *ra, *rb;
 	OK(mori_client_open(NA.dir, "initiator", &c));
@@ -492,7 +310,7 @@ END_TEST
 START_TEST(bad_input)
 {
 	struct target t;
-	target_start(&t, 1);
+	target_start(&t, NB.dir, 1, 1);
 	mori_client *c;
 	mori_mem *l, *m, *ra;
 	mori_xfer *x;
@@ -524,7 +342,7 @@ START_TEST(bad_input)
 	mori_xfer_free(x);
 	OK(mori_mem_deregister(m));
 	/* the owner deregisters A: the open handle is stale at its next transfer, and so is a blob */
-	struct hreq h = {UINT32_MAX, 0};
+	struct hreq h = {HREQ_DEREG, 0};
 	ck_assert(write(t.to, &h, sizeof(h)) == sizeof(h));
 	ck_assert(read(t.from, &rc, sizeof(rc)) == sizeof(rc));
 	OK(rc);
@@ -547,7 +365,7 @@ END_TEST
 START_TEST(deadline_and_cancel)
 {
 	struct target t;
-	target_start(&t, 2);
+	target_start(&t, NB.dir, 1, 2);
 	mori_client *c;
 	mori_mem *l, *ra;
 	mori_xfer *x, *y;
@@ -601,7 +419,7 @@ END_TEST
 START_TEST(peer_killed)
 {
 	struct target t;
-	target_start(&t, 3);
+	target_start(&t, NB.dir, 1, 3);
 	mori_client *c;
 	mori_mem *l, *ra;
 	OK(mori_client_open(NA.dir, "survivor", &c));
@@ -654,7 +472,7 @@ START_TEST(peer_killed)
 	mori_mem *m;
 	ck_assert_int_eq(mori_mem_unpack(c, blob, bl, &m), MORI_ESTALE);
 	OK(mori_mem_deregister(ra));
-	target_start(&t, 4);
+	target_start(&t, NB.dir, 1, 4);
 	OK(mori_mem_open_remote(c, NB.addr, "target/a", &ra));
 	fill_random(mori_mem_ptr(l), 1 << 20, 99);
 	mori_desc d = {0, 12345, 1 << 20};
@@ -672,7 +490,7 @@ END_TEST
 START_TEST(initiator_killed)
 {
 	struct target t;
-	target_start(&t, 5);
+	target_start(&t, NB.dir, 1, 5);
 	pid_t child = fork();
 	if (child == 0) {
 		mori_client *k;
@@ -717,7 +535,7 @@ END_TEST
 START_TEST(deregister_under_traffic)
 {
 	struct target t;
-	target_start(&t, 7);
+	target_start(&t, NB.dir, 1, 7);
 	mori_client *c;
 	mori_mem *l, *rb;
 	OK(mori_client_open(NA.dir, "writer", &c));
@@ -729,7 +547,7 @@ START_TEST(deregister_under_traffic)
 	for (int i = 0; i < N; i++)
 		OK(mori_write(l, 0, rb, 0, REGION_B, NULL, &xs[i]));
 	usleep(20000);
-	struct hreq h = {UINT32_MAX - 1, 1};
+	struct hreq h = {HREQ_DEREG_B_UNDER_TRAFFIC, 1};
 	ck_assert(write(t.to, &h, sizeof(h)) == sizeof(h));
 	int ok = 0, stale = 0;
 	for (int i = 0; i < N; i++) {
@@ -757,7 +575,7 @@ END_TEST
 START_TEST(stop_mid_transfer)
 {
 	struct target t;
-	target_start(&t, 10);
+	target_start(&t, NB.dir, 1, 10);
 	mori_client *c;
 	mori_mem *l, *ra;
 	OK(mori_client_open(NA.dir, "stopping", &c));
@@ -787,7 +605,7 @@ END_TEST
 START_TEST(small_behind_large)
 {
 	struct target t;
-	target_start(&t, 9);
+	target_start(&t, NB.dir, 1, 9);
 	mori_client *c;
 	mori_mem *l, *ra;
 	mori_xfer *big, *small;
@@ -853,7 +671,7 @@ static int raw_xfer(mori_client *c, uint16_t op, uint16_t flags, uint64_t id, ui
 START_TEST(raw_submissions)
 {
 	struct target t;
-	target_start(&t, 6);
+	target_start(&t, NB.dir, 1, 6);
 	mori_client *c, *other;
 	mori_mem *l, *ra, *ol;
 	OK(mori_client_open(NA.dir, "raw", &c));
@@ -1015,7 +833,7 @@ START_TEST(misbehaving_peer)
 	if (NB.ns)
 		return; /* the data port is inside B's namespace: the loopback run covers this */
 	struct target t;
-	target_start(&t, 8);
+	target_start(&t, NB.dir, 1, 8);
 	char url[200], err[256];
 	Mori__Request req = MORI__REQUEST__INIT;
 	Mori__PeerHello ph = MORI__PEER_HELLO__INIT;

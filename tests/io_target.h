@@ -1,0 +1,198 @@
+/* The host-memory target process shared by tests/test_io.c (same node) and tests/test_xnode.c
+ * (across nodes): a client that owns region A (memfd: peers map it) and region B (malloc'd:
+ * reached by cross-memory attach), filled with known random bytes and published as "target/a"
+ * and "target/b". Over a pipe it hashes ranges of them on request (an independent check of
+ * what landed), counts the notifications it received, and deregisters on request. Plus the
+ * random batches both tests draw. Include after harness.h and check.h. */
+#ifndef MORI_TEST_IO_TARGET_H
+#define MORI_TEST_IO_TARGET_H
+#include <sys/wait.h>
+
+#define REGION_A (64u << 20)
+#define REGION_B (32u << 20)
+
+static inline void fill_random(uint8_t *p, size_t n, uint64_t seed)
+{
+	uint64_t s = seed | 1;
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		uint64_t v = test_rand(&s);
+		memcpy(p + i, &v, 8);
+	}
+	for (; i < n; i++)
+		p[i] = (uint8_t)test_rand(&s);
+}
+
+/* A request to the target: n ranges to hash follow as (offset, length) pairs, or a command. */
+enum { HREQ_END = 0, HREQ_DEREG_B_UNDER_TRAFFIC = UINT32_MAX - 1, HREQ_DEREG = UINT32_MAX };
+struct hreq {
+	uint32_t n;     /* ranges, or HREQ_*; HREQ_END: report notifications and exit */
+	uint32_t which; /* 0 = A, 1 = B */
+};
+
+/* The target's life; `cross`: its notifications must come from another node (from_pid 0). */
+static void target_main(const char *dir, int cross, int rfd, int wfd, uint64_t seed)
+{
+	mori_client *c;
+	mori_mem *a, *b;
+	if (mori_client_open(dir, "target", &c) != MORI_OK)
+		_exit(10);
+	if (mori_mem_alloc(c, REGION_A, MORI_MEM_HOST, &a) != MORI_OK)
+		_exit(11);
+	uint8_t *bp = aligned_alloc(4096, REGION_B);
+	if (!bp || mori_mem_register(c, bp, REGION_B, MORI_MEM_HOST, &b) != MORI_OK)
+		_exit(12);
+	fill_random(mori_mem_ptr(a), REGION_A, seed);
+	fill_random(bp, REGION_B, seed + 1);
+	if (mori_mem_publish(a, "target/a") || mori_mem_publish(b, "target/b"))
+		_exit(13);
+	uint64_t notifs = 0, tagsum = 0;
+	char ready = 'r';
+	if (write(wfd, &ready, 1) != 1)
+		_exit(14);
+	for (;;) {
+		struct hreq h;
+		if (read(rfd, &h, sizeof(h)) != sizeof(h))
+			_exit(15);
+		mori_notif nb[64];
+		int k;
+		while ((k = mori_notif_poll(c, nb, 64, 0)) > 0)
+			for (int i = 0; i < k; i++) {
+				notifs++;
+				tagsum += nb[i].tag;
+				if ((cross ? nb[i].from_pid != 0 : nb[i].from_pid == 0) || nb[i].region_id == 0)
+					_exit(19);
+			}
+		if (h.n == HREQ_END) {
+			uint64_t out[2] = {notifs, tagsum};
+			if (write(wfd, out, sizeof(out)) != sizeof(out))
+				_exit(16);
+			break;
+		}
+		if (h.n == HREQ_DEREG_B_UNDER_TRAFFIC) {
+			/* Deregister B (caller memory) under traffic, then check that nothing lands in it
+			 * afterwards: the daemon must not touch addresses it gave up. */
+			int64_t out[2] = {mori_mem_deregister(b), 0};
+			memset(bp, 0xEE, REGION_B);
+			usleep(300000);
+			for (size_t i = 0; i < REGION_B; i++)
+				out[1] += bp[i] != 0xEE;
+			if (write(wfd, out, sizeof(out)) != sizeof(out))
+				_exit(21);
+			continue;
+		}
+		if (h.n == HREQ_DEREG) {
+			int rc = mori_mem_deregister(h.which ? b : a);
+			if (write(wfd, &rc, sizeof(rc)) != sizeof(rc))
+				_exit(20);
+			continue;
+		}
+		uint64_t *r = malloc(h.n * 16);
+		if (!r || read(rfd, r, h.n * 16) != (ssize_t)(h.n * 16))
+			_exit(17);
+		uint8_t *base = h.which ? bp : mori_mem_ptr(a);
+		uint64_t hv = 0;
+		for (uint32_t i = 0; i < h.n; i++)
+			hv = test_hash(hv, base + r[2 * i], r[2 * i + 1]);
+		free(r);
+		if (write(wfd, &hv, 8) != 8)
+			_exit(18);
+	}
+	mori_client_close(c);
+	_exit(0);
+}
+
+struct target {
+	pid_t pid;
+	int to, from;
+};
+
+/* Fork the target as a client of the morid at dir; returns once its regions are published. */
+static void target_start(struct target *t, const char *dir, int cross, uint64_t seed)
+{
+	int to_t[2], from_t[2];
+	ck_assert(pipe(to_t) == 0 && pipe(from_t) == 0);
+	t->pid = fork();
+	if (t->pid == 0) {
+		close(to_t[1]);
+		close(from_t[0]);
+		target_main(dir, cross, to_t[0], from_t[1], seed);
+	}
+	close(to_t[0]);
+	close(from_t[1]);
+	t->to = to_t[1];
+	t->from = from_t[0];
+	char ready;
+	if (read(t->from, &ready, 1) != 1) {
+		int st = 0;
+		waitpid(t->pid, &st, 0);
+		ck_abort_msg("target process failed to start: exit %d (see target_main)", WEXITSTATUS(st));
+	}
+}
+
+/* Stop the target; it reports the notifications it received (count and sum of tags). */
+static void target_end(struct target *t, uint64_t *notifs, uint64_t *tagsum)
+{
+	struct hreq h = {HREQ_END, 0};
+	uint64_t got[2] = {0, 0};
+	ck_assert(write(t->to, &h, sizeof(h)) == sizeof(h));
+	ck_assert(read(t->from, got, sizeof(got)) == sizeof(got));
+	if (notifs)
+		*notifs = got[0];
+	if (tagsum)
+		*tagsum = got[1];
+	int st;
+	waitpid(t->pid, &st, 0);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "target exited with %d", WEXITSTATUS(st));
+	close(t->to);
+	close(t->from);
+}
+
+/* The target's hash of the remote ranges of d (in idx order, or all when idx is NULL). */
+static uint64_t ask_hash(struct target *t, uint32_t which, const mori_desc *d, const uint32_t *idx, size_t n)
+{
+	struct hreq h = {(uint32_t)n, which};
+	uint64_t *r = malloc(n * 16), hv;
+	for (size_t i = 0; i < n; i++) {
+		const mori_desc *e = &d[idx ? idx[i] : i];
+		r[2 * i] = e->remote_offset;
+		r[2 * i + 1] = e->length;
+	}
+	ck_assert(write(t->to, &h, sizeof(h)) == sizeof(h));
+	ck_assert(write(t->to, r, n * 16) == (ssize_t)(n * 16));
+	ck_assert(read(t->from, &hv, 8) == 8);
+	free(r);
+	return hv;
+}
+
+/* Log-uniform block size in [1, 4 MiB]. */
+static uint64_t rand_len(uint64_t *s)
+{
+	int bits = (int)(test_rand(s) % 23);
+	uint64_t lo = 1ull << bits;
+	uint64_t v = lo + test_rand(s) % lo;
+	return v > (4u << 20) ? (4u << 20) : v;
+}
+
+/* k descriptors, disjoint on both sides, random offsets and gaps (a quarter of them adjacent on
+ * both sides: runs the transports may merge). */
+static size_t rand_batch(uint64_t *s, mori_desc *d, size_t k, uint64_t lsz, uint64_t rsz)
+{
+	uint64_t lc = test_rand(s) % 4096, rc = test_rand(s) % 4096;
+	size_t n = 0;
+	for (size_t i = 0; i < k; i++) {
+		uint64_t len = rand_len(s);
+		uint64_t lg = test_rand(s) % 65536, rg = test_rand(s) % 65536;
+		if ((test_rand(s) & 3) == 0)
+			lg = rg = 0;
+		if (lc + lg + len > lsz || rc + rg + len > rsz)
+			break;
+		d[n++] = (mori_desc){lc + lg, rc + rg, len};
+		lc += lg + len;
+		rc += rg + len;
+	}
+	if (n == 0)
+		d[n++] = (mori_desc){0, 0, 1};
+	return n;
+}
+#endif
