@@ -83,7 +83,9 @@ ssize_t wire_recv(int sock, void *buf, size_t cap, int *fds, int *nfds)
 		for (int i = 0; i < *nfds; i++)
 			close(fds[i]);
 		*nfds = 0;
-		return -EMSGSIZE;
+		if (mh.msg_flags & MSG_TRUNC)
+			return -EMSGSIZE;
+		*nfds = -1; /* the message is whole, its descriptors were lost (EMFILE here) */
 	}
 	return n;
 }

@@ -17,8 +17,10 @@ int getrandom_u64(uint64_t *out);
 
 /* Send one datagram with up to WIRE_MAX_FDS fds. Returns 0 or -errno. */
 int wire_send(int sock, const void *buf, size_t len, const int *fds, int nfds);
-/* Receive one datagram; *nfds gets the fds received (the caller owns them). Returns the length,
- * 0 on orderly close, -EMSGSIZE when truncated (fds closed), or -errno. */
+/* Receive one datagram; *nfds gets the fds received (the caller owns them), or -1 when the
+ * message came whole but the fds sent with it could not be received (this process is out of
+ * descriptors). Returns the length, 0 on orderly close, -EMSGSIZE when truncated (fds closed),
+ * or -errno. */
 ssize_t wire_recv(int sock, void *buf, size_t cap, int *fds, int *nfds);
 
 /* Pack an envelope into a malloc'd buffer. Returns 0 or MORI_ENOMEM. */

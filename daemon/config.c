@@ -47,7 +47,7 @@ static const struct opt opts[] = {
 	{"transport", T_STR, S(transport), 0, 0, "auto", 0, "cross-node transport: auto (RDMA where both ends have it, else TCP), tcp or rdma"},
 	{"rdma_busy_poll", T_INT, S(rdma_busy_poll), 0, 1, "0", 1, "1: while transfers are in flight morid's loop polls the completion queue instead of sleeping on its channel (lower latency, one core busy)"},
 	{"rdma_qps_per_peer", T_INT, S(rdma_qps_per_peer), 1, 16, "2", 0, "RDMA queue pairs per peer daemon (transfers striped over them)"},
-	{"client_max_regions", T_INT, S(client_max_regions), 1, 1 << 20, "65536", 1, "regions one client may have registered at once"},
+	{"client_max_regions", T_INT, S(client_max_regions), 1, 1 << 20, "16384", 1, "regions one client may have registered at once"},
 	{"client_max_lists", T_INT, S(client_max_lists), 1, 1 << 20, "4096", 1, "prepared cross-node descriptor lists one client may hold"},
 	{"client_max_backlog", T_INT, S(client_max_backlog), 1024, 1 << 26, "1048576", 1, "completions held for a client whose completion queue is full; beyond it the client is detached"},
 	{"arena_mib", T_INT, S(arena_mib), 1, 1024, "64", 0, "per-client argument arena for cross-node batches, MiB"},

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -32,6 +33,8 @@ const char *memory_gpu_summary(struct morid *d)
 	gpu_describe(buf, sizeof(buf));
 	return buf;
 }
+
+#define FD_RESERVE 256 /* descriptors registrations leave for sessions, peers and control */
 
 static int is_local_node(struct morid *d, const char *node)
 {
@@ -63,6 +66,15 @@ static int do_register(struct morid *d, struct client *c, Mori__MemRegister *m, 
 		close(fds[i]);
 	if (m->size == 0 || (m->kind != MORI_MEM_HOST && m->kind != MORI_MEM_VRAM)) {
 		reply_error(rep, MORI_EINVAL, "register: size must be > 0 and kind HOST or VRAM");
+		goto fail;
+	}
+	struct rlimit nofile;
+	if (fd >= 0 && getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY &&
+	    (uint64_t)registry_fds(d) + FD_RESERVE >= (uint64_t)nofile.rlim_cur) {
+		/* keep descriptors for sessions, peers and the control socket */
+		reply_error(rep, MORI_ENOMEM,
+			    "register: morid holds %u region descriptors, near its limit of %llu (raise LimitNOFILE, "
+			    "or lower client_max_regions)", registry_fds(d), (unsigned long long)nofile.rlim_cur);
 		goto fail;
 	}
 	if (c->nregions >= d->cfg.client_max_regions) {

@@ -16,6 +16,14 @@ struct registry {
 	uint64_t next_id;
 };
 
+static uint32_t region_fds; /* descriptors regions hold (one morid per process) */
+
+uint32_t registry_fds(struct morid *d)
+{
+	(void)d;
+	return region_fds;
+}
+
 struct registry *registry_new(void)
 {
 	struct registry *g = calloc(1, sizeof(*g));
@@ -32,8 +40,10 @@ static void region_free(struct region *r)
 		region_gpu_release(r);
 	if (r->map_base)
 		munmap(r->map_base, r->map_len);
-	if (r->fd >= 0)
+	if (r->fd >= 0) {
 		close(r->fd);
+		region_fds--;
+	}
 	free(r);
 }
 
@@ -80,6 +90,8 @@ struct region *region_add(struct morid *d, struct client *owner, uint32_t kind, 
 	r->kind = kind;
 	r->size = size;
 	r->fd = fd;
+	if (fd >= 0)
+		region_fds++;
 	r->fd_offset = fd_offset;
 	r->addr = addr;
 	r->pid = owner ? owner->pid : 0;

@@ -76,6 +76,8 @@ void region_close(struct client *c, struct region *r);
 void client_drop_opens(struct client *c);
 /* Map for daemon-side access (cross node); returns base or NULL. */
 void *region_map(struct region *r);
+/* Descriptors the regions hold (memfds, VMM fds): morid's main use of RLIMIT_NOFILE. */
+uint32_t registry_fds(struct morid *d);
 /* Iterate every region. */
 struct region *region_next(struct morid *d, struct region *prev);
 #endif

@@ -102,11 +102,26 @@ static void client_handle_closed(uv_handle_t *h)
 	client_free(h->data);
 }
 
+static void handle_sqe(struct client *c, const struct mori_sqe *e);
+
+/* What a client queued before its session closed still counts: a notification it submitted
+ * after its data landed must reach the target, though mori_client_close does not wait for
+ * morid to read the ring (and a killed client cannot). Transfers and cancels go with it. */
+static void sq_drain_at_close(struct client *c)
+{
+	struct mori_sqe e;
+	for (uint32_t n = 0; n < c->lay.sq_entries && ring_pop(c->sqh, c->sqe, c->lay.sq_entries, &e) == 0; n++)
+		if (e.op == SQE_NOTIFY || e.op == SQE_REVOKE_ACK)
+			handle_sqe(c, &e);
+}
+
 void client_destroy(struct client *c, const char *why)
 {
 	struct morid *d = c->d;
 	if (c->dying)
 		return;
+	if (c->attached && c->ring && !strcmp(why, "closed"))
+		sq_drain_at_close(c);
 	c->dying = 1;
 	mlog_info("client", "client %llu (pid %d, %s) gone: %s", (unsigned long long)c->id, c->pid,
 		  c->name, why);
@@ -394,6 +409,14 @@ static void conn_readable(uv_poll_t *p, int status, int events)
 		} else if (!(req = mori__request__unpack(NULL, (size_t)n, k->buf))) {
 			count(d, C_BAD_REQUESTS, 1);
 			reply_error(&rep, MORI_EPROTO, "malformed request (%zd bytes)", n);
+		} else if (nfds < 0) {
+			nfds = 0;
+			rep.id = req->id;
+			mlog_warn("session", "pid %d: the descriptors sent with a request were lost: morid is out of "
+					     "file descriptors (%u regions hold one each)", k->pid, registry_fds(d));
+			reply_error(&rep, MORI_ESYS,
+				    "morid is out of file descriptors (%u regions hold one each): the request's fds were "
+				    "lost; raise morid's LimitNOFILE or lower client_max_regions", registry_fds(d));
 		} else {
 			rep.id = req->id;
 			if (!k->client) {

@@ -81,7 +81,9 @@ typedef struct mori_client mori_client;
 int mori_client_open(const char *runtime_dir, const char *name, mori_client **out);
 
 /* Close the client: waits up to 1 s for its in-flight cross-node transfers, then deregisters
- * (or closes) every memory object still open on it. Transfer handles and prepared lists stay
+ * (or closes) every memory object still open on it. Notifications of transfers that completed
+ * reach their targets even when morid reads them after the close (also if the process dies:
+ * morid takes what is left in its submission ring). Transfer handles and prepared lists stay
  * the caller's: free them (mori_xfer_free, mori_xfer_list_free) before closing; using them after
  * close is undefined. NULL is a no-op. */
 void mori_client_close(mori_client *c);

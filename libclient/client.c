@@ -84,6 +84,11 @@ static int rpc_locked(mori_client *c, Mori__Request *req, const int *fds_out, in
 			return set_error(c, MORI_ECONN, "session with morid lost: %s",
 					 n == 0 ? "closed" : strerror((int)-n));
 		}
+		if (nfds < 0) {
+			free(in);
+			return set_error(c, MORI_ESYS, "morid's reply came with file descriptors this process could "
+						       "not receive: it is out of descriptors (RLIMIT_NOFILE)");
+		}
 		Mori__Reply *r = mori__reply__unpack(NULL, (size_t)n, in);
 		if (!r || r->id != req->id) {
 			/* a late reply to a request that timed out earlier: drop it */

@@ -505,6 +505,7 @@ static int session_wait(int s, uint8_t *buf, size_t cap)
 	ck_assert_msg(n == 1, "session socket: neither a reply nor a close within %d ms", REPLY_TIMEOUT_MS);
 	int fds[WIRE_MAX_FDS], nfds = 0;
 	ssize_t len = wire_recv(s, buf, cap, fds, &nfds);
+	ck_assert_int_ge(nfds, 0);
 	for (int i = 0; i < nfds; i++)
 		close(fds[i]);
 	if (len <= 0)

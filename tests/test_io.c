@@ -422,6 +422,73 @@ START_TEST(client_caps)
 }
 END_TEST
 
+/* Notified writes whose notifications are still in the initiator's ring when it goes (killed
+ * here; mori_client_close does not wait for morid to read the ring either): morid takes what is left in the ring, so every notification of a write
+ * that completed reaches the target, in order. The daemon is stopped while the writes run, so
+ * all of them are still queued when the initiator goes. */
+START_TEST(notifs_at_kill)
+{
+	enum { N = 1000 };
+	mori_client *b;
+	mori_mem *mb;
+	OK(mori_client_open(D.dir, "b", &b));
+	OK(mori_mem_alloc(b, 4096, MORI_MEM_HOST, &mb));
+	OK(mori_mem_publish(mb, "b/kv"));
+	int up[2], down[2];
+	ck_assert(pipe(up) == 0 && pipe(down) == 0);
+	pid_t a = fork();
+	if (a == 0) {
+		mori_client *c;
+		mori_mem *ma, *rb;
+		char go;
+		if (mori_client_open(D.dir, "a", &c) || mori_mem_alloc(c, 4096, MORI_MEM_HOST, &ma) ||
+		    mori_mem_open_remote(c, NULL, "b/kv", &rb) || write(up[1], "r", 1) != 1 || read(down[0], &go, 1) != 1)
+			_exit(10);
+		mori_xfer_opts o = {.has_notif = 1};
+		uint32_t done = 0;
+		for (int i = 0; i < N; i++) {
+			mori_xfer *x;
+			o.notif_tag = (uint64_t)i;
+			if (mori_write(ma, 0, rb, 0, 64, &o, &x) || mori_xfer_wait(x, 3000000))
+				break;
+			mori_xfer_free(x);
+			done++;
+		}
+		uint32_t pending = mori_client_sq_pending(c);
+		if (write(up[1], &done, 4) != 4 || write(up[1], &pending, 4) != 4)
+			_exit(11);
+		pause(); /* killed here */
+		_exit(0);
+	}
+	char r;
+	ck_assert_int_eq(read(up[0], &r, 1), 1);
+	kill(D.pid, SIGSTOP);
+	ck_assert_int_eq(write(down[1], "g", 1), 1);
+	uint32_t done = 0, pending = 0;
+	ck_assert_int_eq(read(up[0], &done, 4), 4);
+	ck_assert_int_eq(read(up[0], &pending, 4), 4);
+	ck_assert_uint_eq(done, N);
+	ck_assert_uint_eq(pending, N); /* every notification still in a's ring */
+	kill(a, SIGKILL);
+	waitpid(a, NULL, 0);
+	kill(D.pid, SIGCONT);
+	static mori_notif n[N + 64];
+	int got = 0, k;
+	uint64_t t0 = mori_now_us();
+	while (got < N && mori_now_us() - t0 < 3000000)
+		if ((k = mori_notif_poll(b, n + got, (size_t)(N + 64 - got), 100000)) > 0)
+			got += k;
+	ck_assert_msg(got == N, "%d of %d notifications arrived after the initiator went", got, N);
+	for (int i = 0; i < got; i++)
+		ck_assert_uint_eq(n[i].tag, (uint64_t)i);
+	mori_client_close(b);
+	close(up[0]);
+	close(up[1]);
+	close(down[0]);
+	close(down[1]);
+}
+END_TEST
+
 /* Sessions that connect and never say hello cannot lock clients out: past 256 of them the
  * daemon closes the oldest, so a real client still attaches at once. */
 START_TEST(silent_sessions)
@@ -585,6 +652,7 @@ int main(void)
 	ADD(ring_full);
 	ADD(client_caps);
 	ADD(silent_sessions);
+	ADD(notifs_at_kill);
 	ADD(dereg_during_cma_writes);
 	ADD(owner_truncates);
 	ADD(no_daemon);
