@@ -59,7 +59,7 @@ enum cqe_type {
 	CQE_REVOKED = 3,   /* region value (opened by this client) was freed by its owner */
 	CQE_ARENA = 4,     /* the daemon has copied the arguments of user_data out of the arena */
 };
-#define CQE_MSG 40
+#define CQE_MSG 104 /* room for a whole reason: "region 6 is no longer registered at host:port" */
 struct mori_cqe {
 	uint16_t type;
 	uint16_t pad;
@@ -70,7 +70,7 @@ struct mori_cqe {
 };
 
 _Static_assert(sizeof(struct mori_sqe) == 64, "sqe is one cache line");
-_Static_assert(sizeof(struct mori_cqe) == 64, "cqe is one cache line");
+_Static_assert(sizeof(struct mori_cqe) == 128, "cqe is two cache lines (the reason needs the room)");
 
 struct ring_layout {
 	uint32_t sq_entries, cq_entries;

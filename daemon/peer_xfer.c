@@ -144,6 +144,11 @@ void xfer_submit(struct peers *P, struct client *c, const struct mori_sqe *e)
 		reject(d, c, e, MORI_ENOENT, "local region %llu not yours", (unsigned long long)e->local_region);
 		return;
 	}
+	const char *norm = rdma_refuses(d);
+	if (norm) {
+		reject(d, c, e, MORI_ENOTSUP, "transport = rdma, but %s", norm);
+		return;
+	}
 	char why[300];
 	int rcode = region_reach(g, why, sizeof(why));
 	if (rcode) {

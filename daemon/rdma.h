@@ -97,12 +97,17 @@ struct rctx;
 struct rdma_stats;
 struct Mori__Request;
 /* Open the device port and the engine, per the transport option. Never fails the daemon:
- * without a usable device RDMA is off (said in the log and by moractl nics) and TCP serves. */
+ * without a usable device RDMA is off (said in the log and by moractl nics) and TCP serves,
+ * unless transport = rdma: then cross-node transfers are refused (rdma_refuses). */
 int rdma_node_start(struct morid *d);
 void rdma_node_stop(struct morid *d);
 /* The peer service offers a transfer it accepted; 1: RDMA runs it (and completes it through
  * xfer_complete), 0: TCP does. Never ends x before returning. */
 int rdma_take(struct morid *d, struct xfer *x);
+/* With transport = rdma, why RDMA cannot carry transfers here (no usable device, the device
+ * failed): those transfers are refused, never sent by TCP. NULL when it can, or when the
+ * transport is not forced. */
+const char *rdma_refuses(struct morid *d);
 /* x ends (done, failed, cancelled, expired): let go of it; work still on the NIC is cancelled. */
 void rdma_drop(struct morid *d, struct xfer *x);
 /* RdmaConnect / RdmaRegion from a peer daemon: fills rep and returns 1, else 0. */

@@ -845,6 +845,20 @@ static void rpeer_reset(struct rpeer *rp, int code, const char *why)
 }
 
 /* ---- the hooks ---- */
+const char *rdma_refuses(struct morid *d)
+{
+	struct rnode *N = node(d);
+	if (strcmp(d->cfg.transport, "rdma") || (N && N->mode != M_RDMA))
+		return NULL;
+	if (!N)
+		return "RDMA is not set up in this morid";
+	if (!N->on)
+		return N->why[0] ? N->why : "no usable RDMA device";
+	if (rdma_eng_dead(N->e))
+		return N->why;
+	return NULL;
+}
+
 int rdma_take(struct morid *d, struct xfer *x)
 {
 	struct rnode *N = node(d);
@@ -1125,7 +1139,10 @@ int rdma_node_start(struct morid *d)
 	char name[64], err[200];
 	int port, gidx;
 	if (pick(N, name, sizeof(name), &port, &gidx) != 0) {
-		mlog_notice("rdma", "RDMA transport off: %s", N->why);
+		if (N->mode == M_RDMA)
+			mlog_warn("rdma", "transport = rdma, but %s: cross-node transfers will be refused", N->why);
+		else
+			mlog_notice("rdma", "RDMA transport off: %s", N->why);
 		return 0;
 	}
 	if (rdma_vdev_open(name, port, gidx, 8192, &N->v, err, sizeof(err)) != 0) {

@@ -28,7 +28,7 @@
 extern "C" {
 #endif
 
-#define MORI_PROTOCOL_VERSION 1
+#define MORI_PROTOCOL_VERSION 2
 
 /* Error codes, shared by morid, libmori and moractl. */
 enum mori_err {

@@ -307,6 +307,40 @@ START_TEST(random_batches)
 END_TEST
 
 /* Bad names and nodes, bad handles, a region freed under an open handle. */
+/* transport = rdma where RDMA cannot be used (here: a device that does not exist): cross-node
+ * transfers are refused with MORI_ENOTSUP naming why, never sent by TCP behind the user's back. */
+START_TEST(forced_rdma_without_device)
+{
+	node_stop(&NA);
+	const char *extra[] = {"--transport", "rdma", "--rdma-device", "nosuch0", NULL};
+	ck_assert_int_eq(node_start(&NA, extra), 0);
+	struct target t;
+	target_start(&t, NB.dir, 1, 11);
+	mori_client *c;
+	mori_mem *l, *ra;
+	mori_xfer *x;
+	OK(mori_client_open(NA.dir, "forced", &c));
+	OK(mori_mem_alloc(c, 1 << 20, MORI_MEM_HOST, &l));
+	OK(mori_mem_open_remote(c, NB.addr, "target/a", &ra));
+	char why[300] = "";
+	int rc = mori_write(l, 0, ra, 0, 4096, NULL, &x);
+	if (rc == MORI_OK) {
+		const char *w = NULL;
+		rc = mori_xfer_wait(x, 5000000);
+		mori_xfer_status(x, &w);
+		snprintf(why, sizeof(why), "%s", w ? w : "");
+		mori_xfer_free(x);
+	} else {
+		snprintf(why, sizeof(why), "%s", mori_client_last_error(c));
+	}
+	ck_assert_msg(rc == MORI_ENOTSUP, "forced RDMA without a device gave %s (%s)", mori_strerror(rc), why);
+	ck_assert_msg(strstr(why, "transport = rdma"), "error: %s", why);
+	OK(mori_mem_deregister(ra));
+	mori_client_close(c);
+	target_end(&t, NULL, NULL);
+}
+END_TEST
+
 START_TEST(bad_input)
 {
 	struct target t;
@@ -683,7 +717,7 @@ START_TEST(raw_submissions)
 	uint8_t *arena = (uint8_t *)c->ring + c->lay.arena_off;
 	uint64_t off = c->lay.arena_bytes - 4096; /* far from what the library hands out */
 	mori_desc *d = (mori_desc *)(arena + off);
-	char msg[64];
+	char msg[CQE_MSG];
 	uint64_t id = 1000;
 	/* a good one first */
 	d[0] = (mori_desc){0, 0, 4096};
@@ -937,6 +971,7 @@ int main(void)
 	tcase_set_timeout(t, 600);
 	tcase_add_test(t, random_batches);
 	tcase_add_test(t, bad_input);
+	tcase_add_test(t, forced_rdma_without_device);
 	tcase_add_test(t, deadline_and_cancel);
 	tcase_add_test(t, peer_killed);
 	tcase_add_test(t, initiator_killed);
