@@ -1,7 +1,8 @@
 /* The shared-memory ring pair between a client and morid (DESIGN.md "Rings").
  *
  * One memfd, created by the daemon and mapped by both: [SQ header][CQ header][SQ entries]
- * [CQ entries][argument arena]. Entries are 64 bytes; capacities are powers of two; head and
+ * [CQ entries][argument arena]. Submissions are 64 bytes, completions 128 (room for an error's
+ * reason); capacities are powers of two; head and
  * tail are free-running 32-bit counters on their own cache lines (DPDK rte_ring layout).
  * The producer writes the entry, then store-releases tail; the consumer load-acquires tail,
  * reads, then store-releases head. A consumer about to sleep sets `sleeping`, issues a full
@@ -83,20 +84,20 @@ static inline void ring_layout_compute(struct ring_layout *l, uint32_t sq, uint3
 	l->sq_entries = sq;
 	l->cq_entries = cq;
 	l->sq_off = 2 * sizeof(struct ring_hdr);
-	l->cq_off = l->sq_off + (uint64_t)sq * 64;
-	l->arena_off = l->cq_off + (uint64_t)cq * 64;
+	l->cq_off = l->sq_off + (uint64_t)sq * sizeof(struct mori_sqe);
+	l->arena_off = l->cq_off + (uint64_t)cq * sizeof(struct mori_cqe);
 	l->arena_bytes = arena;
 	l->total = l->arena_off + arena;
 }
 
-/* Producer side: reserve-free push of one entry. Returns 0, or -1 when full. */
-static inline int ring_push(struct ring_hdr *h, void *entries, uint32_t cap, const void *e)
+/* Producer side: reserve-free push of one entry of sz bytes. Returns 0, or -1 when full. */
+static inline int ring_push(struct ring_hdr *h, void *entries, uint32_t cap, size_t sz, const void *e)
 {
 	uint32_t tail = atomic_load_explicit(&h->tail, memory_order_relaxed);
 	uint32_t head = atomic_load_explicit(&h->head, memory_order_acquire);
 	if ((uint32_t)(tail - head) >= cap)
 		return -1;
-	memcpy((char *)entries + (uint64_t)(tail & (cap - 1)) * 64, e, 64);
+	memcpy((char *)entries + (uint64_t)(tail & (cap - 1)) * sz, e, sz);
 	atomic_store_explicit(&h->tail, tail + 1, memory_order_release);
 	return 0;
 }
@@ -115,7 +116,7 @@ static inline int ring_needs_wakeup(struct ring_hdr *h)
 
 /* Consumer side: pop one entry into e. Returns 0, or -1 when empty. A corrupt distance (the
  * other side wrote garbage) is clamped by treating the ring as holding `cap` entries. */
-static inline int ring_pop(struct ring_hdr *h, const void *entries, uint32_t cap, void *e)
+static inline int ring_pop(struct ring_hdr *h, const void *entries, uint32_t cap, size_t sz, void *e)
 {
 	uint32_t head = atomic_load_explicit(&h->head, memory_order_relaxed);
 	uint32_t tail = atomic_load_explicit(&h->tail, memory_order_acquire);
@@ -123,7 +124,7 @@ static inline int ring_pop(struct ring_hdr *h, const void *entries, uint32_t cap
 		return -1;
 	if ((uint32_t)(tail - head) > cap)
 		head = tail - cap; /* a corrupt tail: never read more than the ring holds */
-	memcpy(e, (const char *)entries + (uint64_t)(head & (cap - 1)) * 64, 64);
+	memcpy(e, (const char *)entries + (uint64_t)(head & (cap - 1)) * sz, sz);
 	atomic_store_explicit(&h->head, head + 1, memory_order_release);
 	return 0;
 }

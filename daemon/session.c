@@ -110,7 +110,7 @@ static void handle_sqe(struct client *c, const struct mori_sqe *e);
 static void sq_drain_at_close(struct client *c)
 {
 	struct mori_sqe e;
-	for (uint32_t n = 0; n < c->lay.sq_entries && ring_pop(c->sqh, c->sqe, c->lay.sq_entries, &e) == 0; n++)
+	for (uint32_t n = 0; n < c->lay.sq_entries && ring_pop(c->sqh, c->sqe, c->lay.sq_entries, sizeof(e), &e) == 0; n++)
 		if (e.op == SQE_NOTIFY || e.op == SQE_REVOKE_ACK)
 			handle_sqe(c, &e);
 }
@@ -148,7 +148,7 @@ void client_destroy(struct client *c, const char *why)
 static void flush_backlog(struct client *c)
 {
 	size_t i = 0;
-	while (i < c->backlog_n && ring_push(c->cqh, c->cqe, c->lay.cq_entries, &c->cq_backlog[i]) == 0)
+	while (i < c->backlog_n && ring_push(c->cqh, c->cqe, c->lay.cq_entries, sizeof(c->cq_backlog[i]), &c->cq_backlog[i]) == 0)
 		i++;
 	if (i) {
 		memmove(c->cq_backlog, c->cq_backlog + i, (c->backlog_n - i) * sizeof(*c->cq_backlog));
@@ -168,7 +168,7 @@ void client_post(struct client *c, const struct mori_cqe *e)
 		return;
 	if (c->backlog_n)
 		flush_backlog(c);
-	if (c->backlog_n || ring_push(c->cqh, c->cqe, c->lay.cq_entries, e) != 0) {
+	if (c->backlog_n || ring_push(c->cqh, c->cqe, c->lay.cq_entries, sizeof(*e), e) != 0) {
 		if (c->backlog_n >= (size_t)c->d->cfg.client_max_backlog) {
 			/* it stopped taking completions: holding them all would let it exhaust morid */
 			client_destroy(c, "completion queue full and backlog at client_max_backlog");
@@ -241,7 +241,7 @@ static void sq_ready(uv_poll_t *p, int status, int events)
 		ring_awake(c->sqh);
 		struct mori_sqe e;
 		int n = 0;
-		while (n < SQ_BATCH && !c->dying && ring_pop(c->sqh, c->sqe, c->lay.sq_entries, &e) == 0) {
+		while (n < SQ_BATCH && !c->dying && ring_pop(c->sqh, c->sqe, c->lay.sq_entries, sizeof(e), &e) == 0) {
 			handle_sqe(c, &e);
 			n++;
 		}

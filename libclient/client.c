@@ -173,7 +173,8 @@ static int do_hello(mori_client *c, const char *name)
 	c->sq_efd = fds[1];
 	c->cq_efd = fds[2];
 	/* The daemon's word on the layout, checked against our own computation. */
-	uint64_t fixed = 2 * sizeof(struct ring_hdr) + ((uint64_t)sq + cq) * 64;
+	uint64_t fixed = 2 * sizeof(struct ring_hdr) + (uint64_t)sq * sizeof(struct mori_sqe) +
+			 (uint64_t)cq * sizeof(struct mori_cqe);
 	if (!sq || (sq & (sq - 1)) || !cq || (cq & (cq - 1)) || total < fixed)
 		return set_error(c, MORI_EPROTO, "hello reply with an impossible ring layout");
 	ring_layout_compute(&c->lay, sq, cq, total - fixed);
@@ -260,7 +261,7 @@ void mori_client_close(mori_client *c)
 int client_submit(mori_client *c, const struct mori_sqe *e)
 {
 	pthread_mutex_lock(&c->sq_lock);
-	int full = ring_push(c->sqh, c->sqe, c->lay.sq_entries, e) != 0;
+	int full = ring_push(c->sqh, c->sqe, c->lay.sq_entries, sizeof(*e), e) != 0;
 	pthread_mutex_unlock(&c->sq_lock);
 	if (full)
 		return set_error(c, MORI_EAGAIN, "submission ring full (%u entries)", c->lay.sq_entries);
@@ -281,7 +282,7 @@ void client_reap(mori_client *c)
 		return; /* another thread is reaping; it will complete ours too */
 	struct mori_cqe e;
 	int drained = 0;
-	while (ring_pop(c->cqh, c->cqe, c->lay.cq_entries, &e) == 0) {
+	while (ring_pop(c->cqh, c->cqe, c->lay.cq_entries, sizeof(e), &e) == 0) {
 		drained++;
 		e.msg[CQE_MSG - 1] = 0;
 		switch (e.type) {

@@ -143,7 +143,8 @@ static void target_end(struct target *t, uint64_t *notifs, uint64_t *tagsum)
 		*tagsum = got[1];
 	int st;
 	waitpid(t->pid, &st, 0);
-	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "target exited with %d", WEXITSTATUS(st));
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "target %s %d", WIFEXITED(st) ? "exited with" : "killed by signal",
+		      WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
 	close(t->to);
 	close(t->from);
 }

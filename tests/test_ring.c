@@ -64,7 +64,7 @@ START_TEST(layout)
 	ring_layout_compute(&l, 4096, 1024, 1 << 20);
 	ck_assert_uint_eq(l.sq_off, 2 * sizeof(struct ring_hdr));
 	ck_assert_uint_eq(l.cq_off, l.sq_off + 4096 * 64);
-	ck_assert_uint_eq(l.arena_off, l.cq_off + 1024 * 64);
+	ck_assert_uint_eq(l.arena_off, l.cq_off + 1024 * 128); /* completions are 128 bytes */
 	ck_assert_uint_eq(l.total, l.arena_off + (1 << 20));
 	ck_assert_uint_eq(l.sq_off % RING_LINE, 0);
 }
@@ -75,18 +75,18 @@ START_TEST(push_pop_fifo)
 	struct ring *r = ring_new(0);
 	struct mori_sqe out;
 	ck_assert(ring_empty(&r->h));
-	ck_assert_int_eq(ring_pop(&r->h, r->e, CAP, &out), -1);
+	ck_assert_int_eq(ring_pop(&r->h, r->e, CAP, sizeof(out), &out), -1);
 	for (uint64_t i = 0; i < 10; i++) {
 		struct mori_sqe in = sqe(i);
-		ck_assert_int_eq(ring_push(&r->h, r->e, CAP, &in), 0);
+		ck_assert_int_eq(ring_push(&r->h, r->e, CAP, sizeof(*(&in)), &in), 0);
 	}
 	ck_assert(!ring_empty(&r->h));
 	for (uint64_t i = 0; i < 10; i++) {
-		ck_assert_int_eq(ring_pop(&r->h, r->e, CAP, &out), 0);
+		ck_assert_int_eq(ring_pop(&r->h, r->e, CAP, sizeof(out), &out), 0);
 		ck_assert_uint_eq(out.user_data, i);
 		ck_assert_uint_eq(out.tag, ~i);
 	}
-	ck_assert_int_eq(ring_pop(&r->h, r->e, CAP, &out), -1);
+	ck_assert_int_eq(ring_pop(&r->h, r->e, CAP, sizeof(out), &out), -1);
 	ck_assert(ring_empty(&r->h));
 	ck_assert_uint_eq(atomic_load(&r->h.head), 10);
 	ck_assert_uint_eq(atomic_load(&r->h.tail), 10);
@@ -101,20 +101,20 @@ START_TEST(full)
 	struct mori_sqe in, out;
 	for (uint64_t i = 0; i < CAP; i++) {
 		in = sqe(i);
-		ck_assert_int_eq(ring_push(&r->h, r->e, CAP, &in), 0);
+		ck_assert_int_eq(ring_push(&r->h, r->e, CAP, sizeof(*(&in)), &in), 0);
 	}
 	in = sqe(999);
-	ck_assert_int_eq(ring_push(&r->h, r->e, CAP, &in), -1); /* full: nothing overwritten */
+	ck_assert_int_eq(ring_push(&r->h, r->e, CAP, sizeof(*(&in)), &in), -1); /* full: nothing overwritten */
 	ck_assert_uint_eq(atomic_load(&r->h.tail), CAP);
-	ck_assert_int_eq(ring_pop(&r->h, r->e, CAP, &out), 0);
+	ck_assert_int_eq(ring_pop(&r->h, r->e, CAP, sizeof(out), &out), 0);
 	ck_assert_uint_eq(out.user_data, 0);
-	ck_assert_int_eq(ring_push(&r->h, r->e, CAP, &in), 0); /* one slot freed, one accepted */
-	ck_assert_int_eq(ring_push(&r->h, r->e, CAP, &in), -1);
+	ck_assert_int_eq(ring_push(&r->h, r->e, CAP, sizeof(*(&in)), &in), 0); /* one slot freed, one accepted */
+	ck_assert_int_eq(ring_push(&r->h, r->e, CAP, sizeof(*(&in)), &in), -1);
 	for (uint64_t i = 1; i < CAP; i++) {
-		ck_assert_int_eq(ring_pop(&r->h, r->e, CAP, &out), 0);
+		ck_assert_int_eq(ring_pop(&r->h, r->e, CAP, sizeof(out), &out), 0);
 		ck_assert_uint_eq(out.user_data, i);
 	}
-	ck_assert_int_eq(ring_pop(&r->h, r->e, CAP, &out), 0);
+	ck_assert_int_eq(ring_pop(&r->h, r->e, CAP, sizeof(out), &out), 0);
 	ck_assert_uint_eq(out.user_data, 999);
 	guards_intact(r);
 	free(r);
@@ -129,22 +129,22 @@ START_TEST(wrap_around)
 	struct mori_sqe in, out;
 	for (uint64_t i = 0; i < CAP; i++) {
 		in = sqe(i);
-		ck_assert_int_eq(ring_push(&r->h, r->e, CAP, &in), 0);
+		ck_assert_int_eq(ring_push(&r->h, r->e, CAP, sizeof(*(&in)), &in), 0);
 	}
 	ck_assert_uint_lt(atomic_load(&r->h.tail), start); /* tail wrapped past zero */
 	in = sqe(7777);
-	ck_assert_int_eq(ring_push(&r->h, r->e, CAP, &in), -1); /* still full across the wrap */
+	ck_assert_int_eq(ring_push(&r->h, r->e, CAP, sizeof(*(&in)), &in), -1); /* still full across the wrap */
 	/* the slot index follows the counter: entry i sits at (start + i) mod CAP */
 	for (uint64_t i = 0; i < CAP; i++)
 		ck_assert_uint_eq(r->e[(uint32_t)(start + i) & (CAP - 1)].user_data, i);
 	uint64_t next = 0;
 	for (int round = 0; round < 5 * (int)CAP; round++) {
-		ck_assert_int_eq(ring_pop(&r->h, r->e, CAP, &out), 0);
+		ck_assert_int_eq(ring_pop(&r->h, r->e, CAP, sizeof(out), &out), 0);
 		ck_assert_uint_eq(out.user_data, next++);
 		in = sqe(next + CAP - 1);
-		ck_assert_int_eq(ring_push(&r->h, r->e, CAP, &in), 0);
+		ck_assert_int_eq(ring_push(&r->h, r->e, CAP, sizeof(*(&in)), &in), 0);
 	}
-	while (ring_pop(&r->h, r->e, CAP, &out) == 0)
+	while (ring_pop(&r->h, r->e, CAP, sizeof(out), &out) == 0)
 		ck_assert_uint_eq(out.user_data, next++);
 	ck_assert_uint_eq(next, 6 * CAP);
 	ck_assert_uint_eq(atomic_load(&r->h.head), (uint32_t)(start + 6 * CAP));
@@ -168,21 +168,21 @@ START_TEST(corrupt_indices)
 	uint32_t tail = 100 + 0x80000000u;
 	atomic_store(&r->h.tail, tail);
 	for (uint32_t i = 0; i < CAP; i++) {
-		ck_assert_int_eq(ring_pop(&r->h, r->e, CAP, &out), 0);
+		ck_assert_int_eq(ring_pop(&r->h, r->e, CAP, sizeof(out), &out), 0);
 		ck_assert_uint_eq(out.user_data, 1000 + ((tail - CAP + i) & (CAP - 1)));
 	}
-	ck_assert_int_eq(ring_pop(&r->h, r->e, CAP, &out), -1);
+	ck_assert_int_eq(ring_pop(&r->h, r->e, CAP, sizeof(out), &out), -1);
 	guards_intact(r);
 	/* producer: head beyond tail (consumer claims more than was produced) */
 	atomic_store(&r->h.head, 50);
 	atomic_store(&r->h.tail, 40);
 	in = sqe(1);
-	ck_assert_int_eq(ring_push(&r->h, r->e, CAP, &in), -1);
+	ck_assert_int_eq(ring_push(&r->h, r->e, CAP, sizeof(*(&in)), &in), -1);
 	ck_assert_uint_eq(atomic_load(&r->h.tail), 40);
 	/* producer: head far behind tail */
 	atomic_store(&r->h.head, 0);
 	atomic_store(&r->h.tail, 0x10000);
-	ck_assert_int_eq(ring_push(&r->h, r->e, CAP, &in), -1);
+	ck_assert_int_eq(ring_push(&r->h, r->e, CAP, sizeof(*(&in)), &in), -1);
 	for (uint64_t i = 0; i < CAP; i++)
 		ck_assert_uint_eq(r->e[i].user_data, 1000 + i); /* nothing was overwritten */
 	guards_intact(r);
@@ -199,10 +199,10 @@ START_TEST(sleep_flag)
 	ck_assert(ring_needs_wakeup(&r->h));
 	ring_awake(&r->h);
 	ck_assert(!ring_needs_wakeup(&r->h));
-	ck_assert_int_eq(ring_push(&r->h, r->e, CAP, &in), 0);
+	ck_assert_int_eq(ring_push(&r->h, r->e, CAP, sizeof(*(&in)), &in), 0);
 	ck_assert_int_eq(ring_prepare_sleep(&r->h), 0); /* not empty: must not block */
 	ck_assert(!ring_needs_wakeup(&r->h));           /* and did not leave the flag set */
-	ck_assert_int_eq(ring_pop(&r->h, r->e, CAP, &out), 0);
+	ck_assert_int_eq(ring_pop(&r->h, r->e, CAP, sizeof(out), &out), 0);
 	free(r);
 }
 END_TEST
@@ -226,7 +226,7 @@ static void *producer(void *arg)
 	for (uint64_t i = 0; i < N_MOVE; i++) {
 		struct mori_sqe e = sqe(i);
 		e.arg_off = i * 2654435761u; /* payload for the checksum */
-		while (ring_push(&t->r->h, t->r->e, CAP, &e) != 0) {
+		while (ring_push(&t->r->h, t->r->e, CAP, sizeof(*(&e)), &e) != 0) {
 			t->full_spins++;
 			sched_yield();
 		}
@@ -246,7 +246,7 @@ static void *consumer(void *arg)
 	uint64_t expect = 0;
 	while (t->received < N_MOVE) {
 		struct mori_sqe e;
-		if (ring_pop(&t->r->h, t->r->e, CAP, &e) == 0) {
+		if (ring_pop(&t->r->h, t->r->e, CAP, sizeof(e), &e) == 0) {
 			if (e.user_data != expect)
 				t->out_of_order++;
 			expect = e.user_data + 1;
