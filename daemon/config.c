@@ -93,8 +93,12 @@ int config_set(struct config *cfg, const char *name, const char *value, char *er
 		return -1;
 	}
 	if (v < o->min || v > o->max) {
-		snprintf(err, errlen, "%s: %lld out of bounds [%lld, %lld]", o->name, v,
-			 (long long)o->min, (long long)o->max);
+		if (o->def[0] == '0' && o->def[1]) /* an octal option (socket_mode): bounds in octal */
+			snprintf(err, errlen, "%s: '%s' out of bounds [%#llo, %#llo] (octal, e.g. 0660)", o->name, value,
+				 (long long)o->min, (long long)o->max);
+		else
+			snprintf(err, errlen, "%s: %lld out of bounds [%lld, %lld]", o->name, v, (long long)o->min,
+				 (long long)o->max);
 		return -1;
 	}
 	*(int64_t *)field = v;
@@ -195,6 +199,16 @@ int config_validate(struct config *cfg, char *err, size_t errlen)
 	if (cfg->ring_entries & (cfg->ring_entries - 1)) {
 		snprintf(err, errlen, "ring_entries: %lld is not a power of two", (long long)cfg->ring_entries);
 		return -1;
+	}
+	const char *addrs[2][2] = {{"listen", cfg->listen}, {"advertise", cfg->advertise}};
+	for (int i = 0; i < 2; i++) {
+		const char *a = addrs[i][1], *colon = strrchr(a, ':');
+		char *end;
+		long port = colon ? strtol(colon + 1, &end, 10) : 0;
+		if (a[0] && (!colon || colon == a || !colon[1] || *end || port < 1 || port > 65535)) {
+			snprintf(err, errlen, "%s: '%s' is not host:port (port 1..65535)", addrs[i][0], a);
+			return -1;
+		}
 	}
 	if (cfg->runtime_dir[0] != '/') {
 		snprintf(err, errlen, "runtime_dir: '%s' is not an absolute path", cfg->runtime_dir);

@@ -440,8 +440,15 @@ int main(int argc, char **argv)
 			sock = argv[++i];
 		else if (!strncmp(a, "--socket=", 9))
 			sock = a + 9;
-		else if (!strcmp(a, "--timeout") && i + 1 < argc)
-			timeout_ms = atoi(argv[++i]);
+		else if (!strcmp(a, "--timeout") && i + 1 < argc) {
+			char *end;
+			long v = strtol(argv[++i], &end, 10);
+			if (*end || end == argv[i] || v < 1 || v > 3600000) {
+				fprintf(stderr, "moractl: --timeout %s: milliseconds, 1..3600000\n", argv[i]);
+				return 2;
+			}
+			timeout_ms = (int)v;
+		}
 		else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
 			usage(stdout);
 			return 0;
