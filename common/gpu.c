@@ -84,7 +84,7 @@ static const struct sym syms[] = {
 
 static struct gpu_api api;
 static const struct gpu_api *loaded;
-static char reason[200] = "not probed";
+static char reason[320] = "not probed";
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static const char *const cuda_libs[] = {"libcuda.so.1", "libcuda.so", NULL};
@@ -164,7 +164,7 @@ static void load(void)
 		snprintf(reason, sizeof(reason), "MORI_GPU=%s is not none, cuda or hip", want);
 		return;
 	}
-	char first[200] = "";
+	char first[sizeof(reason)] = "";
 	if (try_cuda && load_one(GPU_BACKEND_CUDA, cuda_libs) == 0) {
 		loaded = &api;
 		return;
@@ -175,9 +175,14 @@ static void load(void)
 		loaded = &api;
 		return;
 	}
-	/* Report the CUDA reason unless HIP got further than "not found". */
-	if (first[0] && strstr(reason, "not found"))
+	/* The CUDA reason alone when HIP is not installed either, else both. */
+	if (first[0] && strstr(reason, "not found")) {
 		snprintf(reason, sizeof(reason), "%s", first);
+	} else if (first[0]) {
+		char hip[sizeof(reason)];
+		snprintf(hip, sizeof(hip), "%s", reason);
+		snprintf(reason, sizeof(reason), "%.150s; %.150s", first, hip);
+	}
 }
 
 const struct gpu_api *gpu_api(void)

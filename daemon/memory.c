@@ -29,7 +29,7 @@ Mori__Handle *memory_handle_of(struct morid *d, struct region *g, struct rctx *r
 
 const char *memory_gpu_summary(struct morid *d)
 {
-	static char buf[256];
+	static char buf[400];
 	gpu_describe(buf, sizeof(buf));
 	return buf;
 }
