@@ -103,6 +103,7 @@ static void client_handle_closed(uv_handle_t *h)
 }
 
 static void handle_sqe(struct client *c, const struct mori_sqe *e);
+static void send_reply(struct conn *k, Mori__Reply *rep, struct rctx *r);
 
 /* What a client queued before its session closed still counts: a notification it submitted
  * after its data landed must reach the target, though mori_client_close does not wait for
@@ -122,6 +123,15 @@ void client_destroy(struct client *c, const char *why)
 		return;
 	if (c->attached && c->ring && !strcmp(why, "closed"))
 		sq_drain_at_close(c);
+	if (c->conn && !c->conn->closing && strcmp(why, "closed")) {
+		/* detached by morid: the reason goes out as an unsolicited reply (id 0) that libmori
+		 * reports once it sees the session end */
+		Mori__Reply bye = MORI__REPLY__INIT;
+		struct rctx r = {0};
+		reply_error(&bye, MORI_ECONN, "detached by morid: %s", why);
+		send_reply(c->conn, &bye, &r);
+		rctx_free(&r);
+	}
 	c->dying = 1;
 	mlog_info("client", "client %llu (pid %d, %s) gone: %s", (unsigned long long)c->id, c->pid,
 		  c->name, why);

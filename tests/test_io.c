@@ -417,6 +417,18 @@ START_TEST(client_caps)
 	char cmd[600];
 	snprintf(cmd, sizeof(cmd), "grep -q 'client_max_backlog' %s", D.log);
 	ck_assert_msg(system(cmd) == 0, "morid's log does not say why b was detached (%s)", D.log);
+	/* b itself learns it too: polling its notifications ends in MORI_ECONN naming the cap */
+	mori_notif nb[256];
+	int k;
+	uint64_t tb = mori_now_us();
+	while ((k = mori_notif_poll(b, nb, 256, 10000)) >= 0 && mori_now_us() - tb < 3000000) {
+	}
+	ck_assert_int_eq(k, MORI_ECONN);
+	ck_assert_msg(strstr(mori_client_last_error(b), "client_max_backlog"), "b was told: %s", mori_client_last_error(b));
+	mori_mem *mx;
+	ck_assert_int_eq(mori_mem_alloc(b, 4096, MORI_MEM_HOST, &mx), MORI_ECONN);
+	ck_assert_msg(strstr(mori_client_last_error(b), "detached by morid"), "b's next call said: %s",
+		      mori_client_last_error(b));
 	mori_client_close(b);
 	mori_client_close(a);
 }
