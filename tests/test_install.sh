@@ -58,8 +58,10 @@ san=${SAN:+-fsanitize=$SAN}
 # shellcheck disable=SC2086
 ${CC:-cc} -std=c99 -Wall -Werror $san -o "$T/hello" "$T/hello.c" $pcflags || fail "cannot build against the installed libmori"
 want=$("$D/usr/bin/morid" --version | awk '{print $2}')
+proto=$(sed -n 's/^#define MORI_PROTOCOL_VERSION \([0-9]*\).*/\1/p' "$ROOT/include/mori.h")
+[ -n "$proto" ] || fail "no MORI_PROTOCOL_VERSION in include/mori.h"
 got=$(LD_LIBRARY_PATH=$D/usr/lib "$T/hello") || fail "program linked to the installed libmori.so failed"
-[ "$got" = "$want 1" ] || fail "program printed '$got', expected '$want 1'"
+[ "$got" = "$want $proto" ] || fail "program printed '$got', expected '$want $proto'"
 ldd_out=$(LD_LIBRARY_PATH=$D/usr/lib ldd "$T/hello")
 grep -q "libmori.so.0 => $D/usr/lib/libmori.so.0" <<< "$ldd_out" || fail "not linked to the installed libmori.so.0: $ldd_out"
 pass "program built with pkg-config links to libmori.so.0 and runs: $got"
@@ -71,5 +73,5 @@ ${CC:-cc} -std=c99 $san -o "$T/hello-static" "$T/hello.c" -I"$D/usr/include" "$D
 	$deps -lnng -lpthread -ldl -lm ||
 	fail "cannot link against the installed libmori.a"
 got=$("$T/hello-static") || fail "statically linked program failed"
-[ "$got" = "$want 1" ] || fail "static program printed '$got'"
+[ "$got" = "$want $proto" ] || fail "static program printed '$got'"
 pass "program linked to libmori.a runs"
