@@ -51,3 +51,10 @@ void mori_log_write(int level, const char *subsys, const char *fmt, ...)
 	fprintf(stderr, "%02d:%02d:%02d.%03ld %s %-6s %-7s %s\n", tm.tm_hour, tm.tm_min, tm.tm_sec,
 		ts.tv_nsec / 1000000, log_ident, level_names[level], subsys, msg);
 }
+
+unsigned long long mori_log_now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (unsigned long long)ts.tv_sec;
+}

@@ -26,4 +26,23 @@ void mori_log_write(int level, const char *subsys, const char *fmt, ...)
 #define mlog_info(s, ...) mlog(MLOG_INFO, s, __VA_ARGS__)
 #define mlog_debug(s, ...) mlog(MLOG_DEBUG, s, __VA_ARGS__)
 
+/* Seconds on a monotonic clock, for mlog_ratelimited. */
+unsigned long long mori_log_now_s(void);
+/* At most one message a second from this call site, then how many were left out: for what a
+ * flood (refused requests, connection storms) would otherwise log once per event. */
+#define mlog_ratelimited(level, subsys, ...)                                                        \
+	do {                                                                                        \
+		static unsigned long long last_s_ = ~0ull, skipped_;                                \
+		unsigned long long now_s_ = mori_log_now_s();                                       \
+		if (now_s_ != last_s_) {                                                            \
+			if (skipped_)                                                               \
+				mlog((level), (subsys), "(%llu similar messages left out)", skipped_); \
+			last_s_ = now_s_;                                                           \
+			skipped_ = 0;                                                               \
+			mlog((level), (subsys), __VA_ARGS__);                                       \
+		} else {                                                                            \
+			skipped_++;                                                                 \
+		}                                                                                   \
+	} while (0)
+
 #endif

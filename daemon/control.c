@@ -468,7 +468,8 @@ static void conn_message(struct cconn *k, const uint8_t *p, size_t len)
 	count(d, C_REQUESTS, 1);
 	if (!k->have_uid || !config_uid_allowed(&d->cfg, k->uid)) {
 		count(d, C_DENIED, 1);
-		mlog_warn("control", "request from uid %d refused: not in allow_uids", k->have_uid ? (int)k->uid : -1);
+		mlog_ratelimited(MLOG_WARN, "control", "request from uid %d refused: not in allow_uids",
+				 k->have_uid ? (int)k->uid : -1);
 		reply_error(&rep, MORI_EPERM, "uid %d is not allowed (allow_uids)", k->have_uid ? (int)k->uid : -1);
 	} else if (blen > (size_t)d->cfg.max_message_bytes) {
 		count(d, C_OVERSIZE, 1);
@@ -616,7 +617,8 @@ static void on_connection(uv_stream_t *server, int status)
 	if (L.nconns > CTL_MAX_CONNS) {
 		/* make room by the connection that has waited longest: idle ones cannot lock others out */
 		struct cconn *old = longest_idle();
-		mlog_warn("control", "more than %d control connections: closing the longest idle", CTL_MAX_CONNS);
+		mlog_ratelimited(MLOG_WARN, "control", "more than %d control connections: closing the longest idle",
+				 CTL_MAX_CONNS);
 		conn_close(old ? old : k, NULL);
 		if (k->closing)
 			return;

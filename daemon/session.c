@@ -486,7 +486,7 @@ static void session_accept(uv_poll_t *p, int status, int events)
 		if (getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0 ||
 		    !config_uid_allowed(&d->cfg, cred.uid)) {
 			count(d, C_DENIED, 1);
-			mlog_warn("session", "refused session from uid %u pid %d: uid not in allow_uids",
+			mlog_ratelimited(MLOG_WARN, "session", "refused session from uid %u pid %d: uid not in allow_uids",
 				  cred.uid, cred.pid);
 			close(s);
 			continue;
@@ -507,7 +507,7 @@ static void session_accept(uv_poll_t *p, int status, int events)
 		}
 		if (npending >= PENDING_MAX) {
 			struct conn *old = list_entry(pending.next, struct conn, plink);
-			mlog_warn("session", "more than %d sessions without a hello: closing the oldest (pid %d)",
+			mlog_ratelimited(MLOG_WARN, "session", "more than %d sessions without a hello: closing the oldest (pid %d)",
 				  PENDING_MAX, old->pid);
 			conn_close(old);
 		}
