@@ -180,6 +180,29 @@ int config_load_file(struct config *cfg, const char *path, char *err, size_t err
 	return -1;
 }
 
+int config_split_addr(const char *addr, char *host, size_t hlen, int *port)
+{
+	const char *colon = strrchr(addr, ':');
+	if (!colon || colon == addr || !colon[1])
+		return -1;
+	char *end;
+	long v = strtol(colon + 1, &end, 10);
+	if (*end || v <= 0 || v > 65535)
+		return -1;
+	const char *h = addr;
+	size_t n = (size_t)(colon - addr);
+	if (h[0] == '[' && n >= 2 && h[n - 1] == ']') {
+		h++;
+		n -= 2;
+	}
+	if (n == 0 || n >= hlen)
+		return -1;
+	memcpy(host, h, n);
+	host[n] = 0;
+	*port = (int)v;
+	return 0;
+}
+
 int config_validate(struct config *cfg, char *err, size_t errlen)
 {
 	if (mori_log_level_parse(cfg->log_level) < 0) {
@@ -202,10 +225,10 @@ int config_validate(struct config *cfg, char *err, size_t errlen)
 	}
 	const char *addrs[2][2] = {{"listen", cfg->listen}, {"advertise", cfg->advertise}};
 	for (int i = 0; i < 2; i++) {
-		const char *a = addrs[i][1], *colon = strrchr(a, ':');
-		char *end;
-		long port = colon ? strtol(colon + 1, &end, 10) : 0;
-		if (a[0] && (!colon || colon == a || !colon[1] || *end || port < 1 || port > 65535)) {
+		char host[256];
+		int port;
+		const char *a = addrs[i][1];
+		if (a[0] && config_split_addr(a, host, sizeof(host), &port) != 0) {
 			snprintf(err, errlen, "%s: '%s' is not host:port (port 1..65535)", addrs[i][0], a);
 			return -1;
 		}

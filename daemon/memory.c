@@ -12,6 +12,8 @@
 #include "peer.h"
 #include "registry.h"
 
+#define FD_RESERVE 256 /* descriptors registrations leave for sessions, peers and control */
+
 Mori__Handle *memory_handle_of(struct morid *d, struct region *g, struct rctx *r)
 {
 	Mori__Handle *h = rctx_alloc(r, sizeof(*h));
@@ -34,7 +36,6 @@ const char *memory_gpu_summary(struct morid *d)
 	return buf;
 }
 
-#define FD_RESERVE 256 /* descriptors registrations leave for sessions, peers and control */
 
 static int is_local_node(struct morid *d, const char *node)
 {

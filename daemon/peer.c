@@ -126,29 +126,6 @@ void peers_kick(struct peers *P)
 
 /* ---- peers ---- */
 
-static int split_addr(const char *addr, char *host, size_t hlen, int *port)
-{
-	const char *colon = strrchr(addr, ':');
-	if (!colon || colon == addr || !colon[1])
-		return -1;
-	char *end;
-	long v = strtol(colon + 1, &end, 10);
-	if (*end || v <= 0 || v > 65535)
-		return -1;
-	const char *h = addr;
-	size_t n = (size_t)(colon - addr);
-	if (h[0] == '[' && n >= 2 && h[n - 1] == ']') {
-		h++;
-		n -= 2;
-	}
-	if (n == 0 || n >= hlen)
-		return -1;
-	memcpy(host, h, n);
-	host[n] = 0;
-	*port = (int)v;
-	return 0;
-}
-
 static void req_readable(uv_poll_t *h, int status, int events);
 
 struct peer *peer_get(struct peers *P, const char *addr, int create)
@@ -162,7 +139,7 @@ struct peer *peer_get(struct peers *P, const char *addr, int create)
 		return NULL;
 	char host[128];
 	int port;
-	if (strlen(addr) >= sizeof(((struct peer *)0)->addr) || split_addr(addr, host, sizeof(host), &port) != 0)
+	if (strlen(addr) >= sizeof(((struct peer *)0)->addr) || config_split_addr(addr, host, sizeof(host), &port) != 0)
 		return NULL;
 	struct peer *p = calloc(1, sizeof(*p));
 	if (!p)
@@ -686,7 +663,7 @@ int peers_start(struct morid *d)
 	snprintf(P->self, sizeof(P->self), "%s", d->cfg.advertise[0] ? d->cfg.advertise : d->cfg.listen);
 	char host[128], url[160];
 	int port, rc, fd;
-	if (split_addr(d->cfg.listen, host, sizeof(host), &port) != 0) {
+	if (config_split_addr(d->cfg.listen, host, sizeof(host), &port) != 0) {
 		mlog_err("peer", "listen = '%s' is not host:port", d->cfg.listen);
 		return -1;
 	}

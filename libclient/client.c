@@ -50,7 +50,34 @@ static int wait_readable(int fd, uint64_t deadline_us)
 	}
 }
 
-static int session_gone(mori_client *c);
+/* morid's goodbye (an unsolicited reply, id 0, sent before it detaches a client): keep why. */
+static void keep_goodbye(mori_client *c, const Mori__Reply *r)
+{
+	if (r && r->id == 0 && r->code != 0 && r->message && !c->gone_why[0])
+		snprintf(c->gone_why, sizeof(c->gone_why), "%s", r->message);
+}
+
+/* Has morid closed our session (it detached us, or it stopped)? Never consumes a reply another
+ * thread waits for: the goodbye is read with MSG_PEEK. */
+static int session_gone(mori_client *c)
+{
+	struct pollfd p = {.fd = c->sock, .events = POLLIN};
+	if (c->sock < 0 || poll(&p, 1, 0) != 1 || !(p.revents & (POLLHUP | POLLERR)))
+		return 0;
+	uint8_t buf[1024];
+	ssize_t n = recv(c->sock, buf, sizeof(buf), MSG_PEEK | MSG_DONTWAIT);
+	Mori__Reply *r = n > 0 ? mori__reply__unpack(NULL, (size_t)n, buf) : NULL;
+	keep_goodbye(c, r);
+	if (r)
+		mori__reply__free_unpacked(r, NULL);
+	return 1;
+}
+
+/* The session is gone: MORI_ECONN with morid's reason when it gave one, else `fallback`. */
+static int session_lost(mori_client *c, const char *fallback)
+{
+	return set_error(c, MORI_ECONN, "session with morid lost: %s", c->gone_why[0] ? c->gone_why : fallback);
+}
 
 static int rpc_locked(mori_client *c, Mori__Request *req, const int *fds_out, int nfds_out,
 		      Mori__Reply **rep, int *fds_in, int *nfds_in)
@@ -68,8 +95,7 @@ static int rpc_locked(mori_client *c, Mori__Request *req, const int *fds_out, in
 	free(buf);
 	if (rc < 0) {
 		session_gone(c); /* picks up morid's goodbye, if it said one */
-		return set_error(c, MORI_ECONN, "session with morid lost: %s",
-				 c->gone_why[0] ? c->gone_why : strerror(-rc));
+		return session_lost(c, strerror(-rc));
 	}
 	uint64_t deadline = mori_now_us() + RPC_TIMEOUT_MS * 1000ull;
 	uint8_t *in = malloc(WIRE_SEQPACKET_MAX);
@@ -86,8 +112,7 @@ static int rpc_locked(mori_client *c, Mori__Request *req, const int *fds_out, in
 			continue;
 		if (n <= 0) {
 			free(in);
-			return set_error(c, MORI_ECONN, "session with morid lost: %s",
-					 c->gone_why[0] ? c->gone_why : n == 0 ? "closed" : strerror((int)-n));
+			return session_lost(c, n == 0 ? "closed" : strerror((int)-n));
 		}
 		if (nfds < 0) {
 			free(in);
@@ -95,8 +120,7 @@ static int rpc_locked(mori_client *c, Mori__Request *req, const int *fds_out, in
 						       "not receive: it is out of descriptors (RLIMIT_NOFILE)");
 		}
 		Mori__Reply *r = mori__reply__unpack(NULL, (size_t)n, in);
-		if (r && r->id == 0 && r->code != 0 && r->message) /* morid's goodbye: keep the reason */
-			snprintf(c->gone_why, sizeof(c->gone_why), "%s", r->message);
+		keep_goodbye(c, r);
 		if (!r || r->id != req->id) {
 			/* a late reply to a request that timed out earlier: drop it */
 			for (int i = 0; i < nfds; i++)
@@ -352,23 +376,6 @@ void client_sleep(mori_client *c, int64_t timeout_us)
 	ring_awake(c->cqh);
 }
 
-/* Has morid closed our session (it detached us, or it stopped)? Never consumes a reply another
- * thread waits for: the goodbye is read with MSG_PEEK. */
-static int session_gone(mori_client *c)
-{
-	struct pollfd p = {.fd = c->sock, .events = POLLIN};
-	if (c->sock < 0 || poll(&p, 1, 0) != 1 || !(p.revents & (POLLHUP | POLLERR)))
-		return 0;
-	uint8_t buf[1024];
-	ssize_t n = recv(c->sock, buf, sizeof(buf), MSG_PEEK | MSG_DONTWAIT);
-	Mori__Reply *r = n > 0 ? mori__reply__unpack(NULL, (size_t)n, buf) : NULL;
-	if (r && r->id == 0 && r->code != 0 && r->message && !c->gone_why[0])
-		snprintf(c->gone_why, sizeof(c->gone_why), "%s", r->message);
-	if (r)
-		mori__reply__free_unpacked(r, NULL);
-	return 1;
-}
-
 int mori_notif_poll(mori_client *c, mori_notif *out, size_t max, int64_t timeout_us)
 {
 	if (!c || (!out && max))
@@ -388,9 +395,7 @@ int mori_notif_poll(mori_client *c, mori_notif *out, size_t max, int64_t timeout
 			return (int)n;
 		uint64_t now = mori_now_us();
 		if (now >= deadline)
-			return session_gone(c) ? set_error(c, MORI_ECONN, "session with morid lost: %s",
-							   c->gone_why[0] ? c->gone_why : "closed")
-					       : 0;
+			return session_gone(c) ? session_lost(c, "closed") : 0;
 		if (spin > 64)
 			client_sleep(c, (int64_t)(deadline - now));
 	}

@@ -2131,7 +2131,8 @@ int main(int argc, char **argv)
 		return 2;
 	}
 
-	int64_t coord_ms = setup_deadline_ms(&o, &g) > 120000 ? setup_deadline_ms(&o, &g) : 120000;
+	int64_t setup_ms = setup_deadline_ms(&o, &g);
+	int64_t coord_ms = setup_ms > 120000 ? setup_ms : 120000;
 	if (o.role == ROLE_PREFILL) {
 		msg_stream = 1;
 		int fd = coord_accept(o.coord, coord_ms, err, sizeof(err));
@@ -2185,7 +2186,6 @@ int main(int argc, char **argv)
 	pid_t child = -1;
 	int sv[2] = {-1, -1};
 	struct msg *m = NULL;
-	int64_t setup_ms = setup_deadline_ms(&o, &g);
 	uint64_t t_setup = now_us();
 	if (!o.dry_run) {
 		if (o.role == ROLE_DECODE) {
