@@ -201,10 +201,14 @@ static int region_cma(struct region *g, uint64_t off, void *buf, uint64_t len, i
 	return 0;
 }
 
-int region_copy(struct region *g, uint64_t off, void *buf, uint64_t len, int write)
+int region_copy(struct morid *d, struct region *g, uint64_t off, void *buf, uint64_t len, int write)
 {
-	if (g->kind == MORI_MEM_VRAM)
-		return region_gpu_copy(g, off, buf, len, write);
+	if (g->kind == MORI_MEM_VRAM) {
+		int rc = region_gpu_copy(g, off, buf, len, write);
+		if (rc == MORI_OK)
+			count(d, C_VRAM_STAGED, len);
+		return rc;
+	}
 	if (region_cma(g, off, buf, len, write) != 0)
 		return g->dead ? MORI_ESTALE : MORI_EPEERDEAD;
 	return MORI_OK;
@@ -242,7 +246,7 @@ int stream_frame_data(struct stream *s, const struct fhdr *h, struct region *g, 
 	if (small) {
 		if (g->map) {
 			memcpy(dst + HDR, (uint8_t *)g->map + off, len);
-		} else if ((*err = region_copy(g, off, dst + HDR, len, 0)) != 0) {
+		} else if ((*err = region_copy(s->P->d, g, off, dst + HDR, len, 0)) != 0) {
 			return -1;
 		}
 		b->stage_used += HDR + len;
@@ -259,12 +263,10 @@ int stream_frame_data(struct stream *s, const struct fhdr *h, struct region *g, 
 				*err = MORI_ENOMEM;
 				return -1;
 			}
-			if ((*err = region_copy(g, off, src, len, 0)) != 0) {
+			if ((*err = region_copy(s->P->d, g, off, src, len, 0)) != 0) {
 				stage_put(src);
 				return -1;
 			}
-			if (g->kind == MORI_MEM_VRAM)
-				count(s->P->d, C_VRAM_STAGED, len);
 			b->owned[b->nowned++] = src;
 		}
 		b->stage_used += HDR;
@@ -495,9 +497,7 @@ static void payload_piece(struct stream *s, const uint8_t *p, uint64_t n)
 		memcpy(s->rx_dst, p, n);
 		s->rx_dst += n;
 	} else if (s->rx_copy && !s->rx_code) {
-		s->rx_code = region_copy(s->rx_reg, s->rx_addr, (void *)p, n, 1);
-		if (s->rx_code == 0 && s->rx_reg->kind == MORI_MEM_VRAM)
-			count(s->P->d, C_VRAM_STAGED, n);
+		s->rx_code = region_copy(s->P->d, s->rx_reg, s->rx_addr, (void *)p, n, 1);
 		s->rx_addr += n;
 	} else if (s->rx_collect) {
 		uint64_t room = sizeof(s->rx_msg) - 1 - s->rx_msglen;
