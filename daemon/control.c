@@ -17,64 +17,6 @@
 #include "rdma.h"
 #include "registry.h"
 
-const char *const counter_names[C_COUNT] = {
-	"requests", "bad_requests", "denied", "oversize", "clients_total", "clients_died",
-	"regions_total", "notifications", "submissions", "bad_submissions", "transfers",
-	"transfer_errors", "bytes_sent", "bytes_received", "reloads", "reload_failures",
-	"cq_overflows", "vram_bytes_staged",
-};
-
-int morid_reload(struct morid *d, char *err, size_t errlen);
-
-void *rctx_alloc(struct rctx *r, size_t size)
-{
-	if (r->n == r->cap) {
-		size_t ncap = r->cap ? 2 * r->cap : 16;
-		void **p = realloc(r->ptrs, ncap * sizeof(*p));
-		if (!p)
-			return NULL;
-		r->ptrs = p;
-		r->cap = ncap;
-	}
-	void *m = calloc(1, size ? size : 1);
-	if (m)
-		r->ptrs[r->n++] = m;
-	return m;
-}
-
-char *rctx_strdup(struct rctx *r, const char *s)
-{
-	size_t n = strlen(s) + 1;
-	char *p = rctx_alloc(r, n);
-	if (p)
-		memcpy(p, s, n);
-	return p ? p : (char *)"";
-}
-
-void rctx_free(struct rctx *r)
-{
-	for (int i = 0; i < r->nfds && !r->keep_fds; i++)
-		close(r->fds[i]);
-	r->nfds = 0;
-	for (size_t i = 0; i < r->n; i++)
-		free(r->ptrs[i]);
-	free(r->ptrs);
-	r->ptrs = NULL;
-	r->n = r->cap = 0;
-}
-
-void reply_error(Mori__Reply *rep, int code, const char *fmt, ...)
-{
-	static char buf[512]; /* one reply is built at a time on the loop */
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(buf, sizeof(buf), fmt, ap);
-	va_end(ap);
-	rep->code = code;
-	rep->message = buf;
-	rep->body_case = MORI__REPLY__BODY__NOT_SET;
-}
-
 /* On the control socket a hello is a probe: versions and features, no session. */
 void do_hello(struct morid *d, uid_t uid, Mori__Hello *h, Mori__Reply *rep, struct rctx *r)
 {

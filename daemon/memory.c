@@ -10,24 +10,10 @@
 #include "gpu.h"
 #include "log.h"
 #include "peer.h"
+#include "region.h"
 #include "registry.h"
 
 #define FD_RESERVE 256 /* descriptors registrations leave for sessions, peers and control */
-
-Mori__Handle *memory_handle_of(struct morid *d, struct region *g, struct rctx *r)
-{
-	Mori__Handle *h = rctx_alloc(r, sizeof(*h));
-	if (!h)
-		return NULL;
-	mori__handle__init(h);
-	h->node = rctx_strdup(r, d->cfg.advertise[0] ? d->cfg.advertise : d->cfg.listen);
-	h->epoch = d->epoch;
-	h->region_id = g->id;
-	h->generation = g->gen;
-	h->size = g->size;
-	h->kind = g->kind;
-	return h;
-}
 
 const char *memory_gpu_summary(struct morid *d)
 {
@@ -133,7 +119,7 @@ static int do_register(struct morid *d, struct client *c, Mori__MemRegister *m, 
 	Mori__MemRegisterReply *mr = rctx_alloc(r, sizeof(*mr));
 	if (mr) {
 		mori__mem_register_reply__init(mr);
-		mr->handle = memory_handle_of(d, g, r);
+		mr->handle = region_handle(d, g, r);
 	}
 	if (!mr || !mr->handle) {
 		region_remove(d, g, "out of memory");
@@ -171,7 +157,7 @@ static void do_open(struct morid *d, struct client *c, struct region *g, Mori__R
 		return;
 	}
 	mori__mem_open_reply__init(o);
-	o->handle = memory_handle_of(d, g, r);
+	o->handle = region_handle(d, g, r);
 	o->fd_offset = g->fd_offset;
 	o->owner_pid = g->pid;
 	o->owner_addr = g->addr;

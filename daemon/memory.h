@@ -8,7 +8,4 @@ int memory_handle_request(struct morid *d, struct client *c, Mori__Request *req,
 			  struct rctx *r, int *fds, int nfds);
 /* "no GPU" or a one-line description of the GPUs the runtime sees. */
 const char *memory_gpu_summary(struct morid *d);
-/* Fill a Handle for region r (allocated in r). */
-struct region;
-Mori__Handle *memory_handle_of(struct morid *d, struct region *g, struct rctx *r);
 #endif

@@ -62,6 +62,7 @@ struct client {
 	uint64_t created_us, attached_us;
 	int attached;
 	struct conn *conn;           /* its session socket: the client lives as long as it */
+	int sock;                    /* that socket's fd while open, else -1 (client_reply) */
 	/* rings */
 	int ring_fd, sq_efd, cq_efd;
 	void *ring;
@@ -108,34 +109,55 @@ struct morid {
 	uint64_t next_client_id;
 	struct registry *reg;
 	struct peers *peers;
+	/* Detach a client (session.c sets it): lower layers that must drop a client (a backlog
+	 * at its cap) call through here instead of into the session layer. */
+	void (*client_kill)(struct client *c, const char *why);
 	struct rnode *rdma;        /* RDMA transport (rdma_peer.c); NULL when stopped */
 };
 
 /* main.c */
 void morid_stop(struct morid *d, const char *why);
+
+/* reload.c: configuration at start and at reload. */
+extern char **cli_names, **cli_values; /* command-line overrides, kept for every reload */
+extern int cli_n;
+int load_config(struct morid *d, struct config *cfg, char *err, size_t errlen);
+void apply_log(struct morid *d);
+/* Parse, validate, check reloadability, then swap; the old configuration stays on failure. */
+int morid_reload(struct morid *d, char *err, size_t errlen);
 void morid_notify_status(struct morid *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* control.c: nng rep socket and the request dispatcher shared with session sockets. */
+/* reply.c */
+void reply_error(Mori__Reply *rep, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* control.c: the control socket and the request dispatcher shared with session sockets. */
 int control_start(struct morid *d);
 void control_stop(struct morid *d);
 /* Handle one request. c is the attached client for session requests, NULL on the control
  * socket. fds_in are owned by the callee. Returns 1 if the reply was deferred (the callee will
- * send it later through session_reply), else 0 with rep filled. */
+ * send it later through client_reply), else 0 with rep filled. */
 int dispatch(struct morid *d, struct client *c, uid_t uid, Mori__Request *req, Mori__Reply *rep,
 	     struct rctx *r, int *fds_in, int nfds_in);
-void reply_error(Mori__Reply *rep, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void do_hello(struct morid *d, uid_t uid, Mori__Hello *h, Mori__Reply *rep, struct rctx *r);
+
+/* client.c: the client table and what lower layers send a client (completions, replies). */
+struct client *client_new(struct morid *d, pid_t pid, uid_t uid, const char *name);
+struct client *client_find(struct morid *d, uint64_t id);
+/* Queue a completion for the client; never dropped (backlog when the CQ is full; a client
+ * whose backlog reaches client_max_backlog is detached through d->client_kill). */
+void client_post(struct client *c, const struct mori_cqe *e);
+/* Move backlogged completions into the CQ as it frees up. */
+void client_flush_backlog(struct client *c);
+/* Send a reply on the client's session socket (deferred replies); nothing once it closed. */
+void client_reply(struct client *c, Mori__Reply *rep, struct rctx *r);
+/* Pack rep and send it with r's fds on a session socket (pid names it in the log). */
+void wire_reply(int sock, pid_t pid, Mori__Reply *rep, struct rctx *r);
 
 /* session.c: the SEQPACKET session sockets of attached clients. */
 int session_start(struct morid *d);
 void session_stop(struct morid *d);
-struct client *client_new(struct morid *d, pid_t pid, uid_t uid, const char *name);
-struct client *client_find(struct morid *d, uint64_t id);
 void client_destroy(struct client *c, const char *why);
-/* Queue a completion for the client; never dropped (backlog when the CQ is full). */
-void client_post(struct client *c, const struct mori_cqe *e);
-/* Send a reply on the client's session socket (deferred replies). */
-void session_send_reply(struct client *c, Mori__Reply *rep, struct rctx *r);
 
-/* counters.c */
+/* counters.c has the names */
 static inline void count(struct morid *d, enum counter k, uint64_t n) { d->counters[k] += n; }
 #endif

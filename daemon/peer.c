@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "log.h"
-#include "memory.h"
+#include "region.h"
 #include "peer_int.h"
 #include "rdma.h"
 
@@ -444,7 +444,7 @@ static void rpc_finish(struct peer *p, struct rpc *q, int code, const char *msg,
 				   p->addr, (unsigned long long)h->region_id, (unsigned long long)f->id);
 		}
 	}
-	session_send_reply(c, &rep, &r);
+	client_reply(c, &rep, &r);
 	rctx_free(&r);
 	rpc_free(q);
 }
@@ -559,7 +559,7 @@ static void serve_one(struct peers *P, nng_msg *m)
 				break;
 			}
 			mori__mem_lookup_reply__init(lr);
-			lr->handle = memory_handle_of(d, g, &r);
+			lr->handle = region_handle(d, g, &r);
 			rep.body_case = MORI__REPLY__BODY_MEM_LOOKUP;
 			rep.mem_lookup = lr;
 			break;
@@ -587,7 +587,7 @@ static void serve_one(struct peers *P, nng_msg *m)
 				break;
 			}
 			mori__mem_open_reply__init(o);
-			o->handle = memory_handle_of(d, g, &r);
+			o->handle = region_handle(d, g, &r);
 			rep.body_case = MORI__REPLY__BODY_MEM_OPEN;
 			rep.mem_open = o;
 			break;

@@ -304,11 +304,4 @@ void rx_abort(struct stream *s);
 void rx_done(struct stream *s);
 void rx_rdata_hdr(struct stream *s);
 void rx_rdata_end(struct stream *s);
-/* Can morid read and write g's bytes (mapping a host region or VRAM on first use)? 0, or a
- * MORI_E* code and the reason in msg. After it, g->map is set for memory morid maps. */
-int region_reach(struct region *g, char *msg, size_t len);
-/* Bytes of a region morid has no mapping of: the owner's memory by cross-memory attach, or
- * VRAM by a GPU copy through host memory (counted in d's vram_bytes_staged). 0, or MORI_ESTALE
- * (deregistered), MORI_EPEERDEAD (owner gone), or the GPU's error. */
-int region_copy(struct morid *d, struct region *g, uint64_t off, void *buf, uint64_t len, int write);
 #endif

@@ -15,6 +15,7 @@
 #include "gpu_stage.h"
 #include "log.h"
 #include "peer_int.h"
+#include "region.h"
 
 struct batch {
 	uv_write_t w;
@@ -181,47 +182,6 @@ void stream_frame(struct stream *s, const struct fhdr *h, const void *payload, u
 	b->stage_used += HDR + len;
 	b->nfr++;
 	b->bytes += HDR + len;
-}
-
-static int region_cma(struct region *g, uint64_t off, void *buf, uint64_t len, int write)
-{
-	uint64_t done = 0;
-	/* Once deregistered the owner may free or reuse those addresses: never touch them again. */
-	if (g->dead)
-		return -EIDRM;
-	while (done < len) {
-		struct iovec l = {(char *)buf + done, len - done};
-		struct iovec r = {(void *)(uintptr_t)(g->addr + off + done), len - done};
-		ssize_t n = write ? process_vm_writev(g->pid, &l, 1, &r, 1, 0)
-				  : process_vm_readv(g->pid, &l, 1, &r, 1, 0);
-		if (n <= 0)
-			return n < 0 ? -errno : -EIO;
-		done += (uint64_t)n;
-	}
-	return 0;
-}
-
-int region_copy(struct morid *d, struct region *g, uint64_t off, void *buf, uint64_t len, int write)
-{
-	if (g->kind == MORI_MEM_VRAM) {
-		int rc = region_gpu_copy(g, off, buf, len, write);
-		if (rc == MORI_OK)
-			count(d, C_VRAM_STAGED, len);
-		return rc;
-	}
-	if (region_cma(g, off, buf, len, write) != 0)
-		return g->dead ? MORI_ESTALE : MORI_EPEERDEAD;
-	return MORI_OK;
-}
-
-int region_reach(struct region *g, char *msg, size_t len)
-{
-	if (g->kind == MORI_MEM_VRAM)
-		return region_gpu_reach(g, msg, len);
-	if (g->kind == MORI_MEM_HOST && (g->fd >= 0 ? region_map(g) != NULL : g->addr && g->pid > 0))
-		return MORI_OK;
-	snprintf(msg, len, "region %llu is not memory morid can reach", (unsigned long long)g->id);
-	return g->fd >= 0 ? MORI_ESYS : MORI_ENOTSUP;
 }
 
 int stream_frame_data(struct stream *s, const struct fhdr *h, struct region *g, uint64_t off,

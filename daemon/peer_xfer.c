@@ -10,6 +10,7 @@
 #include "gpu_stage.h"
 #include "log.h"
 #include "peer_int.h"
+#include "region.h"
 #include "rdma.h"
 
 /* ---- initiator: transfers ---- */

@@ -115,8 +115,6 @@ int rdma_serve(struct morid *d, const struct Mori__Request *req, struct Mori__Re
 	       struct rctx *r);
 /* "rdma" when transfers to the peer at addr go by RDMA now, else "tcp". */
 const char *rdma_transport(struct morid *d, const char *addr);
-/* g is being removed: peers lose remote access to it at once. */
-void rdma_region_gone(struct morid *d, struct region *g);
 /* For moractl nics: the port in use (or why none), the transport option, engine counters. */
 void rdma_node_info(struct morid *d, char *in_use, size_t len, const char **transport,
 		    struct rdma_stats *st);

@@ -16,7 +16,7 @@
  *
  * Memory: the engine holds a job's local region (inflight reference, so deregistration waits
  * for its work requests); a region that is removed loses its remote-access registration at
- * once (rdma_region_gone), so a peer's late RDMA write fails with a remote access error instead
+ * once (the registry tells region_gone), so a peer's late RDMA write fails with a remote access error instead
  * of landing in memory its owner gave up. */
 #include <errno.h>
 #include <stdarg.h>
@@ -29,6 +29,7 @@
 
 #include "log.h"
 #include "peer_int.h"
+#include "region.h"
 #include "rdma.h"
 #include "rdma_core.h"
 #include "rdma_verbs.h"
@@ -142,6 +143,7 @@ struct rnode {
 	int kick;                /* waiting jobs to look at (at the next timer, never re-entrant) */
 	struct list peers, mrs, running;
 	struct htab byx;
+	struct region_listener gone; /* registered while on */
 };
 
 static struct rnode *node(struct morid *d) { return d->rdma; }
@@ -283,10 +285,10 @@ static void rmr_free(struct rmr *m)
 	free(m);
 }
 
-void rdma_region_gone(struct morid *d, struct region *g)
+static void region_gone(void *arg, struct region *g)
 {
-	struct rnode *N = node(d);
-	if (!N || !N->on)
+	struct rnode *N = arg;
+	if (!N->on)
 		return;
 	list_each(it, &N->mrs) {
 		struct rmr *m = list_entry(it, struct rmr, link);
@@ -1173,6 +1175,8 @@ int rdma_node_start(struct morid *d)
 	N->spin.data = N;
 	N->handles += 3;
 	N->on = 1;
+	N->gone = (struct region_listener){.removed = region_gone, .arg = N};
+	registry_listen(d, &N->gone);
 	const struct rdma_vinfo *vi = rdma_vdev_info(N->v);
 	snprintf(N->why, sizeof(N->why), "%s port %u (%s, gid %d, mtu %u)", vi->name, vi->port, vi->address,
 		 vi->gid_index, vi->mtu);
@@ -1230,6 +1234,7 @@ void rdma_node_stop(struct morid *d)
 		}
 	}
 	if (N->on) {
+		registry_unlisten(&N->gone);
 		uv_close((uv_handle_t *)&N->cq_poll, handle_closed);
 		uv_close((uv_handle_t *)&N->timer, handle_closed);
 		uv_close((uv_handle_t *)&N->spin, handle_closed);

@@ -7,11 +7,11 @@
 
 #include "gpu_stage.h"
 #include "log.h"
-#include "rdma.h"
 #include "mori.pb-c.h"
 
 struct registry {
 	struct list regions;
+	struct list listeners;    /* struct region_listener */
 	uint32_t n;
 	uint64_t next_id;
 };
@@ -30,6 +30,7 @@ struct registry *registry_new(void)
 	if (!g)
 		return NULL;
 	LIST_INIT(&g->regions);
+	LIST_INIT(&g->listeners);
 	g->next_id = 1;
 	return g;
 }
@@ -57,6 +58,16 @@ void registry_free(struct registry *g)
 		region_free(r);
 	}
 	free(g);
+}
+
+void registry_listen(struct morid *d, struct region_listener *l)
+{
+	list_add(&d->reg->listeners, &l->link);
+}
+
+void registry_unlisten(struct region_listener *l)
+{
+	list_del(&l->link);
 }
 
 uint32_t registry_count(struct registry *g, uint64_t *bytes)
@@ -147,7 +158,10 @@ void region_remove(struct morid *d, struct region *r, const char *why)
 	mlog_info("memory", "region %llu (%llu bytes, %s) removed: %s", (unsigned long long)r->id,
 		  (unsigned long long)r->size, r->name[0] ? r->name : "unnamed", why);
 	r->dead = 1;
-	rdma_region_gone(d, r); /* issue 7: peers lose RDMA access now */
+	list_each(it, &d->reg->listeners) { /* transports: peers lose remote access now */
+		struct region_listener *l = list_entry(it, struct region_listener, link);
+		l->removed(l->arg, r);
+	}
 	r->name[0] = 0;
 	if (r->owner && r->owner->nregions)
 		r->owner->nregions--;
@@ -209,7 +223,7 @@ static void dereg_finish(struct region *r, const char *why)
 		rep.id = r->dereg_req;
 		if (why)
 			mlog_warn("memory", "region %llu: %s", (unsigned long long)r->id, why);
-		session_send_reply(r->dereg_waiter, &rep, &rc);
+		client_reply(r->dereg_waiter, &rep, &rc);
 		rctx_free(&rc);
 		r->dereg_waiter = NULL;
 	}
@@ -348,22 +362,4 @@ void client_drop_opens(struct client *c)
 		list_del(&o->client_link);
 		free(o);
 	}
-}
-
-void *region_map(struct region *r)
-{
-	if (r->map)
-		return r->map;
-	if (r->fd < 0 || r->kind != MORI_MEM_HOST)
-		return NULL;
-	long pg = sysconf(_SC_PAGESIZE);
-	uint64_t start = r->fd_offset & ~(uint64_t)(pg - 1);
-	uint64_t len = r->fd_offset - start + r->size;
-	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, (off_t)start);
-	if (p == MAP_FAILED)
-		return NULL;
-	r->map_base = p;
-	r->map_len = len;
-	r->map = (char *)p + (r->fd_offset - start);
-	return r->map;
 }

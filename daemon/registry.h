@@ -48,8 +48,18 @@ struct open_ref {
 	struct region *region;
 };
 
+/* Told when a region is removed (before its openers are revoked and its name withdrawn), so
+ * that a transport drops remote access to it at once. The listener's memory is the caller's. */
+struct region_listener {
+	struct list link;
+	void (*removed)(void *arg, struct region *r);
+	void *arg;
+};
+
 struct registry;
 struct registry *registry_new(void);
+void registry_listen(struct morid *d, struct region_listener *l);
+void registry_unlisten(struct region_listener *l);
 void registry_free(struct registry *g);
 uint32_t registry_count(struct registry *g, uint64_t *bytes);
 
@@ -74,8 +84,6 @@ void region_forget_waiter(struct morid *d, struct client *c);
 int region_reachable_by(struct region *r, struct client *c);
 void region_close(struct client *c, struct region *r);
 void client_drop_opens(struct client *c);
-/* Map for daemon-side access (cross node); returns base or NULL. */
-void *region_map(struct region *r);
 /* Descriptors the regions hold (memfds, VMM fds): morid's main use of RLIMIT_NOFILE. */
 uint32_t registry_fds(struct morid *d);
 /* Iterate every region. */

@@ -49,40 +49,6 @@ static void conn_close(struct conn *k);
 
 /* ---- clients ---- */
 
-struct client *client_new(struct morid *d, pid_t pid, uid_t uid, const char *name)
-{
-	struct client *c = calloc(1, sizeof(*c));
-	if (!c)
-		return NULL;
-	c->d = d;
-	c->id = d->next_client_id++;
-	c->pid = pid;
-	c->uid = uid;
-	snprintf(c->name, sizeof(c->name), "%s", name ? name : "");
-	for (char *q = c->name; *q; q++)
-		if ((unsigned char)*q < 0x20 || *q == 0x7f)
-			*q = '?'; /* names go into logs and moractl's table: no control characters */
-	c->created_us = mori_now_us();
-	c->ring_fd = c->sq_efd = c->cq_efd = -1;
-	LIST_INIT(&c->regions);
-	LIST_INIT(&c->opens);
-	LIST_INIT(&c->lists);
-	list_add(&d->clients, &c->link);
-	d->nclients++;
-	count(d, C_CLIENTS_TOTAL, 1);
-	return c;
-}
-
-struct client *client_find(struct morid *d, uint64_t id)
-{
-	list_each(it, &d->clients) {
-		struct client *c = list_entry(it, struct client, link);
-		if (c->id == id && !c->dying)
-			return c;
-	}
-	return NULL;
-}
-
 static void client_free(struct client *c)
 {
 	if (c->ring)
@@ -103,7 +69,6 @@ static void client_handle_closed(uv_handle_t *h)
 }
 
 static void handle_sqe(struct client *c, const struct mori_sqe *e);
-static void send_reply(struct conn *k, Mori__Reply *rep, struct rctx *r);
 
 /* What a client queued before its session closed still counts: a notification it submitted
  * after its data landed must reach the target, though mori_client_close does not wait for
@@ -129,7 +94,7 @@ void client_destroy(struct client *c, const char *why)
 		Mori__Reply bye = MORI__REPLY__INIT;
 		struct rctx r = {0};
 		reply_error(&bye, MORI_ECONN, "detached by morid: %s", why);
-		send_reply(c->conn, &bye, &r);
+		client_reply(c, &bye, &r);
 		rctx_free(&r);
 	}
 	c->dying = 1;
@@ -148,61 +113,12 @@ void client_destroy(struct client *c, const char *why)
 		c->conn->client = NULL;
 		conn_close(c->conn);
 		c->conn = NULL;
+		c->sock = -1;
 	}
 	if (c->sq_efd >= 0 && uv_is_active((uv_handle_t *)&c->sq_poll))
 		uv_close((uv_handle_t *)&c->sq_poll, client_handle_closed);
 	else
 		client_free(c);
-}
-
-static void flush_backlog(struct client *c)
-{
-	size_t i = 0;
-	while (i < c->backlog_n && ring_push(c->cqh, c->cqe, c->lay.cq_entries, sizeof(c->cq_backlog[i]), &c->cq_backlog[i]) == 0)
-		i++;
-	if (i) {
-		memmove(c->cq_backlog, c->cq_backlog + i, (c->backlog_n - i) * sizeof(*c->cq_backlog));
-		c->backlog_n -= i;
-	}
-	atomic_store_explicit(&c->cqh->overflow, c->backlog_n ? 1 : 0, memory_order_release);
-	if (i && ring_needs_wakeup(c->cqh)) {
-		uint64_t one = 1; /* the refilled entries would otherwise wait for the next post */
-		if (write(c->cq_efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-			mlog_warn("client", "client %llu: doorbell: %s", (unsigned long long)c->id, strerror(errno));
-	}
-}
-
-void client_post(struct client *c, const struct mori_cqe *e)
-{
-	if (c->dying || !c->ring)
-		return;
-	if (c->backlog_n)
-		flush_backlog(c);
-	if (c->backlog_n || ring_push(c->cqh, c->cqe, c->lay.cq_entries, sizeof(*e), e) != 0) {
-		if (c->backlog_n >= (size_t)c->d->cfg.client_max_backlog) {
-			/* it stopped taking completions: holding them all would let it exhaust morid */
-			client_destroy(c, "completion queue full and backlog at client_max_backlog");
-			return;
-		}
-		if (c->backlog_n == c->backlog_cap) {
-			size_t ncap = c->backlog_cap ? 2 * c->backlog_cap : 64;
-			void *p = realloc(c->cq_backlog, ncap * sizeof(*e));
-			if (!p) {
-				client_destroy(c, "out of memory for its completion backlog");
-				return;
-			}
-			c->cq_backlog = p;
-			c->backlog_cap = ncap;
-		}
-		c->cq_backlog[c->backlog_n++] = *e;
-		atomic_store_explicit(&c->cqh->overflow, 1, memory_order_release);
-		count(c->d, C_CQ_OVERFLOWS, 1);
-	}
-	if (ring_needs_wakeup(c->cqh)) {
-		uint64_t one = 1;
-		if (write(c->cq_efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-			mlog_warn("client", "client %llu: doorbell: %s", (unsigned long long)c->id, strerror(errno));
-	}
 }
 
 /* ---- the submission queue ---- */
@@ -258,7 +174,7 @@ static void sq_ready(uv_poll_t *p, int status, int events)
 		if (c->dying)
 			return;
 		if (c->backlog_n)
-			flush_backlog(c);
+			client_flush_backlog(c);
 		if (n == SQ_BATCH) {
 			/* more may wait: come back on the next loop turn via a self-doorbell */
 			uint64_t one = 1;
@@ -326,31 +242,12 @@ static void conn_close(struct conn *k)
 		struct client *c = k->client;
 		k->client = NULL;
 		c->conn = NULL;
+		c->sock = -1;
 		client_destroy(c, "closed");
 	}
 	uv_close((uv_handle_t *)&k->poll, conn_handle_closed);
 	uv_close((uv_handle_t *)&k->timer, conn_handle_closed);
 }
-
-static void send_reply(struct conn *k, Mori__Reply *rep, struct rctx *r)
-{
-	uint8_t *buf;
-	size_t len;
-	if (wire_pack_reply(rep, &buf, &len) != MORI_OK)
-		return;
-	int rc = wire_send(k->sock, buf, len, r->fds, r->nfds);
-	if (rc < 0)
-		mlog_info("session", "pid %d: reply not sent: %s", k->pid, strerror(-rc));
-	free(buf);
-}
-
-void session_send_reply(struct client *c, Mori__Reply *rep, struct rctx *r)
-{
-	if (c->conn && !c->conn->closing)
-		send_reply(c->conn, rep, r);
-}
-
-void do_hello(struct morid *d, uid_t uid, Mori__Hello *h, Mori__Reply *rep, struct rctx *r);
 
 /* The first message on a session socket is the hello: it creates the client, whose life is
  * this socket's, and hands over its ring pair. */
@@ -378,6 +275,7 @@ static int do_session_hello(struct conn *k, Mori__Hello *h, Mori__Reply *rep, st
 	c->attached = 1;
 	c->attached_us = mori_now_us();
 	c->conn = k;
+	c->sock = k->sock;
 	k->client = c;
 	pending_leave(k);
 	uv_timer_stop(&k->timer);
@@ -444,7 +342,7 @@ static void conn_readable(uv_poll_t *p, int status, int events)
 		}
 		for (int i = 0; i < nfds; i++)
 			close(fds[i]);
-		send_reply(k, &rep, &r);
+		wire_reply(k->sock, k->pid, &rep, &r);
 		rctx_free(&r);
 		if (req)
 			mori__request__free_unpacked(req, NULL);
@@ -558,6 +456,7 @@ int session_start(struct morid *d)
 	uv_poll_init(d->loop, &d->session_poll, d->session_fd);
 	d->session_poll.data = d;
 	uv_poll_start(&d->session_poll, UV_READABLE, session_accept);
+	d->client_kill = client_destroy;
 	return 0;
 }
 
