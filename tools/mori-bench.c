@@ -247,7 +247,7 @@ static double memcpy_gbps(uint8_t *dst, const uint8_t *src, uint64_t block, size
 
 static int tcp_connect(const char *hostport)
 {
-	char host[128];
+	char host[160]; /* as long as the HOST:PORT it copies (struct io_run's tcp) */
 	snprintf(host, sizeof(host), "%s", hostport);
 	char *colon = strrchr(host, ':');
 	if (!colon)
@@ -439,289 +439,377 @@ static void parse(int argc, char **argv, struct opts *o)
 	}
 }
 
-static int run_io(struct opts *o)
-{
-	int cross = o->remote_rundir || o->node;
-	/* cross node, VRAM is staged through the daemons and the baseline stays the TCP stream */
-	int vram = o->lmem == MORI_MEM_VRAM || o->rmem == MORI_MEM_VRAM;
-	int gpu = vram && !cross;
-	pid_t target = 0;
-	char node[160] = "", tcp[160] = "";
-	if (o->node) {
-		snprintf(node, sizeof(node), "%s", o->node);
-		if (o->tcp)
-			snprintf(tcp, sizeof(tcp), "%s", o->tcp);
-	} else {
-		int p[2];
-		if (pipe(p) != 0)
-			return 1;
-		struct opts to = *o;
-		to.rundir = o->remote_rundir ? o->remote_rundir : o->rundir;
-		target = fork();
-		if (target == 0) {
-			prctl(PR_SET_PDEATHSIG, SIGKILL); /* a bench that dies must not leave its name published */
-			close(p[0]);
-			target_main(&to, p[1]);
-			_exit(0);
-		}
-		close(p[1]);
-		char line[400] = "";
-		ssize_t n = read(p[0], line, sizeof(line) - 1);
-		close(p[0]);
-		if (n <= 0) {
-			fprintf(stderr, "mori-bench: the target process failed to start\n");
-			return 1;
-		}
-		line[n] = 0;
-		sscanf(line, "READY node=%159s tcp=%159s", node, tcp);
-		if (!cross)
-			node[0] = 0;
-	}
+/* One io run: the target, the regions and what the baselines and the rows work with. */
+struct io_run {
+	int cross; /* the target is on another morid */
+	int vram;  /* VRAM on either side */
+	int gpu;   /* VRAM on the same node: GPU baselines (cross node, VRAM is staged through the
+		    * daemons and the baseline stays the TCP stream) */
+	pid_t target; /* the forked target process, if any */
+	char node[160], tcp[160];
 	mori_client *c;
-	mori_mem *l, *r, *base = NULL;
-	int rc;
-	if ((rc = mori_client_open(o->rundir, "bench", &c)))
-		die("client_open", rc);
-	uint64_t lsz = o->region;
-	if ((rc = mori_mem_alloc(c, lsz, o->lmem, &l)))
-		die("mem_alloc", rc);
-	uint8_t *lp = mori_mem_ptr(l);
-	if (o->lmem == MORI_MEM_HOST)
-		memset(lp, 0x11, lsz);
-	if ((rc = mori_mem_open_remote(c, cross ? node : NULL, o->name, &r)))
-		die("mem_open_remote", rc);
-	uint8_t *bp = NULL;
-	struct gbase gb = {0};
-	if (!cross) {
-		/* the baseline's copy of the remote side, of the same kind, in this process */
-		if ((rc = mori_mem_alloc(c, lsz, o->rmem, &base)))
-			die("mem_alloc (baseline)", rc);
-		bp = mori_mem_ptr(base);
-		if (o->rmem == MORI_MEM_HOST)
-			memset(bp, 0x22, lsz);
+	mori_mem *l, *r, *base; /* local, remote, the baseline's copy of the remote side */
+	uint64_t lsz;
+	uint8_t *lp, *bp;
+	struct gbase gb;
+	uint8_t *tsrc, *tbuf; /* what the TCP baseline sends; tbuf: host bytes standing in for VRAM */
+	mori_desc *d;         /* every window's descriptors */
+	mori_xfer **inflight; /* o->depth slots */
+	double *lat, *t_sub;
+	uint32_t *all; /* --prep: the indices 0..batch*MAX_WINDOWS-1 */
+	int first, bad;
+};
+
+/* One row: a block size, its batch and what was measured. */
+struct io_row {
+	uint64_t block;
+	size_t batch;
+	int windows;
+	double gbps, p50, p99, base_gbps, blk_gbps;
+};
+
+/* The target: given by --node, else forked here on the remote (or the same) morid. */
+static int io_start_target(const struct opts *o, struct io_run *io)
+{
+	if (o->node) {
+		snprintf(io->node, sizeof(io->node), "%s", o->node);
+		if (o->tcp)
+			snprintf(io->tcp, sizeof(io->tcp), "%s", o->tcp);
+		return 0;
 	}
-	if (gpu) {
-		gbase_init(&gb, (uint64_t)(uintptr_t)(o->lmem == MORI_MEM_VRAM ? lp : bp));
+	int p[2];
+	if (pipe(p) != 0)
+		return 1;
+	struct opts to = *o;
+	to.rundir = o->remote_rundir ? o->remote_rundir : o->rundir;
+	io->target = fork();
+	if (io->target == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL); /* a bench that dies must not leave its name published */
+		close(p[0]);
+		target_main(&to, p[1]);
+		_exit(0);
+	}
+	close(p[1]);
+	char line[400] = "";
+	ssize_t n = read(p[0], line, sizeof(line) - 1);
+	close(p[0]);
+	if (n <= 0) {
+		fprintf(stderr, "mori-bench: the target process failed to start\n");
+		return 1;
+	}
+	line[n] = 0;
+	sscanf(line, "READY node=%159s tcp=%159s", io->node, io->tcp);
+	if (!io->cross)
+		io->node[0] = 0;
+	return 0;
+}
+
+/* The client, the local and remote regions, the baselines' buffers and the rows' scratch. */
+static void io_open(const struct opts *o, struct io_run *io)
+{
+	int rc;
+	if ((rc = mori_client_open(o->rundir, "bench", &io->c)))
+		die("client_open", rc);
+	io->lsz = o->region;
+	if ((rc = mori_mem_alloc(io->c, io->lsz, o->lmem, &io->l)))
+		die("mem_alloc", rc);
+	io->lp = mori_mem_ptr(io->l);
+	if (o->lmem == MORI_MEM_HOST)
+		memset(io->lp, 0x11, io->lsz);
+	if ((rc = mori_mem_open_remote(io->c, io->cross ? io->node : NULL, o->name, &io->r)))
+		die("mem_open_remote", rc);
+	if (!io->cross) {
+		/* the baseline's copy of the remote side, of the same kind, in this process */
+		if ((rc = mori_mem_alloc(io->c, io->lsz, o->rmem, &io->base)))
+			die("mem_alloc (baseline)", rc);
+		io->bp = mori_mem_ptr(io->base);
+		if (o->rmem == MORI_MEM_HOST)
+			memset(io->bp, 0x22, io->lsz);
+	}
+	if (io->gpu) {
+		gbase_init(&io->gb, (uint64_t)(uintptr_t)(o->lmem == MORI_MEM_VRAM ? io->lp : io->bp));
 		/* pinned, as libmori pins host regions that GPU copies touch */
 		if (o->rmem == MORI_MEM_HOST)
-			gk(gb.g->mem_host_register(bp, lsz, GPU_MEMHOSTREGISTER_PORTABLE), "cuMemHostRegister");
+			gk(io->gb.g->mem_host_register(io->bp, io->lsz, GPU_MEMHOSTREGISTER_PORTABLE),
+			   "cuMemHostRegister");
 	}
 	/* what the TCP baseline sends: the local region, or host bytes of the same size for VRAM */
-	uint8_t *tsrc = lp, *tbuf = NULL;
-	if (cross && o->lmem == MORI_MEM_VRAM) {
-		if (!(tbuf = malloc(lsz)))
+	io->tsrc = io->lp;
+	if (io->cross && o->lmem == MORI_MEM_VRAM) {
+		if (!(io->tbuf = malloc(io->lsz)))
 			die("malloc", MORI_ENOMEM);
-		memset(tbuf, 0x11, lsz);
-		tsrc = tbuf;
+		memset(io->tbuf, 0x11, io->lsz);
+		io->tsrc = io->tbuf;
 	}
-	const char *opname = o->op == MORI_OP_READ ? "read" : "write";
-	if (!o->json) {
-		printf("# mori-bench io: %s, %s, batch %zu, iters %d (+%d warm-up), depth %d, region %llu MiB\n",
-		       cross ? "cross node" : "same node", opname, o->batch, o->iters, o->warmup, o->depth,
-		       (unsigned long long)(o->region >> 20));
-		if (gpu) {
-			const char *k = o->lmem == o->rmem ? "DtoD"
-				      : (o->op == MORI_OP_WRITE) == (o->lmem == MORI_MEM_HOST) ? "HtoD" : "DtoH";
-			printf("# memory: local %s, remote %s%s\n", mem_name(o->lmem), mem_name(o->rmem),
-			       o->prep ? "; submitted as all indices of a prepared list" : "");
-			printf("# baselines: ceil = one cuMemcpy%sAsync of the batch's bytes; blk = one cuMemcpy%sAsync per block\n",
-			       k, k);
-			printf("%10s %7s %12s %10s %10s %10s %10s %7s %10s %9s\n", "block", "batch", "bytes/iter", "GB/s",
-			       "p50_us", "p99_us", "ceil_GB/s", "%ceil", "blk_GB/s", "x_blk");
-		} else {
-			printf("# baseline: %s\n", cross ? "plain TCP stream to the same host (one connection)" :
-							  "memcpy of the same bytes (one thread)");
-			if (vram)
-				printf("# memory: local %s, remote %s (VRAM staged through the daemons' pinned buffers)\n",
-				       mem_name(o->lmem), mem_name(o->rmem));
-			printf("# working set: %s\n", o->no_rotate ? "the same batch window every iteration (--no-rotate)" :
-			       "iterations rotate over up to 64 batch-sized windows of the region (mori and baseline alike)");
-			printf("%10s %7s %12s %10s %10s %10s %12s %8s\n", "block", "batch", "bytes/iter", "GB/s",
-			       "p50_us", "p99_us", "base_GB/s", "ratio");
-		}
-	} else {
-		printf("{\"mode\": \"%s\", \"op\": \"%s\", \"rows\": [\n", cross ? "cross" : "same", opname);
-	}
-	int first = 1, bad = 0;
-	mori_desc *d = malloc(sizeof(*d) * o->batch * MAX_WINDOWS);
-	mori_xfer **inflight = calloc((size_t)o->depth, sizeof(*inflight));
-	double *lat = malloc(sizeof(double) * (size_t)(o->iters + o->warmup));
-	double *t_sub = malloc(sizeof(double) * (size_t)o->depth);
-	uint32_t *all = NULL;
+	io->d = malloc(sizeof(*io->d) * o->batch * MAX_WINDOWS);
+	io->inflight = calloc((size_t)o->depth, sizeof(*io->inflight));
+	io->lat = malloc(sizeof(double) * (size_t)(o->iters + o->warmup));
+	io->t_sub = malloc(sizeof(double) * (size_t)o->depth);
 	if (o->prep) {
-		all = malloc(sizeof(*all) * o->batch * MAX_WINDOWS);
+		io->all = malloc(sizeof(*io->all) * o->batch * MAX_WINDOWS);
 		for (size_t i = 0; i < o->batch * MAX_WINDOWS; i++)
-			all[i] = (uint32_t)i;
+			io->all[i] = (uint32_t)i;
 	}
+}
+
+static void io_header(const struct opts *o, const struct io_run *io)
+{
+	const char *opname = o->op == MORI_OP_READ ? "read" : "write";
+	if (o->json) {
+		printf("{\"mode\": \"%s\", \"op\": \"%s\", \"rows\": [\n", io->cross ? "cross" : "same", opname);
+		return;
+	}
+	printf("# mori-bench io: %s, %s, batch %zu, iters %d (+%d warm-up), depth %d, region %llu MiB\n",
+	       io->cross ? "cross node" : "same node", opname, o->batch, o->iters, o->warmup, o->depth,
+	       (unsigned long long)(o->region >> 20));
+	if (io->gpu) {
+		const char *k = o->lmem == o->rmem ? "DtoD"
+			      : (o->op == MORI_OP_WRITE) == (o->lmem == MORI_MEM_HOST) ? "HtoD" : "DtoH";
+		printf("# memory: local %s, remote %s%s\n", mem_name(o->lmem), mem_name(o->rmem),
+		       o->prep ? "; submitted as all indices of a prepared list" : "");
+		printf("# baselines: ceil = one cuMemcpy%sAsync of the batch's bytes; blk = one cuMemcpy%sAsync per block\n",
+		       k, k);
+		printf("%10s %7s %12s %10s %10s %10s %10s %7s %10s %9s\n", "block", "batch", "bytes/iter", "GB/s",
+		       "p50_us", "p99_us", "ceil_GB/s", "%ceil", "blk_GB/s", "x_blk");
+		return;
+	}
+	printf("# baseline: %s\n", io->cross ? "plain TCP stream to the same host (one connection)" :
+						"memcpy of the same bytes (one thread)");
+	if (io->vram)
+		printf("# memory: local %s, remote %s (VRAM staged through the daemons' pinned buffers)\n",
+		       mem_name(o->lmem), mem_name(o->rmem));
+	printf("# working set: %s\n", o->no_rotate ? "the same batch window every iteration (--no-rotate)" :
+	       "iterations rotate over up to 64 batch-sized windows of the region (mori and baseline alike)");
+	printf("%10s %7s %12s %10s %10s %10s %12s %8s\n", "block", "batch", "bytes/iter", "GB/s",
+	       "p50_us", "p99_us", "base_GB/s", "ratio");
+}
+
+/* The row's batch (smaller for large blocks; 0: the block does not fit the region) and its
+ * windows' descriptors. Host rows rotate through the region, one window of the batch's bytes
+ * per iteration, so that they measure memory rather than a cache-resident 64 MiB (VRAM rows
+ * keep one window: their baselines are measured that way). */
+static int row_plan(const struct opts *o, struct io_run *io, struct io_row *w)
+{
+	w->batch = o->batch;
+	if (w->block * w->batch > MAX_TOTAL)
+		w->batch = (size_t)(MAX_TOTAL / w->block);
+	if (w->block * w->batch > io->lsz)
+		w->batch = (size_t)(io->lsz / w->block);
+	if (w->batch == 0)
+		return -1;
+	uint64_t bpi = w->block * w->batch;
+	w->windows = io->gpu || o->no_rotate ? 1 : (int)(io->lsz / bpi < MAX_WINDOWS ? io->lsz / bpi : MAX_WINDOWS);
+	if (w->windows < 1)
+		w->windows = 1;
+	for (int k = 0; k < w->windows; k++)
+		for (size_t i = 0; i < w->batch; i++) {
+			uint64_t off = (uint64_t)k * bpi + i * w->block;
+			io->d[(size_t)k * w->batch + i] = (mori_desc){off, off, w->block};
+		}
+	return 0;
+}
+
+/* Iteration `it` moves window it % windows: by index into the prepared list xl, or as a batch. */
+static int row_submit(const struct opts *o, const struct io_run *io, const struct io_row *w,
+		      mori_xfer_list *xl, int it, mori_xfer **xp)
+{
+	size_t first = (size_t)(it % w->windows) * w->batch;
+	if (xl)
+		return mori_xfer_submit(xl, o->op, io->all + first, w->batch, NULL, xp);
+	return mori_xfer_batch(o->op, io->l, io->r, io->d + first, w->batch, NULL, xp);
+}
+
+/* mori's rate and batch latencies: every window warmed, then o->iters batches, o->depth in
+ * flight. */
+static void row_measure(const struct opts *o, struct io_run *io, struct io_row *w)
+{
+	int rc;
+	mori_xfer_list *xl = NULL;
+	if (o->prep && (rc = mori_xfer_prep(io->l, io->r, io->d, w->batch * (size_t)w->windows, &xl)))
+		die("xfer_prep", rc);
+	/* Warm every window once (first touches through a mapping cost a fault per page). */
+	int warm = o->warmup > w->windows ? o->warmup : w->windows;
+	for (int k = 0; k < warm; k++) {
+		mori_xfer *x;
+		if ((rc = row_submit(o, io, w, xl, k, &x)) || (rc = mori_xfer_wait(x, 60000000)))
+			die("warm-up transfer", rc);
+		mori_xfer_free(x);
+	}
+	int nlat = 0, submitted = 0, done = 0;
+	double t0 = now_s();
+	while (done < o->iters) {
+		while (submitted < o->iters && submitted - done < o->depth) {
+			int slot = submitted % o->depth;
+			io->t_sub[slot] = now_s();
+			if ((rc = row_submit(o, io, w, xl, submitted, &io->inflight[slot])))
+				die(xl ? "xfer_submit" : "xfer_batch", rc);
+			submitted++;
+		}
+		int slot = done % o->depth;
+		if ((rc = mori_xfer_wait(io->inflight[slot], 60000000)))
+			die("xfer_wait", rc);
+		io->lat[nlat++] = (now_s() - io->t_sub[slot]) * 1e6;
+		mori_xfer_free(io->inflight[slot]);
+		done++;
+	}
+	double dt = now_s() - t0;
+	w->gbps = (double)w->block * (double)w->batch * o->iters / dt / 1e9;
+	mori_xfer_list_free(xl);
+	w->p50 = pct(io->lat, nlat, 50);
+	w->p99 = pct(io->lat, nlat, 99);
+}
+
+/* The row's baselines: the GPU's ceiling and per-block copies, a TCP stream, or memcpy. */
+static void row_baselines(const struct opts *o, const struct io_run *io, struct io_row *w)
+{
+	w->blk_gbps = 0;
+	if (io->gpu) {
+		/* a write copies local -> remote, a read remote -> local */
+		int wr = o->op == MORI_OP_WRITE;
+		uint64_t la = (uint64_t)(uintptr_t)io->lp, ba = (uint64_t)(uintptr_t)io->bp;
+		int dk = wr ? o->rmem : o->lmem, sk = wr ? o->lmem : o->rmem;
+		uint64_t dst = wr ? ba : la, src = wr ? la : ba;
+		w->base_gbps = gpu_ceiling_gbps(&io->gb, dk, dst, sk, src, w->block * w->batch, o->iters, o->depth);
+		w->blk_gbps = gpu_perblock_gbps(&io->gb, dk, dst, sk, src, w->block, w->batch);
+	} else {
+		w->base_gbps = io->cross ? (io->tcp[0] ? tcp_gbps(io->tcp, io->tsrc, w->block * w->batch, o->iters) : -1)
+					 : memcpy_gbps(io->bp, io->lp, w->block, w->batch, o->iters, w->windows);
+	}
+}
+
+static void row_print(const struct opts *o, struct io_run *io, const struct io_row *w)
+{
+	unsigned long long block = (unsigned long long)w->block, bytes = block * w->batch;
+	if (o->json && io->gpu) {
+		printf("%s  {\"block\": %llu, \"batch\": %zu, \"bytes_per_iter\": %llu, \"gbps\": %.3f, "
+		       "\"p50_us\": %.2f, \"p99_us\": %.2f, \"baseline_gbps\": %.3f, \"ceiling_gbps\": %.3f, "
+		       "\"perblock_gbps\": %.3f}",
+		       io->first ? "" : ",\n", block, w->batch, bytes, w->gbps, w->p50, w->p99, w->base_gbps,
+		       w->base_gbps, w->blk_gbps);
+	} else if (o->json) {
+		printf("%s  {\"block\": %llu, \"batch\": %zu, \"bytes_per_iter\": %llu, \"gbps\": %.3f, "
+		       "\"p50_us\": %.1f, \"p99_us\": %.1f, \"baseline_gbps\": %.3f}",
+		       io->first ? "" : ",\n", block, w->batch, bytes, w->gbps, w->p50, w->p99, w->base_gbps);
+	} else {
+		char bs[32];
+		if (block >= (1u << 20))
+			snprintf(bs, sizeof(bs), "%lluM", block >> 20);
+		else if (block >= 1024)
+			snprintf(bs, sizeof(bs), "%lluK", block >> 10);
+		else
+			snprintf(bs, sizeof(bs), "%llu", block);
+		double ratio = w->base_gbps > 0 ? 100 * w->gbps / w->base_gbps : 0;
+		if (io->gpu)
+			printf("%10s %7zu %12llu %10.2f %10.2f %10.2f %10.2f %6.1f%% %10.3f %8.1fx\n", bs, w->batch,
+			       bytes, w->gbps, w->p50, w->p99, w->base_gbps, ratio, w->blk_gbps,
+			       w->blk_gbps > 0 ? w->gbps / w->blk_gbps : 0);
+		else
+			printf("%10s %7zu %12llu %10.2f %10.1f %10.1f %12.2f %7.0f%%\n", bs, w->batch, bytes, w->gbps,
+			       w->p50, w->p99, w->base_gbps, ratio);
+	}
+	fflush(stdout);
+	io->first = 0;
+}
+
+/* A prepared list of many descriptors, submitted by index: how long until the daemon has the
+ * submission (cross node), or until it is done (same node: the copy runs here). */
+static void io_prep_list(const struct opts *o, const struct io_run *io)
+{
+	int rc;
+	size_t n = o->prep_descs;
+	uint64_t blk = o->region / n >= 4096 ? 4096 : (o->region / n ? o->region / n : 1);
+	mori_desc *pd = malloc(sizeof(*pd) * n);
+	uint32_t *idx = malloc(sizeof(*idx) * n);
+	for (size_t i = 0; i < n; i++) {
+		pd[i] = (mori_desc){i * blk, i * blk, blk};
+		idx[i] = (uint32_t)i;
+	}
+	mori_xfer_list *xl;
+	mori_xfer *x;
+	if ((rc = mori_xfer_prep(io->l, io->r, pd, n, &xl)))
+		die("xfer_prep", rc);
+	double best = 1e9, best_done = 1e9;
+	for (int rep = 0; rep < 5; rep++) {
+		double t = now_s();
+		if ((rc = mori_xfer_submit(xl, o->op, idx, n, NULL, &x)))
+			die("xfer_submit", rc);
+		while (mori_client_sq_pending(io->c) > 0 && now_s() - t < 5) {
+		}
+		double reached = now_s() - t;
+		if ((rc = mori_xfer_wait(x, 60000000)))
+			die("xfer_wait (prepared list)", rc);
+		double all = now_s() - t;
+		mori_xfer_free(x);
+		best = reached < best ? reached : best;
+		best_done = all < best_done ? all : best_done;
+	}
+	if (o->json)
+		printf(",\n  {\"prepared_descs\": %zu, \"block\": %llu, \"submit_to_daemon_ms\": %.3f, \"complete_ms\": %.3f}",
+		       n, (unsigned long long)blk, best * 1e3, best_done * 1e3);
+	else
+		printf("# prepared list of %zu x %llu B descriptors: submission %s in %.3f ms, complete in %.3f ms (best of 5)\n",
+		       n, (unsigned long long)blk, io->cross ? "reached the daemon" : "returned (same node: copy done in-process)",
+		       best * 1e3, best_done * 1e3);
+	mori_xfer_list_free(xl);
+	free(pd);
+	free(idx);
+}
+
+/* Release what io_open took, then stop the target. */
+static void io_close(const struct opts *o, struct io_run *io)
+{
+	free(io->d);
+	free(io->inflight);
+	free(io->lat);
+	free(io->t_sub);
+	free(io->all);
+	free(io->tbuf);
+	if (io->gpu) {
+		if (o->rmem == MORI_MEM_HOST)
+			io->gb.g->mem_host_unregister(io->bp);
+		io->gb.g->stream_destroy(io->gb.s);
+	}
+	mori_mem_deregister(io->r);
+	mori_mem_deregister(io->l);
+	if (io->base)
+		mori_mem_deregister(io->base);
+	mori_client_close(io->c);
+	if (io->target > 0) {
+		kill(io->target, SIGTERM);
+		waitpid(io->target, NULL, 0);
+	}
+}
+
+static int run_io(struct opts *o)
+{
+	struct io_run io = {.first = 1};
+	io.cross = o->remote_rundir || o->node;
+	io.vram = o->lmem == MORI_MEM_VRAM || o->rmem == MORI_MEM_VRAM;
+	io.gpu = io.vram && !io.cross;
+	if (io_start_target(o, &io))
+		return 1;
+	io_open(o, &io);
+	io_header(o, &io);
 	for (uint64_t block = o->block_min; block <= o->block_max; block *= 2) {
-		size_t batch = o->batch;
-		if (block * batch > MAX_TOTAL)
-			batch = (size_t)(MAX_TOTAL / block);
-		if (block * batch > lsz)
-			batch = (size_t)(lsz / block);
-		if (batch == 0) {
+		struct io_row w = {.block = block};
+		if (row_plan(o, &io, &w)) {
 			fprintf(stderr, "mori-bench: block %llu larger than the region; stopping\n", (unsigned long long)block);
 			break;
 		}
-		/* Host rows rotate through the region, one window of the batch's bytes per iteration,
-		 * so that they measure memory rather than a cache-resident 64 MiB (VRAM rows keep one
-		 * window: their baselines are measured that way). */
-		uint64_t bpi = block * batch;
-		int windows = gpu || o->no_rotate ? 1 : (int)(lsz / bpi < MAX_WINDOWS ? lsz / bpi : MAX_WINDOWS);
-		if (windows < 1)
-			windows = 1;
-		for (int w = 0; w < windows; w++)
-			for (size_t i = 0; i < batch; i++) {
-				uint64_t off = (uint64_t)w * bpi + i * block;
-				d[(size_t)w * batch + i] = (mori_desc){off, off, block};
-			}
-		mori_xfer_list *xl = NULL;
-		if (o->prep && (rc = mori_xfer_prep(l, r, d, batch * (size_t)windows, &xl)))
-			die("xfer_prep", rc);
-#define SUBMIT(it, xp) (xl ? mori_xfer_submit(xl, o->op, all + (size_t)((it) % windows) * batch, batch, NULL, (xp)) \
-			   : mori_xfer_batch(o->op, l, r, d + (size_t)((it) % windows) * batch, batch, NULL, (xp)))
-		/* Warm every window once (first touches through a mapping cost a fault per page). */
-		int warm = o->warmup > windows ? o->warmup : windows;
-		for (int w = 0; w < warm; w++) {
-			mori_xfer *x;
-			if ((rc = SUBMIT(w, &x)) || (rc = mori_xfer_wait(x, 60000000)))
-				die("warm-up transfer", rc);
-			mori_xfer_free(x);
-		}
-		int nlat = 0, submitted = 0, done = 0;
-		double t0 = now_s();
-		while (done < o->iters) {
-			while (submitted < o->iters && submitted - done < o->depth) {
-				int slot = submitted % o->depth;
-				t_sub[slot] = now_s();
-				if ((rc = SUBMIT(submitted, &inflight[slot])))
-					die(xl ? "xfer_submit" : "xfer_batch", rc);
-				submitted++;
-			}
-			int slot = done % o->depth;
-			if ((rc = mori_xfer_wait(inflight[slot], 60000000)))
-				die("xfer_wait", rc);
-			lat[nlat++] = (now_s() - t_sub[slot]) * 1e6;
-			mori_xfer_free(inflight[slot]);
-			done++;
-		}
-		double dt = now_s() - t0;
-		double gbps = (double)block * (double)batch * o->iters / dt / 1e9;
-#undef SUBMIT
-		mori_xfer_list_free(xl);
-		if (o->check && o->op == MORI_OP_READ && !region_check(c, l, o->lmem, batch * block))
-			bad++;
-		double base_gbps, blk_gbps = 0;
-		if (gpu) {
-			/* a write copies local -> remote, a read remote -> local */
-			int wr = o->op == MORI_OP_WRITE;
-			uint64_t la = (uint64_t)(uintptr_t)lp, ba = (uint64_t)(uintptr_t)bp;
-			int dk = wr ? o->rmem : o->lmem, sk = wr ? o->lmem : o->rmem;
-			uint64_t dst = wr ? ba : la, src = wr ? la : ba;
-			base_gbps = gpu_ceiling_gbps(&gb, dk, dst, sk, src, block * batch, o->iters, o->depth);
-			blk_gbps = gpu_perblock_gbps(&gb, dk, dst, sk, src, block, batch);
-		} else {
-			base_gbps = cross ? (tcp[0] ? tcp_gbps(tcp, tsrc, block * batch, o->iters) : -1)
-					  : memcpy_gbps(bp, lp, block, batch, o->iters, windows);
-		}
-		double p50 = pct(lat, nlat, 50), p99 = pct(lat, nlat, 99);
-		if (o->json && gpu) {
-			printf("%s  {\"block\": %llu, \"batch\": %zu, \"bytes_per_iter\": %llu, \"gbps\": %.3f, "
-			       "\"p50_us\": %.2f, \"p99_us\": %.2f, \"baseline_gbps\": %.3f, \"ceiling_gbps\": %.3f, "
-			       "\"perblock_gbps\": %.3f}",
-			       first ? "" : ",\n", (unsigned long long)block, batch,
-			       (unsigned long long)(block * batch), gbps, p50, p99, base_gbps, base_gbps, blk_gbps);
-		} else if (o->json) {
-			printf("%s  {\"block\": %llu, \"batch\": %zu, \"bytes_per_iter\": %llu, \"gbps\": %.3f, "
-			       "\"p50_us\": %.1f, \"p99_us\": %.1f, \"baseline_gbps\": %.3f}",
-			       first ? "" : ",\n", (unsigned long long)block, batch,
-			       (unsigned long long)(block * batch), gbps, p50, p99, base_gbps);
-		} else {
-			char bs[32];
-			if (block >= (1u << 20))
-				snprintf(bs, sizeof(bs), "%lluM", (unsigned long long)(block >> 20));
-			else if (block >= 1024)
-				snprintf(bs, sizeof(bs), "%lluK", (unsigned long long)(block >> 10));
-			else
-				snprintf(bs, sizeof(bs), "%llu", (unsigned long long)block);
-			if (gpu)
-				printf("%10s %7zu %12llu %10.2f %10.2f %10.2f %10.2f %6.1f%% %10.3f %8.1fx\n", bs, batch,
-				       (unsigned long long)(block * batch), gbps, p50, p99, base_gbps,
-				       base_gbps > 0 ? 100 * gbps / base_gbps : 0, blk_gbps, blk_gbps > 0 ? gbps / blk_gbps : 0);
-			else
-				printf("%10s %7zu %12llu %10.2f %10.1f %10.1f %12.2f %7.0f%%\n", bs, batch,
-				       (unsigned long long)(block * batch), gbps, p50, p99, base_gbps,
-				       base_gbps > 0 ? 100 * gbps / base_gbps : 0);
-		}
-		fflush(stdout);
-		first = 0;
+		row_measure(o, &io, &w);
+		if (o->check && o->op == MORI_OP_READ && !region_check(io.c, io.l, o->lmem, w.batch * block))
+			io.bad++;
+		row_baselines(o, &io, &w);
+		row_print(o, &io, &w);
 	}
-	/* A prepared list of many descriptors, submitted by index: how long until the daemon has
-	 * the submission (cross node), or until it is done (same node: the copy runs here). */
-	if (o->prep_descs) {
-		size_t n = o->prep_descs;
-		uint64_t blk = o->region / n >= 4096 ? 4096 : (o->region / n ? o->region / n : 1);
-		mori_desc *pd = malloc(sizeof(*pd) * n);
-		uint32_t *idx = malloc(sizeof(*idx) * n);
-		for (size_t i = 0; i < n; i++) {
-			pd[i] = (mori_desc){i * blk, i * blk, blk};
-			idx[i] = (uint32_t)i;
-		}
-		mori_xfer_list *xl;
-		mori_xfer *x;
-		if ((rc = mori_xfer_prep(l, r, pd, n, &xl)))
-			die("xfer_prep", rc);
-		double best = 1e9, best_done = 1e9;
-		for (int rep = 0; rep < 5; rep++) {
-			double t = now_s();
-			if ((rc = mori_xfer_submit(xl, o->op, idx, n, NULL, &x)))
-				die("xfer_submit", rc);
-			while (mori_client_sq_pending(c) > 0 && now_s() - t < 5) {
-			}
-			double reached = now_s() - t;
-			if ((rc = mori_xfer_wait(x, 60000000)))
-				die("xfer_wait (prepared list)", rc);
-			double all = now_s() - t;
-			mori_xfer_free(x);
-			best = reached < best ? reached : best;
-			best_done = all < best_done ? all : best_done;
-		}
-		if (o->json)
-			printf(",\n  {\"prepared_descs\": %zu, \"block\": %llu, \"submit_to_daemon_ms\": %.3f, \"complete_ms\": %.3f}",
-			       n, (unsigned long long)blk, best * 1e3, best_done * 1e3);
-		else
-			printf("# prepared list of %zu x %llu B descriptors: submission %s in %.3f ms, complete in %.3f ms (best of 5)\n",
-			       n, (unsigned long long)blk, cross ? "reached the daemon" : "returned (same node: copy done in-process)",
-			       best * 1e3, best_done * 1e3);
-		mori_xfer_list_free(xl);
-		free(pd);
-		free(idx);
-	}
+	if (o->prep_descs)
+		io_prep_list(o, &io);
 	if (o->json)
-		printf("\n], \"check_failures\": %d}\n", bad);
+		printf("\n], \"check_failures\": %d}\n", io.bad);
 	else if (o->check)
-		printf("# check: %s\n", bad ? "FAILED" : "read contents verified");
-	free(d);
-	free(inflight);
-	free(lat);
-	free(t_sub);
-	free(all);
-	free(tbuf);
-	if (gpu) {
-		if (o->rmem == MORI_MEM_HOST)
-			gb.g->mem_host_unregister(bp);
-		gb.g->stream_destroy(gb.s);
-	}
-	mori_mem_deregister(r);
-	mori_mem_deregister(l);
-	if (base)
-		mori_mem_deregister(base);
-	mori_client_close(c);
-	if (target > 0) {
-		kill(target, SIGTERM);
-		waitpid(target, NULL, 0);
-	}
-	return bad ? 1 : 0;
+		printf("# check: %s\n", io.bad ? "FAILED" : "read contents verified");
+	io_close(o, &io);
+	return io.bad ? 1 : 0;
 }
 
 int main(int argc, char **argv)
