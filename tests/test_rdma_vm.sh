@@ -26,7 +26,9 @@ fi
 out=$B/test-logs/rdma-vm
 rm -rf "$out"
 mkdir -p "$out"
-tests/softroce/run.sh -d "$out" -t "$tmo" "$PWD/tests/softroce/suite.sh" \
+# The checkout and the build dir are exported into the guest wherever they live (the guest's
+# /tmp, /run and /root are its own), so a clone under /tmp or a spaced path works too.
+tests/softroce/run.sh -d "$out" -t "$tmo" -x "$PWD" -x "$B" "$PWD/tests/softroce/suite.sh" \
 	REPO="$PWD" B="$(realpath "$B")" BATCHES=$batches DBATCHES=$dbatches MIB=$mib BENCH_ITERS=$iters \
 	> "$out/run.out" 2>&1
 rc=$?

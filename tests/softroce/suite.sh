@@ -4,6 +4,7 @@
 # test), DBATCHES (two-daemon test), MIB, BENCH_ITERS, PERFTEST (1: perftest baselines).
 # Each check prints "ok: ..." or "FAIL: ..."; the exit status is the number of failures (capped).
 set -u
+out=$PWD # the share: results go here (the checkout is read-only in the guest)
 cd "$REPO"
 fails=0
 ok() { echo "ok: $*"; }
@@ -58,7 +59,7 @@ kill $mpid; wait $mpid
 
 echo "--- layers 2-3: the engine on real verbs (rxe0 <-> rxe1)"
 if timeout 400 "$B/tests/test_rdma_verbs" --dev-a rxe0 --dev-b rxe1 --batches "${BATCHES:-300}" \
-	--mib "${MIB:-128}" --json "$PWD/verbs.json"; then
+	--mib "${MIB:-128}" --json "$out/verbs.json"; then
 	ok "test_rdma_verbs"
 else
 	bad "test_rdma_verbs (exit $?)"
@@ -74,7 +75,7 @@ if [ "${PERFTEST:-1}" = 1 ] && command -v ib_write_bw >/dev/null; then
 		if timeout 120 $t -d rxe1 -x "$g" -s 1048576 -n "${MIB:-128}" -F 192.168.77.1 > /tmp/cli.out 2>&1; then
 			bw=$(awk '$1 == 1048576 { print $4 }' /tmp/cli.out | tail -n1)
 			echo "$t 1 MiB x ${MIB:-128}: ${bw} MB/s"
-			echo "{\"test\": \"$t\", \"mbs\": ${bw:-0}}" >> "$PWD/perftest.json"
+			echo "{\"test\": \"$t\", \"mbs\": ${bw:-0}}" >> "$out/perftest.json"
 		else
 			cat /tmp/cli.out
 			echo "$t did not run (not counted as a failure)"
@@ -117,7 +118,7 @@ if [ "${PERFTEST:-1}" = 1 ] && command -v ib_write_bw >/dev/null; then
 	"$B/moractl" --runtime-dir $ra peers
 	ratio=$(awk -v a="$best_m" -v b="$best_p" 'BEGIN { if (b > 0) printf "%.0f", 100 * a / b; else print "?" }')
 	echo "mori-bench io over RDMA: best ${best_m} MB/s = ${ratio}% of ib_write_bw's best ${best_p} MB/s (Soft-RoCE under TCG: emulation speed)"
-	echo "{\"mori_mbs\": $best_m, \"ib_write_bw_mbs\": $best_p, \"ratio_pct\": \"$ratio\"}" > "$PWD/bench.json"
+	echo "{\"mori_mbs\": $best_m, \"ib_write_bw_mbs\": $best_p, \"ratio_pct\": \"$ratio\"}" > "$out/bench.json"
 	"$B/moractl" --runtime-dir $ra peers | grep -q ' rdma ' && ok "mori-bench went over RDMA (moractl peers)" ||
 		bad "mori-bench did not use RDMA: $("$B/moractl" --runtime-dir $ra peers)"
 	echo "--- 4 KiB reads, batch 1: completion channel, then rdma_busy_poll = 1 on the initiator's morid"
