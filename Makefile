@@ -17,9 +17,16 @@ PKGS       := libuv libprotobuf-c libsystemd inih libcjson
 PKG_CFLAGS  = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS    = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lnng -lpthread -ldl
 CHECK_LIBS  = $(shell pkg-config --libs check 2>/dev/null)
+# What libmori itself calls (no nng, no libsystemd: only common/svc/ uses those); mori.pc's
+# Requires.private and Libs.private say the same for static linking.
+LIB_PKGS    := libprotobuf-c
+LIB_SYSLIBS := -lpthread -ldl
+LIB_LIBS     = $(shell pkg-config --libs $(LIB_PKGS) 2>/dev/null) $(LIB_SYSLIBS)
+SONAME      := libmori.so.$(firstword $(subst ., ,$(VERSION)))
 
 OPT        ?= -O2 -g
-CFLAGS_ALL := -std=gnu11 $(OPT) -Wall -Wextra -Werror -Wno-unused-parameter -fPIC \
+# -fvisibility=hidden: libmori.so exports only what include/mori.h marks MORI_API.
+CFLAGS_ALL := -std=gnu11 $(OPT) -Wall -Wextra -Werror -Wno-unused-parameter -fPIC -fvisibility=hidden \
               -D_GNU_SOURCE -DMORI_VERSION=\"$(VERSION)\" -Iinclude -Icommon -I$(B)/proto $(PKG_CFLAGS) $(CFLAGS)
 ifneq ($(SANITIZE),)
   CFLAGS_ALL += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
@@ -29,8 +36,9 @@ Q := $(if $(V),,@)
 
 PROTO_C   := $(B)/proto/mori.pb-c.c
 COMMON    := $(wildcard common/*.c) $(PROTO_C)
+COMMON_SVC := $(wildcard common/svc/*.c)
 DAEMON    := $(filter-out daemon/main.c,$(wildcard daemon/*.c))
-LIBCLIENT := $(wildcard libclient/*.c)
+LIBCLIENT := $(filter-out libclient/bench.c,$(wildcard libclient/*.c))
 TOOLS     := moractl mori-bench mori-kvreplay mori-gpubench
 TESTS_SRC := $(wildcard tests/test_*.c)
 TESTS     := $(patsubst tests/%.c,$(B)/tests/%,$(TESTS_SRC))
@@ -38,6 +46,8 @@ TEST_TOOLS := $(B)/tests/notify_listener
 
 obj = $(patsubst %.c,$(B)/obj/%.o,$(patsubst $(B)/%,%,$(1)))
 COMMON_O   := $(call obj,$(COMMON))
+COMMON_SVC_O := $(call obj,$(COMMON_SVC))
+BENCH_O    := $(call obj,libclient/bench.c)
 DAEMON_O   := $(call obj,$(DAEMON))
 LIB_O      := $(call obj,$(LIBCLIENT)) $(B)/obj/kernels/mori_kernels.o
 
@@ -58,29 +68,37 @@ $(B)/obj/proto/%.o: $(B)/proto/%.c $(B)/.flags
 
 $(B)/obj/%.o: %.c $(B)/.flags $(B)/proto/mori.pb-c.h
 	@mkdir -p $(dir $@); echo "  CC      $<"
-	$(Q)$(CC) $(CFLAGS_ALL) -MMD -c $< -o $@
+	$(Q)$(CC) $(CFLAGS_ALL) -MMD -MP -c $< -o $@
 
-$(B)/libmorid.a: $(DAEMON_O) $(COMMON_O)
+$(B)/libmorid.a: $(DAEMON_O) $(COMMON_O) $(COMMON_SVC_O)
 	$(Q)rm -f $@; ar rcs $@ $^
 
 $(B)/morid: $(call obj,daemon/main.c) $(B)/libmorid.a
 	@echo "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS) -libverbs
 
+# -z defs: a symbol the library uses from a library it does not link fails here, not in a user.
 $(B)/libmori.so: $(LIB_O) $(COMMON_O) libclient/libmori.map
 	@echo "  LD      $@"
-	$(Q)$(CC) $(LDFLAGS) -shared -Wl,-soname,libmori.so.0 -Wl,--version-script=libclient/libmori.map \
-	  -o $@ $(LIB_O) $(COMMON_O) $(PKG_LIBS)
+	$(Q)$(CC) $(LDFLAGS) -shared -Wl,-soname,$(SONAME) -Wl,--version-script=libclient/libmori.map -Wl,-z,defs \
+	  -o $@ $(LIB_O) $(COMMON_O) $(LIB_LIBS)
 
-$(B)/libmori.a: $(LIB_O) $(COMMON_O)
+# bench.o (libclient/bench.h, for mori-gpubench) only in the static library.
+$(B)/libmori.a: $(LIB_O) $(COMMON_O) $(BENCH_O)
 	$(Q)rm -f $@; ar rcs $@ $^
 
-$(B)/mori.pc: libclient/mori.pc.in
-	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' $< > $@
+# common/svc/: what morid and the tools share beyond libmori (nng control client, journal).
+$(B)/libmori-svc.a: $(COMMON_SVC_O)
+	$(Q)rm -f $@; ar rcs $@ $^
 
-$(B)/%: $(B)/obj/tools/%.o $(B)/libmori.a
+PC_SED = -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' -e 's|@REQUIRES_PRIVATE@|$(LIB_PKGS)|' \
+	 -e 's|@LIBS_PRIVATE@|$(LIB_SYSLIBS)|'
+$(B)/mori.pc: libclient/mori.pc.in
+	$(Q)sed $(PC_SED) $< > $@
+
+$(B)/%: $(B)/obj/tools/%.o $(B)/libmori-svc.a $(B)/libmori.a
 	@echo "  LD      $@"
-	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(B)/libmori.a $(PKG_LIBS) -lm
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(B)/libmori-svc.a $(B)/libmori.a $(PKG_LIBS) -lm
 
 $(B)/tests/%: $(B)/obj/tests/%.o $(B)/libmori.a $(B)/libmorid.a
 	@mkdir -p $(dir $@); echo "  LD      $@"
@@ -120,10 +138,11 @@ install: $(B)/morid $(addprefix $(B)/,$(TOOLS)) $(B)/libmori.so $(B)/libmori.a
 	  $(DESTDIR)/etc/mori $(DESTDIR)$(PREFIX)/lib/systemd/system
 	install -m 755 $(B)/morid $(addprefix $(B)/,$(TOOLS)) $(DESTDIR)$(PREFIX)/bin/
 	install -m 644 include/mori.h $(DESTDIR)$(PREFIX)/include/
-	install -m 755 $(B)/libmori.so $(DESTDIR)$(PREFIX)/lib/libmori.so.0
-	ln -sf libmori.so.0 $(DESTDIR)$(PREFIX)/lib/libmori.so
+	install -m 755 $(B)/libmori.so $(DESTDIR)$(PREFIX)/lib/libmori.so.$(VERSION)
+	ln -sf libmori.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libmori.so
 	install -m 644 $(B)/libmori.a $(DESTDIR)$(PREFIX)/lib/
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' libclient/mori.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/mori.pc
+	sed $(PC_SED) libclient/mori.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/mori.pc
 	install -m 644 conf/morid.conf $(DESTDIR)/etc/mori/
 	sed 's|@PREFIX@|$(PREFIX)|g' systemd/morid.service > $(DESTDIR)$(PREFIX)/lib/systemd/system/morid.service
 

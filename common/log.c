@@ -1,21 +1,21 @@
+/* Logging, the client-safe part: levels, formatting, stderr. The journal sink lives in
+ * common/svc/log_journal.c so that libmori does not link libsystemd. */
 #include "log.h"
 
 #include <stdio.h>
 #include <string.h>
-#include <syslog.h>
 #include <time.h>
-#include <systemd/sd-journal.h>
 
 int mori_log_level = MLOG_NOTICE;
-static int to_journal;
+static mori_log_sink *log_sink; /* NULL: stderr */
 static const char *log_ident = "mori";
 static const char *const level_names[] = {"error", "warn", "notice", "info", "debug"};
 
-void mori_log_init(const char *ident, int level, int journal)
+void mori_log_setup(const char *ident, int level, mori_log_sink *sink)
 {
 	log_ident = ident;
 	mori_log_level = level;
-	to_journal = journal;
+	log_sink = sink;
 }
 
 int mori_log_level_parse(const char *s)
@@ -38,10 +38,8 @@ void mori_log_write(int level, const char *subsys, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	if (to_journal) {
-		static const int prio[] = {LOG_ERR, LOG_WARNING, LOG_NOTICE, LOG_INFO, LOG_DEBUG};
-		sd_journal_send("MESSAGE=%s: %s", subsys, msg, "PRIORITY=%d", prio[level],
-				"MORI_SUBSYSTEM=%s", subsys, "SYSLOG_IDENTIFIER=%s", log_ident, NULL);
+	if (log_sink) {
+		log_sink(level, subsys, log_ident, msg);
 		return;
 	}
 	struct timespec ts;

@@ -8,6 +8,13 @@ enum mori_log_level { MLOG_ERR = 0, MLOG_WARN, MLOG_NOTICE, MLOG_INFO, MLOG_DEBU
 
 extern int mori_log_level;
 
+/* Where a formatted message goes instead of stderr (ident: the program's name). */
+typedef void mori_log_sink(int level, const char *subsys, const char *ident, const char *msg);
+/* Program name, level and sink (NULL: stderr). Without a call: "mori", notice, stderr, which
+ * is what libmori runs with. */
+void mori_log_setup(const char *ident, int level, mori_log_sink *sink);
+/* mori_log_setup with the journal as sink when to_journal (common/svc/log_journal.c: morid and
+ * tools only, it links libsystemd). */
 void mori_log_init(const char *ident, int level, int to_journal);
 /* Parse "error|warn|notice|info|debug"; -1 if unknown. */
 int mori_log_level_parse(const char *s);

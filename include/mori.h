@@ -28,6 +28,17 @@
 extern "C" {
 #endif
 
+/* Marks the functions libmori.so exports; the library is built with -fvisibility=hidden and
+ * a version script listing the same names. Define it empty before including to parse this
+ * header with a tool that does not know attributes. */
+#ifndef MORI_API
+#if defined(__GNUC__) || defined(__clang__)
+#define MORI_API __attribute__((visibility("default")))
+#else
+#define MORI_API
+#endif
+#endif
+
 #define MORI_PROTOCOL_VERSION 2
 
 /* Error codes, shared by morid, libmori and moractl. */
@@ -59,10 +70,10 @@ enum mori_err {
 };
 
 /* Name of an error code ("MORI_ETIMEDOUT: deadline expired"). Never NULL; static storage. */
-const char *mori_strerror(int code);
+MORI_API const char *mori_strerror(int code);
 
 /* Library version string, e.g. "0.1.0". */
-const char *mori_version(void);
+MORI_API const char *mori_version(void);
 
 /* ---------------------------------------------------------------------------------------------
  * Client
@@ -78,7 +89,7 @@ typedef struct mori_client mori_client;
  * it closes or its process dies, the daemon frees them and peers' transfers on them fail.
  * Errors: MORI_ECONN (no daemon answers), MORI_EVERSION, MORI_EPERM (uid not allowed),
  * MORI_ENOMEM, MORI_ESYS. On success *out is owned by the caller (mori_client_close). */
-int mori_client_open(const char *runtime_dir, const char *name, mori_client **out);
+MORI_API int mori_client_open(const char *runtime_dir, const char *name, mori_client **out);
 
 /* Close the client: waits up to 1 s for its in-flight cross-node transfers, then deregisters
  * (or closes) every memory object still open on it. Notifications of transfers that completed
@@ -86,15 +97,15 @@ int mori_client_open(const char *runtime_dir, const char *name, mori_client **ou
  * morid takes what is left in its submission ring). Transfer handles and prepared lists stay
  * the caller's: free them (mori_xfer_free, mori_xfer_list_free) before closing; using them after
  * close is undefined. NULL is a no-op. */
-void mori_client_close(mori_client *c);
+MORI_API void mori_client_close(mori_client *c);
 
 /* Detail message of the last failure on this client (thread-local to the calling thread).
  * Valid until the next call on the client from that thread. Never NULL. */
-const char *mori_client_last_error(mori_client *c);
+MORI_API const char *mori_client_last_error(mori_client *c);
 
 /* This node's peer address as the daemon reports it ("10.0.0.1:7100"), or "" when the daemon has
  * no peer listener. Static storage owned by the client. */
-const char *mori_client_node(mori_client *c);
+MORI_API const char *mori_client_node(mori_client *c);
 
 /* ---------------------------------------------------------------------------------------------
  * Memory
@@ -121,7 +132,7 @@ enum mori_mem_kind {
  * Errors: MORI_EINVAL (size 0, bad kind, MORI_GPU_DEVICE not a device of this process),
  * MORI_ENOGPU (VRAM without a GPU runtime or device), MORI_ENOMEM (host or GPU memory),
  * MORI_ESYS. Free with mori_mem_deregister, which also unmaps and frees the memory. */
-int mori_mem_alloc(mori_client *c, size_t size, int kind, mori_mem **out);
+MORI_API int mori_mem_alloc(mori_client *c, size_t size, int kind, mori_mem **out);
 
 /* Register `len` bytes at `ptr` that the caller allocated.
  * Host memory: if ptr lies in a shared file mapping (memfd or tmpfs file) the file is passed to
@@ -135,17 +146,17 @@ int mori_mem_alloc(mori_client *c, size_t size, int kind, mori_mem **out);
  * Registering a range that overlaps one this client already registered fails with MORI_EBUSY.
  * Errors: MORI_EINVAL, MORI_EBUSY, MORI_ENOGPU, MORI_ENOMEM, MORI_ESYS.
  * The caller keeps ownership of the memory; it must stay valid until mori_mem_deregister. */
-int mori_mem_register(mori_client *c, void *ptr, size_t len, int kind, mori_mem **out);
+MORI_API int mori_mem_register(mori_client *c, void *ptr, size_t len, int kind, mori_mem **out);
 
 /* Deregister (and, for mori_mem_alloc memory, free) a local region. Waits up to 1 s for this
  * client's in-flight transfers on it, then fails them with MORI_ECANCELED. Peers holding the
  * region open see MORI_ESTALE on their next transfer. Also closes a handle from
  * mori_mem_unpack/mori_mem_open_remote. NULL is a no-op returning MORI_OK. */
-int mori_mem_deregister(mori_mem *mem);
+MORI_API int mori_mem_deregister(mori_mem *mem);
 
 /* Local address and size of a local region (NULL for a remote handle). */
-void *mori_mem_ptr(const mori_mem *mem);
-size_t mori_mem_size(const mori_mem *mem);
+MORI_API void *mori_mem_ptr(const mori_mem *mem);
+MORI_API size_t mori_mem_size(const mori_mem *mem);
 
 /* Largest packed blob, bytes. */
 #define MORI_MEM_BLOB_MAX 128
@@ -153,25 +164,25 @@ size_t mori_mem_size(const mori_mem *mem);
 /* Pack a region's handle (node, daemon epoch, region id, generation, size, kind) into an opaque
  * blob of at most MORI_MEM_BLOB_MAX bytes, to send out of band. *len gets its length.
  * Errors: MORI_EINVAL, MORI_EMSGSIZE (cap too small). */
-int mori_mem_pack(const mori_mem *mem, void *blob, size_t cap, size_t *len);
+MORI_API int mori_mem_pack(const mori_mem *mem, void *blob, size_t cap, size_t *len);
 
 /* Open a peer's region from a packed blob (from this node or another). On the same node the
  * region is mapped into this process once and cached. Errors: MORI_EPROTO (not a blob),
  * MORI_ESTALE (daemon restarted since, or region freed), MORI_ENOENT, MORI_ECONN.
  * Close with mori_mem_deregister. */
-int mori_mem_unpack(mori_client *c, const void *blob, size_t len, mori_mem **out);
+MORI_API int mori_mem_unpack(mori_client *c, const void *blob, size_t len, mori_mem **out);
 
 /* Publish a local region under `name` (1..127 printable bytes, e.g. "prefill0/kv") in this
  * node's daemon; the name is withdrawn when the region is deregistered or its client dies. A
  * region has one name: publishing it again under another name renames it.
  * Errors: MORI_EEXIST (name taken), MORI_EINVAL, MORI_ENOENT. */
-int mori_mem_publish(mori_mem *mem, const char *name);
+MORI_API int mori_mem_publish(mori_mem *mem, const char *name);
 
 /* Open the region published as `name` at node `node_address` ("host:port" of that node's daemon
  * peer listener; NULL or "" for this node). Errors: MORI_EUNREACH (not published there),
  * MORI_ECONN (peer daemon unreachable), MORI_ETIMEDOUT. Close with mori_mem_deregister. */
-int mori_mem_open_remote(mori_client *c, const char *node_address, const char *name,
-			 mori_mem **out);
+MORI_API int mori_mem_open_remote(mori_client *c, const char *node_address, const char *name,
+				  mori_mem **out);
 
 /* ---------------------------------------------------------------------------------------------
  * Transfers
@@ -203,54 +214,54 @@ typedef struct mori_xfer_opts {
  * the transfer may already be complete on return. opts may be NULL.
  * Errors at submission: MORI_EINVAL, MORI_ERANGE, MORI_ESTALE, MORI_EPEERDEAD, MORI_EAGAIN
  * (submission ring full: retry after completing transfers). Later errors are the status. */
-int mori_write(mori_mem *local, uint64_t local_offset, mori_mem *remote, uint64_t remote_offset,
-	       uint64_t length, const mori_xfer_opts *opts, mori_xfer **out);
-int mori_read(mori_mem *local, uint64_t local_offset, mori_mem *remote, uint64_t remote_offset,
-	      uint64_t length, const mori_xfer_opts *opts, mori_xfer **out);
+MORI_API int mori_write(mori_mem *local, uint64_t local_offset, mori_mem *remote, uint64_t remote_offset,
+			uint64_t length, const mori_xfer_opts *opts, mori_xfer **out);
+MORI_API int mori_read(mori_mem *local, uint64_t local_offset, mori_mem *remote, uint64_t remote_offset,
+		       uint64_t length, const mori_xfer_opts *opts, mori_xfer **out);
 
 /* A batch of n descriptors (n >= 1), one status for the whole batch. descs is copied. */
-int mori_xfer_batch(int op, mori_mem *local, mori_mem *remote, const mori_desc *descs, size_t n,
-		    const mori_xfer_opts *opts, mori_xfer **out);
+MORI_API int mori_xfer_batch(int op, mori_mem *local, mori_mem *remote, const mori_desc *descs, size_t n,
+			     const mori_xfer_opts *opts, mori_xfer **out);
 
 /* Prepare a descriptor list once (copied; validated against both regions now), then submit
  * arrays of indices into it, so that submitting k blocks costs O(k) index words and no
  * descriptor traffic (vLLM's NIXL connector pattern). Free with mori_xfer_list_free after its
  * transfers have finished. Errors: MORI_EINVAL, MORI_ERANGE, MORI_ENOMEM. */
-int mori_xfer_prep(mori_mem *local, mori_mem *remote, const mori_desc *descs, size_t n,
-		   mori_xfer_list **out);
+MORI_API int mori_xfer_prep(mori_mem *local, mori_mem *remote, const mori_desc *descs, size_t n,
+			    mori_xfer_list **out);
 /* Submit indices[0..n) of a prepared list; MORI_ERANGE for an index >= the list's length. */
-int mori_xfer_submit(mori_xfer_list *list, int op, const uint32_t *indices, size_t n,
-		     const mori_xfer_opts *opts, mori_xfer **out);
-void mori_xfer_list_free(mori_xfer_list *list);
+MORI_API int mori_xfer_submit(mori_xfer_list *list, int op, const uint32_t *indices, size_t n,
+			      const mori_xfer_opts *opts, mori_xfer **out);
+MORI_API void mori_xfer_list_free(mori_xfer_list *list);
 
 /* Current status: MORI_EINPROGRESS, MORI_OK, or the transfer's error code (the first error
  * sticks). If msg is non-NULL it gets a message owned by the handle. */
-int mori_xfer_status(mori_xfer *x, const char **msg);
+MORI_API int mori_xfer_status(mori_xfer *x, const char **msg);
 
 /* Wait up to timeout_us (< 0: until the transfer's own deadline) for completion. Busy-polls for
  * a bounded time (mori.conf-independent, 50 us) then sleeps on the completion doorbell.
  * Returns the final status, or MORI_ETIMEDOUT if this wait's timeout expired first (the transfer
  * continues; its own deadline still applies). */
-int mori_xfer_wait(mori_xfer *x, int64_t timeout_us);
+MORI_API int mori_xfer_wait(mori_xfer *x, int64_t timeout_us);
 
 /* Wait for all n transfers; returns MORI_OK if all succeeded, else the first error found
  * (in array order) or MORI_ETIMEDOUT. */
-int mori_xfer_wait_all(mori_xfer *const *xs, size_t n, int64_t timeout_us);
+MORI_API int mori_xfer_wait_all(mori_xfer *const *xs, size_t n, int64_t timeout_us);
 
 /* Request cancellation: an unfinished transfer ends with MORI_ECANCELED (bytes already moved
  * stay moved, and no notification is sent). Returns MORI_OK or MORI_EINVAL. */
-int mori_xfer_cancel(mori_xfer *x);
+MORI_API int mori_xfer_cancel(mori_xfer *x);
 
 /* Bytes the transfer covers. */
-uint64_t mori_xfer_bytes(const mori_xfer *x);
+MORI_API uint64_t mori_xfer_bytes(const mori_xfer *x);
 
 /* Free a transfer handle; an unfinished transfer is cancelled first. NULL is a no-op. */
-void mori_xfer_free(mori_xfer *x);
+MORI_API void mori_xfer_free(mori_xfer *x);
 
 /* Submissions this client has queued for morid that the daemon has not yet taken off the ring
  * (cross-node transfers, notifications, cancels). 0 means the daemon has seen everything
  * submitted so far. For diagnostics and benchmarks. */
-unsigned mori_client_sq_pending(mori_client *c);
+MORI_API unsigned mori_client_sq_pending(mori_client *c);
 
 /* ---------------------------------------------------------------------------------------------
  * Notifications
@@ -265,7 +276,7 @@ typedef struct mori_notif {
 /* Take up to max notifications addressed to this client, waiting up to timeout_us for the first
  * (0: don't wait). Returns the count (>= 0) or a negative error. A notification is delivered
  * only after all bytes of its transfer are visible in the target region. */
-int mori_notif_poll(mori_client *c, mori_notif *out, size_t max, int64_t timeout_us);
+MORI_API int mori_notif_poll(mori_client *c, mori_notif *out, size_t max, int64_t timeout_us);
 
 #ifdef __cplusplus
 }

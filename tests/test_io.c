@@ -5,7 +5,7 @@
 #include <sys/mman.h>
 #include <sys/un.h>
 
-#include "ctl.h"
+#include "svc/ctl.h"
 #include "wire.h"
 #include "harness.h"
 #include "io_target.h"

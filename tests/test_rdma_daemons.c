@@ -26,7 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ctl.h"
+#include "svc/ctl.h"
 #include "mori.h"
 #include "mori.pb-c.h"
 #include "../daemon/config.h"

@@ -18,7 +18,7 @@
 
 #include "../daemon/peer_int.h"     /* the data-stream frame, to play a misbehaving peer */
 #include "../libclient/internal.h" /* raw ring access: the daemon must check what the library would */
-#include "ctl.h"
+#include "svc/ctl.h"
 #include "harness.h"
 #include "io_target.h"
 #include "mori.h"

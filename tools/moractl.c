@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ctl.h"
+#include "svc/ctl.h"
 #include "mori.h"
 
 static int json;

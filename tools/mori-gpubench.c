@@ -23,8 +23,9 @@
 #include <unistd.h>
 
 #include "../kernels/mori_copy.h"
-#include "../libclient/gpu_int.h"
-#include "../libclient/internal.h"
+#include "../libclient/bench.h"
+#include "gpu.h"
+#include "mori.h"
 
 static const struct gpu_api *g;
 
@@ -167,13 +168,29 @@ static void lib_mode(const char *dir, uint64_t block, uint64_t count, int iters,
 	waitpid(pid, &st, 0);
 }
 
-int main(int argc, char **argv)
+/* ---- the single-process figures ---- */
+
+struct run {
+	uint64_t block, count, total;
+	int iters, lat_iters, dev;
+	const char *dir;             /* --runtime-dir: also measure through the public API */
+	struct bench_gpu *b;
+	gpu_function fn;
+	int sm;
+	gpu_dptr src, dst;
+	gpu_stream s;
+	gpu_event e0, e1;
+	mori_desc *descs;            /* the gather: block i from a random slot perm[i] */
+	uint32_t *perm;
+	double *t, *sub;             /* per-iteration times, submit times */
+	uint8_t *hs, *hd;            /* one block of source and destination, to verify */
+	double ceiling, kbw;         /* GB/s of the ceiling and of the kernel */
+	int bad;                     /* blocks that did not verify */
+};
+
+static int parse_args(struct run *r, int argc, char **argv)
 {
-	if (argc == 5 && strcmp(argv[1], "--peer") == 0)
-		return peer_main(argv[2], strtoull(argv[3], NULL, 0), atoi(argv[4]));
-	uint64_t block = 16384, count = 65536;
-	int iters = 10, lat_iters = 2000, dev = 0;
-	const char *dir = NULL;
+	r->block = 16384, r->count = 65536, r->iters = 10, r->lat_iters = 2000;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		if (!v) {
@@ -182,274 +199,313 @@ int main(int argc, char **argv)
 			return 2;
 		}
 		if (!strcmp(a, "--block"))
-			block = strtoull(v, NULL, 0);
+			r->block = strtoull(v, NULL, 0);
 		else if (!strcmp(a, "--count"))
-			count = strtoull(v, NULL, 0);
+			r->count = strtoull(v, NULL, 0);
 		else if (!strcmp(a, "--iters"))
-			iters = atoi(v);
+			r->iters = atoi(v);
 		else if (!strcmp(a, "--lat-iters"))
-			lat_iters = atoi(v);
+			r->lat_iters = atoi(v);
 		else if (!strcmp(a, "--device"))
-			dev = atoi(v);
+			r->dev = atoi(v);
 		else if (!strcmp(a, "--runtime-dir"))
-			dir = v;
+			r->dir = v;
 		else {
 			fprintf(stderr, "mori-gpubench: unknown option %s\n", a);
 			return 2;
 		}
 		i++;
 	}
-	if (!block || !count || iters < 1 || lat_iters < 1 || count > (1u << 24)) {
+	if (!r->block || !r->count || r->iters < 1 || r->lat_iters < 1 || r->count > (1u << 24)) {
 		fprintf(stderr, "mori-gpubench: bad sizes\n");
 		return 2;
 	}
+	r->total = r->block * r->count;
+	return 0;
+}
+
+/* Buffers with random source bytes (never time or test on zeros), stream, events, and the
+ * gather pattern. The device's context is current from here on. */
+static void setup(struct run *r)
+{
+	CK(bench_gpu_push(r->b));
+	CK(g->mem_alloc(&r->src, r->total));
+	CK(g->mem_alloc(&r->dst, r->total));
+	CK(g->stream_create(&r->s, GPU_STREAM_NON_BLOCKING));
+	CK(g->event_create(&r->e0, 0));
+	CK(g->event_create(&r->e1, 0));
+	uint64_t chunk = 64u << 20;
+	uint64_t *h = malloc(chunk);
+	for (uint64_t off = 0; off < r->total; off += chunk) {
+		uint64_t n = r->total - off < chunk ? r->total - off : chunk;
+		for (uint64_t i = 0; i < (n + 7) / 8; i++)
+			h[i] = xs();
+		CK(g->memcpy_htod_async(r->src + off, h, n, r->s));
+		CK(g->stream_synchronize(r->s));
+	}
+	free(h);
+	r->descs = malloc(r->count * sizeof(*r->descs));
+	r->perm = malloc(r->count * sizeof(*r->perm));
+	for (uint64_t i = 0; i < r->count; i++)
+		r->perm[i] = (uint32_t)i;
+	for (uint64_t i = r->count - 1; i > 0; i--) {
+		uint64_t j = xs() % (i + 1);
+		uint32_t t = r->perm[i];
+		r->perm[i] = r->perm[j];
+		r->perm[j] = t;
+	}
+	for (uint64_t i = 0; i < r->count; i++)
+		r->descs[i] = (mori_desc){r->perm[i] * r->block, i * r->block, r->block};
+	r->t = calloc((size_t)(r->iters > r->lat_iters ? r->iters : r->lat_iters), sizeof(double));
+	r->sub = calloc((size_t)r->iters, sizeof(double));
+	r->hs = malloc(r->block);
+	r->hd = malloc(r->block);
+}
+
+/* Compare `samples` random blocks of dst with their source; returns how many differ (the tests
+ * verify every byte). */
+static int verify_sample(struct run *r, int samples)
+{
+	int bad = 0;
+	for (int k = 0; k < samples; k++) {
+		uint64_t i = xs() % r->count;
+		CK(g->memcpy_dtoh_async(r->hs, r->src + r->descs[i].local_offset, r->block, r->s));
+		CK(g->memcpy_dtoh_async(r->hd, r->dst + r->descs[i].remote_offset, r->block, r->s));
+		CK(g->stream_synchronize(r->s));
+		bad += memcmp(r->hs, r->hd, r->block) != 0;
+	}
+	return bad;
+}
+
+/* GPU time of one launch of the copy kernel (events), in us. */
+static double kernel_time(struct run *r, unsigned grid, void **params)
+{
+	float ms;
+	CK(g->event_record(r->e0, r->s));
+	CK(g->launch_kernel(r->fn, grid, 1, 1, MORI_COPY_BLOCK_THREADS, 1, 1, 0, r->s, params, NULL));
+	CK(g->event_record(r->e1, r->s));
+	CK(g->event_synchronize(r->e1));
+	CK(g->event_elapsed_time(&ms, r->e0, r->e1));
+	return ms * 1e3;
+}
+
+static void run_ceiling(struct run *r)
+{
+	float ms;
+	for (int i = -1; i < r->iters; i++) {
+		CK(g->event_record(r->e0, r->s));
+		CK(g->memcpy_dtod_async(r->dst, r->src, r->total, r->s));
+		CK(g->event_record(r->e1, r->s));
+		CK(g->event_synchronize(r->e1));
+		CK(g->event_elapsed_time(&ms, r->e0, r->e1));
+		if (i >= 0)
+			r->t[i] = ms * 1e3;
+	}
+	double us = pct(r->t, r->iters, 0.5);
+	r->ceiling = r->total / us / 1e3;
+	printf("%-34s %10.1f us %9.1f GB/s\n", "ceiling: one cuMemcpyDtoDAsync", us, r->ceiling);
+}
+
+/* The kernel alone, descriptors already resident on the device. */
+static void run_kernel(struct run *r)
+{
+	struct mori_copy_args a;
+	memset(&a, 0, sizeof(a));
+	a.a_base = r->src;
+	a.b_base = r->dst;
+	a.chunk_shift = bench_gpu_chunk_shift(r->b, r->total);
+	uint64_t per = (r->block + (1ull << a.chunk_shift) - 1) >> a.chunk_shift;
+	gpu_dptr ddesc;
+	CK(g->mem_alloc(&ddesc, r->count * sizeof(*r->descs)));
+	CK(g->memcpy_htod_async(ddesc, r->descs, r->count * sizeof(*r->descs), r->s));
+	CK(g->stream_synchronize(r->s));
+	a.uniform = (uint32_t)per; /* one block size: chunk c is in descriptor c / per */
+	a.descs = ddesc;
+	a.n = (uint32_t)r->count;
+	a.total_chunks = r->count * per;
+	void *params[] = {&a};
+	unsigned grid = bench_gpu_grid(r->b, a.total_chunks);
+	CK(g->memset_d8_async(r->dst, 0xa5, r->total, r->s));
+	for (int i = -1; i < r->iters; i++) {
+		double us = kernel_time(r, grid, params);
+		if (i >= 0)
+			r->t[i] = us;
+	}
+	double k_us = pct(r->t, r->iters, 0.5);
+	r->kbw = r->total / k_us / 1e3;
+	int bad = verify_sample(r, 256);
+	r->bad += bad;
+	printf("%-34s %10.1f us %9.1f GB/s  %5.1f%% of ceiling  (grid %u x %d, chunk %u B)%s\n",
+	       "kernel (descriptors on device)", k_us, r->kbw, 100 * r->kbw / r->ceiling, grid, MORI_COPY_BLOCK_THREADS,
+	       1u << a.chunk_shift, bad ? "  VERIFY FAILED" : "");
+	g->mem_free(ddesc);
+}
+
+/* Wait for the write bench_gpu_write/list_write started; returns its code. */
+static int poll_done(struct run *r)
+{
+	int rc;
+	while ((rc = bench_gpu_poll(r->b)) == MORI_EINPROGRESS)
+		;
+	return rc;
+}
+
+/* gpu_xfer, the library's path under the daemon: staged descriptors, then a prepared list
+ * (descriptors uploaded once, each submission stages 4-byte indices) in order and shuffled. */
+static void run_gpu_xfer(struct run *r)
+{
+	bench_gpu_regions(r->b, r->src, r->dst, r->total);
+	for (int i = -1; i < r->iters; i++) {
+		double t0 = now_us();
+		MK(bench_gpu_write(r->b, r->descs, r->count, 10000000));
+		double ts = now_us();
+		MK(poll_done(r));
+		double t1 = now_us();
+		if (i >= 0) {
+			r->t[i] = t1 - t0;
+			r->sub[i] = ts - t0;
+		}
+	}
+	double x_us = pct(r->t, r->iters, 0.5), xbw = r->total / x_us / 1e3;
+	printf("%-34s %10.1f us %9.1f GB/s  %5.1f%% of ceiling  (submit returns after %.1f us)\n",
+	       "gpu_xfer batch (descs staged)", x_us, xbw, 100 * xbw / r->ceiling, pct(r->sub, r->iters, 0.5));
+
+	MK(bench_gpu_list_prep(r->b, r->descs, r->count));
+	uint32_t *ident = malloc(r->count * sizeof(*ident));
+	for (uint64_t i = 0; i < r->count; i++)
+		ident[i] = (uint32_t)i;
+	const char *lname[2] = {"gpu_xfer_list (all, in order)", "gpu_xfer_list (all, shuffled)"};
+	for (int pass = 0; pass < 2; pass++) {
+		const uint32_t *ix = pass ? r->perm : ident;
+		CK(g->memset_d8_async(r->dst, 0x5a, r->total, r->s));
+		CK(g->stream_synchronize(r->s));
+		for (int i = -1; i < r->iters; i++) {
+			double t0 = now_us();
+			MK(bench_gpu_list_write(r->b, ix, r->count, 10000000));
+			double ts = now_us();
+			MK(poll_done(r));
+			double t1 = now_us();
+			if (i >= 0) {
+				r->t[i] = t1 - t0;
+				r->sub[i] = ts - t0;
+			}
+		}
+		int lbad = verify_sample(r, 64);
+		r->bad += lbad;
+		double l_us = pct(r->t, r->iters, 0.5), lbw = r->total / l_us / 1e3;
+		printf("%-34s %10.1f us %9.1f GB/s  %5.1f%% of ceiling  (submit returns after %.1f us)%s\n", lname[pass],
+		       l_us, lbw, 100 * lbw / r->ceiling, pct(r->sub, r->iters, 0.5), lbad ? "  VERIFY FAILED" : "");
+	}
+	bench_gpu_list_free(r->b);
+	free(ident);
+}
+
+/* One cuMemcpyDtoDAsync per block (what UCX cuda_ipc and most engines do). */
+static void run_per_block(struct run *r)
+{
+	float ms;
+	int per_iters = r->iters < 3 ? r->iters : 3;
+	for (int i = 0; i < per_iters; i++) {
+		CK(g->event_record(r->e0, r->s));
+		for (uint64_t b = 0; b < r->count; b++)
+			CK(g->memcpy_dtod_async(r->dst + r->descs[b].remote_offset, r->src + r->descs[b].local_offset,
+						r->block, r->s));
+		CK(g->event_record(r->e1, r->s));
+		CK(g->event_synchronize(r->e1));
+		CK(g->event_elapsed_time(&ms, r->e0, r->e1));
+		r->t[i] = ms * 1e3;
+	}
+	double p_us = pct(r->t, per_iters, 0.5), pbw = r->total / p_us / 1e3;
+	printf("%-34s %10.1f us %9.1f GB/s  kernel is %.0fx faster\n", "per-block cuMemcpyDtoDAsync", p_us, pbw,
+	       r->kbw / pbw);
+}
+
+/* One 4 KiB descriptor: kernel only (events), then through gpu_xfer (host clock). */
+static void run_latency(struct run *r)
+{
+	struct mori_copy_args one;
+	memset(&one, 0, sizeof(one));
+	one.a_base = r->src;
+	one.b_base = r->dst;
+	one.n = 1;
+	one.chunk_shift = bench_gpu_chunk_shift(r->b, 4096);
+	one.inl[0] = (struct mori_copy_desc){0, 0, 4096};
+	one.inl_first[1] = (uint32_t)((4096 + (1u << one.chunk_shift) - 1) >> one.chunk_shift);
+	one.total_chunks = one.inl_first[1];
+	void *p1[] = {&one};
+	unsigned g1 = bench_gpu_grid(r->b, one.total_chunks);
+	for (int i = -10; i < r->lat_iters; i++) {
+		double us = kernel_time(r, g1, p1);
+		if (i >= 0)
+			r->t[i] = us;
+	}
+	printf("%-34s p50 %6.2f us  p99 %6.2f us  (%llu warps)\n", "kernel only, 1 x 4 KiB (events)",
+	       pct(r->t, r->lat_iters, 0.5), pct(r->t, r->lat_iters, 0.99), (unsigned long long)one.total_chunks);
+	mori_desc d4 = {0, 0, 4096};
+	for (int i = -10; i < r->lat_iters; i++) {
+		double t0 = now_us();
+		MK(bench_gpu_write(r->b, &d4, 1, 1000000));
+		MK(poll_done(r));
+		double t1 = now_us();
+		if (i >= 0)
+			r->t[i] = t1 - t0;
+	}
+	printf("%-34s p50 %6.2f us  p99 %6.2f us\n", "gpu_xfer 1 x 4 KiB submit->done", pct(r->t, r->lat_iters, 0.5),
+	       pct(r->t, r->lat_iters, 0.99));
+}
+
+static void teardown(struct run *r)
+{
+	CK(bench_gpu_push(r->b));
+	g->event_destroy(r->e0);
+	g->event_destroy(r->e1);
+	g->stream_destroy(r->s);
+	g->mem_free(r->src);
+	g->mem_free(r->dst);
+	bench_gpu_pop(r->b);
+	bench_gpu_close(r->b);
+	free(r->descs);
+	free(r->perm);
+	free(r->t);
+	free(r->sub);
+	free(r->hs);
+	free(r->hd);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc == 5 && strcmp(argv[1], "--peer") == 0)
+		return peer_main(argv[2], strtoull(argv[3], NULL, 0), atoi(argv[4]));
+	struct run r = {0};
+	int rc = parse_args(&r, argc, argv);
+	if (rc)
+		return rc;
 	if (!(g = gpu_api())) {
 		printf("skipped: no GPU (%s)\n", gpu_unavailable_reason());
 		return 77;
 	}
-	static mori_client c; /* only its GPU state is used below the daemon */
-	struct gpu_ctx *x;
-	struct gpu_dev *d;
-	gpu_function fn;
-	int sm;
-	MK(gpu_ctx_get(&c, &x));
-	MK(gpu_dev_get(&c, x, dev, &d));
-	int rc = gpu_copy_kernel(&c, dev, &fn, &sm);
+	rc = bench_gpu_open(r.dev, &r.b);
 	if (rc == MORI_ENOKERNEL) {
 		printf("skipped: %s\n", mori_client_last_error(NULL));
 		return 77;
 	}
 	MK(rc);
+	r.fn = bench_gpu_kernel(r.b);
+	r.sm = bench_gpu_sms(r.b);
 	char desc[256];
 	gpu_describe(desc, sizeof(desc));
-	uint64_t total = block * count;
-	printf("mori-gpubench: %s; %d SMs\n", desc, sm);
+	printf("mori-gpubench: %s; %d SMs\n", desc, r.sm);
 	printf("gather of %" PRIu64 " blocks x %" PRIu64 " B = %.3f GiB, device to device, same GPU; median of %d\n",
-	       count, block, total / 1073741824.0, iters);
-	CK(gpu_push(g, d));
-
-	gpu_dptr src, dst;
-	CK(g->mem_alloc(&src, total));
-	CK(g->mem_alloc(&dst, total));
-	gpu_stream s;
-	gpu_event e0, e1;
-	CK(g->stream_create(&s, GPU_STREAM_NON_BLOCKING));
-	CK(g->event_create(&e0, 0));
-	CK(g->event_create(&e1, 0));
-	/* random source bytes: never time or test on zeros */
-	uint64_t chunk = 64u << 20;
-	uint64_t *h = malloc(chunk);
-	for (uint64_t off = 0; off < total; off += chunk) {
-		uint64_t n = total - off < chunk ? total - off : chunk;
-		for (uint64_t i = 0; i < (n + 7) / 8; i++)
-			h[i] = xs();
-		CK(g->memcpy_htod_async(src + off, h, n, s));
-		CK(g->stream_synchronize(s));
-	}
-	free(h);
-	/* gather pattern: block i comes from a random permutation slot */
-	mori_desc *descs = malloc(count * sizeof(*descs));
-	uint32_t *perm = malloc(count * sizeof(*perm));
-	for (uint64_t i = 0; i < count; i++)
-		perm[i] = (uint32_t)i;
-	for (uint64_t i = count - 1; i > 0; i--) {
-		uint64_t j = xs() % (i + 1);
-		uint32_t t = perm[i];
-		perm[i] = perm[j];
-		perm[j] = t;
-	}
-	for (uint64_t i = 0; i < count; i++)
-		descs[i] = (mori_desc){perm[i] * block, i * block, block};
-	double *t = calloc((size_t)(iters > lat_iters ? iters : lat_iters), sizeof(double));
-	float ms;
-
-	/* ceiling */
-	for (int i = -1; i < iters; i++) {
-		CK(g->event_record(e0, s));
-		CK(g->memcpy_dtod_async(dst, src, total, s));
-		CK(g->event_record(e1, s));
-		CK(g->event_synchronize(e1));
-		CK(g->event_elapsed_time(&ms, e0, e1));
-		if (i >= 0)
-			t[i] = ms * 1e3;
-	}
-	double ceil_us = pct(t, iters, 0.5), ceiling = total / ceil_us / 1e3;
-	printf("%-34s %10.1f us %9.1f GB/s\n", "ceiling: one cuMemcpyDtoDAsync", ceil_us, ceiling);
-
-	/* kernel, descriptors resident */
-	struct mori_copy_args a;
-	memset(&a, 0, sizeof(a));
-	a.a_base = src;
-	a.b_base = dst;
-	a.chunk_shift = gpu_copy_chunk_shift(total, sm);
-	uint64_t per = (block + (1ull << a.chunk_shift) - 1) >> a.chunk_shift;
-	gpu_dptr ddesc;
-	CK(g->mem_alloc(&ddesc, count * sizeof(*descs)));
-	CK(g->memcpy_htod_async(ddesc, descs, count * sizeof(*descs), s));
-	CK(g->stream_synchronize(s));
-	a.uniform = (uint32_t)per; /* one block size: chunk c is in descriptor c / per */
-	a.descs = ddesc;
-	a.n = (uint32_t)count;
-	a.total_chunks = count * per;
-	void *params[] = {&a};
-	unsigned grid = gpu_copy_grid(a.total_chunks, sm);
-	CK(g->memset_d8_async(dst, 0xa5, total, s));
-	for (int i = -1; i < iters; i++) {
-		CK(g->event_record(e0, s));
-		CK(g->launch_kernel(fn, grid, 1, 1, MORI_COPY_BLOCK_THREADS, 1, 1, 0, s, params, NULL));
-		CK(g->event_record(e1, s));
-		CK(g->event_synchronize(e1));
-		CK(g->event_elapsed_time(&ms, e0, e1));
-		if (i >= 0)
-			t[i] = ms * 1e3;
-	}
-	double k_us = pct(t, iters, 0.5), kbw = total / k_us / 1e3;
-	/* verify a sample of blocks against the source (the tests verify every byte) */
-	uint8_t *hs = malloc(block), *hd = malloc(block);
-	int bad = 0;
-	for (int k = 0; k < 256; k++) {
-		uint64_t i = xs() % count;
-		CK(g->memcpy_dtoh_async(hs, src + descs[i].local_offset, block, s));
-		CK(g->memcpy_dtoh_async(hd, dst + descs[i].remote_offset, block, s));
-		CK(g->stream_synchronize(s));
-		bad += memcmp(hs, hd, block) != 0;
-	}
-	printf("%-34s %10.1f us %9.1f GB/s  %5.1f%% of ceiling  (grid %u x %d, chunk %u B)%s\n",
-	       "kernel (descriptors on device)", k_us, kbw, 100 * kbw / ceiling, grid, MORI_COPY_BLOCK_THREADS,
-	       1u << a.chunk_shift, bad ? "  VERIFY FAILED" : "");
-
-	/* gpu_xfer: the library's path under the daemon */
-	mori_mem L = {.c = &c, .local = 1, .kind = MORI_MEM_VRAM, .size = total, .dptr = src, .gpu_device = dev};
-	mori_mem R = {.c = &c, .kind = MORI_MEM_VRAM, .size = total, .dptr = dst, .gpu_device = dev};
-	double *sub = calloc((size_t)iters, sizeof(double));
-	for (int i = -1; i < iters; i++) {
-		struct mori_xfer xf = {.c = &c};
-		xf.deadline_us = mori_now_us() + 10000000;
-		double t0 = now_us();
-		MK(gpu_xfer(&c, MORI_OP_WRITE, &L, &R, descs, count, NULL, &xf));
-		double ts = now_us();
-		while ((rc = gpu_xfer_poll(&xf)) == MORI_EINPROGRESS)
-			;
-		double t1 = now_us();
-		MK(rc);
-		if (i >= 0) {
-			t[i] = t1 - t0;
-			sub[i] = ts - t0;
-		}
-	}
-	double x_us = pct(t, iters, 0.5), xbw = total / x_us / 1e3;
-	printf("%-34s %10.1f us %9.1f GB/s  %5.1f%% of ceiling  (submit returns after %.1f us)\n",
-	       "gpu_xfer batch (descs staged)", x_us, xbw, 100 * xbw / ceiling, pct(sub, iters, 0.5));
-
-	/* a prepared list: descriptors uploaded once, each submission stages 4-byte indices */
-	struct mori_xfer_list lst = {.local = &L, .remote = &R, .descs = descs, .n = count};
-	MK(gpu_list_prep(&c, &lst));
-	uint32_t *ident = malloc(count * sizeof(*ident));
-	for (uint64_t i = 0; i < count; i++)
-		ident[i] = (uint32_t)i;
-	const char *lname[2] = {"gpu_xfer_list (all, in order)", "gpu_xfer_list (all, shuffled)"};
-	for (int pass = 0; pass < 2; pass++) {
-		const uint32_t *ix = pass ? perm : ident;
-		CK(g->memset_d8_async(dst, 0x5a, total, s));
-		CK(g->stream_synchronize(s));
-		for (int i = -1; i < iters; i++) {
-			struct mori_xfer xf = {.c = &c};
-			xf.deadline_us = mori_now_us() + 10000000;
-			double t0 = now_us();
-			MK(gpu_xfer_list(&c, MORI_OP_WRITE, &lst, ix, count, NULL, &xf));
-			double ts = now_us();
-			while ((rc = gpu_xfer_poll(&xf)) == MORI_EINPROGRESS)
-				;
-			double t1 = now_us();
-			MK(rc);
-			if (i >= 0) {
-				t[i] = t1 - t0;
-				sub[i] = ts - t0;
-			}
-		}
-		int lbad = 0;
-		for (int k = 0; k < 64; k++) {
-			uint64_t i = xs() % count;
-			CK(g->memcpy_dtoh_async(hs, src + descs[i].local_offset, block, s));
-			CK(g->memcpy_dtoh_async(hd, dst + descs[i].remote_offset, block, s));
-			CK(g->stream_synchronize(s));
-			lbad += memcmp(hs, hd, block) != 0;
-		}
-		bad += lbad;
-		double l_us = pct(t, iters, 0.5), lbw = total / l_us / 1e3;
-		printf("%-34s %10.1f us %9.1f GB/s  %5.1f%% of ceiling  (submit returns after %.1f us)%s\n", lname[pass], l_us,
-		       lbw, 100 * lbw / ceiling, pct(sub, iters, 0.5), lbad ? "  VERIFY FAILED" : "");
-	}
-	gpu_list_free(&c, &lst);
-	free(ident);
-	free(sub);
-
-	/* one copy per block */
-	int per_iters = iters < 3 ? iters : 3;
-	for (int i = 0; i < per_iters; i++) {
-		CK(g->event_record(e0, s));
-		for (uint64_t b = 0; b < count; b++)
-			CK(g->memcpy_dtod_async(dst + descs[b].remote_offset, src + descs[b].local_offset, block, s));
-		CK(g->event_record(e1, s));
-		CK(g->event_synchronize(e1));
-		CK(g->event_elapsed_time(&ms, e0, e1));
-		t[i] = ms * 1e3;
-	}
-	double p_us = pct(t, per_iters, 0.5), pbw = total / p_us / 1e3;
-	printf("%-34s %10.1f us %9.1f GB/s  kernel is %.0fx faster\n", "per-block cuMemcpyDtoDAsync", p_us, pbw,
-	       kbw / pbw);
-
-	/* one 4 KiB descriptor: kernel only (events), then through gpu_xfer (host clock) */
-	struct mori_copy_args one;
-	memset(&one, 0, sizeof(one));
-	one.a_base = src;
-	one.b_base = dst;
-	one.n = 1;
-	one.chunk_shift = gpu_copy_chunk_shift(4096, sm);
-	one.inl[0] = (struct mori_copy_desc){0, 0, 4096};
-	one.inl_first[1] = (uint32_t)((4096 + (1u << one.chunk_shift) - 1) >> one.chunk_shift);
-	one.total_chunks = one.inl_first[1];
-	void *p1[] = {&one};
-	unsigned g1 = gpu_copy_grid(one.total_chunks, sm);
-	for (int i = -10; i < lat_iters; i++) {
-		CK(g->event_record(e0, s));
-		CK(g->launch_kernel(fn, g1, 1, 1, MORI_COPY_BLOCK_THREADS, 1, 1, 0, s, p1, NULL));
-		CK(g->event_record(e1, s));
-		CK(g->event_synchronize(e1));
-		CK(g->event_elapsed_time(&ms, e0, e1));
-		if (i >= 0)
-			t[i] = ms * 1e3;
-	}
-	printf("%-34s p50 %6.2f us  p99 %6.2f us  (%llu warps)\n", "kernel only, 1 x 4 KiB (events)",
-	       pct(t, lat_iters, 0.5), pct(t, lat_iters, 0.99), (unsigned long long)one.total_chunks);
-	mori_desc d4 = {0, 0, 4096};
-	for (int i = -10; i < lat_iters; i++) {
-		struct mori_xfer xf = {.c = &c};
-		xf.deadline_us = mori_now_us() + 1000000;
-		double t0 = now_us();
-		MK(gpu_xfer(&c, MORI_OP_WRITE, &L, &R, &d4, 1, NULL, &xf));
-		while ((rc = gpu_xfer_poll(&xf)) == MORI_EINPROGRESS)
-			;
-		double t1 = now_us();
-		MK(rc);
-		if (i >= 0)
-			t[i] = t1 - t0;
-	}
-	printf("%-34s p50 %6.2f us  p99 %6.2f us\n", "gpu_xfer 1 x 4 KiB submit->done", pct(t, lat_iters, 0.5),
-	       pct(t, lat_iters, 0.99));
-	free(t);
-	gpu_pop(g);
-	if (dir)
-		lib_mode(dir, block, count, iters, lat_iters, dev, src, descs, ceiling);
-	CK(gpu_push(g, d));
-	g->mem_free(ddesc);
-	g->mem_free(src);
-	g->mem_free(dst);
-	gpu_pop(g);
-	gpu_ctx_free(&c);
-	free(descs);
-	free(perm);
-	free(hs);
-	free(hd);
-	return bad ? 1 : 0;
+	       r.count, r.block, r.total / 1073741824.0, r.iters);
+	setup(&r);
+	run_ceiling(&r);
+	run_kernel(&r);
+	run_gpu_xfer(&r);
+	run_per_block(&r);
+	run_latency(&r);
+	bench_gpu_pop(r.b);
+	if (r.dir)
+		lib_mode(r.dir, r.block, r.count, r.iters, r.lat_iters, r.dev, r.src, r.descs, r.ceiling);
+	teardown(&r);
+	return r.bad ? 1 : 0;
 }

@@ -1,5 +1,5 @@
-/* One request/reply on a daemon's nng control socket, with a deadline. Used by moractl,
- * libmori's hello and by peer daemons' tests. */
+/* One request/reply on a daemon's nng control socket, with a deadline. Used by moractl and
+ * the tests; never by libmori (nng does not survive fork), so it lives in common/svc/. */
 #ifndef MORI_CTL_H
 #define MORI_CTL_H
 #include "mori.pb-c.h"
