@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# `make install PREFIX=/usr DESTDIR=$tmp` installs binaries, header, libraries, pkg-config
-# file, configuration and systemd unit; a small program built against the installed header
-# with the installed pkg-config file links (shared and static) and runs.
+# `make install PREFIX=/usr DESTDIR=$tmp` installs binaries, header, libraries (libmori.so.0.1.0
+# with its SONAME and development links), pkg-config file, configuration and systemd unit.
+# libmori.so exports exactly the functions include/mori.h declares (any extra or missing name
+# is named) and needs no library of morid's (nng, libsystemd, ...). A small program built with
+# the installed pkg-config file links to libmori.so, and with `pkg-config --static` to libmori.a
+# alone, and both run.
 source "$(dirname "$0")/testlib.bash"
 command -v pkg-config > /dev/null || skip "pkg-config not installed"
 D=$T/dest
@@ -14,15 +17,24 @@ out=$(make --no-print-directory -C "$ROOT" install B="$B_ARG" PREFIX=/usr DESTDI
 	SANITIZE="$SAN" OPT="$OPTV" 2>&1) || fail "make install failed: $out"
 if grep -q '^  CC ' <<< "$out"; then echo "# note: make install recompiled: $(grep -c '^  CC ' <<< "$out") files"; fi
 
-for f in usr/bin/morid usr/bin/moractl usr/include/mori.h usr/lib/libmori.so usr/lib/libmori.so.0 \
-	usr/lib/libmori.a usr/lib/pkgconfig/mori.pc etc/mori/morid.conf \
+want=$("$D/usr/bin/morid" --version | awk '{print $2}')
+[ -n "$want" ] || fail "installed morid --version says no version"
+for f in usr/bin/morid usr/bin/moractl usr/include/mori.h usr/lib/libmori.so.$want usr/lib/libmori.so.0 \
+	usr/lib/libmori.so usr/lib/libmori.a usr/lib/pkgconfig/mori.pc etc/mori/morid.conf \
 	usr/lib/systemd/system/morid.service; do
 	[ -e "$D/$f" ] || fail "not installed: /$f"
 done
 [ -x "$D/usr/bin/morid" ] && [ -x "$D/usr/bin/moractl" ] || fail "binaries not executable"
-[ "$(readlink "$D/usr/lib/libmori.so")" = libmori.so.0 ] || fail "libmori.so does not link to libmori.so.0"
-soname=$(objdump -p "$D/usr/lib/libmori.so.0" 2>/dev/null | awk '$1 == "SONAME" {print $2}')
-[ -z "$soname" ] || [ "$soname" = libmori.so.0 ] || fail "SONAME is $soname"
+# The real file carries the full version; the SONAME link and the development link point to it.
+SO=$D/usr/lib/libmori.so.$want
+[ -f "$SO" ] && [ ! -L "$SO" ] || fail "/usr/lib/libmori.so.$want is not a regular file"
+[ "$(readlink "$D/usr/lib/libmori.so.0")" = "libmori.so.$want" ] ||
+	fail "libmori.so.0 links to '$(readlink "$D/usr/lib/libmori.so.0")', not libmori.so.$want"
+[ "$(readlink "$D/usr/lib/libmori.so")" = libmori.so.0 ] ||
+	fail "libmori.so links to '$(readlink "$D/usr/lib/libmori.so")', not libmori.so.0"
+command -v readelf > /dev/null && command -v nm > /dev/null || fail "readelf/nm (binutils) not installed"
+soname=$(readelf -d "$SO" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+[ "$soname" = libmori.so.0 ] || fail "SONAME is '$soname', not libmori.so.0"
 grep -q '^ExecStart=/usr/bin/morid --foreground$' "$D/usr/lib/systemd/system/morid.service" ||
 	fail "installed unit's ExecStart is not /usr/bin/morid"
 grep -q '@PREFIX@' "$D/usr/lib/systemd/system/morid.service" && fail "@PREFIX@ left in the unit"
@@ -31,12 +43,33 @@ grep -q '^prefix=/usr$' "$D/usr/lib/pkgconfig/mori.pc" || fail "mori.pc prefix i
 "$D/usr/bin/morid" --version | grep -q '^morid ' || fail "installed morid --version"
 pass "make install PREFIX=/usr DESTDIR=... installed every file"
 
-# Only mori_ names are exported from the shared library.
-if command -v nm > /dev/null; then
-	bad=$(nm -D --defined-only "$D/usr/lib/libmori.so.0" | awk '$2 ~ /[TDB]/ && $3 !~ /^mori_/ {print $3}' | head -n 5)
-	[ -z "$bad" ] || fail "libmori exports non-mori_ symbols: $bad"
-	pass "libmori.so exports only mori_*"
-fi
+# Exactly the functions of include/mori.h are exported. The header's names come from the header
+# itself (preprocessed with MORI_API empty, each declaration `... mori_name(...)`), so a function
+# declared without MORI_API, or left out of libclient/libmori.map, shows up as missing.
+hdr=$(${CC:-cc} -E -P -DMORI_API= -x c "$ROOT/include/mori.h" | tr '\n' ' ' | tr ';{}' '\n\n\n' |
+	sed -n 's/^[^(]*[^A-Za-z0-9_]\(mori_[A-Za-z0-9_]*\) *(.*/\1/p' | sort -u)
+nhdr=$(grep -c . <<< "$hdr")
+[ "$nhdr" -ge 20 ] || fail "found only $nhdr function declarations in include/mori.h: $hdr"
+dyn=$(nm -D --defined-only "$SO") || fail "nm -D $SO"
+# The one absolute symbol is the version node of libmori.map; every name carries it.
+vnodes=$(awk '$2 == "A" {print $3}' <<< "$dyn" | tr '\n' ' ')
+[ "$vnodes" = "MORI_0.1 " ] || fail "version nodes are '$vnodes', expected MORI_0.1"
+unver=$(awk '$2 != "A" && $3 !~ /@@MORI_0\.1$/ {print $3}' <<< "$dyn" | tr '\n' ' ')
+[ -z "$unver" ] || fail "exported without the MORI_0.1 version: $unver"
+exp=$(awk '$2 != "A" {sub(/@.*/, "", $3); print $3}' <<< "$dyn" | sort -u)
+extra=$(comm -13 <(echo "$hdr") <(echo "$exp") | tr '\n' ' ')
+missing=$(comm -23 <(echo "$hdr") <(echo "$exp") | tr '\n' ' ')
+[ -z "$extra" ] || fail "libmori.so exports $(wc -w <<< "$extra") names include/mori.h does not declare: $extra"
+[ -z "$missing" ] || fail "include/mori.h declares functions libmori.so does not export: $missing"
+notfn=$(awk '$2 != "A" && $2 != "T" {print $3 " (" $2 ")"}' <<< "$dyn" | tr '\n' ' ')
+[ -z "$notfn" ] || fail "exports data, not functions: $notfn"
+pass "libmori.so exports exactly the $nhdr functions of include/mori.h (version MORI_0.1)"
+
+# Only what the library calls: none of morid's or the tools' libraries.
+needed=$(readelf -d "$SO" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' ')
+bad=$(tr ' ' '\n' <<< "$needed" | grep -E '^lib(nng|systemd|uv|inih|cjson|ibverbs)\.' | tr '\n' ' ')
+[ -z "$bad" ] || fail "libmori.so needs libraries it must not link: $bad(NEEDED: $needed)"
+pass "libmori.so needs only: $needed"
 
 # A program built against the installed header and pkg-config file.
 cat > "$T/hello.c" <<'C'
@@ -52,12 +85,13 @@ int main(void)
 	return 0;
 }
 C
-pcflags=$(PKG_CONFIG_SYSROOT_DIR=$D PKG_CONFIG_LIBDIR=$D/usr/lib/pkgconfig pkg-config --cflags --libs mori) || fail "pkg-config cannot read the installed mori.pc"
+# The installed mori.pc first, the system's for what it requires (libprotobuf-c).
+pc() { PKG_CONFIG_SYSROOT_DIR=$D PKG_CONFIG_PATH=$D/usr/lib/pkgconfig pkg-config "$@" mori; }
+pcflags=$(pc --cflags --libs) || fail "pkg-config cannot read the installed mori.pc"
 grep -q -- "-I$D/usr/include" <<< "$pcflags" || fail "pkg-config --cflags: $pcflags"
 san=${SAN:+-fsanitize=$SAN}
 # shellcheck disable=SC2086
 ${CC:-cc} -std=c99 -Wall -Werror $san -o "$T/hello" "$T/hello.c" $pcflags || fail "cannot build against the installed libmori"
-want=$("$D/usr/bin/morid" --version | awk '{print $2}')
 proto=$(sed -n 's/^#define MORI_PROTOCOL_VERSION \([0-9]*\).*/\1/p' "$ROOT/include/mori.h")
 [ -n "$proto" ] || fail "no MORI_PROTOCOL_VERSION in include/mori.h"
 got=$(LD_LIBRARY_PATH=$D/usr/lib "$T/hello") || fail "program linked to the installed libmori.so failed"
@@ -66,12 +100,15 @@ ldd_out=$(LD_LIBRARY_PATH=$D/usr/lib ldd "$T/hello")
 grep -q "libmori.so.0 => $D/usr/lib/libmori.so.0" <<< "$ldd_out" || fail "not linked to the installed libmori.so.0: $ldd_out"
 pass "program built with pkg-config links to libmori.so.0 and runs: $got"
 
-# The static library, with its dependencies (mori.pc has no Libs.private yet: listed here).
-deps=$(pkg-config --libs libuv libprotobuf-c libsystemd inih libcjson) || fail "pkg-config of the dependencies"
+# The static library, with what mori.pc's Requires.private/Libs.private add: -Bstatic makes
+# the linker take libmori.a (and the static archives of its dependencies), never libmori.so.
+spc=$(pc --static --cflags --libs) || fail "pkg-config --static cannot read the installed mori.pc"
+grep -q -- -lprotobuf-c <<< "$spc" || fail "pkg-config --static --libs mori lacks -lprotobuf-c: $spc"
 # shellcheck disable=SC2086
-${CC:-cc} -std=c99 $san -o "$T/hello-static" "$T/hello.c" -I"$D/usr/include" "$D/usr/lib/libmori.a" \
-	$deps -lnng -lpthread -ldl -lm ||
-	fail "cannot link against the installed libmori.a"
+${CC:-cc} -std=c99 -Wall -Werror $san -o "$T/hello-static" "$T/hello.c" -Wl,-Bstatic $spc -Wl,-Bdynamic ||
+	fail "cannot link against the installed libmori.a with: $spc"
+sneeded=$(readelf -d "$T/hello-static" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' ')
+grep -q libmori <<< "$sneeded" && fail "the static program needs a libmori.so: $sneeded"
 got=$("$T/hello-static") || fail "statically linked program failed"
-[ "$got" = "$want $proto" ] || fail "static program printed '$got'"
-pass "program linked to libmori.a runs"
+[ "$got" = "$want $proto" ] || fail "static program printed '$got', expected '$want $proto'"
+pass "program built with pkg-config --static links libmori.a ($spc) and runs: $got"
