@@ -104,6 +104,17 @@ $(B)/tests/%: $(B)/obj/tests/%.o $(B)/libmori.a $(B)/libmorid.a
 	@mkdir -p $(dir $@); echo "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(B)/libmorid.a $(B)/libmori.a $(PKG_LIBS) $(CHECK_LIBS) -libverbs -lm
 
+# mori-kvreplay is several files (tools/kvreplay/) and uses libmori's API alone; its unit test
+# links them all but main.o.
+KVREPLAY_O := $(call obj,$(filter-out tools/kvreplay/main.c,$(wildcard tools/kvreplay/*.c)))
+$(B)/mori-kvreplay: $(B)/obj/tools/kvreplay/main.o $(KVREPLAY_O) $(B)/libmori.a
+	@echo "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(B)/libmori.a $(PKG_LIBS) -lm
+
+$(B)/tests/test_kv_logic: $(B)/obj/tests/test_kv_logic.o $(KVREPLAY_O) $(B)/libmori.a
+	@mkdir -p $(dir $@); echo "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(B)/libmori.a $(PKG_LIBS) $(CHECK_LIBS) -lm
+
 # GPU kernels (kernels/kernels.mk): a fatbin where nvcc exists, embedded in libmori as a
 # generated C array; without nvcc an empty image, said once. kernels.mk decides what is stale.
 kernels: $(B)/kernels/mori_kernels.c
