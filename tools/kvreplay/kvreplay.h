@@ -6,7 +6,8 @@
  * derives each page's content, pool.c is the decode side's prefix cache (LRU over block slots),
  * sched.c replays the trace through it, side.c holds one side's libmori objects and moves a
  * job's pages, coord.c carries messages between the two sides (and --role's TCP connection),
- * prefill.c and decode.c are the two processes, report.c prints the summary, main.c the options.
+ * prefill.c and decode.c are the two processes, report.c prints the summary, main.c the options,
+ * util.c the clock of --verbose and allocation that exits.
  */
 #ifndef MORI_KVREPLAY_H
 #define MORI_KVREPLAY_H
