@@ -1,0 +1,43 @@
+"""mori: the Python package of the mori node service, over libmori.so (ctypes; no compiler at
+install time).
+
+    import mori
+    mori.__version__          # this package's version (the library's: mori.lib_version())
+    mori.io                   # the IO engine (ROCm/mori's IOEngine shape)
+    mori.nixl_compat          # a NIXL agent (nixl._api.nixl_agent's calls) on mori
+
+Every failure raises mori.MoriError, carrying the MORI_E* code (e.code, e.name) and libmori's or
+the daemon's message (e.message). libmori is found through $MORI_LIB, the build tree ($B, when
+run from a checkout with PYTHONPATH=python), the directory `make install` recorded, or the
+system's loader; importing mori does not load it, the first call that needs it does.
+"""
+__version__ = "0.1.0"
+
+from .errors import *  # noqa: F401,F403  MoriError, Code, MORI_OK, MORI_EINVAL, ...
+from .errors import MoriError, Code, code_name  # noqa: F401
+
+
+def lib_version():
+    """libmori's version string (loads the library)."""
+    from . import _lib
+    return _lib.version()
+
+
+def lib_path():
+    """Where libmori was loaded from (loads the library)."""
+    from . import _lib
+    return _lib.path()
+
+
+def strerror(code):
+    """libmori's name and text for a MORI_E* code ("MORI_ETIMEDOUT: deadline expired")."""
+    from . import _lib
+    return _lib.strerror(code)
+
+
+def __getattr__(name):
+    # mori.io and mori.nixl_compat load on first use, so `import mori` stays cheap
+    if name in ("io", "nixl_compat"):
+        import importlib
+        return importlib.import_module("." + name, __name__)
+    raise AttributeError("module 'mori' has no attribute %r" % name)

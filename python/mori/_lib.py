@@ -1,0 +1,190 @@
+"""libmori through ctypes: finding the library, the prototypes of include/mori.h, and turning
+return codes into MoriError.
+
+The library is looked up, in order, at:
+  1. $MORI_LIB (a path to the shared object; nothing else is tried when it is set);
+  2. the build tree, when this package runs from python/ of a mori checkout: $B/libmori.so.0 or
+     $B/libmori.so ($B as make was given it, default "build", relative to the checkout);
+  3. the directory `make install` recorded in _installed.py;
+  4. "libmori.so.0", then "libmori.so", through the system's loader (ld.so.cache, LD_LIBRARY_PATH).
+
+Every function is called through ctypes.CDLL, which releases the GIL for the duration of the
+foreign call: a wait on a transfer or a notification never blocks other Python threads.
+"""
+import ctypes
+import os
+import threading
+
+from .errors import MoriError, MORI_EINVAL, MORI_ENOENT
+
+_here = os.path.dirname(os.path.abspath(__file__))
+
+MEM_BLOB_MAX = 128
+MEM_HOST = 0
+MEM_VRAM = 1
+OP_READ = 0
+OP_WRITE = 1
+
+
+class Desc(ctypes.Structure):
+    """struct mori_desc: one (local offset, remote offset, length) triple, bytes."""
+    _fields_ = [("local_offset", ctypes.c_uint64), ("remote_offset", ctypes.c_uint64),
+                ("length", ctypes.c_uint64)]
+
+
+class XferOpts(ctypes.Structure):
+    """struct mori_xfer_opts."""
+    _fields_ = [("notif_tag", ctypes.c_uint64), ("has_notif", ctypes.c_int),
+                ("timeout_us", ctypes.c_int64), ("stream", ctypes.c_void_p)]
+
+
+class Notif(ctypes.Structure):
+    """struct mori_notif."""
+    _fields_ = [("tag", ctypes.c_uint64), ("region_id", ctypes.c_uint64),
+                ("from_pid", ctypes.c_int32), ("reserved", ctypes.c_uint32)]
+
+
+_P = ctypes.c_void_p
+_I = ctypes.c_int
+_U64 = ctypes.c_uint64
+_SZ = ctypes.c_size_t
+_PP = ctypes.POINTER(ctypes.c_void_p)
+_OPTS = ctypes.POINTER(XferOpts)
+_DESC = ctypes.POINTER(Desc)
+
+# name: (restype, argtypes). Exactly the functions of include/mori.h.
+_PROTOS = {
+    "mori_strerror": (ctypes.c_char_p, [_I]),
+    "mori_version": (ctypes.c_char_p, []),
+    "mori_client_open": (_I, [ctypes.c_char_p, ctypes.c_char_p, _PP]),
+    "mori_client_close": (None, [_P]),
+    "mori_client_last_error": (ctypes.c_char_p, [_P]),
+    "mori_client_node": (ctypes.c_char_p, [_P]),
+    "mori_client_sq_pending": (ctypes.c_uint, [_P]),
+    "mori_mem_alloc": (_I, [_P, _SZ, _I, _PP]),
+    "mori_mem_register": (_I, [_P, _P, _SZ, _I, _PP]),
+    "mori_mem_deregister": (_I, [_P]),
+    "mori_mem_ptr": (_P, [_P]),
+    "mori_mem_size": (_SZ, [_P]),
+    "mori_mem_pack": (_I, [_P, _P, _SZ, ctypes.POINTER(_SZ)]),
+    "mori_mem_unpack": (_I, [_P, ctypes.c_char_p, _SZ, _PP]),
+    "mori_mem_publish": (_I, [_P, ctypes.c_char_p]),
+    "mori_mem_open_remote": (_I, [_P, ctypes.c_char_p, ctypes.c_char_p, _PP]),
+    "mori_write": (_I, [_P, _U64, _P, _U64, _U64, _OPTS, _PP]),
+    "mori_read": (_I, [_P, _U64, _P, _U64, _U64, _OPTS, _PP]),
+    "mori_xfer_batch": (_I, [_I, _P, _P, _P, _SZ, _OPTS, _PP]),
+    "mori_xfer_prep": (_I, [_P, _P, _P, _SZ, _PP]),
+    "mori_xfer_submit": (_I, [_P, _I, _P, _SZ, _OPTS, _PP]),
+    "mori_xfer_list_free": (None, [_P]),
+    "mori_xfer_status": (_I, [_P, ctypes.POINTER(ctypes.c_char_p)]),
+    "mori_xfer_wait": (_I, [_P, ctypes.c_int64]),
+    "mori_xfer_wait_all": (_I, [_PP, _SZ, ctypes.c_int64]),
+    "mori_xfer_cancel": (_I, [_P]),
+    "mori_xfer_bytes": (_U64, [_P]),
+    "mori_xfer_free": (None, [_P]),
+    "mori_notif_poll": (_I, [_P, ctypes.POINTER(Notif), _SZ, ctypes.c_int64]),
+}
+
+_lock = threading.Lock()
+_lib = None
+_lib_path = None
+
+
+def _build_dir_candidates():
+    root = os.path.dirname(os.path.dirname(_here))  # python/mori -> the checkout
+    if not os.path.isfile(os.path.join(root, "include", "mori.h")):
+        return []
+    b = os.environ.get("B") or "build"
+    bdir = b if os.path.isabs(b) else os.path.join(root, b)
+    return [os.path.join(bdir, "libmori.so.0"), os.path.join(bdir, "libmori.so")]
+
+
+def _installed_candidates():
+    try:
+        from . import _installed  # written by `make install`
+    except ImportError:
+        return []
+    d = getattr(_installed, "LIBDIR", "")
+    return [os.path.join(d, "libmori.so.0"), os.path.join(d, "libmori.so")] if d else []
+
+
+def candidates():
+    """The paths load() tries, in order."""
+    env = os.environ.get("MORI_LIB")
+    if env:
+        return [env]
+    paths = [p for p in _build_dir_candidates() + _installed_candidates() if os.path.exists(p)]
+    return paths + ["libmori.so.0", "libmori.so"]
+
+
+def load():
+    """The loaded libmori (ctypes.CDLL), loading it on first use. Raises MoriError(MORI_ENOENT)
+    naming every path tried when none loads."""
+    global _lib, _lib_path
+    if _lib is not None:
+        return _lib
+    with _lock:
+        if _lib is not None:
+            return _lib
+        tried = []
+        for path in candidates():
+            try:
+                lib = ctypes.CDLL(path)
+            except OSError as e:
+                tried.append("%s (%s)" % (path, e))
+                continue
+            missing = [n for n in _PROTOS if not hasattr(lib, n)]
+            if missing:
+                tried.append("%s (lacks %s)" % (path, ", ".join(missing)))
+                continue
+            for name, (res, args) in _PROTOS.items():
+                f = getattr(lib, name)
+                f.restype = res
+                f.argtypes = args
+            _lib_path = path
+            _lib = lib
+            return lib
+        raise MoriError(MORI_ENOENT, "libmori not found; tried: " + "; ".join(tried) +
+                        " (set MORI_LIB to its path)")
+
+
+def path():
+    """The path libmori was loaded from (loading it if needed)."""
+    load()
+    return _lib_path
+
+
+def last_error():
+    """libmori's detail message of the calling thread's last failure."""
+    m = load().mori_client_last_error(None)
+    return m.decode("utf-8", "replace") if m else ""
+
+
+def check(rc, what=""):
+    """Raise MoriError for a negative return code, with libmori's detail message; else return rc."""
+    if rc < 0:
+        msg = last_error()
+        raise MoriError(rc, "%s: %s" % (what, msg) if what and msg else (msg or what))
+    return rc
+
+
+def strerror(code):
+    return load().mori_strerror(int(code)).decode()
+
+
+def version():
+    return load().mori_version().decode()
+
+
+def as_bytes(s, what):
+    if s is None:
+        return None
+    if isinstance(s, bytes):
+        return s
+    if isinstance(s, str):
+        return s.encode()
+    raise MoriError(MORI_EINVAL, "%s must be str or bytes, not %s" % (what, type(s).__name__))
+
+
+__all__ = ["load", "path", "candidates", "check", "last_error", "strerror", "version", "Desc",
+           "XferOpts", "Notif"]
