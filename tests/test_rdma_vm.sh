@@ -28,8 +28,14 @@ rm -rf "$out"
 mkdir -p "$out"
 # The checkout and the build dir are exported into the guest wherever they live (the guest's
 # /tmp, /run and /root are its own), so a clone under /tmp or a spaced path works too.
-tests/softroce/run.sh -d "$out" -t "$tmo" -x "$PWD" -x "$B" "$PWD/tests/softroce/suite.sh" \
-	REPO="$PWD" B="$(realpath "$B")" BATCHES=$batches DBATCHES=$dbatches MIB=$mib BENCH_ITERS=$iters \
+# A build dir inside the checkout is passed relative to it, as the runner gives it to the
+# tests on the host (the suite runs in the checkout): test_rdma_daemons builds moractl
+# command lines for popen from $B unquoted, which a space in the checkout's path would split.
+repo=$(pwd -P)
+bdir=$(realpath "$B")
+case $bdir/ in "$repo"/*/) bdir=$(realpath --relative-to="$repo" "$bdir") ;; esac
+tests/softroce/run.sh -d "$out" -t "$tmo" -x "$repo" -x "$B" "$repo/tests/softroce/suite.sh" \
+	REPO="$repo" B="$bdir" BATCHES=$batches DBATCHES=$dbatches MIB=$mib BENCH_ITERS=$iters \
 	> "$out/run.out" 2>&1
 rc=$?
 grep -E '^(ok|FAIL|skipped):|^[0-9]\. |^   |MB/s|devices:|daemons:|paired|^\[|^mori-vm|^run.sh|^round' "$out/run.out"
