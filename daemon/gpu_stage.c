@@ -16,7 +16,6 @@
 #include "gpu.h"
 #include "log.h"
 #include "mori.h"
-#include "peer_int.h"
 #include "registry.h"
 
 #define STAGE_DEVICES 16
@@ -163,13 +162,13 @@ static struct stage_dev *any_dev(void)
 
 void *stage_get(size_t len)
 {
-	if (len <= CHUNK_MAX) {
+	if (len <= STAGE_BUF_BYTES) {
 		if (S.nidle)
 			return S.idle[--S.nidle];
 		struct stage_dev *d = any_dev();
 		void *p = NULL;
 		if (d && S.npinned < STAGE_POOL && S.g->ctx_push_current(d->ctx) == 0) {
-			if (S.g->mem_host_alloc(&p, CHUNK_MAX, GPU_MEMHOSTALLOC_PORTABLE) != 0)
+			if (S.g->mem_host_alloc(&p, STAGE_BUF_BYTES, GPU_MEMHOSTALLOC_PORTABLE) != 0)
 				p = NULL;
 			gpu_context old;
 			S.g->ctx_pop_current(&old);

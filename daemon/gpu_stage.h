@@ -8,6 +8,8 @@
 
 struct region;
 
+#define STAGE_BUF_BYTES (512u << 10) /* one pinned staging buffer: a TCP frame's largest payload */
+
 /* Map r (kind VRAM) into morid once; later calls return at once. 0, or a MORI_E* code with
  * the reason in msg (no GPU here, unknown handle, the owner freed the memory...). */
 int region_gpu_reach(struct region *r, char *msg, size_t len);

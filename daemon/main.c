@@ -19,6 +19,7 @@
 #include "peer.h"
 #include "rdma.h"
 #include "registry.h"
+#include "transport.h"
 
 #define DEFAULT_CONFIG "/etc/mori/morid.conf"
 
@@ -55,8 +56,7 @@ void morid_stop(struct morid *d, const char *why)
 	mlog_notice("main", "stopping: %s", why);
 	sd_notify(0, "STOPPING=1");
 	session_stop(d);
-	rdma_node_stop(d); /* before the peer service: its transfers end there */
-	peers_stop(d);
+	peers_stop(d); /* ends the transfers, then stops the transports */
 	control_stop(d);
 	uv_close((uv_handle_t *)&d->sig_term, NULL);
 	uv_close((uv_handle_t *)&d->sig_int, NULL);
@@ -210,10 +210,11 @@ int main(int argc, char **argv)
 		goto out_reg;
 	if (session_start(d) != 0)
 		goto out_control;
-	if (peers_start(d) != 0)
+	/* The transports built in, TCP first: it serves whatever RDMA cannot carry. */
+	static const struct transport *const transports[] = {&transport_tcp, &transport_rdma};
+	if (peers_start(d, transports, 2) != 0)
 		goto out_session;
 	rdma_log_devices(&d->cfg); /* issue 7: what RDMA devices this node has, once */
-	rdma_node_start(d);        /* the RDMA transport; off (TCP only) without a usable port */
 
 	uv_signal_init(d->loop, &d->sig_term);
 	uv_signal_init(d->loop, &d->sig_int);

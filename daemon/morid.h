@@ -112,7 +112,6 @@ struct morid {
 	/* Detach a client (session.c sets it): lower layers that must drop a client (a backlog
 	 * at its cap) call through here instead of into the session layer. */
 	void (*client_kill)(struct client *c, const char *why);
-	struct rnode *rdma;        /* RDMA transport (rdma_peer.c); NULL when stopped */
 };
 
 /* main.c */

@@ -1,9 +1,12 @@
-/* Links to other nodes' daemons: nng tcp control, TCP data streams, cross-node transfers. */
+/* Links to other nodes' daemons: nng tcp control, transports (TCP streams, RDMA), cross-node
+ * transfers. Implemented by peers.c, peer.c, peer_client.c and xfer.c. */
 #ifndef MORID_PEER_H
 #define MORID_PEER_H
 #include "morid.h"
 
-int peers_start(struct morid *d);
+struct transport;
+/* Start the cross-node service with the transports built in (tr[0..ntr), transport.h). */
+int peers_start(struct morid *d, const struct transport *const *tr, int ntr);
 void peers_stop(struct morid *d);
 /* After a configuration reload: connect peers newly listed in `peers` (none are dropped). */
 void peers_reload(struct morid *d);

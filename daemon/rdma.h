@@ -90,31 +90,8 @@ void rdma_nics_reply(struct morid *d, struct Mori__Reply *rep, struct rctx *r);
 /* Log the devices once at start ("rdma: no RDMA devices" or one line per port). */
 void rdma_log_devices(const struct config *cfg);
 
-/* ---- the RDMA transport between daemons (rdma_peer.c, layer 4) ---- */
-struct xfer;
-struct region;
-struct rctx;
+/* ---- the RDMA transport between daemons (transport_rdma.c: transport_rdma in transport.h) ---- */
 struct rdma_stats;
-struct Mori__Request;
-/* Open the device port and the engine, per the transport option. Never fails the daemon:
- * without a usable device RDMA is off (said in the log and by moractl nics) and TCP serves,
- * unless transport = rdma: then cross-node transfers are refused (rdma_refuses). */
-int rdma_node_start(struct morid *d);
-void rdma_node_stop(struct morid *d);
-/* The peer service offers a transfer it accepted; 1: RDMA runs it (and completes it through
- * xfer_complete), 0: TCP does. Never ends x before returning. */
-int rdma_take(struct morid *d, struct xfer *x);
-/* With transport = rdma, why RDMA cannot carry transfers here (no usable device, the device
- * failed): those transfers are refused, never sent by TCP. NULL when it can, or when the
- * transport is not forced. */
-const char *rdma_refuses(struct morid *d);
-/* x ends (done, failed, cancelled, expired): let go of it; work still on the NIC is cancelled. */
-void rdma_drop(struct morid *d, struct xfer *x);
-/* RdmaConnect / RdmaRegion from a peer daemon: fills rep and returns 1, else 0. */
-int rdma_serve(struct morid *d, const struct Mori__Request *req, struct Mori__Reply *rep,
-	       struct rctx *r);
-/* "rdma" when transfers to the peer at addr go by RDMA now, else "tcp". */
-const char *rdma_transport(struct morid *d, const char *addr);
 /* For moractl nics: the port in use (or why none), the transport option, engine counters. */
 void rdma_node_info(struct morid *d, char *in_use, size_t len, const char **transport,
 		    struct rdma_stats *st);

@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "chunk.h"
 #include "mori.h"
 
 /* ---- work-request ids ----
@@ -40,15 +41,14 @@ static inline uint8_t wrid_gen(uint64_t w) { return (uint8_t)(w >> 4); }
 static inline unsigned wrid_kind(uint64_t w) { return (unsigned)(w & 0xfu); }
 
 /* ---- descriptor plans ---- */
-struct rdma_cursor {
-	uint32_t i;     /* next descriptor */
-	uint64_t off;   /* bytes of it already taken */
-};
-/* The next chunk of d[0..n) from cursor c: at most max bytes (max >= 1), extended across
- * descriptors that continue the previous one on both sides (local and remote). Zero-length
- * descriptors are skipped. Returns the chunk's length (0 at the end) with its offsets. */
-uint64_t rdma_next_chunk(const mori_desc *d, uint32_t n, struct rdma_cursor *c, uint64_t max,
-			 uint64_t *loff, uint64_t *roff);
+/* The engine cuts lists with the peer service's one chunker (chunk.h); these names stay for
+ * the engine and its tests. */
+#define rdma_cursor chunk_cursor
+static inline uint64_t rdma_next_chunk(const mori_desc *d, uint32_t n, struct chunk_cursor *c, uint64_t max,
+				       uint64_t *loff, uint64_t *roff)
+{
+	return chunk_next(d, n, c, max, loff, roff);
+}
 /* How many chunks rdma_next_chunk yields for the whole list. */
 uint64_t rdma_count_chunks(const mori_desc *d, uint32_t n, uint64_t max);
 

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "gpu_stage.h"
+#include "invariant.h"
 #include "log.h"
 #include "mori.pb-c.h"
 
@@ -43,6 +44,7 @@ static void region_free(struct region *r)
 		munmap(r->map_base, r->map_len);
 	if (r->fd >= 0) {
 		close(r->fd);
+		MORI_REQUIRE(region_fds > 0, "region descriptor count underflow");
 		region_fds--;
 	}
 	free(r);
@@ -143,8 +145,8 @@ struct region *region_next(struct morid *d, struct region *prev)
 
 void region_put(struct region *r)
 {
-	if (r->inflight)
-		r->inflight--;
+	MORI_REQUIRE(r->inflight > 0, "region %llu: reference count underflow", (unsigned long long)r->id);
+	r->inflight--;
 	if (r->dead && r->inflight == 0) {
 		list_del(&r->link);
 		region_free(r);
@@ -163,8 +165,11 @@ void region_remove(struct morid *d, struct region *r, const char *why)
 		l->removed(l->arg, r);
 	}
 	r->name[0] = 0;
-	if (r->owner && r->owner->nregions)
+	if (r->owner) {
+		MORI_REQUIRE(r->owner->nregions > 0, "client %llu: region count underflow",
+			     (unsigned long long)r->owner->id);
 		r->owner->nregions--;
+	}
 	list_del(&r->owner_link);
 	list_each(it, &r->openers) {
 		struct open_ref *o = list_entry(it, struct open_ref, region_link);
@@ -175,6 +180,7 @@ void region_remove(struct morid *d, struct region *r, const char *why)
 		list_del(&o->client_link);
 		free(o);
 	}
+	MORI_REQUIRE(d->reg->n > 0, "registry count underflow");
 	d->reg->n--;
 	r->inflight++;
 	region_put(r);

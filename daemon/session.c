@@ -11,6 +11,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "invariant.h"
 #include "log.h"
 #include "morid.h"
 #include "peer.h"
@@ -108,6 +109,7 @@ void client_destroy(struct client *c, const char *why)
 		region_remove(d, list_entry(it, struct region, owner_link), "owner gone");
 	client_drop_opens(c);
 	list_del(&c->link);
+	MORI_REQUIRE(d->nclients > 0, "client count underflow");
 	d->nclients--;
 	if (c->conn) {
 		c->conn->client = NULL;

@@ -1,5 +1,6 @@
-/* Cross-node data streams: TCP connections between daemons (libuv), framed as struct fhdr +
- * payload. Sending coalesces many frames into one write of up to BATCH_MAX payload bytes whose
+/* The TCP transport's data streams: TCP connections between daemons (libuv), framed as struct
+ * fhdr + payload (tcp_int.h). Frames received are handed up through tcp_node.on (transport_tcp.c
+ * serves them), so this file calls nothing above it. Sending coalesces many frames into one write of up to BATCH_MAX payload bytes whose
  * large payloads are iovecs straight into the registered regions' mappings (no copy in user
  * space); receiving lands large payloads straight into the destination mapping (the read buffer
  * handed to libuv is the destination) and parses small frames out of a staging buffer. */
@@ -12,10 +13,10 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
-#include "gpu_stage.h"
+#include "invariant.h"
 #include "log.h"
-#include "peer_int.h"
 #include "region.h"
+#include "tcp_int.h"
 
 struct batch {
 	uv_write_t w;
@@ -37,11 +38,11 @@ struct batch {
 
 static struct batch *batch_new(struct stream *s)
 {
-	struct peers *P = s->P;
-	struct batch *b = P->batch_cache;
+	struct tcp_node *tn = tcp_node(s->P);
+	struct batch *b = tn->batch_cache;
 	if (b) {
-		P->batch_cache = b->next_free;
-		P->nbatch_cache--;
+		tn->batch_cache = b->next_free;
+		tn->nbatch_cache--;
 	} else {
 		b = malloc(sizeof(*b));
 		if (!b)
@@ -60,29 +61,38 @@ static struct batch *batch_new(struct stream *s)
 
 static void batch_release(struct peers *P, struct batch *b)
 {
+	struct tcp_node *tn = tcp_node(P);
 	for (uint32_t i = 0; i < b->nregs; i++)
 		region_put(b->regs[i]);
 	for (uint32_t i = 0; i < b->nowned; i++)
 		stage_put(b->owned[i]);
-	if (P->nbatch_cache < 16) {
-		b->next_free = P->batch_cache;
-		P->batch_cache = b;
-		P->nbatch_cache++;
+	if (tn->nbatch_cache < 16) {
+		b->next_free = tn->batch_cache;
+		tn->batch_cache = b;
+		tn->nbatch_cache++;
 	} else {
 		free(b->stage);
 		free(b);
 	}
 }
 
-void peers_free(struct peers *P)
+/* The node state goes with its last handle (streams, the listener, the transport itself):
+ * batches come back to its cache until then. */
+void tcp_node_release(struct peers *P)
 {
-	while (P->batch_cache) {
-		struct batch *b = P->batch_cache;
-		P->batch_cache = b->next_free;
+	struct tcp_node *tn = tcp_node(P);
+	MORI_REQUIRE(tn->handles > 0, "tcp transport handle count underflow");
+	if (--tn->handles > 0)
+		return;
+	while (tn->batch_cache) {
+		struct batch *b = tn->batch_cache;
+		tn->batch_cache = b->next_free;
 		free(b->stage);
 		free(b);
 	}
-	free(P);
+	free(tn);
+	P->tp[TR_TCP] = NULL;
+	peers_release(P);
 }
 
 /* Close the contiguous stage segment in progress as one iovec. */
@@ -98,7 +108,7 @@ static void mark_dirty(struct stream *s)
 {
 	if (!s->dirty) {
 		s->dirty = 1;
-		list_add(&s->P->dirty, &s->dlink);
+		list_add(&tcp_node(s->P)->dirty, &s->dlink);
 	}
 	peers_dirty(s->P);
 }
@@ -125,14 +135,14 @@ void stream_flush(struct stream *s)
 		s->tx_queued -= b->bytes;
 		mlog_info("peer", "write on data stream failed: %s", uv_strerror(rc));
 		for (uint32_t i = 0; i < b->nserved; i++)
-			rx_read_served(s->P, s->src_epoch, b->served[i].xfer, b->served[i].bytes, 0);
+			tcp_node(s->P)->on->read_served(s->P, s->src_epoch, b->served[i].xfer, b->served[i].bytes, 0);
 		batch_release(s->P, b);
 	}
 }
 
 void streams_flush_dirty(struct peers *P)
 {
-	list_each(it, &P->dirty) {
+	list_each(it, &tcp_node(P)->dirty) {
 		struct stream *s = list_entry(it, struct stream, dlink);
 		list_del(&s->dlink);
 		s->dirty = 0;
@@ -250,7 +260,7 @@ static void on_written(uv_write_t *w, int status)
 	struct peers *P = s->P;
 	s->tx_queued -= b->bytes;
 	for (uint32_t i = 0; i < b->nserved; i++)
-		rx_read_served(P, s->src_epoch, b->served[i].xfer, b->served[i].bytes, status == 0);
+		tcp_node(P)->on->read_served(P, s->src_epoch, b->served[i].xfer, b->served[i].bytes, status == 0);
 	if (status == 0) {
 		count(P->d, C_BYTES_SENT, b->payload);
 		if (s->p && !s->closing)
@@ -260,7 +270,7 @@ static void on_written(uv_write_t *w, int status)
 	if (s->closing)
 		return;
 	if (s->outgoing) {
-		s->p->pump_needed = 1;
+		tcp_peer(s->p)->pump_needed = 1;
 		peers_dirty(P);
 	} else if (s->read_stopped && s->tx_queued < STREAM_WINDOW / 2) {
 		s->read_stopped = 0;
@@ -278,8 +288,7 @@ static void on_stream_closed(uv_handle_t *h)
 		stage_unpin(s->rxbuf);
 	free(s->rxbuf);
 	free(s);
-	if (--P->handles == 0)
-		peers_free(P);
+	tcp_node_release(P);
 }
 
 void stream_close(struct stream *s)
@@ -312,7 +321,7 @@ static void stream_lost(struct stream *s, int code, const char *why)
 		return;
 	if (s->outgoing) {
 		struct peer *p = s->p;
-		if (s->conn_gen == p->conn_gen)
+		if (s->conn_gen == tcp_peer(p)->conn_gen)
 			peer_down(p, code, "%s", why);
 		else
 			stream_close(s);
@@ -321,7 +330,7 @@ static void stream_lost(struct stream *s, int code, const char *why)
 		mlog_info("peer", "data stream from %s closed: %s", s->p ? s->p->addr : "?", why);
 		stream_close(s);
 		if (e)
-			inb_drop_epoch(s->P, e);
+			tcp_node(s->P)->on->source_gone(s->P, e);
 	}
 }
 
@@ -364,7 +373,7 @@ static int frame_begin(struct stream *s)
 	case F_WRITE:
 		if (s->outgoing || h->len > CHUNK_MAX)
 			return proto_error(s, "bad write frame");
-		rx_write_hdr(s);
+		tcp_node(s->P)->on->write_hdr(s);
 		break;
 	case F_READ:
 	case F_ABORT:
@@ -373,9 +382,9 @@ static int frame_begin(struct stream *s)
 		s->rx_payload = 0;
 		s->rx_big = 0;
 		if (h->type == F_READ)
-			rx_read_req(s);
+			tcp_node(s->P)->on->read_req(s);
 		else
-			rx_abort(s);
+			tcp_node(s->P)->on->abort(s);
 		return 0;
 	case F_RDATA:
 		if (!s->outgoing || h->len > CHUNK_MAX)
@@ -385,7 +394,7 @@ static int frame_begin(struct stream *s)
 				return proto_error(s, "bad error frame");
 			s->rx_collect = 1;
 		}
-		rx_rdata_hdr(s);
+		tcp_node(s->P)->on->rdata_hdr(s);
 		break;
 	default:
 		return proto_error(s, "unknown frame type");
@@ -412,7 +421,8 @@ static void on_hello(struct stream *s)
 		return;
 	}
 	struct peer *p = s->p;
-	if (s->conn_gen != p->conn_gen)
+	struct tcp_peer *tp = tcp_peer(p);
+	if (s->conn_gen != tp->conn_gen)
 		return;
 	if (s->h.xfer != p->epoch) {
 		peer_down(p, MORI_EPEERDEAD, "restarted while connecting (epoch %llx, expected %llx)",
@@ -420,8 +430,11 @@ static void on_hello(struct stream *s)
 		return;
 	}
 	s->ready = 1;
-	if (++p->nready == p->nout)
+	if (++tp->nready == tp->nout) {
+		mlog_info("peer", "peer %s: %d data streams up", p->addr, tp->nready);
+		tp->pump_needed = 1; /* what was queued while connecting goes now */
 		peer_up(p);
+	}
 }
 
 static void payload_end(struct stream *s)
@@ -434,15 +447,15 @@ static void payload_end(struct stream *s)
 		on_hello(s);
 		break;
 	case F_WRITE:
-		rx_write_end(s);
+		tcp_node(s->P)->on->write_end(s);
 		break;
 	case F_DONE:
 		s->rx_msg[s->rx_msglen] = 0;
-		rx_done(s);
+		tcp_node(s->P)->on->done(s);
 		break;
 	case F_RDATA:
 		s->rx_msg[s->rx_msglen] = 0;
-		rx_rdata_end(s);
+		tcp_node(s->P)->on->rdata_end(s);
 		break;
 	}
 	if (s->rx_reg) {
@@ -570,7 +583,7 @@ static struct stream *stream_new(struct peers *P)
 	LIST_INIT(&s->dlink);
 	uv_tcp_init(P->d->loop, &s->tcp);
 	s->tcp.data = s;
-	P->handles++;
+	tcp_node(P)->handles++; /* both let go in on_stream_closed: tcp_node_release */
 	return s;
 }
 
@@ -594,12 +607,13 @@ static void on_connect(uv_connect_t *req, int status)
 void streams_connect(struct peer *p, const struct sockaddr *sa)
 {
 	struct peers *P = p->P;
+	struct tcp_peer *tp = tcp_peer(p);
 	int n = (int)P->d->cfg.data_streams;
 	if (n < 1)
 		n = 1;
 	if (n > 16)
 		n = 16;
-	p->nout = p->nready = 0;
+	tp->nout = tp->nready = 0;
 	for (int i = 0; i < n; i++) {
 		struct stream *s = stream_new(P);
 		if (!s) {
@@ -608,8 +622,8 @@ void streams_connect(struct peer *p, const struct sockaddr *sa)
 		}
 		s->outgoing = 1;
 		s->p = p;
-		s->conn_gen = p->conn_gen;
-		p->out[p->nout++] = s;
+		s->conn_gen = tp->conn_gen;
+		tp->out[tp->nout++] = s;
 		s->connreq.data = s;
 		int rc = uv_tcp_connect(&s->connreq, &s->tcp, sa, on_connect);
 		if (rc < 0) {
@@ -629,7 +643,7 @@ static void on_connection(uv_stream_t *server, int status)
 	struct stream *s = stream_new(P);
 	if (!s)
 		return;
-	list_add(&P->accepted, &s->link);
+	list_add(&tcp_node(P)->accepted, &s->link);
 	if (uv_accept(server, (uv_stream_t *)&s->tcp) != 0) {
 		stream_close(s);
 		return;
@@ -646,17 +660,19 @@ int stream_listen(struct peers *P, const char *host)
 		mlog_err("peer", "listen host '%s': %s", host, gai_strerror(rc));
 		return -1;
 	}
-	uv_tcp_init(P->d->loop, &P->lsn);
-	P->lsn.data = P;
-	P->lsn_on = 1;
-	rc = uv_tcp_bind(&P->lsn, res->ai_addr, 0);
+	struct tcp_node *tn = tcp_node(P);
+	uv_tcp_init(P->d->loop, &tn->lsn);
+	tn->lsn.data = P;
+	tn->lsn_on = 1;
+	tn->handles++; /* let go when the listener is closed (tcp_stop) */
+	rc = uv_tcp_bind(&tn->lsn, res->ai_addr, 0);
 	freeaddrinfo(res);
 	if (rc == 0)
-		rc = uv_listen((uv_stream_t *)&P->lsn, 128, on_connection);
+		rc = uv_listen((uv_stream_t *)&tn->lsn, 128, on_connection);
 	struct sockaddr_storage ss;
 	int len = sizeof(ss);
 	if (rc == 0)
-		rc = uv_tcp_getsockname(&P->lsn, (struct sockaddr *)&ss, &len);
+		rc = uv_tcp_getsockname(&tn->lsn, (struct sockaddr *)&ss, &len);
 	if (rc != 0) {
 		mlog_err("peer", "data listener on %s: %s", host, uv_strerror(rc));
 		return -1;

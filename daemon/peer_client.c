@@ -1,0 +1,600 @@
+/* Cross-node service, what this node's clients ask of it: lookups and opens at other daemons
+ * (answered when the peer answers), remote refs, prepared descriptor lists, transfer
+ * submissions (validated and copied out of the arena at once, then handed to the transport
+ * route() picks), and forgetting everything of a client that goes. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "peer.h"
+#include "peer_int.h"
+#include "region.h"
+
+/* The answer to a client's lookup or open at another daemon: a remote ref, or the error. */
+static void open_done(struct rpc *q, struct peer *p, const Mori__Reply *rp, int code, const char *msg)
+{
+	struct peers *P = p->P;
+	struct client *c = q->c;
+	const Mori__Handle *h = NULL;
+	if (!c)
+		return; /* the client went away meanwhile */
+	if (!code && rp->body_case == MORI__REPLY__BODY_MEM_LOOKUP && rp->mem_lookup)
+		h = rp->mem_lookup->handle;
+	else if (!code && rp->body_case == MORI__REPLY__BODY_MEM_OPEN && rp->mem_open)
+		h = rp->mem_open->handle;
+	Mori__Reply rep = MORI__REPLY__INIT;
+	struct rctx r = {0};
+	rep.id = q->creq;
+	if (code) {
+		reply_error(&rep, code, "%s", msg);
+	} else if (!h || !h->region_id || !h->epoch) {
+		reply_error(&rep, MORI_EPROTO, "peer %s answered without a handle", p->addr);
+	} else {
+		struct rref *f = calloc(1, sizeof(*f));
+		Mori__MemOpenReply *o = rctx_alloc(&r, sizeof(*o));
+		Mori__Handle *hh = rctx_alloc(&r, sizeof(*hh));
+		if (!f || !o || !hh) {
+			free(f);
+			reply_error(&rep, MORI_ENOMEM, "out of memory");
+		} else {
+			f->id = REF_TAG | ++P->next_ref;
+			f->c = c;
+			f->p = p;
+			f->epoch = h->epoch;
+			f->region = h->region_id;
+			f->gen = h->generation;
+			f->kind = h->kind;
+			f->size = h->size;
+			htab_add(&P->refs, f->id, &f->hlink);
+			mori__mem_open_reply__init(o);
+			mori__handle__init(hh);
+			hh->node = rctx_strdup(&r, h->node && h->node[0] ? h->node : p->addr);
+			hh->epoch = h->epoch;
+			hh->region_id = h->region_id;
+			hh->generation = h->generation;
+			hh->size = h->size;
+			hh->kind = h->kind;
+			o->handle = hh;
+			o->remote = 1;
+			o->remote_ref = f->id;
+			rep.body_case = MORI__REPLY__BODY_MEM_OPEN;
+			rep.mem_open = o;
+			mlog_debug("peer", "client %llu opened %s region %llu as ref %llx", (unsigned long long)c->id,
+				   p->addr, (unsigned long long)h->region_id, (unsigned long long)f->id);
+		}
+	}
+	client_reply(c, &rep, &r);
+	rctx_free(&r);
+}
+
+/* ---- remote refs and prepared lists ---- */
+
+/* Every descriptor of ds[0..n) non-empty and inside both regions, and the sum fits in 64 bits?
+ * 0 with the sum in *total; else the code, with the bad index in *bad (n: the sum overflowed). */
+static int descs_check(const mori_desc *ds, uint32_t n, uint64_t lsize, uint64_t rsize, uint32_t *bad,
+		       uint64_t *total)
+{
+	uint64_t sum = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		const mori_desc *x = &ds[i];
+		*bad = i;
+		if (x->length == 0)
+			return MORI_EINVAL;
+		if (x->local_offset > lsize || x->length > lsize - x->local_offset ||
+		    x->remote_offset > rsize || x->length > rsize - x->remote_offset)
+			return MORI_ERANGE;
+		sum += x->length;
+		if (sum < x->length) {
+			*bad = n;
+			return MORI_EINVAL;
+		}
+	}
+	*total = sum;
+	return MORI_OK;
+}
+
+static int ref_close(struct peers *P, struct client *c, uint64_t id)
+{
+	list_each(it, htab_bucket(&P->refs, id)) {
+		struct rref *f = list_entry(it, struct rref, hlink);
+		if (f->id == id && f->c == c) {
+			htab_del(&P->refs, &f->hlink);
+			free(f);
+			return 1;
+		}
+	}
+	return 0;
+}
+
+int peer_close_ref(struct morid *d, struct client *c, uint64_t id)
+{
+	struct peers *P = d->peers;
+	if (!P || !(id & REF_TAG))
+		return 0;
+	ref_close(P, c, id);
+	return 1;
+}
+
+struct rref *peer_ref_find(struct peers *P, struct client *c, uint64_t id)
+{
+	list_each(it, htab_bucket(&P->refs, id)) {
+		struct rref *f = list_entry(it, struct rref, hlink);
+		if (f->id == id && f->c == c)
+			return f;
+	}
+	return NULL;
+}
+
+struct plist *peer_list_find(struct client *c, uint64_t id)
+{
+	list_each(it, &c->lists) {
+		struct plist *l = list_entry(it, struct plist, link);
+		if (l->id == id)
+			return l;
+	}
+	return NULL;
+}
+
+static void prep_list(struct peers *P, struct client *c, Mori__XferPrep *xp, Mori__Reply *rep,
+		      struct rctx *r, int fd)
+{
+	struct morid *d = P->d;
+	struct region *g = region_find(d, xp->local_region);
+	struct rref *f = peer_ref_find(P, c, xp->remote_ref);
+	struct stat st;
+	if (!g || g->owner != c) {
+		reply_error(rep, MORI_ENOENT, "prep: region %llu is not registered by this client",
+			    (unsigned long long)xp->local_region);
+		return;
+	}
+	if (!f) {
+		reply_error(rep, MORI_ENOENT, "prep: remote ref %llx is not a remote region this client opened",
+			    (unsigned long long)xp->remote_ref);
+		return;
+	}
+	if (xp->count == 0 || xp->count > (1u << 24)) {
+		reply_error(rep, MORI_EINVAL, "prep: %u descriptors (1 .. 16777216)", xp->count);
+		return;
+	}
+	uint64_t bytes = (uint64_t)xp->count * sizeof(mori_desc);
+	if (fd < 0 || fstat(fd, &st) != 0 || (uint64_t)st.st_size < bytes) {
+		reply_error(rep, MORI_EINVAL, "prep: the descriptors must come as a memfd of %llu bytes",
+			    (unsigned long long)bytes);
+		return;
+	}
+	uint64_t held = 0;
+	list_each(it, &c->lists)
+		held++;
+	if (held >= (uint64_t)d->cfg.client_max_lists) {
+		reply_error(rep, MORI_ENOMEM, "prep: this client already holds %llu prepared lists (client_max_lists)",
+			    (unsigned long long)held);
+		return;
+	}
+	struct plist *l = calloc(1, sizeof(*l));
+	mori_desc *ds = malloc(bytes);
+	if (!l || !ds) {
+		free(l);
+		free(ds);
+		reply_error(rep, MORI_ENOMEM, "prep: out of memory for %u descriptors", xp->count);
+		return;
+	}
+	uint64_t done = 0;
+	while (done < bytes) {
+		ssize_t n = pread(fd, (char *)ds + done, bytes - done, (off_t)done);
+		if (n <= 0) {
+			reply_error(rep, MORI_ESYS, "prep: reading descriptors: %s", n < 0 ? strerror(errno) : "short file");
+			free(l);
+			free(ds);
+			return;
+		}
+		done += (uint64_t)n;
+	}
+	uint32_t i;
+	uint64_t total;
+	int code = descs_check(ds, xp->count, g->size, f->size, &i, &total);
+	if (code) {
+		if (i == xp->count)
+			reply_error(rep, code, "prep: the descriptors add up to more than 2^64 bytes");
+		else
+			reply_error(rep, code, "prep: descriptor %u (local %llu, remote %llu, length %llu) %s", i,
+				    (unsigned long long)ds[i].local_offset, (unsigned long long)ds[i].remote_offset,
+				    (unsigned long long)ds[i].length,
+				    code == MORI_EINVAL ? "has length 0" : "falls outside a region");
+		free(l);
+		free(ds);
+		return;
+	}
+	l->id = LIST_TAG | ++P->next_list;
+	l->local_region = g->id;
+	l->ref = f->id;
+	l->n = xp->count;
+	l->descs = ds;
+	list_add(&c->lists, &l->link);
+	Mori__XferPrepReply *pr = rctx_alloc(r, sizeof(*pr));
+	if (!pr) {
+		reply_error(rep, MORI_ENOMEM, "out of memory");
+		return;
+	}
+	mori__xfer_prep_reply__init(pr);
+	pr->list_id = l->id;
+	rep->body_case = MORI__REPLY__BODY_XFER_PREP;
+	rep->xfer_prep = pr;
+}
+
+static void plist_free(struct plist *l)
+{
+	list_del(&l->link);
+	free(l->descs);
+	free(l);
+}
+
+int peer_handle_request(struct morid *d, struct client *c, Mori__Request *req, Mori__Reply *rep,
+			struct rctx *r, int *fds, int nfds)
+{
+	struct peers *P = d->peers;
+	int fd = nfds > 0 ? fds[0] : -1;
+	for (int i = 1; i < nfds; i++)
+		close(fds[i]);
+	int deferred = 0;
+	switch (req->body_case) {
+	case MORI__REQUEST__BODY_PEER_HELLO: {
+		/* On the control socket: the same answer a peer gets (a probe). */
+		Mori__PeerHelloReply *hr = rctx_alloc(r, sizeof(*hr));
+		if (!hr) {
+			reply_error(rep, MORI_ENOMEM, "out of memory");
+			break;
+		}
+		mori__peer_hello_reply__init(hr);
+		hr->epoch = d->epoch;
+		hr->node = P && P->on ? P->self : "";
+		hr->data_port = P ? P->data_port : 0;
+		rep->body_case = MORI__REPLY__BODY_PEER_HELLO;
+		rep->peer_hello = hr;
+		break;
+	}
+	case MORI__REQUEST__BODY_MEM_LOOKUP:
+	case MORI__REQUEST__BODY_MEM_OPEN: {
+		int lookup = req->body_case == MORI__REQUEST__BODY_MEM_LOOKUP;
+		const char *node = lookup ? req->mem_lookup->node : (req->mem_open->handle ? req->mem_open->handle->node : "");
+		if (!c) {
+			reply_error(rep, MORI_EPROTO, "memory requests need an attached session");
+			break;
+		}
+		if (!P || !P->on) {
+			reply_error(rep, MORI_ECONN, "cannot reach %s: no peer listener configured here (set listen= in morid.conf)",
+				    node);
+			break;
+		}
+		if (lookup && (!req->mem_lookup->name || !req->mem_lookup->name[0] ||
+			       strlen(req->mem_lookup->name) >= 128)) {
+			reply_error(rep, MORI_EINVAL, "lookup: names are 1..127 bytes");
+			break;
+		}
+		struct peer *p = peer_get(P, node, 1);
+		if (!p) {
+			reply_error(rep, MORI_EINVAL, "node '%s' is not host:port", node);
+			break;
+		}
+		Mori__Request fw = MORI__REQUEST__INIT;
+		Mori__MemLookup ml = MORI__MEM_LOOKUP__INIT;
+		Mori__MemOpen mo = MORI__MEM_OPEN__INIT;
+		if (lookup) {
+			ml.name = req->mem_lookup->name;
+			ml.node = "";
+			fw.body_case = MORI__REQUEST__BODY_MEM_LOOKUP;
+			fw.mem_lookup = &ml;
+		} else {
+			mo.handle = req->mem_open->handle;
+			fw.body_case = MORI__REQUEST__BODY_MEM_OPEN;
+			fw.mem_open = &mo;
+		}
+		struct rpc *q = peer_rpc(p, &fw, PEER_LOOKUP_TIMEOUT_MS, open_done, NULL);
+		if (!q) {
+			reply_error(rep, MORI_ENOMEM, "out of memory");
+			break;
+		}
+		q->c = c;
+		q->creq = req->id;
+		peer_use(p);
+		deferred = 1;
+		break;
+	}
+	case MORI__REQUEST__BODY_MEM_CLOSE:
+		if (c && P)
+			ref_close(P, c, req->mem_close->region_id);
+		break;
+	case MORI__REQUEST__BODY_XFER_PREP:
+		if (!c || !P || !P->on) {
+			reply_error(rep, MORI_ECONN, "prep: no peer listener configured here (set listen= in morid.conf)");
+			break;
+		}
+		prep_list(P, c, req->xfer_prep, rep, r, fd);
+		break;
+	case MORI__REQUEST__BODY_XFER_UNPREP: {
+		struct plist *l = c ? peer_list_find(c, req->xfer_unprep->list_id) : NULL;
+		if (!l)
+			reply_error(rep, MORI_ENOENT, "unprep: list %llx is not this client's",
+				    (unsigned long long)req->xfer_unprep->list_id);
+		else
+			plist_free(l);
+		break;
+	}
+	default:
+		reply_error(rep, MORI_EPROTO, "not a cross-node request (%d)", (int)req->body_case);
+	}
+	if (fd >= 0)
+		close(fd);
+	return deferred;
+}
+
+/* ---- submissions, client death ---- */
+
+void peer_submit(struct morid *d, struct client *c, const struct mori_sqe *e)
+{
+	struct peers *P = d->peers;
+	if (!P || !P->on) {
+		if (e->op == SQE_CANCEL)
+			return;
+		struct mori_cqe x = {.type = CQE_XFER_DONE, .code = MORI_ENOTSUP, .user_data = e->user_data};
+		snprintf(x.msg, sizeof(x.msg), "no peer listener (listen=) here");
+		client_post(c, &x);
+		count(d, C_XFER_ERRORS, 1);
+		return;
+	}
+	xfer_submit(P, c, e);
+}
+
+void peer_client_gone(struct morid *d, struct client *c)
+{
+	struct peers *P = d->peers;
+	list_each(it, &c->lists)
+		plist_free(list_entry(it, struct plist, link));
+	if (!P)
+		return;
+	list_each(it, &P->peers) {
+		struct peer *p = list_entry(it, struct peer, link);
+		list_each(xt, &p->xfers) {
+			struct xfer *x = list_entry(xt, struct xfer, plink);
+			if (x->c == c) {
+				x->c = NULL; /* nobody to tell */
+				xfer_complete(x, MORI_ECANCELED, "client gone");
+			}
+		}
+		list_each(qt, &p->rpcs) {
+			struct rpc *q = list_entry(qt, struct rpc, link);
+			if (q->c == c)
+				q->c = NULL;
+		}
+	}
+	for (int i = 0; i < HBUCKETS; i++)
+		list_each(it, &P->refs.b[i]) {
+			struct rref *f = list_entry(it, struct rref, hlink);
+			if (f->c == c) {
+				htab_del(&P->refs, &f->hlink);
+				free(f);
+			}
+		}
+}
+
+/* ---- submissions ---- */
+
+/* The one place a transport is chosen for a transfer. transport = tcp: TCP. transport = rdma:
+ * RDMA, never TCP (what RDMA cannot carry fails there, saying why). auto: RDMA when it takes
+ * it now (host memory its NIC reaches, QPs up), else TCP; VRAM goes by TCP until RDMA
+ * carries it. 1 when a transport took x. */
+static int route(struct peers *P, struct xfer *x)
+{
+	const struct transport *tcp = P->tr[TR_TCP], *rdma = P->tr[TR_RDMA];
+	switch (P->mode) {
+	case TM_TCP:
+		return tcp && tcp->take(x);
+	case TM_RDMA:
+		return rdma && rdma->take(x);
+	default:
+		if (rdma && x->local->kind == MORI_MEM_HOST && rdma->take(x))
+			return 1;
+		return tcp && tcp->take(x);
+	}
+}
+
+/* With the transport forced, why it cannot carry anything here (refused at submission). */
+static const char *refused(struct peers *P)
+{
+	const struct transport *t = P->mode == TM_RDMA ? P->tr[TR_RDMA] : P->mode == TM_TCP ? P->tr[TR_TCP] : NULL;
+	if (P->mode == TM_AUTO)
+		return NULL;
+	if (!t)
+		return "that transport is not built into this morid";
+	return t->refuses ? t->refuses(P) : NULL;
+}
+
+static uint64_t user_key(uint64_t client_id, uint64_t user_data)
+{
+	return client_id * 0x9e3779b97f4a7c15ull ^ user_data;
+}
+
+static struct xfer *find_user(struct peers *P, uint64_t client_id, uint64_t user_data)
+{
+	list_each(it, htab_bucket(&P->byuser, user_key(client_id, user_data))) {
+		struct xfer *x = list_entry(it, struct xfer, ulink);
+		if (x->client_id == client_id && x->user_data == user_data)
+			return x;
+	}
+	return NULL;
+}
+
+static void reject(struct morid *d, struct client *c, const struct mori_sqe *e, int code, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
+static void reject(struct morid *d, struct client *c, const struct mori_sqe *e, int code, const char *fmt, ...)
+{
+	struct mori_cqe x = {.type = CQE_XFER_DONE, .code = code, .user_data = e->user_data};
+	char msg[200];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	cqe_msg(&x, msg);
+	client_post(c, &x);
+	count(d, C_BAD_SQES, 1);
+	count(d, C_XFER_ERRORS, 1);
+	mlog_info("peer", "client %llu: transfer %llu refused: %s: %s", (unsigned long long)c->id,
+		  (unsigned long long)e->user_data, mori_strerror(code), msg);
+}
+
+/* The submission's descriptors, copied out of the arena (or from prepared list l by index) and
+ * checked against the local and remote region sizes; NULL after the submission was refused. */
+static mori_desc *copy_descs(struct morid *d, struct client *c, const struct mori_sqe *e, const uint8_t *arena,
+			     const struct plist *l, uint64_t lsize, uint64_t rsize, uint64_t *total_out)
+{
+	mori_desc *ds = malloc((size_t)e->count * sizeof(mori_desc));
+	if (!ds) {
+		reject(d, c, e, MORI_ENOMEM, "out of memory for %u descriptors", e->count);
+		return NULL;
+	}
+	/* Copy first, then check the copy: the client may scribble on its arena meanwhile. */
+	uint64_t total = 0;
+	if (l) {
+		for (uint32_t i = 0; i < e->count; i++) {
+			uint32_t k;
+			memcpy(&k, arena + (uint64_t)i * 4, 4);
+			if (k >= l->n) {
+				free(ds);
+				reject(d, c, e, MORI_ERANGE, "index %u: %u >= list length %u", i, k, l->n);
+				return NULL;
+			}
+			ds[i] = l->descs[k];
+		}
+	} else {
+		memcpy(ds, arena, (size_t)e->count * sizeof(mori_desc));
+	}
+	uint32_t i;
+	int code = descs_check(ds, e->count, lsize, rsize, &i, &total);
+	if (code) {
+		free(ds);
+		if (i == e->count)
+			reject(d, c, e, code, "batch larger than 2^64 bytes");
+		else
+			reject(d, c, e, code, "descriptor %u %s", i, code == MORI_EINVAL ? "has length 0" : "outside a region");
+		return NULL;
+	}
+	*total_out = total;
+	return ds;
+}
+
+void xfer_submit(struct peers *P, struct client *c, const struct mori_sqe *e)
+{
+	struct morid *d = P->d;
+	if (e->op == SQE_CANCEL) {
+		struct xfer *x = find_user(P, c->id, e->user_data);
+		if (x)
+			xfer_complete(x, MORI_ECANCELED, "cancelled");
+		return;
+	}
+	int list = e->op == SQE_XFER_LIST;
+	if (find_user(P, c->id, e->user_data)) {
+		reject(d, c, e, MORI_EINVAL, "transfer id %llu is already in flight", (unsigned long long)e->user_data);
+		return;
+	}
+	struct region *g = region_find(d, e->local_region);
+	if (!g || g->owner != c) {
+		reject(d, c, e, MORI_ENOENT, "local region %llu not yours", (unsigned long long)e->local_region);
+		return;
+	}
+	const char *norm = refused(P);
+	if (norm) {
+		reject(d, c, e, MORI_ENOTSUP, "transport = %s, but %s", d->cfg.transport, norm);
+		return;
+	}
+	char why[300];
+	int rcode = region_reach(g, why, sizeof(why));
+	if (rcode) {
+		reject(d, c, e, rcode, "%s", why);
+		return;
+	}
+	if (e->count == 0) {
+		reject(d, c, e, MORI_EINVAL, "empty batch");
+		return;
+	}
+	uint64_t esz = list ? sizeof(uint32_t) : sizeof(mori_desc);
+	if (e->arg_off > c->lay.arena_bytes || (uint64_t)e->count * esz > c->lay.arena_bytes - e->arg_off) {
+		reject(d, c, e, MORI_ERANGE, "arguments outside the arena");
+		return;
+	}
+	const uint8_t *arena = (const uint8_t *)c->ring + c->lay.arena_off + e->arg_off;
+	struct rref *f;
+	struct plist *l = NULL;
+	if (list) {
+		if (!(l = peer_list_find(c, e->remote))) {
+			reject(d, c, e, MORI_ENOENT, "unknown prepared list %llx", (unsigned long long)e->remote);
+			return;
+		}
+		if (l->local_region != g->id) {
+			reject(d, c, e, MORI_EINVAL, "list was prepared for region %llu", (unsigned long long)l->local_region);
+			return;
+		}
+		f = peer_ref_find(P, c, l->ref);
+	} else {
+		f = peer_ref_find(P, c, e->remote);
+	}
+	if (!f) {
+		reject(d, c, e, MORI_ENOENT, "remote region not open (ref %llx)", (unsigned long long)(list ? l->ref : e->remote));
+		return;
+	}
+	uint64_t total;
+	mori_desc *ds = copy_descs(d, c, e, arena, l, g->size, f->size, &total);
+	if (!ds)
+		return;
+	struct xfer *x = calloc(1, sizeof(*x));
+	if (!x) {
+		free(ds);
+		reject(d, c, e, MORI_ENOMEM, "out of memory");
+		return;
+	}
+	struct peer *p = f->p;
+	uint64_t now = mori_now_us();
+	uint64_t tmo = e->timeout_us ? e->timeout_us : (uint64_t)d->cfg.transfer_timeout_ms * 1000;
+	if (tmo >> 63)
+		tmo = 1; /* a negative time left (the deadline passed before submission): expires now */
+	else if (tmo > 86400ull * 1000000)
+		tmo = 86400ull * 1000000;
+	x->id = ++P->next_xfer;
+	x->c = c;
+	x->client_id = c->id;
+	x->user_data = e->user_data;
+	x->p = p;
+	x->local = g;
+	g->inflight++; /* deregistration waits for us (registry frees at zero) */
+	x->rregion = f->region;
+	x->rgen = f->gen;
+	x->repoch = f->epoch;
+	x->read = (e->flags & SQE_F_READ) != 0;
+	x->notif = (e->flags & SQE_F_NOTIF) != 0;
+	x->tag = e->tag;
+	x->descs = ds;
+	x->n = e->count;
+	x->total = total;
+	x->start_us = now;
+	x->deadline_us = now + tmo;
+	x->timeout_ms = (uint32_t)((tmo + 999) / 1000);
+	htab_add(&P->xfers, x->id, &x->hlink);
+	htab_add(&P->byuser, user_key(x->client_id, x->user_data), &x->ulink);
+	list_add(&p->xfers, &x->plink);
+	if (!route(P, x)) {
+		p->nxfers++; /* xfer_complete counts it down */
+		xfer_complete(x, MORI_ENOMEM, "no transport could take the transfer");
+		return;
+	}
+	p->nxfers++;
+	p->transfers++;
+	count(d, C_XFERS, 1);
+	if (x->deadline_us < P->next_deadline_us)
+		P->next_deadline_us = x->deadline_us;
+	peer_use(p);
+	peers_kick(P);
+	peers_dirty(P);
+}
+

@@ -1,0 +1,179 @@
+/* The TCP transport's internals (transport_tcp.c: streams and frames; tcp_xfer.c: transfers
+ * over them, initiator and target side).
+ *
+ * Each daemon opens `data_streams` TCP connections (libuv) to a peer for the transfers it
+ * initiates, framed as struct fhdr + payload. The initiator writes WRITE frames (the target
+ * lands them and answers one DONE per transfer) or READ frames (the target answers each with
+ * one RDATA frame carrying the bytes or an error); ABORT drops a transfer at the target. */
+#ifndef MORID_TCP_INT_H
+#define MORID_TCP_INT_H
+#include "gpu_stage.h"
+#include "peer_int.h"
+
+#define INB_SLACK_MS 2000             /* target keeps a transfer's state this long past its deadline */
+#define INB_MAX_MS (3600u * 1000)     /* ... whatever deadline a peer claims */
+
+#define CHUNK_MAX STAGE_BUF_BYTES     /* largest payload of one frame */
+#define BATCH_MAX (2u << 20)          /* payload bytes coalesced into one socket write */
+#define BATCH_FRAMES 512              /* frames per write (iovecs stay under IOV_MAX) */
+#define SMALL_COPY 4096               /* payloads below this are copied beside their header */
+#define STAGE_CAP (BATCH_FRAMES * 96 + (512u << 10))
+#define STREAM_WINDOW (8u << 20)      /* bytes in flight per stream (queued writes + reads asked) */
+#define STREAM_DEAD_S 15              /* keepalive idle and TCP_USER_TIMEOUT of data streams */
+#define RX_BUF (256u << 10)           /* per-stream receive staging */
+#define RX_DIRECT_MIN (256u << 10)    /* larger payloads land straight in the region; smaller ones
+                                       * through the staging buffer (a copy is cheaper than the
+                                       * extra reads, measured at 64 KiB) */
+
+/* ---- frames on data streams (host byte order: both ends run this code on the same ABI) ---- */
+#define FRAME_MAGIC 0x4d4f5249u /* "MORI" */
+#define FRAME_VERSION 1
+enum ftype {
+	F_HELLO = 1,     /* initiator -> target: xfer = epoch, code = version, payload = node */
+	F_HELLO_ACK = 2, /* target -> initiator: xfer = epoch, payload = node */
+	F_WRITE = 3,     /* payload lands at region+offset; total = transfer bytes */
+	F_DONE = 4,      /* target -> initiator: a write finished (code, payload = message) */
+	F_READ = 5,      /* ask for rlen bytes at region+offset, to land at the initiator's aux */
+	F_RDATA = 6,     /* answer to one F_READ: code 0 and the bytes, or code and a message */
+	F_ABORT = 7,     /* initiator gave up on xfer */
+};
+#define FF_NOTIF 1u
+
+struct fhdr {
+	uint32_t magic;
+	uint16_t type;
+	uint16_t flags;
+	uint32_t len;         /* payload bytes following */
+	int32_t code;
+	uint64_t xfer;        /* initiator's transfer id (HELLO: epoch) */
+	uint64_t region;
+	uint32_t gen;
+	uint32_t rlen;        /* READ/RDATA: bytes asked for */
+	uint64_t offset;      /* WRITE/READ: target offset; RDATA: initiator's local offset */
+	uint64_t aux;         /* READ: initiator's local offset */
+	uint64_t total;       /* transfer bytes */
+	uint64_t tag;         /* notification tag */
+	uint32_t deadline_ms; /* time left at sending */
+	uint32_t pad;
+};
+_Static_assert(sizeof(struct fhdr) == 80, "frame header is 80 bytes");
+
+/* The TCP transport's state for one peer (p->tp[TR_TCP]). */
+struct tcp_peer {
+	struct stream *out[16];   /* data streams opened by us (data_streams is at most 16) */
+	int nout, nready;
+	uint32_t conn_gen;        /* bumps at each teardown: late callbacks of old streams are ignored */
+	struct list queue;        /* struct tcp_xfer.qlink: chunks left to send */
+	int pump_needed;
+};
+
+/* ... for one transfer (x->tp). */
+struct tcp_xfer {
+	struct list qlink;        /* on tcp_peer.queue while chunks are left */
+	int queued;
+	int started;              /* its first frame went out: the target may hold state */
+	int answered;             /* the target told us the end: nothing to abort there */
+	struct chunk_cursor cur;
+	uint64_t sent;
+	struct xfer *x;
+};
+
+/* What the stream layer hands up (transport_tcp.c serves it). */
+struct tcp_frames {
+	void (*write_hdr)(struct stream *s);
+	void (*write_end)(struct stream *s);
+	void (*read_req)(struct stream *s);
+	void (*abort)(struct stream *s);
+	void (*done)(struct stream *s);
+	void (*rdata_hdr)(struct stream *s);
+	void (*rdata_end)(struct stream *s);
+	/* bytes of a READ answer were written (ok) or lost with the stream */
+	void (*read_served)(struct peers *P, uint64_t src_epoch, uint64_t xfer, uint64_t bytes, int ok);
+	/* an accepted stream closed: what its initiator had running here goes */
+	void (*source_gone)(struct peers *P, uint64_t src_epoch);
+};
+
+/* ... for the whole node (P->tp[TR_TCP]). */
+struct tcp_node {
+	const struct tcp_frames *on;
+	int handles;                  /* streams, the listener, the transport itself */
+	uv_tcp_t lsn;
+	int lsn_on;
+	struct list accepted;
+	struct list dirty;
+	struct htab inbound;
+	uint64_t next_inb_scan_us;
+	struct batch *batch_cache;    /* freed batches kept for reuse (they are large) */
+	int nbatch_cache;
+};
+
+static inline struct tcp_peer *tcp_peer(struct peer *p) { return p->tp[TR_TCP]; }
+static inline struct tcp_node *tcp_node(struct peers *P) { return P->tp[TR_TCP]; }
+
+struct batch;
+
+struct stream {
+	struct list link;         /* P->accepted (accepted streams) */
+	struct peers *P;
+	struct peer *p;           /* outgoing: owner; accepted: the initiator's entry (may be NULL) */
+	int outgoing, ready, closing, dirty;
+	uint32_t conn_gen;
+	uint64_t src_epoch;       /* accepted: initiator's epoch */
+	uv_tcp_t tcp;
+	uv_connect_t connreq;
+	/* tx */
+	struct batch *cur;
+	uint64_t tx_queued;       /* bytes handed to uv_write, not yet written */
+	uint64_t rd_outstanding;  /* outgoing: READ bytes asked and not yet answered */
+	int read_stopped;
+	/* rx */
+	int rx_payload;           /* 0: header; 1: payload */
+	uint8_t hbuf[sizeof(struct fhdr)];
+	uint32_t hhave;
+	struct fhdr h;
+	uint64_t rx_left;
+	uint8_t *rx_dst;          /* mapped destination of the payload, NULL: discard/CMA/message */
+	struct region *rx_reg;    /* inflight reference for the payload's duration */
+	int rx_copy;              /* destination reached by region_copy (CMA or VRAM), at rx_addr */
+	int rx_pinned;            /* rxbuf pinned for GPU copies: 1 yes, -1 tried and failed */
+	uint64_t rx_addr;
+	int rx_code;              /* nonzero: payload is discarded */
+	int rx_big;               /* the last payload was large and direct */
+	int rx_collect;           /* payload is a message: kept in rx_msg */
+	char rx_msg[256];
+	uint32_t rx_msglen;
+	uint8_t *rxbuf;
+	struct list dlink;        /* P->dirty */
+};
+
+/* State at the target for a transfer another daemon initiated. */
+struct inb {
+	struct list hlink;
+	uint64_t src_epoch, xfer;
+	struct region *r;         /* inflight reference held; NULL after failure or abort */
+	int read, notif, aborted, replied;
+	int code;
+	uint64_t tag, total, got;
+	uint64_t expire_us;
+	struct peer *p;           /* for counters; may be NULL */
+};
+
+/* tcp_stream.c */
+int stream_listen(struct peers *P, const char *host);
+void streams_connect(struct peer *p, const struct sockaddr *sa);
+void streams_flush_dirty(struct peers *P);
+void stream_close(struct stream *s);
+void stream_frame(struct stream *s, const struct fhdr *h, const void *payload, uint32_t len);
+/* Add a frame whose payload stays in region g's memory until written (holds a reference). */
+int stream_frame_data(struct stream *s, const struct fhdr *h, struct region *g, uint64_t off,
+		      uint32_t len, int *err);
+uint64_t stream_batch_room(struct stream *s);
+void stream_flush(struct stream *s);
+/* Let go of a reference to the node state; the last frees it (and its batch cache). */
+void tcp_node_release(struct peers *P);
+
+/* transport_tcp.c */
+void tcp_pump(struct peer *p);
+void inb_expire(struct peers *P, uint64_t now);
+void inb_drop_epoch(struct peers *P, uint64_t src_epoch);
+#endif

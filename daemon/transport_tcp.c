@@ -1,0 +1,659 @@
+/* The TCP transport (transport.h) over the data streams of tcp_stream.c: the pump that cuts
+ * queued transfers into frames over a peer's streams (least-loaded stream first, large
+ * transfers striped, small ones coalesced), the initiator's answers, and the target side:
+ * landing written bytes, serving reads, notifications after the data has landed. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "log.h"
+#include "region.h"
+#include "tcp_int.h"
+
+/* ---- initiator: transfers ---- */
+
+static struct stream *any_ready(struct peer *p)
+{
+	struct tcp_peer *tp = tcp_peer(p);
+	if (p->state != PS_UP || !tp)
+		return NULL;
+	for (int i = 0; i < tp->nout; i++)
+		if (tp->out[i] && tp->out[i]->ready && !tp->out[i]->closing)
+			return tp->out[i];
+	return NULL;
+}
+
+/* The stream of p with the least in flight, if it has room. */
+static struct stream *pick(struct peer *p)
+{
+	struct tcp_peer *tp = tcp_peer(p);
+	struct stream *best = NULL;
+	uint64_t bl = 0;
+	for (int i = 0; i < tp->nout; i++) {
+		struct stream *s = tp->out[i];
+		if (!s || !s->ready || s->closing)
+			continue;
+		uint64_t load = s->tx_queued + s->rd_outstanding + (s->cur ? BATCH_MAX - stream_batch_room(s) : 0);
+		if (load >= STREAM_WINDOW)
+			continue;
+		if (!best || load < bl) {
+			best = s;
+			bl = load;
+		}
+	}
+	return best;
+}
+
+/* Cut queued transfers into frames: one batch per stream at a time, least-loaded stream first,
+ * so a large transfer stripes over the streams and small ones coalesce into one write. */
+void tcp_pump(struct peer *p)
+{
+	struct tcp_peer *tp = tcp_peer(p);
+	if (p->state != PS_UP || !tp)
+		return;
+	while (tp->queue.next != &tp->queue) {
+		struct stream *s = pick(p);
+		if (!s)
+			return;
+		uint64_t budget = BATCH_MAX;
+		int frames = 0;
+		while (tp->queue.next != &tp->queue && budget > 0 && frames < BATCH_FRAMES &&
+		       s->rd_outstanding < STREAM_WINDOW && !s->closing) {
+			struct tcp_xfer *tx = list_entry(tp->queue.next, struct tcp_xfer, qlink);
+			struct xfer *x = tx->x;
+			if (!tx->started) {
+				if (x->repoch != p->epoch) {
+					xfer_complete(x, MORI_ESTALE, "peer restarted since region was opened");
+					continue;
+				}
+				if (x->local->dead) {
+					xfer_complete(x, MORI_ECANCELED, "local region deregistered");
+					continue;
+				}
+				tx->started = 1;
+			}
+			uint64_t lo, ro;
+			struct chunk_cursor next = tx->cur;
+			uint32_t len = (uint32_t)chunk_next(x->descs, x->n, &next, CHUNK_MAX, &lo, &ro);
+			uint64_t now = mori_now_us();
+			struct fhdr h = {
+				.type = x->read ? F_READ : F_WRITE,
+				.flags = x->notif ? FF_NOTIF : 0,
+				.xfer = x->id,
+				.region = x->rregion,
+				.gen = x->rgen,
+				.offset = ro,
+				.total = x->total,
+				.tag = x->tag,
+				.deadline_ms = x->deadline_us > now ? (uint32_t)((x->deadline_us - now) / 1000 + 1) : 1,
+			};
+			if (x->read) {
+				h.aux = lo;
+				h.rlen = len;
+				stream_frame(s, &h, NULL, 0);
+				s->rd_outstanding += len;
+			} else {
+				int err;
+				if (stream_frame_data(s, &h, x->local, lo, len, &err) != 0) {
+					xfer_complete(x, err, err == MORI_EPEERDEAD ? "cannot read local memory (owner gone)"
+							      : err == MORI_ESTALE ? "local region deregistered"
+										   : "out of memory");
+					continue;
+				}
+				tx->sent += len;
+			}
+			budget = budget > len ? budget - len : 0;
+			frames++;
+			tx->cur = next;
+			uint64_t l2, r2;
+			struct chunk_cursor peek = next;
+			if (!chunk_next(x->descs, x->n, &peek, 1, &l2, &r2)) {
+				list_del(&tx->qlink);
+				tx->queued = 0;
+			}
+		}
+		stream_flush(s);
+		/* Round robin at batch granularity: a large transfer does not hold back small ones
+		 * queued behind it. */
+		if (tp->queue.next != &tp->queue && tp->queue.next != tp->queue.prev) {
+			struct list *h = tp->queue.next;
+			list_del(h);
+			list_add(&tp->queue, h);
+		}
+	}
+}
+
+/* ---- initiator: answers from the target ---- */
+
+/* x ended at the target too (it answered): nothing to abort there. */
+static void end_answered(struct xfer *x, int code, const char *msg)
+{
+	struct tcp_xfer *tx = x->tp;
+	if (tx)
+		tx->answered = 1;
+	xfer_complete(x, code, "%s", msg);
+}
+
+static void rx_done(struct stream *s)
+{
+	struct xfer *x = xfer_find(s->P, s->h.xfer);
+	if (!x || x->p != s->p || x->read || x->t != &transport_tcp)
+		return;
+	if (s->h.code == 0) {
+		x->done = x->total;
+		end_answered(x, 0, "");
+	} else {
+		end_answered(x, s->h.code, s->rx_msglen ? s->rx_msg : "failed at the target");
+	}
+}
+
+/* Where the payload now arriving on s goes: straight into g's mapping, or through region_copy
+ * (cross-memory attach, or VRAM from the receive buffer, pinned for it once). */
+static void rx_into(struct stream *s, struct region *g, uint64_t off)
+{
+	if (g->map) {
+		s->rx_dst = (uint8_t *)g->map + off;
+		return;
+	}
+	s->rx_copy = 1;
+	s->rx_addr = off;
+	if (g->kind == MORI_MEM_VRAM && !s->rx_pinned)
+		s->rx_pinned = stage_pin(s->rxbuf, RX_BUF) == 0 ? 1 : -1;
+}
+
+static void rx_rdata_hdr(struct stream *s)
+{
+	struct fhdr *h = &s->h;
+	s->rd_outstanding -= h->rlen < s->rd_outstanding ? h->rlen : s->rd_outstanding;
+	tcp_peer(s->p)->pump_needed = 1;
+	peers_dirty(s->P);
+	if (h->code)
+		return; /* the payload is the message */
+	struct xfer *x = xfer_find(s->P, h->xfer);
+	if (!x || x->p != s->p || !x->read || x->t != &transport_tcp)
+		return; /* cancelled meanwhile: discard */
+	struct region *g = x->local;
+	if (h->offset > g->size || h->len > g->size - h->offset || h->len != h->rlen) {
+		xfer_complete(x, MORI_EPROTO, "peer sent bytes outside the asked range");
+		return;
+	}
+	if (g->dead) {
+		xfer_complete(x, MORI_ECANCELED, "local region deregistered");
+		return;
+	}
+	g->inflight++;
+	s->rx_reg = g; /* released after the payload (payload_end) */
+	rx_into(s, g, h->offset);
+}
+
+static void rx_rdata_end(struct stream *s)
+{
+	struct xfer *x = xfer_find(s->P, s->h.xfer);
+	if (!x || x->p != s->p || !x->read || x->t != &transport_tcp)
+		return;
+	if (s->h.code) {
+		end_answered(x, s->h.code, s->rx_msglen ? s->rx_msg : "failed at the target");
+		return;
+	}
+	if (s->rx_code) {
+		xfer_complete(x, s->rx_code, s->rx_code == MORI_ESTALE ? "local region deregistered"
+								      : "cannot write local memory (owner gone)");
+		return;
+	}
+	x->done += s->h.len;
+	s->p->bytes_received += s->h.len;
+	count(s->P->d, C_BYTES_RECEIVED, s->h.len);
+	if (x->done >= x->total)
+		end_answered(x, 0, "");
+}
+
+/* ---- target side ---- */
+
+static uint64_t inb_key(uint64_t epoch, uint64_t xfer)
+{
+	return epoch * 0x9e3779b97f4a7c15ull ^ xfer;
+}
+
+static struct inb *inb_find(struct peers *P, uint64_t epoch, uint64_t xfer)
+{
+	list_each(it, htab_bucket(&tcp_node(P)->inbound, inb_key(epoch, xfer))) {
+		struct inb *b = list_entry(it, struct inb, hlink);
+		if (b->src_epoch == epoch && b->xfer == xfer)
+			return b;
+	}
+	return NULL;
+}
+
+static void inb_release(struct inb *b)
+{
+	if (b->r) {
+		region_put(b->r);
+		b->r = NULL;
+	}
+}
+
+static void inb_free(struct peers *P, struct inb *b)
+{
+	inb_release(b);
+	htab_del(&tcp_node(P)->inbound, &b->hlink);
+	free(b);
+}
+
+static void send_done(struct stream *s, uint64_t xfer, int code, const char *msg)
+{
+	struct fhdr h = {.type = F_DONE, .code = code, .xfer = xfer};
+	stream_frame(s, &h, msg, (uint32_t)strlen(msg));
+}
+
+/* First failure of an inbound transfer: release the region, tell the initiator (writes get one
+ * DONE; reads learn it from each RDATA answer). */
+static void inb_fail(struct stream *s, struct inb *b, int code, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+static void inb_fail(struct stream *s, struct inb *b, int code, const char *fmt, ...)
+{
+	if (b->code)
+		return;
+	char msg[200];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	b->code = code;
+	inb_release(b);
+	mlog_info("peer", "inbound %s %llu from %s failed: %s", b->read ? "read" : "write",
+		  (unsigned long long)b->xfer, s->p ? s->p->addr : "?", msg);
+	if (!b->read && !b->aborted && !b->replied) {
+		b->replied = 1;
+		send_done(s, b->xfer, code, msg);
+	}
+}
+
+static struct inb *inb_get(struct stream *s, int read)
+{
+	struct peers *P = s->P;
+	struct fhdr *h = &s->h;
+	struct inb *b = inb_find(P, s->src_epoch, h->xfer);
+	if (b)
+		return b;
+	if (!(b = calloc(1, sizeof(*b))))
+		return NULL;
+	uint64_t now = mori_now_us();
+	b->src_epoch = s->src_epoch;
+	b->xfer = h->xfer;
+	b->read = read;
+	b->notif = (h->flags & FF_NOTIF) != 0;
+	b->tag = h->tag;
+	b->total = h->total;
+	b->p = s->p;
+	b->expire_us = now + (uint64_t)(h->deadline_ms < INB_MAX_MS ? h->deadline_ms : INB_MAX_MS) * 1000 +
+		       INB_SLACK_MS * 1000ull;
+	htab_add(&tcp_node(P)->inbound, inb_key(b->src_epoch, b->xfer), &b->hlink);
+	if (b->expire_us < tcp_node(P)->next_inb_scan_us || !tcp_node(P)->next_inb_scan_us)
+		tcp_node(P)->next_inb_scan_us = b->expire_us;
+	peers_kick(P);
+	struct region *g = region_find(P->d, h->region);
+	char why[300];
+	int code;
+	if (!g || g->gen != h->gen) {
+		inb_fail(s, b, MORI_ESTALE, "region %llu is no longer registered at %s",
+			 (unsigned long long)h->region, P->self);
+	} else if ((code = region_reach(g, why, sizeof(why))) != 0) {
+		inb_fail(s, b, code, "at %s: %s", P->self, why);
+	} else {
+		b->r = g;
+		g->inflight++;
+	}
+	return b;
+}
+
+static void inb_finish(struct stream *s, struct inb *b)
+{
+	struct peers *P = s->P;
+	if (!b->code && !b->aborted) {
+		struct region *g = b->r;
+		if (!g || g->dead) {
+			if (!b->read)
+				inb_fail(s, b, MORI_ESTALE, "region deregistered at %s during the transfer", P->self);
+		} else {
+			if (b->notif)
+				xfer_notify_target(P->d, g, b->tag);
+			if (!b->read) {
+				b->replied = 1;
+				send_done(s, b->xfer, 0, "");
+			}
+		}
+	}
+	inb_free(P, b);
+}
+
+static void rx_write_hdr(struct stream *s)
+{
+	struct fhdr *h = &s->h;
+	struct inb *b = inb_get(s, 0);
+	if (!b) {
+		s->rx_code = MORI_ENOMEM;
+		return;
+	}
+	if (b->code || b->aborted) {
+		s->rx_code = b->code ? b->code : MORI_ECANCELED;
+		return;
+	}
+	struct region *g = b->r;
+	if (h->offset > g->size || h->len > g->size - h->offset) {
+		inb_fail(s, b, MORI_ERANGE, "write [%llu, +%u) outside region %llu (%llu bytes)",
+			 (unsigned long long)h->offset, h->len, (unsigned long long)g->id, (unsigned long long)g->size);
+		s->rx_code = MORI_ERANGE;
+		return;
+	}
+	if (g->dead) {
+		inb_fail(s, b, MORI_ESTALE, "region %llu deregistered at %s", (unsigned long long)g->id, s->P->self);
+		s->rx_code = MORI_ESTALE;
+		return;
+	}
+	g->inflight++;
+	s->rx_reg = g; /* released after the payload */
+	rx_into(s, g, h->offset);
+}
+
+static void rx_write_end(struct stream *s)
+{
+	struct inb *b = inb_find(s->P, s->src_epoch, s->h.xfer);
+	if (!b)
+		return;
+	if (s->rx_code && !b->code && !b->aborted)
+		inb_fail(s, b, s->rx_code, "region at %s %s", s->P->self,
+			 s->rx_code == MORI_ESTALE ? "deregistered during the transfer" : "unreachable (owner gone)");
+	if (!s->rx_code) {
+		count(s->P->d, C_BYTES_RECEIVED, s->h.len);
+		if (s->p)
+			s->p->bytes_received += s->h.len;
+	}
+	b->got += s->h.len;
+	if (b->got >= b->total)
+		inb_finish(s, b);
+}
+
+static void rx_read_req(struct stream *s)
+{
+	struct peers *P = s->P;
+	struct fhdr *h = &s->h;
+	struct inb *b = inb_get(s, 1);
+	int code = 0;
+	char msg[200] = "";
+	if (!b) {
+		code = MORI_ENOMEM;
+		snprintf(msg, sizeof(msg), "out of memory at %s", P->self);
+	} else if (b->code || b->aborted) {
+		code = b->code ? b->code : MORI_ECANCELED;
+		snprintf(msg, sizeof(msg), "%s", b->code == MORI_ESTALE ? "region no longer registered" : "failed at the target");
+	} else if (h->offset > b->r->size || h->rlen > b->r->size - h->offset || !h->rlen || h->rlen > CHUNK_MAX) {
+		code = MORI_ERANGE;
+		snprintf(msg, sizeof(msg), "read [%llu, +%u) outside region %llu (%llu bytes)",
+			 (unsigned long long)h->offset, h->rlen, (unsigned long long)b->r->id,
+			 (unsigned long long)b->r->size);
+		inb_fail(s, b, code, "%s", msg);
+	} else if (b->r->dead) {
+		code = MORI_ESTALE;
+		snprintf(msg, sizeof(msg), "region %llu deregistered at %s", (unsigned long long)b->r->id, P->self);
+		inb_fail(s, b, code, "%s", msg);
+	}
+	struct fhdr a = {.type = F_RDATA, .xfer = h->xfer, .offset = h->aux, .rlen = h->rlen, .total = h->total};
+	if (!code) {
+		int err;
+		if (stream_frame_data(s, &a, b->r, h->offset, h->rlen, &err) == 0)
+			return; /* counted when written (rx_read_served) */
+		code = err;
+		snprintf(msg, sizeof(msg), "region at %s %s", P->self,
+			 err == MORI_ESTALE ? "deregistered during the transfer" : "unreachable (owner gone)");
+		inb_fail(s, b, code, "%s", msg);
+	}
+	a.code = code;
+	a.rlen = h->rlen;
+	stream_frame(s, &a, msg, (uint32_t)strlen(msg));
+	if (b) {
+		b->got += h->rlen;
+		if (b->got >= b->total)
+			inb_finish(s, b);
+	}
+}
+
+static void rx_read_served(struct peers *P, uint64_t src_epoch, uint64_t xfer, uint64_t bytes, int ok)
+{
+	struct inb *b = inb_find(P, src_epoch, xfer);
+	if (!b)
+		return;
+	if (!ok && !b->code) {
+		b->code = MORI_EIO;
+		inb_release(b);
+	}
+	b->got += bytes;
+	if (b->got >= b->total) {
+		/* Everything was handed to the socket: the data has been read from the region. */
+		if (!b->code && !b->aborted && b->notif && b->r)
+			xfer_notify_target(P->d, b->r, b->tag);
+		inb_free(P, b);
+	}
+}
+
+static void rx_abort(struct stream *s)
+{
+	struct peers *P = s->P;
+	struct inb *b = inb_find(P, s->src_epoch, s->h.xfer);
+	if (!b) {
+		/* Chunks still on other streams may follow: keep a tombstone until they are due. */
+		if (!(b = calloc(1, sizeof(*b))))
+			return;
+		b->src_epoch = s->src_epoch;
+		b->xfer = s->h.xfer;
+		b->total = UINT64_MAX;
+		b->expire_us = mori_now_us() + (uint64_t)(s->h.deadline_ms < INB_MAX_MS ? s->h.deadline_ms : INB_MAX_MS) * 1000 +
+			       INB_SLACK_MS * 1000ull;
+		htab_add(&tcp_node(P)->inbound, inb_key(b->src_epoch, b->xfer), &b->hlink);
+		peers_kick(P);
+	}
+	b->aborted = 1;
+	inb_release(b);
+}
+
+void inb_expire(struct peers *P, uint64_t now)
+{
+	if (now != UINT64_MAX && now < tcp_node(P)->next_inb_scan_us)
+		return;
+	uint64_t next = UINT64_MAX;
+	for (int i = 0; i < HBUCKETS && tcp_node(P)->inbound.n; i++)
+		list_each(it, &tcp_node(P)->inbound.b[i]) {
+			struct inb *b = list_entry(it, struct inb, hlink);
+			if (b->expire_us <= now)
+				inb_free(P, b);
+			else if (b->expire_us < next)
+				next = b->expire_us;
+		}
+	tcp_node(P)->next_inb_scan_us = next;
+}
+
+void inb_drop_epoch(struct peers *P, uint64_t src_epoch)
+{
+	for (int i = 0; i < HBUCKETS && tcp_node(P)->inbound.n; i++)
+		list_each(it, &tcp_node(P)->inbound.b[i]) {
+			struct inb *b = list_entry(it, struct inb, hlink);
+			if (b->src_epoch == src_epoch)
+				inb_free(P, b);
+		}
+}
+/* ---- the transport ---- */
+
+static const struct tcp_frames frames = {
+	.write_hdr = rx_write_hdr,
+	.write_end = rx_write_end,
+	.read_req = rx_read_req,
+	.abort = rx_abort,
+	.done = rx_done,
+	.rdata_hdr = rx_rdata_hdr,
+	.rdata_end = rx_rdata_end,
+	.read_served = rx_read_served,
+	.source_gone = inb_drop_epoch,
+};
+
+static struct tcp_peer *tcp_peer_get(struct peer *p)
+{
+	struct tcp_peer *tp = p->tp[TR_TCP];
+	if (!tp && (tp = calloc(1, sizeof(*tp)))) {
+		LIST_INIT(&tp->queue);
+		p->tp[TR_TCP] = tp;
+	}
+	return tp;
+}
+
+static int tcp_start(struct peers *P)
+{
+	struct tcp_node *tn = calloc(1, sizeof(*tn));
+	if (!tn)
+		return -1;
+	LIST_INIT(&tn->accepted);
+	LIST_INIT(&tn->dirty);
+	htab_init(&tn->inbound);
+	tn->on = &frames;
+	tn->handles = 1; /* the transport's own, let go at stop */
+	P->tp[TR_TCP] = tn;
+	peers_hold(P);
+	const char *listen = P->d->cfg.listen;
+	char host[128];
+	int port;
+	if (!listen[0])
+		return 0;
+	if (config_split_addr(listen, host, sizeof(host), &port) != 0) {
+		mlog_err("peer", "listen = '%s' is not host:port", listen);
+		return -1;
+	}
+	return stream_listen(P, host);
+}
+
+static void close_out_streams(struct peer *p)
+{
+	struct tcp_peer *tp = tcp_peer(p);
+	if (!tp)
+		return;
+	tp->conn_gen++;
+	for (int i = 0; i < tp->nout; i++) {
+		if (tp->out[i])
+			stream_close(tp->out[i]);
+		tp->out[i] = NULL;
+	}
+	tp->nout = tp->nready = 0;
+}
+
+static void lsn_closed(uv_handle_t *h)
+{
+	tcp_node_release(h->data);
+}
+
+static void tcp_stop(struct peers *P)
+{
+	struct tcp_node *tn = tcp_node(P);
+	list_each(it, &P->peers) {
+		struct peer *p = list_entry(it, struct peer, link);
+		close_out_streams(p);
+		free(p->tp[TR_TCP]);
+		p->tp[TR_TCP] = NULL;
+	}
+	list_each(it, &tn->accepted)
+		stream_close(list_entry(it, struct stream, link));
+	inb_expire(P, UINT64_MAX);
+	if (tn->lsn_on)
+		uv_close((uv_handle_t *)&tn->lsn, lsn_closed);
+	tcp_node_release(P); /* the transport's own: the streams and the listener may still hold it */
+}
+
+static void tcp_peer_start(struct peer *p, const struct sockaddr *sa)
+{
+	if (!tcp_peer_get(p)) {
+		peer_down(p, MORI_ENOMEM, "out of memory for data streams");
+		return;
+	}
+	streams_connect(p, sa);
+}
+
+static int tcp_take(struct xfer *x)
+{
+	struct tcp_peer *tp = tcp_peer_get(x->p);
+	struct tcp_xfer *tx = calloc(1, sizeof(*tx));
+	if (!tp || !tx) {
+		free(tx);
+		return 0;
+	}
+	tx->x = x;
+	tx->queued = 1;
+	list_add(&tp->queue, &tx->qlink);
+	x->t = &transport_tcp;
+	x->tp = tx;
+	tp->pump_needed = 1;
+	peers_dirty(x->p->P);
+	peers_kick(x->p->P); /* deadlines */
+	return 1;
+}
+
+/* Tell the target to drop x if bytes went out and it does not know the end yet. */
+static void tcp_cancel(struct xfer *x, int code)
+{
+	struct tcp_xfer *tx = x->tp;
+	if (code && tx->started && !tx->answered) {
+		struct stream *s = any_ready(x->p);
+		if (s) {
+			struct fhdr h = {.type = F_ABORT, .xfer = x->id, .deadline_ms = x->timeout_ms};
+			stream_frame(s, &h, NULL, 0);
+		}
+	}
+	if (tx->queued)
+		list_del(&tx->qlink);
+	free(tx);
+	x->tp = NULL;
+}
+
+static void tcp_peer_down(struct peer *p)
+{
+	close_out_streams(p);
+}
+
+static void tcp_flush(struct peers *P)
+{
+	list_each(it, &P->peers) {
+		struct peer *p = list_entry(it, struct peer, link);
+		struct tcp_peer *tp = tcp_peer(p);
+		if (tp && tp->pump_needed) {
+			tp->pump_needed = 0;
+			tcp_pump(p);
+		}
+	}
+	streams_flush_dirty(P);
+}
+
+static int tcp_tick(struct peers *P, uint64_t now)
+{
+	struct tcp_node *tn = tcp_node(P);
+	if (tn->inbound.n)
+		inb_expire(P, now);
+	return tn->inbound.n != 0;
+}
+
+static int tcp_carries(struct peer *p, uint32_t *lanes)
+{
+	struct tcp_peer *tp = tcp_peer(p);
+	*lanes = tp ? (uint32_t)tp->nready : 0;
+	return p->state == PS_UP && *lanes > 0;
+}
+
+const struct transport transport_tcp = {
+	.name = "tcp",
+	.id = TR_TCP,
+	.start = tcp_start,
+	.stop = tcp_stop,
+	.peer_start = tcp_peer_start,
+	.peer_down = tcp_peer_down,
+	.take = tcp_take,
+	.cancel = tcp_cancel,
+	.flush = tcp_flush,
+	.tick = tcp_tick,
+	.carries = tcp_carries,
+};

@@ -1,0 +1,106 @@
+/* Cross-node transfer records (peer_int.h): finding and ending them (exactly one CQE per
+ * accepted submission), deadlines, handing a transfer from one transport to another, the
+ * target-side notification.
+ * Submission (validation, routing) is in peer_client.c; the bytes move in the transports. */
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "invariant.h"
+#include "log.h"
+#include "peer_int.h"
+
+struct xfer *xfer_find(struct peers *P, uint64_t id)
+{
+	list_each(it, htab_bucket(&P->xfers, id)) {
+		struct xfer *x = list_entry(it, struct xfer, hlink);
+		if (x->id == id)
+			return x;
+	}
+	return NULL;
+}
+
+void cqe_msg(struct mori_cqe *e, const char *msg)
+{
+	size_t n = strlen(msg);
+	if (n >= sizeof(e->msg))
+		n = sizeof(e->msg) - 1;
+	memcpy(e->msg, msg, n);
+	e->msg[n] = 0;
+}
+
+void xfer_complete(struct xfer *x, int code, const char *fmt, ...)
+{
+	struct peers *P = x->p->P;
+	struct morid *d = P->d;
+	char msg[256];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (x->t) {
+		const struct transport *t = x->t;
+		x->t = NULL; /* cancel must not find it running */
+		t->cancel(x, code);
+	}
+	if (x->c) {
+		struct mori_cqe e = {.type = CQE_XFER_DONE, .code = code, .user_data = x->user_data};
+		cqe_msg(&e, code ? msg : "");
+		client_post(x->c, &e);
+	}
+	if (code) {
+		count(d, C_XFER_ERRORS, 1);
+		x->p->errors++;
+		mlog_info("peer", "transfer %llu of client %llu (%s %llu bytes, %s): %s: %s",
+			  (unsigned long long)x->user_data, (unsigned long long)x->client_id,
+			  x->read ? "read" : "write", (unsigned long long)x->total, x->p->addr,
+			  mori_strerror(code), msg);
+	}
+	htab_del(&P->xfers, &x->hlink);
+	htab_del(&P->byuser, &x->ulink);
+	list_del(&x->plink);
+	MORI_REQUIRE(x->p->nxfers > 0, "peer %s: transfer count underflow", x->p->addr);
+	x->p->nxfers--;
+	region_put(x->local);
+	free(x->descs);
+	free(x);
+}
+
+void xfer_fallback(struct xfer *x, const char *why)
+{
+	const struct transport *tcp = x->p->P->tr[TR_TCP];
+	MORI_REQUIRE(!x->t, "transfer %llu handed back while still running", (unsigned long long)x->id);
+	mlog_debug("peer", "transfer %llu to %s goes by TCP: %s", (unsigned long long)x->user_data, x->p->addr, why);
+	if (!tcp || !tcp->take(x))
+		xfer_complete(x, MORI_ENOMEM, "no transport could take it: %s", why);
+}
+
+void xfers_expire(struct peers *P, uint64_t now)
+{
+	uint64_t next = UINT64_MAX;
+	list_each(it, &P->peers) {
+		struct peer *p = list_entry(it, struct peer, link);
+		list_each(xt, &p->xfers) {
+			struct xfer *x = list_entry(xt, struct xfer, plink);
+			if (x->deadline_us <= now) {
+				const char *st = p->state == PS_UP ? "" : p->state == PS_DOWN ? " (down)" : " (connecting)";
+				mlog_info("peer", "transfer %llu: deadline of %u ms expired waiting for %s%s%s%s",
+					  (unsigned long long)x->user_data, x->timeout_ms, p->addr, st,
+					  p->why[0] ? ": " : "", p->why);
+				xfer_complete(x, MORI_ETIMEDOUT, "timed out after %ums: %s", x->timeout_ms, p->addr);
+			} else if (x->deadline_us < next) {
+				next = x->deadline_us;
+			}
+		}
+	}
+	P->next_deadline_us = next;
+}
+
+void xfer_notify_target(struct morid *d, struct region *g, uint64_t tag)
+{
+	if (!g || g->dead || !g->owner)
+		return;
+	struct mori_cqe n = {.type = CQE_NOTIF, .code = 0, .user_data = tag, .value = g->id};
+	client_post(g->owner, &n);
+	count(d, C_NOTIFS, 1);
+}
