@@ -528,7 +528,7 @@ class TransferStatus:
     def __del__(self):
         if self._x is not None and not _quiet(self._pid):
             try:
-                self._engine._orphan_xfer(self._x)
+                self._engine._drop_xfer(self._x)
             except Exception:
                 pass
 
@@ -660,6 +660,7 @@ class IOEngine:
         # native handles this engine owns: pointer -> what must stay alive with it
         self._xfers = {}    # mori_xfer* -> (local _Mem, remote _Mem, PreparedList or None, weakref to status)
         self._orphans = set()
+        self._orphan_lists = set()
         self._lists = {}    # mori_xfer_list* -> (local _Mem, remote _Mem)
         self._mems = weakref.WeakValueDictionary()  # id -> local _Mem
         self._remote = {}   # blob -> remote _Mem (opened peers' regions)
@@ -726,20 +727,41 @@ class IOEngine:
             self._orphans.discard(x)
         _lib.load().mori_xfer_free(x)
 
-    def _orphan_xfer(self, x):
+    def _drop_xfer(self, x):
+        """A status was dropped: free its handle if the transfer has finished, else keep it as an
+        orphan that _reap frees once it has (never blocking, never cancelling)."""
         with self._lock:
-            if x in self._xfers:
+            if x not in self._xfers:
+                return
+            if _lib.load().mori_xfer_status(x, None) == MORI_EINPROGRESS:
                 self._orphans.add(x)
+                return
+        self._free_xfer(x)
+
+    def _drop_list(self, p):
+        """A prepared list was dropped: free it now, or once its orphaned transfers are done."""
+        with self._lock:
+            if p not in self._lists:
+                return
+            if any(ent[2] is not None and ent[2]._p == p for ent in self._xfers.values()):
+                self._orphan_lists.add(p)
+                return
+            del self._lists[p]
+        _lib.load().mori_xfer_list_free(p)
 
     def _reap(self):
-        """Free orphaned transfers that have finished (no wait)."""
-        if not self._orphans:
+        """Free orphaned transfers that have finished, then orphaned lists left idle (no wait)."""
+        if not self._orphans and not self._orphan_lists:
             return
         lib = _lib.load()
         with self._lock:
             done = [x for x in self._orphans if lib.mori_xfer_status(x, None) != MORI_EINPROGRESS]
         for x in done:
             self._free_xfer(x)
+        for p in list(self._orphan_lists):
+            with self._lock:
+                self._orphan_lists.discard(p)
+            self._drop_list(p)
 
     def _settle(self, pred, wait_us, why):
         """End the transfers and free the lists for which pred(local, remote) holds: wait up to
@@ -758,6 +780,7 @@ class IOEngine:
                 self._free_xfer(x)
         for p in ls:
             with self._lock:
+                self._orphan_lists.discard(p)
                 if self._lists.pop(p, None) is None:
                     continue
             lib.mori_xfer_list_free(p)
@@ -1210,19 +1233,11 @@ class PreparedList:
         self.close()
 
     def __del__(self):
-        # Transfers on the list hold it alive, so none is unfinished here (outside a GC cycle,
-        # where the engine's table still settles them first).
+        # Held statuses hold the list; orphaned ones (dropped unfinished) keep it in the
+        # engine's table until they are done.
         if getattr(self, "_p", None) is not None and not _quiet(self._pid):
-            e = self._engine
             try:
-                with e._lock:
-                    xs = [x for x, ent in e._xfers.items() if ent[2] is self]
-                    if xs or e._c is None:
-                        return  # freed with its transfers' engine, at close
-                    p, self._p = self._p, None
-                    if e._lists.pop(p, None) is None:
-                        return
-                _lib.load().mori_xfer_list_free(p)
+                self._engine._drop_list(self._p)
             except Exception:
                 pass
 

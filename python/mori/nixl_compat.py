@@ -282,7 +282,6 @@ class _RemoteAgent:
         self.inbox = inbox        # MemoryDesc of its inbox
         self.regions = regions    # _Regions
         self.named = False        # our name sent to it yet
-        self.opened = []          # MemoryDescs our engine opened for it
 
 
 def _b64(b):
@@ -305,6 +304,7 @@ class nixl_agent:
         self._regions = []                # (address, size, device, mem_type, MemoryDesc)
         self._local = _Regions([])
         self._remotes = {}
+        self._self = None
         self._rx = {}                     # (from_pid, sender) -> bytearray being assembled
         self._names = {}                  # (from_pid, sender) -> agent name
         self._sends = []                  # chunk writes not yet complete
@@ -486,7 +486,7 @@ class nixl_agent:
         self._close_remote(ra)
 
     def _close_remote(self, ra):
-        for d in ra.opened + [ra.inbox]:
+        for d in [r[4] for r in ra.regions.rows] + [ra.inbox]:
             try:
                 self.engine.deregister_memory(d)
             except MoriError:
@@ -530,7 +530,16 @@ class nixl_agent:
     def estimate_xfer_cost(self, req_handle):
         raise MoriError(MORI_ENOTSUP, "estimate_xfer_cost: not supported by mori")
 
+    def _loopback(self):
+        """This agent as the target of its own notifications (loopback transfers)."""
+        with self._lock:
+            if self._self is None:
+                self._self = _RemoteAgent(self.name, self.engine.node, self._inbox, self._local)
+            return self._self
+
     def _remote(self, name):
+        if name == self.name:
+            return self._loopback()
         with self._lock:
             ra = self._remotes.get(name)
         if ra is None:
@@ -630,7 +639,7 @@ class nixl_agent:
         if len(li) == 0:
             raise MoriError(MORI_EINVAL, "empty transfer")
         groups, nd = self._groups(ls, li, rs, ri, not skip_desc_merge)
-        remote = rs.remote if isinstance(rs.remote, _RemoteAgent) else None
+        remote = rs.remote if isinstance(rs.remote, _RemoteAgent) else self._loopback()
         x = _Xfer(operation, groups, remote, bytes(notif_msg.encode() if isinstance(notif_msg, str) else notif_msg),
                   nd, int(ls.len[li].sum()))
         return nixl_xfer_handle(self, x)

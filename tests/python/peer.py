@@ -1,0 +1,142 @@
+"""The other process of the Python tests, driven by conftest.Peer over JSON lines on stdin and
+stdout. Every region it serves is filled from a seeded numpy generator that the tests rerun
+on their side, and every check it answers is a sha256 over the bytes (hashlib: no mori code
+in the check).
+
+    peer.py target RUNTIME_DIR KEY SEED     regions np (numpy, reached by cross-memory attach),
+                                            ba (bytearray), mf (engine.allocate: a memfd),
+                                            f32 (a float32 view at an offset of a larger array)
+    peer.py prefill RUNTIME_DIR SEED LAYERS BLOCKS BLOCK_BYTES
+                                            a vLLM NIXL connector's prefill worker, on
+                                            mori.nixl_compat
+"""
+import hashlib
+import json
+import sys
+import time
+import uuid
+
+import numpy as np
+
+import mori
+from mori.io import IOEngine, IOEngineConfig
+
+
+def pattern(seed, n):
+    return np.random.default_rng(seed).integers(0, 256, size=n, dtype=np.uint8)
+
+
+def reply(obj):
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def sha(b):
+    return hashlib.sha256(bytes(b)).hexdigest()
+
+
+def target(rt, key, seed):
+    seed = int(seed)
+    eng = IOEngine(key, IOEngineConfig(runtime_dir=rt))
+    bufs = {}
+    bufs["np"] = pattern(seed, 4 << 20)
+    bufs["ba"] = bytearray(pattern(seed + 1, 1 << 20).tobytes())
+    big = np.zeros(1 << 18, dtype=np.float32)
+    big[4096:] = pattern(seed + 3, ((1 << 18) - 4096) * 4).view(np.float32)
+    bufs["f32"] = big[4096:]  # a view starting 16 KiB into the array
+    descs = {}
+    for name in ("np", "ba", "f32"):
+        descs[name] = eng.register(bufs[name])
+    descs["mf"] = eng.allocate(4 << 20)
+    mv = descs["mf"].buffer()
+    mv[:] = pattern(seed + 2, 4 << 20).tobytes()
+    bufs["mf"] = mv
+    for name, d in descs.items():
+        eng.publish(d, "%s/%s" % (key, name))
+    reply({"pid": __import__("os").getpid(), "node": eng.node,
+           "descs": {n: d.pack().hex() for n, d in descs.items()},
+           "sizes": {n: d.size for n, d in descs.items()}})
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        op = cmd["op"]
+        try:
+            if op == "hashes":
+                mvb = memoryview(bufs[cmd["region"]]).cast("B")
+                reply({"h": [sha(mvb[o:o + n]) for o, n in cmd["ranges"]]})
+            elif op == "notifs":
+                got, deadline = [], time.time() + cmd.get("wait_ms", 2000) / 1000.0
+                while len(got) < cmd.get("want", 0) and time.time() < deadline:
+                    got += eng.poll_notifications(timeout_ms=50)
+                got += eng.poll_notifications()
+                reply({"n": [[n.tag, n.region_id, n.from_pid] for n in got]})
+            elif op == "inbound":
+                st = eng.pop_inbound_transfer_status(cmd["key"], cmd["uid"])
+                reply({"found": st is not None and st.Succeeded()})
+            elif op == "dereg":
+                eng.deregister_memory(descs[cmd["region"]])
+                reply({"ok": True})
+            elif op == "exit":
+                reply({"ok": True})
+                break
+            else:
+                reply({"error": "unknown op %s" % op})
+        except mori.MoriError as e:
+            reply({"error": str(e), "code": e.code})
+    eng.close()
+
+
+def prefill(rt, seed, layers, blocks, block_bytes):
+    """Register KV caches as vLLM's NIXL connector does (one region per K and per V of each
+    layer, (address, length, device, "") tuples), prepare the local block list, publish the
+    handshake metadata, then answer for notifications and block hashes."""
+    from mori.nixl_compat import nixl_agent, nixl_agent_config
+    seed, layers, blocks, block_bytes = int(seed), int(layers), int(blocks), int(block_bytes)
+    agent = nixl_agent(str(uuid.uuid4()), nixl_agent_config(num_threads=4, capture_telemetry=True,
+                                                             runtime_dir=rt))
+    caches = [pattern(seed + r, blocks * block_bytes) for r in range(2 * layers)]
+    caches_data = [(c.ctypes.data, c.nbytes, 0, "") for c in caches]
+    descs = agent.get_reg_descs(caches_data, "DRAM")
+    agent.register_memory(descs, backends=["UCX"])
+    blocks_data = [(c.ctypes.data + b * block_bytes, block_bytes, 0) for c in caches for b in range(blocks)]
+    src = agent.prep_xfer_dlist("NIXL_INIT_AGENT", agent.get_xfer_descs(blocks_data, "DRAM"))
+    meta = {"engine_id": "prefill-engine", "agent_metadata": agent.get_agent_metadata().hex(),
+            "kv_caches_base_addr": [c.ctypes.data for c in caches], "num_blocks": blocks,
+            "block_lens": [block_bytes] * (2 * layers), "device_id": 0, "block_size": 16,
+            "kv_cache_layout": "HND"}
+    reply({"name": agent.name, "meta": meta})
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        op = cmd["op"]
+        try:
+            if op == "notifs":
+                got, deadline = {}, time.time() + cmd.get("wait_ms", 5000) / 1000.0
+                while sum(len(v) for v in got.values()) < cmd["want"] and time.time() < deadline:
+                    for k, v in agent.get_new_notifs().items():
+                        got.setdefault(k, []).extend(m.decode() for m in v)
+                    time.sleep(0.002)
+                reply({"notifs": got})
+            elif op == "hashes":
+                c = caches[cmd["region"]]
+                reply({"h": [sha(c[b * block_bytes:(b + 1) * block_bytes]) for b in cmd["blocks"]]})
+            elif op == "dereg":
+                agent.deregister_memory(descs)
+                reply({"ok": True})
+            elif op == "exit":
+                agent.release_dlist_handle(src)
+                try:
+                    agent.deregister_memory(descs)
+                except mori.MoriError:
+                    pass  # deregistered earlier by the test
+                agent.close()
+                reply({"ok": True})
+                break
+        except mori.MoriError as e:
+            reply({"error": str(e), "code": e.code})
+
+
+if __name__ == "__main__":
+    try:
+        {"target": target, "prefill": prefill}[sys.argv[1]](*sys.argv[2:])
+    except mori.MoriError as e:
+        reply({"error": str(e), "code": e.code})
+        sys.exit(1)
