@@ -157,6 +157,18 @@ install: $(B)/morid $(addprefix $(B)/,$(TOOLS)) $(B)/libmori.so $(B)/libmori.a
 	install -m 644 conf/morid.conf $(DESTDIR)/etc/mori/
 	sed 's|@PREFIX@|$(PREFIX)|g' systemd/morid.service > $(DESTDIR)$(PREFIX)/lib/systemd/system/morid.service
 
+# The Python package (python/mori, pure Python) into $(PYTHON)'s module path under PREFIX, with
+# the directory libmori went to recorded in mori/_installed.py; without $(PYTHON), said and skipped.
+PYTHON    ?= python3
+PYTHONDIR ?= $(shell tools/python-sitedir $(PREFIX) $(PYTHON) 2>/dev/null)
+install: install-python
+install-python:
+	@if [ -z "$(PYTHONDIR)" ]; then echo "install-python: no $(PYTHON): the mori Python package is not installed"; \
+	else cd python && for f in $$(find mori -name '*.py' ! -name _installed.py); do \
+	  install -D -m 644 "$$f" "$(DESTDIR)$(PYTHONDIR)/$$f" || exit 1; done && \
+	  echo 'LIBDIR = "$(PREFIX)/lib"' > "$(DESTDIR)$(PYTHONDIR)/mori/_installed.py"; fi
+.PHONY: install-python
+
 clean:
 	rm -rf $(B) build-asan
 
