@@ -124,7 +124,11 @@ class Peer:
         e = dict(os.environ)
         e["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "python"), HERE, e.get("PYTHONPATH", "")])
         e["PYTHONDONTWRITEBYTECODE"] = "1"
-        e.update(env or {})
+        for k, v in (env or {}).items():
+            if v is None:
+                e.pop(k, None)
+            else:
+                e[k] = v
         self.proc = subprocess.Popen([sys.executable, "-u", os.path.join(HERE, "peer.py"), role] + [str(a) for a in args],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=e, text=True)
         self.hello = self._read()

@@ -9,6 +9,13 @@ in the check).
     peer.py prefill RUNTIME_DIR SEED LAYERS BLOCKS BLOCK_BYTES
                                             a vLLM NIXL connector's prefill worker, on
                                             mori.nixl_compat
+    peer.py cuda_target RUNTIME_DIR KEY SEED SIZE
+                                            CUDA tensors: u8 (a uint8 view 4 KiB into a larger
+                                            tensor) and bf16, filled from the generator
+    peer.py cuda_initiator RUNTIME_DIR KEY SEED SIZE
+                                            its own CUDA tensor; "run" reads and writes a
+                                            cuda_target's tensor and checks what it read
+(PYTORCH_CUDA_ALLOC_CONF, from the environment, applies to both CUDA roles.)
 """
 import hashlib
 import json
@@ -19,7 +26,7 @@ import uuid
 import numpy as np
 
 import mori
-from mori.io import IOEngine, IOEngineConfig
+from mori.io import IOEngine, IOEngineConfig, MemoryDesc
 
 
 def pattern(seed, n):
@@ -134,9 +141,110 @@ def prefill(rt, seed, layers, blocks, block_bytes):
             reply({"error": str(e), "code": e.code})
 
 
+def _cuda_tensors(size, seed):
+    import torch
+    big = torch.empty(size + 4096, dtype=torch.uint8, device="cuda")
+    u8 = big[4096:]
+    u8.copy_(torch.from_numpy(pattern(seed, size)))
+    bf16 = torch.from_numpy(pattern(seed + 1, size).view(np.int16).copy()).view(torch.bfloat16).to("cuda")
+    torch.cuda.synchronize()
+    return big, u8, bf16
+
+
+def _refused(e, what):
+    return {"refused": {"what": what, "code": e.code, "name": e.name, "message": e.message}}
+
+
+def cuda_target(rt, key, seed, size):
+    import torch
+    seed, size = int(seed), int(size)
+    eng = IOEngine(key, IOEngineConfig(runtime_dir=rt))
+    big, u8, bf16 = _cuda_tensors(size, seed)
+    try:
+        descs = {"u8": eng.register(u8), "bf16": eng.register_torch_tensor(bf16)}
+    except mori.MoriError as e:
+        reply(_refused(e, "register CUDA tensors of %d bytes (PYTORCH_CUDA_ALLOC_CONF=%s)" % (
+            size, __import__("os").environ.get("PYTORCH_CUDA_ALLOC_CONF", ""))))
+        return
+    tensors = {"u8": u8, "bf16": bf16}
+    reply({"descs": {n: d.pack().hex() for n, d in descs.items()}, "sizes": {n: d.size for n, d in descs.items()},
+           "ptrs": {n: d.data for n, d in descs.items()}})
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        if cmd["op"] == "hashes":
+            torch.cuda.synchronize()
+            host = tensors[cmd["region"]].view(torch.uint8).cpu().numpy()
+            reply({"h": [sha(host[o:o + n]) for o, n in cmd["ranges"]]})
+        elif cmd["op"] == "exit":
+            reply({"ok": True})
+            break
+    eng.close()
+
+
+def cuda_initiator(rt, key, seed, size):
+    """Read a cuda_target's tensor whole, in a batch and through a prepared list, checking each
+    read against the generator; write blocks of a second pattern and say which, for the test
+    to check at the target."""
+    import torch
+    seed, size = int(seed), int(size)
+    eng = IOEngine(key, IOEngineConfig(runtime_dir=rt))
+    local = torch.zeros(size, dtype=torch.uint8, device="cuda")
+    torch.cuda.synchronize()  # mori's copies run on their own stream
+    try:
+        ld = eng.register_torch_tensor(local)
+    except mori.MoriError as e:
+        reply(_refused(e, "register a CUDA tensor of %d bytes" % size))
+        return
+    reply({"ok": True})
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        if cmd["op"] == "exit":
+            reply({"ok": True})
+            break
+        rd = MemoryDesc.unpack(bytes.fromhex(cmd["desc"]))
+        want = pattern(cmd["seed"], size)
+        checks = []
+        try:
+            eng.read(ld, 0, rd, 0, size).result(30)
+            torch.cuda.synchronize()
+            checks.append(sha(local.cpu().numpy()) == sha(want))
+            blk = 64 << 10
+            rng = np.random.default_rng(cmd["seed"])
+            n = size // blk
+            src = rng.choice(n, min(n, 64), replace=False)
+            dst = rng.choice(n, len(src), replace=False)
+            local.zero_()
+            torch.cuda.synchronize()
+            eng.batch_read([ld], [[int(d) * blk for d in dst]], [rd], [[int(s) * blk for s in src]], [blk])[0].result(30)
+            pl = eng.prepare(ld, rd, [int(d) * blk for d in dst], [int(s) * blk for s in src], blk)
+            torch.cuda.synchronize()
+            host = local.cpu().numpy()
+            checks.append(all(sha(host[d * blk:(d + 1) * blk]) == sha(want[s * blk:(s + 1) * blk])
+                              for s, d in zip(src, dst)))
+            local.zero_()
+            torch.cuda.synchronize()
+            pl.read(list(range(0, len(src), 2))).result(30)
+            torch.cuda.synchronize()
+            host = local.cpu().numpy()
+            checks.append(all(sha(host[dst[i] * blk:(dst[i] + 1) * blk]) == sha(want[src[i] * blk:(src[i] + 1) * blk])
+                              for i in range(0, len(src), 2)))
+            pl.close()
+            w = pattern(cmd["seed"] + 100, size)
+            local.copy_(torch.from_numpy(w))
+            torch.cuda.synchronize()
+            wr = [int(s) for s in src[:16]]
+            eng.batch_write([ld], [[b * blk for b in wr]], [rd], [[b * blk for b in wr]], [blk])[0].result(30)
+            reply({"checks": checks, "written": [[b * blk, blk] for b in wr],
+                   "expected": [sha(w[b * blk:(b + 1) * blk]) for b in wr]})
+        except mori.MoriError as e:
+            reply({"checks": checks, "failed": str(e), "code": e.code})
+    eng.close()
+
+
 if __name__ == "__main__":
     try:
-        {"target": target, "prefill": prefill}[sys.argv[1]](*sys.argv[2:])
+        {"target": target, "prefill": prefill, "cuda_target": cuda_target,
+         "cuda_initiator": cuda_initiator}[sys.argv[1]](*sys.argv[2:])
     except mori.MoriError as e:
         reply({"error": str(e), "code": e.code})
         sys.exit(1)
