@@ -542,6 +542,17 @@ static int has_room(const struct rdma_qp *q)
 	return q->state == QPS_RTS && rdma_qp_outstanding(q) < q->depth;
 }
 
+/* The next QP of c, round robin from c->rr, whose send queue has room; -1 when none has. */
+static int qp_with_room(const struct rdma_conn *c)
+{
+	for (int k = 0; k < c->nqp; k++) {
+		int i = (int)((c->rr + (uint32_t)k) % (uint32_t)c->nqp);
+		if (has_room(&c->q[i]))
+			return i;
+	}
+	return -1;
+}
+
 /* Post waiting work of c, in order, until its QPs' send queues are full. */
 void eng_pump(struct rdma_eng *e, struct rdma_conn *c)
 {
@@ -562,8 +573,8 @@ void eng_pump(struct rdma_eng *e, struct rdma_conn *c)
 				lo = k->loff, ro = k->roff, len = k->len;
 				from_retry = 1;
 			} else if (!x->plan_done) {
-				struct rdma_cursor save = x->cur;
-				len = rdma_next_chunk(x->a.descs, x->a.n, &x->cur, e->cfg.chunk, &lo, &ro);
+				struct chunk_cursor save = x->cur;
+				len = chunk_next(x->a.descs, x->a.n, &x->cur, e->cfg.chunk, &lo, &ro);
 				if (len == 0) {
 					x->plan_done = 1;
 				} else {
@@ -571,14 +582,7 @@ void eng_pump(struct rdma_eng *e, struct rdma_conn *c)
 				}
 			}
 			if (len) {
-				int qi = -1;
-				for (int k = 0; k < c->nqp; k++) {
-					int i = (int)((c->rr + (uint32_t)k) % (uint32_t)c->nqp);
-					if (has_room(&c->q[i])) {
-						qi = i;
-						break;
-					}
-				}
+				int qi = qp_with_room(c);
 				if (qi < 0) {
 					blocked = 1;
 					e->st.sq_full_waits++;
@@ -588,10 +592,10 @@ void eng_pump(struct rdma_eng *e, struct rdma_conn *c)
 				if (from_retry) {
 					x->nretry--;
 				} else {
-					rdma_next_chunk(x->a.descs, x->a.n, &x->cur, e->cfg.chunk, &lo, &ro);
-					struct rdma_cursor probe = x->cur;
+					chunk_next(x->a.descs, x->a.n, &x->cur, e->cfg.chunk, &lo, &ro);
+					struct chunk_cursor probe = x->cur;
 					uint64_t l2, r2;
-					if (!rdma_next_chunk(x->a.descs, x->a.n, &probe, 1, &l2, &r2))
+					if (!chunk_next(x->a.descs, x->a.n, &probe, 1, &l2, &r2))
 						x->plan_done = 1;
 				}
 				struct rdma_qp *q = &c->q[qi];
@@ -616,14 +620,7 @@ void eng_pump(struct rdma_eng *e, struct rdma_conn *c)
 			if (x->ns == N_WAIT && x->out_data == 0)
 				x->ns = N_READY;
 			if (x->ns == N_READY && x->out_data == 0) {
-				int qi = -1;
-				for (int k = 0; k < c->nqp; k++) {
-					int i = (int)((c->rr + (uint32_t)k) % (uint32_t)c->nqp);
-					if (has_room(&c->q[i])) {
-						qi = i;
-						break;
-					}
-				}
+				int qi = qp_with_room(c);
 				if (qi < 0) {
 					blocked = 1;
 					e->st.sq_full_waits++;

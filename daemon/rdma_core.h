@@ -41,15 +41,7 @@ static inline uint8_t wrid_gen(uint64_t w) { return (uint8_t)(w >> 4); }
 static inline unsigned wrid_kind(uint64_t w) { return (unsigned)(w & 0xfu); }
 
 /* ---- descriptor plans ---- */
-/* The engine cuts lists with the peer service's one chunker (chunk.h); these names stay for
- * the engine and its tests. */
-#define rdma_cursor chunk_cursor
-static inline uint64_t rdma_next_chunk(const mori_desc *d, uint32_t n, struct chunk_cursor *c, uint64_t max,
-				       uint64_t *loff, uint64_t *roff)
-{
-	return chunk_next(d, n, c, max, loff, roff);
-}
-/* How many chunks rdma_next_chunk yields for the whole list. */
+/* How many chunks chunk_next (chunk.h) yields for the whole list. */
 uint64_t rdma_count_chunks(const mori_desc *d, uint32_t n, uint64_t max);
 
 /* ---- completion status -> MORI code ---- */

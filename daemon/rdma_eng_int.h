@@ -58,7 +58,7 @@ struct rx {
 	uint64_t notif_id;        /* 0: no notification */
 	struct rl nlink;          /* c->nlist while it may still send its notification */
 	enum nstate ns;
-	struct rdma_cursor cur;
+	struct chunk_cursor cur;
 	uint32_t seq;             /* chunks taken (wr id chunk index) */
 	int plan_done;
 	struct chunk *retry;      /* chunks to post again after a QP failure */

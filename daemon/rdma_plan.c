@@ -8,9 +8,9 @@ _Static_assert(RDMA_WC_FLUSH == IBV_WC_WR_FLUSH_ERR, "flush status as libibverbs
 
 uint64_t rdma_count_chunks(const mori_desc *d, uint32_t n, uint64_t max)
 {
-	struct rdma_cursor c = {0, 0};
+	struct chunk_cursor c = {0, 0};
 	uint64_t k = 0, lo, ro;
-	while (rdma_next_chunk(d, n, &c, max, &lo, &ro))
+	while (chunk_next(d, n, &c, max, &lo, &ro))
 		k++;
 	return k;
 }

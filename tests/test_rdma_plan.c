@@ -35,10 +35,10 @@ END_TEST
 
 static uint32_t collect(const mori_desc *d, uint32_t n, uint64_t max, mori_desc *out, uint32_t cap)
 {
-	struct rdma_cursor c = {0, 0};
+	struct chunk_cursor c = {0, 0};
 	uint64_t lo, ro, len;
 	uint32_t k = 0;
-	while ((len = rdma_next_chunk(d, n, &c, max, &lo, &ro))) {
+	while ((len = chunk_next(d, n, &c, max, &lo, &ro))) {
 		ck_assert_uint_lt(k, cap);
 		out[k++] = (mori_desc){lo, ro, len};
 	}

@@ -1,0 +1,127 @@
+/* mori_shmem.h: MORI-SHMEM, the host API of mori's symmetric heap (part of libmori).
+ *
+ * A group is a set of PEs (processes; one per GPU in production) with ranks 0..n-1. Every PE
+ * of a group has a heap of the same size; an object allocated collectively sits at the same
+ * offset of every PE's heap, so an address in one's own heap names the same object at any PE.
+ * The node's morid forms groups (PEs of one job rendezvous there by name; PEs on other nodes
+ * join through their daemons), owns each heap's shareable handle for the group's life, maps
+ * every local peer's heap into each PE, and serves as the proxy for PEs a PE cannot map
+ * (other nodes). GPU kernels use the device API (kernels/mori_shmem.cuh: mori_shmem_* device
+ * functions with ROCm/mori's names and OpenSHMEM 1.5 semantics).
+ *
+ * Names follow ROCm/mori's MORI-SHMEM (ShmemMalloc -> mori_shmem_malloc, ShmemPtrP2p ->
+ * mori_shmem_ptr_p2p, ShmemBarrierAll -> mori_shmem_barrier_all, unique-id init) and NVSHMEM
+ * (nvshmemx_get_uniqueid / init by unique id, nvshmem_ptr, quiet_on_stream), with an explicit
+ * group argument instead of a process-global state, so one process may hold several groups.
+ *
+ * Conventions as in mori.h: 0 or a negative MORI_E* code; mori_client_last_error() of the
+ * group's client has the detail. Sizes and offsets are bytes; times microseconds. Collective
+ * calls (join, malloc, calloc, free, barrier_all) must be made by every PE of the group in the
+ * same order; each has a deadline (the join's timeout_us) and never waits forever. A PE that
+ * dies aborts the group: waits end, later calls return MORI_EPEERDEAD.
+ */
+#ifndef MORI_SHMEM_H
+#define MORI_SHMEM_H
+
+#include "mori.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mori_group mori_group;
+
+/* Heap memory kinds: MORI_MEM_HOST (memfd: every machine, no GPU needed) or MORI_MEM_VRAM
+ * (VMM allocation with a POSIX fd handle on opts.gpu_device). */
+typedef struct mori_group_opts {
+	uint64_t heap_size;     /* bytes per PE, rounded up to the allocation granularity (2 MiB
+	                         * for VRAM, the page for host); 0: morid's shmem_heap_size */
+	int heap_kind;          /* MORI_MEM_HOST or MORI_MEM_VRAM */
+	int gpu_device;         /* ordinal for VRAM heaps (-1: the current device / 0) */
+	const char *root;       /* host:port of the daemon of rank 0's node; NULL or "": all PEs are
+	                         * on this node */
+	int64_t timeout_us;     /* deadline of the join and of every later collective call (0: 30 s) */
+} mori_group_opts;
+
+/* Fill opts with the defaults (host heap of morid's size, this node only, 30 s). */
+MORI_API void mori_group_opts_init(mori_group_opts *opts);
+
+/* Join group `name` as PE `rank` of `world_size`. Returns when all world_size PEs have joined
+ * (every heap is allocated and each local peer's heap mapped here) or the deadline passed
+ * (MORI_ETIMEDOUT naming the ranks that never arrived). Refused on every PE (MORI_EINVAL with
+ * the reason) when ranks collide, world sizes or heap sizes disagree; MORI_EEXIST when a live
+ * group of that name has a different membership; MORI_EBUSY when c already belongs to a group
+ * of that name. The group is owned by the caller until mori_group_leave. */
+MORI_API int mori_group_join(mori_client *c, const char *name, int rank, int world_size,
+			     const mori_group_opts *opts, mori_group **out);
+
+/* Unique-id form (as ROCm/mori's ShmemGetUniqueId / NVSHMEM's nvshmemx_get_uniqueid): rank 0
+ * makes a blob of at most MORI_SHMEM_UID_BYTES (128) bytes naming a fresh group and its root
+ * daemon; the application broadcasts it; every PE then calls mori_shmem_init_uid. */
+MORI_API int mori_shmem_get_unique_id(mori_client *c, void *uid, size_t cap, size_t *len);
+MORI_API int mori_shmem_init_uid(mori_client *c, const void *uid, size_t len, int rank, int world_size,
+				 const mori_group_opts *opts, mori_group **out);
+
+/* Leave the group (not collective): this PE's heap is released when the last PE of its node
+ * has left; peers still in the group see MORI_SHMEM_ABORT_TEARDOWN only if they wait on this
+ * PE. Frees g. */
+MORI_API void mori_group_leave(mori_group *g);
+
+/* ---- queries (local, no daemon round trip) ---- */
+MORI_API int mori_shmem_my_pe(const mori_group *g);
+MORI_API int mori_shmem_n_pes(const mori_group *g);
+/* The node team: the PEs on this node, ascending (n entries in *pes, valid while g lives). */
+MORI_API int mori_shmem_team_node(const mori_group *g, const int **pes, int *n);
+MORI_API void *mori_shmem_heap_base(const mori_group *g);
+MORI_API uint64_t mori_shmem_heap_size(const mori_group *g);
+/* The address at which this process can load and store the object `ptr` (in its own heap) of
+ * PE pe, when it maps that PE's heap (same node); NULL otherwise, or when ptr is outside the
+ * heap or pe out of range (ROCm/mori's ShmemPtrP2p, NVSHMEM's nvshmem_ptr). */
+MORI_API void *mori_shmem_ptr_p2p(const mori_group *g, const void *ptr, int pe);
+/* The heap offset of ptr (in this PE's heap), or -1 when ptr is outside it. */
+MORI_API int64_t mori_shmem_offset(const mori_group *g, const void *ptr);
+
+/* ---- symmetric allocation (collective, deterministic) ----
+ * Every PE calls with the same size and alignment in the same order and gets the same offset.
+ * A PE whose call differs gets MORI_EINVAL naming the first PE and call that differ, on every
+ * PE; nothing is allocated then. MORI_ENOMEM when the heap has no room (sizes in the message).
+ * align: a power of two, 0 for 256 bytes. calloc zeroes the bytes on every PE before it
+ * returns. free(NULL) is a no-op; free of an address malloc did not return is MORI_EINVAL. */
+MORI_API int mori_shmem_malloc(mori_group *g, size_t size, size_t align, void **out);
+MORI_API int mori_shmem_calloc(mori_group *g, size_t size, size_t align, void **out);
+MORI_API int mori_shmem_free(mori_group *g, void *ptr);
+
+/* ---- host-initiated data movement ----
+ * dst/src: an address in this PE's heap naming the symmetric object (put: dst is symmetric,
+ * src any memory this process can read; get: src symmetric, dst any memory). Blocking: the
+ * bytes have landed at the target (put) or here (get) when it returns. Local peers are
+ * reached through the mapping, others through morid's transports. MORI_ERANGE when the range
+ * leaves the heap; MORI_EINVAL for a PE out of range. */
+MORI_API int mori_shmem_putmem(mori_group *g, void *dst, const void *src, size_t len, int pe);
+MORI_API int mori_shmem_getmem(mori_group *g, void *dst, const void *src, size_t len, int pe);
+
+/* Every PE reaches the barrier, and every put a PE made before it is visible everywhere, before
+ * any PE returns (OpenSHMEM barrier_all). MORI_ETIMEDOUT naming the missing ranks, or
+ * MORI_EPEERDEAD. */
+MORI_API int mori_shmem_barrier_all(mori_group *g);
+/* The same barrier enqueued on a CUDA/HIP stream (a kernel: no host synchronisation). */
+MORI_API int mori_shmem_barrier_on_stream(mori_group *g, void *stream);
+/* Completes on the stream when every proxy request made before it has completed (NVSHMEM's
+ * nvshmemx_quiet_on_stream). */
+MORI_API int mori_shmem_quiet_on_stream(mori_group *g, void *stream);
+
+/* 0 while the group is healthy; MORI_EPEERDEAD (a PE died: *pe names it) or MORI_ECANCELED
+ * (torn down) once the abort word is set. pe may be NULL. */
+MORI_API int mori_shmem_status(const mori_group *g, int *pe);
+
+/* ---- the device API's state ----
+ * The device address of this PE's struct mori_shmem_state (common/shmem_layout.h), for kernels
+ * compiled with kernels/mori_shmem.cuh: copy it into the module's `mori_shmem_state_ptr`
+ * (mori_shmem_module_init does that through the driver API for a CUmodule / hipModule_t). */
+MORI_API void *mori_shmem_state(const mori_group *g);
+MORI_API int mori_shmem_module_init(const mori_group *g, void *module);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
