@@ -42,6 +42,7 @@ import socket
 import struct
 import sys
 import threading
+import time
 import weakref
 import zlib
 
@@ -52,6 +53,7 @@ from .errors import (MoriError, Code, MORI_OK, MORI_EINVAL, MORI_ENOENT, MORI_ER
                      MORI_ENOTSUP)
 
 _exiting = False
+_now = time.monotonic
 
 
 def _at_exit():
@@ -265,10 +267,13 @@ this node; 0 when it came from another node). It arrives only after the transfer
 
 class _Mem:
     """A mori_mem the engine owns: a local registration, or a peer's region it opened. Holds
-    what keeps the memory valid (the tensor, array or buffer export) until deregistration."""
+    what keeps the memory valid (the tensor, array or buffer export) until deregistration.
+    A local one holds its engine open (its desc may outlive every other reference to the
+    engine); a peer's, cached by the engine, refers to it weakly, so that an engine dropped
+    without close() is not kept alive by its own cache."""
 
     def __init__(self, engine, ptr, local, loc, size, keep=None):
-        self.engine = engine
+        self._engine = engine if local else weakref.ref(engine)
         self.ptr = ptr
         self.local = local
         self.loc = loc
@@ -277,13 +282,19 @@ class _Mem:
         self.closed = False
         self._pid = os.getpid()
 
+    @property
+    def engine(self):
+        return self._engine if self.local else self._engine()
+
     def release(self):
-        self.engine._release_mem(self)
+        e = self.engine
+        if e is not None:
+            e._release_mem(self)
 
     def __del__(self):
         if not self.closed and not _quiet(self._pid):
             try:
-                self.engine._release_mem(self)
+                self.release()
             except Exception:
                 pass
 
@@ -765,18 +776,20 @@ class IOEngine:
 
     def _settle(self, pred, wait_us, why):
         """End the transfers and free the lists for which pred(local, remote) holds: wait up to
-        wait_us for transfers still running, then cancel them (their statuses, if still held,
-        report MORI_ECANCELED with `why`; finished ones keep their result)."""
+        wait_us (in all) for transfers still running, then cancel them (their statuses, if still
+        held, report MORI_ECANCELED with `why`; finished ones keep their result)."""
         lib = _lib.load()
         with self._lock:
             xs = [(x, e[3]) for x, e in self._xfers.items() if pred(e[0], e[1])]
             ls = [p for p, (l, r) in self._lists.items() if pred(l, r)]
+        deadline = _now() + wait_us / 1e6
         for x, ref in xs:
+            left = max(0, int((deadline - _now()) * 1e6))
             st = ref() if ref is not None else None
             if st is not None:
-                st._force(wait_us, why)
+                st._force(left, why)
             elif self._owns_xfer(x):
-                lib.mori_xfer_wait(x, wait_us)
+                lib.mori_xfer_wait(x, left)
                 self._free_xfer(x)
         for p in ls:
             with self._lock:
@@ -1157,11 +1170,6 @@ class IOEngine:
 
     def __repr__(self):
         return "IOEngine(%r%s)" % (self.key, ", closed" if self._c is None else ", node=%r" % self.node)
-
-
-def _now():
-    import time
-    return time.monotonic()
 
 
 class PreparedList:

@@ -688,6 +688,10 @@ class nixl_agent:
         return handle._x
 
     def _progress(self, x):
+        with self._lock:  # one thread moves a request to DONE and sends its message
+            return self._progress_locked(x)
+
+    def _progress_locked(self, x):
         if x.state != "PROC":
             return x.state
         for st in x.statuses:
@@ -739,9 +743,14 @@ class nixl_agent:
     # ---- notifications ----
 
     def _send(self, ra, msg, kind=0):
-        """Send msg to ra's inbox as tagged 1-byte writes (the module docstring says how)."""
+        """Send msg to ra's inbox as tagged 1-byte writes (the module docstring says how); one
+        message at a time, so that the chunks of two threads' messages never interleave."""
+        with self._lock:
+            self._send_locked(ra, msg, kind)
+
+    def _send_locked(self, ra, msg, kind):
         if not ra.named and kind == 0:
-            self._send(ra, self.name.encode(), _F_NAME)
+            self._send_locked(ra, self.name.encode(), _F_NAME)
             ra.named = True
         msg = bytes(msg)
         chunks = [msg[i:i + _CHUNK] for i in range(0, len(msg), _CHUNK)] or [b""]
@@ -773,11 +782,13 @@ class nixl_agent:
 
     def get_new_notifs(self, backends=[]):
         """{sender agent name: [message bytes, ...]} of the messages completed since the last call."""
-        out = {}
         with self._lock:
-            live = list(self._live)
-        for x in live:
-            self._progress(x)
+            return self._get_new_notifs_locked()
+
+    def _get_new_notifs_locked(self):
+        out = {}
+        for x in list(self._live):
+            self._progress_locked(x)
         self._prune_sends()
         for n in self.engine.poll_notifications():
             if n.tag >> 60 != _TAG_MAGIC:

@@ -221,3 +221,22 @@ def test_collected_objects_are_freed(daemon):
         # the registration is really gone at the daemon: the same address range registers again
         a = np.zeros(1 << 16, dtype=np.uint8)
         e.register(a)
+
+
+def test_dropped_engine_closes(daemon):
+    """An engine dropped without close() (with a peer's region open in its cache) is closed as
+    soon as its last reference goes, without waiting for the cyclic collector."""
+    import weakref
+    b = IOEngine("drop-b", IOEngineConfig(runtime_dir=daemon.run))
+    d = b.allocate(4096)
+    a = IOEngine("drop-a", IOEngineConfig(runtime_dir=daemon.run))
+    loc = a.allocate(4096)
+    a.write(loc, 0, MemoryDesc.unpack(d.pack()), 0, 10).result(5)
+    ref = weakref.ref(a)
+    gc.disable()
+    try:
+        del loc, a
+        assert ref() is None
+    finally:
+        gc.enable()
+    b.close()
