@@ -75,14 +75,21 @@ class Daemon:
             return ""
 
     def stop(self):
+        """SIGTERM (SIGCONT first, in case a test left it stopped); the exit status, 0 when it
+        closed every handle (None if it was already gone, -9 if it had to be killed)."""
+        rc = None
         if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(5)
+                rc = self.proc.wait(5)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-                self.proc.wait()
+                rc = self.proc.wait()
+        elif self.proc:
+            rc = self.proc.returncode
         self.proc = None
+        return rc
 
     def kill9(self):
         if self.proc and self.proc.poll() is None:
@@ -91,11 +98,16 @@ class Daemon:
         self.proc = None
 
     def cleanup(self):
-        self.stop()
+        """Stop, remove the directory; raise if morid did not exit 0 (a crash, a sanitizer
+        report, a handle left open)."""
+        rc = self.stop()
+        tail = self.tail()
         if os.environ.get("KEEP_TMP") == "1":
             print("# kept", self.dir)
         else:
             shutil.rmtree(self.dir, ignore_errors=True)
+        if rc not in (0, None):
+            raise RuntimeError("morid exited %s; its log ends:\n%s" % (rc, tail))
 
 
 @pytest.fixture(scope="module")
@@ -112,8 +124,10 @@ def nodes():
     """Two 'nodes': two morids on loopback, each with a peer listener."""
     a, b = Daemon(listen=True), Daemon(listen=True)
     yield a, b
-    a.cleanup()
-    b.cleanup()
+    try:
+        a.cleanup()
+    finally:
+        b.cleanup()
 
 
 class Peer:

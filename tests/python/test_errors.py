@@ -252,3 +252,21 @@ def test_cross_node_errors(nodes, peer_factory):
             b.proc.send_signal(signal.SIGCONT)
         assert st4.wait(10) and st4.code == mori.MORI_OK
         e.write(loc, 0, r, 0, 4096).result(10)  # the peer is usable again
+
+
+def test_uid_not_allowed():
+    """A morid that allows only another uid: opening an engine is MORI_EPERM."""
+    if os.getuid() == 12345:
+        pytest.skip("runs as uid 12345, the uid this test allows")
+    d = Daemon(extra=["--allow_uids", "12345"])
+    try:
+        with pytest.raises(mori.MoriError) as ei:
+            IOEngine("denied", IOEngineConfig(runtime_dir=d.run))
+        e = ei.value
+        if e.code == mori.MORI_ECONN and "lost" in e.message:
+            # morid logs the refusal and closes the session socket; libmori's hello then fails
+            # with EPIPE. mori.h documents MORI_EPERM here: a libmori/morid issue, not this package's.
+            pytest.xfail("libmori reports %s where mori.h documents MORI_EPERM" % e)
+        assert e.code == mori.MORI_EPERM, str(e)
+    finally:
+        d.cleanup()
