@@ -33,6 +33,7 @@ Every wait releases the GIL (ctypes does, for each foreign call).
 """
 import atexit
 import collections
+import copy
 import ctypes
 import enum
 import itertools
@@ -165,29 +166,42 @@ def _kind(loc):
 
 
 class _Config:
-    """Backend configurations: every keyword accepted, none used (morid owns the transports)."""
+    """Backend configurations with ROCm/mori's parameters, positional or by keyword. morid owns
+    the transports, so none is used, except RdmaBackendConfig's enable_notification: given to
+    create_backend, it becomes the engine's default for notifying transfers."""
+    _params = ()
 
-    def __init__(self, **kw):
-        self.__dict__.update(kw)
+    def __init__(self, *args, **kw):
+        if len(args) > len(self._params):
+            raise TypeError("%s takes at most %d positional arguments" % (type(self).__name__, len(self._params)))
+        for (name, default), v in itertools.zip_longest(self._params, args, fillvalue=_Config):
+            setattr(self, name, default if v is _Config else v)
+        for k, v in kw.items():
+            if k not in dict(self._params):
+                raise TypeError("%s has no parameter %r" % (type(self).__name__, k))
+            setattr(self, k, v)
 
     def __repr__(self):
         return "%s(%s)" % (type(self).__name__, ", ".join("%s=%r" % kv for kv in self.__dict__.items()))
 
 
 class RdmaBackendConfig(_Config):
-    pass
+    _params = (("qp_per_transfer", 1), ("post_batch_size", -1), ("num_worker_threads", -1),
+               ("poll_cq_mode", PollCqMode.POLLING), ("enable_notification", True), ("notif_per_qp", 1024),
+               ("enable_transfer_chunking", False), ("chunk_bytes", 65536), ("max_chunks_per_transfer", 64),
+               ("num_nics_per_transfer", 1), ("max_send_wr", 0), ("max_cqe_num", 0), ("max_msg_sge", 0))
 
 
 class XgmiBackendConfig(_Config):
-    pass
-
-
-class TcpBackendConfig(_Config):
-    pass
+    _params = (("num_streams", 64), ("num_events", 64))
 
 
 class FabricBackendConfig(_Config):
-    pass
+    _params = (("num_streams", 64), ("num_events", 64))
+
+
+class TcpBackendConfig(_Config):
+    _params = ()
 
 
 def set_log_level(level):
@@ -656,7 +670,7 @@ class IOEngine:
     Raises MoriError (MORI_ECONN when no daemon answers, MORI_EPERM, MORI_EVERSION) on open."""
 
     def __init__(self, key, config=None):
-        self._config = config or IOEngineConfig()
+        self._config = copy.copy(config) if config is not None else IOEngineConfig()  # create_backend may change it
         self.key = str(key)
         self._pid = os.getpid()
         self._lock = threading.RLock()
@@ -984,9 +998,12 @@ class IOEngine:
         self._remote_engines.pop(engine_desc.key, None)
 
     def create_backend(self, type, config=None):
-        """Accepted and ignored: morid picks the transport (same node: direct mappings; across
-        nodes: TCP streams or RDMA, its `transport` option)."""
+        """Accepted: morid picks the transport (same node: direct mappings; across nodes: TCP
+        streams or RDMA, its `transport` option). A config's enable_notification (RDMA) sets
+        whether this engine's transfers notify by default, as it does in ROCm/mori."""
         self._backends[BackendType(type)] = config
+        if getattr(config, "enable_notification", None) is not None:
+            self._config.enable_notification = bool(config.enable_notification)
         return None
 
     def remove_backend(self, type):
@@ -1290,3 +1307,5 @@ __all__ = ["IOEngine", "IOEngineConfig", "IOEngineSession", "EngineDesc", "Memor
            "PreparedList", "Notification", "BackendType", "MemoryLocationType", "StatusCode", "PollCqMode",
            "RdmaBackendConfig", "XgmiBackendConfig", "TcpBackendConfig", "FabricBackendConfig", "set_log_level",
            "status_code", "MoriError"]
+
+IOEngine.Session = IOEngineSession  # the name vLLM's MoRIIO connector annotates with

@@ -229,3 +229,50 @@ def test_two_engines_one_process(daemon):
         y[:] = 0
         a.write(dx, 0, MemoryDesc.unpack(dy.pack()), 0, x.nbytes).result(5)
         assert np.array_equal(x, y)
+
+
+def test_moriio_connector_sequence(setup):
+    """The calls vLLM's MoRIIO connector (MoRIIOWrapper) makes: IOEngine(key,
+    IOEngineConfig(host, port)), create_backend(RDMA, RdmaBackendConfig(qp, batch, workers,
+    POLLING, enable_notification=False)), engine descs packed and registered, a tensor's desc
+    packed, sessions, session.batch_read/write with a uid each, the Succeeded()/Failed() loop."""
+    import time
+    from mori.io import PollCqMode, XgmiBackendConfig, IOEngineSession
+    s = setup
+    cfg = IOEngineConfig("127.0.0.1", 0)  # ROCm/mori's positional (host, port)
+    assert (cfg.host, cfg.port, cfg.runtime_dir) == ("127.0.0.1", 0, None)
+    cfg.runtime_dir = s.eng._config.runtime_dir
+    eng = IOEngine("consumer:127.0.0.1:0:tp0:dp0", cfg)
+    try:
+        eng.create_backend(BackendType.RDMA, RdmaBackendConfig(4, -1, 1, PollCqMode.POLLING,
+                                                               enable_notification=False))
+        assert cfg.enable_notification is True  # the engine's copy changed, not the caller's
+        eng.create_backend(BackendType.XGMI, XgmiBackendConfig())
+        remote_key = EngineDesc.unpack(eng.get_engine_desc().pack())
+        eng.register_remote_engine(remote_key)
+        assert remote_key.key == eng.key
+        kv = np.zeros(1 << 20, dtype=np.uint8)
+        kvd = eng.register_memory(kv.ctypes.data, kv.nbytes, -1, MemoryLocationType.CPU)
+        assert MemoryDesc.unpack(kvd.pack()) == kvd
+        sess = eng.create_session(kvd, MemoryDesc.unpack(bytes.fromhex(s.peer.hello["descs"]["mf"])))
+        assert isinstance(sess, IOEngine.Session) and isinstance(sess, IOEngineSession) and sess.alive()
+        lo, ro, sz = [0, 65536, 131072], [4096, 0, 1 << 20], [4096, 8192, 100]
+        st = sess.batch_read(lo, ro, sz, eng.allocate_transfer_uid())
+        t0 = time.monotonic()
+        while not st.Succeeded():
+            assert not st.Failed(), "%s (code=%s)" % (st.Message(), st.Code())
+            assert time.monotonic() - t0 < 10
+            time.sleep(0.001)
+        for lo_, ro_, n in zip(lo, ro, sz):
+            assert sha(kv[lo_:lo_ + n]) == sha(s.mirror["mf"][ro_:ro_ + n])
+        kv[:4096] = 7
+        st = sess.write(0, 0, 4096, eng.allocate_transfer_uid())
+        st.Wait()
+        assert st.Succeeded()
+        s.mirror["mf"][:4096] = 7
+        s.check_remote("mf", [(0, 4096)])
+        # enable_notification=False in the RDMA config: no notification reached the target
+        assert s.peer.call("notifs", want=0, wait_ms=200)["n"] == []
+        assert RdmaBackendConfig(2).qp_per_transfer == 2 and RdmaBackendConfig().enable_notification is True
+    finally:
+        eng.close()
