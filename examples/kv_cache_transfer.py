@@ -88,6 +88,7 @@ def prefill(a):
     g = geometry(a)
     eng = IOEngine("prefill", IOEngineConfig(runtime_dir=a.prefill_runtime_dir))
     kv = kv_cache(g, a.prefill_blocks, a.device)
+    sync(a.device)  # torch's zero-fill runs on its stream, mori's copies on their own
     desc = register(eng, kv)
     send({"kv": desc.pack().hex(), "geometry": g, "num_blocks": a.prefill_blocks})
     rng = np.random.default_rng(a.seed)
@@ -126,6 +127,7 @@ def decode(a):
     bb = block_bytes(g)
     eng = IOEngine("decode", IOEngineConfig(runtime_dir=a.decode_runtime_dir))
     kv = kv_cache(g, a.decode_blocks, a.device)
+    sync(a.device)
     local = register(eng, kv)
     remote = MemoryDesc.unpack(bytes.fromhex(hello["kv"]))
     # byte offset of (layer, kv, block): ((layer * 2 + kv) * num_blocks + block) * block_bytes
