@@ -92,22 +92,30 @@ def target(rt, key, seed):
     eng.close()
 
 
-def prefill(rt, seed, layers, blocks, block_bytes):
+def prefill(rt, seed, layers, blocks, block_bytes, device="cpu"):
     """Register KV caches as vLLM's NIXL connector does (one region per K and per V of each
     layer, (address, length, device, "") tuples), prepare the local block list, publish the
-    handshake metadata, then answer for notifications and block hashes."""
+    handshake metadata, then answer for notifications and block hashes. device "cuda": the
+    caches are CUDA tensors (memory type VRAM)."""
     from mori.nixl_compat import nixl_agent, nixl_agent_config
     seed, layers, blocks, block_bytes = int(seed), int(layers), int(blocks), int(block_bytes)
     agent = nixl_agent(str(uuid.uuid4()), nixl_agent_config(num_threads=4, capture_telemetry=True,
                                                              runtime_dir=rt))
-    caches = [pattern(seed + r, blocks * block_bytes) for r in range(2 * layers)]
-    caches_data = [(c.ctypes.data, c.nbytes, 0, "") for c in caches]
-    descs = agent.get_reg_descs(caches_data, "DRAM")
+    host = [pattern(seed + r, blocks * block_bytes) for r in range(2 * layers)]
+    if device == "cuda":
+        import torch
+        caches = [torch.from_numpy(c).to("cuda") for c in host]
+        torch.cuda.synchronize()
+        addr, mem = [c.data_ptr() for c in caches], "VRAM"
+    else:
+        caches, addr, mem = host, [c.ctypes.data for c in host], "DRAM"
+    caches_data = [(a, blocks * block_bytes, 0, "") for a in addr]
+    descs = agent.get_reg_descs(caches_data, mem)
     agent.register_memory(descs, backends=["UCX"])
-    blocks_data = [(c.ctypes.data + b * block_bytes, block_bytes, 0) for c in caches for b in range(blocks)]
-    src = agent.prep_xfer_dlist("NIXL_INIT_AGENT", agent.get_xfer_descs(blocks_data, "DRAM"))
+    blocks_data = [(a + b * block_bytes, block_bytes, 0) for a in addr for b in range(blocks)]
+    src = agent.prep_xfer_dlist("NIXL_INIT_AGENT", agent.get_xfer_descs(blocks_data, mem))
     meta = {"engine_id": "prefill-engine", "agent_metadata": agent.get_agent_metadata().hex(),
-            "kv_caches_base_addr": [c.ctypes.data for c in caches], "num_blocks": blocks,
+            "kv_caches_base_addr": addr, "num_blocks": blocks,
             "block_lens": [block_bytes] * (2 * layers), "device_id": 0, "block_size": 16,
             "kv_cache_layout": "HND"}
     reply({"name": agent.name, "meta": meta})
@@ -124,6 +132,7 @@ def prefill(rt, seed, layers, blocks, block_bytes):
                 reply({"notifs": got})
             elif op == "hashes":
                 c = caches[cmd["region"]]
+                c = c.cpu().numpy() if device == "cuda" else c
                 reply({"h": [sha(c[b * block_bytes:(b + 1) * block_bytes]) for b in cmd["blocks"]]})
             elif op == "dereg":
                 agent.deregister_memory(descs)

@@ -33,18 +33,26 @@ def desc_ids(num_regions, num_blocks, block_ids):
 
 
 class Decode:
-    """The decode worker's side of vLLM's NIXL connector, on mori."""
+    """The decode worker's side of vLLM's NIXL connector, on mori (caches in host memory, or
+    CUDA tensors registered as VRAM)."""
 
-    def __init__(self, runtime_dir):
+    def __init__(self, runtime_dir, device="cpu"):
         self.nixl_wrapper = NixlWrapper(str(uuid.uuid4()), nixl_agent_config(num_threads=4, capture_telemetry=True,
                                                                              runtime_dir=runtime_dir))
-        self.caches = [np.zeros(D_BLOCKS * BLOCK, dtype=np.uint8) for _ in range(2 * LAYERS)]
-        caches_data = [(c.ctypes.data, c.nbytes, 0, "") for c in self.caches]
-        self.descs = self.nixl_wrapper.get_reg_descs(caches_data, "DRAM")
+        self.device = device
+        if device == "cuda":
+            self.caches = [torch.zeros(D_BLOCKS * BLOCK, dtype=torch.uint8, device="cuda") for _ in range(2 * LAYERS)]
+            torch.cuda.synchronize()
+            addr, self.mem = [c.data_ptr() for c in self.caches], "VRAM"
+        else:
+            self.caches = [np.zeros(D_BLOCKS * BLOCK, dtype=np.uint8) for _ in range(2 * LAYERS)]
+            addr, self.mem = [c.ctypes.data for c in self.caches], "DRAM"
+        caches_data = [(a, D_BLOCKS * BLOCK, 0, "") for a in addr]
+        self.descs = self.nixl_wrapper.get_reg_descs(caches_data, self.mem)
         self.nixl_wrapper.register_memory(self.descs, backends=["UCX"])
-        blocks_data = [(c.ctypes.data + b * BLOCK, BLOCK, 0) for c in self.caches for b in range(D_BLOCKS)]
+        blocks_data = [(a + b * BLOCK, BLOCK, 0) for a in addr for b in range(D_BLOCKS)]
         self.src = self.nixl_wrapper.prep_xfer_dlist(NIXL_INIT_AGENT,
-                                                     self.nixl_wrapper.get_xfer_descs(blocks_data, "DRAM"))
+                                                     self.nixl_wrapper.get_xfer_descs(blocks_data, self.mem))
         self.metadata = self.nixl_wrapper.get_agent_metadata()
 
     def add_remote_agent(self, meta):
@@ -53,7 +61,7 @@ class Decode:
         for i, base in enumerate(meta["kv_caches_base_addr"]):
             for b in range(meta["num_blocks"]):
                 blocks_data.append((base + b * meta["block_lens"][i], BLOCK, meta["device_id"]))
-        self.dst = self.nixl_wrapper.prep_xfer_dlist(name, self.nixl_wrapper.get_xfer_descs(blocks_data, "DRAM"))
+        self.dst = self.nixl_wrapper.prep_xfer_dlist(name, self.nixl_wrapper.get_xfer_descs(blocks_data, self.mem))
         self.num_blocks_remote = meta["num_blocks"]
         return name
 
@@ -61,6 +69,17 @@ class Decode:
         return self.nixl_wrapper.make_prepped_xfer(
             "READ", self.src, desc_ids(2 * LAYERS, D_BLOCKS, local_ids),
             self.dst, desc_ids(2 * LAYERS, self.num_blocks_remote, remote_ids), notif_msg=notif_id)
+
+    def host(self, r):
+        """Region r's bytes as a numpy array (a copy, for CUDA caches)."""
+        c = self.caches[r]
+        return c.cpu().numpy() if self.device == "cuda" else c
+
+    def zero(self):
+        for c in self.caches:
+            c[:] = 0
+        if self.device == "cuda":
+            torch.cuda.synchronize()
 
     def shutdown(self, remote_name):
         self.nixl_wrapper.release_dlist_handle(self.src)
@@ -70,14 +89,24 @@ class Decode:
         self.nixl_wrapper.close()
 
 
-@pytest.fixture(params=["one_node", "two_nodes"])
+try:
+    import torch
+    HAVE_CUDA = torch.cuda.is_available()
+except ImportError:
+    torch, HAVE_CUDA = None, False
+
+
+@pytest.fixture(params=["one_node", "two_nodes", "one_node_cuda", "two_nodes_cuda"])
 def pd(request, daemon, nodes, peer_factory):
-    if request.param == "one_node":
+    device = "cuda" if request.param.endswith("cuda") else "cpu"
+    if device == "cuda" and not HAVE_CUDA:
+        pytest.skip("no torch with CUDA (torch missing or no GPU): the VRAM replay needs both")
+    if request.param.startswith("one_node"):
         prt = drt = daemon.run
     else:
         prt, drt = nodes[1].run, nodes[0].run
-    p = peer_factory("prefill", prt, SEED, LAYERS, P_BLOCKS, BLOCK)
-    d = Decode(drt)
+    p = peer_factory("prefill", prt, SEED, LAYERS, P_BLOCKS, BLOCK, device)
+    d = Decode(drt, device)
     yield p, d, request.param
     try:
         d.nixl_wrapper.close()
@@ -115,11 +144,12 @@ def test_vllm_read_one_request(pd):
     # every block against the prefill side's generator, and the prefill side's own hashes
     for r in range(2 * LAYERS):
         src = pattern(SEED + r, P_BLOCKS * BLOCK)
-        got = [sha(d.caches[r][lb * BLOCK:(lb + 1) * BLOCK]) for lb in local_ids]
+        mine = d.host(r)
+        got = [sha(mine[lb * BLOCK:(lb + 1) * BLOCK]) for lb in local_ids]
         assert got == [sha(src[rb * BLOCK:(rb + 1) * BLOCK]) for rb in remote_ids], "region %d" % r
         assert got == p.call("hashes", region=r, blocks=remote_ids)["h"]
         untouched = sorted(set(range(D_BLOCKS)) - set(local_ids))
-        assert not d.caches[r].reshape(D_BLOCKS, BLOCK)[untouched].any()
+        assert not mine.reshape(D_BLOCKS, BLOCK)[untouched].any()
     # the prefill side learns the request is done, from the decode agent by name
     got = p.call("notifs", want=1, wait_ms=5000)["notifs"]
     assert got == {d.nixl_wrapper.name: [notif_id.decode()]}
@@ -130,19 +160,17 @@ def test_vllm_read_one_request(pd):
     got = p.call("notifs", want=len(msgs), wait_ms=5000)["notifs"]
     assert got == {d.nixl_wrapper.name: msgs}
     # the same handle again (NIXL allows reposting a finished request)
-    for c in d.caches:
-        c[:] = 0
+    d.zero()
     handle = d.read_blocks(local_ids, remote_ids, b"again:1")
     assert d.nixl_wrapper.transfer(handle) in ("DONE", "PROC")
     while d.nixl_wrapper.check_xfer_state(handle) == "PROC":
         time.sleep(0.001)
     assert d.nixl_wrapper.check_xfer_state(handle) == "DONE"
-    for c in d.caches:
-        c[:] = 0
+    d.zero()
     assert d.nixl_wrapper.transfer(handle) in ("DONE", "PROC")
     while d.nixl_wrapper.check_xfer_state(handle) == "PROC":
         time.sleep(0.001)
-    assert sha(d.caches[0][:BLOCK]) == sha(pattern(SEED, P_BLOCKS * BLOCK)[3 * BLOCK:4 * BLOCK])
+    assert sha(d.host(0)[:BLOCK]) == sha(pattern(SEED, P_BLOCKS * BLOCK)[3 * BLOCK:4 * BLOCK])
     d.nixl_wrapper.release_xfer_handle(handle)
     got = p.call("notifs", want=2, wait_ms=5000)["notifs"]
     assert got == {d.nixl_wrapper.name: ["again:1", "again:1"]}
