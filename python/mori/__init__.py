@@ -13,8 +13,7 @@ system's loader; importing mori does not load it, the first call that needs it d
 """
 __version__ = "0.1.0"
 
-from .errors import *  # noqa: F401,F403  MoriError, Code, MORI_OK, MORI_EINVAL, ...
-from .errors import MoriError, Code, code_name  # noqa: F401
+from .errors import *  # noqa: F401,F403  MoriError, Code, code_name, MORI_OK, MORI_EINVAL, ...
 
 
 def lib_version():

@@ -230,7 +230,7 @@ def test_cross_node_errors(nodes, peer_factory):
     expire, a prepared list still busy; the peer daemon stopped (SIGSTOP) keeps transfers in
     flight for as long as needed, then resumes."""
     a, b = nodes
-    t = peer_factory("target", b.run, "xerr", 9)
+    peer_factory("target", b.run, "xerr", 9)  # publishes xerr/np on node B
     with IOEngine("xinit", IOEngineConfig(runtime_dir=a.run)) as e:
         raises(mori.MORI_EUNREACH, e.open_remote, "nobody/kv", b.addr)
         dead = "127.0.0.1:%d" % free_port()

@@ -116,10 +116,10 @@ def test_deregister_and_close_settle_transfers(nodes):
         st3 = pl.write([0])
         e.close()
         assert st2.code == mori.MORI_ECANCELED and st3.code == mori.MORI_ECANCELED
-        for f in (lambda: e.read(loc2, 0, r, 0, 1), lambda: pl.read([0]), lambda: e.allocate(10)):
+        for f, args in ((e.read, (loc2, 0, r, 0, 1)), (pl.read, ([0],)), (e.allocate, (10,))):
             try:
-                f()
-                raise AssertionError("no error")
+                f(*args)
+                raise AssertionError("no error from %s" % f.__name__)
             except mori.MoriError as x:
                 assert x.code in (mori.MORI_EINVAL, mori.MORI_ENOENT)
         st2.close()

@@ -6,9 +6,7 @@ allocations (needs a GPU). Without torch or a GPU these skip, saying so.
 Where libmori refuses to register an expandable-segments tensor (issue 17), that test is
 reported as xfail with libmori's reason: refused, never passed."""
 import hashlib
-import os
 
-import numpy as np
 import pytest
 
 import mori
