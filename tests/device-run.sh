@@ -17,6 +17,9 @@
 #       xnode     cross-node VRAM over TCP, two morids on loopback: mori-bench io --mem vram
 #                 (and host memory, same daemons, for reference) against a plain TCP stream
 #       tests     the GPU tests (make check-gpu)
+#       hostio    host memory, same node 64 KiB x 256 and cross node (two morids on loopback)
+#                 1 MiB x 64, 3 rounds; with AB_BEFORE=DIR (a bundle's bin/ of another build,
+#                 its libs in DIR/../lib) the same rounds alternate with that build (A/B)
 # Everything is logged to $OUT/log (or /tmp/device-run/log); a summary of the key lines ends
 # the output. Each step has its own timeout so that the whole call ends within 10 minutes.
 set -u
@@ -156,6 +159,30 @@ for p in $parts; do
 			--block 1M --batch 64 --iters 5 --check
 		"$B/moractl" --runtime-dir "$RT2" status | grep -E "vram|bytes" | tee -a "$SUM"
 		kill "$MPID2" 2>/dev/null; wait "$MPID2" 2>/dev/null
+		start_morid
+		;;
+	hostio)
+		stop_morid
+		for r in 1 2 3; do
+			for bin in "$B" ${AB_BEFORE:+"$AB_BEFORE"}; do
+				lib=$(cd "$bin/../lib" && pwd)
+				A=$(mktemp -d /tmp/mori-ab.XXXXXX) A2=$(mktemp -d /tmp/mori-ab.XXXXXX)
+				P1=$((20000 + RANDOM % 20000))
+				LD_LIBRARY_PATH=$lib "$bin/morid" --foreground --runtime-dir "$A" --listen 127.0.0.1:$P1 --log-level warn 2>> "$O/morid.log" &
+				M1=$!
+				LD_LIBRARY_PATH=$lib "$bin/morid" --foreground --runtime-dir "$A2" --listen 127.0.0.1:$((P1 + 1)) --log-level warn 2>> "$O/morid.log" &
+				M2=$!
+				for _ in $(seq 200); do [ -S "$A/morid.session" ] && [ -S "$A2/morid.session" ] && break; sleep 0.05; done
+				step "hostio round $r, $bin: same node, 64 KiB x 256, vs memcpy"
+				LD_LIBRARY_PATH=$lib run 60 "$ROWS" "$bin/mori-bench" io --runtime-dir "$A" --block-min 64K --block-max 64K \
+					--batch 256 --iters 200 --region 256M
+				step "hostio round $r, $bin: cross node (loopback), 1 MiB x 64, vs one TCP stream"
+				LD_LIBRARY_PATH=$lib run 60 "$ROWS" "$bin/mori-bench" io --runtime-dir "$A" --remote-runtime-dir "$A2" \
+					--block-min 1M --block-max 1M --batch 64 --iters 40 --region 256M
+				kill "$M1" "$M2" 2>/dev/null; wait "$M1" "$M2" 2>/dev/null
+				rm -rf "$A" "$A2"
+			done
+		done
 		start_morid
 		;;
 	tests)
