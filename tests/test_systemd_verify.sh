@@ -8,7 +8,8 @@ UNIT=$ROOT/systemd/morid.service
 [ -f "$UNIT" ] || fail "no $UNIT"
 
 mkdir -p "$T/units"
-sed -e "s|@PREFIX@/bin/morid|$MORID|" -e "s|@PREFIX@|/usr|g" "$UNIT" > "$T/units/morid.service"
+MQ="\"$MORID\"" # quoted: systemd splits ExecStart at spaces (a checkout under a path with spaces)
+sed -e "s|@PREFIX@/bin/morid|$MQ|" -e "s|@PREFIX@|/usr|g" "$UNIT" > "$T/units/morid.service"
 grep -q '@[A-Z]*@' "$T/units/morid.service" && fail "placeholders left: $(grep '@[A-Z]*@' "$T/units/morid.service")"
 out=$(systemd-analyze verify "$T/units/morid.service" 2>&1)
 rc=$?
@@ -17,7 +18,7 @@ rc=$?
 [ -z "$out" ] || fail "systemd-analyze verify warned: $out"
 pass "systemd-analyze verify: clean"
 
-for want in 'Type=notify' 'NotifyAccess=main' "ExecStart=$MORID --foreground" \
+for want in 'Type=notify' 'NotifyAccess=main' "ExecStart=$MQ --foreground" \
 	'ExecReload=/bin/kill -HUP $MAINPID' 'WatchdogSec=10' 'RuntimeDirectory=mori' \
 	'RuntimeDirectoryMode=0755' 'LimitMEMLOCK=infinity' 'Restart=on-failure' \
 	'ProtectSystem=strict' 'ProtectHome=read-only' 'PrivateTmp=yes' 'NoNewPrivileges=yes' \
