@@ -1064,6 +1064,30 @@ class IOEngine:
         return self._submit(lambda out: _lib.load().mori_xfer_batch(op, lm.ptr, rm.ptr, addr, n, ctypes.byref(o),
                                                                    out), lm, rm, None, transfer_uid)
 
+    def _tag_writes(self, local, remote, tags):
+        """One 1-byte write from local to remote per tag, each notifying with its tag (how the
+        NIXL adapter sends a message), without status objects: finished handles are freed at
+        once, unfinished ones left to _reap. Raises the first failure seen."""
+        lm, rm = self._own(local), self._peer(remote)
+        self._client()
+        self._reap()
+        lib = _lib.load()
+        o = _opts(self, 0, True, None, None)
+        x, m = ctypes.c_void_p(), ctypes.c_char_p()
+        for tag in tags:
+            o.notif_tag = tag
+            _lib.check(lib.mori_write(lm.ptr, 0, rm.ptr, 0, 1, ctypes.byref(o), ctypes.byref(x)), "notify")
+            rc = lib.mori_xfer_status(x.value, ctypes.byref(m))
+            if rc == MORI_EINPROGRESS:
+                with self._lock:
+                    self._xfers[x.value] = (lm, rm, None, None)
+                    self._orphans.add(x.value)
+                continue
+            msg = m.value.decode("utf-8", "replace") if m.value else ""
+            lib.mori_xfer_free(x.value)
+            if rc != MORI_OK:
+                raise MoriError(rc, "notify: " + msg)
+
     def read(self, local, local_offset, remote, remote_offset, size, transfer_uid=None, *, notify=None,
              timeout_ms=None, stream=None):
         """Copy `size` bytes of `remote` at remote_offset into `local` at local_offset. local: a

@@ -307,11 +307,9 @@ class nixl_agent:
         self._self = None
         self._rx = {}                     # (from_pid, sender) -> bytearray being assembled
         self._names = {}                  # (from_pid, sender) -> agent name
-        self._sends = []                  # chunk writes not yet complete
         self._live = set()                # _Xfer posted and not released
         self.notifs = {}
         self.raw_notifs = []              # notifications that were not NIXL messages
-        self.notif_errors = 0
         self.plugin_list = ["MORI"] + [b for b in conf.backends if b != "MORI"]
         self.backends = {}
         for b in conf.backends:
@@ -754,25 +752,12 @@ class nixl_agent:
             ra.named = True
         msg = bytes(msg)
         chunks = [msg[i:i + _CHUNK] for i in range(0, len(msg), _CHUNK)] or [b""]
-        self._prune_sends()
+        tags = []
         for i, ch in enumerate(chunks):
             flags = kind | (_F_START if i == 0 else 0) | (_F_END if i == len(chunks) - 1 else 0)
-            tag = ((_TAG_MAGIC << 60) | (self._sender << 38) | (flags << 35) | (len(ch) << 32) |
-                   int.from_bytes(ch.ljust(_CHUNK, b"\0"), "little"))
-            st = self.engine.write(self._inbox, 0, ra.inbox, 0, 1, tag, notify=True)
-            if st.done and st.code != MORI_OK:
-                raise st.error
-            if not st.done:
-                self._sends.append(st)
-
-    def _prune_sends(self):
-        keep = []
-        for st in self._sends:
-            if not st.done:
-                keep.append(st)
-            elif st.code != MORI_OK:
-                self.notif_errors += 1
-        self._sends = keep
+            tags.append((_TAG_MAGIC << 60) | (self._sender << 38) | (flags << 35) | (len(ch) << 32) |
+                        int.from_bytes(ch.ljust(_CHUNK, b"\0"), "little"))
+        self.engine._tag_writes(self._inbox, ra.inbox, tags)
 
     def send_notif(self, remote_agent_name, notif_msg, backend=None):
         """A notification not bound to a transfer."""
@@ -789,7 +774,6 @@ class nixl_agent:
         out = {}
         for x in list(self._live):
             self._progress_locked(x)
-        self._prune_sends()
         for n in self.engine.poll_notifications():
             if n.tag >> 60 != _TAG_MAGIC:
                 self.raw_notifs.append(n)
