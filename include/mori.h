@@ -149,9 +149,11 @@ MORI_API int mori_mem_alloc(mori_client *c, size_t size, int kind, mori_mem **ou
 MORI_API int mori_mem_register(mori_client *c, void *ptr, size_t len, int kind, mori_mem **out);
 
 /* Deregister (and, for mori_mem_alloc memory, free) a local region. Waits up to 1 s for this
- * client's in-flight transfers on it, then fails them with MORI_ECANCELED. Peers holding the
- * region open see MORI_ESTALE on their next transfer. Also closes a handle from
- * mori_mem_unpack/mori_mem_open_remote. NULL is a no-op returning MORI_OK. */
+ * client's in-flight transfers on it, then fails the cross-node ones with MORI_ECANCELED (their
+ * handles stay valid; no later completion touches the region). Same-node copies still running
+ * after a further second leave the region registered: MORI_EBUSY, call again once they finish.
+ * Peers holding the region open see MORI_ESTALE on their next transfer. Also closes a handle
+ * from mori_mem_unpack/mori_mem_open_remote. NULL is a no-op returning MORI_OK. */
 MORI_API int mori_mem_deregister(mori_mem *mem);
 
 /* Local address and size of a local region (NULL for a remote handle). */

@@ -117,6 +117,9 @@ int client_submit(mori_client *c, const struct mori_sqe *e);
 void client_reap(mori_client *c);
 /* Block on the CQ doorbell up to timeout_us (after the ring said empty). */
 void client_sleep(mori_client *c, int64_t timeout_us);
+/* xfer.c: end (MORI_ECANCELED) the daemon-side transfers that use m, which is being deregistered;
+ * returns how many. */
+int xfer_cancel_mem(mori_client *c, mori_mem *m);
 
 /* copy.c: memcpy over several threads for large batches. */
 struct copy_pool *copy_pool_new(int threads);

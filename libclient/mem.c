@@ -256,6 +256,13 @@ int mori_mem_deregister(mori_mem *m)
 	mori_client *c = m->c;
 	int rc = MORI_OK;
 	wait_idle(m);
+	if (atomic_load(&m->inflight) > 0 && xfer_cancel_mem(c, m) > 0)
+		wait_idle(m); /* what is left are same-node copies, which finish on their own */
+	if (atomic_load(&m->inflight) > 0)
+		/* freeing m now would let a running copy write into freed memory: keep it all */
+		return set_error(c, MORI_EBUSY, "deregister: %d same-node transfers still use region %llu; "
+			"wait for them, then deregister again", (int)atomic_load(&m->inflight),
+			(unsigned long long)m->region_id);
 	mem_unlink(c, m);
 	Mori__Request req = MORI__REQUEST__INIT;
 	Mori__Reply *rep = NULL;

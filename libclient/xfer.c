@@ -160,6 +160,32 @@ void xfer_close_all(mori_client *c)
 	pthread_mutex_unlock(&c->xfer_lock);
 }
 
+/* m is being deregistered while daemon-side transfers still use it: ask the daemon to drop
+ * them and end them here (MORI_ECANCELED), so that no completion arriving later touches m.
+ * Returns how many it ended. */
+int xfer_cancel_mem(mori_client *c, mori_mem *m)
+{
+	int n = 0;
+	pthread_mutex_lock(&c->xfer_lock);
+	for (size_t i = 0; i < c->npending;) {
+		struct mori_xfer *x = c->pending[i];
+		if (x->local != m && x->remote != m) {
+			i++;
+			continue;
+		}
+		struct mori_sqe e = {.op = SQE_CANCEL, .user_data = x->id};
+		client_submit(c, &e); /* best effort: the daemon's answer finds no record any more */
+		table_remove_locked(c, x); /* moves the last entry to i */
+		if (x->arena_len)
+			arena_release(c, x->arena_off, x->arena_len);
+		x->arena_len = 0;
+		finish(x, MORI_ECANCELED, "a region of the transfer was deregistered while it was in flight");
+		n++;
+	}
+	pthread_mutex_unlock(&c->xfer_lock);
+	return n;
+}
+
 /* ---- validation ---- */
 
 static int check_pair(mori_mem *local, mori_mem *remote)

@@ -449,6 +449,49 @@ START_TEST(deadline_and_cancel)
 }
 END_TEST
 
+/* A local region deregistered while a cross-node transfer on it is stalled (peer stopped): the
+ * deregistration returns after its 1 s wait, the transfer ends MORI_ECANCELED, and nothing the
+ * daemon sends later touches the freed region (ASan watches the library's side). */
+START_TEST(deregister_stalled_transfer)
+{
+	struct target t;
+	target_start(&t, NB.dir, 1, 2);
+	mori_client *c;
+	mori_mem *l, *ra;
+	mori_xfer *x;
+	OK(mori_client_open(NA.dir, "dereg-stalled", &c));
+	OK(mori_mem_alloc(c, 16 << 20, MORI_MEM_HOST, &l));
+	OK(mori_mem_open_remote(c, NB.addr, "target/a", &ra));
+	OK(mori_write(l, 0, ra, 0, 4096, NULL, &x)); /* the streams are up */
+	OK(mori_xfer_wait(x, 5000000));
+	mori_xfer_free(x);
+	kill(NB.pid, SIGSTOP);
+	OK(mori_read(l, 0, ra, 0, 16 << 20, NULL, &x));
+	uint64_t t0 = mori_now_us();
+	OK(mori_mem_deregister(l));
+	uint64_t dt = mori_now_us() - t0;
+	ck_assert_uint_ge(dt, 900000);
+	ck_assert_uint_lt(dt, 5000000);
+	const char *msg = "";
+	ck_assert_int_eq(mori_xfer_status(x, &msg), MORI_ECANCELED);
+	ck_assert_ptr_nonnull(strstr(msg, "deregistered"));
+	kill(NB.pid, SIGCONT);
+	/* the daemon's answer to the dropped transfer arrives later: the client keeps working */
+	mori_mem *l2;
+	OK(mori_mem_alloc(c, 1 << 20, MORI_MEM_HOST, &l2));
+	memset(mori_mem_ptr(l2), 0x3c, 4096);
+	mori_xfer *y;
+	OK(mori_write(l2, 0, ra, 0, 4096, NULL, &y));
+	OK(mori_xfer_wait(y, 5000000));
+	mori_xfer_free(y);
+	mori_xfer_free(x);
+	OK(mori_mem_deregister(l2));
+	OK(mori_mem_deregister(ra));
+	target_end(&t, NULL, NULL);
+	mori_client_close(c);
+}
+END_TEST
+
 /* The peer daemon is killed (SIGKILL) in the middle of a stream of transfers: each ends (OK if it
  * finished before, else an error) within its deadline; after a restart (new epoch) the old handle
  * is MORI_ESTALE and a new open works, without restarting anything on node A. */
@@ -975,6 +1018,7 @@ int main(void)
 	tcase_add_test(t, bad_input);
 	tcase_add_test(t, forced_rdma_without_device);
 	tcase_add_test(t, deadline_and_cancel);
+	tcase_add_test(t, deregister_stalled_transfer);
 	tcase_add_test(t, peer_killed);
 	tcase_add_test(t, initiator_killed);
 	tcase_add_test(t, raw_submissions);
