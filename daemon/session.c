@@ -388,6 +388,11 @@ static void session_accept(uv_poll_t *p, int status, int events)
 			count(d, C_DENIED, 1);
 			mlog_ratelimited(MLOG_WARN, "session", "refused session from uid %u pid %d: uid not in allow_uids",
 				  cred.uid, cred.pid);
+			/* say why before closing: libmori reports it as MORI_EPERM, not a lost session */
+			Mori__Reply no = MORI__REPLY__INIT;
+			struct rctx r = {0};
+			reply_error(&no, MORI_EPERM, "uid %u is not allowed by morid (allow_uids in morid.conf)", cred.uid);
+			wire_reply(s, cred.pid, &no, &r);
 			close(s);
 			continue;
 		}

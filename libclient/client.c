@@ -53,8 +53,10 @@ static int wait_readable(int fd, uint64_t deadline_us)
 /* morid's goodbye (an unsolicited reply, id 0, sent before it detaches a client): keep why. */
 static void keep_goodbye(mori_client *c, const Mori__Reply *r)
 {
-	if (r && r->id == 0 && r->code != 0 && r->message && !c->gone_why[0])
+	if (r && r->id == 0 && r->code != 0 && r->message && !c->gone_why[0]) {
 		snprintf(c->gone_why, sizeof(c->gone_why), "%s", r->message);
+		c->gone_code = r->code;
+	}
 }
 
 /* Has morid closed our session (it detached us, or it stopped)? Never consumes a reply another
@@ -73,9 +75,12 @@ static int session_gone(mori_client *c)
 	return 1;
 }
 
-/* The session is gone: MORI_ECONN with morid's reason when it gave one, else `fallback`. */
+/* The session is gone: morid's code and reason when it gave them (MORI_EPERM for a uid it
+ * refuses, MORI_ECONN when it detached us), else MORI_ECONN and `fallback`. */
 static int session_lost(mori_client *c, const char *fallback)
 {
+	if (c->gone_code && c->gone_code != MORI_ECONN)
+		return set_error(c, c->gone_code, "%s", c->gone_why);
 	return set_error(c, MORI_ECONN, "session with morid lost: %s", c->gone_why[0] ? c->gone_why : fallback);
 }
 

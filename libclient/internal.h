@@ -19,6 +19,7 @@ struct mori_client {
 	int sock;                 /* session socket (SEQPACKET) */
 	pthread_mutex_t rpc_lock; /* one request in flight on the session socket */
 	char gone_why[CQE_MSG + 64]; /* why morid detached us (its unsolicited reply, id 0) */
+	int gone_code;              /* ... and its code (MORI_EPERM: refused) */
 	uint64_t next_req;
 	/* rings */
 	int ring_fd, sq_efd, cq_efd;
