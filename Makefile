@@ -39,7 +39,7 @@ COMMON    := $(wildcard common/*.c) $(PROTO_C)
 COMMON_SVC := $(wildcard common/svc/*.c)
 DAEMON    := $(filter-out daemon/main.c,$(wildcard daemon/*.c))
 LIBCLIENT := $(filter-out libclient/bench.c,$(wildcard libclient/*.c))
-TOOLS     := moractl mori-bench mori-kvreplay mori-gpubench
+TOOLS     := moractl mori-bench mori-kvreplay mori-gpubench mori-viz
 TESTS_SRC := $(wildcard tests/test_*.c)
 TESTS     := $(patsubst tests/%.c,$(B)/tests/%,$(TESTS_SRC))
 TEST_TOOLS := $(B)/tests/notify_listener
@@ -114,6 +114,20 @@ $(B)/mori-kvreplay: $(B)/obj/tools/kvreplay/main.o $(KVREPLAY_O) $(B)/libmori.a
 $(B)/tests/test_kv_logic: $(B)/obj/tests/test_kv_logic.o $(KVREPLAY_O) $(B)/libmori.a
 	@mkdir -p $(dir $@); echo "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(B)/libmori.a $(PKG_LIBS) $(CHECK_LIBS) -lm
+
+# moractl's commands of issue 19 (topo, diagnose, metrics) are in tools/moractl_obs.c.
+$(B)/moractl: $(B)/obj/tools/moractl.o $(B)/obj/tools/moractl_obs.o $(B)/libmori-svc.a $(B)/libmori.a
+	@echo "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(B)/libmori-svc.a $(B)/libmori.a $(PKG_LIBS) -lm
+
+# mori-viz (tools/viz/): MORI-VIZ trace buffers to Perfetto JSON; its unit test links viz.o.
+VIZ_O := $(call obj,tools/viz/viz.c)
+$(B)/mori-viz: $(B)/obj/tools/viz/main.o $(VIZ_O)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^
+$(B)/tests/test_viz: $(B)/obj/tests/test_viz.o $(VIZ_O)
+	@mkdir -p $(dir $@); echo "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS) $(CHECK_LIBS) -lm
 
 # GPU kernels (kernels/kernels.mk): a fatbin where nvcc exists, embedded in libmori as a
 # generated C array; without nvcc an empty image, said once. kernels.mk decides what is stale.

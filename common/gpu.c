@@ -78,6 +78,11 @@ static const struct sym syms[] = {
 	S(event_query, "cuEventQuery", "hipEventQuery"),
 	S(event_synchronize, "cuEventSynchronize", "hipEventSynchronize"),
 	S(event_elapsed_time, "cuEventElapsedTime_v2|cuEventElapsedTime", "hipEventElapsedTime"),
+	OPT(device_get_pci_bus_id, "cuDeviceGetPCIBusId", "hipDeviceGetPCIBusId"),
+	OPT(device_total_mem, "cuDeviceTotalMem_v2", "hipDeviceTotalMem"),
+	OPT(device_can_access_peer, "cuDeviceCanAccessPeer", "hipDeviceCanAccessPeer"),
+	OPT(device_get_p2p_attribute, "cuDeviceGetP2PAttribute", NULL),
+	OPT(ext_get_link_type_and_hop_count, NULL, "hipExtGetLinkTypeAndHopCount"),
 	OPT(cu_get_error_string, "cuGetErrorString", NULL),
 	OPT(hip_get_error_string, NULL, "hipGetErrorString"),
 };

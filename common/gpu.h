@@ -75,7 +75,16 @@ enum {                                                              /* CUdevice_
 	GPU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
 	GPU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED = 102,
 	GPU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FD_SUPPORTED = 103,
+	GPU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED = 116,
+	GPU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED = 124,
 };
+enum {                                                              /* CUdevice_P2PAttribute */
+	GPU_P2P_ATTRIBUTE_PERFORMANCE_RANK = 1,
+	GPU_P2P_ATTRIBUTE_ACCESS_SUPPORTED = 2,
+	GPU_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED = 3,
+};
+/* HIP's link types (hsa_amd_link_info_type_t) from ext_get_link_type_and_hop_count. */
+enum { GPU_HIP_LINK_PCIE = 2, GPU_HIP_LINK_XGMI = 4 };
 enum { GPU_MEM_HANDLE_TYPE_NONE = 0, GPU_MEM_HANDLE_TYPE_POSIX_FD = 1 };
 enum { GPU_MEM_ALLOCATION_TYPE_PINNED = 1 };
 enum { GPU_MEM_LOCATION_TYPE_DEVICE = 1 };
@@ -161,6 +170,13 @@ struct gpu_api {
 	int (*event_query)(gpu_event e);
 	int (*event_synchronize)(gpu_event e);
 	int (*event_elapsed_time)(float *ms, gpu_event start, gpu_event end);
+
+	/* topology (daemon/topology.c); NULL where the driver lacks them */
+	int (*device_get_pci_bus_id)(char *bus_id, int len, gpu_device d);
+	int (*device_total_mem)(size_t *bytes, gpu_device d);
+	int (*device_can_access_peer)(int *can, gpu_device d, gpu_device peer);
+	int (*device_get_p2p_attribute)(int *v, int attr, gpu_device src, gpu_device dst); /* CUDA */
+	int (*ext_get_link_type_and_hop_count)(int d1, int d2, unsigned *type, unsigned *hops); /* HIP */
 
 	/* raw error-string entry points; use gpu_strerror() */
 	int (*cu_get_error_string)(int rc, const char **s);

@@ -45,6 +45,7 @@ static const struct opt opts[] = {
 	{"rdma_retry_cnt", T_INT, S(rdma_retry_cnt), 0, 7, "7", 1, "QP transport retries before an error, for new QPs"},
 	{"rdma_rnr_retry", T_INT, S(rdma_rnr_retry), 0, 7, "7", 1, "QP receiver-not-ready retries (7: forever), for new QPs"},
 	{"transport", T_STR, S(transport), 0, 0, "auto", 0, "cross-node transport: auto (RDMA where both ends have it, else TCP), tcp or rdma"},
+	{"metrics_listen", T_STR, S(metrics_listen), 0, 0, "", 0, "Prometheus metrics over HTTP (GET /metrics) on host:port; empty: off"},
 	{"rdma_busy_poll", T_INT, S(rdma_busy_poll), 0, 1, "0", 1, "1: while transfers are in flight morid's loop polls the completion queue instead of sleeping on its channel (lower latency, one core busy)"},
 	{"rdma_qps_per_peer", T_INT, S(rdma_qps_per_peer), 1, 16, "2", 0, "RDMA queue pairs per peer daemon (transfers striped over them)"},
 	{"client_max_regions", T_INT, S(client_max_regions), 1, 1 << 20, "16384", 1, "regions one client may have registered at once"},
@@ -223,8 +224,9 @@ int config_validate(struct config *cfg, char *err, size_t errlen)
 		snprintf(err, errlen, "ring_entries: %lld is not a power of two", (long long)cfg->ring_entries);
 		return -1;
 	}
-	const char *addrs[2][2] = {{"listen", cfg->listen}, {"advertise", cfg->advertise}};
-	for (int i = 0; i < 2; i++) {
+	const char *addrs[3][2] = {{"listen", cfg->listen}, {"advertise", cfg->advertise},
+				   {"metrics_listen", cfg->metrics_listen}};
+	for (int i = 0; i < 3; i++) {
 		char host[256];
 		int port;
 		const char *a = addrs[i][1];

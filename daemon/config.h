@@ -37,6 +37,7 @@ struct config {
 	int64_t rdma_retry_cnt;
 	int64_t rdma_rnr_retry;    /* 7: retry forever */
 	char transport[8];         /* auto, tcp, rdma: cross-node transport choice */
+	char metrics_listen[128];  /* Prometheus HTTP endpoint host:port (metrics.c); empty: off */
 	int64_t rdma_qps_per_peer;
 	int64_t rdma_busy_poll;    /* 1: spin on the CQ while transfers are in flight */
 

@@ -13,6 +13,7 @@
 #include "log.h"
 #include "memory.h"
 #include "morid.h"
+#include "observe.h"
 #include "peer.h"
 #include "rdma.h"
 #include "registry.h"
@@ -214,6 +215,15 @@ int dispatch(struct morid *d, struct client *c, uid_t uid, Mori__Request *req, M
 		return deferred;
 	case MORI__REQUEST__BODY_NICS: /* rdma_dev.c (issue 7) */
 		rdma_nics_reply(d, rep, r);
+		break;
+	case MORI__REQUEST__BODY_TOPO: /* observe.c (issue 19) */
+		observe_topo(d, rep, r);
+		break;
+	case MORI__REQUEST__BODY_DIAGNOSE:
+		observe_diagnose(d, rep, r);
+		break;
+	case MORI__REQUEST__BODY_METRICS:
+		observe_metrics(d, rep, r);
 		break;
 	default:
 		count(d, C_BAD_REQUESTS, 1);

@@ -15,6 +15,7 @@
 
 #include "gpu_stage.h"
 #include "log.h"
+#include "metrics.h"
 #include "morid.h"
 #include "peer.h"
 #include "rdma.h"
@@ -54,6 +55,7 @@ void morid_stop(struct morid *d, const char *why)
 		return;
 	d->stopping = 1;
 	mlog_notice("main", "stopping: %s", why);
+	metrics_stop(d); /* first: its HTTP handlers wait for this loop */
 	sd_notify(0, "STOPPING=1");
 	session_stop(d);
 	peers_stop(d); /* ends the transfers, then stops the transports */
@@ -210,6 +212,8 @@ int main(int argc, char **argv)
 		goto out_reg;
 	if (session_start(d) != 0)
 		goto out_control;
+	if (metrics_start(d) != 0) /* issue 19: Prometheus endpoint where metrics_listen is set */
+		goto out_session;
 	/* The transports built in, TCP first: it serves whatever RDMA cannot carry. */
 	static const struct transport *const transports[] = {&transport_tcp, &transport_rdma};
 	if (peers_start(d, transports, 2) != 0)
@@ -259,6 +263,7 @@ int main(int argc, char **argv)
 	return rc;
 
 out_session:
+	metrics_stop(d);
 	session_stop(d);
 out_control:
 	control_stop(d);

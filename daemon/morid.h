@@ -70,6 +70,7 @@ struct client {
 	struct ring_hdr *sqh, *cqh;
 	void *sqe, *cqe;
 	uv_poll_t sq_poll;
+	uint64_t xfers, xfer_bytes, xfer_errors; /* cross-node transfers ended (mstats.c) */
 	struct mori_cqe *cq_backlog; /* entries waiting for CQ space, FIFO */
 	size_t backlog_n, backlog_cap;
 	struct list regions;         /* regions it owns */

@@ -13,6 +13,7 @@
 
 #include "invariant.h"
 #include "log.h"
+#include "mstats.h"
 #include "peer_int.h"
 
 static void rpc_kick(struct peer *p);
@@ -203,6 +204,12 @@ static void hello_done(struct rpc *q, struct peer *p, const Mori__Reply *rep, in
 		mlog_notice("peer", "peer %s restarted: epoch %llx -> %llx", p->addr,
 			    (unsigned long long)p->epoch, (unsigned long long)hr->epoch);
 	p->epoch = hr->epoch;
+	if (hr->wall_us && p->hello_wall_us) {
+		uint64_t now = mstats_wall_us();
+		p->clock_rtt_us = now > p->hello_wall_us ? now - p->hello_wall_us : 0;
+		p->clock_skew_us = (int64_t)(hr->wall_us - (p->hello_wall_us + p->clock_rtt_us / 2));
+		p->clock_known = 1;
+	}
 	snprintf(p->node, sizeof(p->node), "%s", hr->node ? hr->node : "");
 	p->data_port = hr->data_port;
 	p->state = PS_CONNECTING;
@@ -229,6 +236,7 @@ static void peer_hello(struct peer *p)
 	ph.epoch = P->d->epoch;
 	ph.node = P->self;
 	ph.data_port = P->data_port;
+	ph.wall_us = p->hello_wall_us = mstats_wall_us();
 	req.body_case = MORI__REQUEST__BODY_PEER_HELLO;
 	req.peer_hello = &ph;
 	if (!peer_rpc(p, &req, PEER_LOOKUP_TIMEOUT_MS, hello_done, NULL))

@@ -87,6 +87,11 @@ struct peer {
 	void *tp[TR_MAX];         /* each transport's state for this peer (its own to free) */
 	/* counters */
 	uint64_t bytes_sent, bytes_received, transfers, errors;
+	/* clock skew at the last hello (moractl diagnose): its wall clock minus ours at the
+	 * middle of the round trip, and that trip's length */
+	int64_t clock_skew_us;
+	uint64_t clock_rtt_us, hello_wall_us;
+	int clock_known;
 	int handles;              /* references: table entry, nng poll handle, address lookup */
 	int gone;                 /* out of the table (daemon stopping) */
 };

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "mstats.h"
 #include "peer.h"
 #include "peer_int.h"
 #include "region.h"
@@ -61,6 +62,7 @@ static void serve_one(struct peers *P, nng_msg *m)
 			hr->epoch = d->epoch;
 			hr->node = P->self;
 			hr->data_port = P->data_port;
+			hr->wall_us = mstats_wall_us(); /* the dialer's clock skew (moractl diagnose) */
 			rep.body_case = MORI__REPLY__BODY_PEER_HELLO;
 			rep.peer_hello = hr;
 			/* Known for moractl; connected only when a client here needs it. */

@@ -8,6 +8,7 @@
 #include "log.h"
 #include "rdma_int.h"
 #include "rdma_verbs.h"
+#include "topology.h"
 
 /* ---- local registrations ---- */
 static struct rmr *rmr_find(struct rnode *N, uint64_t region, uint32_t gen)
@@ -96,8 +97,25 @@ void rdma_region_gone(void *arg, struct region *g)
 	}
 }
 
-/* The device port to use: rdma_device, else the usable one whose address is ours, else the
- * first usable one. */
+/* With GPUs and several usable ports: the port the topology ranks first for GPU 0 (the one
+ * engine serves the node; topology.h says how). -1 without a GPU: the caller's choice stays. */
+static int pick_by_topology(const struct rdma_nic *v, int n)
+{
+	const struct gpu_api *g = gpu_api();
+	struct topo *t;
+	if (!g || topo_build("/sys", g, "", v, n, "", &t) != 0)
+		return -1;
+	int best = topo_nic_for_gpu(t, 0);
+	if (best >= 0)
+		mlog_notice("rdma", "%s port %u: ranked first for GPU 0 (%s, %s, %g Gb/s)", v[best].device,
+			    v[best].port, t->gpu[0].pci[0] ? t->gpu[0].pci : "?",
+			    topo_dist_name(t->gn[best].dist), v[best].gbps);
+	topo_free(t);
+	return best;
+}
+
+/* The device port to use: rdma_device, else the usable one whose address is ours, else with
+ * GPUs the one the topology ranks first for GPU 0, else the first usable one. */
 static int pick(struct rnode *N, char *name, size_t nlen, int *port, int *gidx)
 {
 	struct rdma_nic *v;
@@ -108,17 +126,23 @@ static int pick(struct rnode *N, char *name, size_t nlen, int *port, int *gidx)
 		return -1;
 	}
 	const char *l = N->d->cfg.advertise[0] ? N->d->cfg.advertise : N->d->cfg.listen;
-	int best = -1;
+	int best = -1, usable = 0, ours = 0;
 	for (int i = 0; i < n; i++) {
 		if (!v[i].usable)
 			continue;
+		usable++;
 		if (best < 0)
 			best = i;
 		size_t al = strlen(v[i].address);
-		if (al && !strncmp(l, v[i].address, al) && l[al] == ':') {
+		if (!ours && al && !strncmp(l, v[i].address, al) && l[al] == ':') {
 			best = i;
-			break;
+			ours = 1;
 		}
+	}
+	if (!ours && usable > 1) {
+		int t = pick_by_topology(v, n);
+		if (t >= 0)
+			best = t;
 	}
 	if (best < 0) {
 		snprintf(N->why, sizeof(N->why), "%s", note[0] ? note : n ? "no usable RDMA port" : "no RDMA devices");

@@ -8,6 +8,7 @@
 
 #include "invariant.h"
 #include "log.h"
+#include "mstats.h"
 #include "peer_int.h"
 
 struct xfer *xfer_find(struct peers *P, uint64_t id)
@@ -48,6 +49,7 @@ void xfer_complete(struct xfer *x, int code, const char *fmt, ...)
 		cqe_msg(&e, code ? msg : "");
 		client_post(x->c, &e);
 	}
+	mstats_xfer(x->c, x->read, x->total, mori_now_us() - x->start_us, code);
 	if (code) {
 		count(d, C_XFER_ERRORS, 1);
 		x->p->errors++;

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "moractl_obs.h"
 #include "svc/ctl.h"
 #include "mori.h"
 
@@ -22,6 +23,9 @@ static void usage(FILE *f)
 		"  version     moractl's and the daemon's versions\n"
 		"  config      effective configuration (reloadable options marked)\n"
 		"  reload      re-read the configuration file (like SIGHUP); errors keep the old one\n"
+		"  topo        GPUs, NICs, CPUs, NUMA: a matrix like nvidia-smi topo -m, and each GPU's NIC ranking\n"
+		"  diagnose    checks with verdict (ok, warning, problem, skipped) and remedy; exit 1 on a problem\n"
+		"  metrics     morid's Prometheus metrics (the text its metrics_listen endpoint serves)\n"
 		"  clients     attached clients\n"
 		"  memory      registered memory regions\n"
 		"  peers       other nodes' daemons and per-peer counters\n"
@@ -474,6 +478,12 @@ int main(int argc, char **argv)
 		return cmd_config();
 	if (!strcmp(cmd, "reload"))
 		return cmd_reload();
+	if (!strcmp(cmd, "topo"))
+		return moractl_topo(url, timeout_ms, json);
+	if (!strcmp(cmd, "diagnose"))
+		return moractl_diagnose(url, timeout_ms, json);
+	if (!strcmp(cmd, "metrics"))
+		return moractl_metrics(url, timeout_ms, json);
 	if (!strcmp(cmd, "clients"))
 		return cmd_list(1);
 	if (!strcmp(cmd, "memory"))
