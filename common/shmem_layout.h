@@ -22,10 +22,44 @@
 #define MORI_SHMEM_LAYOUT_H
 #include <stdint.h>
 
+/* C11's _Static_assert is not C++ (the device side compiles this header as CUDA/HIP C++). */
+#ifdef __cplusplus
+#define MORI_SHMEM_STATIC_ASSERT static_assert
+#else
+#define MORI_SHMEM_STATIC_ASSERT _Static_assert
+#endif
+
 #define MORI_SHMEM_MAGIC 0x4d534831u     /* "MSH1" */
 #define MORI_SHMEM_MAX_PES 1024          /* a group's largest world size */
 #define MORI_SHMEM_RESERVED (64u << 10)  /* bytes at the start of every heap the library keeps */
 #define MORI_SHMEM_UID_BYTES 128         /* mori_shmem_uniqueid: at most this many bytes */
+
+/* The reserved area (the first MORI_SHMEM_RESERVED bytes of every heap), as the device API
+ * (kernels/mori_shmem.cuh) uses it. Offsets from the heap's start; every word is 8 bytes. The
+ * host side zeroes a PE's reserved area before that PE's join completes (a peer may write its
+ * barrier flag there as soon as the group exists) and never touches it afterwards.
+ *   BAR_EPOCH      barriers (barrier_all, sync_all, barrier_on_stream) this PE has entered;
+ *                  written by this PE only.
+ *   PROXY_USED     non-zero once this PE posted a proxy request: until then quiet skips the ring.
+ *   AMO_TICKET     hands out AMO result slots round-robin.
+ *   BAR_FLAG[q]    the last barrier generation PE q reached, written by PE q (a release store, or
+ *                  a proxy AMO_SET); q < MORI_SHMEM_MAX_PES.
+ *   AMO_BUSY[i]    result slot i is held by a thread waiting for a fetching proxy AMO.
+ *   AMO_VALUE[i]   where morid writes that AMO's fetched value (8 bytes, zero-extended from 4),
+ *                  before it advances `done` past the request; the request's `src` names it.
+ * From MORI_SHMEM_OFF_FREE to MORI_SHMEM_RESERVED: unused (EP and CCL signal words later). */
+#define MORI_SHMEM_OFF_BAR_EPOCH 0x0000u
+#define MORI_SHMEM_OFF_PROXY_USED 0x0040u
+#define MORI_SHMEM_OFF_AMO_TICKET 0x0080u
+#define MORI_SHMEM_OFF_BAR_FLAG 0x1000u                      /* [MORI_SHMEM_MAX_PES] */
+#define MORI_SHMEM_AMO_SLOTS 512u
+#define MORI_SHMEM_OFF_AMO_BUSY 0x3000u                      /* [MORI_SHMEM_AMO_SLOTS] */
+#define MORI_SHMEM_OFF_AMO_VALUE 0x4000u                     /* [MORI_SHMEM_AMO_SLOTS] */
+#define MORI_SHMEM_OFF_FREE 0x5000u
+MORI_SHMEM_STATIC_ASSERT(MORI_SHMEM_OFF_BAR_FLAG + 8u * MORI_SHMEM_MAX_PES <= MORI_SHMEM_OFF_AMO_BUSY &&
+	       MORI_SHMEM_OFF_AMO_BUSY + 8u * MORI_SHMEM_AMO_SLOTS <= MORI_SHMEM_OFF_AMO_VALUE &&
+	       MORI_SHMEM_OFF_AMO_VALUE + 8u * MORI_SHMEM_AMO_SLOTS <= MORI_SHMEM_OFF_FREE &&
+	       MORI_SHMEM_OFF_FREE <= MORI_SHMEM_RESERVED, "reserved area layout");
 
 /* Why the abort word was set (0: not set). A device-side wait that sees it returns. */
 enum mori_shmem_abort {
@@ -39,6 +73,26 @@ enum mori_shmem_abort {
 enum mori_shmem_sigop {
 	MORI_SHMEM_SIGNAL_SET = 9,
 	MORI_SHMEM_SIGNAL_ADD = 10,
+};
+
+/* amo_type of the device API's generic atomics (kernels/mori_shmem.cuh): ROCm/mori's atomicType
+ * numbers. SIGNAL_SET (9) and
+ * SIGNAL_ADD (10) (enum mori_shmem_sigop) are accepted as SET and ADD. */
+enum mori_shmem_atomic_type {
+	MORI_SHMEM_ATOMIC_INC = 2,
+	MORI_SHMEM_ATOMIC_SET = 3,
+	MORI_SHMEM_ATOMIC_ADD = 4,
+	MORI_SHMEM_ATOMIC_AND = 5,
+	MORI_SHMEM_ATOMIC_OR = 6,
+	MORI_SHMEM_ATOMIC_XOR = 7,
+	MORI_SHMEM_ATOMIC_FETCH = 12,
+	MORI_SHMEM_ATOMIC_FETCH_INC = 13,
+	MORI_SHMEM_ATOMIC_FETCH_ADD = 14,
+	MORI_SHMEM_ATOMIC_FETCH_AND = 15,
+	MORI_SHMEM_ATOMIC_FETCH_OR = 16,
+	MORI_SHMEM_ATOMIC_FETCH_XOR = 17,
+	MORI_SHMEM_ATOMIC_SWAP = 18,
+	MORI_SHMEM_ATOMIC_COMPARE_SWAP = 19,
 };
 
 /* wait_until comparisons (OpenSHMEM's SHMEM_CMP_* values). */
@@ -80,7 +134,7 @@ struct mori_shmem_preq {
 	uint64_t value;
 	uint64_t cmp;
 };
-_Static_assert(sizeof(struct mori_shmem_preq) == 64, "proxy requests are 64 bytes");
+MORI_SHMEM_STATIC_ASSERT(sizeof(struct mori_shmem_preq) == 64, "proxy requests are 64 bytes");
 
 /* The control page. The ring of `ring_entries` (a power of two) requests follows it. */
 struct mori_shmem_ctrl {
@@ -95,7 +149,7 @@ struct mori_shmem_ctrl {
 	volatile int32_t error;         /* first failed request's MORI_E* code, 0 none */
 	uint8_t pad2[52];
 };
-_Static_assert(sizeof(struct mori_shmem_ctrl) == 192, "control header layout");
+MORI_SHMEM_STATIC_ASSERT(sizeof(struct mori_shmem_ctrl) == 192, "control header layout");
 #define MORI_SHMEM_CTRL_BYTES 4096u /* the page the header sits in; the ring follows */
 
 /* What a kernel sees of its PE (device memory, built by libmori). peer_base has n_pes entries:

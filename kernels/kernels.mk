@@ -16,9 +16,20 @@ OUT    := $(B)/kernels
 GEN    := $(OUT)/mori_kernels.c
 CUDA_PART := $(OUT)/kernels_cuda.part
 HIP_PART  := $(OUT)/kernels_hip.part
-SRC    := kernels/copy.cu
-DEPS   := $(SRC) kernels/mori_gpu.h kernels/mori_copy.h kernels/kernels.mk kernels/embed.sh \
-          kernels/probe-gpucc.sh
+# One translation unit (kernels/mori_kernels.cu) includes every kernel libmori launches: copy.cu
+# (mori_copy_batch) and shmem.cu (mori_shmem_barrier_on_stream, mori_shmem_quiet_on_stream).
+SRC    := kernels/mori_kernels.cu
+SHMEM_DEPS := kernels/mori_shmem.cuh kernels/mori_shmem_kernels.h common/shmem_layout.h include/mori.h
+DEPS   := $(SRC) kernels/copy.cu kernels/shmem.cu kernels/mori_gpu.h kernels/mori_copy.h $(SHMEM_DEPS) \
+          kernels/kernels.mk kernels/embed.sh kernels/probe-gpucc.sh
+# Kernels of GPU tests and benchmarks, not part of libmori: one image each, embedded alike as
+# mori_kernels_<name>_image (empty without nvcc: the test or bench then says so and skips).
+#   shmemtest:  tests/shmem_dev_kernels.cu (tests/test_gpu_shmem_dev.c)
+#   shmembench: tools/bench_shmem_kernels.cu (mori-bench shmem)
+XNAMES := shmemtest shmembench
+XSRC_shmemtest := tests/shmem_dev_kernels.cu
+XSRC_shmembench := tools/bench_shmem_kernels.cu
+XGEN   := $(foreach n,$(XNAMES),$(OUT)/$(n)_image.c)
 ARCHS  := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
           -gencode arch=compute_90,code=compute_90
 NVFLAGS ?= -O3 -std=c++17
@@ -27,7 +38,7 @@ HAVE_NVCC := $(if $(filter yes,$(NVCC_OK)),yes,)
 HIP_OK    := $(if $(HIPCC),$(shell sh kernels/probe-gpucc.sh hipcc "$(HIPCC)" "$(OUT)" $(HIP_ARCHS)),none: hipcc not found)
 HIP_GOOD  := $(if $(filter none:,$(firstword $(HIP_OK))),,$(HIP_OK))
 
-all: $(GEN)
+all: $(GEN) $(XGEN)
 
 $(GEN): $(CUDA_PART) $(HIP_PART)
 	@cat $(CUDA_PART) $(HIP_PART) > $@.tmp && mv $@.tmp $@
@@ -59,7 +70,18 @@ endif
 
 $(CUDA_PART): $(OUT)/copy.fatbin $(OUT)/abi_check.ok
 	@sh kernels/embed.sh cuda $< "sm_80 sm_90 compute_90" > $@.tmp && mv $@.tmp $@
+
+define xkernel
+$(OUT)/$(1).fatbin: $(XSRC_$(1)) kernels/mori_gpu.h $(SHMEM_DEPS) kernels/kernels.mk $(OUT)/.nvcc
+	@echo "  NVCC    $(XSRC_$(1)) -> sm_80 sm_90 compute_90"
+	@$(NVCC) $(NVFLAGS) --fatbin $(ARCHS) -Ikernels -o $$@ $(XSRC_$(1))
+$(OUT)/$(1)_image.c: $(OUT)/$(1).fatbin kernels/embed.sh
+	@sh kernels/embed.sh $(1) $$< "sm_80 sm_90 compute_90" > $$@.tmp && mv $$@.tmp $$@
+endef
+$(foreach n,$(XNAMES),$(eval $(call xkernel,$(n))))
 else
+$(XGEN): kernels/embed.sh $(OUT)/.nvcc
+	@sh kernels/embed.sh $(patsubst $(OUT)/%_image.c,%,$@) "" "" > $@.tmp && mv $@.tmp $@
 $(CUDA_PART): $(DEPS) $(OUT)/.nvcc
 	@echo "  KERNELS no CUDA kernels: nvcc $(NVCC_OK); libmori answers GPU transfers on NVIDIA with MORI_ENOKERNEL"
 	@sh kernels/embed.sh cuda "" "" > $@.tmp && mv $@.tmp $@

@@ -112,4 +112,140 @@ MORI_DEVICE void mori_fence_data_before_host_signal(void)
 {
 	__threadfence_system(); /* HIP provides it too */
 }
+
+/* ---- memory order for the symmetric heap (kernels/mori_shmem.cuh) ----
+ * Peers' heaps (other GPUs, other processes on this GPU) and the proxy ring (mapped host memory)
+ * are reached at system scope. Each helper says what it is for; the device API never places a
+ * bare fence. */
+
+/* 32-bit forms of the publish/observe pair above (the proxy ring's `ready`, int waits). */
+MORI_DEVICE void mori_release_store_sys(uint32_t *flag, uint32_t v)
+{
+#ifdef MORI_HIP
+	__hip_atomic_store(flag, v, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_SYSTEM);
+#else
+	asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(flag), "r"(v) : "memory");
+#endif
+}
+MORI_DEVICE uint32_t mori_acquire_load_sys(const uint32_t *flag)
+{
+#ifdef MORI_HIP
+	return __hip_atomic_load(flag, __ATOMIC_ACQUIRE, __HIP_MEMORY_SCOPE_SYSTEM);
+#else
+	uint32_t v;
+	asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
+	return v;
+#endif
+}
+/* Reading a word another agent may change at any time, with no ordering of other accesses
+ * (the abort word, a counter only compared): never served stale from this SM's L1. */
+MORI_DEVICE uint32_t mori_relaxed_load_sys(const volatile uint32_t *p)
+{
+#ifdef MORI_HIP
+	return __hip_atomic_load((const uint32_t *)p, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
+#else
+	uint32_t v;
+	asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+	return v;
+#endif
+}
+MORI_DEVICE uint64_t mori_relaxed_load_sys(const volatile uint64_t *p)
+{
+#ifdef MORI_HIP
+	return __hip_atomic_load((const uint64_t *)p, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
+#else
+	uint64_t v;
+	asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+	return v;
+#endif
+}
+/* A signal added after the data (put with SIGNAL_ADD): every write this thread made before,
+ * and every write ordered before them (a warp or block synchronisation), is visible to any
+ * observer that sees the addition. */
+MORI_DEVICE void mori_release_add_sys(uint64_t *sig, uint64_t v)
+{
+#ifdef MORI_HIP
+	__hip_atomic_fetch_add(sig, v, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_SYSTEM);
+#else
+	asm volatile("red.release.sys.global.add.u64 [%0], %1;" ::"l"(sig), "l"(v) : "memory");
+#endif
+}
+/* quiet: every store and atomic this thread issued (to its own heap, to peers' heaps, to host
+ * memory) is performed system-wide before any later access of this thread. */
+MORI_DEVICE void mori_complete_stores_sys(void)
+{
+	__threadfence_system();
+}
+/* fence: this thread's earlier stores to a PE are visible there before its later ones. On the
+ * direct path that is the same system-scope fence; proxy requests are ordered by the ring. */
+MORI_DEVICE void mori_order_stores_sys(void)
+{
+	__threadfence_system();
+}
+/* A wait that observed a peer's signal with relaxed loads: later reads see what the signaller
+ * wrote before signalling. */
+MORI_DEVICE void mori_acquire_after_wait_sys(void)
+{
+	__threadfence_system();
+}
+
+/* System-scope atomics on 32- and 64-bit words of any heap (peers' too), relaxed: OpenSHMEM
+ * atomics order nothing by themselves (fence and quiet do). */
+#ifdef MORI_HIP
+#define MORI_AMO_SYS(op, p, v) __hip_atomic_##op(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM)
+template <typename T> MORI_DEVICE T mori_atomic_add_sys(T *p, T v) { return MORI_AMO_SYS(fetch_add, p, v); }
+template <typename T> MORI_DEVICE T mori_atomic_and_sys(T *p, T v) { return MORI_AMO_SYS(fetch_and, p, v); }
+template <typename T> MORI_DEVICE T mori_atomic_or_sys(T *p, T v) { return MORI_AMO_SYS(fetch_or, p, v); }
+template <typename T> MORI_DEVICE T mori_atomic_xor_sys(T *p, T v) { return MORI_AMO_SYS(fetch_xor, p, v); }
+template <typename T> MORI_DEVICE T mori_atomic_swap_sys(T *p, T v) { return MORI_AMO_SYS(exchange, p, v); }
+template <typename T> MORI_DEVICE T mori_atomic_cas_sys(T *p, T cmp, T v)
+{
+	__hip_atomic_compare_exchange_strong(p, &cmp, v, __ATOMIC_RELAXED, __ATOMIC_RELAXED,
+					     __HIP_MEMORY_SCOPE_SYSTEM);
+	return cmp; /* the old value, whether or not it matched */
+}
+#undef MORI_AMO_SYS
+#else
+/* CUDA's *_system atomics take unsigned int / unsigned long long; T is uint32_t or uint64_t. */
+template <typename T> struct mori_amo_word;
+template <> struct mori_amo_word<uint32_t> { typedef unsigned int type; };
+template <> struct mori_amo_word<uint64_t> { typedef unsigned long long type; };
+#define MORI_AMO_SYS(fn, p, ...) (T)fn((typename mori_amo_word<T>::type *)(p), __VA_ARGS__)
+template <typename T> MORI_DEVICE T mori_atomic_add_sys(T *p, T v) { return MORI_AMO_SYS(atomicAdd_system, p, v); }
+template <typename T> MORI_DEVICE T mori_atomic_and_sys(T *p, T v) { return MORI_AMO_SYS(atomicAnd_system, p, v); }
+template <typename T> MORI_DEVICE T mori_atomic_or_sys(T *p, T v) { return MORI_AMO_SYS(atomicOr_system, p, v); }
+template <typename T> MORI_DEVICE T mori_atomic_xor_sys(T *p, T v) { return MORI_AMO_SYS(atomicXor_system, p, v); }
+template <typename T> MORI_DEVICE T mori_atomic_swap_sys(T *p, T v) { return MORI_AMO_SYS(atomicExch_system, p, v); }
+template <typename T> MORI_DEVICE T mori_atomic_cas_sys(T *p, T cmp, T v) { return MORI_AMO_SYS(atomicCAS_system, p, cmp, v); }
+#undef MORI_AMO_SYS
+#endif
+
+/* ---- warp and block cooperation ---- */
+/* Every lane's earlier memory accesses are ordered before any lane's later ones, and the lanes
+ * have all arrived: NVIDIA schedules lanes independently (Volta and later), so a warp-scope
+ * call synchronises before its signalling lane signals. AMD waves run in lock step. */
+MORI_DEVICE void mori_sync_warp(void)
+{
+#ifdef MORI_HIP
+	__builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront");
+	__builtin_amdgcn_wave_barrier();
+	__builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront");
+#else
+	__syncwarp();
+#endif
+}
+/* lane src's v, in every lane of the warp (all lanes call it). */
+MORI_DEVICE int mori_warp_bcast(int v, int src)
+{
+#ifdef MORI_HIP
+	return __shfl(v, src);
+#else
+	return __shfl_sync(0xffffffffu, v, src);
+#endif
+}
+MORI_DEVICE unsigned mori_block_thread(void)
+{
+	return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+}
+MORI_DEVICE unsigned mori_block_threads(void) { return blockDim.x * blockDim.y * blockDim.z; }
 #endif

@@ -392,6 +392,7 @@ static void usage(void)
 		"                     [--prep-descs 100000] [--prep] [--no-rotate]\n"
 		"                     [--mem host|vram | --local-mem host|vram --remote-mem host|vram]\n"
 		"       mori-bench io-target --runtime-dir DIR [--name NAME] [--region 1G]\n"
+		"       mori-bench shmem [--nvshmem PATH/bench_nvshmem] [--reps 200]   (tools/bench_shmem.c)\n"
 		"Same node (default): a forked target process publishes a region on the same morid; baseline\n"
 		"memcpy of the same bytes. Cross node: the target is on another morid; baseline a plain TCP\n"
 		"stream between the same two hosts.\n"
@@ -812,6 +813,8 @@ static int run_io(struct opts *o)
 	return io.bad ? 1 : 0;
 }
 
+int bench_shmem_main(int argc, char **argv);
+
 int main(int argc, char **argv)
 {
 	struct opts o = {
@@ -825,6 +828,8 @@ int main(int argc, char **argv)
 		parse(argc, argv, &o);
 		return run_io(&o);
 	}
+	if (!strcmp(argv[1], "shmem"))
+		return bench_shmem_main(argc, argv); /* tools/bench_shmem.c */
 	if (!strcmp(argv[1], "io-target")) {
 		parse(argc, argv, &o);
 		target_main(&o, 1);

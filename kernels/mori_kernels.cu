@@ -1,0 +1,4 @@
+// libmori's embedded image is this one translation unit: every kernel libmori launches, so that
+// one module per device holds them all (nvcc builds a fatbin from a single source).
+#include "copy.cu"
+#include "shmem.cu"

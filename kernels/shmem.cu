@@ -1,0 +1,32 @@
+// MORI-SHMEM in libmori's image: the kernels the host API launches on a stream
+// (kernels/mori_shmem_kernels.h), and the device API as extern "C" functions with ROCm/mori's
+// names and MORI-IR's ABI (pointers as uint64_t, int32 status returns), instantiated from the
+// one table in mori_shmem.cuh. In libmori's whole-program image the wrappers are unused and
+// dropped; built with -rdc (static device library) or as bitcode (MORI-IR) they are the exports.
+#define MORI_SHMEM_NO_CXX_API
+#include "mori_shmem.cuh"
+#include "mori_shmem_kernels.h"
+
+MORI_KERNEL void __launch_bounds__(MORI_SHMEM_KERNEL_THREADS)
+	mori_shmem_barrier_on_stream(const struct mori_shmem_state *st, int *rc)
+{
+	int r = mori_shmem_impl::barrier<mori_shmem_impl::BLOCK>(st, true);
+	if (rc && mori_block_thread() == 0)
+		*(volatile int *)rc = r;
+}
+
+MORI_KERNEL void mori_shmem_quiet_on_stream(const struct mori_shmem_state *st, int *rc)
+{
+	if (mori_block_thread() != 0)
+		return;
+	int r = mori_shmem_impl::quiet(st);
+	if (rc)
+		*(volatile int *)rc = r;
+}
+
+#ifndef MORI_SHMEM_NO_WRAPPERS
+#define MORI_SHMEM_ABI_FN(ret, name, cxx, abi, body)                                                       \
+	extern "C" __device__ __attribute__((visibility("default"))) ret mori_shmem_##name abi { return body; }
+MORI_SHMEM_API(MORI_SHMEM_ABI_FN)
+#undef MORI_SHMEM_ABI_FN
+#endif

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# MORI-SHMEM's device side on the GPU machine, in one call: the device-API test, then
+# `mori-bench shmem` with NVSHMEM's rows (NVSHMEM built there against the nvidia-nvshmem-cu13
+# wheel of its python3), MPS started for the multi-process parts.
+#
+#   tests/device-shmem.sh bundle     here: build (B, default build) and bundle the binaries and the
+#                                    libraries they need into bundle-shmem/ (name it in carry)
+#   tests/device-shmem.sh run [PART ...]   there; PARTs (default: all): test bench
+# Logs to $OUT/log (or /tmp/device-shmem/log); a summary ends the output.
+set -u
+cd "$(dirname "$0")/.."
+BUNDLE=bundle-shmem
+
+if [ "${1:-}" = bundle ]; then
+	set -e
+	B=${B:-build}
+	make -j2 B="$B" "$B/mori-bench" "$B/tests/test_gpu_shmem_dev" "$B/morid" >/dev/null
+	[ -f tests/test_gpu_shmem.c ] && make -j2 B="$B" "$B/tests/test_gpu_shmem" >/dev/null
+	rm -rf "$BUNDLE"
+	/work/shared/tools/device-bundle "$BUNDLE" "$B/mori-bench" "$B/tests/test_gpu_shmem_dev" \
+		$(ls "$B/tests/test_gpu_shmem" 2>/dev/null) "$B/morid"
+	cp tools/bench_nvshmem.cu "$BUNDLE/"
+	du -sh "$BUNDLE"
+	exit 0
+fi
+[ "${1:-}" = run ] || { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+shift
+parts=${*:-test bench}
+export LD_LIBRARY_PATH=$PWD/$BUNDLE/lib
+BIN=$PWD/$BUNDLE/bin
+O=${OUT:-/tmp/device-shmem}
+mkdir -p "$O"
+exec > >(tee "$O/log") 2>&1
+SUM=$O/summary
+: > "$SUM"
+export NVSHMEM_DISABLE_NVLS=1 NCCL_NVLS_ENABLE=0 # never NVLink multicast
+MPS=
+mps_start() {
+	command -v nvidia-cuda-mps-control >/dev/null || { echo "MPS: no nvidia-cuda-mps-control" | tee -a "$SUM"; return 1; }
+	export CUDA_MPS_PIPE_DIRECTORY=/tmp/mori-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mori-mps-log
+	mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+	nvidia-cuda-mps-control -d && MPS=1 && echo "MPS: control daemon started" | tee -a "$SUM"
+}
+mps_stop() { [ -n "$MPS" ] && echo quit | nvidia-cuda-mps-control; MPS=; }
+trap mps_stop EXIT
+run() { # SECONDS KEEP CMD...: run with a timeout, keep matching lines in the summary
+	local secs=$1 keep=$2 t0
+	shift 2
+	t0=$(date +%s)
+	timeout -k 5 "$secs" "$@" > /tmp/device-shmem.step 2>&1
+	local rc=$?
+	cat /tmp/device-shmem.step
+	grep -E "$keep|FAIL|rc=|error" /tmp/device-shmem.step >> "$SUM"
+	echo "rc=$rc ($(( $(date +%s) - t0 )) s)" | tee -a "$SUM"
+}
+
+date -u
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee -a "$SUM"
+for p in $parts; do
+	case $p in
+	test)
+		echo "== test_gpu_shmem_dev" | tee -a "$SUM"
+		run 120 "^(ops|ring|fadd|amo|lock|wait|barrier|abort):|[0-9]+%|Checks" "$BIN/test_gpu_shmem_dev"
+		;;
+	bench)
+		NV=$(python3 -c 'import nvidia.nvshmem as m, os; print(list(m.__path__)[0])' 2>/dev/null)
+		echo "== NVSHMEM wheel: ${NV:-not found}" | tee -a "$SUM"
+		NVB=
+		if [ -n "$NV" ]; then
+			(cd "$NV" && find . -maxdepth 3 | sort | head -80) > "$O/nvshmem-files.txt"
+			grep -E "include/nvshmem.h|lib/" "$O/nvshmem-files.txt" | head -20 | tee -a "$SUM"
+			run 90 "error|warning: .*nvshmem" /usr/local/cuda/bin/nvcc -rdc=true -O3 -std=c++17 \
+				-gencode arch=compute_90,code=sm_90 -I"$NV/include" "$BUNDLE/bench_nvshmem.cu" \
+				-L"$NV/lib" -l:libnvshmem_host.so.3 -lnvshmem_device -lcuda -o /tmp/bench_nvshmem &&
+				[ -x /tmp/bench_nvshmem ] && NVB=/tmp/bench_nvshmem
+			export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$NV/lib
+			export NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME=lo NVSHMEM_REMOTE_TRANSPORT=none NVSHMEM_SYMMETRIC_SIZE=1G
+		fi
+		mps_start
+		echo "== mori-bench shmem${NVB:+ --nvshmem $NVB}" | tee -a "$SUM"
+		run 170 "^ |^#" "$BIN/mori-bench" shmem ${NVB:+--nvshmem $NVB}
+		mps_stop
+		;;
+	*) echo "unknown part $p" ;;
+	esac
+done
+echo
+echo "================ summary ================"
+cat "$SUM"

@@ -1,0 +1,276 @@
+// The NVSHMEM side of `mori-bench shmem`: the same patterns through NVSHMEM, one process per PE
+// (several PEs on one GPU need MPS), for the rows beside mori's in the same run. Not built by
+// make (it needs NVSHMEM's headers and static device library, which the device machine's
+// nvidia-nvshmem-cu13 wheel ships); tests/device-shmem.sh builds it there:
+//   nvcc -rdc=true -O3 -std=c++17 -arch=sm_90 -I$NV/include tools/bench_nvshmem.cu \
+//        -L$NV/lib -l:libnvshmem_host.so.3 -lnvshmem_device -lcuda -o bench_nvshmem
+// mori-bench shmem --nvshmem PATH starts it: `bench_nvshmem RANK NPES UID_FILE [reps]` per PE.
+// Rank 0 makes the unique id and writes it to UID_FILE; the others read it. Each rank prints
+// lines "nvshmem <what> ..." on stdout that mori-bench shmem reads:
+//   nvshmem put_bw BYTES GBPS            (rank 0, two PEs: PE 0 -> PE 1, block scope)
+//   nvshmem pingpong P50_US P99_US MEAN_US (rank 0, two PEs: put+signal, half the round trip)
+//   nvshmem fadd RANK NPES OPS SECONDS   (every rank: fetch-adds on PE 0's word)
+//   nvshmem barrier NPES P50_US P99_US   (rank 0: barrier_all_block)
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <nvshmem.h>
+#include <nvshmemx.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <algorithm>
+#include <vector>
+
+#define CK(x)                                                                                     \
+	do {                                                                                      \
+		cudaError_t e_ = (x);                                                             \
+		if (e_ != cudaSuccess) {                                                          \
+			fprintf(stderr, "bench_nvshmem: %s: %s\n", #x, cudaGetErrorString(e_));   \
+			exit(1);                                                                  \
+		}                                                                                 \
+	} while (0)
+
+/* as tools/bench_shmem_kernels.cu's b_put */
+__global__ void k_put(uint8_t *dst, const uint8_t *src, uint64_t bytes, int pe, int reps, uint64_t span)
+{
+	uint64_t chunk = (bytes + gridDim.x - 1) / gridDim.x, off = chunk * blockIdx.x;
+	uint64_t len = off >= bytes ? 0 : (chunk < bytes - off ? chunk : bytes - off);
+	for (int r = 0; r < reps && len; r++) {
+		uint64_t w = (uint64_t)r * bytes % span + off;
+		nvshmemx_putmem_nbi_block(dst + w, src + w, len, pe);
+	}
+	if (threadIdx.x == 0)
+		nvshmem_quiet();
+}
+
+__device__ long long globaltimer_ns(void)
+{
+	long long t;
+	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+	return t;
+}
+
+/* cyc[0..iters): cycles of each iteration; cyc[iters], cyc[iters + 1]: cycles and nanoseconds
+ * of the whole loop (the host converts cycles with their ratio: the clock the SM really ran). */
+__global__ void k_pingpong(uint8_t *buf, uint64_t *sig, int iters, long long *cyc)
+{
+	if (threadIdx.x)
+		return;
+	int me = nvshmem_my_pe(), peer = 1 - me;
+	long long c0 = clock64(), n0 = globaltimer_ns();
+	for (int i = 0; i < iters; i++) {
+		long long t0 = clock64();
+		if (me == 0) {
+			nvshmem_putmem_signal_nbi(buf, buf + 64, 8, sig, (uint64_t)i + 1, NVSHMEM_SIGNAL_SET, peer);
+			nvshmem_signal_wait_until(sig, NVSHMEM_CMP_GE, (uint64_t)i + 1);
+		} else {
+			nvshmem_signal_wait_until(sig, NVSHMEM_CMP_GE, (uint64_t)i + 1);
+			nvshmem_putmem_signal_nbi(buf, buf + 64, 8, sig, (uint64_t)i + 1, NVSHMEM_SIGNAL_SET, peer);
+		}
+		cyc[i] = clock64() - t0;
+	}
+	cyc[iters] = clock64() - c0;
+	cyc[iters + 1] = globaltimer_ns() - n0;
+}
+
+__global__ void k_fadd(uint64_t *ctr, int iters)
+{
+	uint64_t acc = 0;
+	for (int i = 0; i < iters; i++)
+		acc += nvshmem_uint64_atomic_fetch_add(ctr, 1, 0);
+	if (acc == 0xffffffffffffffffull)
+		ctr[1] = acc; /* keep the results live */
+}
+
+__global__ void k_barrier(int iters, long long *cyc)
+{
+	long long c0 = clock64(), n0 = globaltimer_ns();
+	for (int i = 0; i < iters; i++) {
+		long long t0 = clock64();
+		nvshmemx_barrier_all_block();
+		if (threadIdx.x == 0)
+			cyc[i] = clock64() - t0;
+	}
+	if (threadIdx.x == 0) {
+		cyc[iters] = clock64() - c0;
+		cyc[iters + 1] = globaltimer_ns() - n0;
+	}
+}
+
+static double pct(std::vector<double> v, double p)
+{
+	std::sort(v.begin(), v.end());
+	return v[std::min(v.size() - 1, (size_t)(p * (double)v.size()))];
+}
+
+/* milliseconds of what launch() enqueues on s */
+template <typename F> static float time_ms(cudaStream_t s, F launch)
+{
+	cudaEvent_t a, b;
+	CK(cudaEventCreate(&a));
+	CK(cudaEventCreate(&b));
+	CK(cudaEventRecord(a, s));
+	launch();
+	CK(cudaGetLastError());
+	CK(cudaEventRecord(b, s));
+	CK(cudaEventSynchronize(b));
+	float ms;
+	CK(cudaEventElapsedTime(&ms, a, b));
+	cudaEventDestroy(a);
+	cudaEventDestroy(b);
+	return ms;
+}
+
+static void collective(const void *fn, unsigned grid, unsigned block, void **args, cudaStream_t s)
+{
+	if (nvshmemx_collective_launch(fn, dim3(grid), dim3(block), args, 0, s) != 0) {
+		fprintf(stderr, "bench_nvshmem: collective launch failed\n");
+		exit(1);
+	}
+}
+
+static void put_bw(int me, cudaStream_t s, int reps)
+{
+	const uint64_t maxb = 64ull << 20;
+	uint8_t *dst = (uint8_t *)nvshmem_malloc(maxb), *src = (uint8_t *)nvshmem_malloc(maxb);
+	CK(cudaMemset(src, 7, maxb));
+	CK(cudaDeviceSynchronize());
+	nvshmem_barrier_all();
+	for (uint64_t b = 4096; b <= maxb; b *= 4) {
+		unsigned grid = (unsigned)std::max<uint64_t>(1, std::min<uint64_t>(b / (32 << 10), 528));
+		int r = b >= (16u << 20) ? std::max(4, reps / 50) : reps;
+		std::vector<double> t;
+		if (me == 0)
+			for (int it = 0; it < 6; it++)
+				t.push_back(time_ms(s, [&] { k_put<<<grid, 512, 0, s>>>(dst, src, b, 1, r, maxb); }));
+		nvshmem_barrier_all();
+		if (me == 0) {
+			t.erase(t.begin()); /* warm-up */
+			printf("nvshmem put_bw %llu %.1f\n", (unsigned long long)b, (double)b * r / (pct(t, 0.5) * 1e-3) / 1e9);
+			fflush(stdout);
+		}
+	}
+	nvshmem_free(dst);
+	nvshmem_free(src);
+}
+
+/* microseconds per cycle, from the loop's totals (see k_pingpong) */
+static double us_per_cycle(const std::vector<long long> &c, int iters)
+{
+	return c[iters] > 0 ? (double)c[iters + 1] / (double)c[iters] / 1e3 : 0;
+}
+
+static void pingpong(int me, cudaStream_t s, int iters)
+{
+	uint8_t *buf = (uint8_t *)nvshmem_malloc(4096);
+	uint64_t *sig = (uint64_t *)nvshmem_malloc(64);
+	long long *cyc;
+	CK(cudaMemset(sig, 0, 64));
+	CK(cudaMalloc(&cyc, sizeof(long long) * (iters + 2)));
+	CK(cudaDeviceSynchronize());
+	nvshmem_barrier_all();
+	void *args[] = {&buf, &sig, &iters, &cyc};
+	float ms = time_ms(s, [&] { collective((const void *)k_pingpong, 1, 32, args, s); });
+	std::vector<long long> c(iters + 2);
+	CK(cudaMemcpy(c.data(), cyc, sizeof(long long) * (iters + 2), cudaMemcpyDeviceToHost));
+	if (me == 0) {
+		std::vector<double> us;
+		for (int i = iters / 10; i < iters; i++)
+			us.push_back(c[i] * us_per_cycle(c, iters) / 2);
+		printf("nvshmem pingpong %.2f %.2f %.2f\n", pct(us, 0.5), pct(us, 0.99), ms * 1e3 / iters / 2);
+		fflush(stdout);
+	}
+	nvshmem_barrier_all();
+	cudaFree(cyc);
+	nvshmem_free(buf);
+	nvshmem_free(sig);
+}
+
+static void fadd(int me, int npes, cudaStream_t s, int iters)
+{
+	uint64_t *ctr = (uint64_t *)nvshmem_malloc(64);
+	CK(cudaMemset(ctr, 0, 64));
+	CK(cudaDeviceSynchronize());
+	nvshmem_barrier_all();
+	const unsigned grid = 4, block = 256;
+	float ms = time_ms(s, [&] { k_fadd<<<grid, block, 0, s>>>(ctr, iters); });
+	nvshmem_barrier_all();
+	uint64_t total = 0;
+	if (me == 0)
+		CK(cudaMemcpy(&total, ctr, 8, cudaMemcpyDeviceToHost));
+	printf("nvshmem fadd %d %d %llu %.6f%s\n", me, npes, (unsigned long long)grid * block * iters, ms * 1e-3,
+	       me == 0 && total != (uint64_t)npes * grid * block * iters ? " WRONG-TOTAL" : "");
+	fflush(stdout);
+	nvshmem_free(ctr);
+}
+
+static void barrier(int me, int npes, cudaStream_t s, int iters)
+{
+	long long *cyc;
+	CK(cudaMalloc(&cyc, sizeof(long long) * (iters + 2)));
+	nvshmem_barrier_all();
+	void *args[] = {&iters, &cyc};
+	float ms = time_ms(s, [&] { collective((const void *)k_barrier, 1, 128, args, s); });
+	std::vector<long long> c(iters + 2);
+	CK(cudaMemcpy(c.data(), cyc, sizeof(long long) * (iters + 2), cudaMemcpyDeviceToHost));
+	if (me == 0) {
+		std::vector<double> us;
+		for (int i = iters / 10; i < iters; i++)
+			us.push_back(c[i] * us_per_cycle(c, iters));
+		printf("nvshmem barrier %d %.2f %.2f %.2f\n", npes, pct(us, 0.5), pct(us, 0.99), ms * 1e3 / iters);
+		fflush(stdout);
+	}
+	cudaFree(cyc);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 4) {
+		fprintf(stderr, "usage: bench_nvshmem RANK NPES UID_FILE [reps]\n");
+		return 2;
+	}
+	int rank = atoi(argv[1]), npes = atoi(argv[2]);
+	const char *uidf = argv[3];
+	int reps = argc > 4 ? atoi(argv[4]) : 200;
+	CK(cudaSetDevice(0));
+	nvshmemx_uniqueid_t id = NVSHMEMX_UNIQUEID_INITIALIZER;
+	if (rank == 0) {
+		nvshmemx_get_uniqueid(&id);
+		char tmp[512];
+		snprintf(tmp, sizeof(tmp), "%s.tmp", uidf);
+		FILE *f = fopen(tmp, "wb");
+		if (!f || fwrite(&id, sizeof(id), 1, f) != 1 || fclose(f) || rename(tmp, uidf)) {
+			perror("bench_nvshmem: unique id file");
+			return 1;
+		}
+	} else {
+		FILE *f = NULL;
+		for (int i = 0; i < 600 && !(f = fopen(uidf, "rb")); i++)
+			usleep(50000);
+		if (!f || fread(&id, sizeof(id), 1, f) != 1) {
+			fprintf(stderr, "bench_nvshmem: no unique id in %s\n", uidf);
+			return 1;
+		}
+		fclose(f);
+	}
+	nvshmemx_init_attr_t attr = NVSHMEMX_INIT_ATTR_INITIALIZER;
+	nvshmemx_set_attr_uniqueid_args(rank, npes, &id, &attr);
+	if (nvshmemx_init_attr(NVSHMEMX_INIT_WITH_UNIQUEID, &attr) != 0) {
+		fprintf(stderr, "bench_nvshmem: init failed\n");
+		return 1;
+	}
+	int me = nvshmem_my_pe();
+	cudaStream_t s;
+	CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+	if (npes == 2) {
+		put_bw(me, s, reps);
+		pingpong(me, s, 20000);
+	}
+	fadd(me, npes, s, 1000);
+	barrier(me, npes, s, 5000);
+	nvshmem_barrier_all();
+	nvshmem_finalize();
+	return 0;
+}

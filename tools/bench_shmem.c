@@ -1,0 +1,464 @@
+/* mori-bench shmem: MORI-SHMEM's device API on one GPU, with NVSHMEM's figures for the same
+ * patterns in the same run.
+ *
+ * mori rows: N PEs (2, 4, 8) are N heaps of this process, each PE's state in device memory with
+ * every other heap mapped (the direct path), each PE its own module instance of the bench
+ * kernels (tools/bench_shmem_kernels.cu) and its own stream; kernels of the PEs run concurrently.
+ * nvshmem rows (--nvshmem PATH, tools/bench_nvshmem.cu): N processes, one PE each, started here
+ * after the mori rows (several on one GPU: under MPS, each given 100/N percent of the SMs).
+ *
+ *   put bandwidth, block scope, PE 0 -> PE 1, 4 KiB..64 MiB, beside the copy ceiling (one
+ *     cuMemcpyDtoDAsync of the same bytes between the same heaps, measured now)
+ *   put+signal ping-pong, 8 bytes, thread scope: half the round trip, p50/p99/mean
+ *   fetch-add throughput: every PE's 4 x 256 threads on one word at PE 0
+ *   barrier_all_block latency for 2, 4, 8 PEs: p50/p99/mean
+ *
+ * The group API (mori_group_join) is not used: this measures the device functions alone. */
+#include <dlfcn.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../libclient/gpu_int.h"
+#include "shmem_layout.h"
+
+extern const unsigned char mori_kernels_shmembench_image[];
+extern const size_t mori_kernels_shmembench_image_len;
+int bench_shmem_main(int argc, char **argv);
+
+#define MAXPE 8
+#define HEAP (160ull << 20)
+#define BUF_OFF MORI_SHMEM_RESERVED          /* put destination, 64 MiB */
+#define SRC_OFF (BUF_OFF + (64ull << 20))    /* put source, 64 MiB */
+#define WORD_OFF (SRC_OFF + (64ull << 20))   /* ping-pong buffer, signal, counter */
+enum { B_PUT, B_PINGPONG, B_FADD, B_BARRIER, B_N };
+static const char *const bnames[B_N] = {"b_put", "b_pingpong", "b_fadd", "b_barrier"};
+
+static const struct gpu_api *g;
+static int (*get_global)(gpu_dptr *, size_t *, gpu_module, const char *);
+
+struct bpe {
+	gpu_module mod;
+	gpu_function fn[B_N];
+	gpu_stream s;
+	gpu_event e0, e1;
+	gpu_dptr heap, state, peers;
+	void *ctrl;
+	gpu_dptr ctrl_d;
+};
+struct brig {
+	int n;
+	struct bpe pe[MAXPE];
+};
+
+#define CK(x)                                                                                      \
+	do {                                                                                       \
+		int r_ = (x);                                                                      \
+		if (r_) {                                                                          \
+			fprintf(stderr, "mori-bench shmem: %s: %s\n", #x, gpu_strerror(r_));       \
+			exit(1);                                                                   \
+		}                                                                                  \
+	} while (0)
+
+static double now_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+static double pct(double *v, size_t n, double p)
+{
+	qsort(v, n, sizeof(*v), cmp_d);
+	size_t i = (size_t)(p * (double)n);
+	return v[i < n ? i : n - 1];
+}
+
+/* n PEs, every heap mapped by every PE; the control page gives the abort word (no proxy ring) */
+static void rig_open(struct brig *r, int n)
+{
+	memset(r, 0, sizeof(*r));
+	r->n = n;
+	for (int p = 0; p < n; p++) {
+		struct bpe *e = &r->pe[p];
+		CK(g->mem_alloc(&e->heap, HEAP));
+		CK(g->memset_d8_async(e->heap, 0, MORI_SHMEM_RESERVED, NULL));
+		CK(g->memset_d8_async(e->heap + SRC_OFF, 0x5a, 64ull << 20, NULL));
+		CK(g->mem_host_alloc(&e->ctrl, MORI_SHMEM_CTRL_BYTES, GPU_MEMHOSTALLOC_PORTABLE | GPU_MEMHOSTALLOC_DEVICEMAP));
+		memset(e->ctrl, 0, MORI_SHMEM_CTRL_BYTES);
+		((struct mori_shmem_ctrl *)e->ctrl)->magic = MORI_SHMEM_MAGIC;
+		CK(g->mem_host_get_device_pointer(&e->ctrl_d, e->ctrl, 0));
+		CK(g->module_load_data(&e->mod, mori_kernels_shmembench_image));
+		for (int k = 0; k < B_N; k++)
+			CK(g->module_get_function(&e->fn[k], e->mod, bnames[k]));
+		CK(g->stream_create(&e->s, GPU_STREAM_NON_BLOCKING));
+		CK(g->event_create(&e->e0, GPU_EVENT_DEFAULT));
+		CK(g->event_create(&e->e1, GPU_EVENT_DEFAULT));
+	}
+	uint64_t peers[MAXPE];
+	for (int q = 0; q < n; q++)
+		peers[q] = r->pe[q].heap;
+	for (int p = 0; p < n; p++) {
+		struct bpe *e = &r->pe[p];
+		CK(g->mem_alloc(&e->peers, sizeof(peers)));
+		CK(g->mem_alloc(&e->state, sizeof(struct mori_shmem_state)));
+		CK(g->memcpy_htod_async(e->peers, peers, sizeof(peers), NULL));
+		struct mori_shmem_state st = {
+			.magic = MORI_SHMEM_MAGIC, .my_pe = p, .n_pes = n, .node_pes = n, .heap_size = HEAP,
+			.heap_base = e->heap, .peer_base = (uint64_t *)(uintptr_t)e->peers,
+			.ctrl = (struct mori_shmem_ctrl *)(uintptr_t)e->ctrl_d,
+		};
+		CK(g->memcpy_htod_async(e->state, &st, sizeof(st), NULL));
+		gpu_dptr gp;
+		size_t gsz;
+		CK(get_global(&gp, &gsz, e->mod, "mori_shmem_state_ptr"));
+		CK(g->memcpy_htod_async(gp, &e->state, sizeof(e->state), NULL));
+	}
+	CK(g->stream_synchronize(NULL));
+}
+
+static void rig_close(struct brig *r)
+{
+	for (int p = 0; p < r->n; p++) {
+		struct bpe *e = &r->pe[p];
+		g->stream_synchronize(e->s);
+		g->event_destroy(e->e0);
+		g->event_destroy(e->e1);
+		g->stream_destroy(e->s);
+		g->module_unload(e->mod);
+		g->mem_free(e->heap);
+		g->mem_free(e->state);
+		g->mem_free(e->peers);
+		g->mem_free_host(e->ctrl);
+	}
+}
+
+static void launch(struct bpe *e, int k, unsigned grid, unsigned block, void **params)
+{
+	CK(g->launch_kernel(e->fn[k], grid, 1, 1, block, 1, 1, 0, e->s, params, NULL));
+}
+
+/* ---- the patterns ---- */
+
+#define NSIZES 8 /* 4 KiB .. 64 MiB, x4 */
+#define SPAN (64ull << 20) /* puts and copies rotate through this much of source and destination */
+struct results {
+	double put[NSIZES], ceil[NSIZES], nv_put[NSIZES], ceiling; /* ceiling: one 64 MiB copy */
+	double pp[3], nv_pp[3];        /* p50 p99 mean, us */
+	double fadd[3], nv_fadd[3];    /* M ops/s for 2, 4, 8 PEs */
+	double bar[3][3], nv_bar[3][3]; /* [npes 2 4 8][p50 p99 mean] */
+};
+
+static float elapsed(struct bpe *e)
+{
+	float ms;
+	CK(g->event_synchronize(e->e1));
+	CK(g->event_elapsed_time(&ms, e->e0, e->e1));
+	return ms;
+}
+
+static void put_bw(struct brig *r, struct results *res, int reps)
+{
+	struct bpe *e = &r->pe[0];
+	for (int i = 0; i < NSIZES; i++) {
+		uint64_t b = 4096ull << (2 * i);
+		unsigned grid = (unsigned)(b / (32 << 10));
+		grid = grid < 1 ? 1 : grid > 528 ? 528 : grid;
+		int rr = b >= (16u << 20) ? (reps / 50 > 4 ? reps / 50 : 4) : reps;
+		uint64_t dst = e->heap + BUF_OFF, src = e->heap + SRC_OFF, span = SPAN;
+		int pe = 1;
+		void *params[] = {&dst, &src, &b, &pe, &rr, &span};
+		double t[6], c[6];
+		for (int it = 0; it < 6; it++) {
+			CK(g->event_record(e->e0, e->s));
+			launch(e, B_PUT, grid, 512, params);
+			CK(g->event_record(e->e1, e->s));
+			t[it] = elapsed(e);
+			CK(g->event_record(e->e0, e->s));
+			for (int k = 0; k < rr; k++)
+				CK(g->memcpy_dtod_async(r->pe[1].heap + BUF_OFF + k * b % SPAN, src + k * b % SPAN, b, e->s));
+			CK(g->event_record(e->e1, e->s));
+			c[it] = elapsed(e);
+		}
+		res->put[i] = (double)b * rr / (pct(t + 1, 5, 0.5) * 1e-3) / 1e9;
+		res->ceil[i] = (double)b * rr / (pct(c + 1, 5, 0.5) * 1e-3) / 1e9;
+	}
+	res->ceiling = res->ceil[NSIZES - 1];
+}
+
+/* per-iteration cycles -> us with the loop's own cycles/ns ratio; [p50 p99 mean] of v * scale */
+static void lat_stats(const long long *cyc, int iters, double scale, double out[3])
+{
+	double *us = malloc(sizeof(double) * (size_t)iters);
+	double per = cyc[iters] > 0 ? (double)cyc[iters + 1] / (double)cyc[iters] / 1e3 : 0;
+	int n = 0;
+	for (int i = iters / 10; i < iters; i++)
+		us[n++] = (double)cyc[i] * per * scale;
+	out[2] = (double)cyc[iters + 1] / 1e3 / iters * scale;
+	out[1] = pct(us, (size_t)n, 0.99);
+	out[0] = pct(us, (size_t)n, 0.5);
+	free(us);
+}
+
+static void pingpong(struct brig *r, struct results *res, int iters)
+{
+	gpu_dptr cyc[2];
+	long long *h = malloc(sizeof(long long) * (size_t)(iters + 2));
+	for (int p = 0; p < 2; p++) {
+		struct bpe *e = &r->pe[p];
+		CK(g->mem_alloc(&cyc[p], sizeof(long long) * (size_t)(iters + 2)));
+		CK(g->memset_d8_async(e->heap + WORD_OFF, 0, 4096, NULL));
+	}
+	CK(g->stream_synchronize(NULL));
+	for (int p = 1; p >= 0; p--) { /* the responder first: it waits */
+		struct bpe *e = &r->pe[p];
+		uint64_t buf = e->heap + WORD_OFF, sig = e->heap + WORD_OFF + 1024;
+		void *params[] = {&buf, &sig, &iters, &cyc[p]};
+		launch(e, B_PINGPONG, 1, 32, params);
+	}
+	CK(g->stream_synchronize(r->pe[0].s));
+	CK(g->stream_synchronize(r->pe[1].s));
+	CK(g->memcpy_dtoh_async(h, cyc[0], sizeof(long long) * (size_t)(iters + 2), NULL));
+	CK(g->stream_synchronize(NULL));
+	lat_stats(h, iters, 0.5, res->pp);
+	g->mem_free(cyc[0]);
+	g->mem_free(cyc[1]);
+	free(h);
+}
+
+static double fadd(struct brig *r, int iters)
+{
+	CK(g->memset_d8_async(r->pe[0].heap + WORD_OFF + 2048, 0, 64, NULL));
+	CK(g->stream_synchronize(NULL));
+	double t0 = now_s();
+	for (int p = 0; p < r->n; p++) {
+		uint64_t ctr = r->pe[p].heap + WORD_OFF + 2048;
+		int pe = 0;
+		void *params[] = {&ctr, &pe, &iters};
+		launch(&r->pe[p], B_FADD, 4, 256, params);
+	}
+	for (int p = 0; p < r->n; p++)
+		CK(g->stream_synchronize(r->pe[p].s));
+	double dt = now_s() - t0;
+	uint64_t total;
+	CK(g->memcpy_dtoh_async(&total, r->pe[0].heap + WORD_OFF + 2048, 8, NULL));
+	CK(g->stream_synchronize(NULL));
+	uint64_t want = (uint64_t)r->n * 4 * 256 * (uint64_t)iters;
+	if (total != want)
+		fprintf(stderr, "mori-bench shmem: fetch-add total %llu, expected %llu\n", (unsigned long long)total,
+			(unsigned long long)want);
+	return (double)want / dt / 1e6;
+}
+
+static void barrier(struct brig *r, int iters, double out[3])
+{
+	gpu_dptr cyc[MAXPE];
+	for (int p = 0; p < r->n; p++)
+		CK(g->mem_alloc(&cyc[p], sizeof(long long) * (size_t)(iters + 2)));
+	for (int p = 0; p < r->n; p++) {
+		void *params[] = {&iters, &cyc[p]};
+		launch(&r->pe[p], B_BARRIER, 1, 128, params);
+	}
+	for (int p = 0; p < r->n; p++)
+		CK(g->stream_synchronize(r->pe[p].s));
+	long long *h = malloc(sizeof(long long) * (size_t)(iters + 2));
+	CK(g->memcpy_dtoh_async(h, cyc[0], sizeof(long long) * (size_t)(iters + 2), NULL));
+	CK(g->stream_synchronize(NULL));
+	lat_stats(h, iters, 1.0, out);
+	free(h);
+	for (int p = 0; p < r->n; p++)
+		g->mem_free(cyc[p]);
+}
+
+/* ---- NVSHMEM: npes processes of tools/bench_nvshmem.cu, their lines parsed ---- */
+
+static void nv_line(const char *l, struct results *res, double *fadd_ops, double *fadd_secs)
+{
+	unsigned long long b, ops;
+	double x, y, z;
+	int rank, np;
+	if (sscanf(l, "nvshmem put_bw %llu %lf", &b, &x) == 2) {
+		for (int i = 0; i < NSIZES; i++)
+			if (b == 4096ull << (2 * i))
+				res->nv_put[i] = x;
+	} else if (sscanf(l, "nvshmem pingpong %lf %lf %lf", &x, &y, &z) == 3) {
+		res->nv_pp[0] = x, res->nv_pp[1] = y, res->nv_pp[2] = z;
+	} else if (sscanf(l, "nvshmem fadd %d %d %llu %lf", &rank, &np, &ops, &x) == 4) {
+		*fadd_ops += (double)ops;
+		if (x > *fadd_secs)
+			*fadd_secs = x;
+	} else if (sscanf(l, "nvshmem barrier %d %lf %lf %lf", &np, &x, &y, &z) == 4) {
+		int k = np == 2 ? 0 : np == 4 ? 1 : 2;
+		res->nv_bar[k][0] = x, res->nv_bar[k][1] = y, res->nv_bar[k][2] = z;
+	}
+}
+
+static int run_nvshmem(const char *path, int npes, int reps, struct results *res)
+{
+	char dir[] = "/tmp/mori-nvshmem.XXXXXX", uid[64], arg_r[16], arg_n[16], arg_reps[16], pctv[16];
+	if (!mkdtemp(dir))
+		return -1;
+	snprintf(uid, sizeof(uid), "%s/uid", dir);
+	snprintf(arg_n, sizeof(arg_n), "%d", npes);
+	snprintf(arg_reps, sizeof(arg_reps), "%d", reps);
+	snprintf(pctv, sizeof(pctv), "%d", 100 / npes);
+	int fds[MAXPE];
+	pid_t pids[MAXPE];
+	for (int p = 0; p < npes; p++) {
+		int pp[2];
+		if (pipe(pp))
+			return -1;
+		snprintf(arg_r, sizeof(arg_r), "%d", p);
+		pids[p] = fork();
+		if (pids[p] == 0) {
+			dup2(pp[1], 1);
+			close(pp[0]);
+			close(pp[1]);
+			setenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", pctv, 1);
+			setenv("NVSHMEM_DISABLE_NVLS", "1", 1); /* never NVLink multicast */
+			execlp("timeout", "timeout", "-k", "5", "45", path, arg_r, arg_n, uid, arg_reps, (char *)NULL);
+			_exit(127);
+		}
+		close(pp[1]);
+		fds[p] = pp[0];
+	}
+	double ops = 0, secs = 0;
+	int bad = 0;
+	for (int p = 0; p < npes; p++) {
+		FILE *f = fdopen(fds[p], "r");
+		char line[256];
+		while (f && fgets(line, sizeof(line), f))
+			nv_line(line, res, &ops, &secs);
+		if (f)
+			fclose(f);
+		int st;
+		waitpid(pids[p], &st, 0);
+		bad |= !WIFEXITED(st) || WEXITSTATUS(st);
+	}
+	unlink(uid);
+	rmdir(dir);
+	if (secs > 0)
+		res->nv_fadd[npes == 2 ? 0 : npes == 4 ? 1 : 2] = ops / secs / 1e6;
+	if (bad)
+		fprintf(stderr, "mori-bench shmem: NVSHMEM with %d PEs failed (its stderr is above)\n", npes);
+	return bad ? -1 : 0;
+}
+
+/* ---- the report ---- */
+
+static void col(double v, const char *fmt)
+{
+	if (v > 0)
+		printf(fmt, v);
+	else
+		printf("%*s", (int)strtol(fmt + 1, NULL, 10), "-");
+}
+
+static void report(const struct results *r, int nv)
+{
+	printf("# put bandwidth, block scope, PE 0 -> PE 1 (GB/s of payload). cuMemcpy: cuMemcpyDtoDAsync of the same "
+	       "bytes between the same heaps (one call per put: launch-bound below 1 MiB); ceiling: the 64 MiB copy, "
+	       "%.1f GB/s. Each rep moves the next bytes of a 64 MiB window (no L2 reuse)\n",
+	       r->ceiling);
+	printf("#     size     mori  cuMemcpy  mori/ceiling  nvshmem  nvshmem/ceiling\n");
+	for (int i = 0; i < NSIZES; i++) {
+		uint64_t b = 4096ull << (2 * i);
+		printf("  %7llu%s %8.1f %9.1f %12.0f%% ", (unsigned long long)(b >= (1 << 20) ? b >> 20 : b >> 10),
+		       b >= (1 << 20) ? "M" : "K", r->put[i], r->ceil[i], 100 * r->put[i] / r->ceiling);
+		col(r->nv_put[i], "%8.1f");
+		if (r->nv_put[i] > 0)
+			printf(" %15.0f%%", 100 * r->nv_put[i] / r->ceiling);
+		col(r->nv_put[i], "%8.1f");
+		printf("\n");
+	}
+	printf("# put+signal ping-pong, 8 bytes, thread scope, PE 0 <-> PE 1: half the round trip (us)\n");
+	printf("#            p50      p99     mean\n");
+	printf("  mori  %8.2f %8.2f %8.2f\n", r->pp[0], r->pp[1], r->pp[2]);
+	if (nv)
+		printf("  nvshmem %6.2f %8.2f %8.2f\n", r->nv_pp[0], r->nv_pp[1], r->nv_pp[2]);
+	printf("# fetch-add throughput, every PE's 4 x 256 threads on one 64-bit word at PE 0 (M ops/s)\n");
+	printf("#  PEs     mori  nvshmem\n");
+	for (int k = 0; k < 3; k++) {
+		printf("  %4d %8.1f ", 2 << k, r->fadd[k]);
+		col(r->nv_fadd[k], "%8.1f");
+		printf("\n");
+	}
+	printf("# barrier_all_block latency (us)\n");
+	printf("#  PEs  mori p50      p99     mean   nvshmem p50      p99     mean\n");
+	for (int k = 0; k < 3; k++) {
+		printf("  %4d %9.2f %8.2f %8.2f   ", 2 << k, r->bar[k][0], r->bar[k][1], r->bar[k][2]);
+		col(r->nv_bar[k][0], "%11.2f");
+		col(r->nv_bar[k][1], "%9.2f");
+		col(r->nv_bar[k][2], "%9.2f");
+		printf("\n");
+	}
+}
+
+int bench_shmem_main(int argc, char **argv)
+{
+	const char *nvshmem = NULL;
+	int reps = 200;
+	for (int i = 2; i < argc; i++) {
+		if (!strcmp(argv[i], "--nvshmem") && i + 1 < argc)
+			nvshmem = argv[++i];
+		else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+			reps = atoi(argv[++i]);
+		else {
+			fprintf(stderr, "usage: mori-bench shmem [--nvshmem PATH/bench_nvshmem] [--reps 200]\n");
+			return 2;
+		}
+	}
+	static mori_client C;
+	struct gpu_ctx *x;
+	struct gpu_dev *d;
+	if (!(g = gpu_api()) || gpu_ctx_get(&C, &x) || gpu_dev_get(&C, x, 0, &d) || gpu_push(g, d)) {
+		printf("skipped: no GPU (%s)\n", g ? mori_client_last_error(&C) : gpu_unavailable_reason());
+		return 77;
+	}
+	void *lib = dlopen(g->library, RTLD_NOW | RTLD_NOLOAD);
+	*(void **)&get_global = lib ? dlsym(lib, "cuModuleGetGlobal_v2") : NULL;
+	if (!mori_kernels_shmembench_image_len || !get_global) {
+		printf("skipped: no bench kernels (built without nvcc) or no cuModuleGetGlobal\n");
+		return 77;
+	}
+	char desc[256];
+	gpu_describe(desc, sizeof(desc));
+	printf("# mori-bench shmem on %s\n", desc);
+	printf("# mori: N PEs = N heaps and N concurrent kernels of this process, every heap mapped (direct path)\n");
+	struct results res;
+	memset(&res, 0, sizeof(res));
+	struct brig r;
+	for (int k = 0; k < 3; k++) {
+		int n = 2 << k;
+		rig_open(&r, n);
+		if (n == 2) {
+			put_bw(&r, &res, reps);
+			pingpong(&r, &res, 20000);
+		}
+		fadd(&r, 100); /* warm-up */
+		res.fadd[k] = fadd(&r, 1000);
+		barrier(&r, 500, res.bar[k]);
+		barrier(&r, 5000, res.bar[k]);
+		rig_close(&r);
+	}
+	gpu_pop(g);
+	if (nvshmem) {
+		printf("# nvshmem: %s, one process per PE under MPS (100/N %% of the SMs each)\n", nvshmem);
+		fflush(stdout);
+		for (int k = 0; k < 3; k++)
+			run_nvshmem(nvshmem, 2 << k, reps, &res);
+	}
+	report(&res, nvshmem != NULL);
+	gpu_ctx_free(&C);
+	return 0;
+}

@@ -1,0 +1,76 @@
+// The kernels of `mori-bench shmem` (tools/bench_shmem.c): the patterns tools/bench_nvshmem.cu
+// runs through NVSHMEM, here through MORI-SHMEM's device API. One module instance per PE.
+#include "mori_shmem.cuh"
+
+__device__ long long globaltimer_ns(void)
+{
+	long long t;
+	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+	return t;
+}
+
+/* bytes from src (this PE) to the symmetric dst at pe, the grid's blocks each putting their
+ * slice at block scope, reps times, each rep at the next `bytes` of a span-byte window (so that
+ * repeated small puts are not served from L2), then quiet. */
+extern "C" __global__ void b_put(uint64_t dst, uint64_t src, uint64_t bytes, int pe, int reps, uint64_t span)
+{
+	uint64_t chunk = (bytes + gridDim.x - 1) / gridDim.x, off = chunk * blockIdx.x;
+	uint64_t len = off >= bytes ? 0 : (chunk < bytes - off ? chunk : bytes - off);
+	for (int r = 0; r < reps && len; r++) {
+		uint64_t w = (uint64_t)r * bytes % span + off;
+		mori_shmem_putmem_nbi_block((void *)(dst + w), (const void *)(src + w), len, pe);
+	}
+	if (threadIdx.x == 0)
+		mori_shmem_quiet_thread();
+}
+
+/* PE 0 and PE 1: 8 bytes with a SET signal there and back, thread scope. cyc[i]: cycles of
+ * round trip i; cyc[iters], cyc[iters + 1]: cycles and nanoseconds of the whole loop. */
+extern "C" __global__ void b_pingpong(uint64_t buf, uint64_t sig, int iters, long long *cyc)
+{
+	if (threadIdx.x)
+		return;
+	int me = mori_shmem_my_pe(), peer = 1 - me;
+	uint8_t *b = (uint8_t *)buf;
+	uint64_t *s = (uint64_t *)sig;
+	long long c0 = clock64(), n0 = globaltimer_ns();
+	for (int i = 0; i < iters; i++) {
+		long long t0 = clock64();
+		if (me == 0) {
+			mori_shmem_putmem_nbi_signal_thread(b, b + 64, 8, s, (uint64_t)i + 1, MORI_SHMEM_SIGNAL_SET, peer);
+			mori_shmem_signal_wait_until(s, MORI_SHMEM_CMP_GE, (uint64_t)i + 1);
+		} else {
+			mori_shmem_signal_wait_until(s, MORI_SHMEM_CMP_GE, (uint64_t)i + 1);
+			mori_shmem_putmem_nbi_signal_thread(b, b + 64, 8, s, (uint64_t)i + 1, MORI_SHMEM_SIGNAL_SET, peer);
+		}
+		cyc[i] = clock64() - t0;
+	}
+	cyc[iters] = clock64() - c0;
+	cyc[iters + 1] = globaltimer_ns() - n0;
+}
+
+/* every thread: iters fetch-adds on the symmetric word ctr at pe */
+extern "C" __global__ void b_fadd(uint64_t ctr, int pe, int iters)
+{
+	uint64_t acc = 0;
+	for (int i = 0; i < iters; i++)
+		acc += mori_shmem_uint64_atomic_fetch_add((uint64_t *)ctr, 1, pe);
+	if (acc == ~0ull)
+		((uint64_t *)ctr)[1] = acc; /* keep the results live */
+}
+
+/* barrier_all_block iters times; cyc as b_pingpong's */
+extern "C" __global__ void b_barrier(int iters, long long *cyc)
+{
+	long long c0 = clock64(), n0 = globaltimer_ns();
+	for (int i = 0; i < iters; i++) {
+		long long t0 = clock64();
+		mori_shmem_barrier_all_block();
+		if (threadIdx.x == 0)
+			cyc[i] = clock64() - t0;
+	}
+	if (threadIdx.x == 0) {
+		cyc[iters] = clock64() - c0;
+		cyc[iters + 1] = globaltimer_ns() - n0;
+	}
+}
