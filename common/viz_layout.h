@@ -18,6 +18,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#if defined(__CUDACC__) || defined(__HIPCC__)
+#define MORI_VIZ_HD __host__ __device__ /* the helpers below run on both sides */
+#else
+#define MORI_VIZ_HD
+#endif
+
 #define MORI_VIZ_MAGIC 0x5a49564du /* "MVIZ" */
 #define MORI_VIZ_VERSION 1u
 
@@ -40,17 +46,17 @@ struct mori_viz_event {
 	int64_t meta;             /* (warp << 16) | (slot << 2) | type */
 };
 
-static inline int64_t mori_viz_meta(uint64_t warp, unsigned slot, unsigned type)
+MORI_VIZ_HD static inline int64_t mori_viz_meta(uint64_t warp, unsigned slot, unsigned type)
 {
 	return (int64_t)((warp << 16) | ((uint64_t)(slot & MORI_VIZ_MAX_SLOT) << 2) | (type & 3u));
 }
 
-static inline size_t mori_viz_heads_off(void) { return sizeof(struct mori_viz_header); }
-static inline size_t mori_viz_events_off(uint32_t warps)
+MORI_VIZ_HD static inline size_t mori_viz_heads_off(void) { return sizeof(struct mori_viz_header); }
+MORI_VIZ_HD static inline size_t mori_viz_events_off(uint32_t warps)
 {
 	return (sizeof(struct mori_viz_header) + (size_t)warps * 4 + 15) & ~(size_t)15;
 }
-static inline size_t mori_viz_bytes(uint32_t warps, uint32_t events_per_warp)
+MORI_VIZ_HD static inline size_t mori_viz_bytes(uint32_t warps, uint32_t events_per_warp)
 {
 	return mori_viz_events_off(warps) + (size_t)warps * events_per_warp * sizeof(struct mori_viz_event);
 }
