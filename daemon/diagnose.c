@@ -402,7 +402,9 @@ static void check_peers(struct run *R, struct morid *d)
 			struct peer *p = list_entry(it, struct peer, link);
 			n++;
 			up += p->state == PS_UP;
-			if (p->state == PS_DOWN && od < sizeof(down) - 64)
+			/* down, or trying again after a failure (hello and connecting between retries) */
+			int failing = p->state == PS_DOWN || (p->state != PS_UP && p->state != PS_IDLE && p->why[0]);
+			if (failing && od < sizeof(down) - 64)
 				od += (size_t)snprintf(down + od, sizeof(down) - od, "%s%s: %.80s", od ? "; " : "", p->addr,
 						       p->why[0] ? p->why : "down");
 			if (!p->clock_known)
@@ -427,7 +429,7 @@ static void check_peers(struct run *R, struct morid *d)
 		add(R, "peers", DIAG_PROBLEM,
 		    "check that morid runs there and that its listen address is reachable from here (firewall, "
 		    "advertise)",
-		    "%d of %d down: %s", n - up, n, down);
+		    "%d of %d not up: %s", n - up, n, down);
 	else
 		add(R, "peers", DIAG_OK, "", "%d known, %d up", n, up);
 	if (!known)

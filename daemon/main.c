@@ -78,6 +78,17 @@ static void on_signal(uv_signal_t *s, int signum)
 	morid_stop(d, signum == SIGTERM ? "SIGTERM" : "SIGINT");
 }
 
+static void signals_start(struct morid *d)
+{
+	uv_signal_init(d->loop, &d->sig_term);
+	uv_signal_init(d->loop, &d->sig_int);
+	uv_signal_init(d->loop, &d->sig_hup);
+	d->sig_term.data = d->sig_int.data = d->sig_hup.data = d;
+	uv_signal_start(&d->sig_term, on_signal, SIGTERM);
+	uv_signal_start(&d->sig_int, on_signal, SIGINT);
+	uv_signal_start(&d->sig_hup, on_signal, SIGHUP);
+}
+
 /* Progress is counted by a check handle: it runs once per loop iteration. The watchdog is only
  * fed when the loop has turned since the last feed, so a wedged loop stops feeding it. */
 static void on_progress(uv_check_t *h)
@@ -220,13 +231,7 @@ int main(int argc, char **argv)
 		goto out_session;
 	rdma_log_devices(&d->cfg); /* issue 7: what RDMA devices this node has, once */
 
-	uv_signal_init(d->loop, &d->sig_term);
-	uv_signal_init(d->loop, &d->sig_int);
-	uv_signal_init(d->loop, &d->sig_hup);
-	d->sig_term.data = d->sig_int.data = d->sig_hup.data = d;
-	uv_signal_start(&d->sig_term, on_signal, SIGTERM);
-	uv_signal_start(&d->sig_int, on_signal, SIGINT);
-	uv_signal_start(&d->sig_hup, on_signal, SIGHUP);
+	signals_start(d);
 	uv_check_init(d->loop, &d->progress);
 	d->progress.data = d;
 	uv_check_start(&d->progress, on_progress);

@@ -38,7 +38,7 @@ RB=$T/b
 mkdir -p "$RB"
 "$MORID" --foreground --runtime-dir "$RB" --listen "127.0.0.1:$PB" 2>> "$T/b.log" &
 BPID=$!
-trap 'kill -9 $BPID 2>/dev/null; cleanup' EXIT
+trap 'rc=$?; kill -9 $BPID 2>/dev/null; (exit $rc); cleanup' EXIT
 for _ in $(seq 100); do [ -S "$RB/morid.session" ] && break; sleep 0.05; done
 "$B/mori-bench" io --runtime-dir "$RUN" --remote-runtime-dir "$RB" --op write --block-min 64K --block-max 64K \
 	--batch 4 --iters 5 --warmup 1 --region 16M > "$T/bench.txt" 2>&1 || fail "mori-bench io failed: $(tail -5 "$T/bench.txt")"
