@@ -182,11 +182,26 @@ MORI_DEVICE void mori_order_stores_sys(void)
 {
 	__threadfence_system();
 }
-/* A wait that observed a peer's signal with relaxed loads: later reads see what the signaller
- * wrote before signalling. */
+/* A wait that observed a peer's signal with relaxed loads (cheap polls): from here on, reads see
+ * what the signaller wrote before its release. (A relaxed load followed by an acquire fence is
+ * an acquire pattern in the PTX memory model.) */
 MORI_DEVICE void mori_acquire_after_wait_sys(void)
 {
-	__threadfence_system();
+#ifdef MORI_HIP
+	__atomic_thread_fence(__ATOMIC_ACQUIRE); /* system scope by default */
+#else
+	asm volatile("fence.acq_rel.sys;" ::: "memory");
+#endif
+}
+
+/* The same for a signaller on this GPU (another kernel or process under MPS): GPU scope. */
+MORI_DEVICE void mori_acquire_after_wait_gpu(void)
+{
+#ifdef MORI_HIP
+	__builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "agent");
+#else
+	asm volatile("fence.acq_rel.gpu;" ::: "memory");
+#endif
 }
 
 /* System-scope atomics on 32- and 64-bit words of any heap (peers' too), relaxed: OpenSHMEM
@@ -219,6 +234,25 @@ template <typename T> MORI_DEVICE T mori_atomic_swap_sys(T *p, T v) { return MOR
 template <typename T> MORI_DEVICE T mori_atomic_cas_sys(T *p, T cmp, T v) { return MORI_AMO_SYS(atomicCAS_system, p, cmp, v); }
 #undef MORI_AMO_SYS
 #endif
+
+/* A load of data nothing writes while the kernel runs (the PE state and its peer table): the
+ * read-only data path, which the fences of the waits and signals do not invalidate. */
+MORI_DEVICE uint64_t mori_load_const(const uint64_t *p)
+{
+#ifdef MORI_HIP
+	return *p;
+#else
+	return __ldg((const unsigned long long *)p);
+#endif
+}
+MORI_DEVICE int32_t mori_load_const(const int32_t *p)
+{
+#ifdef MORI_HIP
+	return *p;
+#else
+	return __ldg((const int *)p);
+#endif
+}
 
 /* ---- warp and block cooperation ---- */
 /* Every lane's earlier memory accesses are ordered before any lane's later ones, and the lanes

@@ -17,8 +17,10 @@
  *
  * Scopes. _thread: any one thread calls it. _warp: all lanes of a full warp call it with the same
  * arguments. _block: all threads of the block do. Warp and block calls synchronise the group
- * (__syncwarp / __syncthreads) before one lane signals or posts, so they are correct under
- * NVIDIA's independent thread scheduling, and return the same value in every thread.
+ * (__syncwarp / __syncthreads) on entry (the group's writes to the source are seen), before one
+ * lane signals or posts (so they are correct under NVIDIA's independent thread scheduling), and
+ * blocking gets on return (the bytes are there for every thread); they return the same value in
+ * every thread.
  *
  * Completion. _nbi puts and gets return at once: the bytes are visible at the target (or here)
  * after quiet. Blocking gets return with the bytes here. A put with signal makes the signal
@@ -96,6 +98,8 @@ template <scope S> MORI_DEVICE int group_any(int rc)
 {
 	if (S == THREAD)
 		return rc;
+	if (S == BLOCK && !__syncthreads_or(rc))
+		return 0; /* the common case: one barrier */
 	if (S == WARP) {
 		for (int l = 0; l < MORI_WARP_SIZE; l++) {
 			int r = mori_warp_bcast(rc, l);
@@ -116,15 +120,34 @@ template <scope S> MORI_DEVICE int group_any(int rc)
 	return r;
 }
 
-/* ---- state, abort, addresses ---- */
-MORI_DEVICE uint8_t *reserved(state st, unsigned off) { return (uint8_t *)st->heap_base + off; }
+/* ---- state, abort, addresses ----
+ * The state does not change while kernels run: its fields are read through the read-only path,
+ * so a wait's or a signal's fence does not send the next call back to L2 for them. */
+MORI_DEVICE uint64_t heap_base(state st) { return mori_load_const(&st->heap_base); }
+MORI_DEVICE uint64_t heap_size(state st) { return mori_load_const(&st->heap_size); }
+MORI_DEVICE int st_my_pe(state st) { return mori_load_const(&st->my_pe); }
+MORI_DEVICE int st_n_pes(state st) { return mori_load_const(&st->n_pes); }
+MORI_DEVICE struct mori_shmem_ctrl *ctrl(state st)
+{
+	return (struct mori_shmem_ctrl *)mori_load_const((const uint64_t *)&st->ctrl);
+}
+MORI_DEVICE struct mori_shmem_preq *ring(state st)
+{
+	return (struct mori_shmem_preq *)mori_load_const((const uint64_t *)&st->ring);
+}
+MORI_DEVICE uint64_t peer_base(state st, int pe)
+{
+	const uint64_t *pb = (const uint64_t *)mori_load_const((const uint64_t *)&st->peer_base);
+	return mori_load_const(pb + pe);
+}
+MORI_DEVICE uint8_t *reserved(state st, unsigned off) { return (uint8_t *)heap_base(st) + off; }
 
 /* 0, or the MORI_E* code of the abort morid set (the group is dead or torn down). */
 MORI_DEVICE int abort_code(state st)
 {
-	if (!st || !st->ctrl)
+	if (!st || !ctrl(st))
 		return 0;
-	uint32_t a = mori_relaxed_load_sys(&st->ctrl->abort);
+	uint32_t a = mori_relaxed_load_sys(&ctrl(st)->abort);
 	if (!a)
 		return 0;
 	return a == MORI_SHMEM_ABORT_PEER_DEAD ? MORI_EPEERDEAD
@@ -141,13 +164,13 @@ struct spin {
 
 MORI_DEVICE int check_pe(state st, int pe)
 {
-	return st && (unsigned)pe < (unsigned)st->n_pes ? 0 : MORI_EINVAL;
+	return st && (unsigned)pe < (unsigned)st_n_pes(st) ? 0 : MORI_EINVAL;
 }
 /* The heap offset of [p, p + len) in this PE's heap, or MORI_ERANGE. */
 MORI_DEVICE int heap_off(state st, const void *p, uint64_t len, uint64_t *off)
 {
-	uint64_t o = (uint64_t)p - st->heap_base; /* wraps above heap_size when p is below */
-	if (o > st->heap_size || len > st->heap_size - o)
+	uint64_t o = (uint64_t)p - heap_base(st); /* wraps above heap_size when p is below */
+	if (o > heap_size(st) || len > heap_size(st) - o)
 		return MORI_ERANGE;
 	*off = o;
 	return 0;
@@ -155,7 +178,7 @@ MORI_DEVICE int heap_off(state st, const void *p, uint64_t len, uint64_t *off)
 /* pe's address of heap offset off where this PE maps pe's heap, else NULL (the proxy). */
 MORI_DEVICE uint8_t *peer_addr(state st, uint64_t off, int pe)
 {
-	uint64_t b = pe == st->my_pe ? st->heap_base : st->peer_base[pe];
+	uint64_t b = pe == st_my_pe(st) ? heap_base(st) : peer_base(st, pe);
 	return b ? (uint8_t *)(b + off) : nullptr;
 }
 
@@ -195,7 +218,19 @@ MORI_DEVICE void copy_bytes(uint8_t *dst, const uint8_t *src, uint64_t len, unsi
 	case 2: copy_elems((uint16_t *)dst, (const uint16_t *)src, n, t, nt); break;
 	default: copy_elems(dst, src, n, t, nt); break;
 	}
-	for (uint64_t i = n * w + t; i < len; i += nt)
+	uint64_t i = n * w;
+	if (nt == 1) /* one thread: the tail in the widest steps it allows (an 8-byte put is one store) */
+		for (unsigned k = w >> 1; k; k >>= 1)
+			if (len - i >= k) {
+				switch (k) {
+				case 8: *(uint64_t *)(dst + i) = *(const uint64_t *)(src + i); break;
+				case 4: *(uint32_t *)(dst + i) = *(const uint32_t *)(src + i); break;
+				case 2: *(uint16_t *)(dst + i) = *(const uint16_t *)(src + i); break;
+				default: dst[i] = src[i]; break;
+				}
+				i += k;
+			}
+	for (i += t; i < len; i += nt)
 		dst[i] = src[i];
 }
 
@@ -211,8 +246,8 @@ struct preq {
 };
 MORI_DEVICE int proxy_post(state st, const preq &r, uint64_t *seq_out)
 {
-	struct mori_shmem_ctrl *c = st->ctrl;
-	if (!c || !st->ring)
+	struct mori_shmem_ctrl *c = ctrl(st);
+	if (!c || !ring(st))
 		return MORI_ENOTSUP;
 	uint32_t n = *(volatile uint32_t *)&c->ring_entries;
 	if (!n || (n & (n - 1)))
@@ -221,10 +256,11 @@ MORI_DEVICE int proxy_post(state st, const preq &r, uint64_t *seq_out)
 	uint64_t seq = mori_atomic_add_sys((uint64_t *)&c->head, (uint64_t)1);
 	spin s;
 	int rc;
-	while (seq - mori_acquire_load_sys((const uint64_t *)&c->done) >= n)
+	while (seq - mori_relaxed_load_sys(&c->done) >= n)
 		if ((rc = s.poll(st)))
 			return rc; /* morid stopped serving: the group is aborting anyway */
-	volatile uint64_t *w = (volatile uint64_t *)&st->ring[seq & (n - 1)];
+	mori_acquire_after_wait_sys(); /* morid has copied the old entry out before we overwrite it */
+	volatile uint64_t *w = (volatile uint64_t *)&ring(st)[seq & (n - 1)];
 	w[1] = (uint32_t)r.pe;
 	w[2] = r.dst;
 	w[3] = r.src;
@@ -242,12 +278,13 @@ MORI_DEVICE int proxy_post(state st, const preq &r, uint64_t *seq_out)
  * fetched value) is visible here. Its first failure, if any, is the result. */
 MORI_DEVICE int proxy_wait(state st, uint64_t seq)
 {
-	struct mori_shmem_ctrl *c = st->ctrl;
+	struct mori_shmem_ctrl *c = ctrl(st);
 	spin s;
 	int rc;
-	while (mori_acquire_load_sys((const uint64_t *)&c->done) <= seq)
+	while (mori_relaxed_load_sys(&c->done) <= seq)
 		if ((rc = s.poll(st)))
 			return rc;
+	mori_acquire_after_wait_sys();
 	return *(volatile int32_t *)&c->error;
 }
 /* Post one request for the group: synchronise (so every thread's earlier writes, to the source
@@ -265,22 +302,27 @@ template <scope S> MORI_DEVICE int proxy_group(state st, const preq &r, bool wai
 	return group_bcast<S>(rc);
 }
 
-/* quiet: this thread's direct stores are performed system-wide; when this PE ever used the
- * proxy, every request posted before (by any thread) has completed. */
-MORI_DEVICE int quiet(state st)
+/* The proxy's part of quiet: when this PE ever used the proxy, every request posted before (by
+ * any thread) has completed. */
+MORI_DEVICE int quiet_proxy(state st)
 {
-	mori_complete_stores_sys();
 	if (!st)
 		return MORI_EINVAL;
-	if (!st->ctrl || !*(volatile uint64_t *)reserved(st, MORI_SHMEM_OFF_PROXY_USED))
+	if (!ctrl(st) || !*(volatile uint64_t *)reserved(st, MORI_SHMEM_OFF_PROXY_USED))
 		return 0;
-	struct mori_shmem_ctrl *c = st->ctrl;
+	struct mori_shmem_ctrl *c = ctrl(st);
 	if (mori_relaxed_load_sys(&c->head) == mori_acquire_load_sys((const uint64_t *)&c->done))
 		return *(volatile int32_t *)&c->error;
-	preq r = {MORI_SHMEM_OP_QUIET, 0, 0, st->my_pe, 0, 0, 0, 0, 0, 0};
+	preq r = {MORI_SHMEM_OP_QUIET, 0, 0, st_my_pe(st), 0, 0, 0, 0, 0, 0};
 	uint64_t seq;
 	int rc = proxy_post(st, r, &seq);
 	return rc ? rc : proxy_wait(st, seq);
+}
+/* quiet: this thread's direct stores are performed system-wide, and the proxy's part. */
+MORI_DEVICE int quiet(state st)
+{
+	mori_complete_stores_sys();
+	return quiet_proxy(st);
 }
 MORI_DEVICE int fence(state st)
 {
@@ -297,8 +339,9 @@ template <scope S> MORI_DEVICE int putmem_nbi(state st, void *dest, const void *
 		return rc;
 	uint8_t *r = peer_addr(st, off, pe);
 	if (r) {
+		group_sync<S>(); /* the group's own writes to source precede every thread's copy */
 		copy_bytes(r, (const uint8_t *)source, bytes, tid<S>(), nthr<S>());
-		return 0;
+		return 0; /* nbi: source may be reused after quiet (which every thread calls) */
 	}
 	if ((rc = heap_off(st, source, bytes, &soff)))
 		return rc;
@@ -315,9 +358,10 @@ MORI_DEVICE int getmem(state st, void *dest, const void *source, uint64_t bytes,
 		return rc;
 	const uint8_t *r = peer_addr(st, off, pe);
 	if (r) {
+		group_sync<S>();
 		copy_bytes((uint8_t *)dest, r, bytes, tid<S>(), nthr<S>());
 		if (blocking)
-			group_sync<S>();
+			group_sync<S>(); /* every byte is here, for every thread of the group */
 		return 0;
 	}
 	if ((rc = heap_off(st, dest, bytes, &doff)))
@@ -338,8 +382,9 @@ MORI_DEVICE int put_signal(state st, void *dest, const void *source, uint64_t by
 		return MORI_EINVAL;
 	uint8_t *r = peer_addr(st, off, pe);
 	if (r) {
-		copy_bytes(r, (const uint8_t *)source, bytes, tid<S>(), nthr<S>());
 		group_sync<S>();
+		copy_bytes(r, (const uint8_t *)source, bytes, tid<S>(), nthr<S>());
+		group_sync<S>(); /* every thread's bytes precede the leader's signal */
 		if (tid<S>() == 0) {
 			uint64_t *rs = (uint64_t *)peer_addr(st, sig_off, pe);
 			if (sig_op == MORI_SHMEM_SIGNAL_SET)
@@ -525,6 +570,12 @@ template <typename T> MORI_DEVICE T load_acquire(const T *p)
 		return (T)mori_acquire_load_sys((const uint64_t *)p);
 	return (T)mori_acquire_load_sys((const uint32_t *)p);
 }
+template <typename T> MORI_DEVICE T load_relaxed(const T *p)
+{
+	if (sizeof(T) == 8)
+		return (T)mori_relaxed_load_sys((const volatile uint64_t *)p);
+	return (T)mori_relaxed_load_sys((const volatile uint32_t *)p);
+}
 /* Until *ivar cmp x holds (0), or the abort word is set (its code); *seen: the last value read. */
 template <typename T> MORI_DEVICE int wait_until(state st, T *ivar, int cmp, T x, T *seen)
 {
@@ -532,9 +583,10 @@ template <typename T> MORI_DEVICE int wait_until(state st, T *ivar, int cmp, T x
 		return MORI_EINVAL;
 	spin s;
 	for (;;) {
-		T v = load_acquire(ivar);
+		T v = load_relaxed(ivar); /* polls never fence; the one that succeeds acquires */
 		int rc = 0;
 		if (cmp_true(v, cmp, x) || (rc = s.poll(st))) {
+			mori_acquire_after_wait_sys();
 			if (seen)
 				*seen = v;
 			return rc;
@@ -565,29 +617,31 @@ template <scope S> MORI_DEVICE int barrier(state st, bool complete_puts)
 	group_sync<S>();
 	uint64_t e = *epoch + 1;
 	int rc = 0;
+	/* Completing the direct puts needs no fence of its own: the flags' release stores below come
+	 * after this synchronisation and are cumulative over every thread's earlier stores. */
 	if (t == 0 && complete_puts)
-		rc = quiet(st);
-	group_sync<S>(); /* every thread has read the epoch; the puts are complete */
+		rc = quiet_proxy(st);
+	group_sync<S>(); /* every thread has read the epoch; the proxy's puts are complete */
 	if (t == 0)
 		*epoch = e;
-	for (int q = (int)t; q < st->n_pes && !rc; q += (int)nt) {
-		uint64_t *w = (uint64_t *)peer_addr(st, MORI_SHMEM_OFF_BAR_FLAG + 8ull * st->my_pe, q);
+	for (int q = (int)t; q < st_n_pes(st) && !rc; q += (int)nt) {
+		uint64_t *w = (uint64_t *)peer_addr(st, MORI_SHMEM_OFF_BAR_FLAG + 8ull * st_my_pe(st), q);
 		if (w) {
 			mori_release_store_sys(w, e);
 		} else {
-			preq r = {MORI_SHMEM_OP_AMO, MORI_SHMEM_AMO_SET, 8, q, MORI_SHMEM_OFF_BAR_FLAG + 8ull * st->my_pe,
+			preq r = {MORI_SHMEM_OP_AMO, MORI_SHMEM_AMO_SET, 8, q, MORI_SHMEM_OFF_BAR_FLAG + 8ull * st_my_pe(st),
 				  0, 0, 0, e, 0};
 			uint64_t seq;
 			rc = proxy_post(st, r, &seq);
 		}
 	}
-	for (int q = (int)t; q < st->n_pes && !rc; q += (int)nt)
+	for (int q = (int)t; q < st_n_pes(st) && !rc; q += (int)nt)
 		rc = wait_until<uint64_t>(st, flag + q, MORI_SHMEM_CMP_GE, e, nullptr);
 	return group_any<S>(rc);
 }
 
-MORI_DEVICE int my_pe(state st) { return st ? st->my_pe : -1; }
-MORI_DEVICE int n_pes(state st) { return st ? st->n_pes : 0; }
+MORI_DEVICE int my_pe(state st) { return st ? st_my_pe(st) : -1; }
+MORI_DEVICE int n_pes(state st) { return st ? st_n_pes(st) : 0; }
 /* pe's address of the object at dest (an address in my_pe's heap), or 0 (not mapped, outside). */
 MORI_DEVICE uint64_t ptr_p2p(state st, uint64_t dest, int me, int pe)
 {
@@ -601,11 +655,11 @@ MORI_DEVICE uint64_t ptr_p2p(state st, uint64_t dest, int me, int pe)
 MORI_DEVICE int status(state st)
 {
 	int rc = abort_code(st);
-	return rc ? rc : st && st->ctrl ? *(volatile int32_t *)&st->ctrl->error : st ? 0 : MORI_EINVAL;
+	return rc ? rc : st && ctrl(st) ? *(volatile int32_t *)&ctrl(st)->error : st ? 0 : MORI_EINVAL;
 }
 } /* namespace mori_shmem_impl */
 
-#define MORI_SHMEM_ST ((mori_shmem_impl::state)mori_shmem_state_ptr)
+#define MORI_SHMEM_ST ((mori_shmem_impl::state)mori_load_const((const uint64_t *)&mori_shmem_state_ptr))
 #define MORI_SHMEM_I mori_shmem_impl
 
 /* ---- the API table ----

@@ -10,6 +10,8 @@
 MORI_KERNEL void __launch_bounds__(MORI_SHMEM_KERNEL_THREADS)
 	mori_shmem_barrier_on_stream(const struct mori_shmem_state *st, int *rc)
 {
+	/* the stream's earlier kernels' stores: performed system-wide before any flag is set */
+	mori_complete_stores_sys();
 	int r = mori_shmem_impl::barrier<mori_shmem_impl::BLOCK>(st, true);
 	if (rc && mori_block_thread() == 0)
 		*(volatile int *)rc = r;

@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../kernels/mori_shmem_kernels.h"
 #include "gpu_harness.h"
 #include "shmem_dev.h"
 #include "shmem_layout.h"
@@ -853,6 +854,65 @@ START_TEST(abort_waits)
 }
 END_TEST
 
+/* ---- libmori's kernels: barrier_on_stream and quiet_on_stream (state as an argument) ---- */
+
+static void check_stream_kernels(int n, int split, int rounds)
+{
+	struct rig r;
+	rig_open(&r, n, split);
+	if (split < n)
+		morid_start(&r);
+	gpu_function fn, bar, quiet;
+	int sm;
+	ck_assert_int_eq(gpu_copy_kernel(&C, 0, &fn, &sm), MORI_OK); /* loads libmori's image */
+	CKR(g->module_get_function(&bar, D->module, MORI_SHMEM_BARRIER_KERNEL));
+	CKR(g->module_get_function(&quiet, D->module, MORI_SHMEM_QUIET_KERNEL));
+	gpu_dptr rc_d;
+	int rcs[2 * MAXPE];
+	memset(rcs, 0xff, sizeof(rcs));
+	CKR(g->mem_alloc(&rc_d, sizeof(rcs)));
+	CKR(g->memcpy_htod_async(rc_d, rcs, sizeof(rcs), NULL));
+	CKR(g->stream_synchronize(NULL));
+	double t0 = now_s();
+	for (int i = 0; i < rounds; i++)
+		for (int p = 0; p < n; p++) {
+			gpu_dptr rp = rc_d + 4ull * p;
+			void *params[] = {&r.pe[p].state, &rp};
+			CKR(g->launch_kernel(bar, 1, 1, 1, MORI_SHMEM_KERNEL_THREADS, 1, 1, 0, r.pe[p].s, params, NULL));
+		}
+	for (int p = 0; p < n; p++) {
+		gpu_dptr rp = rc_d + 4ull * (MAXPE + p);
+		void *params[] = {&r.pe[p].state, &rp};
+		CKR(g->launch_kernel(quiet, 1, 1, 1, 1, 1, 1, 0, r.pe[p].s, params, NULL));
+	}
+	for (int p = 0; p < n; p++)
+		CKR(g->stream_synchronize(r.pe[p].s));
+	double dt = now_s() - t0;
+	CKR(g->memcpy_dtoh_async(rcs, rc_d, sizeof(rcs), NULL));
+	CKR(g->stream_synchronize(NULL));
+	for (int p = 0; p < n; p++) {
+		uint64_t epoch;
+		CKR(g->memcpy_dtoh_async(&epoch, sym(&r, p, MORI_SHMEM_OFF_BAR_EPOCH), 8, NULL));
+		CKR(g->stream_synchronize(NULL));
+		ck_assert_msg(rcs[p] == 0 && rcs[MAXPE + p] == 0, "PE %d: barrier_on_stream %d, quiet_on_stream %d", p,
+			      rcs[p], rcs[MAXPE + p]);
+		ck_assert_uint_eq(epoch, (uint64_t)rounds);
+	}
+	printf("stream kernels: %d PEs (%s): %d x %s then %s, each launch from libmori's image: %.1f us a "
+	       "barrier (launch included)\n",
+	       n, split < n ? "proxy" : "direct", rounds, MORI_SHMEM_BARRIER_KERNEL, MORI_SHMEM_QUIET_KERNEL,
+	       dt * 1e6 / rounds);
+	g->mem_free(rc_d);
+	rig_close(&r);
+}
+
+START_TEST(stream_kernels)
+{
+	check_stream_kernels(4, 4, 200);
+	check_stream_kernels(4, 2, 20);
+}
+END_TEST
+
 /* Without a GPU or without nvcc-built test kernels, say so and skip. */
 static void skip_unless_kernels(void)
 {
@@ -889,6 +949,7 @@ int main(int argc, char **argv)
 	tcase_add_test(px, lock_proxy);
 	tcase_add_test(px, wait_proxy);
 	tcase_add_test(px, barrier_proxy);
+	tcase_add_test(px, stream_kernels);
 	suite_add_tcase(s, px);
 	SRunner *r = srunner_create(s);
 	srunner_run_all(r, CK_NORMAL);

@@ -9,7 +9,7 @@
 // lines "nvshmem <what> ..." on stdout that mori-bench shmem reads:
 //   nvshmem put_bw BYTES GBPS            (rank 0, two PEs: PE 0 -> PE 1, block scope)
 //   nvshmem pingpong P50_US P99_US MEAN_US (rank 0, two PEs: put+signal, half the round trip)
-//   nvshmem fadd RANK NPES OPS SECONDS   (every rank: fetch-adds on PE 0's word)
+//   nvshmem fadd RANK NPES OPS START_NS END_NS (every rank: fetch-adds on PE 0's word; globaltimer)
 //   nvshmem barrier NPES P50_US P99_US   (rank 0: barrier_all_block)
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -75,13 +75,19 @@ __global__ void k_pingpong(uint8_t *buf, uint64_t *sig, int iters, long long *cy
 	cyc[iters + 1] = globaltimer_ns() - n0;
 }
 
-__global__ void k_fadd(uint64_t *ctr, int iters)
+/* as b_fadd: span[0] earliest start, span[1] latest end (globaltimer ns) */
+__global__ void k_fadd(uint64_t *ctr, int iters, unsigned long long *span)
 {
+	if (threadIdx.x == 0)
+		atomicMin(&span[0], (unsigned long long)globaltimer_ns());
 	uint64_t acc = 0;
 	for (int i = 0; i < iters; i++)
 		acc += nvshmem_uint64_atomic_fetch_add(ctr, 1, 0);
 	if (acc == 0xffffffffffffffffull)
 		ctr[1] = acc; /* keep the results live */
+	__syncthreads();
+	if (threadIdx.x == 0)
+		atomicMax(&span[1], (unsigned long long)globaltimer_ns());
 }
 
 __global__ void k_barrier(int iters, long long *cyc)
@@ -139,7 +145,7 @@ static void put_bw(int me, cudaStream_t s, int reps)
 	CK(cudaDeviceSynchronize());
 	nvshmem_barrier_all();
 	for (uint64_t b = 4096; b <= maxb; b *= 4) {
-		unsigned grid = (unsigned)std::max<uint64_t>(1, std::min<uint64_t>(b / (32 << 10), 528));
+		unsigned grid = (unsigned)std::max<uint64_t>(1, std::min<uint64_t>(b / (8 << 10), 528));
 		int r = b >= (16u << 20) ? std::max(4, reps / 50) : reps;
 		std::vector<double> t;
 		if (me == 0)
@@ -195,12 +201,19 @@ static void fadd(int me, int npes, cudaStream_t s, int iters)
 	CK(cudaDeviceSynchronize());
 	nvshmem_barrier_all();
 	const unsigned grid = 4, block = 256;
-	float ms = time_ms(s, [&] { k_fadd<<<grid, block, 0, s>>>(ctr, iters); });
+	unsigned long long *span, h[2] = {~0ull, 0};
+	CK(cudaMalloc(&span, sizeof(h)));
+	CK(cudaMemcpy(span, h, sizeof(h), cudaMemcpyHostToDevice));
+	nvshmem_barrier_all();
+	k_fadd<<<grid, block, 0, s>>>(ctr, iters, span);
+	CK(cudaStreamSynchronize(s));
 	nvshmem_barrier_all();
 	uint64_t total = 0;
 	if (me == 0)
 		CK(cudaMemcpy(&total, ctr, 8, cudaMemcpyDeviceToHost));
-	printf("nvshmem fadd %d %d %llu %.6f%s\n", me, npes, (unsigned long long)grid * block * iters, ms * 1e-3,
+	CK(cudaMemcpy(h, span, sizeof(h), cudaMemcpyDeviceToHost));
+	cudaFree(span);
+	printf("nvshmem fadd %d %d %llu %llu %llu%s\n", me, npes, (unsigned long long)grid * block * iters, h[0], h[1],
 	       me == 0 && total != (uint64_t)npes * grid * block * iters ? " WRONG-TOTAL" : "");
 	fflush(stdout);
 	nvshmem_free(ctr);

@@ -21,7 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "../libclient/gpu_int.h"
@@ -64,13 +63,6 @@ struct brig {
 			exit(1);                                                                   \
 		}                                                                                  \
 	} while (0)
-
-static double now_s(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec * 1e-9;
-}
 
 static int cmp_d(const void *a, const void *b)
 {
@@ -154,7 +146,7 @@ static void launch(struct bpe *e, int k, unsigned grid, unsigned block, void **p
 #define SPAN (64ull << 20) /* puts and copies rotate through this much of source and destination */
 struct results {
 	double put[NSIZES], ceil[NSIZES], nv_put[NSIZES], ceiling; /* ceiling: one 64 MiB copy */
-	double pp[3], nv_pp[3];        /* p50 p99 mean, us */
+	double pp[5][3], nv_pp[3];     /* [mode] p50 p99 mean, us (b_pingpong's modes) */
 	double fadd[3], nv_fadd[3];    /* M ops/s for 2, 4, 8 PEs */
 	double bar[3][3], nv_bar[3][3]; /* [npes 2 4 8][p50 p99 mean] */
 };
@@ -172,7 +164,7 @@ static void put_bw(struct brig *r, struct results *res, int reps)
 	struct bpe *e = &r->pe[0];
 	for (int i = 0; i < NSIZES; i++) {
 		uint64_t b = 4096ull << (2 * i);
-		unsigned grid = (unsigned)(b / (32 << 10));
+		unsigned grid = (unsigned)(b / (8 << 10)); /* as tools/bench_nvshmem.cu */
 		grid = grid < 1 ? 1 : grid > 528 ? 528 : grid;
 		int rr = b >= (16u << 20) ? (reps / 50 > 4 ? reps / 50 : 4) : reps;
 		uint64_t dst = e->heap + BUF_OFF, src = e->heap + SRC_OFF, span = SPAN;
@@ -220,36 +212,46 @@ static void pingpong(struct brig *r, struct results *res, int iters)
 		CK(g->memset_d8_async(e->heap + WORD_OFF, 0, 4096, NULL));
 	}
 	CK(g->stream_synchronize(NULL));
-	for (int p = 1; p >= 0; p--) { /* the responder first: it waits */
-		struct bpe *e = &r->pe[p];
-		uint64_t buf = e->heap + WORD_OFF, sig = e->heap + WORD_OFF + 1024;
-		void *params[] = {&buf, &sig, &iters, &cyc[p]};
-		launch(e, B_PINGPONG, 1, 32, params);
+	for (int mode = 0; mode < 5; mode++) {
+		uint64_t base = (uint64_t)mode * (uint64_t)iters;
+		for (int p = 1; p >= 0; p--) { /* the responder first: it waits */
+			struct bpe *e = &r->pe[p];
+			uint64_t buf = e->heap + WORD_OFF, sig = e->heap + WORD_OFF + 1024;
+			void *params[] = {&buf, &sig, &iters, &cyc[p], &mode, &base};
+			launch(e, B_PINGPONG, 1, 32, params);
+		}
+		CK(g->stream_synchronize(r->pe[0].s));
+		CK(g->stream_synchronize(r->pe[1].s));
+		CK(g->memcpy_dtoh_async(h, cyc[0], sizeof(long long) * (size_t)(iters + 2), NULL));
+		CK(g->stream_synchronize(NULL));
+		lat_stats(h, iters, 0.5, res->pp[mode]);
 	}
-	CK(g->stream_synchronize(r->pe[0].s));
-	CK(g->stream_synchronize(r->pe[1].s));
-	CK(g->memcpy_dtoh_async(h, cyc[0], sizeof(long long) * (size_t)(iters + 2), NULL));
-	CK(g->stream_synchronize(NULL));
-	lat_stats(h, iters, 0.5, res->pp);
 	g->mem_free(cyc[0]);
 	g->mem_free(cyc[1]);
 	free(h);
 }
 
+/* all PEs' ops over the span from the first kernel's start to the last one's end (globaltimer) */
 static double fadd(struct brig *r, int iters)
 {
+	uint64_t span_h[2] = {~0ull, 0};
+	gpu_dptr span;
+	CK(g->mem_alloc(&span, sizeof(span_h)));
+	CK(g->memcpy_htod_async(span, span_h, sizeof(span_h), NULL));
 	CK(g->memset_d8_async(r->pe[0].heap + WORD_OFF + 2048, 0, 64, NULL));
 	CK(g->stream_synchronize(NULL));
-	double t0 = now_s();
 	for (int p = 0; p < r->n; p++) {
 		uint64_t ctr = r->pe[p].heap + WORD_OFF + 2048;
 		int pe = 0;
-		void *params[] = {&ctr, &pe, &iters};
+		void *params[] = {&ctr, &pe, &iters, &span};
 		launch(&r->pe[p], B_FADD, 4, 256, params);
 	}
 	for (int p = 0; p < r->n; p++)
 		CK(g->stream_synchronize(r->pe[p].s));
-	double dt = now_s() - t0;
+	CK(g->memcpy_dtoh_async(span_h, span, sizeof(span_h), NULL));
+	CK(g->stream_synchronize(NULL));
+	g->mem_free(span);
+	double dt = (double)(span_h[1] - span_h[0]) * 1e-9;
 	uint64_t total;
 	CK(g->memcpy_dtoh_async(&total, r->pe[0].heap + WORD_OFF + 2048, 8, NULL));
 	CK(g->stream_synchronize(NULL));
@@ -282,9 +284,9 @@ static void barrier(struct brig *r, int iters, double out[3])
 
 /* ---- NVSHMEM: npes processes of tools/bench_nvshmem.cu, their lines parsed ---- */
 
-static void nv_line(const char *l, struct results *res, double *fadd_ops, double *fadd_secs)
+static void nv_line(const char *l, struct results *res, double *fadd_ops, uint64_t span[2])
 {
-	unsigned long long b, ops;
+	unsigned long long b, ops, t0, t1;
 	double x, y, z;
 	int rank, np;
 	if (sscanf(l, "nvshmem put_bw %llu %lf", &b, &x) == 2) {
@@ -293,10 +295,12 @@ static void nv_line(const char *l, struct results *res, double *fadd_ops, double
 				res->nv_put[i] = x;
 	} else if (sscanf(l, "nvshmem pingpong %lf %lf %lf", &x, &y, &z) == 3) {
 		res->nv_pp[0] = x, res->nv_pp[1] = y, res->nv_pp[2] = z;
-	} else if (sscanf(l, "nvshmem fadd %d %d %llu %lf", &rank, &np, &ops, &x) == 4) {
+	} else if (sscanf(l, "nvshmem fadd %d %d %llu %llu %llu", &rank, &np, &ops, &t0, &t1) == 5) {
 		*fadd_ops += (double)ops;
-		if (x > *fadd_secs)
-			*fadd_secs = x;
+		if (t0 < span[0])
+			span[0] = t0;
+		if (t1 > span[1])
+			span[1] = t1;
 	} else if (sscanf(l, "nvshmem barrier %d %lf %lf %lf", &np, &x, &y, &z) == 4) {
 		int k = np == 2 ? 0 : np == 4 ? 1 : 2;
 		res->nv_bar[k][0] = x, res->nv_bar[k][1] = y, res->nv_bar[k][2] = z;
@@ -332,13 +336,14 @@ static int run_nvshmem(const char *path, int npes, int reps, struct results *res
 		close(pp[1]);
 		fds[p] = pp[0];
 	}
-	double ops = 0, secs = 0;
+	double ops = 0;
+	uint64_t span[2] = {~0ull, 0};
 	int bad = 0;
 	for (int p = 0; p < npes; p++) {
 		FILE *f = fdopen(fds[p], "r");
 		char line[256];
 		while (f && fgets(line, sizeof(line), f))
-			nv_line(line, res, &ops, &secs);
+			nv_line(line, res, &ops, span);
 		if (f)
 			fclose(f);
 		int st;
@@ -347,8 +352,8 @@ static int run_nvshmem(const char *path, int npes, int reps, struct results *res
 	}
 	unlink(uid);
 	rmdir(dir);
-	if (secs > 0)
-		res->nv_fadd[npes == 2 ? 0 : npes == 4 ? 1 : 2] = ops / secs / 1e6;
+	if (span[1] > span[0])
+		res->nv_fadd[npes == 2 ? 0 : npes == 4 ? 1 : 2] = ops / ((double)(span[1] - span[0]) * 1e-9) / 1e6;
 	if (bad)
 		fprintf(stderr, "mori-bench shmem: NVSHMEM with %d PEs failed (its stderr is above)\n", npes);
 	return bad ? -1 : 0;
@@ -382,11 +387,17 @@ static void report(const struct results *r, int nv)
 		printf("\n");
 	}
 	printf("# put+signal ping-pong, 8 bytes, thread scope, PE 0 <-> PE 1: half the round trip (us)\n");
-	printf("#            p50      p99     mean\n");
-	printf("  mori  %8.2f %8.2f %8.2f\n", r->pp[0], r->pp[1], r->pp[2]);
+	printf("#                                                   p50      p99     mean\n");
+	static const char *const modes[5] = {
+		"mori (the API: release sys, acquire sys)", "  taken apart: release sys, acquire gpu",
+		"  taken apart: release gpu, acquire gpu", "  taken apart: release sys, no acquire",
+		"  taken apart: release gpu, no acquire"};
+	for (int m = 0; m < 5; m++)
+		printf("  %-44s %8.2f %8.2f %8.2f\n", modes[m], r->pp[m][0], r->pp[m][1], r->pp[m][2]);
 	if (nv)
-		printf("  nvshmem %6.2f %8.2f %8.2f\n", r->nv_pp[0], r->nv_pp[1], r->nv_pp[2]);
-	printf("# fetch-add throughput, every PE's 4 x 256 threads on one 64-bit word at PE 0 (M ops/s)\n");
+		printf("  %-44s %8.2f %8.2f %8.2f\n", "nvshmem", r->nv_pp[0], r->nv_pp[1], r->nv_pp[2]);
+	printf("# fetch-add throughput, every PE's 4 x 256 threads on one 64-bit word at PE 0 (M ops/s: all PEs' ops "
+	       "over first start to last end, globaltimer)\n");
 	printf("#  PEs     mori  nvshmem\n");
 	for (int k = 0; k < 3; k++) {
 		printf("  %4d %8.1f ", 2 << k, r->fadd[k]);

@@ -24,9 +24,42 @@ extern "C" __global__ void b_put(uint64_t dst, uint64_t src, uint64_t bytes, int
 		mori_shmem_quiet_thread();
 }
 
+/* One hop of the ping-pong: 8 bytes and a SET signal to peer. mode 0: the API. The others take
+ * it apart to see what a hop costs (peer addresses from mori_shmem_ptr): 1 the same stores and
+ * a release store at system scope, 2 the release at GPU scope (formally enough only when the peer
+ * is on this GPU, as here). */
+__device__ void hop_put(int mode, uint8_t *b, uint64_t *s, uint64_t v, int peer)
+{
+	if (mode == 0) {
+		mori_shmem_putmem_nbi_signal_thread(b, b + 64, 8, s, v, MORI_SHMEM_SIGNAL_SET, peer);
+		return;
+	}
+	*(uint64_t *)mori_shmem_ptr((uint64_t)b, peer) = *(const uint64_t *)(b + 64);
+	uint64_t *ps = (uint64_t *)mori_shmem_ptr((uint64_t)s, peer);
+	if (mode == 2 || mode == 4)
+		mori_release_store_gpu(ps, v);
+	else
+		mori_release_store_sys(ps, v);
+}
+/* mode 0: the API (relaxed polls, then an acquire fence at system scope); 1, 2: the same polls
+ * then an acquire fence at GPU scope; 3, 4: no acquire at all (what NVSHMEM's
+ * signal_wait_until does: volatile polls). */
+__device__ void hop_wait(int mode, uint64_t *s, uint64_t v)
+{
+	if (mode == 0) {
+		mori_shmem_signal_wait_until(s, MORI_SHMEM_CMP_GE, v);
+		return;
+	}
+	while (mori_relaxed_load_sys(s) < v)
+		;
+	if (mode == 1 || mode == 2)
+		mori_acquire_after_wait_gpu();
+}
+
 /* PE 0 and PE 1: 8 bytes with a SET signal there and back, thread scope. cyc[i]: cycles of
- * round trip i; cyc[iters], cyc[iters + 1]: cycles and nanoseconds of the whole loop. */
-extern "C" __global__ void b_pingpong(uint64_t buf, uint64_t sig, int iters, long long *cyc)
+ * round trip i; cyc[iters], cyc[iters + 1]: cycles and nanoseconds of the whole loop. The signal
+ * word counts on across modes (base). */
+extern "C" __global__ void b_pingpong(uint64_t buf, uint64_t sig, int iters, long long *cyc, int mode, uint64_t base)
 {
 	if (threadIdx.x)
 		return;
@@ -36,12 +69,13 @@ extern "C" __global__ void b_pingpong(uint64_t buf, uint64_t sig, int iters, lon
 	long long c0 = clock64(), n0 = globaltimer_ns();
 	for (int i = 0; i < iters; i++) {
 		long long t0 = clock64();
+		uint64_t v = base + (uint64_t)i + 1;
 		if (me == 0) {
-			mori_shmem_putmem_nbi_signal_thread(b, b + 64, 8, s, (uint64_t)i + 1, MORI_SHMEM_SIGNAL_SET, peer);
-			mori_shmem_signal_wait_until(s, MORI_SHMEM_CMP_GE, (uint64_t)i + 1);
+			hop_put(mode, b, s, v, peer);
+			hop_wait(mode, s, v);
 		} else {
-			mori_shmem_signal_wait_until(s, MORI_SHMEM_CMP_GE, (uint64_t)i + 1);
-			mori_shmem_putmem_nbi_signal_thread(b, b + 64, 8, s, (uint64_t)i + 1, MORI_SHMEM_SIGNAL_SET, peer);
+			hop_wait(mode, s, v);
+			hop_put(mode, b, s, v, peer);
 		}
 		cyc[i] = clock64() - t0;
 	}
@@ -49,14 +83,21 @@ extern "C" __global__ void b_pingpong(uint64_t buf, uint64_t sig, int iters, lon
 	cyc[iters + 1] = globaltimer_ns() - n0;
 }
 
-/* every thread: iters fetch-adds on the symmetric word ctr at pe */
-extern "C" __global__ void b_fadd(uint64_t ctr, int pe, int iters)
+/* every thread: iters fetch-adds on the symmetric word ctr at pe. span[0] gets the earliest
+ * start and span[1] the latest end (globaltimer ns, one clock for every process on the GPU), so
+ * the throughput of all PEs together is their ops over max(end) - min(start). */
+extern "C" __global__ void b_fadd(uint64_t ctr, int pe, int iters, unsigned long long *span)
 {
+	if (threadIdx.x == 0)
+		atomicMin(&span[0], (unsigned long long)globaltimer_ns());
 	uint64_t acc = 0;
 	for (int i = 0; i < iters; i++)
 		acc += mori_shmem_uint64_atomic_fetch_add((uint64_t *)ctr, 1, pe);
 	if (acc == ~0ull)
 		((uint64_t *)ctr)[1] = acc; /* keep the results live */
+	__syncthreads();
+	if (threadIdx.x == 0)
+		atomicMax(&span[1], (unsigned long long)globaltimer_ns());
 }
 
 /* barrier_all_block iters times; cyc as b_pingpong's */
