@@ -66,6 +66,7 @@ static const struct sym syms[] = {
 	S(module_load_data, "cuModuleLoadData", "hipModuleLoadData"),
 	S(module_unload, "cuModuleUnload", "hipModuleUnload"),
 	S(module_get_function, "cuModuleGetFunction", "hipModuleGetFunction"),
+	OPT(module_get_global, "cuModuleGetGlobal_v2", "hipModuleGetGlobal"),
 	S(launch_kernel, "cuLaunchKernel", "hipModuleLaunchKernel"),
 	S(stream_create, "cuStreamCreate", "hipStreamCreateWithFlags"),
 	S(stream_destroy, "cuStreamDestroy_v2", "hipStreamDestroy"),

@@ -155,6 +155,7 @@ struct gpu_api {
 	int (*module_load_data)(gpu_module *m, const void *image);
 	int (*module_unload)(gpu_module m);
 	int (*module_get_function)(gpu_function *f, gpu_module m, const char *name);
+	int (*module_get_global)(gpu_dptr *p, size_t *bytes, gpu_module m, const char *name); /* NULL: none */
 	int (*launch_kernel)(gpu_function f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
 			     unsigned by, unsigned bz, unsigned shmem, gpu_stream s, void **params,
 			     void **extra);

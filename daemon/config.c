@@ -52,6 +52,8 @@ static const struct opt opts[] = {
 	{"client_max_lists", T_INT, S(client_max_lists), 1, 1 << 20, "4096", 1, "prepared cross-node descriptor lists one client may hold"},
 	{"client_max_backlog", T_INT, S(client_max_backlog), 1024, 1 << 26, "1048576", 1, "completions held for a client whose completion queue is full; beyond it the client is detached"},
 	{"arena_mib", T_INT, S(arena_mib), 1, 1024, "64", 0, "per-client argument arena for cross-node batches, MiB"},
+	{"shmem_heap_size", T_INT, S(shmem_heap_size), 1 << 20, 1ll << 40, "1073741824", 1, "MORI-SHMEM: bytes of a PE's symmetric heap when its group names no size (new groups)"},
+	{"shmem_ring_entries", T_INT, S(shmem_ring_entries), 64, 65536, "1024", 1, "MORI-SHMEM: proxy ring entries per PE, a power of two (new groups)"},
 };
 #define NOPTS (sizeof(opts) / sizeof(opts[0]))
 
@@ -222,6 +224,10 @@ int config_validate(struct config *cfg, char *err, size_t errlen)
 	}
 	if (cfg->ring_entries & (cfg->ring_entries - 1)) {
 		snprintf(err, errlen, "ring_entries: %lld is not a power of two", (long long)cfg->ring_entries);
+		return -1;
+	}
+	if (cfg->shmem_ring_entries & (cfg->shmem_ring_entries - 1)) {
+		snprintf(err, errlen, "shmem_ring_entries: %lld is not a power of two", (long long)cfg->shmem_ring_entries);
 		return -1;
 	}
 	const char *addrs[3][2] = {{"listen", cfg->listen}, {"advertise", cfg->advertise},

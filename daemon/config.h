@@ -40,6 +40,8 @@ struct config {
 	char metrics_listen[128];  /* Prometheus HTTP endpoint host:port (metrics.c); empty: off */
 	int64_t rdma_qps_per_peer;
 	int64_t rdma_busy_poll;    /* 1: spin on the CQ while transfers are in flight */
+	int64_t shmem_heap_size;   /* MORI-SHMEM: a PE's heap when its join names no size */
+	int64_t shmem_ring_entries; /* MORI-SHMEM: proxy ring entries per PE (power of two) */
 
 	/* derived at validation */
 	uid_t uids[CFG_MAX_UIDS];

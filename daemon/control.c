@@ -10,6 +10,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "group.h"
 #include "log.h"
 #include "memory.h"
 #include "morid.h"
@@ -167,8 +168,11 @@ static void do_list(struct morid *d, Mori__ListRequest *lq, Mori__Reply *rep, st
 	case 4:
 		peer_list_transfers(d, lr, r);
 		return;
+	case 5:
+		group_list(d, lr, r);
+		return;
 	default:
-		reply_error(rep, MORI_EINVAL, "list: unknown table %u (1 clients, 2 memory, 3 peers, 4 transfers)",
+		reply_error(rep, MORI_EINVAL, "list: unknown table %u (1 clients, 2 memory, 3 peers, 4 transfers, 5 groups)",
 			    lq->what);
 	}
 }
@@ -213,6 +217,14 @@ int dispatch(struct morid *d, struct client *c, uid_t uid, Mori__Request *req, M
 	case MORI__REQUEST__BODY_PEER_HELLO:
 		deferred = peer_handle_request(d, c, req, rep, r, fds, nfds);
 		return deferred;
+	case MORI__REQUEST__BODY_GROUP_JOIN: /* group.c (issue 11) */
+	case MORI__REQUEST__BODY_GROUP_CALL:
+	case MORI__REQUEST__BODY_GROUP_LEAVE:
+		if (!c) {
+			reply_error(rep, MORI_EPROTO, "group requests need an attached session");
+			break;
+		}
+		return group_handle_request(d, c, req, rep, r, fds, nfds);
 	case MORI__REQUEST__BODY_NICS: /* rdma_dev.c (issue 7) */
 		rdma_nics_reply(d, rep, r);
 		break;

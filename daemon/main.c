@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "gpu_stage.h"
+#include "group.h"
 #include "log.h"
 #include "metrics.h"
 #include "morid.h"
@@ -58,6 +59,7 @@ void morid_stop(struct morid *d, const char *why)
 	metrics_stop(d); /* first: its HTTP handlers wait for this loop */
 	sd_notify(0, "STOPPING=1");
 	session_stop(d);
+	groups_stop(d); /* after the clients (their PEs), before the peer service */
 	peers_stop(d); /* ends the transfers, then stops the transports */
 	control_stop(d);
 	uv_close((uv_handle_t *)&d->sig_term, NULL);
@@ -227,7 +229,7 @@ int main(int argc, char **argv)
 		goto out_session;
 	/* The transports built in, TCP first: it serves whatever RDMA cannot carry. */
 	static const struct transport *const transports[] = {&transport_tcp, &transport_rdma};
-	if (peers_start(d, transports, 2) != 0)
+	if (peers_start(d, transports, 2) != 0 || groups_start(d) != 0) /* groups (issue 11) over the peers */
 		goto out_session;
 	rdma_log_devices(&d->cfg); /* issue 7: what RDMA devices this node has, once */
 

@@ -5,6 +5,7 @@
 #include "morid.h"
 
 struct transport;
+struct peers;
 /* Start the cross-node service with the transports built in (tr[0..ntr), transport.h). */
 int peers_start(struct morid *d, const struct transport *const *tr, int ntr);
 void peers_stop(struct morid *d);
@@ -24,4 +25,9 @@ int peer_close_ref(struct morid *d, struct client *c, uint64_t id);
 void peer_list(struct morid *d, Mori__ListReply *lr, struct rctx *r);
 uint32_t peer_transfers_in_flight(struct morid *d);
 void peer_list_transfers(struct morid *d, Mori__ListReply *lr, struct rctx *r);
+/* Requests of the group service (PeerGroup, daemon/group_link.c) from other daemons: set by the
+ * layer above while it runs; from is the node the sender authenticated as (NULL without a
+ * cluster key); 1 when it answered rep. */
+extern int (*peers_group_serve)(struct peers *P, const Mori__Request *req, const char *from, Mori__Reply *rep,
+				struct rctx *r);
 #endif

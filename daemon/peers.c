@@ -35,6 +35,9 @@ static int transports_serve(struct peers *P, const Mori__Request *req, Mori__Rep
 
 /* ---- the listener side: requests from other daemons ---- */
 
+int (*peers_group_serve)(struct peers *P, const Mori__Request *req, const char *from, Mori__Reply *rep,
+			 struct rctx *r);
+
 static void serve_one(struct peers *P, nng_msg *m)
 {
 	struct morid *d = P->d;
@@ -116,6 +119,10 @@ static void serve_one(struct peers *P, nng_msg *m)
 			rep.mem_open = o;
 			break;
 		}
+		case MORI__REQUEST__BODY_PEER_GROUP:
+			if (!peers_group_serve || !peers_group_serve(P, req, NULL, &rep, &r))
+				reply_error(&rep, MORI_ENOTSUP, "groups are not served at %s", P->self);
+			break;
 		default:
 			if (!transports_serve(P, req, &rep, &r))
 				reply_error(&rep, MORI_EPROTO, "request %d is not served to peer daemons",
@@ -126,8 +133,14 @@ static void serve_one(struct peers *P, nng_msg *m)
 	nng_msg_clear(m);
 	if (nng_msg_realloc(m, len) == 0) {
 		mori__reply__pack(&rep, nng_msg_body(m));
-		if (nng_sendmsg(P->rep, m, NNG_FLAG_NONBLOCK) != 0)
+		/* nng 1.5's rep0 refuses a non-blocking reply while the pipe's previous one is still
+		 * being written by its thread (see control.c): the peer resends a second later, and
+		 * the request is served twice (the request path delivers at least once) */
+		int src = nng_sendmsg(P->rep, m, NNG_FLAG_NONBLOCK);
+		if (src != 0) {
+			mlog_info("peer", "reply to a peer request (%zu bytes) lost: %s", len, nng_strerror(src));
 			nng_msg_free(m);
+		}
 	} else {
 		nng_msg_free(m);
 	}

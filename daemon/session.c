@@ -11,6 +11,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "group.h"
 #include "invariant.h"
 #include "log.h"
 #include "morid.h"
@@ -103,6 +104,7 @@ void client_destroy(struct client *c, const char *why)
 		  c->name, why);
 	if (c->attached && !d->stopping)
 		count(d, C_CLIENTS_DIED, strcmp(why, "closed") != 0);
+	group_client_gone(d, c); /* its PEs die before its regions (their heaps) go */
 	peer_client_gone(d, c);
 	region_forget_waiter(d, c);
 	list_each(it, &c->regions)

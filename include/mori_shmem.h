@@ -35,23 +35,30 @@ typedef struct mori_group mori_group;
  * (VMM allocation with a POSIX fd handle on opts.gpu_device). */
 typedef struct mori_group_opts {
 	uint64_t heap_size;     /* bytes per PE, rounded up to the allocation granularity (2 MiB
-	                         * for VRAM, the page for host); 0: morid's shmem_heap_size */
+	                         * for VRAM, the page for host); 0: morid's shmem_heap_size; more
+	                         * than MORI_SHMEM_RESERVED (64 KiB) */
 	int heap_kind;          /* MORI_MEM_HOST or MORI_MEM_VRAM */
-	int gpu_device;         /* ordinal for VRAM heaps (-1: the current device / 0) */
-	const char *root;       /* host:port of the daemon of rank 0's node; NULL or "": all PEs are
-	                         * on this node */
-	int64_t timeout_us;     /* deadline of the join and of every later collective call (0: 30 s) */
+	int gpu_device;         /* ordinal for VRAM heaps (-1: $MORI_GPU_DEVICE, else 0) */
+	const char *root;       /* host:port of the root daemon's peer listener (the node that holds
+	                         * the group: every PE must name the same one; PEs on that node may
+	                         * give it or NULL); NULL or "": all PEs are on this node */
+	int64_t timeout_us;     /* deadline of the join and of every later collective call (0: 30 s);
+	                         * the first PE's to join is the group's */
 } mori_group_opts;
 
 /* Fill opts with the defaults (host heap of morid's size, this node only, 30 s). */
 MORI_API void mori_group_opts_init(mori_group_opts *opts);
 
-/* Join group `name` as PE `rank` of `world_size`. Returns when all world_size PEs have joined
- * (every heap is allocated and each local peer's heap mapped here) or the deadline passed
- * (MORI_ETIMEDOUT naming the ranks that never arrived). Refused on every PE (MORI_EINVAL with
- * the reason) when ranks collide, world sizes or heap sizes disagree; MORI_EEXIST when a live
- * group of that name has a different membership; MORI_EBUSY when c already belongs to a group
- * of that name. The group is owned by the caller until mori_group_leave. */
+/* Join group `name` (1..127 printable bytes, no space) as PE `rank` of `world_size` (1..1024).
+ * Returns when all world_size PEs have joined (every heap is allocated and each local peer's heap
+ * mapped here) or the deadline passed (MORI_ETIMEDOUT naming the ranks that never arrived).
+ * Refused on every PE (MORI_EINVAL with the reason) when ranks collide, or world sizes, heap
+ * sizes or heap kinds disagree; MORI_EINVAL for a rank out of range; MORI_EEXIST when a group of
+ * that name still lives (formed, or aborted with PEs still in it: a name is free again once every
+ * PE of its group has left); MORI_EBUSY when c already is a PE of a group of that name;
+ * MORI_ENOTSUP for a remote root when this morid has no peer listener, or a VRAM heap without
+ * VMM POSIX-fd allocations. One client may be a PE of several groups. The group is owned by the
+ * caller until mori_group_leave (mori_client_close leaves the client's groups). */
 MORI_API int mori_group_join(mori_client *c, const char *name, int rank, int world_size,
 			     const mori_group_opts *opts, mori_group **out);
 
@@ -62,9 +69,10 @@ MORI_API int mori_shmem_get_unique_id(mori_client *c, void *uid, size_t cap, siz
 MORI_API int mori_shmem_init_uid(mori_client *c, const void *uid, size_t len, int rank, int world_size,
 				 const mori_group_opts *opts, mori_group **out);
 
-/* Leave the group (not collective): this PE's heap is released when the last PE of its node
- * has left; peers still in the group see MORI_SHMEM_ABORT_TEARDOWN only if they wait on this
- * PE. Frees g. */
+/* Leave the group (not collective): the group is torn down for the PEs still in it (their abort
+ * word becomes MORI_SHMEM_ABORT_TEARDOWN with abort_pe this PE; waits end, their later calls on
+ * the group fail with MORI_ECANCELED); their mappings of this PE's heap stay valid until they
+ * leave too: the heaps of a node are released when its last PE has left. Frees g. */
 MORI_API void mori_group_leave(mori_group *g);
 
 /* ---- queries (local, no daemon round trip) ---- */
@@ -84,9 +92,13 @@ MORI_API int64_t mori_shmem_offset(const mori_group *g, const void *ptr);
 /* ---- symmetric allocation (collective, deterministic) ----
  * Every PE calls with the same size and alignment in the same order and gets the same offset.
  * A PE whose call differs gets MORI_EINVAL naming the first PE and call that differ, on every
- * PE; nothing is allocated then. MORI_ENOMEM when the heap has no room (sizes in the message).
- * align: a power of two, 0 for 256 bytes. calloc zeroes the bytes on every PE before it
- * returns. free(NULL) is a no-op; free of an address malloc did not return is MORI_EINVAL. */
+ * PE; nothing is allocated then (the call still counts: the next one lines up). MORI_ENOMEM
+ * when the heap has no room (sizes in the message). align: a power of two, 0 for 256 bytes;
+ * sizes round up to 64 bytes; size 0 gives NULL. calloc zeroes the bytes on every PE before it
+ * returns (each PE its own, then a barrier). free(NULL) frees nothing but is a collective call
+ * like the others; free of an address malloc did not return is MORI_EINVAL on every PE (an
+ * address outside the heap: on this PE, before any call). A call past the deadline ends with
+ * MORI_ETIMEDOUT naming the PEs that never made it, and aborts the group. */
 MORI_API int mori_shmem_malloc(mori_group *g, size_t size, size_t align, void **out);
 MORI_API int mori_shmem_calloc(mori_group *g, size_t size, size_t align, void **out);
 MORI_API int mori_shmem_free(mori_group *g, void *ptr);
@@ -96,7 +108,8 @@ MORI_API int mori_shmem_free(mori_group *g, void *ptr);
  * src any memory this process can read; get: src symmetric, dst any memory). Blocking: the
  * bytes have landed at the target (put) or here (get) when it returns. Local peers are
  * reached through the mapping, others through morid's transports. MORI_ERANGE when the range
- * leaves the heap; MORI_EINVAL for a PE out of range. */
+ * leaves the heap (nothing is written); MORI_EINVAL for a PE out of range; once the group is
+ * aborted, its code (MORI_EPEERDEAD, MORI_ECANCELED, MORI_ETIMEDOUT). */
 MORI_API int mori_shmem_putmem(mori_group *g, void *dst, const void *src, size_t len, int pe);
 MORI_API int mori_shmem_getmem(mori_group *g, void *dst, const void *src, size_t len, int pe);
 
@@ -104,20 +117,27 @@ MORI_API int mori_shmem_getmem(mori_group *g, void *dst, const void *src, size_t
  * any PE returns (OpenSHMEM barrier_all). MORI_ETIMEDOUT naming the missing ranks, or
  * MORI_EPEERDEAD. */
 MORI_API int mori_shmem_barrier_all(mori_group *g);
-/* The same barrier enqueued on a CUDA/HIP stream (a kernel: no host synchronisation). */
+/* The same barrier enqueued on a CUDA/HIP stream (a kernel: no host synchronisation). VRAM
+ * heaps only (MORI_ENOTSUP for host heaps); the call returns once the kernel is launched; if the
+ * group aborts meanwhile the kernel ends and mori_shmem_status says why. */
 MORI_API int mori_shmem_barrier_on_stream(mori_group *g, void *stream);
 /* Completes on the stream when every proxy request made before it has completed (NVSHMEM's
- * nvshmemx_quiet_on_stream). */
+ * nvshmemx_quiet_on_stream). VRAM heaps only, as barrier_on_stream. */
 MORI_API int mori_shmem_quiet_on_stream(mori_group *g, void *stream);
 
-/* 0 while the group is healthy; MORI_EPEERDEAD (a PE died: *pe names it) or MORI_ECANCELED
- * (torn down) once the abort word is set. pe may be NULL. */
+/* 0 while the group is healthy; once the abort word is set: MORI_EPEERDEAD (a PE died: *pe names
+ * it), MORI_ECANCELED (torn down: a PE left, *pe names it, or its root daemon went away: -1) or
+ * MORI_ETIMEDOUT (a collective call missed its deadline: *pe names the first PE that never made
+ * it). pe may be NULL (-1 while healthy). */
 MORI_API int mori_shmem_status(const mori_group *g, int *pe);
 
 /* ---- the device API's state ----
  * The device address of this PE's struct mori_shmem_state (common/shmem_layout.h), for kernels
  * compiled with kernels/mori_shmem.cuh: copy it into the module's `mori_shmem_state_ptr`
- * (mori_shmem_module_init does that through the driver API for a CUmodule / hipModule_t). */
+ * (mori_shmem_module_init does that through the driver API for a CUmodule / hipModule_t, in the
+ * primary context of the group's device). For a host heap no kernel can use the group:
+ * mori_shmem_state gives a host copy of the state (host addresses, for inspection) and
+ * mori_shmem_module_init MORI_ENOTSUP. */
 MORI_API void *mori_shmem_state(const mori_group *g);
 MORI_API int mori_shmem_module_init(const mori_group *g, void *module);
 

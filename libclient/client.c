@@ -85,7 +85,7 @@ static int session_lost(mori_client *c, const char *fallback)
 }
 
 static int rpc_locked(mori_client *c, Mori__Request *req, const int *fds_out, int nfds_out,
-		      Mori__Reply **rep, int *fds_in, int *nfds_in)
+		      Mori__Reply **rep, int *fds_in, int *nfds_in, int timeout_ms)
 {
 	uint8_t *buf;
 	size_t len;
@@ -102,7 +102,7 @@ static int rpc_locked(mori_client *c, Mori__Request *req, const int *fds_out, in
 		session_gone(c); /* picks up morid's goodbye, if it said one */
 		return session_lost(c, strerror(-rc));
 	}
-	uint64_t deadline = mori_now_us() + RPC_TIMEOUT_MS * 1000ull;
+	uint64_t deadline = mori_now_us() + (uint64_t)timeout_ms * 1000ull;
 	uint8_t *in = malloc(WIRE_SEQPACKET_MAX);
 	if (!in)
 		return set_error(c, MORI_ENOMEM, "out of memory");
@@ -110,7 +110,7 @@ static int rpc_locked(mori_client *c, Mori__Request *req, const int *fds_out, in
 		rc = wait_readable(c->sock, deadline);
 		if (rc == MORI_ETIMEDOUT) {
 			free(in);
-			return set_error(c, rc, "morid did not reply within %d ms", RPC_TIMEOUT_MS);
+			return set_error(c, rc, "morid did not reply within %d ms", timeout_ms);
 		}
 		ssize_t n = wire_recv(c->sock, in, WIRE_SEQPACKET_MAX, fds, &nfds);
 		if (n == -EAGAIN)
@@ -160,8 +160,14 @@ static int rpc_locked(mori_client *c, Mori__Request *req, const int *fds_out, in
 int client_rpc(mori_client *c, Mori__Request *req, const int *fds_out, int nfds_out,
 	       Mori__Reply **rep, int *fds_in, int *nfds_in)
 {
+	return client_rpc_timeout(c, req, fds_out, nfds_out, rep, fds_in, nfds_in, RPC_TIMEOUT_MS);
+}
+
+int client_rpc_timeout(mori_client *c, Mori__Request *req, const int *fds_out, int nfds_out,
+		       Mori__Reply **rep, int *fds_in, int *nfds_in, int timeout_ms)
+{
 	pthread_mutex_lock(&c->rpc_lock);
-	int rc = rpc_locked(c, req, fds_out, nfds_out, rep, fds_in, nfds_in);
+	int rc = rpc_locked(c, req, fds_out, nfds_out, rep, fds_in, nfds_in, timeout_ms);
 	pthread_mutex_unlock(&c->rpc_lock);
 	return rc;
 }
@@ -250,6 +256,7 @@ int mori_client_open(const char *runtime_dir, const char *name, mori_client **ou
 	pthread_mutex_init(&c->arena_lock, NULL);
 	pthread_mutex_init(&c->xfer_lock, NULL);
 	pthread_mutex_init(&c->mem_lock, NULL);
+	pthread_mutex_init(&c->group_lock, NULL);
 	int rc = do_hello(c, name);
 	if (rc == MORI_OK)
 		rc = arena_init(c);
@@ -270,6 +277,7 @@ void mori_client_close(mori_client *c)
 {
 	if (!c)
 		return;
+	shmem_close_all(c); /* its groups first: they hold regions and transfers of their own */
 	xfer_close_all(c);
 	while (c->mems)
 		mori_mem_deregister(c->mems);

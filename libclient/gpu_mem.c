@@ -338,10 +338,24 @@ int gpu_mem_alloc(mori_client *c, mori_mem *m, size_t size, Mori__MemRegister *r
 	int rc = gpu_ctx_get(c, &x);
 	if (rc)
 		return rc;
-	const struct gpu_api *g = x->g;
 	int ordinal = 0;
+	if ((rc = alloc_ordinal(c, x->g, &ordinal)))
+		return rc;
+	return gpu_mem_alloc_on(c, m, ordinal, &size, 0, req, ipc_buf, ipc_cap, fd_out);
+}
+
+int gpu_mem_alloc_on(mori_client *c, mori_mem *m, int ordinal, size_t *sizep, int vmm_only, Mori__MemRegister *req,
+		     uint8_t *ipc_buf, size_t ipc_cap, int *fd_out)
+{
+	*fd_out = -1;
+	struct gpu_ctx *x;
+	size_t size = *sizep;
+	int rc = gpu_ctx_get(c, &x);
+	if (rc)
+		return rc;
+	const struct gpu_api *g = x->g;
 	struct gpu_dev *d;
-	if ((rc = alloc_ordinal(c, g, &ordinal)) || (rc = gpu_dev_get(c, x, ordinal, &d)))
+	if ((rc = gpu_dev_get(c, x, ordinal, &d)))
 		return rc;
 	struct gpu_alloc *a = calloc(1, sizeof(*a));
 	if (!a)
@@ -354,8 +368,14 @@ int gpu_mem_alloc(mori_client *c, mori_mem *m, size_t size, Mori__MemRegister *r
 	}
 	/* $MORI_VRAM_ALLOC=malloc forces cuMemAlloc (tests cover both paths). */
 	const char *how = getenv("MORI_VRAM_ALLOC"), *what = "VMM allocation (cuMemCreate)";
-	int r = how && !strcmp(how, "malloc") ? GPU_ERROR_NOT_SUPPORTED : alloc_vmm(g, d, size, a);
-	if (r != GPU_SUCCESS && r != GPU_ERROR_OUT_OF_MEMORY) { /* no usable VMM here */
+	int r = how && !strcmp(how, "malloc") && !vmm_only ? GPU_ERROR_NOT_SUPPORTED : alloc_vmm(g, d, size, a);
+	if (r == GPU_ERROR_NOT_SUPPORTED && vmm_only) {
+		gpu_pop(g);
+		free(a);
+		return set_error(c, MORI_ENOTSUP, "GPU %d has no VMM allocations with POSIX fd handles (cuMemCreate), "
+						  "which symmetric heaps need", ordinal);
+	}
+	if (r != GPU_SUCCESS && r != GPU_ERROR_OUT_OF_MEMORY && !vmm_only) { /* no usable VMM here */
 		what = "cuMemAlloc";
 		a->size = size;
 		r = g->mem_alloc(&a->base, size);
@@ -372,6 +392,8 @@ int gpu_mem_alloc(mori_client *c, mori_mem *m, size_t size, Mori__MemRegister *r
 			free(a);
 		return set_error(c, rc, "alloc %zu bytes of VRAM on GPU %d: %s", size, ordinal, msg);
 	}
+	if (vmm_only)
+		*sizep = size = a->size; /* the whole allocation: every PE rounds the same way */
 	rc = gpu_mem_register(c, m, (void *)(uintptr_t)a->base, size, req, ipc_buf, ipc_cap, fd_out);
 	if (rc) {
 		alloc_free(g, a);

@@ -47,6 +47,9 @@ struct mori_client {
 	struct copy_pool *pool;
 	/* GPU state, created on first VRAM use (gpu_mem.c) */
 	struct gpu_ctx *gpu;
+	/* MORI-SHMEM groups this client is a PE of (shmem.c) */
+	pthread_mutex_t group_lock;
+	struct mori_group *groups;
 };
 
 struct mori_mem {
@@ -109,6 +112,9 @@ struct mori_xfer_list {
  * Returns MORI_OK or an error; a daemon error reply sets last_error and returns its code. */
 int client_rpc(mori_client *c, Mori__Request *req, const int *fds_out, int nfds_out,
 	       Mori__Reply **rep, int *fds_in, int *nfds_in);
+/* The same with a deadline of timeout_ms instead of the default 15 s (group joins and calls). */
+int client_rpc_timeout(mori_client *c, Mori__Request *req, const int *fds_out, int nfds_out,
+		       Mori__Reply **rep, int *fds_in, int *nfds_in, int timeout_ms);
 int set_error(mori_client *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Tell the daemon no copy of ours still touches revoked region m (cross-memory attach). */
 void mem_ack_revoke(mori_client *c, mori_mem *m);
@@ -121,6 +127,16 @@ void client_sleep(mori_client *c, int64_t timeout_us);
 /* xfer.c: end (MORI_ECANCELED) the daemon-side transfers that use m, which is being deregistered;
  * returns how many. */
 int xfer_cancel_mem(mori_client *c, mori_mem *m);
+
+/* mem.c: open a region by its handle (mori_mem_unpack without the blob); mem_open_heap does the
+ * same without faulting a host mapping in up front (a symmetric heap: populating would commit
+ * every byte of every peer's heap); mem_take_handle takes a handle's fields into a local region
+ * libmori made itself (shmem.c). */
+int mem_open_handle(mori_client *c, const Mori__Handle *h, mori_mem **out);
+int mem_open_heap(mori_client *c, const Mori__Handle *h, mori_mem **out);
+void mem_take_handle(mori_mem *m, const Mori__Handle *h);
+/* shmem.c: leave every group of c (mori_client_close). */
+void shmem_close_all(mori_client *c);
 
 /* copy.c: memcpy over several threads for large batches. */
 struct copy_pool *copy_pool_new(int threads);
@@ -137,6 +153,10 @@ void gpu_mem_close(mori_client *c, mori_mem *m);
  * gpu_mem_register does; m owns the allocation (gpu_mem_close frees it). */
 int gpu_mem_alloc(mori_client *c, mori_mem *m, size_t size, Mori__MemRegister *req, uint8_t *ipc_buf,
 		  size_t ipc_cap, int *fd_out);
+/* The same on device `ordinal`; vmm_only: a VMM allocation with a POSIX fd or MORI_ENOTSUP (no
+ * cuMemAlloc fallback), and *size becomes the granularity-rounded size it has. */
+int gpu_mem_alloc_on(mori_client *c, mori_mem *m, int ordinal, size_t *size, int vmm_only, Mori__MemRegister *req,
+		     uint8_t *ipc_buf, size_t ipc_cap, int *fd_out);
 /* A same-node batch where either side is VRAM: one kernel launch (or copy engine for host
  * sides); completion through x->gpu_event. */
 int gpu_xfer(mori_client *c, int op, mori_mem *local, mori_mem *remote, const mori_desc *descs,

@@ -56,7 +56,7 @@ void mem_revoked(mori_client *c, uint64_t region_id)
 	pthread_mutex_unlock(&c->mem_lock);
 }
 
-static void take_handle(mori_mem *m, const Mori__Handle *h)
+void mem_take_handle(mori_mem *m, const Mori__Handle *h)
 {
 	m->region_id = h->region_id;
 	m->generation = h->generation;
@@ -79,7 +79,7 @@ static int do_register(mori_client *c, mori_mem *m, Mori__MemRegister *mr, int f
 		mori__reply__free_unpacked(rep, NULL);
 		return set_error(c, MORI_EPROTO, "register reply without a handle");
 	}
-	take_handle(m, rep->mem_register->handle);
+	mem_take_handle(m, rep->mem_register->handle);
 	mori__reply__free_unpacked(rep, NULL);
 	m->local = 1;
 	m->c = c;
@@ -318,9 +318,9 @@ int mori_mem_pack(const mori_mem *m, void *blob, size_t cap, size_t *len)
 }
 
 /* Map what the daemon's open reply describes. */
-static int open_from_reply(mori_client *c, mori_mem *m, const Mori__MemOpenReply *o, int fd)
+static int open_from_reply(mori_client *c, mori_mem *m, const Mori__MemOpenReply *o, int fd, int populate)
 {
-	take_handle(m, o->handle);
+	mem_take_handle(m, o->handle);
 	m->c = c;
 	if (o->remote) {
 		m->remote = 1;
@@ -339,8 +339,9 @@ static int open_from_reply(mori_client *c, mori_mem *m, const Mori__MemOpenReply
 	uint64_t start = o->fd_offset & ~(uint64_t)(pg - 1);
 	uint64_t len = o->fd_offset - start + m->size;
 	/* Populate now: a peer's KV pool is opened once and used for hours, and a first touch
-	 * through a fresh mapping costs a fault per page in the middle of a transfer. */
-	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, (off_t)start);
+	 * through a fresh mapping costs a fault per page in the middle of a transfer. (Not a
+	 * symmetric heap: populating would commit every byte of every peer's heap.) */
+	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | (populate ? MAP_POPULATE : 0), fd, (off_t)start);
 	close(fd);
 	if (p == MAP_FAILED)
 		return set_error(c, MORI_ESYS, "mmap peer region %llu: %s", (unsigned long long)m->region_id,
@@ -351,7 +352,7 @@ static int open_from_reply(mori_client *c, mori_mem *m, const Mori__MemOpenReply
 	return MORI_OK;
 }
 
-static int open_rpc(mori_client *c, Mori__Request *req, mori_mem **out)
+static int open_rpc(mori_client *c, Mori__Request *req, int populate, mori_mem **out)
 {
 	Mori__Reply *rep;
 	int fds[WIRE_MAX_FDS], nfds = 0;
@@ -373,7 +374,7 @@ static int open_rpc(mori_client *c, Mori__Request *req, mori_mem **out)
 		mori__reply__free_unpacked(rep, NULL);
 		return set_error(c, MORI_ENOMEM, "out of memory");
 	}
-	rc = open_from_reply(c, m, rep->mem_open, nfds ? fds[0] : -1);
+	rc = open_from_reply(c, m, rep->mem_open, nfds ? fds[0] : -1, populate);
 	mori__reply__free_unpacked(rep, NULL);
 	if (rc != MORI_OK) {
 		free(m);
@@ -393,14 +394,29 @@ int mori_mem_unpack(mori_client *c, const void *blob, size_t len, mori_mem **out
 	Mori__Handle *h = mori__handle__unpack(NULL, len - 1, (const uint8_t *)blob + 1);
 	if (!h)
 		return set_error(c, MORI_EPROTO, "mem_unpack: corrupt blob");
-	Mori__Request req = MORI__REQUEST__INIT;
-	Mori__MemOpen mo = MORI__MEM_OPEN__INIT;
-	mo.handle = h;
-	req.body_case = MORI__REQUEST__BODY_MEM_OPEN;
-	req.mem_open = &mo;
-	int rc = open_rpc(c, &req, out);
+	int rc = mem_open_handle(c, h, out);
 	mori__handle__free_unpacked(h, NULL);
 	return rc;
+}
+
+static int open_handle(mori_client *c, const Mori__Handle *h, int populate, mori_mem **out)
+{
+	Mori__Request req = MORI__REQUEST__INIT;
+	Mori__MemOpen mo = MORI__MEM_OPEN__INIT;
+	mo.handle = (Mori__Handle *)h;
+	req.body_case = MORI__REQUEST__BODY_MEM_OPEN;
+	req.mem_open = &mo;
+	return open_rpc(c, &req, populate, out);
+}
+
+int mem_open_handle(mori_client *c, const Mori__Handle *h, mori_mem **out)
+{
+	return open_handle(c, h, 1, out);
+}
+
+int mem_open_heap(mori_client *c, const Mori__Handle *h, mori_mem **out)
+{
+	return open_handle(c, h, 0, out);
 }
 
 int mori_mem_publish(mori_mem *m, const char *name)
@@ -432,5 +448,5 @@ int mori_mem_open_remote(mori_client *c, const char *node, const char *name, mor
 	l.node = (char *)(node ? node : "");
 	req.body_case = MORI__REQUEST__BODY_MEM_LOOKUP;
 	req.mem_lookup = &l;
-	return open_rpc(c, &req, out);
+	return open_rpc(c, &req, 1, out);
 }

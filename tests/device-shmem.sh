@@ -5,7 +5,10 @@
 #
 #   tests/device-shmem.sh bundle     here: build (B, default build) and bundle the binaries and the
 #                                    libraries they need into bundle-shmem/ (name it in carry)
-#   tests/device-shmem.sh run [PART ...]   there; PARTs (default: all): test bench
+#   tests/device-shmem.sh run [PART ...]   there; PARTs (default: all): test heap bench
+#       heap   the host side's VRAM heaps (tests/test_gpu_heap): N processes on the one GPU as N
+#              PEs of one morid for N in $HEAP_PES (default 2 4 8), under MPS with
+#              CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = 100 / N per PE
 # Logs to $OUT/log (or /tmp/device-shmem/log); a summary ends the output.
 set -u
 cd "$(dirname "$0")/.."
@@ -14,18 +17,18 @@ BUNDLE=bundle-shmem
 if [ "${1:-}" = bundle ]; then
 	set -e
 	B=${B:-build}
-	make -j2 B="$B" "$B/mori-bench" "$B/tests/test_gpu_shmem_dev" "$B/morid" >/dev/null
+	make -j2 B="$B" "$B/mori-bench" "$B/tests/test_gpu_shmem_dev" "$B/tests/test_gpu_heap" "$B/morid" >/dev/null
 	[ -f tests/test_gpu_shmem.c ] && make -j2 B="$B" "$B/tests/test_gpu_shmem" >/dev/null
 	rm -rf "$BUNDLE"
 	/work/shared/tools/device-bundle "$BUNDLE" "$B/mori-bench" "$B/tests/test_gpu_shmem_dev" \
-		$(ls "$B/tests/test_gpu_shmem" 2>/dev/null) "$B/morid"
+		$(ls "$B/tests/test_gpu_shmem" 2>/dev/null) "$B/tests/test_gpu_heap" "$B/morid"
 	cp tools/bench_nvshmem.cu "$BUNDLE/"
 	du -sh "$BUNDLE"
 	exit 0
 fi
-[ "${1:-}" = run ] || { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ "${1:-}" = run ] || { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 shift
-parts=${*:-test bench}
+parts=${*:-test heap bench}
 export LD_LIBRARY_PATH=$PWD/$BUNDLE/lib
 BIN=$PWD/$BUNDLE/bin
 O=${OUT:-/tmp/device-shmem}
@@ -61,6 +64,15 @@ for p in $parts; do
 	test)
 		echo "== test_gpu_shmem_dev" | tee -a "$SUM"
 		run 120 "^(ops|ring|fadd|amo|lock|wait|barrier|abort):|[0-9]+%|Checks" "$BIN/test_gpu_shmem_dev"
+		;;
+	heap)
+		mps_start
+		for n in ${HEAP_PES:-2 4 8}; do
+			echo "== test_gpu_heap: $n PEs (processes) on one GPU, MPS ${MPS:+on}${MPS:-off}" | tee -a "$SUM"
+			B=$BIN MORI_SHMEM_PES=$n CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$((100 / n)) \
+				run 240 "[0-9]+%|Checks|PEs on one GPU|skipped" "$BIN/test_gpu_heap"
+		done
+		mps_stop
 		;;
 	bench)
 		NV=$(python3 -c 'import nvidia.nvshmem as m, os; print(list(m.__path__)[0])' 2>/dev/null)

@@ -19,7 +19,7 @@ if grep -q '^  CC ' <<< "$out"; then echo "# note: make install recompiled: $(gr
 
 want=$("$D/usr/bin/morid" --version | awk '{print $2}')
 [ -n "$want" ] || fail "installed morid --version says no version"
-for f in usr/bin/morid usr/bin/moractl usr/include/mori.h usr/lib/libmori.so.$want usr/lib/libmori.so.0 \
+for f in usr/bin/morid usr/bin/moractl usr/include/mori.h usr/include/mori_shmem.h usr/lib/libmori.so.$want usr/lib/libmori.so.0 \
 	usr/lib/libmori.so usr/lib/libmori.a usr/lib/pkgconfig/mori.pc etc/mori/morid.conf \
 	usr/lib/systemd/system/morid.service; do
 	[ -e "$D/$f" ] || fail "not installed: /$f"
@@ -43,13 +43,15 @@ grep -q '^prefix=/usr$' "$D/usr/lib/pkgconfig/mori.pc" || fail "mori.pc prefix i
 "$D/usr/bin/morid" --version | grep -q '^morid ' || fail "installed morid --version"
 pass "make install PREFIX=/usr DESTDIR=... installed every file"
 
-# Exactly the functions of include/mori.h are exported. The header's names come from the header
-# itself (preprocessed with MORI_API empty, each declaration `... mori_name(...)`), so a function
-# declared without MORI_API, or left out of libclient/libmori.map, shows up as missing.
-hdr=$(${CC:-cc} -E -P -DMORI_API= -x c "$ROOT/include/mori.h" | tr '\n' ' ' | tr ';{}' '\n\n\n' |
+# Exactly the functions of the public headers (include/mori.h, include/mori_shmem.h) are exported.
+# The names come from the headers themselves (preprocessed with MORI_API empty, each declaration
+# `... mori_name(...)`), so a function declared without MORI_API, or left out of
+# libclient/libmori.map, shows up as missing.
+hdr=$(printf '#include "mori.h"\n#include "mori_shmem.h"\n' | ${CC:-cc} -E -P -DMORI_API= -I"$ROOT/include" -x c - |
+	tr '\n' ' ' | tr ';{}' '\n\n\n' |
 	sed -n 's/^[^(]*[^A-Za-z0-9_]\(mori_[A-Za-z0-9_]*\) *(.*/\1/p' | sort -u)
 nhdr=$(grep -c . <<< "$hdr")
-[ "$nhdr" -ge 20 ] || fail "found only $nhdr function declarations in include/mori.h: $hdr"
+[ "$nhdr" -ge 40 ] || fail "found only $nhdr function declarations in include/mori.h and mori_shmem.h: $hdr"
 dyn=$(nm -D --defined-only "$SO") || fail "nm -D $SO"
 # The one absolute symbol is the version node of libmori.map; every name carries it.
 vnodes=$(awk '$2 == "A" {print $3}' <<< "$dyn" | tr '\n' ' ')
@@ -59,11 +61,11 @@ unver=$(awk '$2 != "A" && $3 !~ /@@MORI_0\.1$/ {print $3}' <<< "$dyn" | tr '\n' 
 exp=$(awk '$2 != "A" {sub(/@.*/, "", $3); print $3}' <<< "$dyn" | sort -u)
 extra=$(comm -13 <(echo "$hdr") <(echo "$exp") | tr '\n' ' ')
 missing=$(comm -23 <(echo "$hdr") <(echo "$exp") | tr '\n' ' ')
-[ -z "$extra" ] || fail "libmori.so exports $(wc -w <<< "$extra") names include/mori.h does not declare: $extra"
-[ -z "$missing" ] || fail "include/mori.h declares functions libmori.so does not export: $missing"
+[ -z "$extra" ] || fail "libmori.so exports $(wc -w <<< "$extra") names the public headers do not declare: $extra"
+[ -z "$missing" ] || fail "the public headers declare functions libmori.so does not export: $missing"
 notfn=$(awk '$2 != "A" && $2 != "T" {print $3 " (" $2 ")"}' <<< "$dyn" | tr '\n' ' ')
 [ -z "$notfn" ] || fail "exports data, not functions: $notfn"
-pass "libmori.so exports exactly the $nhdr functions of include/mori.h (version MORI_0.1)"
+pass "libmori.so exports exactly the $nhdr functions of include/mori.h and include/mori_shmem.h (version MORI_0.1)"
 
 # Only what the library calls: none of morid's or the tools' libraries.
 needed=$(readelf -d "$SO" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' ')

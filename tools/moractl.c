@@ -31,6 +31,7 @@ static void usage(FILE *f)
 		"  peers       other nodes' daemons and per-peer counters\n"
 		"  transfers   cross-node transfers in flight\n"
 		"  nics        RDMA devices and ports: state, MTU, speed, GID, NUMA, PCI, usable or why not\n"
+		"  groups      MORI-SHMEM groups: ranks, nodes, heap sizes, state\n"
 		"The runtime dir defaults to $MORI_RUNTIME_DIR, else /run/mori.\n");
 }
 
@@ -350,6 +351,77 @@ static int cmd_list(int what)
 	return 0;
 }
 
+/* MORI-SHMEM groups (issue 11): those this daemon is the root of (every rank) or holds PEs of. */
+static int cmd_groups(void)
+{
+	Mori__Request req = MORI__REQUEST__INIT;
+	Mori__ListRequest lq = MORI__LIST_REQUEST__INIT;
+	lq.what = 5;
+	req.body_case = MORI__REQUEST__BODY_LIST;
+	req.list = &lq;
+	Mori__Reply *rep = call(&req);
+	if (rep->body_case != MORI__REPLY__BODY_LIST) {
+		fprintf(stderr, "moractl: daemon sent no list\n");
+		return 1;
+	}
+	Mori__ListReply *l = rep->list;
+	cJSON *arr = cJSON_CreateArray();
+	if (!json)
+		printf("%-24s %-11s %-8s %-9s %-10s %-5s %-10s %-7s %-8s %s\n", "NAME", "ROLE", "STATE", "PES", "HEAP", "KIND",
+		       "USED", "ALLOCS", "CALLS", "ROOT");
+	for (size_t i = 0; i < l->n_groups; i++) {
+		Mori__GroupInfo *g = l->groups[i];
+		char heap[32], used[32], pes[24];
+		fmt_bytes(heap, sizeof(heap), g->heap_size);
+		fmt_bytes(used, sizeof(used), g->heap_used);
+		snprintf(pes, sizeof(pes), "%u/%d", g->joined, g->world_size);
+		cJSON *o = cJSON_CreateObject(), *ranks = cJSON_CreateArray(), *nodes = cJSON_CreateArray();
+		cJSON_AddStringToObject(o, "name", g->name);
+		cJSON_AddStringToObject(o, "role", g->role);
+		cJSON_AddStringToObject(o, "root", g->root);
+		cJSON_AddStringToObject(o, "state", g->state);
+		cJSON_AddNumberToObject(o, "world_size", g->world_size);
+		cJSON_AddNumberToObject(o, "joined", g->joined);
+		cJSON_AddNumberToObject(o, "heap_size", (double)g->heap_size);
+		cJSON_AddStringToObject(o, "heap_kind", kind_name(g->heap_kind));
+		cJSON_AddNumberToObject(o, "heap_used", (double)g->heap_used);
+		cJSON_AddNumberToObject(o, "allocations", g->allocations);
+		cJSON_AddNumberToObject(o, "calls", (double)g->calls);
+		cJSON_AddNumberToObject(o, "age_us", (double)g->age_us);
+		if (!json)
+			printf("%-24s %-11s %-8.8s %-9s %-10s %-5s %-10s %-7u %-8llu %s\n", g->name, g->role, g->state, pes, heap,
+			       kind_name(g->heap_kind), g->role[0] == 'r' ? used : "-", g->allocations,
+			       (unsigned long long)g->calls, g->root[0] ? g->root : "(this daemon)");
+		if (!json && strlen(g->state) > 8)
+			printf("  state: %s\n", g->state);
+		for (size_t k = 0; k < g->n_ranks; k++) {
+			Mori__GroupRankInfo *r = g->ranks[k];
+			cJSON *ro = cJSON_CreateObject();
+			cJSON_AddNumberToObject(ro, "rank", r->rank);
+			cJSON_AddStringToObject(ro, "node", r->node);
+			cJSON_AddNumberToObject(ro, "pid", r->pid);
+			cJSON_AddStringToObject(ro, "state", r->state);
+			cJSON_AddItemToArray(ranks, ro);
+			int seen = 0;
+			for (size_t j = 0; j < k; j++)
+				seen |= !strcmp(g->ranks[j]->node, r->node);
+			if (!seen)
+				cJSON_AddItemToArray(nodes, cJSON_CreateString(r->node));
+			if (!json)
+				printf("  PE %-5d pid %-8d %-8s %s\n", r->rank, r->pid, r->state, r->node[0] ? r->node : "(this node)");
+		}
+		cJSON_AddItemToObject(o, "ranks", ranks);
+		cJSON_AddItemToObject(o, "nodes", nodes);
+		cJSON_AddItemToArray(arr, o);
+	}
+	if (json)
+		print_json(arr);
+	else
+		cJSON_Delete(arr);
+	mori__reply__free_unpacked(rep, NULL);
+	return 0;
+}
+
 static int cmd_nics(void)
 {
 	Mori__Request req = MORI__REQUEST__INIT;
@@ -494,6 +566,8 @@ int main(int argc, char **argv)
 		return cmd_list(4);
 	if (!strcmp(cmd, "nics"))
 		return cmd_nics();
+	if (!strcmp(cmd, "groups"))
+		return cmd_groups();
 	fprintf(stderr, "moractl: unknown command '%s' (try --help)\n", cmd);
 	return 2;
 }

@@ -1,0 +1,74 @@
+/* libmori's MORI-SHMEM internals (issue 11): the group behind mori_group, shared by shmem.c
+ * (joining, queries, collective calls, leaving), shmem_rma.c (host puts and gets) and
+ * shmem_gpu.c (VRAM heaps, the device state, module init, stream operations). */
+#ifndef LIBMORI_SHMEM_INT_H
+#define LIBMORI_SHMEM_INT_H
+#include <pthread.h>
+#include <stdint.h>
+
+#include "internal.h"
+#include "mori_shmem.h"
+#include "shmem_layout.h"
+
+struct gpeer {
+	int local;                 /* on this node: its heap is mapped here */
+	char node[128];
+	int32_t pid;
+	uint8_t handle[MORI_MEM_BLOB_MAX]; /* its heap's packed Handle */
+	size_t handle_len;
+	mori_mem *m;               /* local: the mapping; remote: opened on first use (else NULL) */
+	uint64_t base;             /* local: its heap in this process (host pointer or device address) */
+};
+
+struct mori_group {
+	struct mori_group *next;   /* the client's groups */
+	mori_client *c;
+	char name[128];
+	uint64_t id;               /* GroupCall/GroupLeave name it */
+	int my_pe, n_pes;
+	int kind;                  /* MORI_MEM_HOST or MORI_MEM_VRAM */
+	int gpu_device;
+	uint64_t heap_size;
+	int64_t timeout_us;
+	uint64_t base;             /* own heap: host pointer (HOST) or device address (VRAM) */
+	mori_mem *own;             /* own heap as a local region (cross-node transfers from it) */
+	void *heap_map;            /* HOST: what to munmap */
+	struct gpeer *peers;       /* [n_pes]; peers[my_pe] is this PE */
+	int *team;                 /* the node team, ascending */
+	int team_n;
+	struct mori_shmem_ctrl *ctrl; /* the control page (and the proxy ring after it) */
+	size_t ctrl_len;
+	uint32_t ring_entries;
+	pthread_mutex_t lock;      /* collective calls, one at a time */
+	pthread_mutex_t rma_lock;  /* lazy opens of remote heaps and the bounce buffer */
+	uint64_t seq;              /* collective calls made */
+	mori_mem *bounce;          /* host staging for cross-node puts/gets of non-heap memory */
+	/* the device API's state (struct mori_shmem_state) */
+	struct mori_shmem_state state; /* host copy (HOST heaps: mori_shmem_state returns it) */
+	uint64_t *state_peer_base; /* HOST heaps: the host arrays it points at */
+	int32_t *state_team;
+	void *gpu;                 /* VRAM heaps: shmem_gpu.c's part (device copies, pinned ctrl) */
+};
+
+/* shmem.c */
+/* The status of g from its control page: 0, or the abort's code with last_error set. */
+int shmem_abort_status(mori_group *g);
+
+/* shmem_rma.c */
+void shmem_rma_close(mori_group *g);
+
+/* shmem_gpu.c */
+/* A VRAM heap of *size bytes (rounded up to the granularity here) on device ordinal: *own gets
+ * the region-to-be (its handle follows the join), *fd the VMM fd for morid, blob its
+ * gpu_vmm_blob. */
+int shmem_gpu_heap_alloc(mori_client *c, int ordinal, uint64_t *size, mori_mem **own, int *fd, void *blob,
+			 size_t *bloblen);
+/* Build the device state of a VRAM group (after every local peer is mapped). */
+int shmem_gpu_state(mori_group *g);
+void shmem_gpu_close(mori_group *g);
+/* Copy len bytes between addresses of this process where either may be device memory (VRAM
+ * heaps): the driver picks the direction from the pointers. */
+int shmem_gpu_copy(mori_group *g, void *dst, const void *src, size_t len);
+/* Zero len bytes of device memory at dptr. */
+int shmem_gpu_zero(mori_group *g, uint64_t dptr, size_t len);
+#endif
