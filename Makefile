@@ -13,7 +13,7 @@ CC         ?= cc
 NVCC       ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 HIPCC      ?= $(shell command -v hipcc 2>/dev/null || ls /opt/rocm/bin/hipcc 2>/dev/null)
 
-PKGS       := libuv libprotobuf-c libsystemd inih libcjson
+PKGS       := libuv libprotobuf-c libsystemd inih libcjson libsodium
 PKG_CFLAGS  = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS    = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lnng -lpthread -ldl
 CHECK_LIBS  = $(shell pkg-config --libs check 2>/dev/null)

@@ -36,6 +36,7 @@ enum sqe_op {
 	SQE_CANCEL = 4,   /* cancel transfer user_data */
 	SQE_CQ_SPACE = 5, /* the client drained its CQ after the daemon flagged overflow */
 	SQE_REVOKE_ACK = 6, /* the client has no copy left on revoked region local_region */
+	SQE_BYE = 7,      /* the client closes on purpose (a session ending without it: the client died) */
 };
 #define SQE_F_READ 1u
 #define SQE_F_NOTIF 2u

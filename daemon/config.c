@@ -1,10 +1,13 @@
 #include "config.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <ini.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -20,6 +23,33 @@ struct opt {
 	int reloadable;
 	const char *help;
 };
+
+static int check_addr(const char *name, const char *value, char *err, size_t errlen)
+{
+	char host[256];
+	int port;
+	if (value[0] && config_split_addr(value, host, sizeof(host), &port) != 0) {
+		snprintf(err, errlen, "%s: '%s' is not host:port (port 1..65535)", name, value);
+		return -1;
+	}
+	return 0;
+}
+
+static int check_addrs(const char *name, const char *value, char *err, size_t errlen)
+{
+	char list[1024], *save = NULL;
+	snprintf(list, sizeof(list), "%s", value);
+	for (char *tok = strtok_r(list, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save))
+		if (check_addr(name, tok, err, errlen) != 0)
+			return -1;
+	return 0;
+}
+
+/* Options checked when set, so that a file's error has its line. */
+static const struct {
+	const char *name;
+	int (*check)(const char *name, const char *value, char *err, size_t errlen);
+} checks[] = {{"listen", check_addr}, {"advertise", check_addr}, {"peers", check_addrs}};
 
 #define S(f) offsetof(struct config, f), sizeof(((struct config *)0)->f)
 static const struct opt opts[] = {
@@ -51,6 +81,11 @@ static const struct opt opts[] = {
 	{"client_max_regions", T_INT, S(client_max_regions), 1, 1 << 20, "16384", 1, "regions one client may have registered at once"},
 	{"client_max_lists", T_INT, S(client_max_lists), 1, 1 << 20, "4096", 1, "prepared cross-node descriptor lists one client may hold"},
 	{"client_max_backlog", T_INT, S(client_max_backlog), 1024, 1 << 26, "1048576", 1, "completions held for a client whose completion queue is full; beyond it the client is detached"},
+	{"client_max_list_descs", T_INT, S(client_max_list_descs), 1, 1 << 24, "1048576", 1, "descriptors in one prepared cross-node list (24 bytes each)"},
+	{"client_max_list_bytes", T_INT, S(client_max_list_bytes), 4096, 1ll << 40, "268435456", 1, "bytes of prepared-list descriptors one client may make morid hold, all its lists together"},
+	{"cluster_key_file", T_STR, S(cluster_key_file), 0, 0, "", 0, "cluster key (64 hex digits, mode 0600; moractl keygen makes one): peers authenticate with it; empty: peers are not authenticated"},
+	{"insecure_peers", T_INT, S(insecure_peers), 0, 1, "0", 0, "1: allow a non-loopback listen address without cluster_key_file (anyone who reaches it can use published memory)"},
+	{"peer_dead_ms", T_INT, S(peer_dead_ms), 1000, 600000, "15000", 1, "a data stream whose link stays silent this long (keepalive, unacknowledged data) is down; its transfers end at their deadlines (new streams)"},
 	{"arena_mib", T_INT, S(arena_mib), 1, 1024, "64", 0, "per-client argument arena for cross-node batches, MiB"},
 	{"shmem_heap_size", T_INT, S(shmem_heap_size), 1 << 20, 1ll << 40, "1073741824", 1, "MORI-SHMEM: bytes of a PE's symmetric heap when its group names no size (new groups)"},
 	{"shmem_ring_entries", T_INT, S(shmem_ring_entries), 64, 65536, "1024", 1, "MORI-SHMEM: proxy ring entries per PE, a power of two (new groups)"},
@@ -78,6 +113,9 @@ int config_set(struct config *cfg, const char *name, const char *value, char *er
 		return -1;
 	}
 	char *field = (char *)cfg + o->off;
+	for (size_t k = 0; k < sizeof(checks) / sizeof(checks[0]); k++)
+		if (!strcmp(checks[k].name, o->name) && checks[k].check(o->name, value, err, errlen) != 0)
+			return -1;
 	if (o->type == T_STR) {
 		if (strlen(value) >= o->size) {
 			snprintf(err, errlen, "%s: value longer than %zu bytes", o->name, o->size - 1);
@@ -85,6 +123,14 @@ int config_set(struct config *cfg, const char *name, const char *value, char *er
 		}
 		strcpy(field, value);
 		return 0;
+	}
+	if (o->min == 0 && o->max == 1) { /* a switch: words too */
+		static const char *const on[] = {"true", "yes", "on"}, *const off[] = {"false", "no", "off"};
+		for (int i = 0; i < 3; i++)
+			if (!strcasecmp(value, on[i]) || !strcasecmp(value, off[i])) {
+				*(int64_t *)field = !strcasecmp(value, on[i]);
+				return 0;
+			}
 	}
 	char *end;
 	errno = 0;
@@ -124,6 +170,7 @@ struct parse_ctx {
 	size_t errlen;
 	int line;      /* lines read so far: the handler runs on the line just read */
 	int failed;    /* line of the first rejected key or over-long line; 0 if none */
+	int seen[NOPTS]; /* the line that set each option, 0 if none yet: a second one is an error */
 };
 
 /* inih's ini_parse() hides line numbers from the handler and keeps going after an error, so a
@@ -154,10 +201,17 @@ static int on_kv(void *user, const char *section, const char *name, const char *
 		p->failed = p->line;
 		return 0;
 	}
+	const struct opt *o = find(name);
+	if (o && p->seen[o - opts]) {
+		snprintf(p->err, p->errlen, "%s is already set at line %d", o->name, p->seen[o - opts]);
+		p->failed = p->line;
+		return 0;
+	}
 	if (config_set(p->cfg, name, value, p->err, p->errlen) != 0) {
 		p->failed = p->line;
 		return 0;
 	}
+	p->seen[o - opts] = p->line;
 	return 1;
 }
 
@@ -165,8 +219,14 @@ int config_load_file(struct config *cfg, const char *path, char *err, size_t err
 {
 	char why[200] = "";
 	struct parse_ctx p = {.cfg = cfg, .err = why, .errlen = sizeof(why)};
+	struct stat st;
 	if (!(p.f = fopen(path, "re"))) {
 		snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+		return -1;
+	}
+	if (fstat(fileno(p.f), &st) == 0 && S_ISDIR(st.st_mode)) {
+		snprintf(err, errlen, "%s: is a directory, not a configuration file", path);
+		fclose(p.f);
 		return -1;
 	}
 	int rc = ini_parse_stream(read_line, &p, on_kv, &p);
@@ -238,6 +298,20 @@ int config_validate(struct config *cfg, char *err, size_t errlen)
 		const char *a = addrs[i][1];
 		if (a[0] && config_split_addr(a, host, sizeof(host), &port) != 0) {
 			snprintf(err, errlen, "%s: '%s' is not host:port (port 1..65535)", addrs[i][0], a);
+			return -1;
+		}
+	}
+	if (cfg->listen[0] && !cfg->cluster_key_file[0] && !cfg->insecure_peers) {
+		char host[256];
+		int port;
+		struct in_addr a4;
+		config_split_addr(cfg->listen, host, sizeof(host), &port);
+		int loopback = !strcmp(host, "localhost") || !strcmp(host, "::1") ||
+			       (inet_pton(AF_INET, host, &a4) == 1 && (ntohl(a4.s_addr) >> 24) == 127);
+		if (!loopback) {
+			snprintf(err, errlen, "listen: %s is not a loopback address and no cluster_key_file is set, so "
+				 "peers could not be authenticated: set cluster_key_file (moractl keygen makes one), or "
+				 "insecure_peers = true to run without", cfg->listen);
 			return -1;
 		}
 	}

@@ -25,6 +25,11 @@ struct config {
 	int64_t client_max_regions;  /* per-client caps: what one client can make the daemon hold */
 	int64_t client_max_lists;
 	int64_t client_max_backlog;
+	int64_t client_max_list_descs; /* descriptors in one prepared list */
+	int64_t client_max_list_bytes; /* bytes of prepared-list descriptors one client may hold */
+	char cluster_key_file[256];  /* peer authentication (issue 18); empty: none */
+	int64_t insecure_peers;      /* 1: listen on a non-loopback address without a key */
+	int64_t peer_dead_ms;        /* data streams: keepalive idle and TCP_USER_TIMEOUT */
 	int64_t socket_mode;
 	char log_target[16];       /* auto, stderr, journal */
 	/* RDMA (daemon/rdma*.c) */

@@ -37,6 +37,7 @@ void do_hello(struct morid *d, uid_t uid, Mori__Hello *h, Mori__Reply *rep, stru
 	hr->daemon_version = MORI_VERSION;
 	hr->epoch = d->epoch;
 	hr->node = rctx_strdup(r, d->cfg.advertise[0] ? d->cfg.advertise : d->cfg.listen);
+	hr->transfer_timeout_ms = (uint32_t)d->cfg.transfer_timeout_ms;
 	rep->body_case = MORI__REPLY__BODY_HELLO;
 	rep->hello = hr;
 }
@@ -62,6 +63,9 @@ static void do_status(struct morid *d, Mori__Reply *rep, struct rctx *r)
 	s->gpu = rctx_strdup(r, memory_gpu_summary(d));
 	s->node = rctx_strdup(r, d->cfg.advertise[0] ? d->cfg.advertise : d->cfg.listen);
 	s->transfers_in_flight = peer_transfers_in_flight(d);
+	int unauth;
+	s->peer_auth = (char *)peer_auth_status(d, &unauth);
+	s->peers_unauthenticated = unauth;
 	for (int i = 0; i < C_COUNT; i++) {
 		cs[i] = rctx_alloc(r, sizeof(Mori__Counter));
 		if (!cs[i]) {
@@ -158,6 +162,9 @@ static void do_list(struct morid *d, Mori__ListRequest *lq, Mori__Reply *rep, st
 			list_each(ot, &g->openers)
 				ri->opens++;
 			ri->inflight = g->inflight;
+			char acl[512];
+			region_access_text(g, acl, sizeof(acl));
+			ri->access = rctx_strdup(r, acl);
 			lr->regions[lr->n_regions++] = ri;
 		}
 		return;

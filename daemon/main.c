@@ -107,6 +107,27 @@ static void on_watchdog(uv_timer_t *t)
 	}
 }
 
+/* The pid holding a flock on the file of fd, from /proc/locks ("1: FLOCK ADVISORY WRITE <pid>
+ * <maj>:<min>:<inode> 0 EOF"): the one to name when the pid in the lock file is missing. */
+static void lock_holder(int fd, char *pid, size_t len)
+{
+	struct stat st;
+	char line[256];
+	FILE *f = fstat(fd, &st) == 0 ? fopen("/proc/locks", "re") : NULL;
+	while (f && fgets(line, sizeof(line), f)) {
+		char type[16];
+		long p;
+		unsigned long long ino;
+		if (sscanf(line, "%*d: %15s %*s %*s %ld %*x:%*x:%llu", type, &p, &ino) == 3 && !strcmp(type, "FLOCK") &&
+		    ino == (unsigned long long)st.st_ino) {
+			snprintf(pid, len, "%ld", p);
+			break;
+		}
+	}
+	if (f)
+		fclose(f);
+}
+
 static int take_lock(struct morid *d)
 {
 	char path[300];
@@ -121,6 +142,8 @@ static int take_lock(struct morid *d)
 		ssize_t n = pread(d->lock_fd, pid, sizeof(pid) - 1, 0);
 		pid[n > 0 ? n : 0] = 0;
 		pid[strcspn(pid, "\n")] = 0;
+		if (!pid[0])
+			lock_holder(d->lock_fd, pid, sizeof(pid));
 		mlog_err("main", "another morid (pid %s) is serving %s; refusing to start",
 			 pid[0] ? pid : "?", d->cfg.runtime_dir);
 		close(d->lock_fd);
@@ -128,8 +151,13 @@ static int take_lock(struct morid *d)
 	}
 	char buf[32];
 	int n = snprintf(buf, sizeof(buf), "%d\n", getpid());
-	if (ftruncate(d->lock_fd, 0) != 0 || pwrite(d->lock_fd, buf, (size_t)n, 0) != n)
-		mlog_warn("main", "cannot write pid to %s", path);
+	errno = 0;
+	if (ftruncate(d->lock_fd, 0) != 0 || pwrite(d->lock_fd, buf, (size_t)n, 0) != n || fsync(d->lock_fd) != 0) {
+		/* a runtime dir that cannot take a few bytes (a full filesystem) cannot take sockets either */
+		mlog_err("main", "cannot write pid to %s: %s; refusing to start", path, errno ? strerror(errno) : "short write");
+		close(d->lock_fd);
+		return -1;
+	}
 	return 0;
 }
 

@@ -2,6 +2,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -29,7 +31,9 @@ static int is_local_node(struct morid *d, const char *node)
 	return !node || !node[0] || strcmp(node, me) == 0;
 }
 
-/* A handle is usable here if it names this node and epoch and a live region of that generation. */
+/* A handle is usable here if it names this node and epoch and a live region of that generation,
+ * size and kind, and carries its secret. A forged handle and a freed region's get the same answer:
+ * nothing tells a guesser which part was wrong. */
 static struct region *resolve(struct morid *d, const Mori__Handle *h, Mori__Reply *rep)
 {
 	if (h->epoch != d->epoch) {
@@ -38,11 +42,55 @@ static struct region *resolve(struct morid *d, const Mori__Handle *h, Mori__Repl
 		return NULL;
 	}
 	struct region *g = region_find(d, h->region_id);
-	if (!g || g->gen != h->generation || g->size != h->size || g->kind != h->kind) {
+	if (!g || g->gen != h->generation || g->size != h->size || g->kind != h->kind ||
+	    !region_secret_ok(g, h->secret.data, h->secret.len)) {
 		reply_error(rep, MORI_ESTALE, "region %llu no longer registered", (unsigned long long)h->region_id);
 		return NULL;
 	}
 	return g;
+}
+
+/* Is [addr, addr+size) mapped in process pid? 1 yes, 0 no (a gap), -1 its maps cannot be read (then
+ * cross-memory attach cannot reach it either, and fails cleanly when tried). */
+static int range_mapped(pid_t pid, uint64_t addr, uint64_t size)
+{
+	char path[64], *line = NULL;
+	size_t cap = 0;
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return -1;
+	uint64_t cur = addr, end = addr + size;
+	int ok = 0;
+	while (!ok && getline(&line, &cap, f) > 0) {
+		unsigned long long lo, hi;
+		if (sscanf(line, "%llx-%llx", &lo, &hi) != 2 || hi <= cur)
+			continue;
+		if (lo > cur)
+			break; /* a hole before the rest of the range */
+		cur = hi;
+		ok = cur >= end;
+	}
+	free(line);
+	fclose(f);
+	return ok;
+}
+
+/* The daemon never trusts the library's checks: a range that wraps the address space, or (memory
+ * reached by cross-memory attach) that the client has not mapped, is refused. 0 or the code. */
+static int check_range(struct client *c, const Mori__MemRegister *m, int fd, Mori__Reply *rep)
+{
+	if (m->addr + m->size < m->addr || (m->addr == 0 && fd < 0)) {
+		reply_error(rep, MORI_ERANGE, "register: range [0x%llx, +%llu) wraps the address space",
+			    (unsigned long long)m->addr, (unsigned long long)m->size);
+		return MORI_ERANGE;
+	}
+	if (m->kind == MORI_MEM_HOST && fd < 0 && range_mapped(c->pid, m->addr, m->size) == 0) {
+		reply_error(rep, MORI_ERANGE, "register: range [0x%llx, +%llu) is not mapped in pid %d",
+			    (unsigned long long)m->addr, (unsigned long long)m->size, (int)c->pid);
+		return MORI_ERANGE;
+	}
+	return 0;
 }
 
 static int do_register(struct morid *d, struct client *c, Mori__MemRegister *m, Mori__Reply *rep,
@@ -93,6 +141,8 @@ static int do_register(struct morid *d, struct client *c, Mori__MemRegister *m, 
 			fd = -1;
 		}
 	}
+	if (check_range(c, m, fd, rep) != 0)
+		goto fail;
 	if (m->gpu_ipc.len > GPU_IPC_MAX) {
 		reply_error(rep, MORI_EINVAL, "register: GPU IPC handle of %zu bytes", m->gpu_ipc.len);
 		goto fail;
@@ -119,7 +169,7 @@ static int do_register(struct morid *d, struct client *c, Mori__MemRegister *m, 
 	Mori__MemRegisterReply *mr = rctx_alloc(r, sizeof(*mr));
 	if (mr) {
 		mori__mem_register_reply__init(mr);
-		mr->handle = region_handle(d, g, r);
+		mr->handle = region_handle(d, g, r, 1); /* the owner's: it packs blobs */
 	}
 	if (!mr || !mr->handle) {
 		region_remove(d, g, "out of memory");
@@ -157,7 +207,7 @@ static void do_open(struct morid *d, struct client *c, struct region *g, Mori__R
 		return;
 	}
 	mori__mem_open_reply__init(o);
-	o->handle = region_handle(d, g, r);
+	o->handle = region_handle(d, g, r, 0);
 	o->fd_offset = g->fd_offset;
 	o->owner_pid = g->pid;
 	o->owner_addr = g->addr;
@@ -206,17 +256,27 @@ int memory_handle_request(struct morid *d, struct client *c, Mori__Request *req,
 	case MORI__REQUEST__BODY_MEM_PUBLISH:
 		if (!(g = own_region(d, c, req->mem_publish->region_id, rep)))
 			return 0;
-		rc = region_publish(d, g, req->mem_publish->name);
+		rc = region_publish(d, g, req->mem_publish->name, req->mem_publish->has_access, req->mem_publish->uids,
+				    req->mem_publish->n_uids, req->mem_publish->nodes, req->mem_publish->n_nodes);
 		if (rc == MORI_EEXIST)
 			reply_error(rep, rc, "name '%s' is already published", req->mem_publish->name);
+		else if (rc == MORI_ENOMEM)
+			reply_error(rep, rc, "publish: out of memory");
 		else if (rc)
-			reply_error(rep, rc, "names are 1..127 printable bytes without spaces");
+			reply_error(rep, rc, "names are 1..127 printable bytes without spaces; access lists at most %d "
+					     "uids and %d nodes of 1..127 bytes", ACCESS_MAX, ACCESS_MAX);
 		return 0;
 	case MORI__REQUEST__BODY_MEM_LOOKUP:
 		if (!is_local_node(d, req->mem_lookup->node))
 			return peer_handle_request(d, c, req, rep, r, NULL, 0);
 		if (!(g = region_lookup(d, req->mem_lookup->name))) {
 			reply_error(rep, MORI_EUNREACH, "name '%s' is not published on this node", req->mem_lookup->name);
+			return 0;
+		}
+		if (!region_grants_uid(g, c->uid)) {
+			count(d, C_DENIED, 1);
+			reply_error(rep, MORI_EPERM, "name '%s' is not granted to uid %u (its access list)",
+				    req->mem_lookup->name, (unsigned)c->uid);
 			return 0;
 		}
 		do_open(d, c, g, rep, r);

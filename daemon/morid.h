@@ -23,7 +23,7 @@ enum counter {
 	C_REQUESTS, C_BAD_REQUESTS, C_DENIED, C_OVERSIZE, C_CLIENTS_TOTAL, C_CLIENTS_DIED,
 	C_REGIONS_TOTAL, C_NOTIFS, C_SQES, C_BAD_SQES, C_XFERS, C_XFER_ERRORS, C_BYTES_SENT,
 	C_BYTES_RECEIVED, C_RELOADS, C_RELOAD_FAILURES, C_CQ_OVERFLOWS,
-	C_VRAM_STAGED, C_COUNT
+	C_VRAM_STAGED, C_PEER_AUTH_REFUSED, C_CLIENTS_STALE, C_COUNT
 };
 extern const char *const counter_names[C_COUNT];
 
@@ -77,6 +77,8 @@ struct client {
 	uint32_t nregions;           /* their count (client_max_regions) */
 	struct list opens;           /* struct open_ref: regions of others it opened */
 	struct list lists;           /* prepared descriptor lists (cross node) */
+	uint64_t list_bytes;         /* their descriptors' bytes (client_max_list_bytes) */
+	int said_bye;                /* it closed on purpose (SQE_BYE): not counted as died */
 	int dying;
 };
 

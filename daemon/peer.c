@@ -18,6 +18,7 @@
 
 static void rpc_kick(struct peer *p);
 static void peer_hello(struct peer *p);
+static void auth_begin(struct peer *p);
 
 /* ---- holding the peers struct ---- */
 
@@ -39,6 +40,8 @@ static void on_prep(uv_prepare_t *h)
 {
 	struct peers *P = h->data;
 	uv_prepare_stop(h);
+	if (P->notif_flush)
+		P->notif_flush(P);
 	for (int i = 0; i < TR_MAX; i++)
 		if (P->tr[i] && P->tr[i]->flush)
 			P->tr[i]->flush(P);
@@ -95,6 +98,13 @@ struct peer *peer_get(struct peers *P, const char *addr, int create)
 	}
 	if (!create)
 		return NULL;
+	uint32_t n = 0;
+	list_each(it, &P->peers)
+		n++;
+	if (n >= PEERS_MAX) { /* peers name themselves: a table that anyone could grow is a leak */
+		mlog_ratelimited(MLOG_WARN, "peer", "peer table full (%d): %s not added", PEERS_MAX, addr);
+		return NULL;
+	}
 	char host[128];
 	int port;
 	if (strlen(addr) >= sizeof(((struct peer *)0)->addr) || config_split_addr(addr, host, sizeof(host), &port) != 0)
@@ -107,6 +117,8 @@ struct peer *peer_get(struct peers *P, const char *addr, int create)
 	snprintf(p->host, sizeof(p->host), "%s", host);
 	LIST_INIT(&p->rpcs);
 	LIST_INIT(&p->xfers);
+	LIST_INIT(&p->nqs);
+	LIST_INIT(&p->nwire);
 	p->backoff_ms = PEER_BACKOFF_MIN_MS;
 	p->handles = 1; /* the table's reference */
 	peers_hold(P);  /* every peer holds the peers struct */
@@ -138,9 +150,22 @@ void peer_down(struct peer *p, int code, const char *fmt, ...)
 	p->state = PS_DOWN;
 	/* Transfers on the wire cannot be resumed, and a peer whose connection broke has most
 	 * likely restarted (new epoch: its regions are gone): fail them all now rather than at
-	 * their deadlines. Submissions from now on wait for the reconnect. */
-	list_each(it, &p->xfers)
-		xfer_complete(list_entry(it, struct xfer, plink), code, "peer %s: %s", p->addr, p->why);
+	 * their deadlines. Submissions from now on wait for the reconnect. A link that stalled
+	 * (MORI_ETIMEDOUT: no answer, nothing acknowledged) is not a verdict on the transfers: they
+	 * stop moving and end at their deadlines with MORI_ETIMEDOUT, naming the peer and why. */
+	list_each(it, &p->xfers) {
+		struct xfer *x = list_entry(it, struct xfer, plink);
+		if (code != MORI_ETIMEDOUT) {
+			xfer_complete(x, code, "peer %s: %s", p->addr, p->why);
+			continue;
+		}
+		if (x->t) {
+			const struct transport *t = x->t;
+			x->t = NULL;
+			t->cancel(x, code);
+		}
+		snprintf(x->stalled, sizeof(x->stalled), "%s", p->why);
+	}
 	for (int i = 0; i < TR_MAX; i++)
 		if (P->tr[i] && P->tr[i]->peer_down)
 			P->tr[i]->peer_down(p);
@@ -312,7 +337,7 @@ static void rpc_end(struct peer *p, struct rpc *q, const Mori__Reply *rep, int c
 	free(q);
 }
 
-struct rpc *peer_rpc(struct peer *p, Mori__Request *req, uint32_t timeout_ms, rpc_done_fn done, void *arg)
+static struct rpc *rpc_new(struct peer *p, Mori__Request *req, uint32_t timeout_ms, rpc_done_fn done, void *arg)
 {
 	struct rpc *q = calloc(1, sizeof(*q));
 	if (!q)
@@ -332,11 +357,111 @@ struct rpc *peer_rpc(struct peer *p, Mori__Request *req, uint32_t timeout_ms, rp
 		mlog_warn("peer", "%s: %s", p->addr, p->why);
 		q->deadline_us = 0; /* fails at the next tick, with the reason */
 	}
+	return q;
+}
+
+struct rpc *peer_rpc(struct peer *p, Mori__Request *req, uint32_t timeout_ms, rpc_done_fn done, void *arg)
+{
+	struct rpc *q = rpc_new(p, req, timeout_ms, done, arg);
+	if (!q)
+		return NULL;
 	list_add(&p->rpcs, &q->link);
 	peers_kick(p->P);
 	if (p->rpcs.next == &q->link)
 		rpc_kick(p);
 	return q;
+}
+
+/* ---- authentication of the request path (the exchange: auth.h, peer_auth.c) ---- */
+
+/* p did not prove the key, or refused ours: every request waiting for it fails, and so does p. */
+static void auth_fail(struct peer *p, const char *why)
+{
+	char m[400];
+	snprintf(m, sizeof(m), "peer %s failed authentication: %s", p->addr, why);
+	count(p->P->d, C_PEER_AUTH_REFUSED, 1);
+	mlog_warn("peer", "%s", m);
+	p->auth = PA_NONE;
+	list_each(it, &p->rpcs) {
+		struct rpc *q = list_entry(it, struct rpc, link);
+		if (!q->sent)
+			rpc_end(p, q, NULL, MORI_EPERM, m);
+	}
+	if (p->state != PS_DOWN && p->state != PS_IDLE)
+		peer_down(p, MORI_EPERM, "authentication failed: %s", why);
+}
+
+/* An authentication step that never got an answer (the peer is unreachable, or silent): no
+ * verdict on the key; what waited behind it fails the way it would have alone. */
+static int auth_unanswered(struct peer *p, const Mori__Reply *rep, int code, const char *msg)
+{
+	if (rep || (code != MORI_ECONN && code != MORI_ETIMEDOUT))
+		return 0;
+	p->auth = PA_NONE;
+	list_each(it, &p->rpcs) {
+		struct rpc *q = list_entry(it, struct rpc, link);
+		if (!q->sent)
+			rpc_end(p, q, NULL, code, msg);
+	}
+	return 1;
+}
+
+static void auth_push(struct peer *p, Mori__PeerAuth *pa, int step, rpc_done_fn done)
+{
+	Mori__Request req = MORI__REQUEST__INIT;
+	req.body_case = MORI__REQUEST__BODY_PEER_AUTH;
+	req.peer_auth = pa;
+	struct rpc *q = rpc_new(p, &req, PEER_LOOKUP_TIMEOUT_MS, done, NULL);
+	if (!q) {
+		p->auth = PA_NONE;
+		return; /* the tick retries */
+	}
+	q->auth_step = step;
+	list_add(p->rpcs.next, &q->link); /* ahead of every request waiting */
+	peers_kick(p->P);
+}
+
+static void auth_step2_done(struct rpc *q, struct peer *p, const Mori__Reply *rep, int code, const char *msg)
+{
+	if (code == MORI_ECANCELED || auth_unanswered(p, rep, code, msg))
+		return;
+	if (code) {
+		auth_fail(p, msg);
+		return;
+	}
+	p->auth = PA_DONE;
+	p->auth_pipe = p->last_pipe;
+	mlog_info("peer", "authenticated to peer %s", p->addr);
+}
+
+static void auth_step1_done(struct rpc *q, struct peer *p, const Mori__Reply *rep, int code, const char *msg)
+{
+	char why[200];
+	uint8_t mac[AUTH_MAC_BYTES];
+	Mori__PeerAuth pa = MORI__PEER_AUTH__INIT;
+	if (code == MORI_ECANCELED || auth_unanswered(p, rep, code, msg))
+		return;
+	if (code == MORI_ENOTSUP) {
+		auth_fail(p, "it has no cluster key (it runs with unauthenticated peers)");
+		return;
+	}
+	if (code) {
+		auth_fail(p, msg);
+		return;
+	}
+	if (peer_auth_step2(p->P, p->auth_nc, rep, &pa, mac, why, sizeof(why)) != 0) {
+		auth_fail(p, why);
+		return;
+	}
+	auth_push(p, &pa, 2, auth_step2_done);
+}
+
+static void auth_begin(struct peer *p)
+{
+	Mori__PeerAuth pa = MORI__PEER_AUTH__INIT;
+	p->auth = PA_BUSY;
+	peer_auth_step1(p->P, &pa, p->auth_nc);
+	auth_push(p, &pa, 1, auth_step1_done);
 }
 
 void peer_rpc_drop(struct peer *p, int kind, int64_t key)
@@ -358,6 +483,13 @@ static void rpc_kick(struct peer *p)
 	struct rpc *q = list_entry(p->rpcs.next, struct rpc, link);
 	if (q->sent || !p->req_ok)
 		return;
+	if (p->P->key.on && !q->auth_step && p->auth != PA_DONE) {
+		if (p->auth == PA_NONE)
+			auth_begin(p);
+		q = list_entry(p->rpcs.next, struct rpc, link);
+		if (!q->auth_step)
+			return;
+	}
 	p->rpc_try_us = mori_now_us();
 	nng_msg *m;
 	if (nng_msg_alloc(&m, q->len) != 0)
@@ -403,6 +535,7 @@ static void req_readable(uv_poll_t *h, int status, int events)
 		if (nng_recvmsg(p->req, &m, NNG_FLAG_NONBLOCK) != 0)
 			return;
 		Mori__Reply *rep = mori__reply__unpack(NULL, nng_msg_len(m), nng_msg_body(m));
+		p->last_pipe = (uint32_t)nng_pipe_id(nng_msg_get_pipe(m));
 		nng_msg_free(m);
 		if (!rep) {
 			mlog_info("peer", "%s: malformed reply", p->addr);
@@ -411,6 +544,16 @@ static void req_readable(uv_poll_t *h, int status, int events)
 		struct rpc *q = p->rpcs.next != &p->rpcs ? list_entry(p->rpcs.next, struct rpc, link) : NULL;
 		if (!q || !q->sent || rep->id != q->id) {
 			mori__reply__free_unpacked(rep, NULL); /* an answer to an abandoned request */
+			continue;
+		}
+		if (rep->code == MORI_EPERM && rep->body_case == MORI__REPLY__BODY_PEER_AUTH && rep->peer_auth->required &&
+		    !q->auth_step && p->P->key.on && ++q->auth_retries <= 2) {
+			/* a new connection (nng redialled) that has not authenticated: do, then resend */
+			mori__reply__free_unpacked(rep, NULL);
+			q->sent = 0;
+			if (p->auth == PA_DONE)
+				p->auth = PA_NONE;
+			rpc_kick(p);
 			continue;
 		}
 		char msg[300];

@@ -30,4 +30,7 @@ void peer_list_transfers(struct morid *d, Mori__ListReply *lr, struct rctx *r);
  * cluster key); 1 when it answered rep. */
 extern int (*peers_group_serve)(struct peers *P, const Mori__Request *req, const char *from, Mori__Reply *rep,
 				struct rctx *r);
+/* How peers are authenticated here, for moractl status; *unauth: 1 when a listener runs
+ * without a cluster key (said loudly). */
+const char *peer_auth_status(struct morid *d, int *unauth);
 #endif

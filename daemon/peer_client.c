@@ -33,6 +33,8 @@ static void open_done(struct rpc *q, struct peer *p, const Mori__Reply *rp, int 
 		reply_error(&rep, code, "%s", msg);
 	} else if (!h || !h->region_id || !h->epoch) {
 		reply_error(&rep, MORI_EPROTO, "peer %s answered without a handle", p->addr);
+	} else if (h->secret.len != REGION_SECRET_BYTES) {
+		reply_error(&rep, MORI_EPROTO, "peer %s answered without the region's secret", p->addr);
 	} else {
 		struct rref *f = calloc(1, sizeof(*f));
 		Mori__MemOpenReply *o = rctx_alloc(&r, sizeof(*o));
@@ -49,6 +51,7 @@ static void open_done(struct rpc *q, struct peer *p, const Mori__Reply *rp, int 
 			f->gen = h->generation;
 			f->kind = h->kind;
 			f->size = h->size;
+			memcpy(f->secret, h->secret.data, sizeof(f->secret)); /* ours to name it with; never the client's */
 			htab_add(&P->refs, f->id, &f->hlink);
 			mori__mem_open_reply__init(o);
 			mori__handle__init(hh);
@@ -139,8 +142,146 @@ struct plist *peer_list_find(struct client *c, uint64_t id)
 	return NULL;
 }
 
-static void prep_list(struct peers *P, struct client *c, Mori__XferPrep *xp, Mori__Reply *rep,
-		      struct rctx *r, int fd)
+#define PREP_SYNC_BYTES (1u << 20) /* lists up to this are read and checked at once */
+#define PREP_STEP_BYTES (1u << 20) /* larger ones this much per loop turn */
+
+static void prep_reply(struct client *c, uint64_t req_id, struct plist *l, int code, const char *msg)
+{
+	Mori__Reply rep = MORI__REPLY__INIT;
+	Mori__XferPrepReply pr = MORI__XFER_PREP_REPLY__INIT;
+	struct rctx r = {0};
+	rep.id = req_id;
+	if (code) {
+		reply_error(&rep, code, "%s", msg);
+	} else {
+		pr.list_id = l->id;
+		rep.body_case = MORI__REPLY__BODY_XFER_PREP;
+		rep.xfer_prep = &pr;
+	}
+	client_reply(c, &rep, &r);
+	rctx_free(&r);
+}
+
+/* Read (pread: the client may still write to its memfd; we check our copy) and check
+ * descriptors [j->done/24, +k): 0, or the code with the reason in msg. */
+static int prep_chunk(struct prep_job *j, uint64_t bytes, char *msg, size_t len)
+{
+	uint64_t got = 0, first = j->done / sizeof(mori_desc);
+	while (got < bytes) {
+		ssize_t n = pread(j->fd, (char *)j->descs + j->done + got, bytes - got, (off_t)(j->done + got));
+		if (n <= 0) {
+			snprintf(msg, len, "prep: reading descriptors: %s", n < 0 ? strerror(errno) : "short file");
+			return MORI_ESYS;
+		}
+		got += (uint64_t)n;
+	}
+	uint32_t k = (uint32_t)(bytes / sizeof(mori_desc)), i;
+	uint64_t sum = 0;
+	mori_desc *ds = j->descs + first;
+	int code = descs_check(ds, k, j->lsize, j->rsize, &i, &sum);
+	if (!code && j->total + sum < sum) {
+		code = MORI_EINVAL;
+		i = k;
+	}
+	if (code) {
+		if (i == k)
+			snprintf(msg, len, "prep: the descriptors add up to more than 2^64 bytes");
+		else
+			snprintf(msg, len, "prep: descriptor %llu (local %llu, remote %llu, length %llu) %s",
+				 (unsigned long long)(first + i), (unsigned long long)ds[i].local_offset,
+				 (unsigned long long)ds[i].remote_offset, (unsigned long long)ds[i].length,
+				 code == MORI_EINVAL ? "has length 0" : "falls outside a region");
+		return code;
+	}
+	j->total += sum;
+	j->done += bytes;
+	return MORI_OK;
+}
+
+/* j is read and checked (code 0: it becomes the client's list) or failed; it goes. Returns the
+ * list, or NULL. */
+static struct plist *prep_end(struct peers *P, struct prep_job *j, int code, const char *msg)
+{
+	struct plist *l = NULL;
+	if (!code && !(l = calloc(1, sizeof(*l)))) {
+		code = MORI_ENOMEM;
+		msg = "prep: out of memory";
+	}
+	if (code) {
+		j->c->list_bytes -= j->bytes;
+		free(j->descs);
+	} else {
+		l->id = LIST_TAG | ++P->next_list;
+		l->local_region = j->local_region;
+		l->ref = j->ref;
+		l->n = j->n;
+		l->descs = j->descs; /* the list owns them now */
+		list_add(&j->c->lists, &l->link);
+	}
+	if (j->req_id)
+		prep_reply(j->c, j->req_id, l, code, msg);
+	if (j->fd >= 0)
+		close(j->fd);
+	list_del(&j->link);
+	free(j);
+	return l;
+}
+
+/* One step of the first large list waiting; it then goes to the back (round robin). */
+static void on_prep_idle(uv_idle_t *h)
+{
+	struct peers *P = h->data;
+	if (P->preps.next == &P->preps) {
+		uv_idle_stop(h);
+		return;
+	}
+	struct prep_job *j = list_entry(P->preps.next, struct prep_job, link);
+	char msg[300];
+	uint64_t step = j->bytes - j->done < PREP_STEP_BYTES ? j->bytes - j->done : PREP_STEP_BYTES;
+	step -= step % sizeof(mori_desc);
+	int code = prep_chunk(j, step, msg, sizeof(msg));
+	if (code || j->done == j->bytes) {
+		prep_end(P, j, code, msg);
+		return;
+	}
+	list_del(&j->link);
+	list_add(&P->preps, &j->link);
+}
+
+/* The prepared lists a client may hold: counted (client_max_lists), per list
+ * (client_max_list_descs) and in bytes (client_max_list_bytes, large ones in progress included).
+ * 0, or the code with the reason in rep. */
+static int prep_caps(struct morid *d, struct client *c, uint32_t count, uint64_t bytes, Mori__Reply *rep)
+{
+	uint64_t held = 0;
+	list_each(it, &c->lists)
+		held++;
+	if (count == 0 || count > (1u << 24)) {
+		reply_error(rep, MORI_EINVAL, "prep: %u descriptors (1 .. 16777216)", count);
+		return MORI_EINVAL;
+	}
+	if ((int64_t)count > d->cfg.client_max_list_descs) {
+		reply_error(rep, MORI_ENOMEM, "prep: %u descriptors in one list, more than client_max_list_descs (%lld)",
+			    count, (long long)d->cfg.client_max_list_descs);
+		return MORI_ENOMEM;
+	}
+	if (c->list_bytes + bytes > (uint64_t)d->cfg.client_max_list_bytes) {
+		reply_error(rep, MORI_ENOMEM, "prep: %llu bytes of descriptors would make this client's lists %llu bytes, "
+			    "more than client_max_list_bytes (%lld)", (unsigned long long)bytes,
+			    (unsigned long long)(c->list_bytes + bytes), (long long)d->cfg.client_max_list_bytes);
+		return MORI_ENOMEM;
+	}
+	if (held >= (uint64_t)d->cfg.client_max_lists) {
+		reply_error(rep, MORI_ENOMEM, "prep: this client already holds %llu prepared lists (client_max_lists)",
+			    (unsigned long long)held);
+		return MORI_ENOMEM;
+	}
+	return 0;
+}
+
+/* Returns 1 when the reply is deferred (a large list, read in steps); takes *fd then. */
+static int prep_list(struct peers *P, struct client *c, Mori__XferPrep *xp, Mori__Reply *rep,
+		     struct rctx *r, int *fd, uint64_t req_id)
 {
 	struct morid *d = P->d;
 	struct region *g = region_find(d, xp->local_region);
@@ -149,84 +290,80 @@ static void prep_list(struct peers *P, struct client *c, Mori__XferPrep *xp, Mor
 	if (!g || g->owner != c) {
 		reply_error(rep, MORI_ENOENT, "prep: region %llu is not registered by this client",
 			    (unsigned long long)xp->local_region);
-		return;
+		return 0;
 	}
 	if (!f) {
 		reply_error(rep, MORI_ENOENT, "prep: remote ref %llx is not a remote region this client opened",
 			    (unsigned long long)xp->remote_ref);
-		return;
-	}
-	if (xp->count == 0 || xp->count > (1u << 24)) {
-		reply_error(rep, MORI_EINVAL, "prep: %u descriptors (1 .. 16777216)", xp->count);
-		return;
+		return 0;
 	}
 	uint64_t bytes = (uint64_t)xp->count * sizeof(mori_desc);
-	if (fd < 0 || fstat(fd, &st) != 0 || (uint64_t)st.st_size < bytes) {
+	if (prep_caps(d, c, xp->count, bytes, rep) != 0)
+		return 0;
+	if (*fd < 0 || fstat(*fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size < bytes) {
 		reply_error(rep, MORI_EINVAL, "prep: the descriptors must come as a memfd of %llu bytes",
 			    (unsigned long long)bytes);
-		return;
+		return 0;
 	}
-	uint64_t held = 0;
-	list_each(it, &c->lists)
-		held++;
-	if (held >= (uint64_t)d->cfg.client_max_lists) {
-		reply_error(rep, MORI_ENOMEM, "prep: this client already holds %llu prepared lists (client_max_lists)",
-			    (unsigned long long)held);
-		return;
-	}
-	struct plist *l = calloc(1, sizeof(*l));
-	mori_desc *ds = malloc(bytes);
-	if (!l || !ds) {
-		free(l);
-		free(ds);
+	struct prep_job *j = calloc(1, sizeof(*j));
+	mori_desc *ds = j ? malloc(bytes) : NULL;
+	if (!ds) {
+		free(j);
 		reply_error(rep, MORI_ENOMEM, "prep: out of memory for %u descriptors", xp->count);
-		return;
+		return 0;
 	}
-	uint64_t done = 0;
-	while (done < bytes) {
-		ssize_t n = pread(fd, (char *)ds + done, bytes - done, (off_t)done);
-		if (n <= 0) {
-			reply_error(rep, MORI_ESYS, "prep: reading descriptors: %s", n < 0 ? strerror(errno) : "short file");
-			free(l);
-			free(ds);
-			return;
-		}
-		done += (uint64_t)n;
+	*j = (struct prep_job){.c = c, .fd = *fd, .local_region = g->id, .ref = f->id, .lsize = g->size,
+			       .rsize = f->size, .n = xp->count, .bytes = bytes, .descs = ds};
+	*fd = -1; /* the job's */
+	c->list_bytes += bytes;
+	list_add(&P->preps, &j->link);
+	if (bytes > PREP_SYNC_BYTES) {
+		j->req_id = req_id;
+		if (!uv_is_active((uv_handle_t *)&P->prep_idle))
+			uv_idle_start(&P->prep_idle, on_prep_idle);
+		return 1;
 	}
-	uint32_t i;
-	uint64_t total;
-	int code = descs_check(ds, xp->count, g->size, f->size, &i, &total);
-	if (code) {
-		if (i == xp->count)
-			reply_error(rep, code, "prep: the descriptors add up to more than 2^64 bytes");
-		else
-			reply_error(rep, code, "prep: descriptor %u (local %llu, remote %llu, length %llu) %s", i,
-				    (unsigned long long)ds[i].local_offset, (unsigned long long)ds[i].remote_offset,
-				    (unsigned long long)ds[i].length,
-				    code == MORI_EINVAL ? "has length 0" : "falls outside a region");
-		free(l);
-		free(ds);
-		return;
+	char msg[300];
+	int code = prep_chunk(j, bytes, msg, sizeof(msg));
+	struct plist *l = prep_end(P, j, code, msg);
+	if (code || !l) {
+		reply_error(rep, code ? code : MORI_ENOMEM, "%s", code ? msg : "prep: out of memory");
+		return 0;
 	}
-	l->id = LIST_TAG | ++P->next_list;
-	l->local_region = g->id;
-	l->ref = f->id;
-	l->n = xp->count;
-	l->descs = ds;
-	list_add(&c->lists, &l->link);
 	Mori__XferPrepReply *pr = rctx_alloc(r, sizeof(*pr));
 	if (!pr) {
 		reply_error(rep, MORI_ENOMEM, "out of memory");
-		return;
+		return 0;
 	}
 	mori__xfer_prep_reply__init(pr);
 	pr->list_id = l->id;
 	rep->body_case = MORI__REPLY__BODY_XFER_PREP;
 	rep->xfer_prep = pr;
+	return 0;
 }
 
-static void plist_free(struct plist *l)
+/* A client that goes takes its lists in progress with it (no reply: nobody to send it to). */
+static void preps_client_gone(struct peers *P, struct client *c)
 {
+	list_each(it, &P->preps) {
+		struct prep_job *j = list_entry(it, struct prep_job, link);
+		if (j->c == c) {
+			j->req_id = 0;
+			prep_end(P, j, MORI_ECANCELED, "client gone");
+		}
+	}
+}
+
+void peers_prep_init(struct peers *P)
+{
+	LIST_INIT(&P->preps);
+	uv_idle_init(P->d->loop, &P->prep_idle);
+	P->prep_idle.data = P;
+}
+
+static void plist_free(struct client *c, struct plist *l)
+{
+	c->list_bytes -= (uint64_t)l->n * sizeof(mori_desc);
 	list_del(&l->link);
 	free(l->descs);
 	free(l);
@@ -285,6 +422,7 @@ int peer_handle_request(struct morid *d, struct client *c, Mori__Request *req, M
 		if (lookup) {
 			ml.name = req->mem_lookup->name;
 			ml.node = "";
+			ml.from = P->self;
 			fw.body_case = MORI__REQUEST__BODY_MEM_LOOKUP;
 			fw.mem_lookup = &ml;
 		} else {
@@ -312,7 +450,7 @@ int peer_handle_request(struct morid *d, struct client *c, Mori__Request *req, M
 			reply_error(rep, MORI_ECONN, "prep: no peer listener configured here (set listen= in morid.conf)");
 			break;
 		}
-		prep_list(P, c, req->xfer_prep, rep, r, fd);
+		deferred = prep_list(P, c, req->xfer_prep, rep, r, &fd, req->id);
 		break;
 	case MORI__REQUEST__BODY_XFER_UNPREP: {
 		struct plist *l = c ? peer_list_find(c, req->xfer_unprep->list_id) : NULL;
@@ -320,7 +458,7 @@ int peer_handle_request(struct morid *d, struct client *c, Mori__Request *req, M
 			reply_error(rep, MORI_ENOENT, "unprep: list %llx is not this client's",
 				    (unsigned long long)req->xfer_unprep->list_id);
 		else
-			plist_free(l);
+			plist_free(c, l);
 		break;
 	}
 	default:
@@ -352,17 +490,19 @@ void peer_client_gone(struct morid *d, struct client *c)
 {
 	struct peers *P = d->peers;
 	list_each(it, &c->lists)
-		plist_free(list_entry(it, struct plist, link));
+		plist_free(c, list_entry(it, struct plist, link));
 	if (!P)
 		return;
+	preps_client_gone(P, c);
 	list_each(it, &P->peers) {
 		struct peer *p = list_entry(it, struct peer, link);
 		list_each(xt, &p->xfers) {
 			struct xfer *x = list_entry(xt, struct xfer, plink);
-			if (x->c == c) {
-				x->c = NULL; /* nobody to tell */
+			if (x->c != c)
+				continue;
+			x->c = NULL; /* nobody to tell */
+			if (!x->notif_stage) /* its data landed: its notification still goes */
 				xfer_complete(x, MORI_ECANCELED, "client gone");
-			}
 		}
 		list_each(qt, &p->rpcs) {
 			struct rpc *q = list_entry(qt, struct rpc, link);
@@ -571,8 +711,9 @@ void xfer_submit(struct peers *P, struct client *c, const struct mori_sqe *e)
 	x->rregion = f->region;
 	x->rgen = f->gen;
 	x->repoch = f->epoch;
+	memcpy(x->rsecret, f->secret, sizeof(x->rsecret));
 	x->read = (e->flags & SQE_F_READ) != 0;
-	x->notif = (e->flags & SQE_F_NOTIF) != 0;
+	x->notif = 0; /* the transports carry no notification: xnotif.c sends it after the data */
 	x->tag = e->tag;
 	x->descs = ds;
 	x->n = e->count;
@@ -580,6 +721,14 @@ void xfer_submit(struct peers *P, struct client *c, const struct mori_sqe *e)
 	x->start_us = now;
 	x->deadline_us = now + tmo;
 	x->timeout_ms = (uint32_t)((tmo + 999) / 1000);
+	LIST_INIT(&x->nlink);
+	if ((e->flags & SQE_F_NOTIF) && xnotif_add(x) != MORI_OK) {
+		region_put(g);
+		free(ds);
+		free(x);
+		reject(d, c, e, MORI_ENOMEM, "out of memory");
+		return;
+	}
 	htab_add(&P->xfers, x->id, &x->hlink);
 	htab_add(&P->byuser, user_key(x->client_id, x->user_data), &x->ulink);
 	list_add(&p->xfers, &x->plink);

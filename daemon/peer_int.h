@@ -9,6 +9,7 @@
  */
 #ifndef MORID_PEER_INT_H
 #define MORID_PEER_INT_H
+#include "auth.h"
 #include "morid.h"
 #include "registry.h"
 #include "chunk.h"
@@ -19,6 +20,7 @@
 #define PEER_BACKOFF_MAX_MS 1000
 #define PEER_TICK_MS 10               /* deadline resolution */
 #define RPC_RETRY_MS 50               /* an unsent request (no connection yet) is retried this often */
+#define PEERS_MAX 1024                /* entries of the peer table */
 
 #define REF_TAG (1ull << 62)          /* remote refs and list ids never collide with region ids */
 #define LIST_TAG (1ull << 61)
@@ -58,6 +60,9 @@ static inline void htab_del(struct htab *t, struct list *e)
 }
 
 enum pstate { PS_IDLE, PS_HELLO, PS_CONNECTING, PS_UP, PS_DOWN };
+enum pauth_state { PA_NONE, PA_BUSY, PA_DONE };
+
+struct nq;
 
 struct peer {
 	struct list link;
@@ -76,6 +81,15 @@ struct peer {
 	int req_poll_on;
 	struct list rpcs;         /* struct rpc; the head is the one on the wire */
 	uint64_t rpc_try_us;      /* last attempt to put the head request on the wire */
+	/* authentication of our request path (peer.c, peer_auth.c): done for the pipe auth_pipe */
+	enum pauth_state auth;
+	uint32_t auth_pipe, last_pipe; /* last_pipe: the pipe of the reply being handled */
+	uint8_t auth_nc[AUTH_NONCE_BYTES];
+	int auth_in;              /* it authenticated to our listener */
+	/* notifications after the data (xnotif.c): per initiating client, in submission order */
+	struct list nqs;          /* struct nq */
+	struct list nwire;        /* struct xfer.nlink: notifications sent, not yet answered */
+	uint64_t nbatch;          /* the batch on the wire (0: none) */
 	/* reconnect */
 	uint64_t retry_at_us;
 	uint32_t backoff_ms;
@@ -118,6 +132,23 @@ struct xfer {
 	uint32_t timeout_ms;
 	const struct transport *t; /* the one running it; NULL before it is taken */
 	void *tp;
+	uint8_t rsecret[REGION_SECRET_BYTES]; /* the remote region's secret, named in every request */
+	/* Notifications (xnotif.c): the transports run x without one (notif 0); once its data is
+	 * done the core sends it, in order behind those its client submitted earlier to this peer. */
+	int want_notif;
+	int notif_stage;          /* 0 data moving, 1 data done: waiting its turn, 2 notification sent */
+	struct list nlink;        /* on nq->xs (stage 0, 1) or p->nwire (stage 2) */
+	struct nq *nq;
+	uint64_t nbatch;
+	uint32_t nidx;
+	char stalled[256];        /* the link stalled: it waits for its deadline (peer_down) */
+};
+
+/* The notifications one client has pending to one peer (xnotif.c). */
+struct nq {
+	struct list link;         /* p->nqs */
+	uint64_t client_id;
+	struct list xs;           /* struct xfer.nlink, in submission order */
 };
 
 /* A region of another node, as one client opened it. */
@@ -129,6 +160,7 @@ struct rref {
 	uint64_t epoch, region;
 	uint32_t gen, kind;
 	uint64_t size;
+	uint8_t secret[REGION_SECRET_BYTES];
 };
 
 /* A prepared descriptor list (on client->lists). */
@@ -140,7 +172,34 @@ struct plist {
 	mori_desc *descs;
 };
 
+/* A large prepared list being read and checked in steps on the loop (peer_client.c), so that
+ * other clients' requests keep their latency; its bytes count against the client at once. */
+struct prep_job {
+	struct list link;         /* P->preps */
+	struct client *c;
+	uint64_t req_id;          /* the deferred reply's */
+	int fd;                   /* the descriptors' memfd (owned) */
+	uint64_t local_region, ref, lsize, rsize;
+	uint32_t n;
+	uint64_t bytes, done, total;
+	mori_desc *descs;
+};
+
 struct rpc;
+
+/* Authentication state of the listener (peer_auth.c). */
+#define PAUTH_PENDING 64
+#define PAUTH_AUTHED 256
+struct pauth {
+	uint32_t pipe;
+	uint64_t used;            /* 0: free */
+	uint8_t nc[AUTH_NONCE_BYTES], ns[AUTH_NONCE_BYTES];
+	char node[128];           /* what the dialer calls itself */
+};
+struct pauth_table {
+	struct pauth pending[PAUTH_PENDING], authed[PAUTH_AUTHED];
+	uint64_t clock;
+};
 
 struct peers {
 	struct morid *d;
@@ -154,12 +213,21 @@ struct peers {
 	uv_poll_t rep_poll;
 	uv_timer_t tick;
 	uv_prepare_t prep;
+	uv_idle_t prep_idle;          /* runs prep_jobs a step per loop turn */
+	struct list preps;            /* struct prep_job */
 	int handles;
 	struct list peers;
 	struct htab xfers, byuser, refs;
 	uint64_t next_xfer, next_ref, next_list, next_rpc;
 	uint64_t next_deadline_us;
 	uint32_t data_port;           /* what our hello tells peers (the TCP transport's listener) */
+	struct auth_key key;          /* the cluster key (key.on 0: peers are not authenticated) */
+	struct pauth_table *pauth;
+	/* Hooks of xnotif.c (set by peers_start), for the layers below it: x's data is done
+	 * (stage 1) / x ends for good / end of a loop turn. */
+	void (*notif_ready)(struct xfer *x);
+	void (*notif_unlink)(struct xfer *x);
+	void (*notif_flush)(struct peers *P);
 };
 
 /* ---- peer.c: the table and each peer's state ---- */
@@ -198,6 +266,8 @@ struct rpc {
 	uint64_t creq;            /* the client's request id, kept for the deferred reply */
 	int kind;                 /* the caller's tags (peer_rpc_drop matches on them) */
 	int64_t key;
+	int auth_step;            /* an authentication step (peer.c puts them ahead of the rest) */
+	int auth_retries;         /* refused for want of authentication this often */
 };
 /* Queue req (packed now; req->id is set here) to p's daemon, in order, one on the wire at a
  * time. Returns the request (owned by the queue until done runs), or NULL out of memory. */
@@ -209,6 +279,30 @@ void peer_rpcs_tick(struct peer *p, uint64_t now); /* deadlines and retries of p
 void peer_rpcs_stop(struct peer *p);               /* daemon stopping: every request ends */
 int peer_listen(struct peers *P);                  /* the rep0 listener at `listen` */
 void peer_listen_stop(struct peers *P);
+
+/* ---- peer_auth.c: authentication of the control link (auth.h) ---- */
+int peer_auth_start(struct peers *P);              /* load the key (or warn loudly) */
+void peer_auth_stop(struct peers *P);
+const char *peer_auth_describe(struct peers *P);   /* for moractl status */
+/* A request from another daemon on nng pipe `pipe`: 1 serve it (*node: the node it authenticated
+ * as, NULL without a key); 0 answered in rep (an authentication step, or refused: counted). An
+ * authentication that succeeded sets *node too. */
+int peer_auth_gate(struct peers *P, uint32_t pipe, const Mori__Request *req, Mori__Reply *rep, struct rctx *r,
+		   const char **node);
+/* The dialer's steps: a challenge (nc filled), then the answer to the listener's reply (0, or -1
+ * with why: it did not prove the key). */
+void peer_auth_step1(struct peers *P, Mori__PeerAuth *pa, uint8_t nc[AUTH_NONCE_BYTES]);
+int peer_auth_step2(struct peers *P, const uint8_t nc[AUTH_NONCE_BYTES], const Mori__Reply *rep, Mori__PeerAuth *pa,
+		    uint8_t mac[AUTH_MAC_BYTES], char *why, size_t len);
+
+/* ---- xnotif.c: notifications of cross-node transfers, in order ---- */
+int xnotif_add(struct xfer *x);                    /* at submission; 0 or MORI_ENOMEM */
+void xnotif_hooks(struct peers *P);
+/* The target's side: a PeerNotify from another daemon. */
+void xnotif_serve(struct peers *P, const Mori__PeerNotify *pn, Mori__Reply *rep, struct rctx *r);
+
+/* ---- peer_client.c ---- */
+void peers_prep_init(struct peers *P);             /* the step handle of large prepared lists */
 
 /* ---- xfer.c: transfers from this node's clients ---- */
 void xfer_submit(struct peers *P, struct client *c, const struct mori_sqe *e);

@@ -44,10 +44,15 @@ static void serve_one(struct peers *P, nng_msg *m)
 	Mori__Reply rep = MORI__REPLY__INIT;
 	struct rctx r = {0};
 	Mori__Request *req = mori__request__unpack(NULL, nng_msg_len(m), nng_msg_body(m));
+	const char *from = NULL; /* the node the sender authenticated as */
 	if (!req) {
+		count(d, C_BAD_REQUESTS, 1);
 		reply_error(&rep, MORI_EPROTO, "malformed request (%zu bytes)", nng_msg_len(m));
+	} else if (rep.id = req->id, !peer_auth_gate(P, (uint32_t)nng_pipe_id(nng_msg_get_pipe(m)), req, &rep, &r, &from)) {
+		struct peer *p = from && strcmp(from, P->self) ? peer_get(P, from, 1) : NULL;
+		if (p) /* it just authenticated: known for moractl peers */
+			p->auth_in = 1;
 	} else {
-		rep.id = req->id;
 		switch (req->body_case) {
 		case MORI__REQUEST__BODY_PEER_HELLO: {
 			Mori__PeerHello *ph = req->peer_hello;
@@ -80,13 +85,21 @@ static void serve_one(struct peers *P, nng_msg *m)
 					    req->mem_lookup->name, P->self);
 				break;
 			}
+			/* the grant: the authenticated node (without a key, the one the request claims) */
+			const char *asker = from ? from : req->mem_lookup->from;
+			if (!region_grants_node(g, asker)) {
+				count(d, C_DENIED, 1);
+				reply_error(&rep, MORI_EPERM, "name '%s' at %s is not granted to node %s", req->mem_lookup->name,
+					    P->self, asker && asker[0] ? asker : "(unnamed)");
+				break;
+			}
 			Mori__MemLookupReply *lr = rctx_alloc(&r, sizeof(*lr));
 			if (!lr) {
 				reply_error(&rep, MORI_ENOMEM, "out of memory");
 				break;
 			}
 			mori__mem_lookup_reply__init(lr);
-			lr->handle = region_handle(d, g, &r);
+			lr->handle = region_handle(d, g, &r, 1); /* the asking daemon keeps the secret */
 			rep.body_case = MORI__REPLY__BODY_MEM_LOOKUP;
 			rep.mem_lookup = lr;
 			break;
@@ -103,7 +116,9 @@ static void serve_one(struct peers *P, nng_msg *m)
 					    (unsigned long long)h->epoch, P->self, (unsigned long long)d->epoch);
 				break;
 			}
-			if (!(g = region_find(d, h->region_id)) || g->gen != h->generation) {
+			if (!(g = region_find(d, h->region_id)) || g->gen != h->generation || g->size != h->size ||
+			    g->kind != h->kind || !region_secret_ok(g, h->secret.data, h->secret.len)) {
+				/* forged and freed look the same */
 				reply_error(&rep, MORI_ESTALE, "region %llu is no longer registered at %s",
 					    (unsigned long long)h->region_id, P->self);
 				break;
@@ -114,14 +129,17 @@ static void serve_one(struct peers *P, nng_msg *m)
 				break;
 			}
 			mori__mem_open_reply__init(o);
-			o->handle = region_handle(d, g, &r);
+			o->handle = region_handle(d, g, &r, 1);
 			rep.body_case = MORI__REPLY__BODY_MEM_OPEN;
 			rep.mem_open = o;
 			break;
 		}
 		case MORI__REQUEST__BODY_PEER_GROUP:
-			if (!peers_group_serve || !peers_group_serve(P, req, NULL, &rep, &r))
+			if (!peers_group_serve || !peers_group_serve(P, req, from, &rep, &r))
 				reply_error(&rep, MORI_ENOTSUP, "groups are not served at %s", P->self);
+			break;
+		case MORI__REQUEST__BODY_PEER_NOTIFY:
+			xnotif_serve(P, req->peer_notify, &rep, &r);
 			break;
 		default:
 			if (!transports_serve(P, req, &rep, &r))
@@ -209,10 +227,14 @@ int peers_start(struct morid *d, const struct transport *const *tr, int ntr)
 	P->mode = !strcmp(t, "tcp") ? TM_TCP : !strcmp(t, "rdma") ? TM_RDMA : TM_AUTO;
 	for (int i = 0; i < ntr; i++)
 		P->tr[tr[i]->id] = tr[i];
+	xnotif_hooks(P);
+	if (peer_auth_start(P) != 0)
+		return -1;
 	uv_timer_init(d->loop, &P->tick);
 	uv_prepare_init(d->loop, &P->prep);
 	P->tick.data = P->prep.data = P;
-	P->handles = 2;
+	peers_prep_init(P);
+	P->handles = 3;
 	snprintf(P->self, sizeof(P->self), "%s", d->cfg.advertise[0] ? d->cfg.advertise : d->cfg.listen);
 	if (!d->cfg.listen[0])
 		mlog_info("peer", "no listen address: cross-node service off");
@@ -282,8 +304,10 @@ void peers_stop(struct morid *d)
 		nng_close(P->rep);
 	}
 	P->on = 0;
+	peer_auth_stop(P);
 	uv_close((uv_handle_t *)&P->tick, handle_closed);
 	uv_close((uv_handle_t *)&P->prep, handle_closed);
+	uv_close((uv_handle_t *)&P->prep_idle, handle_closed);
 	d->peers = NULL;
 }
 
@@ -304,6 +328,13 @@ static void describe(struct peer *p, Mori__PeerInfo *pi)
 }
 
 /* ---- listings ---- */
+
+const char *peer_auth_status(struct morid *d, int *unauth)
+{
+	struct peers *P = d->peers;
+	*unauth = P && P->on && !P->key.on;
+	return P ? peer_auth_describe(P) : "no peer service";
+}
 
 uint32_t peer_count(struct morid *d)
 {
@@ -340,6 +371,14 @@ void peer_list(struct morid *d, Mori__ListReply *lr, struct rctx *r)
 		pi->transfers = p->transfers;
 		pi->errors = p->errors;
 		describe(p, pi);
+		if (!d->peers->key.on)
+			pi->auth = "off (no cluster key)";
+		else if (p->auth == PA_DONE)
+			pi->auth = "yes";
+		else if (p->auth_in)
+			pi->auth = "yes (it dialled us)";
+		else
+			pi->auth = p->state == PS_DOWN && p->why[0] ? "no" : "not yet";
 		lr->peers[lr->n_peers++] = pi;
 	}
 }

@@ -75,6 +75,7 @@ struct job {
 	struct rmr *m;
 	uint64_t rregion, repoch;
 	uint32_t rgen;
+	uint8_t rsecret[REGION_SECRET_BYTES]; /* named in the RdmaRegion request */
 	mori_desc *descs;        /* x's, taken over at start (the engine borrows them) */
 	uint32_t eid;            /* engine transfer, 0 before it started */
 	int starting;            /* inside rdma_xfer_start: an end then is kept for after it */

@@ -131,7 +131,7 @@ int region_copy(struct morid *d, struct region *g, uint64_t off, void *buf, uint
 	return rc;
 }
 
-Mori__Handle *region_handle(struct morid *d, struct region *g, struct rctx *r)
+Mori__Handle *region_handle(struct morid *d, struct region *g, struct rctx *r, int with_secret)
 {
 	Mori__Handle *h = rctx_alloc(r, sizeof(*h));
 	if (!h)
@@ -143,5 +143,9 @@ Mori__Handle *region_handle(struct morid *d, struct region *g, struct rctx *r)
 	h->generation = g->gen;
 	h->size = g->size;
 	h->kind = g->kind;
+	if (with_secret) {
+		h->secret.data = g->secret; /* packed before g can go: replies are packed at once */
+		h->secret.len = sizeof(g->secret);
+	}
 	return h;
 }

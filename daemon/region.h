@@ -15,6 +15,8 @@ int region_copy(struct morid *d, struct region *g, uint64_t off, void *buf, uint
 /* The start of g in morid's own mapping (a memfd mapped on first use), or NULL when g's
  * backend has none (cross-memory attach, VRAM). */
 void *region_map(struct region *g);
-/* Fill a Handle naming region g of this daemon (allocated in r). */
-Mori__Handle *region_handle(struct morid *d, struct region *g, struct rctx *r);
+/* Fill a Handle naming region g of this daemon (allocated in r). with_secret: it carries g's
+ * secret (the owner's registration reply, and answers to other daemons, which keep it to
+ * themselves); never in what an opener's client gets (it cannot pass the region on). */
+Mori__Handle *region_handle(struct morid *d, struct region *g, struct rctx *r, int with_secret);
 #endif

@@ -36,8 +36,21 @@ struct registry *registry_new(void)
 	return g;
 }
 
+static void access_clear(struct region *r)
+{
+	for (uint32_t i = 0; i < r->nacl_nodes; i++)
+		free(r->acl_nodes[i]);
+	free(r->acl_nodes);
+	free(r->acl_uids);
+	r->acl_nodes = NULL;
+	r->acl_uids = NULL;
+	r->nacl_nodes = r->nacl_uids = 0;
+	r->has_access = 0;
+}
+
 static void region_free(struct region *r)
 {
+	access_clear(r);
 	if (r->gpu_map_base)
 		region_gpu_release(r);
 	if (r->map_base)
@@ -97,8 +110,20 @@ struct region *region_add(struct morid *d, struct client *owner, uint32_t kind, 
 			close(fd);
 		return NULL;
 	}
-	r->id = d->reg->next_id++;
-	r->gen = (uint32_t)(d->epoch ^ (r->id * 2654435761u)) | 1u;
+	/* Ids and generations are random (ids below LIST_TAG and REF_TAG, bits 61 and 62, which
+	 * name lists and remote refs): neither can be guessed, and the secret is what grants. */
+	do {
+		uint64_t v;
+		if (auth_random(&v, sizeof(v)) != 0 || auth_random(&r->gen, sizeof(r->gen)) != 0 ||
+		    auth_random(r->secret, sizeof(r->secret)) != 0) {
+			if (fd >= 0)
+				close(fd);
+			free(r);
+			return NULL;
+		}
+		r->id = v & ((1ull << 61) - 1);
+	} while (r->id == 0 || region_find(d, r->id));
+	r->gen |= 1u;
 	r->owner = owner;
 	r->kind = kind;
 	r->size = size;
@@ -186,7 +211,8 @@ void region_remove(struct morid *d, struct region *r, const char *why)
 	region_put(r);
 }
 
-int region_publish(struct morid *d, struct region *r, const char *name)
+int region_publish(struct morid *d, struct region *r, const char *name, int has_access, const uint32_t *uids,
+		   size_t nuids, char *const *nodes, size_t nnodes)
 {
 	size_t n = strlen(name);
 	if (n == 0 || n >= sizeof(r->name))
@@ -194,10 +220,75 @@ int region_publish(struct morid *d, struct region *r, const char *name)
 	for (size_t i = 0; i < n; i++)
 		if ((unsigned char)name[i] < 0x21 || (unsigned char)name[i] > 0x7e)
 			return MORI_EINVAL;
-	if (region_lookup(d, name))
+	if (nuids > ACCESS_MAX || nnodes > ACCESS_MAX)
+		return MORI_EINVAL;
+	for (size_t i = 0; i < nnodes; i++)
+		if (!nodes[i] || !nodes[i][0] || strlen(nodes[i]) >= 128)
+			return MORI_EINVAL;
+	struct region *other = region_lookup(d, name);
+	if (other && other != r)
 		return MORI_EEXIST;
+	uint32_t *u = nuids ? malloc(nuids * sizeof(*u)) : NULL;
+	char **nd = nnodes ? calloc(nnodes, sizeof(*nd)) : NULL;
+	int oom = (nuids && !u) || (nnodes && !nd);
+	for (size_t i = 0; i < nnodes && !oom; i++)
+		oom = !(nd[i] = strdup(nodes[i]));
+	if (oom) {
+		for (size_t i = 0; nd && i < nnodes; i++)
+			free(nd[i]);
+		free(nd);
+		free(u);
+		return MORI_ENOMEM;
+	}
+	if (nuids)
+		memcpy(u, uids, nuids * sizeof(*u));
+	access_clear(r);
+	r->has_access = has_access;
+	r->acl_uids = u;
+	r->nacl_uids = (uint32_t)nuids;
+	r->acl_nodes = nd;
+	r->nacl_nodes = (uint32_t)nnodes;
 	memcpy(r->name, name, n + 1);
 	return MORI_OK;
+}
+
+int region_grants_uid(const struct region *r, uid_t uid)
+{
+	if (!r->has_access || (r->owner && r->owner->uid == uid))
+		return 1;
+	for (uint32_t i = 0; i < r->nacl_uids; i++)
+		if (r->acl_uids[i] == uid)
+			return 1;
+	return 0;
+}
+
+int region_grants_node(const struct region *r, const char *node)
+{
+	if (!r->has_access)
+		return 1;
+	for (uint32_t i = 0; node && node[0] && i < r->nacl_nodes; i++)
+		if (strcmp(r->acl_nodes[i], node) == 0)
+			return 1;
+	return 0;
+}
+
+void region_access_text(const struct region *r, char *buf, size_t len)
+{
+	size_t n = 0;
+	if (!r->has_access) {
+		snprintf(buf, len, "%s", r->name[0] ? "all" : "");
+		return;
+	}
+	n += (size_t)snprintf(buf + n, n < len ? len - n : 0, "owner");
+	for (uint32_t i = 0; i < r->nacl_uids && n < len; i++)
+		n += (size_t)snprintf(buf + n, len - n, "%s%u", i ? "," : "; uids ", r->acl_uids[i]);
+	for (uint32_t i = 0; i < r->nacl_nodes && n < len; i++)
+		n += (size_t)snprintf(buf + n, len - n, "%s%s", i ? "," : "; nodes ", r->acl_nodes[i]);
+}
+
+int region_secret_ok(const struct region *r, const uint8_t *secret, size_t len)
+{
+	return auth_equal(r->secret, secret, len, sizeof(r->secret));
 }
 
 struct region *region_lookup(struct morid *d, const char *name)

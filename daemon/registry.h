@@ -2,17 +2,20 @@
  * opened them (so a freed region can be revoked at its openers). */
 #ifndef MORID_REGISTRY_H
 #define MORID_REGISTRY_H
+#include "auth.h"
 #include "morid.h"
 
 #define GPU_IPC_MAX 64
+#define ACCESS_MAX 256            /* uids, and nodes, in one access list */
 
 struct region {
 	struct list link;         /* registry's table */
 	struct list owner_link;   /* owner's regions */
 	struct list openers;      /* struct open_ref.region_link */
 	struct client *owner;
-	uint64_t id;
+	uint64_t id;              /* random (61 bits), as is gen: neither is guessable, nor enough */
 	uint32_t gen;
+	uint8_t secret[REGION_SECRET_BYTES]; /* the capability a handle carries (auth.h) */
 	uint32_t kind;
 	uint64_t size;
 	int fd;                   /* memfd/dma fd, owned by the region; -1 if none */
@@ -24,6 +27,12 @@ struct region {
 	size_t gpu_ipc_len;
 	int32_t gpu_device;
 	char name[128];
+	/* The name's grant (mori_mem_publish_access): without an access list (has_access 0) any
+	 * allowed uid and any peer may look it up; with one, the owner, acl_uids and acl_nodes. */
+	int has_access;
+	uint32_t *acl_uids, nacl_uids;
+	char **acl_nodes;
+	uint32_t nacl_nodes;
 	void *map;                /* region start in the daemon's own mapping (lazy, cross node) */
 	void *map_base;           /* what to munmap */
 	uint64_t map_len;
@@ -71,7 +80,16 @@ struct region *region_find(struct morid *d, uint64_t id);
 void region_remove(struct morid *d, struct region *r, const char *why);
 int region_deregister(struct morid *d, struct client *c, struct region *r, uint64_t req_id);
 void region_put(struct region *r); /* drop an inflight reference */
-int region_publish(struct morid *d, struct region *r, const char *name);
+/* Publish r as name with its access list (has_access 0: anyone; copies uids and nodes). */
+int region_publish(struct morid *d, struct region *r, const char *name, int has_access, const uint32_t *uids,
+		   size_t nuids, char *const *nodes, size_t nnodes);
+/* May uid on this node (owner_uid: the region's owner's) / peer `node` look r's name up? */
+int region_grants_uid(const struct region *r, uid_t uid);
+int region_grants_node(const struct region *r, const char *node);
+/* The access list as moractl memory shows it ("all", "uids 1000,1001; nodes a:7100"). */
+void region_access_text(const struct region *r, char *buf, size_t len);
+/* Does a handle's secret (len bytes) match r's? Constant time. */
+int region_secret_ok(const struct region *r, const uint8_t *secret, size_t len);
 struct region *region_lookup(struct morid *d, const char *name);
 int region_open(struct client *c, struct region *r);
 /* Count of clients that opened r. */

@@ -79,7 +79,7 @@ static void sq_drain_at_close(struct client *c)
 {
 	struct mori_sqe e;
 	for (uint32_t n = 0; n < c->lay.sq_entries && ring_pop(c->sqh, c->sqe, c->lay.sq_entries, sizeof(e), &e) == 0; n++)
-		if (e.op == SQE_NOTIFY || e.op == SQE_REVOKE_ACK)
+		if (e.op == SQE_NOTIFY || e.op == SQE_REVOKE_ACK || e.op == SQE_BYE)
 			handle_sqe(c, &e);
 }
 
@@ -102,8 +102,9 @@ void client_destroy(struct client *c, const char *why)
 	c->dying = 1;
 	mlog_info("client", "client %llu (pid %d, %s) gone: %s", (unsigned long long)c->id, c->pid,
 		  c->name, why);
+	/* A session that ends without the client's goodbye (SIGKILL, a crash) is a death. */
 	if (c->attached && !d->stopping)
-		count(d, C_CLIENTS_DIED, strcmp(why, "closed") != 0);
+		count(d, C_CLIENTS_DIED, strcmp(why, "closed") != 0 || !c->said_bye);
 	group_client_gone(d, c); /* its PEs die before its regions (their heaps) go */
 	peer_client_gone(d, c);
 	region_forget_waiter(d, c);
@@ -149,6 +150,9 @@ static void handle_sqe(struct client *c, const struct mori_sqe *e)
 	}
 	case SQE_REVOKE_ACK:
 		region_revoke_ack(d, c, e->local_region);
+		return;
+	case SQE_BYE:
+		c->said_bye = 1;
 		return;
 	case SQE_XFER:
 	case SQE_XFER_LIST:

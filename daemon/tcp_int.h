@@ -19,23 +19,27 @@
 #define SMALL_COPY 4096               /* payloads below this are copied beside their header */
 #define STAGE_CAP (BATCH_FRAMES * 96 + (512u << 10))
 #define STREAM_WINDOW (8u << 20)      /* bytes in flight per stream (queued writes + reads asked) */
-#define STREAM_DEAD_S 15              /* keepalive idle and TCP_USER_TIMEOUT of data streams */
 #define RX_BUF (256u << 10)           /* per-stream receive staging */
 #define RX_DIRECT_MIN (256u << 10)    /* larger payloads land straight in the region; smaller ones
                                        * through the staging buffer (a copy is cheaper than the
                                        * extra reads, measured at 64 KiB) */
 
-/* ---- frames on data streams (host byte order: both ends run this code on the same ABI) ---- */
+/* ---- frames on data streams (host byte order: both ends run this code on the same ABI) ----
+ * A stream opens with the authentication exchange of auth.h: HELLO carries the initiator's nonce,
+ * HELLO_ACK the target's nonce and its proof, AUTH the initiator's proof; the target serves
+ * nothing before a valid AUTH (without a cluster key at either end the proofs are not checked:
+ * a keyed end refuses an unkeyed one). Every frame naming a region carries its secret. */
 #define FRAME_MAGIC 0x4d4f5249u /* "MORI" */
-#define FRAME_VERSION 1
+#define FRAME_VERSION 2
 enum ftype {
-	F_HELLO = 1,     /* initiator -> target: xfer = epoch, code = version, payload = node */
-	F_HELLO_ACK = 2, /* target -> initiator: xfer = epoch, payload = node */
+	F_HELLO = 1,     /* initiator -> target: xfer = epoch, code = version, payload = nonce, node */
+	F_HELLO_ACK = 2, /* target -> initiator: xfer = epoch, payload = nonce, proof, node */
 	F_WRITE = 3,     /* payload lands at region+offset; total = transfer bytes */
 	F_DONE = 4,      /* target -> initiator: a write finished (code, payload = message) */
 	F_READ = 5,      /* ask for rlen bytes at region+offset, to land at the initiator's aux */
 	F_RDATA = 6,     /* answer to one F_READ: code 0 and the bytes, or code and a message */
 	F_ABORT = 7,     /* initiator gave up on xfer */
+	F_AUTH = 8,      /* initiator -> target, right after HELLO_ACK: payload = proof */
 };
 #define FF_NOTIF 1u
 
@@ -55,8 +59,9 @@ struct fhdr {
 	uint64_t tag;         /* notification tag */
 	uint32_t deadline_ms; /* time left at sending */
 	uint32_t pad;
+	uint8_t key[REGION_SECRET_BYTES]; /* WRITE/READ: the region's secret */
 };
-_Static_assert(sizeof(struct fhdr) == 80, "frame header is 80 bytes");
+_Static_assert(sizeof(struct fhdr) == 96, "frame header is 96 bytes");
 
 /* The TCP transport's state for one peer (p->tp[TR_TCP]). */
 struct tcp_peer {
@@ -118,7 +123,11 @@ struct stream {
 	struct peer *p;           /* outgoing: owner; accepted: the initiator's entry (may be NULL) */
 	int outgoing, ready, closing, dirty;
 	uint32_t conn_gen;
-	uint64_t src_epoch;       /* accepted: initiator's epoch */
+	uint64_t src_epoch;       /* accepted: initiator's epoch, once it authenticated */
+	int hs;                   /* accepted: 0 waiting for HELLO, 1 for AUTH, 2 serving */
+	uint64_t hello_epoch;     /* accepted: the epoch its HELLO claimed */
+	uint8_t nonce[AUTH_NONCE_BYTES], peer_nonce[AUTH_NONCE_BYTES];
+	char hello_node[128];     /* accepted: the node its HELLO named */
 	uv_tcp_t tcp;
 	uv_connect_t connreq;
 	/* tx */

@@ -359,14 +359,21 @@ static int frame_begin(struct stream *s)
 	s->rx_code = 0;
 	s->rx_collect = 0;
 	s->rx_msglen = 0;
-	int ready = s->outgoing ? s->ready : s->src_epoch != 0;
-	if (!ready && h->type != (s->outgoing ? F_HELLO_ACK : F_HELLO))
-		return proto_error(s, "first frame is not a hello");
+	if (s->outgoing ? !s->ready && h->type != F_HELLO_ACK
+			: (s->hs == 0 && h->type != F_HELLO) || (s->hs == 1 && h->type != F_AUTH)) {
+		if (!s->outgoing)
+			count(s->P->d, C_PEER_AUTH_REFUSED, 1);
+		return proto_error(s, s->outgoing || s->hs == 0 ? "first frame is not a hello"
+							    : "frame before authentication");
+	}
 	switch (h->type) {
 	case F_HELLO:
 	case F_HELLO_ACK:
 	case F_DONE:
-		if ((h->type == F_HELLO_ACK || h->type == F_DONE) != s->outgoing || h->len > sizeof(s->rx_msg) - 1)
+	case F_AUTH:
+		if ((h->type == F_HELLO_ACK || h->type == F_DONE) != s->outgoing || h->len > sizeof(s->rx_msg) - 1 ||
+		    (h->type == F_HELLO && s->hs != 0) || (h->type == F_HELLO_ACK && s->ready) ||
+		    (h->type == F_AUTH && s->hs != 1))
 			return proto_error(s, "unexpected control frame");
 		s->rx_collect = 1;
 		break;
@@ -404,22 +411,54 @@ static int frame_begin(struct stream *s)
 	return s->closing ? -1 : 0;
 }
 
-static void on_hello(struct stream *s)
+/* The target: a HELLO (the initiator's nonce and node) is answered with our nonce and proof. */
+static void on_hello_in(struct stream *s)
 {
 	struct peers *P = s->P;
-	s->rx_msg[s->rx_msglen] = 0;
-	if (!s->outgoing) {
-		if (s->h.code != FRAME_VERSION || !s->h.xfer) {
-			proto_error(s, "data stream version mismatch");
-			return;
-		}
-		s->src_epoch = s->h.xfer;
-		if (s->rx_msglen && strcmp(s->rx_msg, P->self) != 0)
-			s->p = peer_get(P, s->rx_msg, 1);
-		struct fhdr a = {.type = F_HELLO_ACK, .code = FRAME_VERSION, .xfer = P->d->epoch};
-		stream_frame(s, &a, P->self, (uint32_t)strlen(P->self));
+	if (s->h.code != FRAME_VERSION || !s->h.xfer || s->rx_msglen < AUTH_NONCE_BYTES) {
+		proto_error(s, "data stream version mismatch");
 		return;
 	}
+	uint8_t ack[2 * AUTH_NONCE_BYTES + 128] = {0};
+	size_t self = strlen(P->self);
+	memcpy(s->peer_nonce, s->rx_msg, AUTH_NONCE_BYTES);
+	uint32_t nl = s->rx_msglen - AUTH_NONCE_BYTES;
+	nl = nl < sizeof(s->hello_node) - 1 ? nl : (uint32_t)sizeof(s->hello_node) - 1;
+	memcpy(s->hello_node, s->rx_msg + AUTH_NONCE_BYTES, nl);
+	s->hello_node[nl] = 0;
+	auth_nonce(s->nonce);
+	memcpy(ack, s->nonce, AUTH_NONCE_BYTES);
+	if (P->key.on)
+		auth_mac(&P->key, AUTH_DATA_TARGET, s->peer_nonce, s->nonce, ack + AUTH_NONCE_BYTES);
+	memcpy(ack + 2 * AUTH_NONCE_BYTES, P->self, self < 127 ? self : 127);
+	s->hello_epoch = s->h.xfer;
+	s->hs = 1;
+	struct fhdr a = {.type = F_HELLO_ACK, .code = FRAME_VERSION, .xfer = P->d->epoch};
+	stream_frame(s, &a, ack, (uint32_t)(2 * AUTH_NONCE_BYTES + (self < 127 ? self : 127)));
+}
+
+/* The target: the initiator's proof; only now is anything it sends served. */
+static void on_auth(struct stream *s)
+{
+	struct peers *P = s->P;
+	if (P->key.on && !auth_check(&P->key, AUTH_DATA_INITIATOR, s->nonce, s->peer_nonce, (uint8_t *)s->rx_msg,
+				     s->rx_msglen)) {
+		count(P->d, C_PEER_AUTH_REFUSED, 1);
+		mlog_ratelimited(MLOG_WARN, "peer", "refused a data stream: its initiator did not prove the cluster key");
+		stream_lost(s, MORI_EPERM, "initiator not authenticated");
+		return;
+	}
+	s->src_epoch = s->hello_epoch;
+	s->hs = 2;
+	/* the node it named in its hello, known for moractl once it authenticated */
+	if (s->hello_node[0] && strcmp(s->hello_node, P->self) != 0)
+		s->p = peer_get(P, s->hello_node, 1);
+}
+
+/* The initiator: check the target's proof, send ours; the stream carries transfers from now on. */
+static void on_hello_ack(struct stream *s)
+{
+	struct peers *P = s->P;
 	struct peer *p = s->p;
 	struct tcp_peer *tp = tcp_peer(p);
 	if (s->conn_gen != tp->conn_gen)
@@ -429,6 +468,19 @@ static void on_hello(struct stream *s)
 			  (unsigned long long)s->h.xfer, (unsigned long long)p->epoch);
 		return;
 	}
+	const uint8_t *ns = (const uint8_t *)s->rx_msg;
+	if (s->rx_msglen < 2 * AUTH_NONCE_BYTES ||
+	    (P->key.on && !auth_check(&P->key, AUTH_DATA_TARGET, s->nonce, ns, ns + AUTH_NONCE_BYTES, AUTH_MAC_BYTES))) {
+		count(P->d, C_PEER_AUTH_REFUSED, 1);
+		peer_down(p, MORI_EPERM, "its data port did not prove the cluster key (%s)",
+			  s->rx_msglen < 2 * AUTH_NONCE_BYTES ? "an older or foreign peer" : "another key, or none");
+		return;
+	}
+	uint8_t mac[AUTH_MAC_BYTES] = {0};
+	if (P->key.on)
+		auth_mac(&P->key, AUTH_DATA_INITIATOR, ns, s->nonce, mac);
+	struct fhdr a = {.type = F_AUTH};
+	stream_frame(s, &a, mac, sizeof(mac));
 	s->ready = 1;
 	if (++tp->nready == tp->nout) {
 		mlog_info("peer", "peer %s: %d data streams up", p->addr, tp->nready);
@@ -443,8 +495,13 @@ static void payload_end(struct stream *s)
 	s->rx_big = s->h.len >= RX_DIRECT_MIN && s->rx_dst;
 	switch (s->h.type) {
 	case F_HELLO:
+		on_hello_in(s);
+		break;
 	case F_HELLO_ACK:
-		on_hello(s);
+		on_hello_ack(s);
+		break;
+	case F_AUTH:
+		on_auth(s);
 		break;
 	case F_WRITE:
 		tcp_node(s->P)->on->write_end(s);
@@ -533,7 +590,9 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
 	if (n < 0) {
 		char m[160];
 		snprintf(m, sizeof(m), "data stream %s", n == UV_EOF ? "closed by the other side" : uv_strerror((int)n));
-		stream_lost(s, n == UV_EOF || n == UV_ECONNRESET ? MORI_EPEERDEAD : MORI_EIO, m);
+		/* a link that went silent (nothing acknowledged for peer_dead_ms) is a stall: its
+		 * transfers end at their deadlines (peer_down) */
+		stream_lost(s, n == UV_EOF || n == UV_ECONNRESET ? MORI_EPEERDEAD : n == UV_ETIMEDOUT ? MORI_ETIMEDOUT : MORI_EIO, m);
 		return;
 	}
 	if (n == 0 || s->closing)
@@ -560,8 +619,8 @@ static void stream_setup(struct stream *s)
 	uv_tcp_nodelay(&s->tcp, 1);
 	/* A peer host that vanishes without a reset: idle streams notice through keepalives, busy
 	 * ones when sent data stays unacknowledged this long (then the peer is marked down). */
-	uv_tcp_keepalive(&s->tcp, 1, STREAM_DEAD_S);
-	unsigned ut = STREAM_DEAD_S * 1000;
+	unsigned ut = (unsigned)s->P->d->cfg.peer_dead_ms;
+	uv_tcp_keepalive(&s->tcp, 1, ut >= 2000 ? ut / 2000 : 1);
 	if (uv_fileno((uv_handle_t *)&s->tcp, &fd) == 0)
 		setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ut, sizeof(ut));
 	uv_read_start((uv_stream_t *)&s->tcp, on_alloc, on_read);
@@ -596,12 +655,17 @@ static void on_connect(uv_connect_t *req, int status)
 	if (status < 0) {
 		char m[200];
 		snprintf(m, sizeof(m), "data connection to %s port %u: %s", p->host, p->data_port, uv_strerror(status));
-		stream_lost(s, MORI_ECONN, m);
+		stream_lost(s, status == UV_ETIMEDOUT ? MORI_ETIMEDOUT : MORI_ECONN, m);
 		return;
 	}
 	stream_setup(s);
+	uint8_t hello[AUTH_NONCE_BYTES + 128];
+	size_t self = strlen(s->P->self);
+	auth_nonce(s->nonce);
+	memcpy(hello, s->nonce, AUTH_NONCE_BYTES);
+	memcpy(hello + AUTH_NONCE_BYTES, s->P->self, self < 127 ? self : 127);
 	struct fhdr h = {.type = F_HELLO, .code = FRAME_VERSION, .xfer = s->P->d->epoch};
-	stream_frame(s, &h, s->P->self, (uint32_t)strlen(s->P->self));
+	stream_frame(s, &h, hello, (uint32_t)(AUTH_NONCE_BYTES + (self < 127 ? self : 127)));
 }
 
 void streams_connect(struct peer *p, const struct sockaddr *sa)

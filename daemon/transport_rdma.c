@@ -97,7 +97,7 @@ static void arm(struct rnode *N)
 	uv_timer_start(&N->timer, on_timer, ms, 0);
 }
 
-static void ask_key(struct rpeer *rp, uint64_t region, uint32_t gen, uint64_t epoch);
+static void ask_key(struct rpeer *rp, uint64_t region, uint32_t gen, uint64_t epoch, const uint8_t *secret);
 static void kick(struct rnode *N);
 
 /* ---- jobs ---- */
@@ -224,7 +224,7 @@ static void job_try(struct rnode *N, struct job *j)
 		return;
 	struct rkey *k = rkey_find(rp, j->rregion, j->rgen, j->repoch);
 	if (!k) {
-		ask_key(rp, j->rregion, j->rgen, j->repoch);
+		ask_key(rp, j->rregion, j->rgen, j->repoch, j->rsecret);
 		return;
 	}
 	if (k->state == 0)
@@ -375,7 +375,7 @@ static void region_answer(struct rpc *q, struct peer *p, const Mori__Reply *rep,
 }
 
 /* Ask the peer for its key of a region (once: the entry marks it asked). */
-static void ask_key(struct rpeer *rp, uint64_t region, uint32_t gen, uint64_t epoch)
+static void ask_key(struct rpeer *rp, uint64_t region, uint32_t gen, uint64_t epoch, const uint8_t *secret)
 {
 	struct rkey *k = calloc(1, sizeof(*k));
 	struct rkey_ask *ask = calloc(1, sizeof(*ask));
@@ -393,6 +393,8 @@ static void ask_key(struct rpeer *rp, uint64_t region, uint32_t gen, uint64_t ep
 	rr.epoch = epoch;
 	rr.region_id = region;
 	rr.generation = gen;
+	rr.secret.data = (uint8_t *)secret;
+	rr.secret.len = REGION_SECRET_BYTES;
 	req.body_case = MORI__REQUEST__BODY_RDMA_REGION;
 	req.rdma_region = &rr;
 	if (!(q = send_request(rp, &req, R_REGION, 0, region_answer, ask))) {
@@ -437,22 +439,11 @@ static void cb_send_connect(void *arg, struct rdma_conn *c, int idx, const struc
 static void cb_notif(void *arg, struct rdma_conn *c, const void *msg, uint32_t len)
 {
 	struct rpeer *rp = arg;
-	struct morid *d = rp->N->d;
-	struct rnotif n;
-	if (len != sizeof(n)) {
-		mlog_info("rdma", "%s: notification of %u bytes dropped", rp->addr, len);
-		return;
-	}
-	memcpy(&n, msg, sizeof(n));
-	struct region *g = n.magic == NOTIF_MAGIC && n.epoch == d->epoch ? region_find(d, n.region) : NULL;
-	if (!g || g->gen != n.gen || g->dead || !g->owner) {
-		mlog_info("rdma", "%s: notification for region %llu, which is gone", rp->addr,
-			  (unsigned long long)n.region);
-		return;
-	}
-	struct mori_cqe e = {.type = CQE_NOTIF, .code = 0, .user_data = n.tag, .value = g->id};
-	client_post(g->owner, &e);
-	count(d, C_NOTIFS, 1);
+	/* Notifications travel over the control link, in order and naming the region with its
+	 * secret (xnotif.c): a SEND naming a region by id and generation alone grants nothing. */
+	count(rp->N->d, C_BAD_REQUESTS, 1);
+	mlog_info("rdma", "%s: notification of %u bytes over RDMA dropped (they come by the control link)", rp->addr,
+		  len);
 }
 
 static void cb_event(void *arg, struct rdma_conn *c, int idx, const char *what, const char *why)
@@ -556,6 +547,7 @@ static struct job *job_new(struct rpeer *rp, struct xfer *x, struct rmr *m)
 	if (m)
 		m->users++;
 	j->rregion = x->rregion;
+	memcpy(j->rsecret, x->rsecret, sizeof(j->rsecret));
 	j->rgen = x->rgen;
 	j->repoch = x->repoch;
 	x->t = &transport_rdma;
@@ -603,7 +595,7 @@ static int rdma_take(struct xfer *x)
 	if (!j)
 		return 0;
 	if (m && !rp->no_rdma && !rkey_find(rp, j->rregion, j->rgen, j->repoch))
-		ask_key(rp, j->rregion, j->rgen, j->repoch);
+		ask_key(rp, j->rregion, j->rgen, j->repoch, j->rsecret);
 	kick(N); /* never ends x here: the submission still holds it */
 	return 1;
 }
@@ -704,7 +696,7 @@ static int rdma_serve(struct peers *P, const Mori__Request *req, Mori__Reply *re
 			return 1;
 		}
 		struct region *g = region_find(d, m->region_id);
-		if (!g || g->gen != m->generation || g->dead) {
+		if (!g || g->gen != m->generation || g->dead || !region_secret_ok(g, m->secret.data, m->secret.len)) {
 			reply_error(rep, MORI_ESTALE, "region %llu is no longer registered",
 				    (unsigned long long)m->region_id);
 			return 1;

@@ -89,6 +89,7 @@ void tcp_pump(struct peer *p)
 				.tag = x->tag,
 				.deadline_ms = x->deadline_us > now ? (uint32_t)((x->deadline_us - now) / 1000 + 1) : 1,
 			};
+			memcpy(h.key, x->rsecret, sizeof(h.key));
 			if (x->read) {
 				h.aux = lo;
 				h.rlen = len;
@@ -275,8 +276,13 @@ static struct inb *inb_get(struct stream *s, int read)
 	struct peers *P = s->P;
 	struct fhdr *h = &s->h;
 	struct inb *b = inb_find(P, s->src_epoch, h->xfer);
-	if (b)
+	if (b) {
+		/* every frame of a transfer names the same region, with its secret */
+		if (b->r && (h->region != b->r->id || h->gen != b->r->gen || !region_secret_ok(b->r, h->key, sizeof(h->key))))
+			inb_fail(s, b, MORI_EPERM, "a frame of transfer %llu names another region",
+				 (unsigned long long)h->xfer);
 		return b;
+	}
 	if (!(b = calloc(1, sizeof(*b))))
 		return NULL;
 	uint64_t now = mori_now_us();
@@ -296,7 +302,7 @@ static struct inb *inb_get(struct stream *s, int read)
 	struct region *g = region_find(P->d, h->region);
 	char why[300];
 	int code;
-	if (!g || g->gen != h->gen) {
+	if (!g || g->gen != h->gen || !region_secret_ok(g, h->key, sizeof(h->key))) {
 		inb_fail(s, b, MORI_ESTALE, "region %llu is no longer registered at %s",
 			 (unsigned long long)h->region, P->self);
 	} else if ((code = region_reach(g, why, sizeof(why))) != 0) {

@@ -44,6 +44,16 @@ void xfer_complete(struct xfer *x, int code, const char *fmt, ...)
 		x->t = NULL; /* cancel must not find it running */
 		t->cancel(x, code);
 	}
+	if (code == 0 && x->want_notif && x->notif_stage == 0) {
+		/* The data is done: the notification goes next, in its turn (xnotif.c), and x ends
+		 * when the target has it. */
+		x->notif_stage = 1;
+		x->done = x->total;
+		P->notif_ready(x);
+		return;
+	}
+	if (x->want_notif && P->notif_unlink)
+		P->notif_unlink(x);
 	if (x->c) {
 		struct mori_cqe e = {.type = CQE_XFER_DONE, .code = code, .user_data = x->user_data};
 		cqe_msg(&e, code ? msg : "");
@@ -86,10 +96,12 @@ void xfers_expire(struct peers *P, uint64_t now)
 			struct xfer *x = list_entry(xt, struct xfer, plink);
 			if (x->deadline_us <= now) {
 				const char *st = p->state == PS_UP ? "" : p->state == PS_DOWN ? " (down)" : " (connecting)";
+				const char *why = x->stalled[0] ? x->stalled : p->state != PS_UP ? p->why : "";
 				mlog_info("peer", "transfer %llu: deadline of %u ms expired waiting for %s%s%s%s",
 					  (unsigned long long)x->user_data, x->timeout_ms, p->addr, st,
 					  p->why[0] ? ": " : "", p->why);
-				xfer_complete(x, MORI_ETIMEDOUT, "timed out after %ums: %s", x->timeout_ms, p->addr);
+				xfer_complete(x, MORI_ETIMEDOUT, "timed out after %ums waiting for peer %s%s%s%s", x->timeout_ms,
+					      p->addr, x->notif_stage ? " (its notification)" : "", why[0] ? ": " : "", why);
 			} else if (x->deadline_us < next) {
 				next = x->deadline_us;
 			}

@@ -16,7 +16,10 @@
  * failure. Sizes and offsets are bytes; times are microseconds. Objects returned through an
  * `out` argument are owned by the caller until passed to their matching close/free function.
  * A client and its objects may be used from several threads, but a single transfer handle must
- * not be waited on from two threads at once.
+ * not be waited on from two threads at once. A client belongs to the process that opened it: in
+ * a child after fork() every call on it (or on its memory, transfers and lists) fails with
+ * MORI_ESTALE ("client opened by pid N, used in pid M: open a new client after fork") and
+ * touches nothing of the parent's, whose client keeps working; the child opens its own.
  */
 #ifndef MORI_H
 #define MORI_H
@@ -56,7 +59,7 @@ enum mori_err {
 	MORI_EPERM = -10,       /* the caller's uid is not allowed, or access denied */
 	MORI_EBUSY = -11,       /* range already registered, or region still in use */
 	MORI_EAGAIN = -12,      /* a ring or queue is full; retry after completions */
-	MORI_ESTALE = -13,      /* the handle belongs to an earlier daemon epoch or a freed region */
+	MORI_ESTALE = -13,      /* the handle belongs to an earlier daemon epoch or a freed region (or is forged), or the client to the parent of a fork */
 	MORI_EPEERDEAD = -14,   /* the process or daemon owning the other side has gone */
 	MORI_EIO = -15,         /* transport failure while moving data */
 	MORI_ENOTSUP = -16,     /* not supported here (kind, transport, feature) */
@@ -144,7 +147,10 @@ MORI_API int mori_mem_alloc(mori_client *c, size_t size, int kind, mori_mem **ou
  * VRAM: cudaMalloc memory (shared through its IPC handle plus the range's offset) or VMM memory
  * (cuMemCreate with POSIX fd handles); the range may start inside a larger allocation.
  * Registering a range that overlaps one this client already registered fails with MORI_EBUSY.
- * Errors: MORI_EINVAL, MORI_EBUSY, MORI_ENOGPU, MORI_ENOMEM, MORI_ESYS.
+ * A range that wraps the address space, or host memory not mapped in this process, fails with
+ * MORI_ERANGE (morid checks again: it never trusts the library).
+ * Errors: MORI_EINVAL, MORI_ERANGE, MORI_EBUSY, MORI_ENOGPU, MORI_ENOTSUP, MORI_ENOMEM (also: morid
+ * near its descriptor limit), MORI_ESYS.
  * The caller keeps ownership of the memory; it must stay valid until mori_mem_deregister. */
 MORI_API int mori_mem_register(mori_client *c, void *ptr, size_t len, int kind, mori_mem **out);
 
@@ -163,26 +169,52 @@ MORI_API size_t mori_mem_size(const mori_mem *mem);
 /* Largest packed blob, bytes. */
 #define MORI_MEM_BLOB_MAX 128
 
-/* Pack a region's handle (node, daemon epoch, region id, generation, size, kind) into an opaque
- * blob of at most MORI_MEM_BLOB_MAX bytes, to send out of band. *len gets its length.
+/* Pack a region's handle (node, daemon epoch, region id, generation, size, kind, and a 128-bit
+ * secret morid drew at registration) into an opaque blob of at most MORI_MEM_BLOB_MAX bytes, to
+ * send out of band. The blob is a capability: whoever holds it can open the region, and nothing
+ * else can (ids are random and not enough; a forged blob is refused like a freed region's). Only
+ * the owner's blobs carry the secret: a handle opened from a blob or a name packs into a blob
+ * that names the region (to compare handles) but opens nothing (mori_mem_unpack: MORI_EPERM):
+ * an opener was granted the region, not the right to pass it on. *len gets its length.
  * Errors: MORI_EINVAL, MORI_EMSGSIZE (cap too small). */
 MORI_API int mori_mem_pack(const mori_mem *mem, void *blob, size_t cap, size_t *len);
 
 /* Open a peer's region from a packed blob (from this node or another). On the same node the
  * region is mapped into this process once and cached. Errors: MORI_EPROTO (not a blob),
- * MORI_ESTALE (daemon restarted since, or region freed), MORI_ENOENT, MORI_ECONN.
+ * MORI_ESTALE (daemon restarted since, region freed, or the blob forged: the same answer),
+ * MORI_EPERM (an opener's blob, which carries no secret), MORI_ENOENT, MORI_ECONN.
  * Close with mori_mem_deregister. */
 MORI_API int mori_mem_unpack(mori_client *c, const void *blob, size_t len, mori_mem **out);
 
 /* Publish a local region under `name` (1..127 printable bytes, e.g. "prefill0/kv") in this
  * node's daemon; the name is withdrawn when the region is deregistered or its client dies. A
- * region has one name: publishing it again under another name renames it.
+ * region has one name: publishing it again under another name renames it. A published name is a
+ * grant: here to every uid allowed to connect to this node's morid and to every peer node (which
+ * authenticate with the cluster key where one is configured); mori_mem_publish_access narrows it.
  * Errors: MORI_EEXIST (name taken), MORI_EINVAL, MORI_ENOENT. */
 MORI_API int mori_mem_publish(mori_mem *mem, const char *name);
 
+/* Who may open a published name (mori_mem_publish_access). The owner's uid always may. */
+typedef struct mori_access {
+	const uint32_t *uids;      /* uids on this node */
+	size_t n_uids;
+	const char *const *nodes;  /* peer nodes, "host:port" as that node's morid calls itself (its
+	                            * advertise address, else its listen address) */
+	size_t n_nodes;
+} mori_access;
+
+/* Publish with an access list: only the owner's uid, the uids listed (opening on this node) and
+ * the nodes listed (opening from there) may look the name up; others get MORI_EPERM. access
+ * NULL: as mori_mem_publish (anyone). At most 256 uids and 256 nodes. Publishing again replaces
+ * the list. `moractl memory` shows it.
+ * Errors: as mori_mem_publish. */
+MORI_API int mori_mem_publish_access(mori_mem *mem, const char *name, const mori_access *access);
+
 /* Open the region published as `name` at node `node_address` ("host:port" of that node's daemon
  * peer listener; NULL or "" for this node). Errors: MORI_EUNREACH (not published there),
- * MORI_ECONN (peer daemon unreachable), MORI_ETIMEDOUT. Close with mori_mem_deregister. */
+ * MORI_EPERM (its access list does not name this uid or node, or the peer daemon refused this
+ * node's authentication), MORI_ECONN (peer daemon unreachable), MORI_ETIMEDOUT. Close with
+ * mori_mem_deregister. */
 MORI_API int mori_mem_open_remote(mori_client *c, const char *node_address, const char *name,
 				  mori_mem **out);
 
@@ -208,7 +240,8 @@ enum mori_op { MORI_OP_READ = 0, MORI_OP_WRITE = 1 };
 typedef struct mori_xfer_opts {
 	uint64_t notif_tag;   /* delivered to the remote region's owner after the data has landed */
 	int has_notif;        /* nonzero: send notif_tag */
-	int64_t timeout_us;   /* deadline from submission; <= 0 uses the default (30 s) */
+	int64_t timeout_us;   /* deadline from submission; <= 0: morid's transfer_timeout_ms (default
+	                       * 30 s), applied when morid takes the submission */
 	void *stream;         /* GPU stream for VRAM copies (cudaStream_t); NULL: internal stream */
 } mori_xfer_opts;
 
@@ -277,7 +310,12 @@ typedef struct mori_notif {
 
 /* Take up to max notifications addressed to this client, waiting up to timeout_us for the first
  * (0: don't wait). Returns the count (>= 0) or a negative error. A notification is delivered
- * only after all bytes of its transfer are visible in the target region. */
+ * only after all bytes of its transfer are visible in the target region.
+ * Order: the notifications of one initiating client reach their targets in the order it
+ * submitted the transfers, on the same node and across nodes (per initiating client and target
+ * node: a notification waits until those submitted before it to the same node were delivered,
+ * or their transfers failed). Across nodes a transfer with a notification completes once the
+ * target's daemon has posted the notification (its status is the target's answer). */
 MORI_API int mori_notif_poll(mori_client *c, mori_notif *out, size_t max, int64_t timeout_us);
 
 #ifdef __cplusplus

@@ -13,6 +13,22 @@
 #include "internal.h"
 
 #define RPC_TIMEOUT_MS 15000  /* a remote lookup may wait on another node's daemon */
+#define CLIENT_NAME_MAX 63    /* what morid keeps of a client's name (moractl clients) */
+
+/* Bumped in the child of every fork(): a client belongs to the process that opened it. The
+ * session socket and the rings are shared with the parent after a fork, and anything the child
+ * sent on them would act for the parent (register the child's addresses under the parent's pid,
+ * take the parent's completions), so a child's calls fail instead. */
+static _Atomic unsigned fork_gen;
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+static void on_fork_child(void) { atomic_fetch_add(&fork_gen, 1); }
+static void fork_watch(void) { pthread_atfork(NULL, NULL, on_fork_child); }
+
+int client_forked(const mori_client *c)
+{
+	return c->fork_gen != atomic_load_explicit(&fork_gen, memory_order_relaxed) || c->pid != getpid();
+}
 
 static __thread char last_error[512];
 
@@ -33,6 +49,16 @@ const char *mori_client_last_error(mori_client *c)
 }
 
 const char *mori_client_node(mori_client *c) { return c->node; }
+
+int client_check(mori_client *c)
+{
+	if (!c)
+		return set_error(NULL, MORI_EINVAL, "NULL client");
+	if (c->fork_gen == atomic_load_explicit(&fork_gen, memory_order_relaxed))
+		return MORI_OK;
+	return set_error(c, MORI_ESTALE, "client opened by pid %d, used in pid %d: open a new client after fork",
+			 (int)c->pid, (int)getpid());
+}
 
 /* Wait for the socket to be readable until deadline; 0, or MORI_ETIMEDOUT/MORI_ECONN. */
 static int wait_readable(int fd, uint64_t deadline_us)
@@ -61,7 +87,7 @@ static void keep_goodbye(mori_client *c, const Mori__Reply *r)
 
 /* Has morid closed our session (it detached us, or it stopped)? Never consumes a reply another
  * thread waits for: the goodbye is read with MSG_PEEK. */
-static int session_gone(mori_client *c)
+int client_session_gone(mori_client *c)
 {
 	struct pollfd p = {.fd = c->sock, .events = POLLIN};
 	if (c->sock < 0 || poll(&p, 1, 0) != 1 || !(p.revents & (POLLHUP | POLLERR)))
@@ -98,8 +124,10 @@ static int rpc_locked(mori_client *c, Mori__Request *req, const int *fds_out, in
 		return set_error(c, MORI_ENOMEM, "out of memory");
 	int rc = wire_send(c->sock, buf, len, fds_out, nfds_out);
 	free(buf);
+	if (rc == -EMSGSIZE) /* a bad argument, not a lost daemon: the session is intact */
+		return set_error(c, MORI_EMSGSIZE, "request of %zu bytes is larger than the session socket carries", len);
 	if (rc < 0) {
-		session_gone(c); /* picks up morid's goodbye, if it said one */
+		client_session_gone(c); /* picks up morid's goodbye, if it said one */
 		return session_lost(c, strerror(-rc));
 	}
 	uint64_t deadline = mori_now_us() + (uint64_t)timeout_ms * 1000ull;
@@ -209,6 +237,7 @@ static int do_hello(mori_client *c, const char *name)
 	uint64_t total = hr->ring_bytes;
 	c->id = hr->client_id;
 	c->epoch = hr->epoch;
+	c->default_timeout_ms = hr->transfer_timeout_ms ? hr->transfer_timeout_ms : 30000;
 	snprintf(c->node, sizeof(c->node), "%s", hr->node);
 	mori__reply__free_unpacked(rep, NULL);
 	c->ring_fd = fds[0];
@@ -240,6 +269,9 @@ int mori_client_open(const char *runtime_dir, const char *name, mori_client **ou
 	if (!out)
 		return set_error(NULL, MORI_EINVAL, "out is NULL");
 	*out = NULL;
+	if (name && strlen(name) > CLIENT_NAME_MAX)
+		return set_error(NULL, MORI_EINVAL, "client name of %zu bytes: at most %d", strlen(name), CLIENT_NAME_MAX);
+	pthread_once(&fork_once, fork_watch);
 	mori_client *c = calloc(1, sizeof(*c));
 	if (!c)
 		return set_error(NULL, MORI_ENOMEM, "out of memory");
@@ -250,6 +282,7 @@ int mori_client_open(const char *runtime_dir, const char *name, mori_client **ou
 	snprintf(c->runtime_dir, sizeof(c->runtime_dir), "%s", runtime_dir);
 	c->sock = c->ring_fd = c->sq_efd = c->cq_efd = -1;
 	c->pid = getpid();
+	c->fork_gen = atomic_load(&fork_gen);
 	pthread_mutex_init(&c->rpc_lock, NULL);
 	pthread_mutex_init(&c->sq_lock, NULL);
 	pthread_mutex_init(&c->cq_lock, NULL);
@@ -273,10 +306,26 @@ int mori_client_open(const char *runtime_dir, const char *name, mori_client **ou
 
 void xfer_close_all(mori_client *c);
 
+/* In a child after fork: let go of the child's copies of the descriptors and mappings, and
+ * nothing else (the parent's client, its regions and transfers, stay as they are). */
+static void close_in_child(mori_client *c)
+{
+	if (c->ring)
+		munmap(c->ring, c->lay.total);
+	int fds[] = {c->sock, c->ring_fd, c->sq_efd, c->cq_efd};
+	for (int i = 0; i < 4; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+}
+
 void mori_client_close(mori_client *c)
 {
 	if (!c)
 		return;
+	if (client_forked(c)) {
+		close_in_child(c);
+		return;
+	}
 	shmem_close_all(c); /* its groups first: they hold regions and transfers of their own */
 	xfer_close_all(c);
 	while (c->mems)
@@ -284,8 +333,16 @@ void mori_client_close(mori_client *c)
 	if (c->pool)
 		copy_pool_free(c->pool);
 	gpu_ctx_free(c);
-	if (c->ring)
+	if (c->ring) {
+		/* a clean close, not a death (morid counts clients_died): the ring is drained as the
+		 * session ends, so the goodbye is read however full it was */
+		struct mori_sqe bye = {.op = SQE_BYE};
+		for (int i = 0; i < 100 && client_submit(c, &bye) == MORI_EAGAIN; i++) {
+			client_reap(c);
+			usleep(1000);
+		}
 		munmap(c->ring, c->lay.total);
+	}
 	arena_fini(c);
 	if (c->sock >= 0)
 		close(c->sock); /* the daemon frees what is left when the session closes */
@@ -365,7 +422,7 @@ void client_reap(mori_client *c)
 
 unsigned mori_client_sq_pending(mori_client *c)
 {
-	if (!c || !c->sqh)
+	if (!c || !c->sqh || client_forked(c))
 		return 0;
 	uint32_t tail = atomic_load_explicit(&c->sqh->tail, memory_order_relaxed);
 	uint32_t head = atomic_load_explicit(&c->sqh->head, memory_order_acquire);
@@ -393,6 +450,9 @@ int mori_notif_poll(mori_client *c, mori_notif *out, size_t max, int64_t timeout
 {
 	if (!c || (!out && max))
 		return set_error(c, MORI_EINVAL, "notif_poll: NULL argument");
+	int rc = client_check(c);
+	if (rc != MORI_OK)
+		return rc;
 	uint64_t deadline = mori_now_us() + (timeout_us > 0 ? (uint64_t)timeout_us : 0);
 	for (int spin = 0;; spin++) {
 		client_reap(c);
@@ -408,7 +468,7 @@ int mori_notif_poll(mori_client *c, mori_notif *out, size_t max, int64_t timeout
 			return (int)n;
 		uint64_t now = mori_now_us();
 		if (now >= deadline)
-			return session_gone(c) ? session_lost(c, "closed") : 0;
+			return client_session_gone(c) ? session_lost(c, "closed") : 0;
 		if (spin > 64)
 			client_sleep(c, (int64_t)(deadline - now));
 	}

@@ -15,7 +15,9 @@ struct mori_client {
 	char runtime_dir[256];
 	char node[128];
 	uint64_t id, epoch;
-	pid_t pid;
+	pid_t pid;                /* the process that opened it: every call from another fails */
+	unsigned fork_gen;        /* client_fork_gen at open (a child of a fork sees it bumped) */
+	uint32_t default_timeout_ms; /* the daemon's transfer_timeout_ms, from its hello */
 	int sock;                 /* session socket (SEQPACKET) */
 	pthread_mutex_t rpc_lock; /* one request in flight on the session socket */
 	char gone_why[CQE_MSG + 64]; /* why morid detached us (its unsolicited reply, id 0) */
@@ -60,6 +62,8 @@ struct mori_mem {
 	uint64_t size;
 	uint64_t region_id;
 	uint32_t generation;
+	uint8_t secret[16];       /* the owner's handles only: what its blobs carry */
+	size_t secret_len;
 	char node[128];           /* owning node ("" = this node) */
 	uint64_t epoch;
 	/* where the bytes are, for this process */
@@ -90,6 +94,7 @@ struct mori_xfer {
 	int code;                 /* final code when XS_DONE */
 	char msg[160];
 	uint64_t deadline_us;     /* absolute, mori_now_us() clock */
+	int own_deadline;         /* the caller gave a timeout; else morid's transfer_timeout_ms applies */
 	uint64_t arena_off, arena_len;
 	mori_mem *local, *remote;
 	int has_notif;
@@ -116,6 +121,12 @@ int client_rpc(mori_client *c, Mori__Request *req, const int *fds_out, int nfds_
 int client_rpc_timeout(mori_client *c, Mori__Request *req, const int *fds_out, int nfds_out,
 		       Mori__Reply **rep, int *fds_in, int *nfds_in, int timeout_ms);
 int set_error(mori_client *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* MORI_OK when called in the process that opened c; else MORI_ESTALE ("client opened by pid N,
+ * used in pid M: open a new client after fork"), and nothing of c may be touched. */
+int client_check(mori_client *c);
+int client_forked(const mori_client *c);     /* 1 in a child of the opener (no error set) */
+/* Has morid closed our session? (Never consumes a reply another thread waits for.) */
+int client_session_gone(mori_client *c);
 /* Tell the daemon no copy of ours still touches revoked region m (cross-memory attach). */
 void mem_ack_revoke(mori_client *c, mori_mem *m);
 /* Submit one SQE, ringing the doorbell when the daemon sleeps. MORI_EAGAIN when full. */

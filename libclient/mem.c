@@ -60,6 +60,9 @@ void mem_take_handle(mori_mem *m, const Mori__Handle *h)
 {
 	m->region_id = h->region_id;
 	m->generation = h->generation;
+	m->secret_len = h->secret.len == sizeof(m->secret) ? sizeof(m->secret) : 0;
+	if (m->secret_len)
+		memcpy(m->secret, h->secret.data, sizeof(m->secret));
 	m->size = h->size;
 	m->kind = (int)h->kind;
 	m->epoch = h->epoch;
@@ -91,6 +94,9 @@ int mori_mem_alloc(mori_client *c, size_t size, int kind, mori_mem **out)
 {
 	if (!c || !out || size == 0)
 		return set_error(c, MORI_EINVAL, "mem_alloc: NULL argument or size 0");
+	int crc = client_check(c);
+	if (crc != MORI_OK)
+		return crc;
 	if (kind != MORI_MEM_HOST && kind != MORI_MEM_VRAM)
 		return set_error(c, MORI_EINVAL, "mem_alloc: unknown kind %d", kind);
 	mori_mem *m = calloc(1, sizeof(*m));
@@ -156,29 +162,42 @@ int mori_mem_alloc(mori_client *c, size_t size, int kind, mori_mem **out)
 }
 
 /* If [ptr, ptr+len) lies in one shared file mapping, return an fd of that file and the offset of
- * ptr in it; -1 otherwise (private memory: peers reach it by cross-memory attach). */
-static int shared_file_of(void *ptr, size_t len, uint64_t *offset)
+ * ptr in it; -1 otherwise (private memory: peers reach it by cross-memory attach). *mapped: is
+ * the whole range mapped (by one mapping or several adjacent ones)? */
+static int shared_file_of(void *ptr, size_t len, uint64_t *offset, int *mapped)
 {
+	*mapped = 1; /* unknown: the daemon checks too */
 	FILE *f = fopen("/proc/self/maps", "re");
 	if (!f)
 		return -1;
 	char line[512];
-	uintptr_t a = (uintptr_t)ptr;
-	int fd = -1;
+	uintptr_t a = (uintptr_t)ptr, cur = a, end = a + len;
+	int fd = -1, first = 1;
+	*mapped = 0;
 	while (fgets(line, sizeof(line), f)) {
 		unsigned long lo, hi, off;
 		char perms[8];
-		if (sscanf(line, "%lx-%lx %7s %lx", &lo, &hi, perms, &off) != 4)
+		if (strchr(line, '\n') == NULL) { /* a long path: skip the rest of the line */
+			int ch;
+			while ((ch = fgetc(f)) != EOF && ch != '\n')
+				;
+		}
+		if (sscanf(line, "%lx-%lx %7s %lx", &lo, &hi, perms, &off) != 4 || hi <= cur)
 			continue;
-		if (a < lo || a >= hi)
-			continue;
-		if (a + len <= hi && perms[3] == 's') {
+		if (lo > cur)
+			break; /* a hole */
+		if (first && a + len <= hi && perms[3] == 's') {
 			char path[96];
 			snprintf(path, sizeof(path), "/proc/self/map_files/%lx-%lx", lo, hi);
 			fd = open(path, O_RDWR | O_CLOEXEC);
 			*offset = off + (a - lo);
 		}
-		break;
+		first = 0;
+		cur = hi;
+		if (cur >= end) {
+			*mapped = 1;
+			break;
+		}
 	}
 	fclose(f);
 	return fd;
@@ -188,8 +207,13 @@ int mori_mem_register(mori_client *c, void *ptr, size_t len, int kind, mori_mem 
 {
 	if (!c || !ptr || !out || len == 0)
 		return set_error(c, MORI_EINVAL, "mem_register: NULL argument or length 0");
+	int crc = client_check(c);
+	if (crc != MORI_OK)
+		return crc;
 	if (kind != MORI_MEM_HOST && kind != MORI_MEM_VRAM)
 		return set_error(c, MORI_EINVAL, "mem_register: unknown kind %d", kind);
+	if ((uintptr_t)ptr + len < (uintptr_t)ptr)
+		return set_error(c, MORI_ERANGE, "mem_register: range [%p, +%zu) wraps the address space", ptr, len);
 	int dev = gpu_ptr_is_device(ptr);
 	if (kind == MORI_MEM_HOST && dev == 1)
 		return set_error(c, MORI_EINVAL, "mem_register: %p is GPU memory, registered as HOST", ptr);
@@ -212,7 +236,13 @@ int mori_mem_register(mori_client *c, void *ptr, size_t len, int kind, mori_mem 
 		}
 	} else {
 		uint64_t off = 0;
-		fd = shared_file_of(ptr, len, &off);
+		int mapped;
+		fd = shared_file_of(ptr, len, &off, &mapped);
+		if (!mapped) {
+			free(m);
+			return set_error(c, MORI_ERANGE, "mem_register: range [%p, +%zu) is not mapped in this process",
+					 ptr, len);
+		}
 		mr.has_fd = fd >= 0;
 		mr.fd_offset = off;
 		m->ptr = ptr;
@@ -254,7 +284,9 @@ int mori_mem_deregister(mori_mem *m)
 	if (!m)
 		return MORI_OK;
 	mori_client *c = m->c;
-	int rc = MORI_OK;
+	int rc = client_check(c);
+	if (rc != MORI_OK)
+		return rc; /* a child after fork: the parent's region stays */
 	wait_idle(m);
 	if (atomic_load(&m->inflight) > 0 && xfer_cancel_mem(c, m) > 0)
 		wait_idle(m); /* what is left are same-node copies, which finish on their own */
@@ -300,12 +332,17 @@ static void fill_handle(const mori_mem *m, Mori__Handle *h)
 	h->generation = m->generation;
 	h->size = m->size;
 	h->kind = (uint32_t)m->kind;
+	h->secret.data = (uint8_t *)m->secret;
+	h->secret.len = m->secret_len;
 }
 
 int mori_mem_pack(const mori_mem *m, void *blob, size_t cap, size_t *len)
 {
 	if (!m || !blob || !len)
 		return set_error(NULL, MORI_EINVAL, "mem_pack: NULL argument");
+	int crc = client_check(m->c);
+	if (crc != MORI_OK)
+		return crc;
 	Mori__Handle h;
 	fill_handle(m, &h);
 	size_t n = mori__handle__get_packed_size(&h) + 1;
@@ -389,11 +426,19 @@ int mori_mem_unpack(mori_client *c, const void *blob, size_t len, mori_mem **out
 {
 	if (!c || !blob || !out)
 		return set_error(c, MORI_EINVAL, "mem_unpack: NULL argument");
+	int crc = client_check(c);
+	if (crc != MORI_OK)
+		return crc;
 	if (len < 2 || len > MORI_MEM_BLOB_MAX || ((const uint8_t *)blob)[0] != WIRE_BLOB_MAGIC)
 		return set_error(c, MORI_EPROTO, "mem_unpack: not a mori blob");
 	Mori__Handle *h = mori__handle__unpack(NULL, len - 1, (const uint8_t *)blob + 1);
 	if (!h)
 		return set_error(c, MORI_EPROTO, "mem_unpack: corrupt blob");
+	if (!h->secret.len) {
+		mori__handle__free_unpacked(h, NULL);
+		return set_error(c, MORI_EPERM, "mem_unpack: the blob opens nothing: only the region's owner packs "
+						"blobs that carry its secret (this one was packed by an opener)");
+	}
 	int rc = mem_open_handle(c, h, out);
 	mori__handle__free_unpacked(h, NULL);
 	return rc;
@@ -421,15 +466,32 @@ int mem_open_heap(mori_client *c, const Mori__Handle *h, mori_mem **out)
 
 int mori_mem_publish(mori_mem *m, const char *name)
 {
+	return mori_mem_publish_access(m, name, NULL);
+}
+
+int mori_mem_publish_access(mori_mem *m, const char *name, const mori_access *access)
+{
 	if (!m || !name)
 		return set_error(NULL, MORI_EINVAL, "mem_publish: NULL argument");
+	int crc = client_check(m->c);
+	if (crc != MORI_OK)
+		return crc;
 	if (!m->local)
 		return set_error(m->c, MORI_EINVAL, "mem_publish: only local regions can be published");
+	if (access && ((access->n_uids && !access->uids) || (access->n_nodes && !access->nodes)))
+		return set_error(m->c, MORI_EINVAL, "mem_publish: access list with NULL arrays");
 	Mori__Request req = MORI__REQUEST__INIT;
 	Mori__MemPublish p = MORI__MEM_PUBLISH__INIT;
 	Mori__Reply *rep;
 	p.region_id = m->region_id;
 	p.name = (char *)name;
+	if (access) {
+		p.has_access = 1;
+		p.n_uids = access->n_uids;
+		p.uids = (uint32_t *)access->uids;
+		p.n_nodes = access->n_nodes;
+		p.nodes = (char **)access->nodes;
+	}
 	req.body_case = MORI__REQUEST__BODY_MEM_PUBLISH;
 	req.mem_publish = &p;
 	int rc = client_rpc(m->c, &req, NULL, 0, &rep, NULL, NULL);
@@ -442,6 +504,9 @@ int mori_mem_open_remote(mori_client *c, const char *node, const char *name, mor
 {
 	if (!c || !name || !out)
 		return set_error(c, MORI_EINVAL, "mem_open_remote: NULL argument");
+	int crc = client_check(c);
+	if (crc != MORI_OK)
+		return crc;
 	Mori__Request req = MORI__REQUEST__INIT;
 	Mori__MemLookup l = MORI__MEM_LOOKUP__INIT;
 	l.name = (char *)name;

@@ -192,6 +192,9 @@ static int check_pair(mori_mem *local, mori_mem *remote)
 {
 	if (!local || !remote)
 		return set_error(NULL, MORI_EINVAL, "transfer: NULL memory handle");
+	int rc = client_check(local->c);
+	if (rc != MORI_OK)
+		return rc;
 	if (!local->local)
 		return set_error(local->c, MORI_EINVAL, "transfer: the local side must be a region this client registered");
 	if (remote->c != local->c)
@@ -227,7 +230,11 @@ static struct mori_xfer *xfer_new(mori_client *c, mori_mem *l, mori_mem *r, cons
 	x->c = c;
 	x->local = l;
 	x->remote = r;
-	uint64_t t = o && o->timeout_us > 0 ? (uint64_t)o->timeout_us : DEFAULT_TIMEOUT_US;
+	/* Without a timeout of its own a transfer gets morid's transfer_timeout_ms, applied by morid
+	 * (a reload changes it); the one from the hello is only the library's estimate. */
+	x->own_deadline = o && o->timeout_us > 0;
+	uint64_t t = x->own_deadline ? (uint64_t)o->timeout_us
+				     : c->default_timeout_ms ? c->default_timeout_ms * 1000ull : DEFAULT_TIMEOUT_US;
 	x->deadline_us = mori_now_us() + t;
 	x->has_notif = o && o->has_notif;
 	x->tag = o ? o->notif_tag : 0;
@@ -361,8 +368,11 @@ static int submit(int op, mori_mem *l, mori_mem *r, const mori_desc *d, const ui
 			.remote = list_id ? list_id : r->remote_ref,
 			.arg_off = x->arena_off,
 			.tag = x->tag,
-			.timeout_us = x->deadline_us - mori_now_us(),
 		};
+		if (x->own_deadline) { /* else 0: morid's transfer_timeout_ms */
+			uint64_t now = mori_now_us();
+			e.timeout_us = x->deadline_us > now ? x->deadline_us - now : 1;
+		}
 		pthread_mutex_lock(&c->xfer_lock);
 		if (c->npending == c->cap_pending) {
 			size_t ncap = c->cap_pending ? 2 * c->cap_pending : 64;
@@ -578,6 +588,11 @@ void mori_xfer_list_free(mori_xfer_list *l)
 {
 	if (!l)
 		return;
+	if (client_forked(l->local->c)) {
+		free(l->descs);
+		free(l);
+		return;
+	}
 	if (l->gpu_priv)
 		gpu_list_free(l->local->c, l);
 	if (l->list_id)
@@ -604,7 +619,7 @@ static int poll_one(struct mori_xfer *x)
 	client_reap(x->c);
 	if (atomic_load_explicit(&x->state, memory_order_acquire) == XS_DONE)
 		return x->code;
-	if (mori_now_us() > x->deadline_us + DEADLINE_GRACE_US) {
+	if (x->own_deadline && mori_now_us() > x->deadline_us + DEADLINE_GRACE_US) {
 		/* The daemon should have failed it by now; don't let it hang. */
 		mori_xfer_cancel(x);
 		pthread_mutex_lock(&x->c->xfer_lock);
@@ -624,6 +639,12 @@ int mori_xfer_status(mori_xfer *x, const char **msg)
 {
 	if (!x)
 		return MORI_EINVAL;
+	int crc = client_check(x->c);
+	if (crc != MORI_OK) {
+		if (msg)
+			*msg = mori_client_last_error(x->c);
+		return crc;
+	}
 	int rc = poll_one(x);
 	if (msg)
 		*msg = rc == MORI_EINPROGRESS ? "in progress" : x->msg;
@@ -634,18 +655,33 @@ int mori_xfer_wait(mori_xfer *x, int64_t timeout_us)
 {
 	if (!x)
 		return MORI_EINVAL;
+	int rc = client_check(x->c);
+	if (rc != MORI_OK)
+		return rc;
 	uint64_t start = mori_now_us();
-	uint64_t deadline = timeout_us < 0 ? x->deadline_us + DEADLINE_GRACE_US + 1000 : start + (uint64_t)timeout_us;
+	/* < 0: until the transfer ends (morid ends every transfer by its deadline) */
+	uint64_t deadline = timeout_us >= 0     ? start + (uint64_t)timeout_us
+			    : x->own_deadline ? x->deadline_us + DEADLINE_GRACE_US + 1000
+					      : UINT64_MAX;
 	for (;;) {
-		int rc = poll_one(x);
+		rc = poll_one(x);
 		if (rc != MORI_EINPROGRESS)
 			return rc;
 		uint64_t now = mori_now_us();
 		if (now >= deadline)
 			return set_error(x->c, MORI_ETIMEDOUT, "wait of %lld us expired (transfer %llu continues)",
 					 (long long)timeout_us, (unsigned long long)x->id);
-		if (now - start > SPIN_US && !x->gpu_event)
+		if (now - start > SPIN_US && !x->gpu_event) {
+			if (x->in_table && client_session_gone(x->c)) {
+				pthread_mutex_lock(&x->c->xfer_lock);
+				if (x->in_table)
+					table_remove_locked(x->c, x);
+				finish(x, MORI_ECONN, "session with morid lost");
+				pthread_mutex_unlock(&x->c->xfer_lock);
+				continue;
+			}
 			client_sleep(x->c, (int64_t)(deadline - now));
+		}
 	}
 }
 
@@ -674,6 +710,9 @@ int mori_xfer_cancel(mori_xfer *x)
 {
 	if (!x)
 		return MORI_EINVAL;
+	int rc = client_check(x->c);
+	if (rc != MORI_OK)
+		return rc;
 	if (atomic_load(&x->state) == XS_DONE)
 		return MORI_OK;
 	if (x->in_table) {
@@ -696,6 +735,10 @@ void mori_xfer_free(mori_xfer *x)
 {
 	if (!x)
 		return;
+	if (client_forked(x->c)) {
+		free(x); /* the child's copy; the parent's ring is not ours to touch */
+		return;
+	}
 	if (atomic_load(&x->state) != XS_DONE) {
 		mori_xfer_cancel(x);
 		/* the daemon answers a cancel promptly; bounded so free never hangs */

@@ -24,7 +24,7 @@ static inline void fill_random(uint8_t *p, size_t n, uint64_t seed)
 }
 
 /* A request to the target: n ranges to hash follow as (offset, length) pairs, or a command. */
-enum { HREQ_END = 0, HREQ_DEREG_B_UNDER_TRAFFIC = UINT32_MAX - 1, HREQ_DEREG = UINT32_MAX };
+enum { HREQ_END = 0, HREQ_BLOB = UINT32_MAX - 2, HREQ_DEREG_B_UNDER_TRAFFIC = UINT32_MAX - 1, HREQ_DEREG = UINT32_MAX };
 struct hreq {
 	uint32_t n;     /* ranges, or HREQ_*; HREQ_END: report notifications and exit */
 	uint32_t which; /* 0 = A, 1 = B */
@@ -79,6 +79,16 @@ static void target_main(const char *dir, int cross, int rfd, int wfd, uint64_t s
 				out[1] += bp[i] != 0xEE;
 			if (write(wfd, out, sizeof(out)) != sizeof(out))
 				_exit(21);
+			continue;
+		}
+		if (h.n == HREQ_BLOB) { /* the owner's blob of A or B: length (8 bytes), then the blob */
+			uint8_t blob[8 + MORI_MEM_BLOB_MAX];
+			size_t bl = 0;
+			if (mori_mem_pack(h.which ? b : a, blob + 8, MORI_MEM_BLOB_MAX, &bl) != MORI_OK)
+				bl = 0;
+			memcpy(blob, &(uint64_t){bl}, 8);
+			if (write(wfd, blob, 8 + bl) != (ssize_t)(8 + bl))
+				_exit(22);
 			continue;
 		}
 		if (h.n == HREQ_DEREG) {
@@ -147,6 +157,17 @@ static void target_end(struct target *t, uint64_t *notifs, uint64_t *tagsum)
 		      WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
 	close(t->to);
 	close(t->from);
+}
+
+/* The owner's packed blob of region `which` (0 A, 1 B); its length. */
+static inline size_t ask_blob(struct target *t, uint32_t which, uint8_t blob[MORI_MEM_BLOB_MAX])
+{
+	struct hreq h = {HREQ_BLOB, which};
+	uint64_t bl;
+	ck_assert(write(t->to, &h, sizeof(h)) == sizeof(h));
+	ck_assert(read(t->from, &bl, 8) == 8 && bl > 0 && bl <= MORI_MEM_BLOB_MAX);
+	ck_assert(read(t->from, blob, bl) == (ssize_t)bl);
+	return (size_t)bl;
 }
 
 /* The target's hash of the remote ranges of d (in idx order, or all when idx is NULL). */

@@ -69,7 +69,7 @@ pass "libmori.so exports exactly the $nhdr functions of include/mori.h and inclu
 
 # Only what the library calls: none of morid's or the tools' libraries.
 needed=$(readelf -d "$SO" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' ')
-bad=$(tr ' ' '\n' <<< "$needed" | grep -E '^lib(nng|systemd|uv|inih|cjson|ibverbs)\.' | tr '\n' ' ')
+bad=$(tr ' ' '\n' <<< "$needed" | grep -E '^lib(nng|systemd|uv|inih|cjson|ibverbs|sodium)\.' | tr '\n' ' ')
 [ -z "$bad" ] || fail "libmori.so needs libraries it must not link: $bad(NEEDED: $needed)"
 pass "libmori.so needs only: $needed"
 

@@ -21,6 +21,7 @@
 #include "svc/ctl.h"
 #include "harness.h"
 #include "io_target.h"
+#include "peer_harness.h"
 #include "mori.h"
 #include "wire.h"
 
@@ -36,6 +37,10 @@ struct node {
 	char addr[128];
 };
 static struct node NA, NB;
+/* The cluster key both daemons share (issue 18: every cross-node test runs authenticated);
+ * MORI_XNODE_NO_KEY=1 runs them without (loopback only). */
+static struct auth_key XKEY;
+static char xkey_path[64];
 
 /* Start (or restart, same dir and port) a node's morid. Waits up to 5 s for its sockets. */
 static int node_start(struct node *n, const char *const *extra)
@@ -73,6 +78,10 @@ static int node_start(struct node *n, const char *const *extra)
 		argv[k++] = listen;
 		argv[k++] = "--transfer-timeout-ms";
 		argv[k++] = "10000";
+		if (XKEY.on) {
+			argv[k++] = "--cluster-key-file";
+			argv[k++] = xkey_path;
+		}
 		for (int i = 0; extra && extra[i] && k < 38; i++)
 			argv[k++] = extra[i];
 		argv[k] = NULL;
@@ -368,10 +377,13 @@ START_TEST(bad_input)
 	ck_assert_int_eq(mori_write(l, 0, ra, REGION_A - 10, 11, NULL, &x), MORI_ERANGE);
 	ck_assert_int_eq(mori_read(l, (1 << 20) - 1, ra, 0, 2, NULL, &x), MORI_ERANGE);
 	ck_assert_int_eq(mori_write(l, 0, ra, 0, 0, NULL, &x), MORI_EINVAL);
-	/* a blob of a remote region opens by handle, and a corrupted one is refused */
+	/* the owner's blob of a remote region opens by handle; an opener's opens nothing (it was
+	 * granted the region, not the right to pass it on) */
 	uint8_t blob[MORI_MEM_BLOB_MAX];
 	size_t bl;
 	OK(mori_mem_pack(ra, blob, sizeof(blob), &bl));
+	ck_assert_int_eq(mori_mem_unpack(c, blob, bl, &m), MORI_EPERM);
+	bl = ask_blob(&t, 0, blob);
 	OK(mori_mem_unpack(c, blob, bl, &m));
 	OK(mori_write(l, 0, m, 4096, 4096, NULL, &x));
 	OK(mori_xfer_wait(x, 5000000));
@@ -505,8 +517,7 @@ START_TEST(peer_killed)
 	OK(mori_mem_alloc(c, 64 << 20, MORI_MEM_HOST, &l));
 	OK(mori_mem_open_remote(c, NB.addr, "target/a", &ra));
 	uint8_t blob[MORI_MEM_BLOB_MAX];
-	size_t bl;
-	OK(mori_mem_pack(ra, blob, sizeof(blob), &bl));
+	size_t bl = ask_blob(&t, 0, blob);
 	enum { N = 64 };
 	mori_xfer *xs[N];
 	mori_xfer_opts o = {.timeout_us = 3000000};
@@ -867,12 +878,15 @@ static int data_connect(struct node *n, uint32_t port)
 	return s;
 }
 
+static uint8_t frame_secret[REGION_SECRET_BYTES]; /* what send_frame names its region with */
+
 static void send_frame(int s, uint16_t type, int32_t code, uint64_t xfer, uint64_t region, uint32_t gen,
 		       uint64_t offset, uint32_t len, uint32_t rlen, uint64_t total, const void *payload)
 {
 	struct fhdr h = {.magic = FRAME_MAGIC, .type = type, .len = len, .code = code, .xfer = xfer,
 			 .region = region, .gen = gen, .rlen = rlen, .offset = offset, .total = total,
 			 .deadline_ms = 5000};
+	memcpy(h.key, frame_secret, sizeof(h.key));
 	ck_assert(write(s, &h, sizeof(h)) == (ssize_t)sizeof(h));
 	if (len && payload)
 		ck_assert(write(s, payload, len) == (ssize_t)len);
@@ -903,8 +917,7 @@ static struct fhdr recv_frame(int s)
 
 static void hello(int s)
 {
-	send_frame(s, F_HELLO, FRAME_VERSION, 777, 0, 0, 0, 4, 0, 0, "fuzz");
-	ck_assert_int_eq(recv_frame(s).type, F_HELLO_ACK);
+	ck_assert_int_eq(data_handshake(s, &XKEY, 777, "fuzz"), 0);
 }
 
 START_TEST(misbehaving_peer)
@@ -913,27 +926,27 @@ START_TEST(misbehaving_peer)
 		return; /* the data port is inside B's namespace: the loopback run covers this */
 	struct target t;
 	target_start(&t, NB.dir, 1, 8);
-	char url[200], err[256];
-	Mori__Request req = MORI__REQUEST__INIT;
-	Mori__PeerHello ph = MORI__PEER_HELLO__INIT;
-	Mori__Reply *rep;
-	ph.protocol_version = MORI_PROTOCOL_VERSION;
-	ph.epoch = 777;
-	ph.node = "";
-	req.body_case = MORI__REQUEST__BODY_PEER_HELLO;
-	req.peer_hello = &ph;
+	char url[200];
+	struct pctl pc;
+	uint64_t epoch;
 	snprintf(url, sizeof(url), "tcp://%s", NB.addr);
-	ck_assert_int_eq(ctl_call(url, &req, &rep, 3000, err, sizeof(err)), MORI_OK);
-	uint32_t port = rep->peer_hello->data_port;
-	ck_assert_uint_ne(rep->peer_hello->epoch, 0);
-	mori__reply__free_unpacked(rep, NULL);
-	/* the region's handle, as a well-behaved peer would know it */
+	ck_assert_int_eq(pctl_open(&pc, url, XKEY.on ? &XKEY : NULL, "fuzz"), MORI_OK);
+	uint32_t port = pctl_data_port(&pc, &epoch);
+	ck_assert_uint_ne(port, 0);
+	ck_assert_uint_ne(epoch, 0);
+	pctl_close(&pc);
+	/* the region's handle, as a well-behaved peer would know it (from its owner's blob) */
 	mori_client *c;
 	mori_mem *ra, *l;
 	OK(mori_client_open(NA.dir, "fuzz", &c));
 	OK(mori_mem_open_remote(c, NB.addr, "target/a", &ra));
-	uint64_t region = ra->region_id;
-	uint32_t gen = ra->generation;
+	uint8_t blob[MORI_MEM_BLOB_MAX];
+	Mori__Handle *hd = blob_handle(blob, ask_blob(&t, 0, blob));
+	ck_assert(hd && hd->secret.len == REGION_SECRET_BYTES);
+	uint64_t region = hd->region_id;
+	uint32_t gen = hd->generation;
+	memcpy(frame_secret, hd->secret.data, REGION_SECRET_BYTES);
+	mori__handle__free_unpacked(hd, NULL);
 	ck_assert_uint_ne(region, 0);
 
 	uint8_t junk[4096];
@@ -953,6 +966,14 @@ START_TEST(misbehaving_peer)
 	s = data_connect(&NB, port);
 	hello(s);
 	send_frame(s, F_WRITE, 0, 1, 9999, 1, 0, 100, 0, 100, junk); /* unknown region */
+	{
+		struct fhdr a0 = recv_frame(s);
+		ck_assert_int_eq(a0.type, F_DONE);
+		ck_assert_int_eq(a0.code, MORI_ESTALE);
+	}
+	frame_secret[3] ^= 1; /* the right region and generation, a wrong secret */
+	send_frame(s, F_WRITE, 0, 10, region, gen, 0, 100, 0, 100, junk);
+	frame_secret[3] ^= 1;
 	struct fhdr a = recv_frame(s);
 	ck_assert_int_eq(a.type, F_DONE);
 	ck_assert_int_eq(a.code, MORI_ESTALE);
@@ -1010,6 +1031,11 @@ END_TEST
 
 int main(void)
 {
+	snprintf(xkey_path, sizeof(xkey_path), "/tmp/mori-xnode-key-%d", (int)getpid());
+	if (!getenv("MORI_XNODE_NO_KEY") && key_write(xkey_path, &XKEY) != 0) {
+		fprintf(stderr, "cannot write a cluster key at %s\n", xkey_path);
+		return 1;
+	}
 	Suite *s = suite_create("xnode");
 	TCase *t = tcase_create("xnode");
 	tcase_add_checked_fixture(t, setup, teardown);
@@ -1031,5 +1057,7 @@ int main(void)
 	srunner_run_all(r, CK_NORMAL);
 	int failed = srunner_ntests_failed(r);
 	srunner_free(r);
+	if (XKEY.on)
+		unlink(xkey_path);
 	return failed ? 1 : 0;
 }

@@ -1,17 +1,23 @@
 /* moractl: show and steer morid. Human tables by default, --json for machines.
  * Exit 0 on success; 1 with a one-line reason when no daemon answers or it answers an error. */
 #include <cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "moractl_obs.h"
 #include "svc/ctl.h"
 #include "mori.h"
+#include "wire.h"
 
 static int json;
 static int timeout_ms = 3000;
+static uint64_t deadline_us; /* --timeout covers the whole command, however many requests */
 static char url[400];
 
 static void usage(FILE *f)
@@ -32,14 +38,55 @@ static void usage(FILE *f)
 		"  transfers   cross-node transfers in flight\n"
 		"  nics        RDMA devices and ports: state, MTU, speed, GID, NUMA, PCI, usable or why not\n"
 		"  groups      MORI-SHMEM groups: ranks, nodes, heap sizes, state\n"
+		"  keygen [--force] FILE  write a new cluster key (mode 0600) for cluster_key_file\n"
 		"The runtime dir defaults to $MORI_RUNTIME_DIR, else /run/mori.\n");
+}
+
+static int time_left_ms(void)
+{
+	uint64_t now = mori_now_us();
+	return now >= deadline_us ? 1 : (int)((deadline_us - now + 999) / 1000);
+}
+
+static Mori__Reply *call(Mori__Request *req);
+
+/* Every command first checks that the daemon speaks this moractl's protocol: read with another
+ * version's messages its replies could say anything. */
+static void check_protocol(void)
+{
+	static int done;
+	if (done)
+		return;
+	done = 1;
+	Mori__Request req = MORI__REQUEST__INIT;
+	Mori__Hello h = MORI__HELLO__INIT;
+	Mori__Reply *rep;
+	char err[512];
+	h.protocol_version = MORI_PROTOCOL_VERSION;
+	h.name = "moractl";
+	req.body_case = MORI__REQUEST__BODY_HELLO;
+	req.hello = &h;
+	if (ctl_call(url, &req, &rep, time_left_ms(), err, sizeof(err)) != MORI_OK) {
+		fprintf(stderr, "moractl: %s\n", err);
+		exit(1);
+	}
+	unsigned pv = rep->body_case == MORI__REPLY__BODY_HELLO ? rep->hello->protocol_version : 0;
+	if (rep->code == MORI_EVERSION || (rep->code == 0 && pv != MORI_PROTOCOL_VERSION)) {
+		fprintf(stderr, "moractl: the daemon at %s speaks another protocol (%s; this moractl %s speaks %u): use "
+			"the moractl of that morid\n", url, rep->code ? rep->message : "its hello says so", MORI_VERSION,
+			MORI_PROTOCOL_VERSION);
+		exit(1);
+	}
+	mori__reply__free_unpacked(rep, NULL);
 }
 
 static Mori__Reply *call(Mori__Request *req)
 {
 	Mori__Reply *rep;
 	char err[512];
-	int rc = ctl_call(url, req, &rep, timeout_ms, err, sizeof(err));
+	if (req->body_case != MORI__REQUEST__BODY_HELLO)
+		check_protocol();
+	int rc = ctl_call(url, req, &rep, time_left_ms(), err, sizeof(err));
 	if (rc != MORI_OK) {
 		fprintf(stderr, "moractl: %s\n", err);
 		exit(1);
@@ -80,7 +127,7 @@ static Mori__Reply *nics_call(void)
 	req.nics = &nq;
 	Mori__Reply *rep;
 	char err[512];
-	if (ctl_call(url, &req, &rep, timeout_ms, err, sizeof(err)) != MORI_OK)
+	if (ctl_call(url, &req, &rep, time_left_ms(), err, sizeof(err)) != MORI_OK)
 		return NULL;
 	if (rep->code != 0 || rep->body_case != MORI__REPLY__BODY_NICS) {
 		mori__reply__free_unpacked(rep, NULL);
@@ -128,6 +175,8 @@ static int cmd_status(void)
 		cJSON_AddNumberToObject(o, "transfers_in_flight", s->transfers_in_flight);
 		cJSON_AddStringToObject(o, "gpu", s->gpu);
 		cJSON_AddStringToObject(o, "node", s->node);
+		cJSON_AddStringToObject(o, "peer_auth", s->peer_auth);
+		cJSON_AddBoolToObject(o, "peers_unauthenticated", s->peers_unauthenticated);
 		unsigned na, nu;
 		nics_count(&na, &nu);
 		cJSON_AddNumberToObject(o, "nics", na);
@@ -149,6 +198,10 @@ static int cmd_status(void)
 		printf("  %-18s %s\n", "config", s->config_path);
 		printf("  %-18s %s\n", "runtime dir", s->runtime_dir);
 		printf("  %-18s %s\n", "node address", s->node[0] ? s->node : "(no peer listener)");
+		printf("  %-18s %s\n", "peer auth", s->peer_auth);
+		if (s->peers_unauthenticated)
+			printf("  WARNING: peers are NOT authenticated: anyone who reaches %s can use published memory\n",
+			       s->node);
 		printf("  %-18s %s\n", "gpu", s->gpu);
 		unsigned na, nu;
 		nics_count(&na, &nu);
@@ -275,7 +328,8 @@ static int cmd_list(int what)
 		}
 	} else if (what == 2) {
 		if (!json)
-			printf("%-6s %-8s %-5s %-12s %-6s %-9s %s\n", "ID", "OWNER", "KIND", "BYTES", "OPENS", "INFLIGHT", "NAME");
+			printf("%-19s %-8s %-5s %-12s %-6s %-9s %-24s %s\n", "ID", "OWNER", "KIND", "BYTES", "OPENS", "INFLIGHT",
+			       "NAME", "ACCESS");
 		for (size_t i = 0; i < l->n_regions; i++) {
 			Mori__RegionInfo *g = l->regions[i];
 			if (json) {
@@ -287,17 +341,19 @@ static int cmd_list(int what)
 				cJSON_AddStringToObject(o, "name", g->name);
 				cJSON_AddNumberToObject(o, "opens", g->opens);
 				cJSON_AddNumberToObject(o, "inflight", g->inflight);
+				cJSON_AddStringToObject(o, "access", g->access);
 				cJSON_AddItemToArray(arr, o);
 			} else {
 				fmt_bytes(b, sizeof(b), g->bytes);
-				printf("%-6llu %-8d %-5s %-12s %-6u %-9u %s\n", (unsigned long long)g->id,
-				       g->owner_pid, kind_name(g->kind), b, g->opens, g->inflight, g->name);
+				printf("%-19llu %-8d %-5s %-12s %-6u %-9u %-24s %s\n", (unsigned long long)g->id,
+				       g->owner_pid, kind_name(g->kind), b, g->opens, g->inflight, g->name[0] ? g->name : "-",
+				       g->access[0] ? g->access : "-");
 			}
 		}
 	} else if (what == 3) {
 		if (!json)
-			printf("%-22s %-10s %-9s %-8s %-12s %-12s %-10s %s\n", "ADDRESS", "STATE", "TRANSPORT",
-			       "STREAMS", "SENT", "RECEIVED", "TRANSFERS", "ERRORS");
+			printf("%-22s %-10s %-9s %-8s %-12s %-12s %-10s %-7s %s\n", "ADDRESS", "STATE", "TRANSPORT",
+			       "STREAMS", "SENT", "RECEIVED", "TRANSFERS", "ERRORS", "AUTHENTICATED");
 		for (size_t i = 0; i < l->n_peers; i++) {
 			Mori__PeerInfo *p = l->peers[i];
 			if (json) {
@@ -310,13 +366,14 @@ static int cmd_list(int what)
 				cJSON_AddNumberToObject(o, "bytes_received", (double)p->bytes_received);
 				cJSON_AddNumberToObject(o, "transfers", (double)p->transfers);
 				cJSON_AddNumberToObject(o, "errors", (double)p->errors);
+				cJSON_AddStringToObject(o, "authenticated", p->auth);
 				cJSON_AddItemToArray(arr, o);
 			} else {
 				fmt_bytes(b, sizeof(b), p->bytes_sent);
 				fmt_bytes(b2, sizeof(b2), p->bytes_received);
-				printf("%-22s %-10s %-9s %-8u %-12s %-12s %-10llu %llu\n", p->address, p->state,
+				printf("%-22s %-10s %-9s %-8u %-12s %-12s %-10llu %-7llu %s\n", p->address, p->state,
 				       p->transport, p->streams, b, b2, (unsigned long long)p->transfers,
-				       (unsigned long long)p->errors);
+				       (unsigned long long)p->errors, p->auth);
 			}
 		}
 	} else {
@@ -500,14 +557,53 @@ static int cmd_nics(void)
 	return 0;
 }
 
+/* keygen: 32 random bytes as 64 hex digits, in a new file of mode 0600 (morid refuses a key
+ * file others can read). */
+static int cmd_keygen(const char *path, int force)
+{
+	uint8_t k[32];
+	char hex[66];
+	if (!path) {
+		fprintf(stderr, "moractl: keygen FILE (e.g. /etc/mori/cluster.key)\n");
+		return 2;
+	}
+	if (getrandom(k, sizeof(k), 0) != (ssize_t)sizeof(k)) {
+		fprintf(stderr, "moractl: getrandom: %s\n", strerror(errno));
+		return 1;
+	}
+	for (int i = 0; i < 32; i++)
+		snprintf(hex + 2 * i, 3, "%02x", k[i]);
+	hex[64] = '\n';
+	int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | (force ? O_TRUNC : O_EXCL), 0600);
+	if (fd < 0) {
+		fprintf(stderr, "moractl: %s: %s%s\n", path, strerror(errno), errno == EEXIST ? " (--force replaces it)" : "");
+		return 1;
+	}
+	if (fchmod(fd, 0600) != 0 || write(fd, hex, 65) != 65 || fsync(fd) != 0 || close(fd) != 0) {
+		fprintf(stderr, "moractl: writing %s: %s\n", path, strerror(errno));
+		return 1;
+	}
+	memset(k, 0, sizeof(k));
+	memset(hex, 0, sizeof(hex));
+	if (json)
+		printf("{\"key_file\": \"%s\"}\n", path);
+	else
+		printf("wrote a new cluster key to %s (mode 0600): give every morid of the cluster the same file "
+		       "(cluster_key_file = %s)\n", path, path);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *rundir = getenv("MORI_RUNTIME_DIR");
-	const char *sock = NULL, *cmd = NULL;
+	const char *sock = NULL, *cmd = NULL, *arg = NULL;
+	int force = 0;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		if (!strcmp(a, "--json") || !strcmp(a, "-j"))
 			json = 1;
+		else if (!strcmp(a, "--force") && cmd && !strcmp(cmd, "keygen"))
+			force = 1;
 		else if (!strcmp(a, "--runtime-dir") && i + 1 < argc)
 			rundir = argv[++i];
 		else if (!strncmp(a, "--runtime-dir=", 14))
@@ -533,11 +629,16 @@ int main(int argc, char **argv)
 			return 2;
 		} else if (!cmd)
 			cmd = a;
+		else if (!arg && !strcmp(cmd, "keygen"))
+			arg = a;
 		else {
 			fprintf(stderr, "moractl: unexpected argument %s\n", a);
 			return 2;
 		}
 	}
+	if (cmd && !strcmp(cmd, "keygen"))
+		return cmd_keygen(arg, force);
+	deadline_us = mori_now_us() + (uint64_t)timeout_ms * 1000;
 	if (sock)
 		snprintf(url, sizeof(url), "%s%s", strstr(sock, "://") ? "" : "ipc://", sock);
 	else

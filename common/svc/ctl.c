@@ -1,10 +1,13 @@
 #include "ctl.h"
 
+#include <errno.h>
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "mori.h"
 
@@ -27,7 +30,15 @@ int ctl_call(const char *url, const Mori__Request *req, Mori__Reply **rep, int t
 	nng_socket_set_ms(s, NNG_OPT_SENDTIMEO, timeout_ms);
 	nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, timeout_ms);
 	nng_socket_set_ms(s, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
-	if ((rc = nng_dial(s, url, NULL, 0)) != 0) {
+	struct stat st;
+	if (!strncmp(url, "ipc://", 6) && stat(url + 6, &st) != 0) {
+		/* nobody there is said at once; a daemon that does not answer (stopped) is found by the
+		 * deadline below (nng's blocking dial would wait 10 s for its handshake). No probing
+		 * connect: nng 1.5's own listeners stop accepting after one (nng issue 1518). */
+		snprintf(err, errlen, "no daemon answers at %s: %s", url, strerror(errno));
+		goto out;
+	}
+	if ((rc = nng_dial(s, url, NULL, NNG_FLAG_NONBLOCK)) != 0) {
 		snprintf(err, errlen, "no daemon answers at %s: %s", url, nng_strerror(rc));
 		goto out;
 	}
@@ -40,7 +51,10 @@ int ctl_call(const char *url, const Mori__Request *req, Mori__Reply **rep, int t
 	mori__request__pack(req, nng_msg_body(m));
 	if ((rc = nng_sendmsg(s, m, 0)) != 0) {
 		nng_msg_free(m);
-		snprintf(err, errlen, "send to %s: %s", url, nng_strerror(rc));
+		if (rc == NNG_ETIMEDOUT)
+			snprintf(err, errlen, "no daemon answers at %s within %d ms", url, timeout_ms);
+		else
+			snprintf(err, errlen, "send to %s: %s", url, nng_strerror(rc));
 		ret = rc == NNG_ETIMEDOUT ? MORI_ETIMEDOUT : MORI_ECONN;
 		goto out;
 	}
