@@ -5,7 +5,9 @@
 #
 #   tests/device-shmem.sh bundle     here: build (B, default build) and bundle the binaries and the
 #                                    libraries they need into bundle-shmem/ (name it in carry)
-#   tests/device-shmem.sh run [PART ...]   there; PARTs (default: all): test heap bench
+#   tests/device-shmem.sh run [PART ...]   there; PARTs (default: all): test mp heap bench
+#       test   tests/test_gpu_shmem_dev: the device API, N PEs as heaps of one process
+#       mp     tests/test_gpu_shmem: N processes as PEs of one group (its own MPS daemon)
 #       heap   the host side's VRAM heaps (tests/test_gpu_heap): N processes on the one GPU as N
 #              PEs of one morid for N in $HEAP_PES (default 2 4 8), under MPS with
 #              CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = 100 / N per PE
@@ -26,9 +28,9 @@ if [ "${1:-}" = bundle ]; then
 	du -sh "$BUNDLE"
 	exit 0
 fi
-[ "${1:-}" = run ] || { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ "${1:-}" = run ] || { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 shift
-parts=${*:-test heap bench}
+parts=${*:-test mp heap bench}
 export LD_LIBRARY_PATH=$PWD/$BUNDLE/lib
 BIN=$PWD/$BUNDLE/bin
 O=${OUT:-/tmp/device-shmem}
@@ -64,6 +66,10 @@ for p in $parts; do
 	test)
 		echo "== test_gpu_shmem_dev" | tee -a "$SUM"
 		run 120 "^(ops|ring|fadd|amo|lock|wait|barrier|abort):|[0-9]+%|Checks" "$BIN/test_gpu_shmem_dev"
+		;;
+	mp)
+		echo "== test_gpu_shmem: ${MORI_SHMEM_PES:-8} processes as PEs of one group, the device API" | tee -a "$SUM"
+		B=$BIN run 200 "PEs on one GPU|device API|killed|[0-9]+%|Checks|skipped" "$BIN/test_gpu_shmem"
 		;;
 	heap)
 		mps_start

@@ -1,0 +1,395 @@
+/* MORI-SHMEM's device API between processes: N forked processes on the one GPU are N PEs of a
+ * group formed through morid ($MORI_SHMEM_PES, default 8), VRAM heaps that morid brokers, each PE
+ * loading the test kernels (tests/shmem_dev_kernels.cu) and filling their mori_shmem_state_ptr
+ * with mori_shmem_module_init, as an application would. Checked: put+signal around the ring
+ * (1 000 rounds, every PE checking its neighbour's bytes at the signal), every PE fetch-adding
+ * one word 100 000 times (exact total, no value fetched twice), the atomics against a model, a
+ * compare-swap lock, wait_until on every comparison, barriers, and a PE killed while its peers
+ * wait: their kernels return MORI_EPEERDEAD within a second.
+ * Kernels of different processes run concurrently only under MPS: the test starts its own MPS
+ * control daemon (its own pipe and log directories) where nvidia-cuda-mps-control exists and none
+ * was given ($CUDA_MPS_PIPE_DIRECTORY), gives each PE CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = 100 / N,
+ * and says whether MPS ran. Without a GPU: "skipped: no GPU" (77). */
+#include <check.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <time.h>
+
+#include "gpu.h"
+#include "harness.h"
+#include "mori_shmem.h"
+#include "shmem_dev.h"
+#include "shmem_layout.h"
+
+extern const unsigned char mori_kernels_shmemtest_image[];
+extern const size_t mori_kernels_shmemtest_image_len;
+
+#define HEAP (32u << 20)
+#define MAXPE 8
+#define AREA (1u << 20) /* one symmetric allocation holds every case's words */
+#define A_RBUF 0
+#define A_RSRC (64u << 10)
+#define A_SIG (128u << 10)
+#define A_ACK (A_SIG + 64)
+#define A_C64 (A_SIG + 128)
+#define A_C32 (A_SIG + 192)
+#define A_CNF (A_SIG + 256)
+#define A_WAIT (A_SIG + 4096)
+#define A_AMO (A_SIG + 8192)
+#define A_BAR (A_SIG + 12288)
+#define A_BITS (256u << 10)  /* fetch-add bitmap: 8 x 100 000 bits */
+#define FADD_PER_PE 100000
+
+static struct test_daemon D;
+static int NPES = 8;
+static const char *mps_note = "MPS off";
+
+struct shared {
+	char msg[MAXPE][600];
+	double killed_at;
+	double waited[MAXPE];
+};
+static struct shared *SH;
+
+#define PCHECK(pe, cond, ...)                                                                      \
+	do {                                                                                       \
+		if (!(cond)) {                                                                     \
+			int _o = snprintf(SH->msg[pe], sizeof(SH->msg[pe]), "PE %d line %d: %s: ", pe, \
+					  __LINE__, #cond);                                        \
+			snprintf(SH->msg[pe] + _o, sizeof(SH->msg[pe]) - (size_t)_o, __VA_ARGS__);       \
+			return __LINE__;                                                            \
+		}                                                                                  \
+	} while (0)
+#define POK(pe, x)                                                                                 \
+	do {                                                                                       \
+		int _r = (x);                                                                      \
+		PCHECK(pe, _r == MORI_OK, "%s (%s)", mori_strerror(_r), mori_client_last_error(NULL)); \
+	} while (0)
+#define GOK(pe, x)                                                                                 \
+	do {                                                                                       \
+		int _r = (x);                                                                      \
+		PCHECK(pe, _r == 0, "driver: %s", gpu_strerror(_r));                               \
+	} while (0)
+
+static double now_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static void setup(void)
+{
+	SH = mmap(NULL, sizeof(*SH), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	ck_assert_ptr_ne(SH, MAP_FAILED);
+	memset(SH, 0, sizeof(*SH));
+	ck_assert_int_eq(daemon_start(&D, NULL), 0);
+}
+
+static void teardown(void)
+{
+	daemon_stop(&D);
+	daemon_cleanup(&D);
+	munmap(SH, sizeof(*SH));
+}
+
+/* ---- one PE ---- */
+
+struct pe {
+	int me, n;
+	const struct gpu_api *g;
+	mori_client *c;
+	mori_group *grp;
+	gpu_module mod;
+	gpu_stream s;
+	uint8_t *area;   /* symmetric: this PE's address of the case words */
+	gpu_dptr args_d, out_d;
+	long long out[SDEV_OUT_N];
+};
+
+static int pe_open(struct pe *p, int me, int n, const char *name)
+{
+	char pct[16];
+	snprintf(pct, sizeof(pct), "%d", 100 / n);
+	setenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", pct, 1); /* before the driver starts */
+	memset(p, 0, sizeof(*p));
+	p->me = me;
+	p->n = n;
+	gpu_device dev;
+	gpu_context ctx;
+	p->g = gpu_api();
+	PCHECK(me, p->g && !p->g->device_get(&dev, 0) && !p->g->primary_ctx_retain(&ctx, dev) &&
+			   !p->g->ctx_push_current(ctx),
+	       "no GPU context: %s", gpu_unavailable_reason());
+	POK(me, mori_client_open(D.dir, "shmem-pe", &p->c));
+	mori_group_opts o;
+	mori_group_opts_init(&o);
+	o.heap_kind = MORI_MEM_VRAM;
+	o.heap_size = HEAP;
+	o.gpu_device = 0;
+	o.timeout_us = 60000000;
+	POK(me, mori_group_join(p->c, name, me, n, &o, &p->grp));
+	GOK(me, p->g->module_load_data(&p->mod, mori_kernels_shmemtest_image));
+	POK(me, mori_shmem_module_init(p->grp, p->mod)); /* the module's mori_shmem_state_ptr */
+	POK(me, mori_shmem_calloc(p->grp, AREA, 4096, (void **)&p->area));
+	GOK(me, p->g->stream_create(&p->s, GPU_STREAM_NON_BLOCKING));
+	GOK(me, p->g->mem_alloc(&p->args_d, sizeof(struct sdev_args)));
+	GOK(me, p->g->mem_alloc(&p->out_d, sizeof(p->out)));
+	return 0;
+}
+
+static uint64_t A(const struct pe *p, uint64_t off) { return (uint64_t)(uintptr_t)(p->area + off); }
+
+/* Run kernel `name` with args a on this PE's stream and wait (bounded: the abort word would end
+ * a hang, and alarm() ends the process). */
+static int pe_run(struct pe *p, const char *name, unsigned grid, struct sdev_args *a)
+{
+	gpu_function f;
+	GOK(p->me, p->g->module_get_function(&f, p->mod, name));
+	memset(p->out, 0, sizeof(p->out));
+	a->out = p->out_d;
+	GOK(p->me, p->g->memcpy_htod_async(p->out_d, p->out, sizeof(p->out), p->s));
+	GOK(p->me, p->g->memcpy_htod_async(p->args_d, a, sizeof(*a), p->s));
+	void *params[] = {&p->args_d};
+	GOK(p->me, p->g->launch_kernel(f, grid, 1, 1, SDEV_THREADS, 1, 1, 0, p->s, params, NULL));
+	GOK(p->me, p->g->memcpy_dtoh_async(p->out, p->out_d, sizeof(p->out), p->s));
+	GOK(p->me, p->g->stream_synchronize(p->s));
+	PCHECK(p->me, p->out[SDEV_OUT_RC] == 0, "%s: rc %lld (%s) at %lld", name, p->out[SDEV_OUT_RC],
+	       mori_strerror((int)p->out[SDEV_OUT_RC]), p->out[SDEV_OUT_WHERE]);
+	PCHECK(p->me, p->out[SDEV_OUT_DONE] == 1, "%s did not finish", name);
+	PCHECK(p->me, p->out[SDEV_OUT_BAD] == 0, "%s: %lld wrong (first in round %lld)", name, p->out[SDEV_OUT_BAD],
+	       p->out[SDEV_OUT_FIRST_BAD] - 1);
+	return 0;
+}
+
+/* ---- the cases, as one PE runs them ---- */
+
+static int pe_cases(int me, int n)
+{
+	struct pe P, *p = &P;
+	if (pe_open(p, me, n, "dev-api"))
+		return 1;
+	int target = n - 1;
+	struct sdev_args a = {.rounds = 1000, .buf = A(p, A_RBUF), .src = A(p, A_RSRC), .sig = A(p, A_SIG),
+			      .ack = A(p, A_ACK), .maxlen = 64u << 10};
+	if (pe_run(p, "sdev_ring", 1, &a))
+		return 1;
+	/* fetch-add: the bitmap is target's, reached through this process's mapping of its heap */
+	uint64_t bits = (uint64_t)(uintptr_t)mori_shmem_ptr_p2p(p->grp, p->area + A_BITS, target);
+	PCHECK(me, bits != 0, "no mapping of PE %d's heap", target);
+	a = (struct sdev_args){.target_pe = target, .ctr64 = A(p, A_C64), .ctr32 = A(p, A_C32), .ctr_nf = A(p, A_CNF),
+			       .bitmap = bits, .total = FADD_PER_PE, .maxlen = (FADD_PER_PE * MAXPE + 31) / 32};
+	POK(me, mori_shmem_barrier_all(p->grp));
+	if (pe_run(p, "sdev_fadd", 2, &a))
+		return 1;
+	PCHECK(me, p->out[SDEV_OUT_DUPS] == 0, "fadd: %lld values fetched twice", p->out[SDEV_OUT_DUPS]);
+	POK(me, mori_shmem_barrier_all(p->grp));
+	if (me == target) {
+		uint64_t c[3];
+		uint32_t *b = malloc((FADD_PER_PE * MAXPE + 31) / 32 * 4);
+		GOK(me, p->g->memcpy_dtoh_async(c, A(p, A_C64), 8, NULL));
+		GOK(me, p->g->memcpy_dtoh_async(&c[1], A(p, A_C32), 8, NULL));
+		GOK(me, p->g->memcpy_dtoh_async(&c[2], A(p, A_CNF), 8, NULL));
+		GOK(me, p->g->memcpy_dtoh_async(b, A(p, A_BITS), (FADD_PER_PE * (size_t)n + 31) / 32 * 4, NULL));
+		GOK(me, p->g->stream_synchronize(NULL));
+		uint64_t total = (uint64_t)n * FADD_PER_PE;
+		PCHECK(me, c[0] == total && (uint32_t)c[1] == total && c[2] == 2 * total, "totals %llu %llu %llu of %llu",
+		       (unsigned long long)c[0], (unsigned long long)(uint32_t)c[1], (unsigned long long)c[2],
+		       (unsigned long long)total);
+		for (uint64_t v = 0; v < total; v++)
+			PCHECK(me, b[v / 32] >> (v % 32) & 1, "value %llu never fetched", (unsigned long long)v);
+		free(b);
+	}
+	/* the lock on target's words (counter C64 is reset first, the lock word is A_ACK + 8) */
+	POK(me, mori_shmem_barrier_all(p->grp));
+	if (me == target)
+		GOK(me, p->g->memset_d8_async(A(p, A_C64), 0, 8, NULL));
+	GOK(me, p->g->stream_synchronize(NULL));
+	POK(me, mori_shmem_barrier_all(p->grp));
+	a = (struct sdev_args){.rounds = 500, .target_pe = target, .ctr64 = A(p, A_C64), .ctr32 = A(p, A_ACK + 8)};
+	if (pe_run(p, "sdev_lock", 1, &a))
+		return 1;
+	POK(me, mori_shmem_barrier_all(p->grp));
+	if (me == target) {
+		uint64_t c;
+		GOK(me, p->g->memcpy_dtoh_async(&c, A(p, A_C64), 8, NULL));
+		GOK(me, p->g->stream_synchronize(NULL));
+		PCHECK(me, c == (uint64_t)n * 500, "lock: counter %llu of %d", (unsigned long long)c, n * 500);
+	}
+	/* barriers in the kernel: 200 rounds */
+	a = (struct sdev_args){.rounds = 200, .words = A(p, A_BAR)};
+	if (pe_run(p, "sdev_barrier", 1, &a))
+		return 1;
+	/* libmori's barrier on a stream, between kernels */
+	POK(me, mori_shmem_barrier_on_stream(p->grp, p->s));
+	POK(me, mori_shmem_quiet_on_stream(p->grp, p->s));
+	GOK(me, p->g->stream_synchronize(p->s));
+	POK(me, mori_shmem_status(p->grp, NULL));
+	mori_group_leave(p->grp);
+	mori_client_close(p->c);
+	return 0;
+}
+
+/* A PE killed while the others wait on a word nobody sets: their kernels end, MORI_EPEERDEAD. */
+static int pe_killed(int me, int n)
+{
+	struct pe P, *p = &P;
+	if (pe_open(p, me, n, "dev-kill"))
+		return 1;
+	POK(me, mori_shmem_barrier_all(p->grp));
+	if (me == n - 1) {
+		usleep(500000); /* the others' kernels are waiting by now */
+		SH->killed_at = now_s();
+		raise(SIGKILL);
+	}
+	gpu_function f;
+	GOK(me, p->g->module_get_function(&f, p->mod, "sdev_abort"));
+	struct sdev_args a = {.which = 0, .words = A(p, A_WAIT)};
+	a.out = p->out_d;
+	memset(p->out, 0, sizeof(p->out));
+	GOK(me, p->g->memcpy_htod_async(p->out_d, p->out, sizeof(p->out), p->s));
+	GOK(me, p->g->memcpy_htod_async(p->args_d, &a, sizeof(a), p->s));
+	void *params[] = {&p->args_d};
+	GOK(me, p->g->launch_kernel(f, 1, 1, 1, SDEV_THREADS, 1, 1, 0, p->s, params, NULL));
+	GOK(me, p->g->memcpy_dtoh_async(p->out, p->out_d, sizeof(p->out), p->s));
+	GOK(me, p->g->stream_synchronize(p->s));
+	SH->waited[me] = now_s() - SH->killed_at;
+	PCHECK(me, p->out[SDEV_OUT_RC] == MORI_EPEERDEAD, "the wait returned %lld", p->out[SDEV_OUT_RC]);
+	PCHECK(me, SH->killed_at > 0 && SH->waited[me] < 1.0, "the wait ended %.3f s after the kill", SH->waited[me]);
+	return 0;
+}
+
+typedef int (*pe_fn)(int pe, int n);
+
+static double run_pes(int n, pe_fn fn, int kill_last)
+{
+	pid_t pids[MAXPE];
+	double t0 = now_s();
+	for (int i = 0; i < n; i++) {
+		pids[i] = fork();
+		ck_assert_int_ge(pids[i], 0);
+		if (pids[i] == 0) {
+			alarm(150);
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			_exit(fn(i, n) ? 1 : 0);
+		}
+	}
+	char why[4096] = "";
+	size_t o = 0;
+	int bad = 0;
+	for (int i = 0; i < n; i++) {
+		int st;
+		ck_assert_int_eq(waitpid(pids[i], &st, 0), pids[i]);
+		int ok = kill_last && i == n - 1 ? WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL
+						 : WIFEXITED(st) && !WEXITSTATUS(st);
+		if (ok)
+			continue;
+		bad++;
+		o += (size_t)snprintf(why + o, sizeof(why) - o, "[PE %d: %s] ", i, SH->msg[i][0] ? SH->msg[i] : "died");
+		if (o >= sizeof(why))
+			o = sizeof(why) - 1;
+	}
+	ck_assert_msg(bad == 0, "%d of %d PEs failed: %s", bad, n, why);
+	return now_s() - t0;
+}
+
+START_TEST(device_api_across_processes)
+{
+	double dt = run_pes(NPES, pe_cases, 0);
+	printf("device API, %d processes as PEs (%s): ring 1000 rounds, %d x %d fetch-adds exact, lock, "
+	       "barriers, barrier_on_stream: %.1f s\n",
+	       NPES, mps_note, NPES, FADD_PER_PE, dt);
+}
+END_TEST
+
+START_TEST(pe_killed_ends_waits)
+{
+	run_pes(NPES, pe_killed, 1);
+	double worst = 0;
+	for (int i = 0; i < NPES - 1; i++)
+		worst = SH->waited[i] > worst ? SH->waited[i] : worst;
+	printf("a PE killed: the %d peers' waiting kernels returned MORI_EPEERDEAD within %.0f ms (%s)\n", NPES - 1,
+	       worst * 1e3, mps_note);
+}
+END_TEST
+
+/* Our own MPS control daemon (own pipe and log directories), unless the caller gave one. */
+static char mps_pipe[64], mps_log[64];
+static pid_t mps_owner;
+static void mps_stop(void)
+{
+	if (!mps_pipe[0] || getpid() != mps_owner)
+		return; /* Check's forked test processes inherit the atexit handler: only main's quits */
+	FILE *f = popen("nvidia-cuda-mps-control", "w");
+	if (f) {
+		fputs("quit\n", f);
+		pclose(f);
+	}
+}
+static void mps_start(void)
+{
+	if (getenv("CUDA_MPS_PIPE_DIRECTORY")) {
+		mps_note = "MPS on: the caller's daemon";
+		return;
+	}
+	if (system("command -v nvidia-cuda-mps-control >/dev/null 2>&1") != 0) {
+		mps_note = "MPS off: no nvidia-cuda-mps-control; kernels of the PEs time-slice";
+		return;
+	}
+	snprintf(mps_pipe, sizeof(mps_pipe), "/tmp/mori-mps-pipe.%d", (int)getpid());
+	snprintf(mps_log, sizeof(mps_log), "/tmp/mori-mps-log.%d", (int)getpid());
+	mkdir(mps_pipe, 0700);
+	mkdir(mps_log, 0700);
+	setenv("CUDA_MPS_PIPE_DIRECTORY", mps_pipe, 1);
+	setenv("CUDA_MPS_LOG_DIRECTORY", mps_log, 1);
+	if (system("nvidia-cuda-mps-control -d") != 0) {
+		mps_pipe[0] = 0;
+		unsetenv("CUDA_MPS_PIPE_DIRECTORY");
+		unsetenv("CUDA_MPS_LOG_DIRECTORY");
+		mps_note = "MPS off: its control daemon did not start";
+		return;
+	}
+	mps_owner = getpid();
+	atexit(mps_stop);
+	mps_note = "MPS on: own control daemon";
+}
+
+int main(void)
+{
+	/* the probe runs in a child: this process never starts the driver (PEs are forked) */
+	fflush(stdout);
+	pid_t pid = fork();
+	if (pid == 0) {
+		if (gpu_api())
+			_exit(0);
+		printf("skipped: no GPU (%s)\n", gpu_unavailable_reason());
+		fflush(stdout);
+		_exit(77);
+	}
+	int st;
+	waitpid(pid, &st, 0);
+	if (WIFEXITED(st) && WEXITSTATUS(st) == 77)
+		return 77;
+	if (!mori_kernels_shmemtest_image_len) {
+		printf("skipped: no test kernels (built without nvcc)\n");
+		return 77;
+	}
+	const char *e = getenv("MORI_SHMEM_PES");
+	if (e && atoi(e) >= 2 && atoi(e) <= MAXPE)
+		NPES = atoi(e);
+	mps_start();
+	printf("%d PEs on one GPU, %s\n", NPES, mps_note);
+	Suite *s = suite_create("gpu_shmem");
+	TCase *t = tcase_create("processes");
+	tcase_add_checked_fixture(t, setup, teardown);
+	tcase_set_timeout(t, 200);
+	tcase_add_test(t, device_api_across_processes);
+	tcase_add_test(t, pe_killed_ends_waits);
+	suite_add_tcase(s, t);
+	SRunner *r = srunner_create(s);
+	srunner_run_all(r, CK_NORMAL);
+	int failed = srunner_ntests_failed(r);
+	srunner_free(r);
+	return failed ? 1 : 0;
+}
