@@ -84,6 +84,7 @@ static struct {
 	uint64_t next_id, next_pe;
 	uv_timer_t tick;
 	int on;
+	struct group_hooks hooks;  /* the proxy's */
 } G;
 
 static void tick_arm(void);
@@ -205,6 +206,8 @@ static void pe_gone(struct gpe *p, int dead, int tell_root, const char *why)
 	if (p->state == PE_GONE)
 		return;
 	int was = p->state;
+	if (was == PE_MEMBER && G.hooks.pe_gone)
+		G.hooks.pe_gone(G.hooks.arg, p->id); /* the proxy lets go of its ring and heap first */
 	if (!dead)
 		answer_error(p, MORI_ECANCELED, "the PE left its group");
 	p->waiting = W_NONE;
@@ -423,7 +426,7 @@ static int do_join(struct client *c, const Mori__Request *req, Mori__Reply *rep,
 		return 0;
 	}
 	struct rctx hr = {0}; /* the session does not free r of a deferred request */
-	Mori__Handle *h = region_handle(G.d, p->heap, &hr, 1);
+	Mori__Handle *h = region_handle(G.d, p->heap, &hr);
 	size_t hl = h ? mori__handle__get_packed_size(h) : 0;
 	uint8_t *hb = h ? rctx_alloc(&hr, hl + 1) : NULL;
 	if (!hb) {
@@ -534,10 +537,17 @@ static void ev_formed(struct lgroup *g, const Mori__PeerGroup *m)
 		const struct gmember *e = &g->members[p->rank];
 		if (!e->heap || e->pid != p->pid || !glink_is_self(G.d, e->node)) {
 			answer_error(p, MORI_EPROTO, "the root's member table does not list this PE");
+			if (lg_find(g->id) == g && g->live == 1) {
+				pe_gone(p, 0, 1, "not in the member table"); /* frees g */
+				return;
+			}
+			pe_gone(p, 0, 1, "not in the member table");
 			continue;
 		}
 		p->state = PE_MEMBER;
 		answer_join(p);
+		if (G.hooks.pe_ready)
+			G.hooks.pe_ready(G.hooks.arg, p->id);
 	}
 }
 
@@ -786,6 +796,62 @@ void group_list(struct morid *d, Mori__ListReply *lr, struct rctx *r)
 		gi->ranks = rs;
 		lr->groups[lr->n_groups++] = gi;
 	}
+}
+
+/* ---- for the proxy ---- */
+
+void group_set_hooks(const struct group_hooks *h)
+{
+	if (h)
+		G.hooks = *h;
+	else
+		memset(&G.hooks, 0, sizeof(G.hooks));
+}
+
+static struct gpe *member(uint64_t id)
+{
+	list_each(it, &G.groups) {
+		struct lgroup *g = list_entry(it, struct lgroup, link);
+		list_each(pt, &g->pes) {
+			struct gpe *p = list_entry(pt, struct gpe, link);
+			if (p->id == id && p->state == PE_MEMBER)
+				return p;
+		}
+	}
+	return NULL;
+}
+
+int group_pe(uint64_t pe, int *rank, int *n_pes, struct heap_ctrl **ctrl, struct region **heap)
+{
+	struct gpe *p = G.on ? member(pe) : NULL;
+	if (!p)
+		return MORI_ENOENT;
+	*rank = p->rank;
+	*n_pes = p->g->world;
+	*ctrl = &p->ctrl;
+	*heap = p->heap;
+	return MORI_OK;
+}
+
+int group_peer(uint64_t pe, int rank, const char **node, const uint8_t **handle, size_t *len,
+	       struct region **heap)
+{
+	struct gpe *p = G.on ? member(pe) : NULL;
+	if (!p)
+		return MORI_ENOENT;
+	struct lgroup *g = p->g;
+	if (rank < 0 || rank >= g->world || !g->members)
+		return MORI_EINVAL;
+	const struct gmember *e = &g->members[rank];
+	*node = glink_is_self(G.d, e->node) ? NULL : e->node;
+	*handle = e->heap;
+	*len = e->heap_len;
+	*heap = NULL;
+	if (!*node) {
+		struct gpe *q = pe_of_rank(g, rank);
+		*heap = q ? q->heap : NULL;
+	}
+	return MORI_OK;
 }
 
 /* ---- life cycle ---- */

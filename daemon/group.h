@@ -26,4 +26,24 @@ int group_handle_request(struct morid *d, struct client *c, Mori__Request *req, 
 void group_client_gone(struct morid *d, struct client *c);
 /* moractl groups (ListRequest what = 5). */
 void group_list(struct morid *d, Mori__ListReply *lr, struct rctx *r);
+
+/* ---- for the proxy (morid serving each PE's ring; a file above this one, to come) ----
+ * A PE of this node is named by its id (GroupJoinReply.group_id). hooks: called on the loop when
+ * a PE's group has formed (its ring may carry requests from now on) and when the PE is gone (left,
+ * died, its group freed): the proxy stops touching its control page and heap before returning. */
+struct heap_ctrl;
+struct region;
+struct group_hooks {
+	void (*pe_ready)(void *arg, uint64_t pe);
+	void (*pe_gone)(void *arg, uint64_t pe);
+	void *arg;
+};
+void group_set_hooks(const struct group_hooks *h); /* NULL: none */
+/* PE pe of this node: its rank, its group's size, its control page (ring after it) and heap
+ * region. 0, or MORI_ENOENT when no such member PE is here. */
+int group_pe(uint64_t pe, int *rank, int *n_pes, struct heap_ctrl **ctrl, struct region **heap);
+/* Where PE `rank` of local PE pe's group is: its node (NULL: this node), its heap's packed Handle,
+ * and, when it is a PE of this node still here, its heap region. 0, or MORI_ENOENT / MORI_EINVAL. */
+int group_peer(uint64_t pe, int rank, const char **node, const uint8_t **handle, size_t *len,
+	       struct region **heap);
 #endif
