@@ -426,7 +426,7 @@ static int do_join(struct client *c, const Mori__Request *req, Mori__Reply *rep,
 		return 0;
 	}
 	struct rctx hr = {0}; /* the session does not free r of a deferred request */
-	Mori__Handle *h = region_handle(G.d, p->heap, &hr);
+	Mori__Handle *h = region_handle(G.d, p->heap, &hr, 1);
 	size_t hl = h ? mori__handle__get_packed_size(h) : 0;
 	uint8_t *hb = h ? rctx_alloc(&hr, hl + 1) : NULL;
 	if (!hb) {
