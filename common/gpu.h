@@ -210,15 +210,19 @@ void gpu_describe(char *buf, size_t len);
 /* How a GPU region is shared between processes (gpu_handle_type in MemRegister / MemOpenReply).
  * LEGACY_IPC: cudaMalloc memory, the IPC handle of its allocation base (64 bytes) and the
  * region's offset in it. POSIX_FD: a VMM allocation (cuMemCreate), its gpu_vmm_blob; the fd
- * itself travels with SCM_RIGHTS. */
-enum { GPU_HANDLE_NONE = 0, GPU_HANDLE_LEGACY_IPC = 1, GPU_HANDLE_POSIX_FD = 2 };
+ * itself travels with SCM_RIGHTS. POSIX_FDS: a range over several VMM allocations mapped back
+ * to back (PyTorch's expandable segments): a gpu_vmm_blob of version 2 whose alloc_size is the
+ * span from the first allocation's start to the last's end; the pieces (offset in the span,
+ * size) travel in the messages' vmm_pieces, one fd each, in batches of at most WIRE_MAX_FDS. */
+enum { GPU_HANDLE_NONE = 0, GPU_HANDLE_LEGACY_IPC = 1, GPU_HANDLE_POSIX_FD = 2, GPU_HANDLE_POSIX_FDS = 3 };
 #define GPU_VMM_MAGIC 0x4d4d564du /* "MVMM" */
 struct gpu_vmm_blob {
 	uint32_t magic;
-	uint32_t version;      /* 1 */
-	uint64_t alloc_size;   /* bytes of the physical allocation (mapping) the region lies in */
-	uint64_t owner_base;   /* owner's address of that mapping (diagnostics) */
+	uint32_t version;      /* 1: one allocation; 2: several (GPU_HANDLE_POSIX_FDS) */
+	uint64_t alloc_size;   /* bytes of the physical allocation (mapping) the region lies in; v2: the span */
+	uint64_t owner_base;   /* owner's address of that mapping (v2: of the first piece; diagnostics) */
 };
+#define GPU_SPAN_MAX_PIECES (1u << 20) /* pieces of one range (20 TiB of 20 MiB segments) */
 
 /* The properties of a shareable VMM allocation on device `ordinal`: pinned device memory
  * exportable as a POSIX fd (what mori_mem_alloc makes and gpu_import maps). */
@@ -233,4 +237,27 @@ int gpu_import(const struct gpu_api *g, int ordinal, int type, const void *blob,
 	       int fd, gpu_dptr *base, size_t *size, char *msg, size_t len);
 /* Undo gpu_import (context current, no copy touching it still running). */
 void gpu_unimport(const struct gpu_api *g, int type, gpu_dptr base, size_t size);
+
+/* A peer's range of several VMM allocations (GPU_HANDLE_POSIX_FDS) mapped into this process:
+ * one reserved span, each piece imported from its fd and mapped at its offset, so the range is
+ * contiguous here too. Pieces are mapped in order, each starting where the previous ended. */
+struct gpu_vmm_range {
+	gpu_dptr base;             /* the reservation (0: none) */
+	size_t size;               /* its bytes */
+	uint32_t n, mapped;        /* pieces expected; pieces mapped so far (0..mapped-1) */
+	uint64_t *off, *len;       /* each piece's offset in the span and size (n entries) */
+	int ordinal;
+};
+/* Reserve `span` bytes for n pieces (1 <= n <= GPU_SPAN_MAX_PIECES) on device `ordinal`, whose
+ * context the caller made current. 0, or a MORI_E* code with msg (s is then empty). */
+int gpu_vmm_reserve(const struct gpu_api *g, int ordinal, size_t span, uint32_t n, struct gpu_vmm_range *s, char *msg,
+		     size_t len);
+/* Import the next piece (`bytes` at offset `off` of the span: where the previous ended) from fd
+ * (not closed here), map it and make it accessible. 0, or a MORI_E* code with msg. */
+int gpu_vmm_map(const struct gpu_api *g, struct gpu_vmm_range *s, uint64_t off, uint64_t bytes, int fd, char *msg,
+		 size_t len);
+/* Is the span complete (every piece mapped, the last ending at the span's end)? */
+int gpu_vmm_complete(const struct gpu_vmm_range *s);
+/* Unmap every mapped piece and free the reservation (context current, no copy running). */
+void gpu_vmm_free(const struct gpu_api *g, struct gpu_vmm_range *s);
 #endif

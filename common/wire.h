@@ -7,7 +7,9 @@
 #include <sys/types.h>
 #include "mori.pb-c.h"
 
-#define WIRE_MAX_FDS 4
+/* Most fds one message carries: a range of many VMM allocations travels in batches of this many
+ * (one fd each; the kernel's own cap, SCM_MAX_FD, is 253). */
+#define WIRE_MAX_FDS 64
 /* Largest message on a session socket; the daemon's max_message_bytes caps it further. */
 #define WIRE_SEQPACKET_MAX (256 * 1024)
 

@@ -1,6 +1,7 @@
 /* VRAM reached by morid for cross-node transfers over TCP (issue 5). A client's VRAM region is
  * mapped into morid on its first cross-node transfer, through the same handle morid brokers to
- * same-node peers (legacy IPC handle or VMM fd; common/gpu_import.c), on the device ordinal the
+ * same-node peers (legacy IPC handle or VMM fd, or one fd per VMM allocation of a range over several
+ * mapped into one span; common/gpu_import.c), on the device ordinal the
  * owner registered it with. Bytes go between it and host buffers pinned with the driver, so
  * the copies run at the PCIe rate: the frames a data stream sends are staged in a pool of
  * pinned chunk buffers; what arrives is copied from the stream's receive buffer, pinned once.
@@ -72,6 +73,41 @@ static int dev_get(int ordinal, struct stage_dev **out, char *msg, size_t len)
 	return MORI_OK;
 }
 
+/* A range over several VMM allocations: one span here, each piece mapped from the region's fd at
+ * its offset (common/gpu_import.c), so the range is contiguous in morid too. Context current. */
+static int reach_span(const struct gpu_api *g, struct region *r, char *why, size_t len)
+{
+	struct gpu_vmm_blob b;
+	if (r->gpu_ipc_len != sizeof(b)) {
+		snprintf(why, len, "VMM blob of %zu bytes", r->gpu_ipc_len);
+		return MORI_EPROTO;
+	}
+	memcpy(&b, r->gpu_ipc, sizeof(b));
+	struct gpu_vmm_range *s = calloc(1, sizeof(*s));
+	if (!s) {
+		snprintf(why, len, "out of memory");
+		return MORI_ENOMEM;
+	}
+	int rc = gpu_vmm_reserve(g, r->gpu_device, (size_t)b.alloc_size, r->vmm_n, s, why, len);
+	for (uint32_t i = 0; !rc && i < r->vmm_n; i++)
+		rc = gpu_vmm_map(g, s, r->vmm_off[i], r->vmm_len[i], r->vmm_fds[i], why, len);
+	if (!rc && (!gpu_vmm_complete(s) || r->fd_offset > s->size || r->size > s->size - r->fd_offset)) {
+		snprintf(why, len, "[%llu, +%llu) lies outside its %zu-byte span", (unsigned long long)r->fd_offset,
+			 (unsigned long long)r->size, s->size);
+		rc = MORI_EPROTO;
+	}
+	if (rc) {
+		gpu_vmm_free(g, s);
+		free(s);
+		return rc;
+	}
+	r->gpu_range = s;
+	r->gpu_map_base = s->base;
+	r->gpu_map_size = s->size;
+	r->gpu_addr = s->base + r->fd_offset;
+	return MORI_OK;
+}
+
 int region_gpu_reach(struct region *r, char *msg, size_t len)
 {
 	if (r->gpu_addr)
@@ -80,8 +116,8 @@ int region_gpu_reach(struct region *r, char *msg, size_t len)
 		snprintf(msg, len, "region %llu is not VRAM", (unsigned long long)r->id);
 		return MORI_EINVAL;
 	}
-	if (r->dead) {
-		snprintf(msg, len, "region %llu deregistered", (unsigned long long)r->id);
+	if (r->dead || r->vmm_pending) {
+		snprintf(msg, len, "region %llu %s", (unsigned long long)r->id, r->dead ? "deregistered" : "not registered yet");
 		return MORI_ESTALE;
 	}
 	struct stage_dev *d = NULL;
@@ -92,6 +128,16 @@ int region_gpu_reach(struct region *r, char *msg, size_t len)
 		gpu_dptr base = 0;
 		size_t size = 0;
 		g->ctx_push_current(d->ctx);
+		if (r->vmm_n) {
+			rc = reach_span(g, r, why, sizeof(why));
+			gpu_context old;
+			g->ctx_pop_current(&old);
+			if (!rc)
+				return MORI_OK;
+			snprintf(msg, len, "morid cannot map VRAM region %llu (%u VMM allocations): %s", (unsigned long long)r->id,
+				 r->vmm_n, why);
+			return rc;
+		}
 		rc = gpu_import(g, r->gpu_device, (int)r->gpu_handle_type, r->gpu_ipc, r->gpu_ipc_len, r->fd, &base, &size,
 				why, sizeof(why));
 		if (!rc && (r->fd_offset > size || r->size > size - r->fd_offset)) {
@@ -145,7 +191,13 @@ void region_gpu_release(struct region *r)
 		return;
 	struct stage_dev *d = &S.dev[r->gpu_device];
 	g->ctx_push_current(d->ctx);
-	gpu_unimport(g, (int)r->gpu_handle_type, r->gpu_map_base, r->gpu_map_size);
+	if (r->gpu_range) {
+		gpu_vmm_free(g, r->gpu_range);
+		free(r->gpu_range);
+		r->gpu_range = NULL;
+	} else {
+		gpu_unimport(g, (int)r->gpu_handle_type, r->gpu_map_base, r->gpu_map_size);
+	}
 	gpu_context old;
 	g->ctx_pop_current(&old);
 	r->gpu_map_base = r->gpu_map_size = r->gpu_addr = 0;

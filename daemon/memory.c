@@ -14,6 +14,7 @@
 #include "peer.h"
 #include "region.h"
 #include "registry.h"
+#include "vmm.h"
 
 #define FD_RESERVE 256 /* descriptors registrations leave for sessions, peers and control */
 
@@ -93,23 +94,54 @@ static int check_range(struct client *c, const Mori__MemRegister *m, int fd, Mor
 	return 0;
 }
 
+/* Is there room for `need` more region descriptors (one per memfd or VMM allocation), leaving
+ * FD_RESERVE? The soft RLIMIT_NOFILE is raised to the hard one the first time it is short
+ * (systemd's LimitNOFILE sets both; started by hand the soft one is often 1024, and a KV cache of
+ * expandable segments is thousands of allocations). *lim: the limit that applies. */
+static int fd_room(struct morid *d, uint64_t need, uint64_t *lim)
+{
+	struct rlimit nofile;
+	*lim = 0;
+	if (getrlimit(RLIMIT_NOFILE, &nofile) != 0 || nofile.rlim_cur == RLIM_INFINITY)
+		return 1;
+	uint64_t want = (uint64_t)registry_fds(d) + FD_RESERVE + need;
+	if (want >= (uint64_t)nofile.rlim_cur && nofile.rlim_cur < nofile.rlim_max) {
+		struct rlimit up = {nofile.rlim_max, nofile.rlim_max};
+		if (setrlimit(RLIMIT_NOFILE, &up) == 0) {
+			mlog_info("memory", "raised the descriptor limit from %llu to %llu", (unsigned long long)nofile.rlim_cur,
+				  (unsigned long long)nofile.rlim_max);
+			nofile = up;
+		}
+	}
+	*lim = (uint64_t)nofile.rlim_cur;
+	return nofile.rlim_cur == RLIM_INFINITY || want < (uint64_t)nofile.rlim_cur;
+}
+
 static int do_register(struct morid *d, struct client *c, Mori__MemRegister *m, Mori__Reply *rep,
 		       struct rctx *r, int *fds, int nfds)
 {
 	int fd = nfds > 0 ? fds[0] : -1;
-	for (int i = 1; i < nfds; i++)
+	/* VRAM over several VMM allocations: one fd each, in batches (vmm.c) */
+	int span = m->kind == MORI_MEM_VRAM && m->gpu_handle_type == GPU_HANDLE_POSIX_FDS;
+	struct region *g = NULL;
+	if (span && (m->vmm_upload || m->vmm_first)) {
+		if (!(g = vmm_register_more(d, c, m, rep, r, fds, nfds)))
+			return 0; /* a later batch taken, or refused: its reply is set */
+		goto reply; /* committed: the owner's handle, as for any region */
+	}
+	for (int i = 1; i < nfds && !span; i++)
 		close(fds[i]);
 	if (m->size == 0 || (m->kind != MORI_MEM_HOST && m->kind != MORI_MEM_VRAM)) {
 		reply_error(rep, MORI_EINVAL, "register: size must be > 0 and kind HOST or VRAM");
 		goto fail;
 	}
-	struct rlimit nofile;
-	if (fd >= 0 && getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY &&
-	    (uint64_t)registry_fds(d) + FD_RESERVE >= (uint64_t)nofile.rlim_cur) {
+	uint64_t need = fd < 0 ? 0 : span ? m->vmm_total : 1, lim;
+	if (need && !fd_room(d, need, &lim)) {
 		/* keep descriptors for sessions, peers and the control socket */
 		reply_error(rep, MORI_ENOMEM,
-			    "register: morid holds %u region descriptors, near its limit of %llu (raise LimitNOFILE, "
-			    "or lower client_max_regions)", registry_fds(d), (unsigned long long)nofile.rlim_cur);
+			    "register: morid holds %u region descriptors; %llu more would come near its limit of %llu "
+			    "(raise LimitNOFILE, or lower client_max_regions)",
+			    registry_fds(d), (unsigned long long)need, (unsigned long long)lim);
 		goto fail;
 	}
 	if (c->nregions >= d->cfg.client_max_regions) {
@@ -156,7 +188,7 @@ static int do_register(struct morid *d, struct client *c, Mori__MemRegister *m, 
 			goto fail;
 		}
 	}
-	struct region *g = region_add(d, c, m->kind, m->size, fd, m->fd_offset, m->addr); /* owns fd */
+	g = region_add(d, c, m->kind, m->size, span ? -1 : fd, m->fd_offset, m->addr); /* owns fd */
 	if (!g) {
 		reply_error(rep, MORI_ENOMEM, "register: out of memory");
 		return 0;
@@ -166,6 +198,9 @@ static int do_register(struct morid *d, struct client *c, Mori__MemRegister *m, 
 		memcpy(g->gpu_ipc, m->gpu_ipc.data, m->gpu_ipc.len);
 	g->gpu_ipc_len = m->gpu_ipc.len;
 	g->gpu_device = m->gpu_device;
+	if (span)
+		return vmm_register_start(d, g, m, rep, r, fds, nfds); /* owns the fds */
+reply:;
 	Mori__MemRegisterReply *mr = rctx_alloc(r, sizeof(*mr));
 	if (mr) {
 		mori__mem_register_reply__init(mr);
@@ -185,6 +220,8 @@ static int do_register(struct morid *d, struct client *c, Mori__MemRegister *m, 
 fail:
 	if (fd >= 0)
 		close(fd);
+	for (int i = 1; i < nfds && span; i++)
+		close(fds[i]);
 	return 0;
 }
 
@@ -223,6 +260,8 @@ static void do_open(struct morid *d, struct client *c, struct region *g, Mori__R
 		}
 		r->fds[r->nfds++] = fd; /* closed by the reply's sender: see rctx_free */
 		o->has_fd = 1;
+	} else if (g->vmm_n && vmm_open_fill(g, o, 0, rep, r) != MORI_OK) {
+		return; /* the first batch of its VMM allocations (the opener asks for the rest) */
 	}
 	if (g->owner != c && region_open(c, g) != MORI_OK) {
 		reply_error(rep, MORI_ENOMEM, "out of memory");
@@ -288,6 +327,10 @@ int memory_handle_request(struct morid *d, struct client *c, Mori__Request *req,
 		}
 		if (!is_local_node(d, req->mem_open->handle->node))
 			return peer_handle_request(d, c, req, rep, r, NULL, 0);
+		if (req->mem_open->vmm_from) {
+			vmm_open_more(d, c, req->mem_open, rep, r);
+			return 0;
+		}
 		if ((g = resolve(d, req->mem_open->handle, rep)))
 			do_open(d, c, g, rep, r);
 		return 0;

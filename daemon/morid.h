@@ -23,7 +23,7 @@ enum counter {
 	C_REQUESTS, C_BAD_REQUESTS, C_DENIED, C_OVERSIZE, C_CLIENTS_TOTAL, C_CLIENTS_DIED,
 	C_REGIONS_TOTAL, C_NOTIFS, C_SQES, C_BAD_SQES, C_XFERS, C_XFER_ERRORS, C_BYTES_SENT,
 	C_BYTES_RECEIVED, C_RELOADS, C_RELOAD_FAILURES, C_CQ_OVERFLOWS,
-	C_VRAM_STAGED, C_PEER_AUTH_REFUSED, C_COUNT
+	C_VRAM_STAGED, C_PEER_AUTH_REFUSED, C_CLIENTS_STALE, C_COUNT
 };
 extern const char *const counter_names[C_COUNT];
 
@@ -44,7 +44,7 @@ static inline void list_del(struct list *e)
 struct rctx {
 	void **ptrs;
 	size_t n, cap;
-	int fds[4];
+	int fds[WIRE_MAX_FDS];
 	int nfds;
 	int keep_fds; /* fds belong to someone else (ring fds): don't close after sending */
 };

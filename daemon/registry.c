@@ -60,7 +60,46 @@ static void region_free(struct region *r)
 		MORI_REQUIRE(region_fds > 0, "region descriptor count underflow");
 		region_fds--;
 	}
+	for (uint32_t i = 0; i < r->vmm_have; i++) {
+		close(r->vmm_fds[i]);
+		MORI_REQUIRE(region_fds > 0, "region descriptor count underflow");
+		region_fds--;
+	}
+	free(r->vmm_fds);
+	free(r->vmm_off);
+	free(r->vmm_len);
 	free(r);
+}
+
+int region_vmm_init(struct region *r, uint32_t n)
+{
+	MORI_REQUIRE(!r->vmm_n && n > 0, "region %llu: VMM pieces set up twice", (unsigned long long)r->id);
+	r->vmm_fds = calloc(n, sizeof(*r->vmm_fds));
+	r->vmm_off = calloc(n, sizeof(*r->vmm_off));
+	r->vmm_len = calloc(n, sizeof(*r->vmm_len));
+	if (!r->vmm_fds || !r->vmm_off || !r->vmm_len) {
+		free(r->vmm_fds);
+		free(r->vmm_off);
+		free(r->vmm_len);
+		r->vmm_fds = NULL;
+		r->vmm_off = r->vmm_len = NULL;
+		return MORI_ENOMEM;
+	}
+	r->vmm_n = n;
+	r->vmm_have = 0;
+	r->vmm_pending = 1;
+	return MORI_OK;
+}
+
+void region_vmm_add(struct region *r, int fd, uint64_t off, uint64_t len)
+{
+	MORI_REQUIRE(r->vmm_have < r->vmm_n && fd >= 0, "region %llu: VMM piece %u of %u", (unsigned long long)r->id,
+		     r->vmm_have, r->vmm_n);
+	r->vmm_fds[r->vmm_have] = fd;
+	r->vmm_off[r->vmm_have] = off;
+	r->vmm_len[r->vmm_have] = len;
+	r->vmm_have++;
+	region_fds++;
 }
 
 void registry_free(struct registry *g)

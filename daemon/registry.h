@@ -5,6 +5,8 @@
 #include "auth.h"
 #include "morid.h"
 
+struct gpu_vmm_range;
+
 #define GPU_IPC_MAX 64
 #define ACCESS_MAX 256            /* uids, and nodes, in one access list */
 
@@ -39,6 +41,14 @@ struct region {
 	uint64_t gpu_addr;        /* VRAM: region start in morid's own mapping (lazy, cross node); 0 none */
 	uint64_t gpu_map_base;    /* what gpu_stage.c unmaps */
 	uint64_t gpu_map_size;
+	/* VRAM over several VMM allocations mapped back to back (GPU_HANDLE_POSIX_FDS, vmm.c): piece
+	 * i is the allocation of vmm_fds[i] (owned here), vmm_len[i] bytes at vmm_off[i] of the span
+	 * (gpu_ipc's version 2 blob). vmm_pending until the owner commits: nothing reaches it before. */
+	uint32_t vmm_n, vmm_have;
+	int vmm_pending;
+	int *vmm_fds;
+	uint64_t *vmm_off, *vmm_len;
+	struct gpu_vmm_range *gpu_range; /* morid's own mapping of those pieces (gpu_stage.c) */
 	uint32_t inflight;        /* daemon-side transfers touching it */
 	int dead;                 /* removed; freed when inflight drops to 0 */
 	/* Deregistration of memory reached by cross-memory attach waits until every opener has
@@ -102,6 +112,10 @@ void region_forget_waiter(struct morid *d, struct client *c);
 int region_reachable_by(struct region *r, struct client *c);
 void region_close(struct client *c, struct region *r);
 void client_drop_opens(struct client *c);
+/* Make room for a region's n VMM pieces (it becomes pending). 0 or MORI_ENOMEM. */
+int region_vmm_init(struct region *r, uint32_t n);
+/* Append the next piece: the region owns fd from here (counted in registry_fds). */
+void region_vmm_add(struct region *r, int fd, uint64_t off, uint64_t len);
 /* Descriptors the regions hold (memfds, VMM fds): morid's main use of RLIMIT_NOFILE. */
 uint32_t registry_fds(struct morid *d);
 /* Iterate every region. */

@@ -145,7 +145,14 @@ MORI_API int mori_mem_alloc(mori_client *c, size_t size, int kind, mori_mem **ou
  * ptrace permission between the two processes (same uid, or yama ptrace_scope 0).
  * A sub-range of a larger allocation registers with its offset kept.
  * VRAM: cudaMalloc memory (shared through its IPC handle plus the range's offset) or VMM memory
- * (cuMemCreate with POSIX fd handles); the range may start inside a larger allocation.
+ * (cuMemCreate with POSIX fd handles); the range may start inside a larger allocation. A VMM
+ * range may also span several allocations mapped back to back in one reserved VA range (what
+ * PyTorch's expandable_segments:True allocator builds from 20 MiB segments): morid then holds one
+ * fd per allocation (sent in batches; each counts against its descriptor limit, RLIMIT_NOFILE less
+ * 256), and peers map every allocation at its offset, so the range is contiguous there too and
+ * blocks may cross allocation boundaries. Every allocation must be a VMM allocation with POSIX fd
+ * handles on the same device (else MORI_ENOTSUP, or MORI_EINVAL for another device); a range with
+ * an unmapped part fails with MORI_EINVAL naming the hole ([start, end) and its offset).
  * Registering a range that overlaps one this client already registered fails with MORI_EBUSY.
  * A range that wraps the address space, or host memory not mapped in this process, fails with
  * MORI_ERANGE (morid checks again: it never trusts the library).

@@ -58,6 +58,7 @@ struct gpu_map {
 	struct gpu_dev *d;
 	gpu_dptr base;
 	size_t size;
+	struct gpu_vmm_range span;   /* GPU_HANDLE_POSIX_FDS: the pieces mapped into [base, +size) */
 };
 
 /* Host memory pinned for the GPU on behalf of one mori_mem (gpu_priv of a HOST region; a
@@ -83,6 +84,24 @@ int gpu_dev_get(mori_client *c, struct gpu_ctx *x, int ordinal, struct gpu_dev *
 int gpu_host_dptr(mori_client *c, struct gpu_ctx *x, struct gpu_dev *d, mori_mem *m, gpu_dptr *out);
 int gpu_push(const struct gpu_api *g, struct gpu_dev *d);
 void gpu_pop(const struct gpu_api *g);
+
+/* gpu_span.c: ranges over several VMM allocations mapped back to back (expandable segments). */
+struct gpu_piece { gpu_dptr base; uint64_t size; }; /* one VMM allocation's mapping */
+/* The VMM allocations backing [p, p+len), in address order, each starting where the previous
+ * ends (*out malloc'd, *n of them). MORI_EINVAL naming the hole when part of the range is not
+ * mapped, or a piece on another device than `ordinal`; MORI_ENOTSUP when a piece is not a VMM
+ * allocation with POSIX fd handles. The message goes to msg. */
+int gpu_span_walk(const struct gpu_api *g, int ordinal, gpu_dptr p, size_t len, struct gpu_piece **out, uint32_t *n,
+		  char *msg, size_t mlen);
+/* Register [p, p+len) over several VMM allocations: upload every allocation's fd to morid in
+ * batches, then fill req (GPU_HANDLE_POSIX_FDS, the version 2 blob in buf, the upload id) for
+ * the caller's MemRegister, which commits the region. Context of `ordinal` current. */
+int gpu_span_register(mori_client *c, const struct gpu_api *g, int ordinal, gpu_dptr p, size_t len,
+		      Mori__MemRegister *req, uint8_t *buf, size_t cap);
+/* Map a peer's range of several VMM allocations into mp (context current): the open reply's
+ * pieces with fds[0..nfds) (not closed here), then the rest fetched from morid. */
+int gpu_span_import(mori_client *c, const struct gpu_api *g, struct gpu_map *mp, const Mori__MemOpenReply *o,
+		    const int *fds, int nfds);
 
 /* gpu_copy.c */
 /* Wait (bounded) until every copy launched on d has finished; reclaims finished ops. */

@@ -1,8 +1,8 @@
 /* libmori GPU memory: the per-client GPU context, registration of device memory (cudaMalloc
  * memory by the legacy IPC handle of its allocation base plus the offset of the range; VMM
- * memory by a POSIX fd of its physical allocation, passed to morid with SCM_RIGHTS), mapping
- * of peers' regions (once per allocation, cached), and pinning of host regions that GPU
- * copies touch. */
+ * memory by a POSIX fd of its physical allocation, passed to morid with SCM_RIGHTS; a range over
+ * several VMM allocations by one fd each, gpu_span.c), mapping of peers' regions (once per
+ * allocation, cached), and pinning of host regions that GPU copies touch. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -145,7 +145,7 @@ static int register_legacy(mori_client *c, const struct gpu_api *g, gpu_dptr p, 
 	return MORI_OK;
 }
 
-static int register_vmm(mori_client *c, const struct gpu_api *g, gpu_dptr p, size_t len,
+static int register_vmm(mori_client *c, const struct gpu_api *g, int ordinal, gpu_dptr p, size_t len,
 			Mori__MemRegister *req, uint8_t *buf, size_t cap, int *fd_out)
 {
 	char msg[200];
@@ -176,11 +176,13 @@ static int register_vmm(mori_client *c, const struct gpu_api *g, gpu_dptr p, siz
 			       (unsigned long long)p);
 		goto out;
 	}
-	if (!msize || p + len < p || p + len > mbase + msize) {
-		rc = set_error(c, MORI_ENOTSUP,
-			       "register VRAM: [%#llx, +%zu) spans more than one VMM allocation (mapping [%#llx, +%llu)); "
-			       "register each allocation separately",
-			       (unsigned long long)p, len, (unsigned long long)mbase, (unsigned long long)msize);
+	if (!msize || p + len < p) {
+		rc = set_error(c, msize ? MORI_ERANGE : MORI_ENOTSUP, "register VRAM: [%#llx, +%zu): %s", (unsigned long long)p, len,
+			       msize ? "the range wraps" : "the driver gives no size for its VMM allocation");
+		goto out;
+	}
+	if (p + len > mbase + msize) { /* several allocations mapped back to back (gpu_span.c) */
+		rc = gpu_span_register(c, g, ordinal, p, len, req, buf, cap);
 		goto out;
 	}
 	if (cap < sizeof(struct gpu_vmm_blob)) {
@@ -233,7 +235,7 @@ int gpu_mem_register(mori_client *c, mori_mem *m, void *ptr, size_t len, Mori__M
 	if (g->pointer_get_attribute(&legacy, GPU_POINTER_ATTRIBUTE_IS_LEGACY_IPC_CAPABLE, p) == 0 && legacy)
 		rc = register_legacy(c, g, p, len, req, ipc_buf, ipc_cap);
 	else
-		rc = register_vmm(c, g, p, len, req, ipc_buf, ipc_cap, fd_out);
+		rc = register_vmm(c, g, ordinal, p, len, req, ipc_buf, ipc_cap, fd_out);
 	gpu_pop(g);
 	if (rc)
 		return rc;
@@ -412,14 +414,21 @@ static void map_release(const struct gpu_api *g, struct gpu_map *mp)
 {
 	gpu_dev_drain(g, mp->d, GPU_UNMAP_WAIT_US); /* no copy of ours may still touch it */
 	gpu_push(g, mp->d);
-	gpu_unimport(g, mp->type, mp->base, mp->size);
+	if (mp->type == GPU_HANDLE_POSIX_FDS)
+		gpu_vmm_free(g, &mp->span);
+	else
+		gpu_unimport(g, mp->type, mp->base, mp->size);
 	gpu_pop(g);
 	free(mp);
 }
 
-static int map_import(mori_client *c, const struct gpu_api *g, struct gpu_map *mp, const Mori__MemOpenReply *o, int fd)
+static int map_import(mori_client *c, const struct gpu_api *g, struct gpu_map *mp, const Mori__MemOpenReply *o,
+		      const int *fds, int nfds)
 {
 	char msg[240];
+	int fd = nfds > 0 ? fds[0] : -1;
+	if (mp->type == GPU_HANDLE_POSIX_FDS)
+		return gpu_span_import(c, g, mp, o, fds, nfds);
 	if (mp->type == GPU_HANDLE_LEGACY_IPC && o->gpu_ipc.len == sizeof(mp->ipc))
 		memcpy(&mp->ipc, o->gpu_ipc.data, sizeof(mp->ipc));
 	int rc = gpu_import(g, mp->d->ordinal, mp->type, o->gpu_ipc.data, o->gpu_ipc.len, fd, &mp->base, &mp->size, msg,
@@ -439,7 +448,7 @@ static int same_map(const struct gpu_map *mp, int type, const Mori__MemOpenReply
 	       mp->generation == o->handle->generation;
 }
 
-int gpu_mem_open(mori_client *c, mori_mem *m, const Mori__MemOpenReply *o, int fd)
+int gpu_mem_open(mori_client *c, mori_mem *m, const Mori__MemOpenReply *o, int *fds, int nfds)
 {
 	struct gpu_ctx *x;
 	int rc = gpu_ctx_get(c, &x);
@@ -447,7 +456,7 @@ int gpu_mem_open(mori_client *c, mori_mem *m, const Mori__MemOpenReply *o, int f
 		goto out;
 	const struct gpu_api *g = x->g;
 	int type = (int)o->gpu_handle_type;
-	if (!o->handle || (type != GPU_HANDLE_LEGACY_IPC && type != GPU_HANDLE_POSIX_FD)) {
+	if (!o->handle || (type != GPU_HANDLE_LEGACY_IPC && type != GPU_HANDLE_POSIX_FD && type != GPU_HANDLE_POSIX_FDS)) {
 		rc = set_error(c, MORI_EPROTO, "open VRAM region: unknown GPU handle type %d", type);
 		goto out;
 	}
@@ -482,7 +491,7 @@ int gpu_mem_open(mori_client *c, mori_mem *m, const Mori__MemOpenReply *o, int f
 		mp->generation = o->handle->generation;
 		mp->refs = 1;
 		if ((rc = gpu_err(gpu_push(g, d), "push context", NULL, 0)) == MORI_OK) {
-			rc = map_import(c, g, mp, o, fd);
+			rc = map_import(c, g, mp, o, fds, nfds);
 			gpu_pop(g);
 		} else {
 			rc = set_error(c, rc, "open VRAM region: cannot make GPU %d's context current", ordinal);
@@ -516,8 +525,8 @@ int gpu_mem_open(mori_client *c, mori_mem *m, const Mori__MemOpenReply *o, int f
 		m->gpu_priv = mp;
 	}
 out:
-	if (fd >= 0)
-		close(fd); /* imported (or refused): the mapping does not need it */
+	for (int i = 0; i < nfds; i++)
+		close(fds[i]); /* imported (or refused): the mapping does not need them */
 	return rc;
 }
 

@@ -158,7 +158,9 @@ void copy_pool_run(struct copy_pool *p, const struct copy_op *ops, size_t n, uin
 /* gpu_*.c: GPU memory and copies; MORI_ENOGPU where no runtime is present. */
 int gpu_mem_register(mori_client *c, mori_mem *m, void *ptr, size_t len, Mori__MemRegister *req,
 		     uint8_t *ipc_buf, size_t ipc_cap, int *fd_out);
-int gpu_mem_open(mori_client *c, mori_mem *m, const Mori__MemOpenReply *o, int fd);
+/* Map a peer's VRAM region from its open reply; closes fds[0..nfds) (one, or a range over several
+ * VMM allocations' first batch, one each). */
+int gpu_mem_open(mori_client *c, mori_mem *m, const Mori__MemOpenReply *o, int *fds, int nfds);
 void gpu_mem_close(mori_client *c, mori_mem *m);
 /* mori_mem_alloc(MORI_MEM_VRAM): allocate on $MORI_GPU_DEVICE (else 0), zero it and fill req as
  * gpu_mem_register does; m owns the allocation (gpu_mem_close frees it). */

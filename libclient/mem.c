@@ -355,10 +355,16 @@ int mori_mem_pack(const mori_mem *m, void *blob, size_t cap, size_t *len)
 }
 
 /* Map what the daemon's open reply describes. */
-static int open_from_reply(mori_client *c, mori_mem *m, const Mori__MemOpenReply *o, int fd, int populate)
+static int open_from_reply(mori_client *c, mori_mem *m, const Mori__MemOpenReply *o, int *fds, int nfds,
+			   int populate)
 {
 	mem_take_handle(m, o->handle);
 	m->c = c;
+	if (m->kind == MORI_MEM_VRAM && !o->remote)
+		return gpu_mem_open(c, m, o, fds, nfds); /* owns fds (several VMM allocations: one each) */
+	for (int i = 1; i < nfds; i++)
+		close(fds[i]);
+	int fd = nfds > 0 ? fds[0] : -1;
 	if (o->remote) {
 		m->remote = 1;
 		m->remote_ref = o->remote_ref;
@@ -366,8 +372,6 @@ static int open_from_reply(mori_client *c, mori_mem *m, const Mori__MemOpenReply
 			close(fd);
 		return MORI_OK;
 	}
-	if (m->kind == MORI_MEM_VRAM)
-		return gpu_mem_open(c, m, o, fd); /* owns fd */
 	m->owner_pid = o->owner_pid;
 	m->owner_addr = o->owner_addr;
 	if (fd < 0)
@@ -396,22 +400,17 @@ static int open_rpc(mori_client *c, Mori__Request *req, int populate, mori_mem *
 	int rc = client_rpc(c, req, NULL, 0, &rep, fds, &nfds);
 	if (rc != MORI_OK)
 		return rc;
-	for (int i = 1; i < nfds; i++)
-		close(fds[i]);
-	if (rep->body_case != MORI__REPLY__BODY_MEM_OPEN || !rep->mem_open->handle) {
-		if (nfds)
-			close(fds[0]);
+	mori_mem *m = NULL;
+	if (rep->body_case != MORI__REPLY__BODY_MEM_OPEN || !rep->mem_open->handle || !(m = calloc(1, sizeof(*m)))) {
+		for (int i = 0; i < nfds; i++)
+			close(fds[i]);
+		rc = rep->body_case != MORI__REPLY__BODY_MEM_OPEN || !rep->mem_open->handle
+			     ? set_error(c, MORI_EPROTO, "open reply without a handle")
+			     : set_error(c, MORI_ENOMEM, "out of memory");
 		mori__reply__free_unpacked(rep, NULL);
-		return set_error(c, MORI_EPROTO, "open reply without a handle");
+		return rc;
 	}
-	mori_mem *m = calloc(1, sizeof(*m));
-	if (!m) {
-		if (nfds)
-			close(fds[0]);
-		mori__reply__free_unpacked(rep, NULL);
-		return set_error(c, MORI_ENOMEM, "out of memory");
-	}
-	rc = open_from_reply(c, m, rep->mem_open, nfds ? fds[0] : -1, populate);
+	rc = open_from_reply(c, m, rep->mem_open, fds, nfds, populate); /* owns the fds */
 	mori__reply__free_unpacked(rep, NULL);
 	if (rc != MORI_OK) {
 		free(m);

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Issue 16 (acceptance 2) on the GPU machine, in one call: the Python package with PyTorch and
 # CUDA there. CUDA tensors registered and moved between two processes with PyTorch's default
-# allocator and with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (a refusal by libmori,
-# issue 17, is reported with libmori's reason as an xfail, never as a pass), the rest of the
+# allocator and with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (a tensor over several
+# segments registers as one region, issue 17; a refusal fails with libmori's reason), the rest of the
 # Python suite with torch (CPU tensors, libmori's VRAM), and examples/kv_cache_transfer.py on
 # CUDA tensors: one morid, two morids (cross-node staging), and under expandable segments.
 #
 #   tests/device-python.sh bundle   here: make (B, default build), then bundle morid, moractl,
 #                                   libmori.so and the libraries they need into $B/pybundle
 #                                   (git-ignored: name it in the device tool's carry)
-#   tests/device-python.sh run      there: everything above; the log, pytest's JUnit XML and a
+#   tests/device-python.sh run      there: everything above ($PYTEST_SEL: the pytest selection,
+#                                   default tests/python); the log, pytest's JUnit XML and a
 #                                   summary go to $OUT (or /tmp/device-python); the summary
 #                                   ends the output. About 2-4 minutes.
 #
@@ -30,7 +31,7 @@ if [ "${1:-}" = bundle ]; then
 	echo "now: run(command=\"tests/device-python.sh run\", carry=[\"$BUNDLE\"], timeout_s=600)"
 	exit 0
 fi
-[ "${1:-}" = run ] || { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ "${1:-}" = run ] || { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
 export LD_LIBRARY_PATH=$PWD/$BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export B=$PWD/$BUNDLE/bin MORI_LIB=$PWD/$BUNDLE/lib/libmori.so PYTHONPATH=$PWD/python
@@ -82,7 +83,7 @@ PY
 echo
 echo "== pytest tests/python (CUDA tensors: default allocator and expandable segments)"
 timeout -k 10 420 python3 -m pytest -v -rsxX -p no:cacheprovider --basetemp /tmp/device-python-pytest \
-	--junitxml="$O/pytest.xml" tests/python > "$O/pytest.log" 2>&1
+	--junitxml="$O/pytest.xml" ${PYTEST_SEL:-tests/python} > "$O/pytest.log" 2>&1
 rc=$?
 cat "$O/pytest.log"
 note "pytest: exit $rc: $(tail -n 1 "$O/pytest.log")"

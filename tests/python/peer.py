@@ -243,8 +243,11 @@ def cuda_initiator(rt, key, seed, size):
             torch.cuda.synchronize()
             wr = [int(s) for s in src[:16]]
             eng.batch_write([ld], [[b * blk for b in wr]], [rd], [[b * blk for b in wr]], [blk])[0].result(30)
-            reply({"checks": checks, "written": [[b * blk, blk] for b in wr],
-                   "expected": [sha(w[b * blk:(b + 1) * blk]) for b in wr]})
+            odd = size // 3 + 4097  # one block at an odd offset, then the whole tensor: both cross segments
+            eng.write(ld, odd, rd, odd, size // 3).result(30)
+            eng.write(ld, 0, rd, 0, size).result(30)
+            reply({"checks": checks, "written": [[b * blk, blk] for b in wr] + [[odd, size // 3], [0, size]],
+                   "expected": [sha(w[b * blk:(b + 1) * blk]) for b in wr] + [sha(w[odd:odd + size // 3]), sha(w)]})
         except mori.MoriError as e:
             reply({"checks": checks, "failed": str(e), "code": e.code})
     eng.close()

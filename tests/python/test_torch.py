@@ -3,8 +3,9 @@ CUDA tensors between two processes with PyTorch's default allocator and with
 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (needs torch and a GPU), and libmori's own VRAM
 allocations (needs a GPU). Without torch or a GPU these skip, saying so.
 
-Where libmori refuses to register an expandable-segments tensor (issue 17), that test is
-reported as xfail with libmori's reason: refused, never passed."""
+A tensor from expandable segments larger than one segment spans several VMM allocations mapped
+back to back; libmori registers it as one region (issue 17), so a refusal fails the test with
+libmori's reason."""
 import hashlib
 
 import pytest
@@ -52,15 +53,15 @@ def test_cpu_tensors_any_dtype_and_views(daemon):
 def _cuda_pair(daemon, peer_factory, alloc_conf, size):
     env = {"PYTORCH_CUDA_ALLOC_CONF": alloc_conf}  # None: PyTorch's default allocator
     seed = 77 + size % 1000
-    tgt = peer_factory("cuda_target", daemon.run, "ct%d%s" % (size, "x" if alloc_conf else ""), seed, size, env=env)
     how = "PYTORCH_CUDA_ALLOC_CONF=%s" % (alloc_conf or "(default)")
-    if "refused" in tgt.hello:
-        r = tgt.hello["refused"]
-        pytest.xfail("libmori refuses CUDA tensors under %s (issue 17): %s: %s" % (how, r["name"], r["message"]))
-    ini = peer_factory("cuda_initiator", daemon.run, "ci%d%s" % (size, "x" if alloc_conf else ""), seed, size, env=env)
-    if "refused" in ini.hello:
-        r = ini.hello["refused"]
-        pytest.xfail("libmori refuses CUDA tensors under %s (issue 17): %s: %s" % (how, r["name"], r["message"]))
+
+    def registered(p):
+        r = p.hello.get("refused")
+        assert r is None, "libmori refuses CUDA tensors under %s: %s: %s" % (how, r["name"], r["message"])
+        return p
+    key = "%d%s" % (size, "x" if alloc_conf else "")
+    tgt = registered(peer_factory("cuda_target", daemon.run, "ct" + key, seed, size, env=env))
+    ini = registered(peer_factory("cuda_initiator", daemon.run, "ci" + key, seed, size, env=env))
     for region, s in (("u8", seed), ("bf16", seed + 1)):
         res = ini.call("run", desc=tgt.hello["descs"][region], seed=s)
         assert "failed" not in res, "%s %s: %s" % (how, region, res)
@@ -79,7 +80,8 @@ def test_cuda_tensors_two_processes(daemon, peer_factory, size):
 @pytest.mark.parametrize("size", [4 << 20, 96 << 20])
 def test_cuda_tensors_expandable_segments(daemon, peer_factory, size):
     """Tensors from PyTorch's expandable segments (VMM memory, mapped in 20 MiB pieces: the
-    96 MiB tensor spans several)."""
+    96 MiB tensor spans several, registered as one region; whole-tensor reads and writes cross
+    every segment boundary)."""
     _cuda_pair(daemon, peer_factory, "expandable_segments:True", size)
 
 
