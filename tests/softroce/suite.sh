@@ -98,6 +98,12 @@ if [ "${PERFTEST:-1}" = 1 ] && command -v ib_write_bw >/dev/null; then
 	done
 fi
 echo "--- layer 4: two morids over RDMA (transport = rdma), clients through libmori"
+# One cluster key for every morid below (issue 18: peers authenticate; without a key a
+# non-loopback listen address is refused).
+export MORI_CLUSTER_KEY=/tmp/cluster.key
+rm -f $MORI_CLUSTER_KEY
+"$B/moractl" keygen $MORI_CLUSTER_KEY > /dev/null || bad "moractl keygen"
+KEYARG="--cluster-key-file $MORI_CLUSTER_KEY"
 if timeout 500 "$B/tests/test_rdma_daemons" --batches "${DBATCHES:-100}"; then
 	ok "test_rdma_daemons"
 else
@@ -108,9 +114,9 @@ if [ "${PERFTEST:-1}" = 1 ] && command -v ib_write_bw >/dev/null; then
 	echo "--- mori-bench io over RDMA against ib_write_bw, 1 MiB blocks, same devices, alternating"
 	ra=/tmp/bench-a rb=/tmp/bench-b
 	mkdir -p $ra $rb
-	"$B/morid" --runtime-dir $ra --listen 192.168.77.1:7160 --transport rdma --rdma-device rxe0 --log-target stderr 2> $ra.log &
+	"$B/morid" --runtime-dir $ra --listen 192.168.77.1:7160 --transport rdma --rdma-device rxe0 $KEYARG --log-target stderr 2> $ra.log &
 	pa=$!
-	"$B/morid" --runtime-dir $rb --listen 192.168.77.2:7160 --transport rdma --rdma-device rxe1 --log-target stderr 2> $rb.log &
+	"$B/morid" --runtime-dir $rb --listen 192.168.77.2:7160 --transport rdma --rdma-device rxe1 $KEYARG --log-target stderr 2> $rb.log &
 	pb=$!
 	for i in $(seq 100); do [ -S $ra/morid.sock ] && [ -S $rb/morid.sock ] && break; sleep 0.1; done
 	n=${BENCH_ITERS:-8}
@@ -141,7 +147,7 @@ if [ "${PERFTEST:-1}" = 1 ] && command -v ib_write_bw >/dev/null; then
 	if l0=$(lat); then ok "4 KiB reads, event driven: $l0"; else bad "4 KiB reads, event driven: $(tail -n 3 /tmp/lat.out)"; fi
 	kill $pa
 	wait $pa
-	"$B/morid" --runtime-dir $ra --listen 192.168.77.1:7160 --transport rdma --rdma-device rxe0 --rdma-busy-poll 1 \
+	"$B/morid" --runtime-dir $ra --listen 192.168.77.1:7160 --transport rdma --rdma-device rxe0 --rdma-busy-poll 1 $KEYARG \
 		--log-target stderr 2>> $ra.log &
 	pa=$!
 	for i in $(seq 100); do [ -S $ra/morid.sock ] && break; sleep 0.1; done
@@ -155,10 +161,10 @@ echo "--- the link goes down under two morids for 3 s (v0 down), then comes back
 # device, morid included, has closed it; rxe has no forced disassociation.)
 da=/tmp/down-a db=/tmp/down-b
 mkdir -p $da $db
-"$B/morid" --runtime-dir $da --listen 192.168.77.1:7170 --rdma-device rxe0 --transfer-timeout-ms 5000 \
+"$B/morid" --runtime-dir $da --listen 192.168.77.1:7170 --rdma-device rxe0 --transfer-timeout-ms 5000 $KEYARG \
 	--log-target stderr 2> $da.log &
 pa=$!
-"$B/morid" --runtime-dir $db --listen 192.168.77.2:7170 --rdma-device rxe1 --log-target stderr 2> $db.log &
+"$B/morid" --runtime-dir $db --listen 192.168.77.2:7170 --rdma-device rxe1 $KEYARG --log-target stderr 2> $db.log &
 pb=$!
 for i in $(seq 100); do [ -S $da/morid.sock ] && [ -S $db/morid.sock ] && break; sleep 0.1; done
 down_bench() {
