@@ -208,9 +208,12 @@ struct peers {
 	const struct transport *tr[TR_MAX]; /* NULL where not built in */
 	void *tp[TR_MAX];             /* each transport's node-wide state */
 	char self[128];
-	nng_socket rep;
+	nng_socket rep;               /* rep0 in raw mode: replies carry the request's header */
 	int rep_ok;
 	uv_poll_t rep_poll;
+	uv_timer_t rep_timer;         /* retries replies the pipe was not ready for */
+	nng_msg *rep_wait[64];        /* those replies, oldest first */
+	int nrep_wait;
 	uv_timer_t tick;
 	uv_prepare_t prep;
 	uv_idle_t prep_idle;          /* runs prep_jobs a step per loop turn */

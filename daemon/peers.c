@@ -38,6 +38,52 @@ static int transports_serve(struct peers *P, const Mori__Request *req, Mori__Rep
 int (*peers_group_serve)(struct peers *P, const Mori__Request *req, const char *from, Mori__Reply *rep,
 			 struct rctx *r);
 
+/* ---- replies ----
+ * nng 1.5's rep0 refuses a non-blocking send while the pipe's previous reply is still being
+ * written by its thread; in cooked mode the refused reply is lost with the request's state (the
+ * peer resends a second later and the request is served twice). In raw mode a reply is just a
+ * message with the request's header: one the pipe was not ready for waits here and goes again
+ * a millisecond later, in order. */
+static void reply_retry(uv_timer_t *t);
+
+static int reply_try(struct peers *P, nng_msg *m)
+{
+	int rc = nng_sendmsg(P->rep, m, NNG_FLAG_NONBLOCK);
+	if (rc == 0)
+		return 0;
+	if (rc == NNG_EAGAIN)
+		return 1;
+	mlog_info("peer", "reply to a peer request lost: %s", nng_strerror(rc)); /* the pipe is gone */
+	nng_msg_free(m);
+	return 0;
+}
+
+static void reply_send(struct peers *P, nng_msg *m)
+{
+	if (P->nrep_wait == 0 && !reply_try(P, m))
+		return;
+	if (P->nrep_wait == (int)(sizeof(P->rep_wait) / sizeof(P->rep_wait[0]))) {
+		mlog_ratelimited(MLOG_WARN, "peer", "replies to peer requests dropped: %d wait for their pipes", P->nrep_wait);
+		nng_msg_free(m); /* the peer resends after its timeout */
+		return;
+	}
+	P->rep_wait[P->nrep_wait++] = m;
+	if (!uv_is_active((uv_handle_t *)&P->rep_timer))
+		uv_timer_start(&P->rep_timer, reply_retry, 1, 1);
+}
+
+static void reply_retry(uv_timer_t *t)
+{
+	struct peers *P = t->data;
+	int k = 0;
+	while (k < P->nrep_wait && !reply_try(P, P->rep_wait[k]))
+		k++;
+	memmove(P->rep_wait, P->rep_wait + k, sizeof(P->rep_wait[0]) * (size_t)(P->nrep_wait - k));
+	P->nrep_wait -= k;
+	if (!P->nrep_wait)
+		uv_timer_stop(t);
+}
+
 static void serve_one(struct peers *P, nng_msg *m)
 {
 	struct morid *d = P->d;
@@ -148,17 +194,10 @@ static void serve_one(struct peers *P, nng_msg *m)
 		}
 	}
 	size_t len = mori__reply__get_packed_size(&rep);
-	nng_msg_clear(m);
+	nng_msg_clear(m); /* the body; the header (the request's route back) stays */
 	if (nng_msg_realloc(m, len) == 0) {
 		mori__reply__pack(&rep, nng_msg_body(m));
-		/* nng 1.5's rep0 refuses a non-blocking reply while the pipe's previous one is still
-		 * being written by its thread (see control.c): the peer resends a second later, and
-		 * the request is served twice (the request path delivers at least once) */
-		int src = nng_sendmsg(P->rep, m, NNG_FLAG_NONBLOCK);
-		if (src != 0) {
-			mlog_info("peer", "reply to a peer request (%zu bytes) lost: %s", len, nng_strerror(src));
-			nng_msg_free(m);
-		}
+		reply_send(P, m);
 	} else {
 		nng_msg_free(m);
 	}
@@ -191,8 +230,8 @@ static int listen_requests(struct peers *P)
 	char url[160];
 	int rc, fd;
 	snprintf(url, sizeof(url), "tcp://%s", d->cfg.listen);
-	if ((rc = nng_rep0_open(&P->rep)) != 0) {
-		mlog_err("peer", "nng_rep0_open: %s", nng_strerror(rc));
+	if ((rc = nng_rep0_open_raw(&P->rep)) != 0) {
+		mlog_err("peer", "nng_rep0_open_raw: %s", nng_strerror(rc));
 		return -1;
 	}
 	P->rep_ok = 1;
@@ -231,10 +270,12 @@ int peers_start(struct morid *d, const struct transport *const *tr, int ntr)
 	if (peer_auth_start(P) != 0)
 		return -1;
 	uv_timer_init(d->loop, &P->tick);
+	uv_timer_init(d->loop, &P->rep_timer);
+	P->rep_timer.data = P;
 	uv_prepare_init(d->loop, &P->prep);
 	P->tick.data = P->prep.data = P;
 	peers_prep_init(P);
-	P->handles = 3;
+	P->handles = 4;
 	snprintf(P->self, sizeof(P->self), "%s", d->cfg.advertise[0] ? d->cfg.advertise : d->cfg.listen);
 	if (!d->cfg.listen[0])
 		mlog_info("peer", "no listen address: cross-node service off");
@@ -306,6 +347,9 @@ void peers_stop(struct morid *d)
 	P->on = 0;
 	peer_auth_stop(P);
 	uv_close((uv_handle_t *)&P->tick, handle_closed);
+	while (P->nrep_wait)
+		nng_msg_free(P->rep_wait[--P->nrep_wait]);
+	uv_close((uv_handle_t *)&P->rep_timer, handle_closed);
 	uv_close((uv_handle_t *)&P->prep, handle_closed);
 	uv_close((uv_handle_t *)&P->prep_idle, handle_closed);
 	d->peers = NULL;
