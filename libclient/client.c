@@ -105,6 +105,18 @@ int client_session_gone(mori_client *c)
  * refuses, MORI_ECONN when it detached us), else MORI_ECONN and `fallback`. */
 static int session_lost(mori_client *c, const char *fallback)
 {
+	/* A unix socket whose peer closed with our request unread reports ECONNRESET once, ahead
+	 * of what is still queued for us: morid's goodbye may come after that error. */
+	for (int i = 0; i < 4 && !c->gone_why[0] && c->sock >= 0; i++) {
+		uint8_t buf[1024];
+		ssize_t n = recv(c->sock, buf, sizeof(buf), MSG_DONTWAIT);
+		if (n <= 0 && (n == 0 || (errno != ECONNRESET && errno != EINTR)))
+			break;
+		Mori__Reply *r = n > 0 ? mori__reply__unpack(NULL, (size_t)n, buf) : NULL;
+		keep_goodbye(c, r);
+		if (r)
+			mori__reply__free_unpacked(r, NULL);
+	}
 	if (c->gone_code && c->gone_code != MORI_ECONN)
 		return set_error(c, c->gone_code, "%s", c->gone_why);
 	return set_error(c, MORI_ECONN, "session with morid lost: %s", c->gone_why[0] ? c->gone_why : fallback);
