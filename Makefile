@@ -82,6 +82,7 @@ $(B)/libmori.so: $(LIB_O) $(COMMON_O) libclient/libmori.map
 	@echo "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -shared -Wl,-soname,$(SONAME) -Wl,--version-script=libclient/libmori.map -Wl,-z,defs \
 	  -o $@ $(LIB_O) $(COMMON_O) $(LIB_LIBS)
+	$(Q)ln -sf libmori.so $(B)/$(SONAME) # programs linked against the build tree find it by its SONAME
 
 # bench.o (libclient/bench.h, for mori-gpubench) only in the static library.
 $(B)/libmori.a: $(LIB_O) $(COMMON_O) $(BENCH_O)

@@ -120,6 +120,15 @@ def decode(a):
     env = dict(os.environ)
     child = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--role", "prefill"] + a.argv,
                              stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        return decode_with(a, child)
+    finally:
+        if child.poll() is None:  # decode failed part-way: the prefill side goes with it
+            child.kill()
+            child.wait()
+
+
+def decode_with(a, child):
     hello = json.loads(child.stdout.readline() or "{}")
     if "kv" not in hello:
         raise SystemExit("prefill process failed to start (exit %s)" % child.wait())

@@ -557,15 +557,22 @@ static int cmd_nics(void)
 	return 0;
 }
 
-/* keygen: 32 random bytes as 64 hex digits, in a new file of mode 0600 (morid refuses a key
- * file others can read). */
+/* keygen: 32 random bytes as 64 hex digits, in a file of mode 0600 (morid refuses a key file
+ * others can read). Written to a temporary file beside it, then put in place in one step (link
+ * for a new file, rename for --force), so a crash never leaves a short key and nothing but a
+ * regular file is ever replaced. */
 static int cmd_keygen(const char *path, int force)
 {
 	uint8_t k[32];
-	char hex[66];
-	if (!path) {
-		fprintf(stderr, "moractl: keygen FILE (e.g. /etc/mori/cluster.key)\n");
+	char hex[66], tmp[4096];
+	struct stat st;
+	if (!path || !path[0]) {
+		fprintf(stderr, "moractl: keygen [--force] FILE (e.g. /etc/mori/cluster.key)\n");
 		return 2;
+	}
+	if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+		fprintf(stderr, "moractl: %s exists and is not a regular file: not replaced\n", path);
+		return 1;
 	}
 	if (getrandom(k, sizeof(k), 0) != (ssize_t)sizeof(k)) {
 		fprintf(stderr, "moractl: getrandom: %s\n", strerror(errno));
@@ -574,17 +581,29 @@ static int cmd_keygen(const char *path, int force)
 	for (int i = 0; i < 32; i++)
 		snprintf(hex + 2 * i, 3, "%02x", k[i]);
 	hex[64] = '\n';
-	int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | (force ? O_TRUNC : O_EXCL), 0600);
-	if (fd < 0) {
-		fprintf(stderr, "moractl: %s: %s%s\n", path, strerror(errno), errno == EEXIST ? " (--force replaces it)" : "");
-		return 1;
+	if (snprintf(tmp, sizeof(tmp), "%s.new.%d", path, (int)getpid()) >= (int)sizeof(tmp)) {
+		fprintf(stderr, "moractl: %s: path too long\n", path);
+		return 2;
 	}
-	if (fchmod(fd, 0600) != 0 || write(fd, hex, 65) != 65 || fsync(fd) != 0 || close(fd) != 0) {
-		fprintf(stderr, "moractl: writing %s: %s\n", path, strerror(errno));
-		return 1;
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+	int ok = fd >= 0 && fchmod(fd, 0600) == 0 && write(fd, hex, 65) == 65 && fsync(fd) == 0;
+	int err = errno;
+	if (fd >= 0 && close(fd) != 0 && ok) {
+		ok = 0;
+		err = errno;
 	}
 	memset(k, 0, sizeof(k));
 	memset(hex, 0, sizeof(hex));
+	if (ok && (force ? rename(tmp, path) : link(tmp, path)) != 0) {
+		ok = 0;
+		err = errno;
+	}
+	if (fd >= 0 && (!ok || !force))
+		unlink(tmp);
+	if (!ok) {
+		fprintf(stderr, "moractl: %s: %s%s\n", path, strerror(err), err == EEXIST ? " (--force replaces it)" : "");
+		return 1;
+	}
 	if (json)
 		printf("{\"key_file\": \"%s\"}\n", path);
 	else
