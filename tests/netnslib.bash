@@ -1,0 +1,39 @@
+# Two test "nodes" as two network namespaces joined by a veth pair, for tests/test_*_netns.sh
+# (sourced after testlib.bash, not run). netns_pair TAG NET makes namespaces mori-${TAG}a-PID and
+# mori-${TAG}b-PID with the veth ends m${TAG}a/bPID at 10.NET.x.1 and .2, sets NSA NSB VA VB IPA
+# IPB, removes them on exit, and returns once A reaches B over TCP. Skips (77) where namespaces
+# cannot be made (not root, no CAP_NET_ADMIN, no iproute2).
+netns_cleanup() {
+	ip netns del "$NSA" 2> /dev/null
+	ip netns del "$NSB" 2> /dev/null
+	ip link del "$VA" 2> /dev/null
+}
+
+netns_pair() {
+	local tag=$1 net=$2 err ok=
+	command -v ip > /dev/null || skip "no ip(8) (iproute2) to make network namespaces"
+	[ "$(id -u)" = 0 ] || skip "network namespaces need root"
+	NSA=mori-${tag}a-$$
+	NSB=mori-${tag}b-$$
+	VA=m${tag}a$$
+	VB=m${tag}b$$
+	IPA=10.$net.$(($$ % 200)).1
+	IPB=10.$net.$(($$ % 200)).2
+	trap 'rc=$?; netns_cleanup; (exit $rc); cleanup' EXIT
+	err=$(ip netns add "$NSA" 2>&1) || skip "cannot create a network namespace: $err"
+	ip netns add "$NSB" || fail "second namespace"
+	err=$(ip link add "$VA" type veth peer name "$VB" 2>&1) || skip "cannot create a veth pair: $err"
+	ip link set "$VA" netns "$NSA" && ip link set "$VB" netns "$NSB" || fail "moving the veth ends"
+	ip -n "$NSA" addr add "$IPA/24" dev "$VA" && ip -n "$NSB" addr add "$IPB/24" dev "$VB" || fail "addresses"
+	for ns in "$NSA" "$NSB"; do
+		ip -n "$ns" link set lo up || fail "lo up in $ns"
+	done
+	ip -n "$NSA" link set "$VA" up && ip -n "$NSB" link set "$VB" up || fail "veth up"
+	# The link is usable when A reaches B (no ping needed: a TCP connect to a closed port is refused).
+	for _ in $(seq 50); do
+		if ip netns exec "$NSA" bash -c "exec 3<>/dev/tcp/$IPB/9" 2>&1 | grep -q refused; then ok=1; break; fi
+		sleep 0.1
+	done
+	[ -n "$ok" ] || fail "veth $IPA <-> $IPB does not carry TCP"
+	echo "# namespaces $NSA ($IPA) and $NSB ($IPB) joined by veth $VA/$VB"
+}
