@@ -1,0 +1,488 @@
+"""mori.shmem: MORI-SHMEM's host API (include/mori_shmem.h) in Python, over libmori (ctypes).
+
+A group is a set of PEs (processes, one per GPU in production) with ranks 0..n-1; every PE has
+a symmetric heap of the same size, formed by the node's morid. An object allocated collectively
+sits at the same offset of every PE's heap.
+
+    from mori import shmem
+    g = shmem.join("job7", rank, world, heap_size=1 << 30, heap_kind="vram")
+    # or: uid = shmem.get_unique_id() on rank 0, broadcast it, then
+    #     g = shmem.init_uid(uid, rank, world, heap_kind="vram")
+    buf = g.calloc(4096)                        # an address (int) in this PE's heap
+    t = g.tensor(buf, (1024,), torch.float32)   # a torch view of it, no copy
+    peer = g.ptr_p2p(buf, (g.my_pe() + 1) % g.n_pes())   # where this process reaches PE+1's copy
+    g.barrier_on_stream(torch.cuda.current_stream().cuda_stream)
+    g.leave()
+
+Names follow ROCm/mori's MORI-SHMEM (ShmemMalloc -> malloc, ShmemPtrP2p -> ptr_p2p,
+ShmemBarrierAll -> barrier_all, unique-id init) and NVSHMEM (get_unique_id, quiet_on_stream),
+with the group as an object instead of process-global state (ROCm/mori's shmem_mype() etc.), so
+one process may hold several groups.
+
+Addresses are ints: device addresses for VRAM heaps, host addresses for host heaps (memfd; no
+GPU needed, the kind the tests without a GPU use). Sizes and offsets are bytes; times are
+microseconds (timeout_us). Collective calls (join, init_uid, malloc, calloc, free, barrier_all)
+are made by every PE in the same order and each has the group's deadline: none waits forever.
+Every failure raises mori.MoriError with the MORI_E* code and libmori's message; a PE that died
+aborts the group (later calls: MORI_EPEERDEAD).
+
+Ownership: a Group owns its libmori client and group handle; leave() (or a with-block, or the
+process's exit) releases both. Memory from malloc/calloc belongs to the group and is gone after
+leave(): tensors made by tensor() must not outlive it.
+"""
+import ctypes
+import os
+import sys
+import threading
+
+from . import _lib
+from .errors import MoriError, MORI_EINVAL, MORI_ENOTSUP
+
+MEM_HOST = _lib.MEM_HOST
+MEM_VRAM = _lib.MEM_VRAM
+UID_BYTES = 128  # MORI_SHMEM_UID_BYTES (common/shmem_layout.h)
+RESERVED = 64 << 10  # MORI_SHMEM_RESERVED: the heap's reserved head (state, signals, rings)
+
+
+class GroupOpts(ctypes.Structure):
+    """struct mori_group_opts."""
+    _fields_ = [("heap_size", ctypes.c_uint64), ("heap_kind", ctypes.c_int), ("gpu_device", ctypes.c_int),
+                ("root", ctypes.c_char_p), ("timeout_us", ctypes.c_int64)]
+
+
+_P = ctypes.c_void_p
+_I = ctypes.c_int
+_SZ = ctypes.c_size_t
+_PP = ctypes.POINTER(ctypes.c_void_p)
+_OPTSP = ctypes.POINTER(GroupOpts)
+
+# name: (restype, argtypes). Exactly the functions of include/mori_shmem.h.
+_PROTOS = {
+    "mori_group_opts_init": (None, [_OPTSP]),
+    "mori_group_join": (_I, [_P, ctypes.c_char_p, _I, _I, _OPTSP, _PP]),
+    "mori_shmem_get_unique_id": (_I, [_P, _P, _SZ, ctypes.POINTER(_SZ)]),
+    "mori_shmem_init_uid": (_I, [_P, _P, _SZ, _I, _I, _OPTSP, _PP]),
+    "mori_group_leave": (None, [_P]),
+    "mori_shmem_my_pe": (_I, [_P]),
+    "mori_shmem_n_pes": (_I, [_P]),
+    "mori_shmem_team_node": (_I, [_P, ctypes.POINTER(ctypes.POINTER(ctypes.c_int)), ctypes.POINTER(_I)]),
+    "mori_shmem_heap_base": (_P, [_P]),
+    "mori_shmem_heap_size": (ctypes.c_uint64, [_P]),
+    "mori_shmem_ptr_p2p": (_P, [_P, _P, _I]),
+    "mori_shmem_offset": (ctypes.c_int64, [_P, _P]),
+    "mori_shmem_malloc": (_I, [_P, _SZ, _SZ, _PP]),
+    "mori_shmem_calloc": (_I, [_P, _SZ, _SZ, _PP]),
+    "mori_shmem_free": (_I, [_P, _P]),
+    "mori_shmem_putmem": (_I, [_P, _P, _P, _SZ, _I]),
+    "mori_shmem_getmem": (_I, [_P, _P, _P, _SZ, _I]),
+    "mori_shmem_barrier_all": (_I, [_P]),
+    "mori_shmem_barrier_on_stream": (_I, [_P, _P]),
+    "mori_shmem_quiet_on_stream": (_I, [_P, _P]),
+    "mori_shmem_status": (_I, [_P, ctypes.POINTER(_I)]),
+    "mori_shmem_state": (_P, [_P]),
+    "mori_shmem_module_init": (_I, [_P, _P]),
+}
+
+_lock = threading.Lock()
+_ready = False
+
+
+def _L():
+    """libmori with this module's prototypes set (once)."""
+    global _ready
+    lib = _lib.load()
+    if _ready:
+        return lib
+    with _lock:
+        if not _ready:
+            missing = [n for n in _PROTOS if not hasattr(lib, n)]
+            if missing:
+                raise MoriError(MORI_ENOTSUP, "%s has no MORI-SHMEM (lacks %s)" % (_lib.path(), ", ".join(missing)))
+            for name, (res, args) in _PROTOS.items():
+                f = getattr(lib, name)
+                f.restype = res
+                f.argtypes = args
+            _ready = True
+    return lib
+
+
+def _kind(k):
+    if k in (MEM_HOST, MEM_VRAM):
+        return k
+    s = str(k).lower()
+    if s in ("host", "cpu", "dram"):
+        return MEM_HOST
+    if s in ("vram", "gpu", "cuda", "device"):
+        return MEM_VRAM
+    raise MoriError(MORI_EINVAL, "heap_kind must be 'host' or 'vram' (or MEM_HOST/MEM_VRAM), not %r" % (k,))
+
+
+def _opts(heap_size, heap_kind, gpu_device, root, timeout_us):
+    o = GroupOpts()
+    _L().mori_group_opts_init(ctypes.byref(o))
+    o.heap_size = int(heap_size)
+    o.heap_kind = _kind(heap_kind)
+    o.gpu_device = int(gpu_device)
+    o.root = _lib.as_bytes(root, "root")
+    o.timeout_us = int(timeout_us)
+    return o
+
+
+def _ordinal(d):
+    d = int(d)
+    return d if d >= 0 else int(os.environ.get("MORI_GPU_DEVICE") or 0)
+
+
+def _open_client(runtime_dir, label):
+    c = ctypes.c_void_p()
+    _lib.check(_L().mori_client_open(_lib.as_bytes(runtime_dir, "runtime_dir"), label.encode(), ctypes.byref(c)),
+               "open a client of morid")
+    return c
+
+
+def _int(addr, what):
+    """An address argument: an int, or None/0 for NULL."""
+    if addr is None:
+        return 0
+    if isinstance(addr, bool) or not isinstance(addr, int):
+        try:
+            return int(addr)
+        except (TypeError, ValueError):
+            raise MoriError(MORI_EINVAL, "%s must be an address (int), not %s" % (what, type(addr).__name__))
+    return addr
+
+
+def _stream(s):
+    """A stream argument as an int handle: None/0 for the default stream, an int, or an object with
+    .cuda_stream (torch.cuda.Stream) or .ptr (cupy)."""
+    if s is None:
+        return 0
+    for attr in ("cuda_stream", "ptr"):
+        if hasattr(s, attr):
+            return int(getattr(s, attr))
+    return _int(s, "stream")
+
+
+def _buffer_addr(src, what):
+    """(address, keepalive, length) of src: an int address, or a buffer-protocol object."""
+    if isinstance(src, int) and not isinstance(src, bool):
+        return src, None, None
+    mv = memoryview(src)
+    if not mv.contiguous:
+        raise MoriError(MORI_EINVAL, "%s must be contiguous" % what)
+    mv = mv.cast("B")
+    if mv.readonly:
+        buf = (ctypes.c_char * len(mv)).from_buffer_copy(mv)
+    else:
+        buf = (ctypes.c_char * len(mv)).from_buffer(mv)
+    return ctypes.addressof(buf), (buf, mv), len(mv)
+
+
+class Group:
+    """One PE's membership of a MORI-SHMEM group (made by join() or init_uid()).
+
+    Not thread-safe for concurrent collective calls (they must be in the same order on every PE
+    anyway); queries are local and cheap."""
+
+    def __init__(self, client, handle, name, heap_kind, gpu_device=0):
+        self._c = client
+        self._g = handle
+        self.name = name
+        self.heap_kind = heap_kind  # MEM_HOST or MEM_VRAM, as joined
+        self.gpu_device = gpu_device  # the VRAM heap's ordinal, resolved as libmori does
+        self._pid = os.getpid()
+
+    # ---- lifetime ----
+    def _h(self):
+        if self._g is None:
+            raise MoriError(MORI_EINVAL, "group %r: already left" % (self.name,))
+        return self._g
+
+    def leave(self):
+        """Leave the group (not collective: the PEs still in it see it torn down, their waits end
+        with MORI_ECANCELED) and close this PE's client. Idempotent. Heap memory is gone after it."""
+        g, c, self._g, self._c = self._g, self._c, None, None
+        if os.getpid() != self._pid or sys.is_finalizing():
+            return  # a forked child's copy belongs to the parent's session; at exit the process's end frees it
+        lib = _L()
+        if g is not None:
+            lib.mori_group_leave(g)
+        if c is not None:
+            lib.mori_client_close(c)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.leave()
+
+    def __del__(self):
+        try:
+            self.leave()
+        except Exception:
+            pass
+
+    def __repr__(self):
+        if self._g is None:
+            return "<mori.shmem.Group %r (left)>" % (self.name,)
+        return "<mori.shmem.Group %r PE %d of %d, heap %#x + %d>" % (self.name, self.my_pe(), self.n_pes(),
+                                                                   self.heap_base(), self.heap_size())
+
+    # ---- queries (local) ----
+    def my_pe(self):
+        """This PE's rank (ROCm/mori ShmemMyPe, NVSHMEM nvshmem_my_pe)."""
+        return _L().mori_shmem_my_pe(self._h())
+
+    def n_pes(self):
+        """The group's size (ShmemNPes, nvshmem_n_pes)."""
+        return _L().mori_shmem_n_pes(self._h())
+
+    def team_node(self):
+        """The PEs on this node, ascending (a list of ints; NVSHMEM's NVSHMEMX_TEAM_NODE)."""
+        pes = ctypes.POINTER(ctypes.c_int)()
+        n = ctypes.c_int()
+        _lib.check(_L().mori_shmem_team_node(self._h(), ctypes.byref(pes), ctypes.byref(n)), "team_node")
+        return [pes[i] for i in range(n.value)]
+
+    def heap_base(self):
+        """This PE's heap start: a device address (VRAM heap) or host address (host heap), int."""
+        return _L().mori_shmem_heap_base(self._h()) or 0
+
+    def heap_size(self):
+        """Bytes of this PE's heap (every PE's is the same), including the 64 KiB reserved head."""
+        return _L().mori_shmem_heap_size(self._h())
+
+    def ptr_p2p(self, addr, pe):
+        """The address (int) at which this process loads and stores the object at `addr` (in its
+        own heap) of PE `pe`, when it maps that PE's heap (same node); None when it does not, or
+        addr is outside the heap or pe out of range (ROCm/mori ShmemPtrP2p, nvshmem_ptr)."""
+        return _L().mori_shmem_ptr_p2p(self._h(), _int(addr, "addr"), int(pe)) or None
+
+    def offset(self, addr):
+        """The heap offset (bytes) of addr in this PE's heap; MoriError(MORI_EINVAL) outside it."""
+        off = _L().mori_shmem_offset(self._h(), _int(addr, "addr"))
+        if off < 0:
+            raise MoriError(MORI_EINVAL, "address %#x is outside group %r's heap" % (_int(addr, "addr"), self.name))
+        return off
+
+    def status(self):
+        """(code, pe): (0, -1) while healthy; once aborted MORI_EPEERDEAD / MORI_ECANCELED /
+        MORI_ETIMEDOUT and the PE that caused it (-1 when none is known)."""
+        pe = ctypes.c_int(-1)
+        rc = _L().mori_shmem_status(self._h(), ctypes.byref(pe))
+        return rc, pe.value
+
+    def state(self):
+        """The device address of this PE's struct mori_shmem_state (VRAM heaps), the value a module's
+        `mori_shmem_state_ptr` must hold; for a host heap, a host copy's address (inspection only)."""
+        return _L().mori_shmem_state(self._h()) or 0
+
+    # ---- symmetric allocation (collective) ----
+    def _alloc(self, fn, size, align, what):
+        out = ctypes.c_void_p()
+        _lib.check(getattr(_L(), fn)(self._h(), int(size), int(align), ctypes.byref(out)),
+                   "%s(%d) in group %r" % (what, size, self.name))
+        return out.value or 0
+
+    def malloc(self, size, align=0):
+        """Collective: every PE calls it with the same size and align in the same order and gets the
+        same offset. Returns the address (int; 0 for size 0). align: a power of two, 0 for 256.
+        MORI_EINVAL (calls differ between PEs), MORI_ENOMEM, MORI_ETIMEDOUT (aborts the group)."""
+        return self._alloc("mori_shmem_malloc", size, align, "malloc")
+
+    def calloc(self, size, align=0):
+        """malloc, and the bytes are zero on every PE before any PE returns."""
+        return self._alloc("mori_shmem_calloc", size, align, "calloc")
+
+    def free(self, addr):
+        """Collective free of what malloc/calloc returned (None/0 frees nothing but still counts)."""
+        _lib.check(_L().mori_shmem_free(self._h(), _int(addr, "addr")), "free in group %r" % (self.name,))
+
+    # ---- host-initiated data movement ----
+    def putmem(self, dest, src, pe, nbytes=None):
+        """Blocking put: nbytes from src (an address, or any contiguous buffer: bytes, numpy array)
+        to the symmetric object `dest` (an address in this PE's heap) at PE pe. nbytes defaults
+        to the buffer's length. MORI_ERANGE when the range leaves the heap (nothing written)."""
+        a, keep, n = _buffer_addr(src, "src")
+        n = n if nbytes is None else int(nbytes)
+        if n is None:
+            raise MoriError(MORI_EINVAL, "putmem from an address needs nbytes")
+        _lib.check(_L().mori_shmem_putmem(self._h(), _int(dest, "dest"), a, n, int(pe)), "putmem to PE %d" % pe)
+        del keep
+
+    def getmem(self, dest, src, pe, nbytes=None):
+        """Blocking get: nbytes of the symmetric object `src` at PE pe into dest (an address, or a
+        writable contiguous buffer such as a bytearray; nbytes defaults to its length)."""
+        if isinstance(dest, int) and not isinstance(dest, bool):
+            a, keep, n = dest, None, None
+        else:
+            mv = memoryview(dest).cast("B")
+            if mv.readonly:
+                raise MoriError(MORI_EINVAL, "getmem: dest is read-only")
+            keep = (ctypes.c_char * len(mv)).from_buffer(mv)
+            a, n = ctypes.addressof(keep), len(mv)
+        n = n if nbytes is None else int(nbytes)
+        if n is None:
+            raise MoriError(MORI_EINVAL, "getmem into an address needs nbytes")
+        _lib.check(_L().mori_shmem_getmem(self._h(), a, _int(src, "src"), n, int(pe)), "getmem from PE %d" % pe)
+        del keep
+
+    def get_bytes(self, src, nbytes, pe):
+        """nbytes of the symmetric object src at PE pe, as bytes."""
+        b = bytearray(int(nbytes))
+        if nbytes:
+            self.getmem(b, src, pe)
+        return bytes(b)
+
+    def barrier_all(self):
+        """Collective barrier: every PE arrives and every put made before it is visible everywhere
+        before any returns (OpenSHMEM barrier_all). MORI_ETIMEDOUT naming the missing, MORI_EPEERDEAD."""
+        _lib.check(_L().mori_shmem_barrier_all(self._h()), "barrier_all in group %r" % (self.name,))
+
+    def barrier_on_stream(self, stream=None):
+        """The same barrier as a kernel enqueued on `stream` (an int handle, e.g.
+        torch.cuda.current_stream().cuda_stream, or the stream object; None: the default stream).
+        Returns once launched. VRAM heaps only (MORI_ENOTSUP for host heaps)."""
+        _lib.check(_L().mori_shmem_barrier_on_stream(self._h(), _stream(stream)), "barrier_on_stream")
+
+    def quiet_on_stream(self, stream=None):
+        """Completes on `stream` when every proxy request made before it has completed (NVSHMEM's
+        nvshmemx_quiet_on_stream). VRAM heaps only."""
+        _lib.check(_L().mori_shmem_quiet_on_stream(self._h(), _stream(stream)), "quiet_on_stream")
+
+    def module_init(self, module):
+        """Fill `mori_shmem_state_ptr` of a loaded CUmodule / hipModule_t (an int handle) with this
+        PE's state, in the primary context of the group's device (ROCm/mori shmem_module_init,
+        NVSHMEM nvshmemx_cumodule_init). VRAM heaps only; MORI_EINVAL when the module lacks the global."""
+        _lib.check(_L().mori_shmem_module_init(self._h(), _int(module, "module")), "module_init")
+
+    # ---- views ----
+    def tensor(self, addr, shape, dtype, device=None):
+        """A torch tensor over heap memory at addr (no copy): see mori.shmem.tensor. For a VRAM heap
+        the device is cuda:<the group's device> unless given."""
+        if device is None and not self._host():
+            device = "cuda:%d" % self.gpu_device
+        return tensor(addr, shape, dtype, device=device, host=self._host())
+
+    def _host(self):
+        return self.heap_kind == MEM_HOST
+
+    def numpy(self, addr, shape, dtype):
+        """A numpy array over a host heap's memory at addr (no copy). Host heaps only."""
+        if not self._host():
+            raise MoriError(MORI_ENOTSUP, "numpy views need a host heap; use tensor() for VRAM")
+        return numpy_view(addr, shape, dtype)
+
+
+def join(name, rank, world_size, heap_size=0, heap_kind="host", gpu_device=-1, root=None, timeout_us=0,
+         runtime_dir=None):
+    """Join group `name` as PE `rank` of `world_size` through the node's morid (collective: returns when
+    every PE has joined, or raises MORI_ETIMEDOUT naming the missing ranks at the deadline).
+
+    heap_size: bytes per PE (0: morid's shmem_heap_size); heap_kind: "host" (memfd, no GPU) or "vram";
+    gpu_device: ordinal for VRAM heaps (-1: $MORI_GPU_DEVICE, else 0); root: host:port of the root
+    daemon's peer listener when PEs span nodes (None: this node only); timeout_us: deadline of the
+    join and every later collective call (0: 30 s); runtime_dir: morid's (None: $MORI_RUNTIME_DIR,
+    else /run/mori). MORI_EEXIST when a group of that name still lives; MORI_EINVAL when PEs disagree."""
+    o = _opts(heap_size, heap_kind, gpu_device, root, timeout_us)
+    c = _open_client(runtime_dir, "shmem:%s:%d" % (name, rank))
+    g = ctypes.c_void_p()
+    rc = _L().mori_group_join(c, _lib.as_bytes(name, "name"), int(rank), int(world_size), ctypes.byref(o),
+                              ctypes.byref(g))
+    if rc < 0:
+        msg = _lib.last_error()
+        _L().mori_client_close(c)
+        raise MoriError(rc, "join %r as PE %d of %d: %s" % (name, rank, world_size, msg))
+    return Group(c, g, name, o.heap_kind, _ordinal(gpu_device))
+
+
+def get_unique_id(runtime_dir=None):
+    """A fresh group's unique id (bytes, at most 128) naming it and its root daemon (ROCm/mori
+    ShmemGetUniqueId, NVSHMEM nvshmemx_get_uniqueid). Made on one PE, broadcast, passed to init_uid."""
+    c = _open_client(runtime_dir, "shmem:uid")
+    try:
+        buf = ctypes.create_string_buffer(UID_BYTES)
+        n = ctypes.c_size_t()
+        _lib.check(_L().mori_shmem_get_unique_id(c, buf, UID_BYTES, ctypes.byref(n)), "get_unique_id")
+        return buf.raw[:n.value]
+    finally:
+        _L().mori_client_close(c)
+
+
+def init_uid(uid, rank, world_size, heap_size=0, heap_kind="host", gpu_device=-1, root=None, timeout_us=0,
+             runtime_dir=None):
+    """join() by the unique id from get_unique_id (ROCm/mori ShmemInitAttr with a unique id)."""
+    if not isinstance(uid, (bytes, bytearray)) or not 0 < len(uid) <= UID_BYTES:
+        raise MoriError(MORI_EINVAL, "uid must be the 1..%d bytes get_unique_id returned" % UID_BYTES)
+    o = _opts(heap_size, heap_kind, gpu_device, root, timeout_us)
+    c = _open_client(runtime_dir, "shmem:uid:%d" % rank)
+    g = ctypes.c_void_p()
+    u = ctypes.create_string_buffer(bytes(uid), len(uid))
+    rc = _L().mori_shmem_init_uid(c, u, len(uid), int(rank), int(world_size), ctypes.byref(o), ctypes.byref(g))
+    if rc < 0:
+        msg = _lib.last_error()
+        _L().mori_client_close(c)
+        raise MoriError(rc, "init_uid as PE %d of %d: %s" % (rank, world_size, msg))
+    return Group(c, g, "uid", o.heap_kind, _ordinal(gpu_device))
+
+
+# ---- zero-copy views ----
+
+class _CudaBuffer:
+    """An object exposing __cuda_array_interface__ (v3) over device bytes, for torch.as_tensor /
+    cupy.asarray (ROCm/mori's MoriShmemBuffer does the same)."""
+
+    def __init__(self, addr, nbytes):
+        self.__cuda_array_interface__ = {"data": (int(addr), False), "shape": (int(nbytes),), "typestr": "|u1",
+                                         "strides": None, "version": 3, "stream": None}
+
+
+def _nbytes(shape, itemsize):
+    n = itemsize
+    for d in shape:
+        if int(d) < 0:
+            raise MoriError(MORI_EINVAL, "negative dimension in shape %r" % (shape,))
+        n *= int(d)
+    return n
+
+
+def tensor(addr, shape, dtype, device=None, host=False):
+    """A torch tensor of `shape` and `dtype` viewing memory at addr (an int), without a copy: device
+    memory through __cuda_array_interface__ (device: "cuda" or "cuda:N", default the current device),
+    or host memory (host=True) through numpy. The caller keeps the memory alive (the group) as long as
+    the tensor. torch is imported here, not at module import."""
+    import torch
+    if isinstance(shape, int):
+        shape = (shape,)
+    shape = tuple(int(d) for d in shape)
+    addr = _int(addr, "addr")
+    if not addr:
+        raise MoriError(MORI_EINVAL, "tensor of a NULL address")
+    item = torch.empty((), dtype=dtype).element_size()
+    nbytes = _nbytes(shape, item)
+    if addr % item:
+        raise MoriError(MORI_EINVAL, "address %#x is not aligned to %s's %d bytes" % (addr, dtype, item))
+    if host:
+        np = __import__("numpy")
+        raw = numpy_view(addr, (nbytes,), np.uint8)
+        return torch.from_numpy(raw).view(dtype).view(shape)
+    t = torch.as_tensor(_CudaBuffer(addr, nbytes), device=device or "cuda")
+    return t.view(dtype).view(shape)
+
+
+def numpy_view(addr, shape, dtype):
+    """A numpy array of shape/dtype over host memory at addr (no copy; the caller keeps it alive)."""
+    np = __import__("numpy")
+    if isinstance(shape, int):
+        shape = (shape,)
+    dt = np.dtype(dtype)
+    nbytes = _nbytes(shape, dt.itemsize)
+    addr = _int(addr, "addr")
+    if not addr:
+        raise MoriError(MORI_EINVAL, "view of a NULL address")
+    buf = (ctypes.c_char * nbytes).from_address(addr)
+    return np.frombuffer(buf, dtype=dt, count=nbytes // dt.itemsize).reshape(shape)
+
+
+__all__ = ["Group", "GroupOpts", "join", "get_unique_id", "init_uid", "tensor", "numpy_view", "MEM_HOST",
+           "MEM_VRAM", "UID_BYTES", "RESERVED"]
