@@ -17,6 +17,7 @@
 #define MORI_VIZ_LAYOUT_H
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #if defined(__CUDACC__) || defined(__HIPCC__)
 #define MORI_VIZ_HD __host__ __device__ /* the helpers below run on both sides */
@@ -59,5 +60,24 @@ MORI_VIZ_HD static inline size_t mori_viz_events_off(uint32_t warps)
 MORI_VIZ_HD static inline size_t mori_viz_bytes(uint32_t warps, uint32_t events_per_warp)
 {
 	return mori_viz_events_off(warps) + (size_t)warps * events_per_warp * sizeof(struct mori_viz_event);
+}
+/* Initialise a host copy of a buffer (mori_viz_bytes(warps, events_per_warp) bytes, zeroed here):
+ * events_per_warp a power of two. 0, or -1 for bad arguments. Used by tools/viz and by libmori's
+ * traced copy kernel (libclient/gpu_viz.c). */
+static inline int mori_viz_init(void *buf, size_t len, uint32_t warps, uint32_t epw, uint64_t clock_hz,
+				uint32_t wpb, int enabled)
+{
+	if (!buf || !warps || !epw || (epw & (epw - 1)) || !clock_hz || len < mori_viz_bytes(warps, epw))
+		return -1;
+	memset(buf, 0, mori_viz_bytes(warps, epw));
+	struct mori_viz_header *h = (struct mori_viz_header *)buf;
+	h->magic = MORI_VIZ_MAGIC;
+	h->version = MORI_VIZ_VERSION;
+	h->warps = warps;
+	h->events_per_warp = epw;
+	h->clock_hz = clock_hz;
+	h->warps_per_block = wpb;
+	h->enabled = !!enabled;
+	return 0;
 }
 #endif

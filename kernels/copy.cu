@@ -2,8 +2,11 @@
 // descriptors between two bases (gather/scatter), each warp copying whole chunks of one
 // descriptor. 16-byte vector loads and stores where source and destination agree modulo 16
 // (after a short head), narrower ones where they agree on less, bytes at the tail.
+// Two kernels from one body: mori_copy_batch, and mori_copy_batch_viz with MORI-VIZ trace points
+// (kernels/mori_viz.h) that record into args.viz when it is set and enabled (libclient/gpu_viz.c).
 #include "mori_gpu.h"
 #include "mori_copy.h"
+#include "mori_viz.h"
 
 template <typename T> MORI_DEVICE T load_once(const T *p) { return *p; }
 template <typename T> MORI_DEVICE void store_once(T *p, T v) { *p = v; }
@@ -74,8 +77,14 @@ MORI_DEVICE uint32_t find_desc(const uint32_t *first, uint32_t n, uint64_t c)
 	return lo;
 }
 
-MORI_KERNEL void __launch_bounds__(MORI_COPY_BLOCK_THREADS, MORI_COPY_BLOCKS_PER_SM) mori_copy_batch(const struct mori_copy_args a)
+// TRACE: a warp's batch (begin/end), each chunk it copies (begin/end) and its last chunk's end
+// (instant). Without TRACE the body has no trace code at all.
+template <bool TRACE> MORI_DEVICE void copy_batch(const struct mori_copy_args &a)
 {
+	// a.viz stays in the parameter bank: off (0) costs a compare per point and no register
+	struct mori_viz_header *viz = reinterpret_cast<struct mori_viz_header *>(a.viz);
+	if (TRACE && viz)
+		mori_viz_log_at(viz, MORI_VIZ_SLOT_COPY_BATCH, MORI_VIZ_EV_BEGIN);
 	const unsigned lane = mori_lane();
 	const uint64_t step = mori_grid_warps();
 	const struct mori_copy_desc *descs = reinterpret_cast<const struct mori_copy_desc *>(a.descs);
@@ -113,6 +122,24 @@ MORI_KERNEL void __launch_bounds__(MORI_COPY_BLOCK_THREADS, MORI_COPY_BLOCKS_PER
 		const uint8_t *src = reinterpret_cast<const uint8_t *>(a.swap ? a.b_base : a.a_base) + src_off + off;
 		uint8_t *dst = reinterpret_cast<uint8_t *>(a.swap ? a.a_base : a.b_base) + dst_off + off;
 		uint64_t left = d.len - off, chunk = 1ull << a.chunk_shift;
+		if (TRACE && viz)
+			mori_viz_log_at(viz, MORI_VIZ_SLOT_COPY_DESC, MORI_VIZ_EV_BEGIN);
 		copy_piece(dst, src, left < chunk ? left : chunk, lane);
+		if (TRACE && viz)
+			mori_viz_log_at(viz, MORI_VIZ_SLOT_COPY_DESC, MORI_VIZ_EV_END);
 	}
+	if (TRACE && viz) {
+		mori_viz_log_at(viz, MORI_VIZ_SLOT_COPY_TAIL, MORI_VIZ_EV_INSTANT);
+		mori_viz_log_at(viz, MORI_VIZ_SLOT_COPY_BATCH, MORI_VIZ_EV_END);
+	}
+}
+
+MORI_KERNEL void __launch_bounds__(MORI_COPY_BLOCK_THREADS, MORI_COPY_BLOCKS_PER_SM) mori_copy_batch(const struct mori_copy_args a)
+{
+	copy_batch<false>(a);
+}
+
+MORI_KERNEL void __launch_bounds__(MORI_COPY_BLOCK_THREADS, MORI_COPY_BLOCKS_PER_SM) mori_copy_batch_viz(const struct mori_copy_args a)
+{
+	copy_batch<true>(a);
 }

@@ -20,7 +20,8 @@ HIP_PART  := $(OUT)/kernels_hip.part
 # (mori_copy_batch) and shmem.cu (mori_shmem_barrier_on_stream, mori_shmem_quiet_on_stream).
 SRC    := kernels/mori_kernels.cu
 SHMEM_DEPS := kernels/mori_shmem.cuh kernels/mori_shmem_kernels.h common/shmem_layout.h include/mori.h
-DEPS   := $(SRC) kernels/copy.cu kernels/shmem.cu kernels/mori_gpu.h kernels/mori_copy.h $(SHMEM_DEPS) \
+DEPS   := $(SRC) kernels/copy.cu kernels/shmem.cu kernels/mori_gpu.h kernels/mori_copy.h kernels/mori_viz.h \
+          common/viz_layout.h $(SHMEM_DEPS) \
           kernels/kernels.mk kernels/embed.sh kernels/probe-gpucc.sh
 # Kernels of GPU tests and benchmarks, not part of libmori: one image each, embedded alike as
 # mori_kernels_<name>_image (empty without nvcc: the test or bench then says so and skips).

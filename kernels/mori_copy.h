@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #define MORI_COPY_KERNEL "mori_copy_batch"
+#define MORI_COPY_KERNEL_VIZ "mori_copy_batch_viz" /* the same with MORI-VIZ trace points (args.viz) */
 #define MORI_COPY_INLINE 8            /* batches this small travel inside the parameters */
 #define MORI_COPY_MIN_CHUNK_SHIFT 10  /* a warp copies at least 1 KiB of one descriptor */
 #define MORI_COPY_MAX_CHUNK_SHIFT 16  /* and at most 64 KiB */
@@ -41,13 +42,15 @@ struct mori_copy_args {
 	struct mori_copy_desc inl[MORI_COPY_INLINE];
 	uint32_t inl_first[MORI_COPY_INLINE + 1];
 	uint32_t pad2;
+	uint64_t viz;          /* mori_copy_batch_viz: device address of a MORI-VIZ buffer
+	                        * (common/viz_layout.h), 0: record nothing; the untraced kernel ignores it */
 };
 
 #ifdef __cplusplus
-static_assert(sizeof(struct mori_copy_args) == 64 + 24 * MORI_COPY_INLINE + 4 * (MORI_COPY_INLINE + 2),
+static_assert(sizeof(struct mori_copy_args) == 64 + 24 * MORI_COPY_INLINE + 4 * (MORI_COPY_INLINE + 2) + 8,
 	      "mori_copy_args layout");
 #else
-_Static_assert(sizeof(struct mori_copy_args) == 64 + 24 * MORI_COPY_INLINE + 4 * (MORI_COPY_INLINE + 2),
+_Static_assert(sizeof(struct mori_copy_args) == 64 + 24 * MORI_COPY_INLINE + 4 * (MORI_COPY_INLINE + 2) + 8,
 	       "mori_copy_args layout");
 #endif
 #endif

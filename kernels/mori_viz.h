@@ -1,9 +1,11 @@
 /* MORI-VIZ trace points for mori's kernels (issue 19): per-warp begin/end/instant events with the
  * GPU global timer into the buffer of common/viz_layout.h, written by lane 0.
  *
- * Compiled in only with -DMORI_VIZ; without it every macro is ((void)0) and the kernel is the
- * untraced one. Compiled in, a launch given a NULL buffer or a header with enabled = 0 pays one
- * predictable branch per trace point.
+ * The macros compile in only with -DMORI_VIZ; without it every macro is ((void)0) and the kernel
+ * is the untraced one. Compiled in, a launch given a NULL buffer or a header with enabled = 0 pays
+ * one predictable branch per trace point. A source that builds a traced and an untraced kernel
+ * from one body (kernels/copy.cu) calls the functions below under a template flag instead: in
+ * GPU code they exist with or without -DMORI_VIZ.
  *
  *   MORI_VIZ_DECL(buf);            once per kernel: buf is a struct mori_viz_header * (or NULL)
  *   MORI_VIZ_BEGIN(slot); ... MORI_VIZ_END(slot);
@@ -13,12 +15,12 @@
  * Outside nvcc/hipcc (host unit tests) the same code runs with mori_viz_host_clock(). */
 #ifndef MORI_VIZ_KERNEL_H
 #define MORI_VIZ_KERNEL_H
-#include "viz_layout.h"
+#include "../common/viz_layout.h"
 
 /* The copy kernel's slots (kernels/copy.cu): its batch and each descriptor it copies. */
 enum mori_viz_copy_slot { MORI_VIZ_SLOT_COPY_BATCH = 0, MORI_VIZ_SLOT_COPY_DESC = 1, MORI_VIZ_SLOT_COPY_TAIL = 2 };
 
-#ifdef MORI_VIZ
+#if defined(MORI_VIZ) || defined(__CUDACC__) || defined(__HIPCC__)
 #if defined(__CUDACC__) || defined(__HIPCC__)
 #include "mori_gpu.h"
 #define MORI_VIZ_FN MORI_DEVICE
@@ -78,6 +80,16 @@ MORI_VIZ_FN void mori_viz_log(struct mori_viz_warp *w, unsigned slot, unsigned t
 	*w->head = i + 1;
 }
 
+/* One event without a per-warp handle: for kernels short of registers (the copy kernel) the
+ * buffer's address stays in the launch parameters and each call finds the warp's ring itself. */
+MORI_VIZ_FN void mori_viz_log_at(struct mori_viz_header *h, unsigned slot, unsigned type)
+{
+	struct mori_viz_warp w = mori_viz_open(h);
+	mori_viz_log(&w, slot, type);
+}
+#endif
+
+#ifdef MORI_VIZ
 #define MORI_VIZ_DECL(buf) struct mori_viz_warp mori_viz_w_ = mori_viz_open(buf)
 #define MORI_VIZ_BEGIN(slot) mori_viz_log(&mori_viz_w_, (slot), MORI_VIZ_EV_BEGIN)
 #define MORI_VIZ_END(slot) mori_viz_log(&mori_viz_w_, (slot), MORI_VIZ_EV_END)

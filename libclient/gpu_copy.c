@@ -71,7 +71,7 @@ static int kernel_load(mori_client *c, const struct gpu_api *g, struct gpu_dev *
 		} else if ((rc = gpu_err(g->module_get_function(&d->copy_fn, d->module, MORI_COPY_KERNEL),
 					 "cuModuleGetFunction", msg, sizeof(msg)))) {
 			snprintf(d->kernel_msg, sizeof(d->kernel_msg), "GPU kernel %s: %s", MORI_COPY_KERNEL, msg);
-		} else {
+		} else if (!(rc = gpu_viz_load(c, g, d, d->kernel_msg, sizeof(d->kernel_msg)))) {
 			d->kernel_rc = 1;
 			return MORI_OK;
 		}
@@ -262,6 +262,7 @@ void gpu_dev_free(const struct gpu_api *g, struct gpu_dev *d)
 		g->mem_free_host(d->ring_host);
 	if (d->ring_dev)
 		g->mem_free(d->ring_dev);
+	gpu_viz_free(g, d); /* after the drain: every traced copy has finished */
 	if (d->module)
 		g->module_unload(d->module);
 	pthread_mutex_unlock(&d->lock);
@@ -309,8 +310,9 @@ static int launch(mori_client *c, const struct gpu_api *g, struct gpu_dev *d, st
 {
 	void *params[] = {a};
 	unsigned grid = gpu_copy_grid(a->total_chunks, d->sm_count);
+	gpu_function fn = gpu_viz_kernel(d, &a->viz);
 	char msg[160];
-	int rc = gpu_err(g->launch_kernel(d->copy_fn, grid, 1, 1, MORI_COPY_BLOCK_THREADS, 1, 1, 0, s, params, NULL),
+	int rc = gpu_err(g->launch_kernel(fn, grid, 1, 1, MORI_COPY_BLOCK_THREADS, 1, 1, 0, s, params, NULL),
 			 "cuLaunchKernel", msg, sizeof(msg));
 	return rc ? set_error(c, rc, "GPU copy: %s", msg) : MORI_OK;
 }

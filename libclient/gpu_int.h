@@ -34,6 +34,7 @@ struct gpu_dev {
 	char kernel_msg[200];
 	gpu_module module;
 	gpu_function copy_fn;
+	struct gpu_viz *viz;         /* MORI-VIZ tracing of copies, or NULL (libclient/gpu_viz.c) */
 	gpu_stream stream;           /* launches when the caller gives none */
 	gpu_stream upload;           /* descriptor uploads, overlapping earlier slices' copies */
 	gpu_event upload_ev;
@@ -111,6 +112,13 @@ void gpu_dev_free(const struct gpu_api *g, struct gpu_dev *d);
 /* Inspection for tests and mori-gpubench: load (if needed) and return the copy kernel of
  * device `ordinal`. MORI_ENOKERNEL with a message naming the architecture when absent. */
 int gpu_copy_kernel(mori_client *c, int ordinal, gpu_function *fn, int *sm_count);
+/* libclient/gpu_viz.c (d->lock held, d's context current): after the module loads, the traced
+ * copy kernel when MORI_VIZ_TRACE or MORI_VIZ_KERNEL asks for it (msg says why on error); the
+ * kernel a copy launches and its trace buffer address (0: none); at device free, the trace
+ * written out. */
+int gpu_viz_load(mori_client *c, const struct gpu_api *g, struct gpu_dev *d, char *msg, size_t len);
+gpu_function gpu_viz_kernel(const struct gpu_dev *d, uint64_t *buf);
+void gpu_viz_free(const struct gpu_api *g, struct gpu_dev *d);
 /* Grid for a batch of total_chunks (what gpu_xfer launches with). */
 unsigned gpu_copy_grid(uint64_t total_chunks, int sm_count);
 /* Chunk size (log2 bytes) gpu_xfer picks for `total` bytes on sm_count SMs. */

@@ -391,6 +391,7 @@ static void usage(void)
 		"                     [--iters 20] [--warmup 3] [--depth 1] [--region 1G] [--check] [--json]\n"
 		"                     [--prep-descs 100000] [--prep] [--no-rotate]\n"
 		"                     [--mem host|vram | --local-mem host|vram --remote-mem host|vram]\n"
+		"                     [--trace FILE | --trace-off]\n"
 		"       mori-bench io-target --runtime-dir DIR [--name NAME] [--region 1G]\n"
 		"       mori-bench shmem [--nvshmem PATH/bench_nvshmem] [--reps 200]   (tools/bench_shmem.c)\n"
 		"Same node (default): a forked target process publishes a region on the same morid; baseline\n"
@@ -398,7 +399,9 @@ static void usage(void)
 		"stream between the same two hosts.\n"
 		"--mem vram (or mixed kinds): regions in GPU memory (device $MORI_GPU_DEVICE,\n"
 		"else 0); baselines one cuMemcpy*Async of the batch's bytes (ceiling) and one per block.\n"
-		"--prep: each iteration submits all indices of a prepared list of the batch's descriptors.\n");
+		"--prep: each iteration submits all indices of a prepared list of the batch's descriptors.\n"
+		"--trace FILE: GPU copies run the MORI-VIZ traced kernel into FILE (mori-viz FILE -o trace.json);\n"
+		"--trace-off: the traced kernel with tracing off (what compiling the trace points in costs).\n");
 	exit(2);
 }
 
@@ -425,6 +428,8 @@ static void parse(int argc, char **argv, struct opts *o)
 		else if (ARG("--mem")) o->lmem = o->rmem = parse_mem(v);
 		else if (ARG("--local-mem")) o->lmem = parse_mem(v);
 		else if (ARG("--remote-mem")) o->rmem = parse_mem(v);
+		else if (ARG("--trace")) setenv("MORI_VIZ_TRACE", v, 1); /* read by libmori (libclient/gpu_viz.c) */
+		else if (!strcmp(a, "--trace-off")) setenv("MORI_VIZ_KERNEL", "1", 1);
 		else if (!strcmp(a, "--prep")) o->prep = 1;
 		else if (!strcmp(a, "--check")) o->check = 1;
 		else if (!strcmp(a, "--no-rotate")) o->no_rotate = 1;

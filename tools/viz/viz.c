@@ -6,18 +6,7 @@
 
 int viz_init(void *buf, size_t len, uint32_t warps, uint32_t epw, uint64_t clock_hz, uint32_t wpb, int enabled)
 {
-	if (!buf || !warps || !epw || (epw & (epw - 1)) || !clock_hz || len < mori_viz_bytes(warps, epw))
-		return -1;
-	memset(buf, 0, mori_viz_bytes(warps, epw));
-	struct mori_viz_header *h = buf;
-	h->magic = MORI_VIZ_MAGIC;
-	h->version = MORI_VIZ_VERSION;
-	h->warps = warps;
-	h->events_per_warp = epw;
-	h->clock_hz = clock_hz;
-	h->warps_per_block = wpb;
-	h->enabled = !!enabled;
-	return 0;
+	return mori_viz_init(buf, len, warps, epw, clock_hz, wpb, enabled);
 }
 
 int viz_read(const void *buf, size_t len, struct viz_trace *t, char *err, size_t errlen)
