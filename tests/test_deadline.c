@@ -6,119 +6,49 @@
  * MORI_XNODE_VETH_B), the link going down under a transfer, which once ended with MORI_EIO "data
  * stream connection timed out" after 15.6 s of a 10 s deadline. Loopback otherwise. */
 #include <check.h>
-#include <sys/prctl.h>
 
 #include "harness.h"
+#include "node_harness.h"
 #include "wire.h"
 
 #define DEADLINE_MS 1500
 
-struct node {
-	pid_t pid;
-	char dir[256], log[300], ip[64], addr[96];
-	const char *ns;
-};
-static struct node NA, NB;
-
-static int node_start(struct node *n, const char *const *extra)
-{
-	char morid[512], sock[300];
-	snprintf(morid, sizeof(morid), "%s/morid", build_dir());
-	snprintf(n->dir, sizeof(n->dir), "/tmp/mori-deadline-XXXXXX");
-	if (!mkdtemp(n->dir))
-		return -1;
-	snprintf(n->log, sizeof(n->log), "%s.log", n->dir);
-	snprintf(sock, sizeof(sock), "%s/morid.sock", n->dir);
-	snprintf(n->addr, sizeof(n->addr), "%s:%d", n->ip, n->ns ? 7300 : free_port());
-	if ((n->pid = fork()) == 0) {
-		const char *argv[40];
-		char ms[32];
-		int k = 0;
-		snprintf(ms, sizeof(ms), "%d", DEADLINE_MS);
-		if (n->ns) {
-			argv[k++] = "ip";
-			argv[k++] = "netns";
-			argv[k++] = "exec";
-			argv[k++] = n->ns;
-		}
-		const char *base[] = {morid, "--runtime-dir", n->dir, "--log-level", "info", "--listen", n->addr,
-				      "--transfer-timeout-ms", ms};
-		for (size_t i = 0; i < sizeof(base) / sizeof(base[0]); i++)
-			argv[k++] = base[i];
-		for (int i = 0; extra && extra[i] && k < 38; i++)
-			argv[k++] = extra[i];
-		argv[k] = NULL;
-		FILE *f = freopen(n->log, "a", stderr);
-		(void)f;
-		unsetenv("NOTIFY_SOCKET");
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (n->ns)
-			execvp("ip", (char *const *)argv);
-		else
-			execv(morid, (char *const *)argv);
-		_exit(127);
-	}
-	for (int i = 0; i < 500; i++) {
-		struct stat st;
-		if (stat(sock, &st) == 0) {
-			usleep(50000);
-			return 0;
-		}
-		usleep(10000);
-	}
-	return -1;
-}
-
-static void node_stop(struct node *n)
-{
-	if (n->pid > 0) {
-		kill(n->pid, SIGCONT);
-		kill(n->pid, SIGTERM);
-		for (int i = 0; i < 300 && waitpid(n->pid, NULL, WNOHANG) != n->pid; i++)
-			usleep(10000);
-		kill(n->pid, SIGKILL);
-		waitpid(n->pid, NULL, 0);
-		n->pid = 0;
-	}
-	char cmd[700];
-	if (!getenv("KEEP_TMP")) {
-		snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s'", n->dir, n->log);
-		if (system(cmd) != 0) {
-		}
-	}
-}
+static struct test_node NA, NB;
+static char deadline_ms[16];
+static const char *deadline_args[8] = {"--transfer-timeout-ms", deadline_ms};
 
 /* The morid process itself (under `ip netns exec` the child execs it, same pid). */
-static void node_signal(struct node *n, int sig) { kill(n->pid, sig); }
+static void node_signal(struct test_node *n, int sig) { kill(n->pid, sig); }
 
 static void setup(void)
 {
-	memset(&NA, 0, sizeof(NA));
-	memset(&NB, 0, sizeof(NB));
-	NA.ns = getenv("MORI_XNODE_NS_A");
-	NB.ns = getenv("MORI_XNODE_NS_B");
-	snprintf(NA.ip, sizeof(NA.ip), "%s", NA.ns && getenv("MORI_XNODE_IP_A") ? getenv("MORI_XNODE_IP_A") : "127.0.0.1");
-	snprintf(NB.ip, sizeof(NB.ip), "%s", NB.ns && getenv("MORI_XNODE_IP_B") ? getenv("MORI_XNODE_IP_B") : "127.0.0.1");
-	const char *key = getenv("MORI_XNODE_KEY"), *more[8] = {0};
-	int k = 0;
+	node_init(&NA, "deadline", "MORI_XNODE_NS_A", "MORI_XNODE_IP_A", 7300);
+	node_init(&NB, "deadline", "MORI_XNODE_NS_B", "MORI_XNODE_IP_B", 7300);
+	snprintf(deadline_ms, sizeof(deadline_ms), "%d", DEADLINE_MS);
+	const char *key = getenv("MORI_XNODE_KEY");
+	int k = 2;
 	if (key) {
-		more[k++] = "--cluster-key-file";
-		more[k++] = key;
+		deadline_args[k++] = "--cluster-key-file";
+		deadline_args[k++] = key;
 	}
 	/* peer_dead_ms (issue 18) only where the namespaces test the link: a loopback run also works
 	 * against a morid that predates it */
 	if (NA.ns) {
-		more[k++] = "--peer-dead-ms";
-		more[k++] = "1000";
+		deadline_args[k++] = "--peer-dead-ms";
+		deadline_args[k++] = "1000";
 	}
-	ck_assert_int_eq(node_start(&NA, more), 0);
-	ck_assert_int_eq(node_start(&NB, more), 0);
+	deadline_args[k] = NULL;
+	NA.args = NB.args = deadline_args;
+	ck_assert_int_eq(node_start(&NA, NULL), 0);
+	ck_assert_int_eq(node_start(&NB, NULL), 0);
 }
 
 static void teardown(void)
 {
 	node_stop(&NA);
 	node_stop(&NB);
+	node_clean(&NA);
+	node_clean(&NB);
 }
 
 struct pair {

@@ -31,6 +31,7 @@
 #include "mori.pb-c.h"
 #include "../daemon/config.h"
 #include "../daemon/rdma.h"
+#include "node_harness.h"
 #include "peer_harness.h" /* a peer daemon by hand, authenticated with the suite's key */
 
 #define REGION (64u << 20)
@@ -61,7 +62,6 @@ static uint64_t now_us(void)
 	return (uint64_t)t.tv_sec * 1000000u + (uint64_t)t.tv_nsec / 1000u;
 }
 
-static const char *bdir(void) { return getenv("B") && getenv("B")[0] ? getenv("B") : "build"; }
 
 /* ---- data: a write's bytes are a function of (seq, target offset); the read half is fixed ---- */
 static inline uint8_t wpat(uint64_t seq, uint64_t x) { return (uint8_t)(x * 7 + (x >> 9) * 3 + seq * 131 + 1); }
@@ -105,65 +105,32 @@ static void gen_batch(uint64_t seq, int *read, mori_desc *d, size_t *n)
 }
 
 /* ---- daemons ---- */
-struct node {
-	pid_t pid;
-	char dir[128], log[160], ip[64], addr[128], dev[64];
-};
-static struct node A, B;
+static struct test_node A, B;
+static char devA[64], devB[64];
 
-static int node_start(struct node *n)
+/* Both daemons on RDMA only, with a cluster key where the suite made one (issue 18: cross-node
+ * tests run authenticated; without one a non-loopback listen needs insecure_peers). */
+static void node_setup(struct test_node *n, const char *name, const char *dev)
 {
-	char morid[300], sock[200], listen[100];
-	snprintf(morid, sizeof(morid), "%s/morid", bdir());
-	snprintf(sock, sizeof(sock), "%s/morid.sock", n->dir);
-	snprintf(listen, sizeof(listen), "%s:%d", n->ip, PORT);
-	snprintf(n->addr, sizeof(n->addr), "%s", listen);
-	mkdir(n->dir, 0755);
-	unlink(sock);
-	n->pid = fork();
-	if (n->pid == 0) {
-		FILE *f = freopen(n->log, "a", stderr);
-		(void)f;
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		/* a cluster key where the suite made one (issue 18: cross-node tests run authenticated;
-		 * without one a non-loopback listen needs insecure_peers) */
-		const char *key = getenv("MORI_CLUSTER_KEY");
-		execl(morid, morid, "--runtime-dir", n->dir, "--listen", listen, "--transport", "rdma",
-		      "--rdma-device", n->dev, "--log-level", "info", "--log-target", "stderr",
-		      "--transfer-timeout-ms", "8000", "--rdma-qp-timeout", "14", "--rdma-retry-cnt", "3",
-		      key ? "--cluster-key-file" : "--insecure-peers", key ? key : "true", (char *)NULL);
-		_exit(127);
-	}
-	for (int i = 0; i < 500; i++) {
-		struct stat st;
-		if (stat(sock, &st) == 0) {
-			usleep(50000);
-			return 0;
-		}
-		usleep(10000);
-	}
-	return -1;
+	static const char *args[2][20];
+	const char **a = args[n == &B];
+	const char *key = getenv("MORI_CLUSTER_KEY");
+	const char *v[] = {"--transport", "rdma", "--rdma-device", dev, "--log-target", "stderr",
+			   "--transfer-timeout-ms", "8000", "--rdma-qp-timeout", "14", "--rdma-retry-cnt", "3",
+			   key ? "--cluster-key-file" : "--insecure-peers", key ? key : "true", NULL};
+	memcpy(a, v, sizeof(v));
+	n->name = name;
+	n->port = PORT;
+	n->args = a;
+	snprintf(n->dir, sizeof(n->dir), "/tmp/mori-%s.%d", name, getpid());
 }
 
-static void node_stop(struct node *n, int sig)
+/* SIGTERM must end it cleanly (exit 0). */
+static void node_stop_checked(struct test_node *n)
 {
-	if (n->pid <= 0)
-		return;
-	kill(n->pid, sig);
-	int st;
-	for (int i = 0; i < 500; i++) {
-		if (waitpid(n->pid, &st, WNOHANG) == n->pid) {
-			if (sig == SIGTERM && (!WIFEXITED(st) || WEXITSTATUS(st)))
-				fail("morid %s did not exit cleanly (status %d)", n->addr, st);
-			n->pid = 0;
-			return;
-		}
-		usleep(10000);
-	}
-	kill(n->pid, SIGKILL);
-	waitpid(n->pid, NULL, 0);
-	n->pid = 0;
-	fail("morid %s needed SIGKILL", n->addr);
+	int rc = n->pid > 0 ? node_stop(n) : 0;
+	if (rc)
+		fail("morid %s did not exit cleanly (status %d)", n->addr, rc);
 }
 
 /* The output of a shell command (static storage). */
@@ -322,7 +289,7 @@ static void drain_reports(struct tproc *t)
 
 static int count_rdma_peers(const char *dir)
 {
-	const char *o = sh("%s/moractl --runtime-dir %s peers --json", bdir(), dir);
+	const char *o = sh("%s/moractl --runtime-dir %s peers --json", build_dir(), dir);
 	int n = 0;
 	for (const char *p = o; (p = strstr(p, "\"transport\":")); p++)
 		if (strstr(p, "\"rdma\"") == p + 12 || !strncmp(p + 12, "\t\"rdma\"", 7) || !strncmp(p + 12, " \"rdma\"", 7))
@@ -385,8 +352,9 @@ static int pick_devices(void)
 	for (int i = 0; i < n && k < 2; i++) {
 		if (!v[i].usable || !v[i].address[0] || strchr(v[i].address, ':'))
 			continue;
-		struct node *x = k ? &B : &A;
-		snprintf(x->dev, sizeof(x->dev), "%s", v[i].device);
+		struct test_node *x = k ? &B : &A;
+		char *dev = k ? devB : devA;
+		snprintf(dev, sizeof(devA), "%s", v[i].device);
 		snprintf(x->ip, sizeof(x->ip), "%s", v[i].address);
 		k++;
 	}
@@ -414,12 +382,10 @@ int main(int argc, char **argv)
 	int rc = pick_devices();
 	if (rc)
 		return rc == 77 ? 77 : 1;
-	snprintf(A.dir, sizeof(A.dir), "/tmp/mori-rdma-a.%d", getpid());
-	snprintf(B.dir, sizeof(B.dir), "/tmp/mori-rdma-b.%d", getpid());
-	snprintf(A.log, sizeof(A.log), "%s.log", A.dir);
-	snprintf(B.log, sizeof(B.log), "%s.log", B.dir);
-	printf("daemons: A %s on %s, B %s on %s (transport = rdma)\n", A.ip, A.dev, B.ip, B.dev);
-	if (node_start(&A) || node_start(&B)) {
+	node_setup(&A, "rdma-a", devA);
+	node_setup(&B, "rdma-b", devB);
+	printf("daemons: A %s on %s, B %s on %s (transport = rdma)\n", A.ip, devA, B.ip, devB);
+	if (node_start(&A, NULL) || node_start(&B, NULL)) {
 		fail("a daemon did not start (logs %s, %s)", A.log, B.log);
 		return 1;
 	}
@@ -502,9 +468,9 @@ int main(int argc, char **argv)
 		fail("%llu notifications for %d batches", (unsigned long long)reports, batches);
 	int rp = count_rdma_peers(A.dir);
 	if (rp < 1)
-		fail("moractl peers at A does not say rdma: %s", sh("%s/moractl --runtime-dir %s peers", bdir(), A.dir));
-	printf("   moractl peers (A): %s", sh("%s/moractl --runtime-dir %s peers | tail -n +2", bdir(), A.dir));
-	const char *nics = sh("%s/moractl --runtime-dir %s nics", bdir(), A.dir);
+		fail("moractl peers at A does not say rdma: %s", sh("%s/moractl --runtime-dir %s peers", build_dir(), A.dir));
+	printf("   moractl peers (A): %s", sh("%s/moractl --runtime-dir %s peers | tail -n +2", build_dir(), A.dir));
+	const char *nics = sh("%s/moractl --runtime-dir %s nics", build_dir(), A.dir);
 	printf("   moractl nics (A), RDMA part:\n%s", strstr(nics, "transport") ? strstr(nics, "transport") : nics);
 
 	/* 2. garbage QP ends */
@@ -577,7 +543,7 @@ int main(int argc, char **argv)
 			fail("submit %d: %s", i, mori_strerror(rc));
 	}
 	uint64_t tk = now_us();
-	node_stop(&B, SIGKILL);
+	node_kill9(&B);
 	int codes[32] = {0}, late = 0;
 	for (int i = 0; i < 16; i++) {
 		rc = mori_xfer_wait(xs[i], 15000000);
@@ -593,7 +559,7 @@ int main(int argc, char **argv)
 		fail("%d transfers still in progress after their deadline", late);
 	target_stop(&T);
 	mori_mem_deregister(r);
-	if (node_start(&B)) {
+	if (node_start(&B, NULL)) {
 		fail("B did not restart");
 		return 1;
 	}
@@ -628,14 +594,14 @@ int main(int argc, char **argv)
 		if (ok != 20)
 			fail("after B restarted: %d/20 writes", ok);
 		if (rdma_now < 1)
-			fail("after B restarted, A does not use RDMA again: %s", sh("%s/moractl --runtime-dir %s peers", bdir(), A.dir));
+			fail("after B restarted, A does not use RDMA again: %s", sh("%s/moractl --runtime-dir %s peers", build_dir(), A.dir));
 		mori_mem_deregister(r);
 	}
 	target_stop(&T);
 	mori_mem_deregister(l);
 	mori_client_close(c);
-	node_stop(&A, SIGTERM);
-	node_stop(&B, SIGTERM);
+	node_stop_checked(&A);
+	node_stop_checked(&B);
 	if (failures) {
 		printf("logs: %s %s\n", A.log, B.log);
 		printf("--- A\n%s", sh("tail -n 25 %s", A.log));

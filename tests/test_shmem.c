@@ -19,6 +19,7 @@
 
 #include "../daemon/symalloc.h"
 #include "harness.h"
+#include "node_harness.h"
 #include "mori.h"
 #include "mori_shmem.h"
 #include "shmem_layout.h"
@@ -30,16 +31,7 @@
 
 /* ---- nodes: one or two morids ---- */
 
-struct node {
-	pid_t pid;
-	char dir[256];
-	char log[300];
-	char ip[64];
-	const char *ns;
-	int port;
-	char addr[128];
-};
-static struct node NA, NB;
+static struct test_node NA, NB;
 static int two_nodes;
 
 /* Does this morid refuse a non-loopback listen address without a cluster key unless told
@@ -51,131 +43,42 @@ static int has_insecure_peers(void)
 	return system(cmd) == 0;
 }
 
-static int node_start(struct node *n)
-{
-	char morid[512], sock[300], listen[128];
-	snprintf(morid, sizeof(morid), "%s/morid", build_dir());
-	snprintf(n->dir, sizeof(n->dir), "/tmp/mori-shmem-XXXXXX");
-	if (!mkdtemp(n->dir))
-		return -1;
-	snprintf(n->log, sizeof(n->log), "%s.log", n->dir);
-	snprintf(sock, sizeof(sock), "%s/morid.sock", n->dir);
-	snprintf(listen, sizeof(listen), "%s:%d", n->ip, n->port);
-	snprintf(n->addr, sizeof(n->addr), "%s", n->port ? listen : "");
-	n->pid = fork();
-	if (n->pid < 0)
-		return -1;
-	if (n->pid == 0) {
-		const char *argv[32];
-		int k = 0;
-		if (n->ns) {
-			argv[k++] = "ip";
-			argv[k++] = "netns";
-			argv[k++] = "exec";
-			argv[k++] = n->ns;
-		}
-		argv[k++] = morid;
-		argv[k++] = "--runtime-dir";
-		argv[k++] = n->dir;
-		argv[k++] = "--log-level";
-		argv[k++] = getenv("MORI_SHMEM_LOG") ? getenv("MORI_SHMEM_LOG") : "info";
-		if (n->port) {
-			argv[k++] = "--listen";
-			argv[k++] = listen;
-			if (n->ns && has_insecure_peers()) { /* not loopback, and no cluster key in tests (issue 18) */
-				argv[k++] = "--insecure-peers";
-				argv[k++] = "1";
-			}
-		}
-		argv[k] = NULL;
-		FILE *f = freopen(n->log, "a", stderr);
-		(void)f;
-		unsetenv("NOTIFY_SOCKET");
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (n->ns)
-			execvp("ip", (char *const *)argv);
-		else
-			execv(morid, (char *const *)argv);
-		_exit(127);
-	}
-	for (int i = 0; i < 500; i++) {
-		struct stat st;
-		int status;
-		if (stat(sock, &st) == 0) {
-			usleep(30000); /* the peer listener binds right after the control socket */
-			return 0;
-		}
-		if (waitpid(n->pid, &status, WNOHANG) == n->pid) {
-			n->pid = 0;
-			return -1;
-		}
-		usleep(10000);
-	}
-	return -1;
-}
+static const char *const insecure_args[] = {"--insecure-peers", "1", NULL};
 
-/* SIGTERM; the exit status (0: every handle closed, the loop closed to zero, and under the
- * sanitizers nothing leaked), -1 if it had to be killed. */
-static int node_stop(struct node *n)
+static void node_init_shmem(struct test_node *n, const char *nsvar, const char *ipvar)
 {
-	int st = -1, rc = -1;
-	if (n->pid <= 0)
-		return -1;
-	kill(n->pid, SIGTERM);
-	for (int i = 0; i < 300 * (getenv("ASAN_OPTIONS") ? 3 : 1); i++) {
-		if (waitpid(n->pid, &st, WNOHANG) == n->pid) {
-			n->pid = 0;
-			rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-			break;
-		}
-		usleep(10000);
-	}
-	if (n->pid > 0) {
-		kill(n->pid, SIGKILL);
-		waitpid(n->pid, NULL, 0);
-	}
-	n->pid = 0;
-	char cmd[700];
-	if (!getenv("MORI_TEST_KEEP")) {
-		snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s'", n->dir, n->log);
-		if (rc == 0 && system(cmd) != 0)
-			fprintf(stderr, "# could not remove %s\n", n->dir);
-		if (rc != 0)
-			fprintf(stderr, "# morid exited %d: its log is %s\n", rc, n->log);
-	}
-	return rc;
-}
-
-static void node_init(struct node *n, const char *nsvar, const char *ipvar, int listen)
-{
-	memset(n, 0, sizeof(*n));
-	n->ns = listen && nsvar ? getenv(nsvar) : NULL;
-	const char *ip = listen && ipvar ? getenv(ipvar) : NULL;
-	snprintf(n->ip, sizeof(n->ip), "%s", ip && listen ? ip : "127.0.0.1");
-	n->port = !listen ? 0 : n->ns ? 7100 : free_port();
+	node_init(n, "shmem", nsvar, ipvar, 7100);
+	if (n->ns && has_insecure_peers()) /* not loopback, and no cluster key in tests (issue 18) */
+		n->args = insecure_args;
 }
 
 /* One node without a peer listener (the single-node tests). */
 static void setup1(void)
 {
 	two_nodes = 0;
-	node_init(&NA, NULL, NULL, 0);
-	ck_assert_int_eq(node_start(&NA), 0);
+	node_init(&NA, "shmem", NULL, NULL, 0);
+	ck_assert_int_eq(node_start(&NA, NULL), 0);
 }
 
 /* Two nodes; PEs on B name A's daemon as the root. */
 static void setup2(void)
 {
 	two_nodes = 1;
-	node_init(&NA, "MORI_XNODE_NS_A", "MORI_XNODE_IP_A", 1);
-	node_init(&NB, "MORI_XNODE_NS_B", "MORI_XNODE_IP_B", 1);
-	ck_assert_int_eq(node_start(&NA), 0);
-	ck_assert_int_eq(node_start(&NB), 0);
+	node_init_shmem(&NA, "MORI_XNODE_NS_A", "MORI_XNODE_IP_A");
+	node_init_shmem(&NB, "MORI_XNODE_NS_B", "MORI_XNODE_IP_B");
+	ck_assert_int_eq(node_start(&NA, NULL), 0);
+	ck_assert_int_eq(node_start(&NB, NULL), 0);
 }
 
+/* Both must exit 0 (every handle closed, nothing leaked); their files stay when one did not. */
 static void teardown(void)
 {
 	int a = node_stop(&NA), b = two_nodes ? node_stop(&NB) : 0;
+	if (a == 0 && b == 0) {
+		node_clean(&NA);
+		if (two_nodes)
+			node_clean(&NB);
+	}
 	ck_assert_msg(a == 0 && b == 0, "morid did not stop cleanly (exit %d, %d)", a, b);
 }
 
@@ -213,7 +116,7 @@ typedef int (*pe_fn)(int pe, int n, void *arg);
 	} while (0)
 
 /* The node PE pe runs on: A, or B for odd PEs when two nodes run. */
-static struct node *node_of(int pe) { return two_nodes && (pe & 1) ? &NB : &NA; }
+static struct test_node *node_of(int pe) { return two_nodes && (pe & 1) ? &NB : &NA; }
 
 static void opts_for(mori_group_opts *o, uint64_t heap)
 {
@@ -274,7 +177,7 @@ static void shared_setup(void)
 }
 
 /* The groups a daemon lists (moractl groups' request), and its region count. */
-static size_t daemon_groups(struct node *n, uint32_t *regions)
+static size_t daemon_groups(struct test_node *n, uint32_t *regions)
 {
 	char url[400], err[256];
 	Mori__Request req = MORI__REQUEST__INIT;
@@ -300,7 +203,7 @@ static size_t daemon_groups(struct node *n, uint32_t *regions)
 /* Nothing left: no group, no region, on every daemon (waits a little: the last leave is async). */
 static void assert_all_released(void)
 {
-	struct node *ns[2] = {&NA, &NB};
+	struct test_node *ns[2] = {&NA, &NB};
 	for (int k = 0; k < 1 + two_nodes; k++) {
 		uint32_t regions = 1;
 		size_t ng = 1;

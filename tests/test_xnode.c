@@ -20,6 +20,7 @@
 #include "../libclient/internal.h" /* raw ring access: the daemon must check what the library would */
 #include "svc/ctl.h"
 #include "harness.h"
+#include "node_harness.h"
 #include "io_target.h"
 #include "peer_harness.h"
 #include "mori.h"
@@ -27,147 +28,27 @@
 
 #define LOCAL_SZ (64u << 20)
 
-struct node {
-	pid_t pid;
-	char dir[256];
-	char log[300];
-	char ip[64];
-	const char *ns;
-	int port;
-	char addr[128];
-};
-static struct node NA, NB;
+static struct test_node NA, NB;
 /* The cluster key both daemons share (issue 18: every cross-node test runs authenticated);
  * MORI_XNODE_NO_KEY=1 runs them without (loopback only). */
 static struct auth_key XKEY;
 static char xkey_path[64];
+static const char *xnode_args[] = {"--transfer-timeout-ms", "10000", "--cluster-key-file", xkey_path, NULL};
 
-/* Start (or restart, same dir and port) a node's morid. Waits up to 5 s for its sockets. */
-static int node_start(struct node *n, const char *const *extra)
+static void node_init_xnode(struct test_node *n, const char *nsvar, const char *ipvar)
 {
-	char morid[512], sock[300], listen[128];
-	snprintf(morid, sizeof(morid), "%s/morid", build_dir());
-	if (!n->dir[0]) {
-		snprintf(n->dir, sizeof(n->dir), "/tmp/mori-xnode-XXXXXX");
-		if (!mkdtemp(n->dir))
-			return -1;
-	}
-	snprintf(n->log, sizeof(n->log), "%s.log", n->dir);
-	snprintf(sock, sizeof(sock), "%s/morid.sock", n->dir);
-	snprintf(listen, sizeof(listen), "%s:%d", n->ip, n->port);
-	snprintf(n->addr, sizeof(n->addr), "%s", listen);
-	unlink(sock);
-	n->pid = fork();
-	if (n->pid < 0)
-		return -1;
-	if (n->pid == 0) {
-		const char *argv[40];
-		int k = 0;
-		if (n->ns) {
-			argv[k++] = "ip";
-			argv[k++] = "netns";
-			argv[k++] = "exec";
-			argv[k++] = n->ns;
-		}
-		argv[k++] = morid;
-		argv[k++] = "--runtime-dir";
-		argv[k++] = n->dir;
-		argv[k++] = "--log-level";
-		argv[k++] = getenv("MORI_XNODE_LOG") ? getenv("MORI_XNODE_LOG") : "info";
-		argv[k++] = "--listen";
-		argv[k++] = listen;
-		argv[k++] = "--transfer-timeout-ms";
-		argv[k++] = "10000";
-		if (XKEY.on) {
-			argv[k++] = "--cluster-key-file";
-			argv[k++] = xkey_path;
-		}
-		for (int i = 0; extra && extra[i] && k < 38; i++)
-			argv[k++] = extra[i];
-		argv[k] = NULL;
-		FILE *f = freopen(n->log, "a", stderr);
-		(void)f;
-		unsetenv("NOTIFY_SOCKET");
-		prctl(PR_SET_PDEATHSIG, SIGKILL); /* a failed check ends the test without teardown */
-		if (n->ns)
-			execvp("ip", (char *const *)argv);
-		else
-			execv(morid, (char *const *)argv);
-		_exit(127);
-	}
-	for (int i = 0; i < 500; i++) {
-		struct stat st;
-		int status;
-		if (stat(sock, &st) == 0) {
-			usleep(20000); /* the peer listener binds right after the control socket */
-			return 0;
-		}
-		if (waitpid(n->pid, &status, WNOHANG) == n->pid) {
-			n->pid = 0;
-			return -1;
-		}
-		usleep(10000);
-	}
-	return -1;
-}
-
-/* SIGTERM; returns the exit status (0: every handle closed, the loop closed to zero), -1 if it had
- * to be killed. */
-static int node_stop(struct node *n)
-{
-	int st;
-	if (n->pid <= 0)
-		return -1;
-	kill(n->pid, SIGTERM);
-	for (int i = 0; i < 300; i++) {
-		if (waitpid(n->pid, &st, WNOHANG) == n->pid) {
-			n->pid = 0;
-			return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-		}
-		usleep(10000);
-	}
-	kill(n->pid, SIGKILL);
-	waitpid(n->pid, NULL, 0);
-	n->pid = 0;
-	return -1;
-}
-
-static void node_kill9(struct node *n)
-{
-	if (n->pid > 0) {
-		kill(n->pid, SIGKILL);
-		waitpid(n->pid, NULL, 0);
-		n->pid = 0;
-	}
-}
-
-static void node_init(struct node *n, const char *nsvar, const char *ipvar)
-{
-	memset(n, 0, sizeof(*n));
-	n->ns = getenv(nsvar);
-	const char *ip = getenv(ipvar);
-	snprintf(n->ip, sizeof(n->ip), "%s", ip ? ip : "127.0.0.1");
-	n->port = n->ns ? 7100 : free_port();
+	node_init(n, "xnode", nsvar, ipvar, 7100);
+	if (!XKEY.on)
+		xnode_args[2] = NULL;
+	n->args = xnode_args;
 }
 
 static void setup(void)
 {
-	node_init(&NA, "MORI_XNODE_NS_A", "MORI_XNODE_IP_A");
-	node_init(&NB, "MORI_XNODE_NS_B", "MORI_XNODE_IP_B");
+	node_init_xnode(&NA, "MORI_XNODE_NS_A", "MORI_XNODE_IP_A");
+	node_init_xnode(&NB, "MORI_XNODE_NS_B", "MORI_XNODE_IP_B");
 	ck_assert_int_eq(node_start(&NA, NULL), 0);
 	ck_assert_int_eq(node_start(&NB, NULL), 0);
-}
-
-static void node_clean(struct node *n)
-{
-	char cmd[700];
-	if (getenv("KEEP_TMP") && !strcmp(getenv("KEEP_TMP"), "1")) {
-		fprintf(stderr, "# kept %s and %s\n", n->dir, n->log);
-		return;
-	}
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s'", n->dir, n->log);
-	if (system(cmd) != 0)
-		fprintf(stderr, "# could not remove %s\n", n->dir);
 }
 
 static void teardown(void)
@@ -179,7 +60,7 @@ static void teardown(void)
 }
 
 /* A control-socket status field of a node. */
-static Mori__Reply *node_list(struct node *n, uint32_t what)
+static Mori__Reply *node_list(struct test_node *n, uint32_t what)
 {
 	char url[400], err[256];
 	Mori__Request req = MORI__REQUEST__INIT;
@@ -867,7 +748,7 @@ END_TEST
 
 /* ---- a misbehaving peer on B's data port: garbage, wrong direction, bad ranges ---- */
 
-static int data_connect(struct node *n, uint32_t port)
+static int data_connect(struct test_node *n, uint32_t port)
 {
 	int s = socket(AF_INET, SOCK_STREAM, 0);
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
