@@ -17,6 +17,10 @@
 #       xnode     cross-node VRAM over TCP, two morids on loopback: mori-bench io --mem vram
 #                 (and host memory, same daemons, for reference) against a plain TCP stream
 #       tests     the GPU tests (make check-gpu)
+#       observe   issue 19 on the GPU: moractl topo (+ --json) and diagnose, without and with MPS;
+#                 a traced mori-bench io --mem vram (--trace) turned into Perfetto JSON by mori-viz
+#                 and checked (tracks and events); the traced kernel with tracing off against the
+#                 untraced one, alternating rounds (ROUNDS, default 7), 16 KiB and 4 KiB x 65 536
 #       hostio    host memory, same node 64 KiB x 256 and cross node (two morids on loopback)
 #                 1 MiB x 64, 3 rounds; with AB_BEFORE=DIR (a bundle's bin/ of another build,
 #                 its libs in DIR/../lib) the same rounds alternate with that build (A/B)
@@ -28,11 +32,12 @@ BUNDLE=bundle
 
 if [ "${1:-}" = bundle ]; then
 	set -e
-	make -j2 >/dev/null
-	ls build/kernels/copy.fatbin >/dev/null # the kernels must be in libmori (nvcc here)
+	BLD=${BLD:-build}
+	make -j2 B="$BLD" >/dev/null
+	ls "$BLD"/kernels/copy.fatbin >/dev/null # the kernels must be in libmori (nvcc here)
 	rm -rf "$BUNDLE"
-	/work/shared/tools/device-bundle "$BUNDLE" build/morid build/moractl build/mori-bench build/mori-kvreplay \
-		build/mori-gpubench build/tests/test_gpu_*
+	/work/shared/tools/device-bundle "$BUNDLE" "$BLD"/morid "$BLD"/moractl "$BLD"/mori-bench "$BLD"/mori-kvreplay \
+		"$BLD"/mori-gpubench "$BLD"/mori-viz "$BLD"/tests/test_gpu_*
 	mkdir -p "$BUNDLE/bin/tests" "$BUNDLE/data"
 	mv "$BUNDLE"/bin/test_gpu_* "$BUNDLE/bin/tests/"
 	cp ../shared/data/mooncake_conversation_trace.jsonl "$BUNDLE/data/"
@@ -184,6 +189,48 @@ for p in $parts; do
 			done
 		done
 		start_morid
+		;;
+	observe)
+		step "observe: moractl topo and diagnose, no MPS"
+		run 30 "GPU|gpu|NIC|rank" "$B/moractl" --runtime-dir "$RT" topo
+		"$B/moractl" --runtime-dir "$RT" topo --json > "$O/topo.json"
+		run 10 "topo json" python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('topo json:', {k: len(v) if isinstance(v, list) else v for k, v in d.items()})" "$O/topo.json"
+		run 60 "GPU|MPS|VMM|P2P|problem|warning" "$B/moractl" --runtime-dir "$RT" diagnose
+		export CUDA_MPS_PIPE_DIRECTORY=/tmp/mori-obs-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mori-obs-mps-log
+		mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+		if nvidia-cuda-mps-control -d; then
+			step "observe: moractl diagnose with MPS started"
+			run 60 "MPS|problem" "$B/moractl" --runtime-dir "$RT" diagnose
+			echo quit | nvidia-cuda-mps-control
+		fi
+		unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+		step "observe: traced mori-bench io --mem vram 16 KiB x 65 536 (--trace), mori-viz to Perfetto JSON"
+		run 120 "$ROWS" "$B/mori-bench" io --runtime-dir "$RT" --mem vram --block 16K --batch 65536 --iters 5 --prep \
+			--trace "$O/copy.viz"
+		run 60 "event|span|lost|error" "$B/mori-viz" "$O/copy.viz" -o "$O/trace.json"
+		run 30 "trace json" python3 tests/viz_check.py "$O/trace.json"
+		rm -f "$O/copy.viz" # large; the JSON is what comes back
+		for blk in 16K 4K; do
+			step "observe: untraced vs traced-but-off copy kernel, $blk x 65 536, prepared list, alternating rounds"
+			for r in $(seq "${ROUNDS:-7}"); do
+				for v in plain off; do
+					"$B/mori-bench" io --runtime-dir "$RT" --mem vram --block $blk --batch 65536 --iters 20 --prep \
+						--json $([ $v = off ] && echo --trace-off) 2>/dev/null |
+						python3 -c "import json,sys; r=json.load(sys.stdin)['rows'][0]; print('$v', r['gbps'], r['baseline_gbps'])" \
+						>> "$O/viz-ab-$blk.txt"
+				done
+			done
+			python3 - "$O/viz-ab-$blk.txt" <<'PY' | tee -a "$SUM"
+import statistics, sys
+rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
+med = {v: statistics.median(float(r[1]) for r in rows if r[0] == v) for v in ("plain", "off")}
+ceil = statistics.median(float(r[2]) for r in rows)
+spread = {v: max(float(r[1]) for r in rows if r[0] == v) - min(float(r[1]) for r in rows if r[0] == v) for v in med}
+print("viz overhead: untraced %.1f GB/s, traced-off %.1f GB/s (median of %d rounds each; spread %.1f / %.1f); "
+      "traced-off/untraced = %.2f%%; copy ceiling %.1f GB/s" % (med["plain"], med["off"], len(rows) // 2,
+      spread["plain"], spread["off"], 100 * med["off"] / med["plain"], ceil))
+PY
+		done
 		;;
 	tests)
 		step "tests: GPU tests (make check-gpu)"
