@@ -7,6 +7,9 @@
 #include "mori_shmem.cuh"
 #include "mori_shmem_kernels.h"
 
+/* MORI-IR's builds (kernels/ir.mk) export the device API alone: these kernels' host stubs would
+ * clash with libmori's host functions of the same names in a program linking both. */
+#ifndef MORI_SHMEM_NO_KERNELS
 MORI_KERNEL void __launch_bounds__(MORI_SHMEM_KERNEL_THREADS)
 	mori_shmem_barrier_on_stream(const struct mori_shmem_state *st, int *rc)
 {
@@ -25,6 +28,7 @@ MORI_KERNEL void mori_shmem_quiet_on_stream(const struct mori_shmem_state *st, i
 	if (rc)
 		*(volatile int *)rc = r;
 }
+#endif
 
 #ifndef MORI_SHMEM_NO_WRAPPERS
 #define MORI_SHMEM_ABI_FN(ret, name, cxx, abi, body)                                                       \
