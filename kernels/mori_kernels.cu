@@ -2,3 +2,4 @@
 // one module per device holds them all (nvcc builds a fatbin from a single source).
 #include "copy.cu"
 #include "shmem.cu"
+#include "ep.cu"

@@ -1,0 +1,181 @@
+/* mori_ep.h: MORI-EP, MoE dispatch and combine on MORI-SHMEM's symmetric heap (part of libmori).
+ *
+ * A mixture-of-experts layer sends each token to its top-k experts (dispatch) and sums the
+ * experts' outputs back at the token's home rank (combine). The EP ranks are the PEs of one
+ * MORI-SHMEM group (include/mori_shmem.h) with a VRAM heap: rank = mori_shmem_my_pe, world size =
+ * mori_shmem_n_pes (1..MORI_EP_MAX_WORLD). Expert e lives on rank e / num_experts_per_rank.
+ * Kernels write peers' heaps directly (same node: every heap is mapped into every PE).
+ *
+ * Mirrors ROCm/mori's MORI-EP (EpDispatchCombineConfig, EpDispatchCombineHandle,
+ * EpDispatchCombineOp.dispatch / combine, kernel types IntraNode and low-latency) with DeepEP's
+ * layout query (Buffer.get_dispatch_layout) and low-latency layout (Buffer.low_latency_dispatch /
+ * low_latency_combine: expert-major receive buffers, per-expert counts, weighted combine).
+ *
+ * Ordering. dispatch and combine are enqueued on the caller's stream; the host never waits for
+ * the GPU and nothing is synchronised between ranks on the host: per-destination head counters
+ * in the heap (release on publish, acquire on consume, epoch-tagged) order every phase, so the
+ * pair can be captured in a CUDA graph and replayed with new routing (the routing is read from
+ * device memory at run time). Calls alternate dispatch, combine, dispatch, ... on each handle
+ * (MORI_EINVAL otherwise); the receive buffers dispatch returns stay valid until the next
+ * dispatch's kernels run, i.e. until combine has been enqueued after them on the stream.
+ *
+ * Errors: 0 or a negative MORI_E* (include/mori.h); mori_client_last_error() of the group's
+ * client has the detail. What only the GPU can see (an expert index out of range, combine
+ * given other routing than dispatch's, a peer dead, a wait past its deadline) is recorded in the
+ * handle's status word and reported by mori_ep_status; the kernels then still signal their
+ * peers, so no rank waits forever: every device-side wait ends on the group's abort word
+ * (MORI_EPEERDEAD, MORI_ECANCELED) or on its deadline (config.timeout_us, MORI_ETIMEDOUT).
+ */
+#ifndef MORI_EP_H
+#define MORI_EP_H
+
+#include "mori_shmem.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MORI_EP_MAX_WORLD 32  /* EP ranks of one handle (a warp lane per destination) */
+#define MORI_EP_MAX_TOPK 32   /* experts per token */
+
+/* Element types (ROCm/mori's torch dtypes: bfloat16, float32, float8_e4m3fn). */
+enum mori_ep_dtype {
+	MORI_EP_BF16 = 1,
+	MORI_EP_FP32 = 2,
+	MORI_EP_FP8_E4M3 = 3, /* dispatch only; the scales travel beside it (scale_dim per token) */
+};
+
+/* Kernel types. NORMAL: ROCm/mori's IntraNode kernels: a token bound for several experts of one
+ * rank travels to that rank once; the receive buffer is token-major, [slots, H] with slots
+ * 0..count-1 filled; combine sums the expert outputs over the token's destination ranks,
+ * unweighted. LOW_LATENCY: DeepEP's low-latency layout: one copy per (token, expert), receive
+ * buffer expert-major [num_experts_per_rank, world x max tokens, H] with per-expert counts;
+ * combine sums the expert outputs weighted by the token's top-k weights. */
+enum mori_ep_kernel_type {
+	MORI_EP_NORMAL = 0,
+	MORI_EP_LOW_LATENCY = 1,
+};
+
+/* The handle's configuration (ROCm/mori's EpDispatchCombineConfig; field names theirs). Every
+ * rank must pass the same values except rank (mori_ep_create refuses a difference on every rank,
+ * naming the field and the ranks). */
+typedef struct mori_ep_config {
+	int rank;                       /* this PE (must equal mori_shmem_my_pe) */
+	int world_size;                 /* EP ranks (must equal mori_shmem_n_pes) */
+	int hidden_dim;                 /* H, elements per token; H x element size a multiple of 16 bytes */
+	int scale_dim;                  /* scales per token (fp8: H / 128), 0: none */
+	int scale_type_size;            /* bytes per scale (4 for float) */
+	int max_token_type_size;        /* bytes of the widest element dispatch or combine moves (2 bf16, 4 fp32) */
+	int max_num_inp_token_per_rank; /* most tokens one rank dispatches in one call (>= 1) */
+	int num_experts_per_rank;       /* local experts (>= 1) */
+	int num_experts_per_token;      /* top-k, 1..MORI_EP_MAX_TOPK */
+	int data_type;                  /* enum mori_ep_dtype of dispatch's input */
+	int kernel_type;                /* enum mori_ep_kernel_type */
+	int warp_num_per_block;         /* launch shape; 0: default (16) */
+	int block_num;                  /* 0: default (the device's SM count / 2, at most 64, same on all ranks) */
+	int64_t timeout_us;             /* deadline of every device-side wait; 0: 10 s */
+} mori_ep_config;
+
+/* Defaults: bf16, normal mode, launch shape 0 (chosen at creation), timeout 10 s; the shape
+ * fields zero (the caller fills rank, world size, H, tokens, experts and top-k). */
+MORI_API void mori_ep_config_init(mori_ep_config *cfg);
+
+/* Check cfg alone (no group): 0, or MORI_EINVAL with the reason in msg ("hidden_dim 100 x 2
+ * bytes is not a multiple of 16"). msg may be NULL. */
+MORI_API int mori_ep_config_check(const mori_ep_config *cfg, char *msg, size_t cap);
+
+/* Bytes of symmetric heap one handle of cfg allocates on every PE (size the group's heap with
+ * it: MORI_SHMEM_RESERVED plus this plus what else the application allocates). 0 when cfg is
+ * invalid. */
+MORI_API uint64_t mori_ep_heap_bytes(const mori_ep_config *cfg);
+
+typedef struct mori_ep_handle mori_ep_handle;
+
+/* Collective over the group (every PE, same order as its other collective calls): check cfg,
+ * compare it with every rank's (through the heap: each rank's copy is read by all), allocate the
+ * buffers on the group's heap, zero them and barrier, so no rank writes a peer's buffer before
+ * that peer has zeroed it. MORI_EINVAL with the reason on every rank when cfg is invalid or
+ * differs ("config field hidden_dim differs: rank 0 has 7168, rank 3 has 4096"); MORI_ENOTSUP for
+ * a host heap; MORI_ENOMEM when the heap has no room (sizes named); MORI_ENOKERNEL without EP
+ * kernels for the device. The handle is the caller's until mori_ep_destroy (ROCm/mori's
+ * EpDispatchCombineHandle constructor). */
+MORI_API int mori_ep_create(mori_group *g, const mori_ep_config *cfg, mori_ep_handle **out);
+
+/* Collective: wait (bounded) for the handle's kernels, free its heap buffers, free h. Returns the
+ * free's code (MORI_ETIMEDOUT / MORI_EPEERDEAD when the group is gone: h is freed anyway). */
+MORI_API int mori_ep_destroy(mori_ep_handle *h);
+
+/* What dispatch produced (device addresses on this PE's heap; fixed for the handle's life, so
+ * a captured graph's consumers may read them too). Normal mode: slot i in 0..*count-1 of
+ *   tokens  [max_recv, H] of the dispatch dtype (row stride H x element size)
+ *   weights [max_recv, K] float, indices [max_recv, K] int32: the source token's whole top-k
+ *   scales  [max_recv, scale_dim] of scale_type_size bytes
+ *   src_pos [max_recv] int32: source rank x max_num_inp_token_per_rank + token index (ROCm/mori's
+ *           srcTokenPos)
+ *   count   device int32 scalar: the slots filled (ROCm/mori's totalRecvTokenNum)
+ * where max_recv = world x max_num_inp_token_per_rank. Low-latency mode: slots are
+ * [num_experts_per_rank][world x max tokens] (expert-major, DeepEP's packed_recv_x), slot j of
+ * local expert l at l x world x max + j, j in 0..count[l]-1; count has num_experts_per_rank
+ * entries (DeepEP's packed_recv_count); src_pos is (source rank x max + token) x K + k. */
+typedef struct mori_ep_recv {
+	void *tokens;
+	float *weights;
+	int32_t *indices;
+	void *scales;
+	int32_t *src_pos;
+	int32_t *count;
+	int64_t max_recv;  /* slots (normal) or slots per local expert (low-latency) */
+} mori_ep_recv;
+MORI_API int mori_ep_recv_buffers(const mori_ep_handle *h, mori_ep_recv *out);
+
+/* Dispatch num_tokens (0..max_num_inp_token_per_rank; more: MORI_EINVAL naming both numbers,
+ * before anything is enqueued) tokens on stream (CUstream / hipStream_t; NULL the default):
+ *   input   [num_tokens, H] of cfg.data_type, device memory
+ *   weights [num_tokens, K] float (may be NULL: zeros arrive)
+ *   scales  [num_tokens, scale_dim] x scale_type_size bytes (NULL when scale_dim is 0)
+ *   indices [num_tokens, K] int32 expert ids; -1: no expert for that slot. An id outside
+ *           -1..world x num_experts_per_rank-1 is skipped and recorded (mori_ep_status:
+ *           MORI_EINVAL naming the token, slot and value).
+ * Returns once enqueued; out (may be NULL) gets the receive buffers, filled when the stream
+ * reaches the end of the dispatch. Mirrors ROCm/mori's EpDispatchCombineOp.dispatch (normal)
+ * and DeepEP's low_latency_dispatch (low-latency). */
+MORI_API int mori_ep_dispatch(mori_ep_handle *h, const void *input, const float *weights, const void *scales,
+			      const int32_t *indices, int num_tokens, void *stream, mori_ep_recv *out);
+
+/* Combine on stream: expert_out holds the expert outputs in the receive layout (normal:
+ * [max_recv, H], rows 0..count-1; low-latency: [num_experts_per_rank, world x max, H]) of dtype
+ * (MORI_EP_BF16 or MORI_EP_FP32, element size <= max_token_type_size); out gets [num_tokens, H]
+ * of dtype for the num_tokens of the preceding dispatch: normal: the sum over the token's
+ * distinct destination ranks (unweighted, ROCm/mori); low-latency: sum over k of weights[t][k] x
+ * the output of expert indices[t][k] (DeepEP), weights the caller's [T, K] float (NULL: dispatch's).
+ * indices: the caller's own [T, K] routing, as passed to dispatch (NULL: dispatch's is used).
+ * Dispatch's returned indices are refused (MORI_EINVAL); other routing than dispatch's is seen on
+ * the GPU (mori_ep_status: MORI_EINVAL) and the sums still follow dispatch's routing. Mirrors
+ * ROCm/mori's EpDispatchCombineOp.combine and DeepEP's low_latency_combine. */
+MORI_API int mori_ep_combine(mori_ep_handle *h, int dtype, const void *expert_out, const float *weights,
+			     const int32_t *indices, void *out, void *stream);
+
+/* DeepEP's Buffer.get_dispatch_layout on the GPU, on stream: for indices [num_tokens, K]
+ * (int32, -1 skipped): tokens_per_rank [world] int32 (tokens with at least one expert on the
+ * rank), tokens_per_expert [world x num_experts_per_rank] int32, token_in_rank [num_tokens,
+ * world] uint8 (0/1). Any output may be NULL. */
+MORI_API int mori_ep_get_dispatch_layout(mori_ep_handle *h, const int32_t *indices, int num_tokens,
+					 int32_t *tokens_per_rank, int32_t *tokens_per_expert,
+					 uint8_t *token_in_rank, void *stream);
+
+/* The same computation on host memory (checks, CPU paths): MORI_EINVAL for an index out of
+ * range (naming it); outputs as above, any may be NULL. */
+MORI_API int mori_ep_layout_host(const mori_ep_config *cfg, const int32_t *indices, int num_tokens,
+				 int32_t *tokens_per_rank, int32_t *tokens_per_expert, uint8_t *token_in_rank,
+				 char *msg, size_t cap);
+
+/* 0, or the first error the handle's kernels recorded (waits them out: synchronises the
+ * handle's device), with the detail in mori_client_last_error: MORI_EINVAL (bad expert index,
+ * other routing in combine), MORI_EPEERDEAD / MORI_ECANCELED (the group aborted),
+ * MORI_ETIMEDOUT (a wait passed config.timeout_us). clear != 0 resets the word. */
+MORI_API int mori_ep_status(mori_ep_handle *h, int clear);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

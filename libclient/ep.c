@@ -1,0 +1,376 @@
+/* libmori MORI-EP (issue 13): handles on a group's VRAM heap and the launches of the EP kernels
+ * of libmori's image (kernels/ep.cu) on the caller's stream. The host never waits for the GPU on
+ * the data path: what it checks here is what it knows (shapes, token counts, call order, pointer
+ * alignment); what only the GPU sees lands in the handle's status word (mori_ep_status). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../kernels/ep_kernels.h"
+#include "ep_int.h"
+#include "gpu_int.h"
+#include "shmem_int.h"
+
+_Static_assert(MORI_EP_KMODE_LL == MORI_EP_LOW_LATENCY && MORI_EP_KDTYPE_BF16 == MORI_EP_BF16,
+	       "kernels/ep_kernels.h restates mori_ep.h's values");
+
+enum { K_LAYOUT, K_DSEND, K_DRECV, K_CSEND, K_CREDUCE, K_QUERY, K_N };
+static const char *const knames[K_N] = {MORI_EP_K_LAYOUT, MORI_EP_K_DISPATCH_SEND, MORI_EP_K_DISPATCH_RECV,
+					MORI_EP_K_COMBINE_SEND, MORI_EP_K_COMBINE_REDUCE, MORI_EP_K_QUERY};
+
+struct mori_ep_handle {
+	mori_group *g;
+	mori_ep_config cfg;        /* defaults resolved */
+	struct mori_ep_layout L;
+	uint8_t *block;            /* the symmetric block in this PE's heap (device address) */
+	uint64_t st;               /* the PE's device state */
+	struct gpu_dev *d;
+	const struct gpu_api *api;
+	gpu_function fn[K_N];
+	int next_combine;          /* 0: dispatch is next; 1: combine is */
+	int num_tokens;            /* of the last dispatch */
+};
+
+/* What every rank publishes at creation: its resolved config and whether it could load the
+ * kernels (so all ranks take the same decision). */
+struct xchg {
+	mori_ep_config cfg;
+	int32_t kernel_rc;
+	int32_t sm_count;
+};
+
+static int push(mori_ep_handle *h)
+{
+	int rc = gpu_err(gpu_push(h->api, h->d), "push context", NULL, 0);
+	return rc ? set_error(h->g->c, rc, "EP: cannot make GPU %d's context current", h->d->ordinal) : MORI_OK;
+}
+
+static int load_kernels(mori_ep_handle *h, int *sm)
+{
+	mori_client *c = h->g->c;
+	struct gpu_ctx *x;
+	gpu_function copy;
+	int ord = h->g->gpu_device < 0 ? 0 : h->g->gpu_device;
+	int rc = gpu_copy_kernel(c, ord, &copy, sm); /* loads libmori's image on the device */
+	if (rc == MORI_OK)
+		rc = gpu_ctx_get(c, &x);
+	if (rc == MORI_OK)
+		rc = gpu_dev_get(c, x, ord, &h->d);
+	if (rc)
+		return rc;
+	h->api = x->g;
+	if ((rc = push(h)))
+		return rc;
+	char msg[200];
+	for (int i = 0; i < K_N && rc == MORI_OK; i++)
+		if (gpu_err(h->api->module_get_function(&h->fn[i], h->d->module, knames[i]), "cuModuleGetFunction", msg,
+			    sizeof(msg)))
+			rc = set_error(c, MORI_ENOKERNEL, "libmori's GPU image has no kernel %s (built without kernels/ep.cu?): %s",
+				       knames[i], msg);
+	gpu_pop(h->api);
+	return rc;
+}
+
+/* Publish x in a fixed-size symmetric area, read every rank's, decide the same on every rank. */
+static int exchange(mori_ep_handle *h, const struct xchg *mine, struct xchg *all)
+{
+	mori_group *g = h->g;
+	void *area = NULL;
+	int rc = mori_shmem_calloc(g, EP_XCHG_BYTES, 256, &area);
+	if (rc)
+		return rc;
+	rc = mori_shmem_putmem(g, area, mine, sizeof(*mine), g->my_pe);
+	int brc = mori_shmem_barrier_all(g); /* every rank's entry is written */
+	rc = rc ? rc : brc;
+	for (int pe = 0; pe < g->n_pes && rc == MORI_OK; pe++)
+		rc = mori_shmem_getmem(g, &all[pe], area, sizeof(*all), pe);
+	brc = mori_shmem_barrier_all(g); /* nobody frees the area while a peer still reads it */
+	rc = rc ? rc : brc;
+	int frc = mori_shmem_free(g, area);
+	return rc ? rc : frc;
+}
+
+static int agree(mori_ep_handle *h, const struct xchg *all)
+{
+	mori_client *c = h->g->c;
+	char msg[300];
+	int n = h->g->n_pes;
+	for (int pe = 0; pe < n; pe++) {
+		if (all[pe].kernel_rc)
+			return set_error(c, all[pe].kernel_rc, "EP create: rank %d has no EP kernels (%s)", pe,
+					 mori_strerror(all[pe].kernel_rc));
+		if (mori_ep_config_check(&all[pe].cfg, msg, sizeof(msg)))
+			return set_error(c, MORI_EINVAL, "EP create: rank %d's config: %s", pe, msg);
+		if (all[pe].cfg.rank != pe)
+			return set_error(c, MORI_EINVAL, "EP create: PE %d passed rank %d", pe, all[pe].cfg.rank);
+	}
+	for (int pe = 1; pe < n; pe++)
+		if (ep_config_diff(&all[0].cfg, &all[pe].cfg, msg, sizeof(msg), 0, pe))
+			return set_error(c, MORI_EINVAL, "EP create: %s", msg);
+	return MORI_OK;
+}
+
+int mori_ep_create(mori_group *g, const mori_ep_config *cfg, mori_ep_handle **out)
+{
+	if (!g || !cfg || !out)
+		return set_error(g ? g->c : NULL, MORI_EINVAL, "EP create: NULL argument");
+	*out = NULL;
+	if (g->kind != MORI_MEM_VRAM)
+		return set_error(g->c, MORI_ENOTSUP, "EP create: group '%s' has a host heap; EP needs a VRAM heap", g->name);
+	if (g->team_n != g->n_pes)
+		return set_error(g->c, MORI_ENOTSUP, "EP create: group '%s' spans nodes (%d of %d PEs here); EP runs on one "
+						     "node", g->name, g->team_n, g->n_pes);
+	mori_ep_handle *h = calloc(1, sizeof(*h));
+	if (!h)
+		return set_error(g->c, MORI_ENOMEM, "out of memory");
+	h->g = g;
+	struct xchg mine = {.cfg = *cfg}, *all = calloc((size_t)g->n_pes, sizeof(*all));
+	if (!all) {
+		free(h);
+		return set_error(g->c, MORI_ENOMEM, "out of memory");
+	}
+	int sm = 0;
+	mine.kernel_rc = load_kernels(h, &sm);
+	mine.sm_count = sm;
+	if (!mine.cfg.warp_num_per_block)
+		mine.cfg.warp_num_per_block = EP_DEFAULT_WARPS;
+	if (!mine.cfg.block_num)
+		mine.cfg.block_num = sm / 2 < 1 ? 1 : sm / 2 > EP_MAX_DEFAULT_BLOCKS ? EP_MAX_DEFAULT_BLOCKS : sm / 2;
+	if (!mine.cfg.timeout_us)
+		mine.cfg.timeout_us = EP_DEFAULT_TIMEOUT_US;
+	char msg[300];
+	int local = MORI_OK;
+	if (mine.cfg.rank != g->my_pe || mine.cfg.world_size != g->n_pes) { /* still take part: peers wait */
+		snprintf(msg, sizeof(msg), "rank %d / world_size %d, but this PE is %d of %d", mine.cfg.rank,
+			 mine.cfg.world_size, g->my_pe, g->n_pes);
+		local = MORI_EINVAL;
+		mine.cfg.rank = -1; /* the peers see an invalid config from this rank and refuse too */
+	}
+	int rc = exchange(h, &mine, all);
+	if (rc == MORI_OK)
+		rc = local ? set_error(g->c, local, "EP create: %s", msg) : agree(h, all);
+	free(all);
+	if (rc == MORI_OK) {
+		h->cfg = mine.cfg;
+		ep_layout(&h->cfg, &h->L);
+		/* zeroed on every PE, then a barrier: no rank writes a peer's block before it is zero */
+		rc = mori_shmem_calloc(g, h->L.total, 256, (void **)&h->block);
+	}
+	if (rc) {
+		free(h);
+		return rc;
+	}
+	h->st = (uint64_t)(uintptr_t)mori_shmem_state(g);
+	*out = h; /* the caller's until mori_ep_destroy */
+	return MORI_OK;
+}
+
+int mori_ep_destroy(mori_ep_handle *h)
+{
+	if (!h)
+		return MORI_OK;
+	int rc = mori_shmem_barrier_all(h->g); /* no peer still writes our block */
+	int frc = mori_shmem_free(h->g, h->block);
+	free(h);
+	return rc ? rc : frc;
+}
+
+int mori_ep_recv_buffers(const mori_ep_handle *h, mori_ep_recv *o)
+{
+	if (!h || !o)
+		return MORI_EINVAL;
+	o->tokens = h->block + h->L.tok;
+	o->weights = (float *)(h->block + h->L.w);
+	o->indices = (int32_t *)(h->block + h->L.idx);
+	o->scales = h->cfg.scale_dim ? h->block + h->L.scale : NULL;
+	o->src_pos = (int32_t *)(h->block + h->L.src);
+	o->count = (int32_t *)(h->block + h->L.count);
+	o->max_recv = h->cfg.kernel_type == MORI_EP_LOW_LATENCY ? h->L.recv_slots / h->cfg.num_experts_per_rank
+								 : h->L.recv_slots;
+	return MORI_OK;
+}
+
+static void fill(const mori_ep_handle *h, struct mori_ep_kargs *a, int num_tokens)
+{
+	memset(a, 0, sizeof(*a));
+	a->st = h->st;
+	a->sym = (uint64_t)(h->block - (uint8_t *)(uintptr_t)h->g->base);
+	a->L = h->L;
+	a->timeout_ns = (uint64_t)h->cfg.timeout_us * 1000;
+	a->rank = h->cfg.rank;
+	a->world = h->cfg.world_size;
+	a->hidden = h->cfg.hidden_dim;
+	a->max_tok = h->cfg.max_num_inp_token_per_rank;
+	a->epr = h->cfg.num_experts_per_rank;
+	a->topk = h->cfg.num_experts_per_token;
+	a->mode = h->cfg.kernel_type;
+	a->nblocks = h->cfg.block_num;
+	a->num_tokens = num_tokens;
+	a->scale_bytes = h->cfg.scale_dim * h->cfg.scale_type_size;
+}
+
+static int launch(mori_ep_handle *h, int k, unsigned grid, unsigned threads, void *stream, void **params)
+{
+	int rc = push(h);
+	if (rc)
+		return rc;
+	char msg[200];
+	rc = gpu_err(h->api->launch_kernel(h->fn[k], grid, 1, 1, threads, 1, 1, 0, stream, params, NULL), knames[k], msg,
+		     sizeof(msg));
+	gpu_pop(h->api);
+	return rc ? set_error(h->g->c, rc, "EP: launch %s", msg) : MORI_OK;
+}
+
+static int misaligned(const void *p) { return ((uintptr_t)p & 15) != 0; }
+
+int mori_ep_dispatch(mori_ep_handle *h, const void *input, const float *weights, const void *scales,
+		     const int32_t *indices, int num_tokens, void *stream, mori_ep_recv *out)
+{
+	if (!h)
+		return MORI_EINVAL;
+	mori_client *c = h->g->c;
+	int rc = shmem_abort_status(h->g);
+	if (rc)
+		return rc;
+	if (h->next_combine)
+		return set_error(c, MORI_EINVAL, "EP dispatch: the previous dispatch has not been combined yet");
+	if (num_tokens < 0 || num_tokens > h->cfg.max_num_inp_token_per_rank)
+		return set_error(c, MORI_EINVAL, "EP dispatch: %d tokens, more than max_num_inp_token_per_rank %d",
+				 num_tokens, h->cfg.max_num_inp_token_per_rank);
+	if (num_tokens && (!input || !indices))
+		return set_error(c, MORI_EINVAL, "EP dispatch: %s is NULL", input ? "indices" : "input");
+	if (num_tokens && h->cfg.scale_dim && !scales)
+		return set_error(c, MORI_EINVAL, "EP dispatch: scale_dim is %d but scales is NULL", h->cfg.scale_dim);
+	if (misaligned(input))
+		return set_error(c, MORI_EINVAL, "EP dispatch: input %p is not 16-byte aligned", input);
+	if (((uintptr_t)scales & 3) || ((uintptr_t)weights & 3) || ((uintptr_t)indices & 3))
+		return set_error(c, MORI_EINVAL, "EP dispatch: weights, scales or indices not 4-byte aligned");
+	struct mori_ep_kargs a;
+	fill(h, &a, num_tokens);
+	a.input = (uint64_t)(uintptr_t)input;
+	a.weights = (uint64_t)(uintptr_t)weights;
+	a.scales = (uint64_t)(uintptr_t)scales;
+	a.indices = (uint64_t)(uintptr_t)indices;
+	a.tok_bytes = h->cfg.hidden_dim * ep_dtype_size(h->cfg.data_type);
+	void *params[] = {&a};
+	if ((rc = launch(h, K_LAYOUT, (unsigned)h->L.bins, MORI_EP_LAYOUT_THREADS, stream, params)) ||
+	    (rc = launch(h, K_DSEND, (unsigned)h->cfg.block_num, (unsigned)h->cfg.warp_num_per_block * 32, stream,
+			 params)) ||
+	    (rc = launch(h, K_DRECV, 1, 256, stream, params)))
+		return rc; /* a launch that fails leaves the GPU context broken anyway */
+	h->next_combine = 1;
+	h->num_tokens = num_tokens;
+	if (out)
+		mori_ep_recv_buffers(h, out);
+	return MORI_OK;
+}
+
+int mori_ep_combine(mori_ep_handle *h, int dtype, const void *expert_out, const float *weights,
+		    const int32_t *indices, void *out, void *stream)
+{
+	if (!h)
+		return MORI_EINVAL;
+	mori_client *c = h->g->c;
+	int rc = shmem_abort_status(h->g);
+	if (rc)
+		return rc;
+	if (!h->next_combine)
+		return set_error(c, MORI_EINVAL, "EP combine: no dispatch to combine (calls alternate dispatch, combine)");
+	int es = dtype == MORI_EP_BF16 || dtype == MORI_EP_FP32 ? ep_dtype_size(dtype) : 0;
+	if (!es)
+		return set_error(c, MORI_EINVAL, "EP combine: dtype %d is neither bf16 (%d) nor fp32 (%d)", dtype, MORI_EP_BF16,
+				 MORI_EP_FP32);
+	if (es > h->cfg.max_token_type_size)
+		return set_error(c, MORI_EINVAL, "EP combine: %d-byte elements exceed max_token_type_size %d", es,
+				 h->cfg.max_token_type_size);
+	if (!expert_out || (h->num_tokens && !out))
+		return set_error(c, MORI_EINVAL, "EP combine: %s is NULL", expert_out ? "out" : "expert_out");
+	if (misaligned(expert_out) || misaligned(out))
+		return set_error(c, MORI_EINVAL, "EP combine: expert_out or out is not 16-byte aligned");
+	const uint8_t *ri = h->block + h->L.idx, *p = (const uint8_t *)indices;
+	if (p && p >= ri && p < ri + (size_t)h->L.recv_slots * (size_t)h->cfg.num_experts_per_token * 4)
+		return set_error(c, MORI_EINVAL, "EP combine: indices are dispatch's received indices; combine takes the "
+						 "caller's own [num_tokens, K] routing (as passed to dispatch)");
+	struct mori_ep_kargs a;
+	fill(h, &a, h->num_tokens);
+	a.input = (uint64_t)(uintptr_t)expert_out;
+	a.weights = (uint64_t)(uintptr_t)weights;
+	a.indices = (uint64_t)(uintptr_t)indices;
+	a.out = (uint64_t)(uintptr_t)out;
+	a.tok_bytes = h->cfg.hidden_dim * es;
+	a.dtype = dtype;
+	void *params[] = {&a};
+	unsigned grid = (unsigned)h->cfg.block_num, thr = (unsigned)h->cfg.warp_num_per_block * 32;
+	if ((rc = launch(h, K_CSEND, grid, thr, stream, params)) || (rc = launch(h, K_CREDUCE, grid, thr, stream, params)))
+		return rc;
+	h->next_combine = 0;
+	return MORI_OK;
+}
+
+int mori_ep_get_dispatch_layout(mori_ep_handle *h, const int32_t *indices, int num_tokens, int32_t *per_rank,
+				int32_t *per_expert, uint8_t *in_rank, void *stream)
+{
+	if (!h)
+		return MORI_EINVAL;
+	if (num_tokens < 0 || num_tokens > h->cfg.max_num_inp_token_per_rank)
+		return set_error(h->g->c, MORI_EINVAL, "EP layout: %d tokens, more than max_num_inp_token_per_rank %d",
+				 num_tokens, h->cfg.max_num_inp_token_per_rank);
+	if (num_tokens && !indices)
+		return set_error(h->g->c, MORI_EINVAL, "EP layout: indices is NULL");
+	int W = h->cfg.world_size, epr = h->cfg.num_experts_per_rank, K = h->cfg.num_experts_per_token;
+	int rc = push(h);
+	if (rc)
+		return rc;
+	int r = 0;
+	if (per_rank)
+		r = h->api->memset_d8_async((gpu_dptr)(uintptr_t)per_rank, 0, sizeof(int32_t) * (size_t)W, stream);
+	if (!r && per_expert)
+		r = h->api->memset_d8_async((gpu_dptr)(uintptr_t)per_expert, 0, sizeof(int32_t) * (size_t)W * epr, stream);
+	gpu_pop(h->api);
+	char msg[200];
+	if ((rc = gpu_err(r, "memset", msg, sizeof(msg))))
+		return set_error(h->g->c, rc, "EP layout: %s", msg);
+	if (!num_tokens)
+		return MORI_OK;
+	void *params[] = {&indices, &num_tokens, &K, &W, &epr, &per_rank, &per_expert, &in_rank};
+	return launch(h, K_QUERY, (unsigned)(num_tokens + 255) / 256, 256, stream, params);
+}
+
+int mori_ep_status(mori_ep_handle *h, int clear)
+{
+	if (!h)
+		return MORI_EINVAL;
+	mori_client *c = h->g->c;
+	int32_t s[4] = {0};
+	int rc = push(h);
+	if (rc)
+		return rc;
+	gpu_dptr p = (gpu_dptr)(uintptr_t)(h->block + h->L.status);
+	int r = h->api->memcpy_dtoh_async(s, p, sizeof(s), NULL);
+	if (!r)
+		r = h->api->stream_synchronize(NULL);
+	if (!r && clear && s[0])
+		r = h->api->memset_d8_async(p, 0, sizeof(s), NULL);
+	if (!r && clear && s[0])
+		r = h->api->stream_synchronize(NULL);
+	gpu_pop(h->api);
+	char msg[200];
+	if ((rc = gpu_err(r, "read the status", msg, sizeof(msg))))
+		return set_error(c, rc, "EP status: %s", msg);
+	if (!s[0])
+		return shmem_abort_status(h->g);
+	int K = h->cfg.num_experts_per_token;
+	switch (s[1]) {
+	case MORI_EP_ERR_INDEX:
+		return set_error(c, s[0], "EP dispatch: token %d slot %d: expert index %d is outside -1..%d (skipped)",
+				 s[2] / K, s[2] % K, s[3], h->cfg.world_size * h->cfg.num_experts_per_rank - 1);
+	case MORI_EP_ERR_ROUTE:
+		return set_error(c, s[0], "EP combine: token %d slot %d: indices has %d, not dispatch's routing (the sums "
+					  "follow dispatch's)", s[2] / K, s[2] % K, s[3]);
+	case MORI_EP_ERR_TIMEOUT:
+		return set_error(c, s[0], "EP: a wait of kernel %d on rank %d passed the %lld us deadline", s[2], s[3],
+				 (long long)h->cfg.timeout_us);
+	default:
+		return set_error(c, s[0], "EP: kernel %d's wait on rank %d ended: %s", s[2], s[3], mori_strerror(s[0]));
+	}
+}

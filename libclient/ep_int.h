@@ -1,0 +1,31 @@
+/* libmori MORI-EP internals (issue 13): shared by ep_layout.c (host-only: config, layout) and
+ * ep.c (handles, launches). */
+#ifndef LIBMORI_EP_INT_H
+#define LIBMORI_EP_INT_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mori_ep.h"
+
+struct mori_ep_layout;
+
+#define EP_DEFAULT_TIMEOUT_US 10000000 /* device-side waits: 10 s */
+#define EP_MAX_EXPERTS_PER_RANK 1024
+#define EP_MAX_TOKENS (1 << 20)
+#define EP_MAX_HIDDEN (1 << 16)
+#define EP_XCHG_BYTES 4096             /* the config exchange at creation */
+#define EP_DEFAULT_WARPS 16
+#define EP_MAX_DEFAULT_BLOCKS 64
+
+int ep_dtype_size(int dtype);
+/* The block layout of a valid cfg (MORI_EINVAL otherwise). */
+int ep_layout(const mori_ep_config *cfg, struct mori_ep_layout *L);
+
+struct ep_field {
+	const char *name;
+	size_t off, size;
+};
+extern const struct ep_field ep_fields[];
+/* 0 when a and b (ranks ra, rb) agree on every field but rank; else MORI_EINVAL naming the first. */
+int ep_config_diff(const mori_ep_config *a, const mori_ep_config *b, char *msg, size_t cap, int ra, int rb);
+#endif

@@ -1,0 +1,203 @@
+/* libmori MORI-EP (issue 13), the host-only part: configuration defaults and checks, the layout
+ * of a handle's symmetric block (kernels/ep_kernels.h), and DeepEP's dispatch layout computed
+ * on host memory. No GPU, no daemon: tests/test_ep_layout runs it everywhere. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../kernels/ep_kernels.h"
+#include "ep_int.h"
+
+void mori_ep_config_init(mori_ep_config *cfg)
+{
+	if (!cfg)
+		return;
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->data_type = MORI_EP_BF16;
+	cfg->max_token_type_size = 2;
+	cfg->kernel_type = MORI_EP_NORMAL;
+	cfg->scale_type_size = 4;
+	cfg->timeout_us = EP_DEFAULT_TIMEOUT_US;
+}
+
+int ep_dtype_size(int dtype)
+{
+	switch (dtype) {
+	case MORI_EP_BF16: return 2;
+	case MORI_EP_FP32: return 4;
+	case MORI_EP_FP8_E4M3: return 1;
+	default: return 0;
+	}
+}
+
+static int bad(char *msg, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int bad(char *msg, size_t cap, const char *fmt, ...)
+{
+	if (msg && cap) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(msg, cap, fmt, ap);
+		va_end(ap);
+	}
+	return MORI_EINVAL;
+}
+
+int mori_ep_config_check(const mori_ep_config *c, char *msg, size_t cap)
+{
+	if (!c)
+		return bad(msg, cap, "config is NULL");
+	if (c->world_size < 1 || c->world_size > MORI_EP_MAX_WORLD)
+		return bad(msg, cap, "world_size %d is outside 1..%d", c->world_size, MORI_EP_MAX_WORLD);
+	if (c->rank < 0 || c->rank >= c->world_size)
+		return bad(msg, cap, "rank %d is outside 0..%d", c->rank, c->world_size - 1);
+	if (c->num_experts_per_token < 1 || c->num_experts_per_token > MORI_EP_MAX_TOPK)
+		return bad(msg, cap, "num_experts_per_token %d is outside 1..%d", c->num_experts_per_token,
+			   MORI_EP_MAX_TOPK);
+	if (c->num_experts_per_rank < 1 || c->num_experts_per_rank > EP_MAX_EXPERTS_PER_RANK)
+		return bad(msg, cap, "num_experts_per_rank %d is outside 1..%d", c->num_experts_per_rank,
+			   EP_MAX_EXPERTS_PER_RANK);
+	if (c->max_num_inp_token_per_rank < 1 || c->max_num_inp_token_per_rank > EP_MAX_TOKENS)
+		return bad(msg, cap, "max_num_inp_token_per_rank %d is outside 1..%d", c->max_num_inp_token_per_rank,
+			   EP_MAX_TOKENS);
+	int es = ep_dtype_size(c->data_type);
+	if (!es)
+		return bad(msg, cap, "data_type %d is none of bf16 (%d), fp32 (%d), fp8 e4m3 (%d)", c->data_type,
+			   MORI_EP_BF16, MORI_EP_FP32, MORI_EP_FP8_E4M3);
+	if (c->kernel_type != MORI_EP_NORMAL && c->kernel_type != MORI_EP_LOW_LATENCY)
+		return bad(msg, cap, "kernel_type %d is neither normal (0) nor low-latency (1)", c->kernel_type);
+	if (c->max_token_type_size != 1 && c->max_token_type_size != 2 && c->max_token_type_size != 4)
+		return bad(msg, cap, "max_token_type_size %d is not 1, 2 or 4 bytes", c->max_token_type_size);
+	if (es > c->max_token_type_size)
+		return bad(msg, cap, "data_type's %d-byte elements exceed max_token_type_size %d", es,
+			   c->max_token_type_size);
+	if (c->hidden_dim < 1 || c->hidden_dim > EP_MAX_HIDDEN)
+		return bad(msg, cap, "hidden_dim %d is outside 1..%d", c->hidden_dim, EP_MAX_HIDDEN);
+	if ((c->hidden_dim * es) % 16)
+		return bad(msg, cap, "hidden_dim %d x %d bytes is not a multiple of 16 bytes", c->hidden_dim, es);
+	if ((c->hidden_dim * c->max_token_type_size) % 16)
+		return bad(msg, cap, "hidden_dim %d x max_token_type_size %d is not a multiple of 16 bytes", c->hidden_dim,
+			   c->max_token_type_size);
+	if (c->scale_dim < 0 || c->scale_dim > c->hidden_dim)
+		return bad(msg, cap, "scale_dim %d is outside 0..hidden_dim (%d)", c->scale_dim, c->hidden_dim);
+	if (c->scale_dim && c->scale_type_size != 4 && c->scale_type_size != 8)
+		return bad(msg, cap, "scale_type_size %d is not 4 or 8 bytes", c->scale_type_size);
+	if (c->warp_num_per_block < 0 || c->warp_num_per_block > 32)
+		return bad(msg, cap, "warp_num_per_block %d is outside 0..32", c->warp_num_per_block);
+	if (c->block_num < 0 || c->block_num > 1024)
+		return bad(msg, cap, "block_num %d is outside 0..1024", c->block_num);
+	if (c->timeout_us < 0)
+		return bad(msg, cap, "timeout_us %lld is negative", (long long)c->timeout_us);
+	/* source positions are int32: (world x max tokens) x K must fit */
+	if ((int64_t)c->world_size * c->max_num_inp_token_per_rank * c->num_experts_per_token >= (1ll << 31))
+		return bad(msg, cap, "world_size x max_num_inp_token_per_rank x num_experts_per_token exceeds 2^31");
+	return MORI_OK;
+}
+
+static uint64_t up(uint64_t v) { return (v + 255) & ~(uint64_t)255; }
+
+int ep_layout(const mori_ep_config *c, struct mori_ep_layout *L)
+{
+	if (mori_ep_config_check(c, NULL, 0))
+		return MORI_EINVAL;
+	memset(L, 0, sizeof(*L));
+	const uint64_t W = (uint64_t)c->world_size, M = (uint64_t)c->max_num_inp_token_per_rank,
+		       K = (uint64_t)c->num_experts_per_token, epr = (uint64_t)c->num_experts_per_rank;
+	const int ll = c->kernel_type == MORI_EP_LOW_LATENCY;
+	L->bins = (int32_t)(ll ? W * epr : W);
+	L->bins_local = (int32_t)(ll ? epr : 1);
+	L->pos_cols = (int32_t)(ll ? K : W);
+	L->token_stride = c->hidden_dim * c->max_token_type_size;
+	L->scale_stride = (int32_t)((c->scale_dim * c->scale_type_size + 15) & ~15);
+	L->recv_slots = (int64_t)(ll ? epr * W * M : W * M);
+	const uint64_t R = (uint64_t)L->recv_slots;
+	uint64_t o = 0;
+	L->meta = o, o = up(o + 8 * (uint64_t)L->bins_local * W);
+	L->ddone = o, o = up(o + 8 * W);
+	L->cdone = o, o = up(o + 8 * W);
+	L->tok = o, o = up(o + R * (uint64_t)L->token_stride);
+	L->w = o, o = up(o + R * K * 4);
+	L->idx = o, o = up(o + R * K * 4);
+	L->scale = o, o = up(o + R * (uint64_t)L->scale_stride);
+	L->src = o, o = up(o + R * 4);
+	L->comb = o, o = up(o + (ll ? M * K : W * M) * (uint64_t)L->token_stride);
+	L->local = o;
+	L->epoch = o, o = up(o + 8);
+	L->status = o, o = up(o + 16);
+	L->count = o, o = up(o + 4 * (uint64_t)L->bins_local);
+	L->base = o, o = up(o + 4 * (uint64_t)L->bins);
+	L->pos = o, o = up(o + 4 * M * (uint64_t)L->pos_cols);
+	L->route = o, o = up(o + 4 * M * K);
+	L->rweight = o, o = up(o + 4 * M * K);
+	L->total = o;
+	return MORI_OK;
+}
+
+uint64_t mori_ep_heap_bytes(const mori_ep_config *cfg)
+{
+	struct mori_ep_layout L;
+	return ep_layout(cfg, &L) ? 0 : L.total + EP_XCHG_BYTES;
+}
+
+int mori_ep_layout_host(const mori_ep_config *cfg, const int32_t *indices, int num_tokens, int32_t *per_rank,
+			int32_t *per_expert, uint8_t *in_rank, char *msg, size_t cap)
+{
+	int rc = mori_ep_config_check(cfg, msg, cap);
+	if (rc)
+		return rc;
+	if (num_tokens < 0 || num_tokens > cfg->max_num_inp_token_per_rank)
+		return bad(msg, cap, "%d tokens, more than max_num_inp_token_per_rank %d", num_tokens,
+			   cfg->max_num_inp_token_per_rank);
+	if (num_tokens && !indices)
+		return bad(msg, cap, "indices is NULL");
+	const int W = cfg->world_size, K = cfg->num_experts_per_token, epr = cfg->num_experts_per_rank, E = W * epr;
+	for (int i = 0; i < num_tokens * K; i++)
+		if (indices[i] < -1 || indices[i] >= E)
+			return bad(msg, cap, "token %d slot %d: expert index %d is outside -1..%d", i / K, i % K, indices[i],
+				   E - 1);
+	if (per_rank)
+		memset(per_rank, 0, sizeof(*per_rank) * (size_t)W);
+	if (per_expert)
+		memset(per_expert, 0, sizeof(*per_expert) * (size_t)E);
+	for (int t = 0; t < num_tokens; t++) {
+		uint32_t ranks = 0; /* W <= 32 */
+		for (int k = 0; k < K; k++) {
+			int v = indices[t * K + k];
+			if (v < 0)
+				continue;
+			if (per_expert)
+				per_expert[v]++;
+			ranks |= 1u << (v / epr);
+		}
+		for (int d = 0; d < W; d++) {
+			int in = ranks >> d & 1;
+			if (per_rank)
+				per_rank[d] += in;
+			if (in_rank)
+				in_rank[(size_t)t * W + d] = (uint8_t)in;
+		}
+	}
+	return MORI_OK;
+}
+
+/* The fields every rank must agree on, for the comparison at creation (rank excluded). */
+const struct ep_field ep_fields[] = {
+#define F(name) {#name, offsetof(mori_ep_config, name), sizeof(((mori_ep_config *)0)->name)}
+	F(world_size), F(hidden_dim), F(scale_dim), F(scale_type_size), F(max_token_type_size),
+	F(max_num_inp_token_per_rank), F(num_experts_per_rank), F(num_experts_per_token), F(data_type),
+	F(kernel_type), F(warp_num_per_block), F(block_num), F(timeout_us),
+#undef F
+	{NULL, 0, 0},
+};
+
+int ep_config_diff(const mori_ep_config *a, const mori_ep_config *b, char *msg, size_t cap, int ra, int rb)
+{
+	for (const struct ep_field *f = ep_fields; f->name; f++) {
+		const char *pa = (const char *)a + f->off, *pb = (const char *)b + f->off;
+		if (memcmp(pa, pb, f->size) == 0)
+			continue;
+		long long va = f->size == 8 ? *(const int64_t *)pa : *(const int32_t *)pa;
+		long long vb = f->size == 8 ? *(const int64_t *)pb : *(const int32_t *)pb;
+		return bad(msg, cap, "config field %s differs: rank %d has %lld, rank %d has %lld", f->name, ra, va, rb, vb);
+	}
+	return MORI_OK;
+}

@@ -1,0 +1,217 @@
+/* MORI-EP's host-only parts (issue 13, acceptance 5), no GPU: configuration checks (each bad
+ * field refused with a message naming it), the comparison between ranks' configurations (the
+ * first differing field named with both values), the heap size a handle needs, and DeepEP's
+ * dispatch layout (tokens per rank, per expert, token-in-rank mask) from mori_ep_layout_host
+ * against an independent reference (each token's experts sorted, mapped to ranks, duplicates
+ * dropped) over seeded random routings with -1 slots, world sizes 1..32 and top-k 1..32. */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../kernels/ep_kernels.h"
+#include "../libclient/ep_int.h"
+#include "mori_ep.h"
+
+static mori_ep_config base_cfg(void)
+{
+	mori_ep_config c;
+	mori_ep_config_init(&c);
+	c.rank = 1;
+	c.world_size = 8;
+	c.hidden_dim = 7168;
+	c.max_num_inp_token_per_rank = 4096;
+	c.num_experts_per_rank = 32;
+	c.num_experts_per_token = 8;
+	return c;
+}
+
+static void refused(mori_ep_config c, const char *word)
+{
+	char msg[300] = "";
+	ck_assert_int_eq(mori_ep_config_check(&c, msg, sizeof(msg)), MORI_EINVAL);
+	ck_assert_msg(strstr(msg, word), "message '%s' does not name '%s'", msg, word);
+	ck_assert_uint_eq(mori_ep_heap_bytes(&c), 0);
+}
+
+START_TEST(config_checks)
+{
+	mori_ep_config c = base_cfg();
+	char msg[300] = "";
+	ck_assert_int_eq(mori_ep_config_check(&c, msg, sizeof(msg)), MORI_OK);
+	ck_assert_int_eq(mori_ep_config_check(NULL, msg, sizeof(msg)), MORI_EINVAL);
+	c.hidden_dim = 100; /* 200 bytes */
+	refused(c, "multiple of 16");
+	c = base_cfg(), c.hidden_dim = 16; /* 32 bytes: fine in bf16 */
+	ck_assert_int_eq(mori_ep_config_check(&c, NULL, 0), MORI_OK);
+	c.data_type = MORI_EP_FP8_E4M3, c.hidden_dim = 8, c.max_token_type_size = 2; /* 8 fp8 bytes */
+	refused(c, "multiple of 16");
+	c = base_cfg(), c.num_experts_per_token = 33;
+	refused(c, "num_experts_per_token 33");
+	c.num_experts_per_token = 32;
+	ck_assert_int_eq(mori_ep_config_check(&c, NULL, 0), MORI_OK);
+	c = base_cfg(), c.world_size = 0;
+	refused(c, "world_size 0");
+	c = base_cfg(), c.world_size = MORI_EP_MAX_WORLD + 1;
+	refused(c, "world_size");
+	c = base_cfg(), c.rank = 8;
+	refused(c, "rank 8");
+	c = base_cfg(), c.data_type = 7;
+	refused(c, "data_type 7");
+	c = base_cfg(), c.data_type = MORI_EP_FP32; /* 4-byte elements, max_token_type_size 2 */
+	refused(c, "max_token_type_size");
+	c = base_cfg(), c.kernel_type = 2;
+	refused(c, "kernel_type 2");
+	c = base_cfg(), c.max_num_inp_token_per_rank = 0;
+	refused(c, "max_num_inp_token_per_rank 0");
+	c = base_cfg(), c.num_experts_per_rank = 0;
+	refused(c, "num_experts_per_rank 0");
+	c = base_cfg(), c.scale_dim = 56, c.scale_type_size = 3;
+	refused(c, "scale_type_size 3");
+	c = base_cfg(), c.timeout_us = -1;
+	refused(c, "timeout_us");
+}
+END_TEST
+
+START_TEST(config_differences_named)
+{
+	mori_ep_config a = base_cfg(), b = base_cfg();
+	char msg[300] = "";
+	b.rank = 5; /* rank is allowed to differ */
+	ck_assert_int_eq(ep_config_diff(&a, &b, msg, sizeof(msg), 0, 5), MORI_OK);
+	b.hidden_dim = 4096;
+	ck_assert_int_eq(ep_config_diff(&a, &b, msg, sizeof(msg), 0, 5), MORI_EINVAL);
+	ck_assert_str_eq(msg, "config field hidden_dim differs: rank 0 has 7168, rank 5 has 4096");
+	b = a, b.timeout_us = 5;
+	ck_assert_int_eq(ep_config_diff(&a, &b, msg, sizeof(msg), 0, 2), MORI_EINVAL);
+	ck_assert_str_eq(msg, "config field timeout_us differs: rank 0 has 10000000, rank 2 has 5");
+	b = a, b.kernel_type = MORI_EP_LOW_LATENCY;
+	ck_assert_int_eq(ep_config_diff(&a, &b, msg, sizeof(msg), 0, 1), MORI_EINVAL);
+	ck_assert_ptr_nonnull(strstr(msg, "kernel_type"));
+}
+END_TEST
+
+/* The block holds what mori_ep.h promises: receive rows for every source's every token (normal)
+ * or every (expert, source, token) (low-latency), and the combine rows. */
+START_TEST(heap_sizes)
+{
+	mori_ep_config c = base_cfg();
+	struct mori_ep_layout L;
+	ck_assert_int_eq(ep_layout(&c, &L), MORI_OK);
+	ck_assert_int_eq(L.recv_slots, 8 * 4096);
+	ck_assert_int_eq(L.token_stride, 7168 * 2);
+	uint64_t rows = (uint64_t)L.recv_slots * L.token_stride;
+	ck_assert_uint_ge(L.total, 2 * rows); /* receive + combine rows, at least */
+	ck_assert_uint_ge(L.comb - L.tok, rows);
+	ck_assert_uint_ge(L.total - L.comb, (uint64_t)8 * 4096 * L.token_stride);
+	ck_assert_uint_eq(mori_ep_heap_bytes(&c), L.total + EP_XCHG_BYTES);
+	c.kernel_type = MORI_EP_LOW_LATENCY;
+	c.max_num_inp_token_per_rank = 128;
+	ck_assert_int_eq(ep_layout(&c, &L), MORI_OK);
+	ck_assert_int_eq(L.recv_slots, 32 * 8 * 128);
+	ck_assert_int_eq(L.bins, 256);
+	ck_assert_int_eq(L.pos_cols, 8);
+	/* every part 256-aligned and in order */
+	uint64_t parts[] = {L.meta, L.ddone, L.cdone, L.tok, L.w, L.idx, L.scale, L.src, L.comb, L.epoch, L.status,
+			    L.count, L.base, L.pos, L.route, L.rweight, L.total};
+	for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) {
+		ck_assert_uint_eq(parts[i] % 256, 0);
+		if (i)
+			ck_assert_uint_ge(parts[i], parts[i - 1]);
+	}
+}
+END_TEST
+
+static int cmp_int(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
+
+/* Independent reference: sort the row, walk distinct ranks. */
+static void reference(int W, int epr, int K, int T, const int32_t *idx, int32_t *pr, int32_t *pe, uint8_t *ir)
+{
+	memset(pr, 0, sizeof(*pr) * (size_t)W);
+	memset(pe, 0, sizeof(*pe) * (size_t)W * (size_t)epr);
+	memset(ir, 0, (size_t)T * (size_t)W);
+	int row[MORI_EP_MAX_TOPK];
+	for (int t = 0; t < T; t++) {
+		int n = 0;
+		for (int k = 0; k < K; k++)
+			if (idx[t * K + k] >= 0)
+				row[n++] = idx[t * K + k];
+		qsort(row, (size_t)n, sizeof(int), cmp_int);
+		int last_rank = -1;
+		for (int i = 0; i < n; i++) {
+			pe[row[i]]++;
+			int r = row[i] / epr;
+			if (r != last_rank) {
+				pr[r]++;
+				ir[t * W + r] = 1;
+				last_rank = r;
+			}
+		}
+	}
+}
+
+START_TEST(layout_against_reference)
+{
+	srand(1234);
+	int cases = 0;
+	for (int W = 1; W <= 32; W += (W < 8 ? 1 : 8)) {
+		for (int K = 1; K <= 32; K = K < 8 ? K + 3 : K * 2) {
+			int epr = 1 + rand() % 8, E = W * epr, T = rand() % 300;
+			mori_ep_config c = base_cfg();
+			c.rank = 0, c.world_size = W, c.num_experts_per_rank = epr, c.num_experts_per_token = K;
+			c.max_num_inp_token_per_rank = 300;
+			int32_t *idx = malloc(sizeof(int32_t) * (size_t)(T * K + 1));
+			for (int i = 0; i < T * K; i++) /* one in five slots empty; repeats allowed */
+				idx[i] = rand() % 5 == 0 ? -1 : rand() % E;
+			int32_t pr[32], pe[32 * 8], rpr[32], rpe[32 * 8];
+			uint8_t *ir = malloc((size_t)T * W + 1), *rir = malloc((size_t)T * W + 1);
+			char msg[200];
+			ck_assert_int_eq(mori_ep_layout_host(&c, idx, T, pr, pe, ir, msg, sizeof(msg)), MORI_OK);
+			reference(W, epr, K, T, idx, rpr, rpe, rir);
+			ck_assert_mem_eq(pr, rpr, sizeof(int32_t) * (size_t)W);
+			ck_assert_mem_eq(pe, rpe, sizeof(int32_t) * (size_t)E);
+			if (T)
+				ck_assert_mem_eq(ir, rir, (size_t)T * W);
+			free(idx), free(ir), free(rir);
+			cases++;
+		}
+	}
+	ck_assert_int_ge(cases, 40);
+}
+END_TEST
+
+START_TEST(layout_refusals)
+{
+	mori_ep_config c = base_cfg();
+	c.world_size = 2, c.rank = 0, c.num_experts_per_rank = 4, c.num_experts_per_token = 2;
+	c.max_num_inp_token_per_rank = 3;
+	int32_t idx[8] = {0, 1, 7, -1, 8, 2, 3, 3};
+	int32_t pr[2];
+	char msg[200] = "";
+	ck_assert_int_eq(mori_ep_layout_host(&c, idx, 3, pr, NULL, NULL, msg, sizeof(msg)), MORI_EINVAL);
+	ck_assert_str_eq(msg, "token 2 slot 0: expert index 8 is outside -1..7");
+	ck_assert_int_eq(mori_ep_layout_host(&c, idx, 4, pr, NULL, NULL, msg, sizeof(msg)), MORI_EINVAL);
+	ck_assert_str_eq(msg, "4 tokens, more than max_num_inp_token_per_rank 3");
+	ck_assert_int_eq(mori_ep_layout_host(&c, idx, 2, pr, NULL, NULL, msg, sizeof(msg)), MORI_OK);
+	ck_assert_int_eq(pr[0], 1);
+	ck_assert_int_eq(pr[1], 1);
+	ck_assert_int_eq(mori_ep_layout_host(&c, NULL, 0, pr, NULL, NULL, msg, sizeof(msg)), MORI_OK);
+	ck_assert_int_eq(pr[0] + pr[1], 0);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("ep_layout");
+	TCase *t = tcase_create("host");
+	tcase_add_test(t, config_checks);
+	tcase_add_test(t, config_differences_named);
+	tcase_add_test(t, heap_sizes);
+	tcase_add_test(t, layout_against_reference);
+	tcase_add_test(t, layout_refusals);
+	suite_add_tcase(s, t);
+	SRunner *r = srunner_create(s);
+	srunner_run_all(r, CK_NORMAL);
+	int failed = srunner_ntests_failed(r);
+	srunner_free(r);
+	return failed ? 1 : 0;
+}
