@@ -105,3 +105,6 @@ $(HIP_PART): $(DEPS) kernels/probe-gpucc.sh $(OUT)/.hipcc
 endif
 
 .PHONY: all FORCE
+
+# MORI-IR: the device API as bitcode, its function table, the static device library.
+include kernels/ir.mk

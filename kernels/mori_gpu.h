@@ -13,6 +13,96 @@
 #endif
 #include <stdint.h>
 
+/* clang -x cuda -nocudainc (MORI-IR's bitcode, kernels/ir.mk): no CUDA headers, whose newer
+ * releases clang 16 cannot parse; clang's own builtins give the little of them used here.
+ * (clang's CUDA wrapper header defines __CUDACC__; with -nocudainc nothing does.) */
+#if defined(MORI_CUDA) && defined(__clang__) && defined(__CUDA__) && !defined(__CUDACC__)
+#define MORI_BARE_CLANG 1
+#include <__clang_cuda_builtin_vars.h> /* threadIdx, blockIdx, blockDim, gridDim */
+#define __device__ __attribute__((device))
+#define __global__ __attribute__((global))
+#define __shared__ __attribute__((shared))
+#define __forceinline__ __inline__ __attribute__((always_inline))
+#define __launch_bounds__(...) __attribute__((launch_bounds(__VA_ARGS__)))
+struct __attribute__((aligned(16))) uint4 {
+	unsigned int x, y, z, w;
+};
+typedef struct uint4 uint4;
+static __device__ __forceinline__ uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w)
+{
+	uint4 v = {x, y, z, w};
+	return v;
+}
+static __device__ __forceinline__ uint4 __ldcs(const uint4 *p)
+{
+	uint4 v;
+	asm volatile("ld.global.cs.v4.u32 {%0,%1,%2,%3}, [%4];"
+		     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+	return v;
+}
+static __device__ __forceinline__ void __stcs(uint4 *p, uint4 v)
+{
+	asm volatile("st.global.cs.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+		     : "memory");
+}
+/* __syncthreads is a clang builtin */
+#define __syncthreads_or(p) __nvvm_bar0_or(p)
+#define __syncwarp() __nvvm_bar_warp_sync(0xffffffffu)
+#define __shfl_sync(mask, v, src) __nvvm_shfl_sync_idx_i32((mask), (v), (src), 0x1f)
+static __device__ __forceinline__ void __threadfence_system(void) { asm volatile("membar.sys;" ::: "memory"); }
+static __device__ __forceinline__ unsigned long long __ldg(const unsigned long long *p)
+{
+	unsigned long long v;
+	asm("ld.global.nc.u64 %0, [%1];" : "=l"(v) : "l"(p));
+	return v;
+}
+static __device__ __forceinline__ int __ldg(const int *p)
+{
+	int v;
+	asm("ld.global.nc.s32 %0, [%1];" : "=r"(v) : "l"(p));
+	return v;
+}
+/* Atomics as PTX text rather than NVVM intrinsics: inline asm reads the same in every later
+ * LLVM that links this bitcode, whose intrinsic names change. Generic addresses, as CUDA's. */
+#define MORI_BARE_AMO(name, scope, op, t32, t64)                                                       \
+	static __device__ __forceinline__ unsigned int name(unsigned int *p, unsigned int v)             \
+	{                                                                                                \
+		unsigned int old;                                                                        \
+		asm volatile("atom" scope "." op "." t32 " %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory"); \
+		return old;                                                                              \
+	}                                                                                                \
+	static __device__ __forceinline__ unsigned long long name(unsigned long long *p, unsigned long long v) \
+	{                                                                                                \
+		unsigned long long old;                                                                  \
+		asm volatile("atom" scope "." op "." t64 " %0, [%1], %2;" : "=l"(old) : "l"(p), "l"(v) : "memory"); \
+		return old;                                                                              \
+	}
+MORI_BARE_AMO(atomicAdd, "", "add", "u32", "u64")
+MORI_BARE_AMO(atomicAdd_system, ".sys", "add", "u32", "u64")
+MORI_BARE_AMO(atomicAnd_system, ".sys", "and", "b32", "b64")
+MORI_BARE_AMO(atomicOr_system, ".sys", "or", "b32", "b64")
+MORI_BARE_AMO(atomicXor_system, ".sys", "xor", "b32", "b64")
+MORI_BARE_AMO(atomicExch_system, ".sys", "exch", "b32", "b64")
+#undef MORI_BARE_AMO
+#define MORI_BARE_CAS(name, scope)                                                                     \
+	static __device__ __forceinline__ unsigned int name(unsigned int *p, unsigned int c, unsigned int v) \
+	{                                                                                                \
+		unsigned int old;                                                                        \
+		asm volatile("atom" scope ".cas.b32 %0, [%1], %2, %3;" : "=r"(old) : "l"(p), "r"(c), "r"(v) : "memory"); \
+		return old;                                                                              \
+	}                                                                                                \
+	static __device__ __forceinline__ unsigned long long name(unsigned long long *p, unsigned long long c, \
+								   unsigned long long v)                 \
+	{                                                                                                \
+		unsigned long long old;                                                                  \
+		asm volatile("atom" scope ".cas.b64 %0, [%1], %2, %3;" : "=l"(old) : "l"(p), "l"(c), "l"(v) : "memory"); \
+		return old;                                                                              \
+	}
+MORI_BARE_CAS(atomicCAS, "")
+MORI_BARE_CAS(atomicCAS_system, ".sys")
+#undef MORI_BARE_CAS
+#endif
+
 #define MORI_DEVICE __device__ __forceinline__
 #define MORI_KERNEL extern "C" __global__
 
