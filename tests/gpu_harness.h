@@ -1,10 +1,12 @@
-/* Helpers shared by the GPU tests (tests/test_gpu_*.c): the skip probe, random batches with
- * non-overlapping destinations, and a host model to check every byte against. */
+/* Helpers shared by the GPU tests (tests/test_gpu_*.c): the skip probe, MPS for several processes
+ * on one GPU, random batches with non-overlapping destinations, and a host model to check every
+ * byte against. */
 #ifndef MORI_GPU_HARNESS_H
 #define MORI_GPU_HARNESS_H
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,14 +14,15 @@
 #include "../libclient/gpu_int.h"
 #include "harness.h"
 
-/* Exit 77 ("skipped: ...") unless a GPU and the copy kernel for it are usable here. The probe
- * runs in a child so that this process never initialises the driver: Check then forks each
- * test, and a CUDA context does not survive fork. */
-static inline void gpu_skip_unless_ready(void)
+/* Exit 77 ("skipped: ...") unless a GPU is usable here and, with need_copy, the copy kernel for
+ * it. The probe runs in a child so that this process never initialises the driver: Check then
+ * forks each test (and the SHMEM tests fork PEs), and a CUDA context does not survive fork. */
+static inline void gpu_skip_unless(int need_copy)
 {
 	int p[2];
 	if (pipe(p) != 0)
 		exit(1);
+	fflush(stdout);
 	pid_t pid = fork();
 	if (pid == 0) {
 		static mori_client c;
@@ -27,6 +30,10 @@ static inline void gpu_skip_unless_ready(void)
 		if (!gpu_api()) {
 			dprintf(p[1], "no GPU (%s)", gpu_unavailable_reason());
 			_exit(77);
+		}
+		if (!need_copy) {
+			dprintf(p[1], "ok");
+			_exit(0);
 		}
 		gpu_function fn;
 		int sm, rc = gpu_copy_kernel(&c, 0, &fn, &sm);
@@ -48,6 +55,58 @@ static inline void gpu_skip_unless_ready(void)
 		fprintf(stderr, "GPU probe failed: %s\n", msg);
 		exit(1);
 	}
+}
+
+static inline void gpu_skip_unless_ready(void) { gpu_skip_unless(1); }
+
+/* ---- MPS: kernels of different processes run concurrently on one GPU only under it ---- */
+
+static char gpu_mps_pipe[64], gpu_mps_log[64];
+static pid_t gpu_mps_owner;
+
+static inline void gpu_mps_stop(void)
+{
+	if (!gpu_mps_pipe[0] || getpid() != gpu_mps_owner)
+		return; /* Check's forked test processes inherit the atexit handler: only main's quits */
+	FILE *f = popen("nvidia-cuda-mps-control", "w");
+	if (f) {
+		fputs("quit\n", f);
+		pclose(f);
+	}
+}
+
+/* Our own MPS control daemon (own pipe and log directories, /tmp/mori-mps-{pipe,log}.<pid>; quit
+ * at exit), unless the caller gave one ($CUDA_MPS_PIPE_DIRECTORY). Call before any process here
+ * starts the driver. Returns what happened, for the test's output ("MPS on: ...", "MPS off: why"). */
+static inline const char *gpu_mps_start(void)
+{
+	if (getenv("CUDA_MPS_PIPE_DIRECTORY"))
+		return "MPS on: the caller's daemon";
+	if (system("command -v nvidia-cuda-mps-control >/dev/null 2>&1") != 0)
+		return "MPS off: no nvidia-cuda-mps-control; kernels of the PEs time-slice";
+	snprintf(gpu_mps_pipe, sizeof(gpu_mps_pipe), "/tmp/mori-mps-pipe.%d", (int)getpid());
+	snprintf(gpu_mps_log, sizeof(gpu_mps_log), "/tmp/mori-mps-log.%d", (int)getpid());
+	mkdir(gpu_mps_pipe, 0700);
+	mkdir(gpu_mps_log, 0700);
+	setenv("CUDA_MPS_PIPE_DIRECTORY", gpu_mps_pipe, 1);
+	setenv("CUDA_MPS_LOG_DIRECTORY", gpu_mps_log, 1);
+	if (system("nvidia-cuda-mps-control -d") != 0) {
+		gpu_mps_pipe[0] = 0;
+		unsetenv("CUDA_MPS_PIPE_DIRECTORY");
+		unsetenv("CUDA_MPS_LOG_DIRECTORY");
+		return "MPS off: its control daemon did not start";
+	}
+	gpu_mps_owner = getpid();
+	atexit(gpu_mps_stop);
+	return "MPS on: own control daemon";
+}
+
+/* In one of n processes sharing the GPU, before it starts the driver: an equal share of the SMs. */
+static inline void gpu_mps_share(int n)
+{
+	char pct[16];
+	snprintf(pct, sizeof(pct), "%d", 100 / (n > 0 ? n : 1));
+	setenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", pct, 1);
 }
 
 /* n descriptors moving bytes from a src region to a dst region: destination ranges never

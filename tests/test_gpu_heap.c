@@ -1,5 +1,5 @@
 /* MORI-SHMEM VRAM heaps from the host side (issue 11), on a GPU: N forked processes on one GPU
- * act as N PEs ($MORI_SHMEM_PES, default 4; tests/device-shmem.sh runs them under MPS). Each PE's
+ * act as N PEs ($MORI_SHMEM_PES, default 4), under MPS (the caller's, else its own). Each PE's
  * heap is its own VMM allocation that morid holds and brokers: every local peer's heap is mapped
  * at the same offsets (device addresses from ptr_p2p), host puts/gets through the mappings are
  * checked byte for byte, calloc zeroes every PE's VRAM, the device state (struct
@@ -16,7 +16,8 @@
 #include <sys/prctl.h>
 
 #include "gpu.h"
-#include "harness.h"
+#include "gpu_harness.h"
+#include "pe_harness.h"
 #include "mori_shmem.h"
 #include "shmem_layout.h"
 
@@ -26,35 +27,17 @@
 
 static struct test_daemon D;
 static int NPES = 4;
+static const char *mps_note = "MPS off";
 
-struct shared { char msg[MAXPE][600]; };
+struct shared { char msg[MAXPE][PE_MSG_LEN]; };
 static struct shared *SH;
-
-#define PCHECK(pe, cond, ...)                                                                    \
-	do {                                                                                     \
-		if (!(cond)) {                                                                   \
-			int _o = snprintf(SH->msg[pe], sizeof(SH->msg[pe]), "PE %d line %d: %s: ", pe, \
-					  __LINE__, #cond);                                      \
-			snprintf(SH->msg[pe] + _o, sizeof(SH->msg[pe]) - (size_t)_o, __VA_ARGS__);     \
-			return __LINE__;                                                          \
-		}                                                                                \
-	} while (0)
-#define POK(pe, x)                                                                               \
-	do {                                                                                     \
-		int _r = (x);                                                                    \
-		PCHECK(pe, _r == MORI_OK, "%s (%s)", mori_strerror(_r), mori_client_last_error(NULL)); \
-	} while (0)
-#define GOK(pe, x)                                                                               \
-	do {                                                                                     \
-		int _r = (x);                                                                    \
-		PCHECK(pe, _r == 0, "driver: %s", gpu_strerror(_r));                             \
-	} while (0)
 
 static void setup(void)
 {
 	SH = mmap(NULL, sizeof(*SH), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	ck_assert_ptr_ne(SH, MAP_FAILED);
 	memset(SH, 0, sizeof(*SH));
+	pe_msg = SH->msg;
 	ck_assert_int_eq(daemon_start(&D, NULL), 0);
 }
 
@@ -64,40 +47,11 @@ static void teardown(void)
 	daemon_cleanup(&D);
 }
 
-typedef int (*pe_fn)(int pe, int n);
-
-static void run_pes(int n, pe_fn fn, int kill_last)
+/* This process's context on GPU 0, current (mori's own calls push and pop theirs); one of n
+ * PEs' share of the GPU under MPS. */
+static const struct gpu_api *gpu_ctx(int n)
 {
-	pid_t pids[MAXPE];
-	for (int i = 0; i < n; i++) {
-		pids[i] = fork();
-		ck_assert_int_ge(pids[i], 0);
-		if (pids[i] == 0) {
-			alarm(120);
-			prctl(PR_SET_PDEATHSIG, SIGKILL);
-			_exit(fn(i, n) ? 1 : 0);
-		}
-	}
-	char why[4096] = "";
-	size_t o = 0;
-	int bad = 0;
-	for (int i = 0; i < n; i++) {
-		int st;
-		ck_assert_int_eq(waitpid(pids[i], &st, 0), pids[i]);
-		int ok = kill_last && i == n - 1 ? WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL : WIFEXITED(st) && !WEXITSTATUS(st);
-		if (ok)
-			continue;
-		bad++;
-		o += (size_t)snprintf(why + o, sizeof(why) - o, "[PE %d: %s] ", i, SH->msg[i][0] ? SH->msg[i] : "died");
-		if (o >= sizeof(why))
-			o = sizeof(why) - 1;
-	}
-	ck_assert_msg(bad == 0, "%d of %d PEs failed: %s", bad, n, why);
-}
-
-/* This process's context on GPU 0, current (mori's own calls push and pop theirs). */
-static const struct gpu_api *gpu_ctx(void)
-{
+	gpu_mps_share(n);
 	const struct gpu_api *g = gpu_api();
 	gpu_device dev;
 	gpu_context ctx;
@@ -131,9 +85,9 @@ static int join_vram(int pe, int n, const char *name, mori_client **c, mori_grou
 static const char ptx[] = ".version 7.0\n.target sm_80\n.address_size 64\n"
 			  ".visible .global .align 8 .u64 mori_shmem_state_ptr;\n";
 
-static int pe_vram(int pe, int n)
+static int pe_vram(int pe, int n, void *arg)
 {
-	const struct gpu_api *api = gpu_ctx();
+	const struct gpu_api *api = gpu_ctx(n);
 	PCHECK(pe, api != NULL, "no GPU context: %s", gpu_unavailable_reason());
 	mori_client *c;
 	mori_group *g;
@@ -255,13 +209,13 @@ static int pe_vram(int pe, int n)
 
 START_TEST(vram_heaps)
 {
-	run_pes(NPES, pe_vram, 0);
+	pe_run_all(NPES, pe_vram, NULL, 120, 0);
 }
 END_TEST
 
-static int pe_vram_killed(int pe, int n)
+static int pe_vram_killed(int pe, int n, void *arg)
 {
-	const struct gpu_api *api = gpu_ctx();
+	const struct gpu_api *api = gpu_ctx(n);
 	PCHECK(pe, api != NULL, "no GPU context");
 	mori_client *c;
 	mori_group *g;
@@ -295,7 +249,7 @@ static int pe_vram_killed(int pe, int n)
 
 START_TEST(vram_pe_killed)
 {
-	run_pes(NPES < 2 ? 2 : NPES, pe_vram_killed, 1);
+	pe_run_all(NPES < 2 ? 2 : NPES, pe_vram_killed, NULL, 120, 1);
 }
 END_TEST
 
@@ -304,30 +258,8 @@ int main(void)
 	const char *e = getenv("MORI_SHMEM_PES");
 	if (e && atoi(e) > 0)
 		NPES = atoi(e) > MAXPE ? MAXPE : atoi(e);
-	/* the probe runs in a child: a CUDA context does not survive fork */
-	int p[2];
-	if (pipe(p) != 0)
-		return 1;
-	pid_t pid = fork();
-	if (pid == 0) {
-		close(p[0]);
-		if (!gpu_api()) {
-			dprintf(p[1], "%s", gpu_unavailable_reason());
-			_exit(77);
-		}
-		_exit(0);
-	}
-	close(p[1]);
-	char why[400] = "";
-	ssize_t n = read(p[0], why, sizeof(why) - 1);
-	why[n > 0 ? n : 0] = 0;
-	close(p[0]);
-	int st;
-	waitpid(pid, &st, 0);
-	if (WIFEXITED(st) && WEXITSTATUS(st) == 77) {
-		printf("skipped: no GPU (%s)\n", why);
-		return 77;
-	}
+	gpu_skip_unless(0); /* in a child: a CUDA context does not survive fork */
+	mps_note = gpu_mps_start();
 	Suite *s = suite_create("gpu-heap");
 	TCase *t = tcase_create("vram");
 	tcase_add_checked_fixture(t, setup, teardown);
@@ -339,6 +271,6 @@ int main(void)
 	srunner_run_all(r, CK_NORMAL);
 	int failed = srunner_ntests_failed(r);
 	srunner_free(r);
-	fprintf(stderr, "# %d PEs on one GPU%s\n", NPES, getenv("CUDA_MPS_PIPE_DIRECTORY") ? " (MPS)" : "");
+	fprintf(stderr, "# %d PEs on one GPU, %s\n", NPES, mps_note);
 	return failed ? 1 : 0;
 }

@@ -17,7 +17,8 @@
 #include <time.h>
 
 #include "gpu.h"
-#include "harness.h"
+#include "gpu_harness.h"
+#include "pe_harness.h"
 #include "mori_shmem.h"
 #include "shmem_dev.h"
 #include "shmem_layout.h"
@@ -46,31 +47,11 @@ static int NPES = 8;
 static const char *mps_note = "MPS off";
 
 struct shared {
-	char msg[MAXPE][600];
+	char msg[MAXPE][PE_MSG_LEN];
 	double killed_at;
 	double waited[MAXPE];
 };
 static struct shared *SH;
-
-#define PCHECK(pe, cond, ...)                                                                      \
-	do {                                                                                       \
-		if (!(cond)) {                                                                     \
-			int _o = snprintf(SH->msg[pe], sizeof(SH->msg[pe]), "PE %d line %d: %s: ", pe, \
-					  __LINE__, #cond);                                        \
-			snprintf(SH->msg[pe] + _o, sizeof(SH->msg[pe]) - (size_t)_o, __VA_ARGS__);       \
-			return __LINE__;                                                            \
-		}                                                                                  \
-	} while (0)
-#define POK(pe, x)                                                                                 \
-	do {                                                                                       \
-		int _r = (x);                                                                      \
-		PCHECK(pe, _r == MORI_OK, "%s (%s)", mori_strerror(_r), mori_client_last_error(NULL)); \
-	} while (0)
-#define GOK(pe, x)                                                                                 \
-	do {                                                                                       \
-		int _r = (x);                                                                      \
-		PCHECK(pe, _r == 0, "driver: %s", gpu_strerror(_r));                               \
-	} while (0)
 
 static double now_s(void)
 {
@@ -84,6 +65,7 @@ static void setup(void)
 	SH = mmap(NULL, sizeof(*SH), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	ck_assert_ptr_ne(SH, MAP_FAILED);
 	memset(SH, 0, sizeof(*SH));
+	pe_msg = SH->msg;
 	ck_assert_int_eq(daemon_start(&D, NULL), 0);
 }
 
@@ -110,9 +92,7 @@ struct pe {
 
 static int pe_open(struct pe *p, int me, int n, const char *name)
 {
-	char pct[16];
-	snprintf(pct, sizeof(pct), "%d", 100 / n);
-	setenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", pct, 1); /* before the driver starts */
+	gpu_mps_share(n); /* before the driver starts */
 	memset(p, 0, sizeof(*p));
 	p->me = me;
 	p->n = n;
@@ -165,7 +145,7 @@ static int pe_run(struct pe *p, const char *name, unsigned grid, struct sdev_arg
 
 /* ---- the cases, as one PE runs them ---- */
 
-static int pe_cases(int me, int n)
+static int pe_cases(int me, int n, void *arg)
 {
 	struct pe P, *p = &P;
 	if (pe_open(p, me, n, "dev-api"))
@@ -232,7 +212,7 @@ static int pe_cases(int me, int n)
 }
 
 /* A PE killed while the others wait on a word nobody sets: their kernels end, MORI_EPEERDEAD. */
-static int pe_killed(int me, int n)
+static int pe_killed(int me, int n, void *arg)
 {
 	struct pe P, *p = &P;
 	if (pe_open(p, me, n, "dev-kill"))
@@ -260,43 +240,9 @@ static int pe_killed(int me, int n)
 	return 0;
 }
 
-typedef int (*pe_fn)(int pe, int n);
-
-static double run_pes(int n, pe_fn fn, int kill_last)
-{
-	pid_t pids[MAXPE];
-	double t0 = now_s();
-	for (int i = 0; i < n; i++) {
-		pids[i] = fork();
-		ck_assert_int_ge(pids[i], 0);
-		if (pids[i] == 0) {
-			alarm(150);
-			prctl(PR_SET_PDEATHSIG, SIGKILL);
-			_exit(fn(i, n) ? 1 : 0);
-		}
-	}
-	char why[4096] = "";
-	size_t o = 0;
-	int bad = 0;
-	for (int i = 0; i < n; i++) {
-		int st;
-		ck_assert_int_eq(waitpid(pids[i], &st, 0), pids[i]);
-		int ok = kill_last && i == n - 1 ? WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL
-						 : WIFEXITED(st) && !WEXITSTATUS(st);
-		if (ok)
-			continue;
-		bad++;
-		o += (size_t)snprintf(why + o, sizeof(why) - o, "[PE %d: %s] ", i, SH->msg[i][0] ? SH->msg[i] : "died");
-		if (o >= sizeof(why))
-			o = sizeof(why) - 1;
-	}
-	ck_assert_msg(bad == 0, "%d of %d PEs failed: %s", bad, n, why);
-	return now_s() - t0;
-}
-
 START_TEST(device_api_across_processes)
 {
-	double dt = run_pes(NPES, pe_cases, 0);
+	double dt = pe_run_all(NPES, pe_cases, NULL, 150, 0);
 	printf("device API, %d processes as PEs (%s): ring 1000 rounds, %d x %d fetch-adds exact, lock, "
 	       "barriers, barrier_on_stream: %.1f s\n",
 	       NPES, mps_note, NPES, FADD_PER_PE, dt);
@@ -305,7 +251,7 @@ END_TEST
 
 START_TEST(pe_killed_ends_waits)
 {
-	run_pes(NPES, pe_killed, 1);
+	pe_run_all(NPES, pe_killed, NULL, 150, 1);
 	double worst = 0;
 	for (int i = 0; i < NPES - 1; i++)
 		worst = SH->waited[i] > worst ? SH->waited[i] : worst;
@@ -314,63 +260,9 @@ START_TEST(pe_killed_ends_waits)
 }
 END_TEST
 
-/* Our own MPS control daemon (own pipe and log directories), unless the caller gave one. */
-static char mps_pipe[64], mps_log[64];
-static pid_t mps_owner;
-static void mps_stop(void)
-{
-	if (!mps_pipe[0] || getpid() != mps_owner)
-		return; /* Check's forked test processes inherit the atexit handler: only main's quits */
-	FILE *f = popen("nvidia-cuda-mps-control", "w");
-	if (f) {
-		fputs("quit\n", f);
-		pclose(f);
-	}
-}
-static void mps_start(void)
-{
-	if (getenv("CUDA_MPS_PIPE_DIRECTORY")) {
-		mps_note = "MPS on: the caller's daemon";
-		return;
-	}
-	if (system("command -v nvidia-cuda-mps-control >/dev/null 2>&1") != 0) {
-		mps_note = "MPS off: no nvidia-cuda-mps-control; kernels of the PEs time-slice";
-		return;
-	}
-	snprintf(mps_pipe, sizeof(mps_pipe), "/tmp/mori-mps-pipe.%d", (int)getpid());
-	snprintf(mps_log, sizeof(mps_log), "/tmp/mori-mps-log.%d", (int)getpid());
-	mkdir(mps_pipe, 0700);
-	mkdir(mps_log, 0700);
-	setenv("CUDA_MPS_PIPE_DIRECTORY", mps_pipe, 1);
-	setenv("CUDA_MPS_LOG_DIRECTORY", mps_log, 1);
-	if (system("nvidia-cuda-mps-control -d") != 0) {
-		mps_pipe[0] = 0;
-		unsetenv("CUDA_MPS_PIPE_DIRECTORY");
-		unsetenv("CUDA_MPS_LOG_DIRECTORY");
-		mps_note = "MPS off: its control daemon did not start";
-		return;
-	}
-	mps_owner = getpid();
-	atexit(mps_stop);
-	mps_note = "MPS on: own control daemon";
-}
-
 int main(void)
 {
-	/* the probe runs in a child: this process never starts the driver (PEs are forked) */
-	fflush(stdout);
-	pid_t pid = fork();
-	if (pid == 0) {
-		if (gpu_api())
-			_exit(0);
-		printf("skipped: no GPU (%s)\n", gpu_unavailable_reason());
-		fflush(stdout);
-		_exit(77);
-	}
-	int st;
-	waitpid(pid, &st, 0);
-	if (WIFEXITED(st) && WEXITSTATUS(st) == 77)
-		return 77;
+	gpu_skip_unless(0); /* in a child: this process never starts the driver (PEs are forked) */
 	if (!mori_kernels_shmemtest_image_len) {
 		printf("skipped: no test kernels (built without nvcc)\n");
 		return 77;
@@ -378,7 +270,7 @@ int main(void)
 	const char *e = getenv("MORI_SHMEM_PES");
 	if (e && atoi(e) >= 2 && atoi(e) <= MAXPE)
 		NPES = atoi(e);
-	mps_start();
+	mps_note = gpu_mps_start();
 	printf("%d PEs on one GPU, %s\n", NPES, mps_note);
 	Suite *s = suite_create("gpu_shmem");
 	TCase *t = tcase_create("processes");

@@ -20,6 +20,7 @@
 #include "../daemon/symalloc.h"
 #include "harness.h"
 #include "node_harness.h"
+#include "pe_harness.h"
 #include "mori.h"
 #include "mori_shmem.h"
 #include "shmem_layout.h"
@@ -85,7 +86,7 @@ static void teardown(void)
 /* ---- PEs: forked processes ---- */
 
 struct shared {
-	char msg[MAXPE][600];     /* a PE's failure */
+	char msg[MAXPE][PE_MSG_LEN]; /* a PE's failure */
 	int rc[MAXPE];            /* a PE's result, when a test wants one */
 	uint8_t uid[MORI_SHMEM_UID_BYTES];
 	size_t uid_len;
@@ -96,24 +97,6 @@ struct shared {
 	int nops;
 };
 static struct shared *SH;
-
-typedef int (*pe_fn)(int pe, int n, void *arg);
-
-/* In a PE: a failed check records where and why, and ends the PE. */
-#define PCHECK(pe, cond, ...)                                                                    \
-	do {                                                                                     \
-		if (!(cond)) {                                                                   \
-			int _o = snprintf(SH->msg[pe], sizeof(SH->msg[pe]), "PE %d line %d: %s: ", pe, \
-					  __LINE__, #cond);                                      \
-			snprintf(SH->msg[pe] + _o, sizeof(SH->msg[pe]) - (size_t)_o, __VA_ARGS__);     \
-			return __LINE__;                                                          \
-		}                                                                                \
-	} while (0)
-#define POK(pe, x)                                                                               \
-	do {                                                                                     \
-		int _r = (x);                                                                    \
-		PCHECK(pe, _r == MORI_OK, "%s (%s)", mori_strerror(_r), mori_client_last_error(NULL)); \
-	} while (0)
 
 /* The node PE pe runs on: A, or B for odd PEs when two nodes run. */
 static struct test_node *node_of(int pe) { return two_nodes && (pe & 1) ? &NB : &NA; }
@@ -137,43 +120,12 @@ static int join(int pe, int n, const char *name, mori_client **c, mori_group **g
 	return 0;
 }
 
-/* Fork n PEs running fn; each must exit 0 within timeout_s. Fails the test with the PEs' reasons. */
-static void run_pes(int n, pe_fn fn, void *arg, int timeout_s)
-{
-	pid_t pids[MAXPE];
-	memset(SH->msg, 0, sizeof(SH->msg));
-	for (int i = 0; i < n; i++) {
-		pids[i] = fork();
-		ck_assert_int_ge(pids[i], 0);
-		if (pids[i] == 0) {
-			alarm((unsigned)timeout_s);
-			prctl(PR_SET_PDEATHSIG, SIGKILL);
-			_exit(fn(i, n, arg) ? 1 : 0);
-		}
-	}
-	char why[4096] = "";
-	size_t o = 0;
-	int bad = 0;
-	for (int i = 0; i < n; i++) {
-		int st;
-		ck_assert_int_eq(waitpid(pids[i], &st, 0), pids[i]);
-		if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
-			continue;
-		bad++;
-		o += (size_t)snprintf(why + o, sizeof(why) - o, "[PE %d %s %d: %s] ", i,
-				      WIFSIGNALED(st) ? "signal" : "exit", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st),
-				      SH->msg[i][0] ? SH->msg[i] : "-");
-		if (o >= sizeof(why))
-			o = sizeof(why) - 1;
-	}
-	ck_assert_msg(bad == 0, "%d of %d PEs failed: %s", bad, n, why);
-}
-
 static void shared_setup(void)
 {
 	SH = mmap(NULL, sizeof(*SH), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	ck_assert_ptr_ne(SH, MAP_FAILED);
 	memset(SH, 0, sizeof(*SH));
+	pe_msg = SH->msg;
 }
 
 /* The groups a daemon lists (moractl groups' request), and its region count. */
@@ -331,7 +283,7 @@ START_TEST(groups_of_sizes)
 	for (int i = 0; i < 4; i++) {
 		char name[32];
 		snprintf(name, sizeof(name), "basic-%d", sizes[i]);
-		run_pes(sizes[i], pe_basic, name, 60);
+		pe_run_all(sizes[i], pe_basic, name, 60, 0);
 	}
 	assert_all_released();
 }
@@ -389,7 +341,7 @@ START_TEST(random_malloc_free)
 	uint64_t seed = test_seed();
 	int n = two_nodes ? 4 : 3;
 	SH->nops = 1000;
-	run_pes(n, pe_random, &seed, 120);
+	pe_run_all(n, pe_random, &seed, 120, 0);
 	/* Every PE got the same offsets, and they are what an independent model accepts: inside
 	 * the heap past the reserved bytes, aligned, never overlapping a block still live. */
 	uint64_t s = seed, lo[64] = {0}, hi[64] = {0};
@@ -459,7 +411,7 @@ static int pe_divergent(int pe, int n, void *arg)
 
 START_TEST(divergent_calls)
 {
-	run_pes(3, pe_divergent, NULL, 60);
+	pe_run_all(3, pe_divergent, NULL, 60, 0);
 	assert_all_released();
 }
 END_TEST
@@ -544,7 +496,7 @@ static int pe_putget(int pe, int n, void *arg)
 START_TEST(put_get)
 {
 	uint64_t salt = test_seed();
-	run_pes(3, pe_putget, &salt, 120);
+	pe_run_all(3, pe_putget, &salt, 120, 0);
 	assert_all_released();
 }
 END_TEST
@@ -593,9 +545,9 @@ static int pe_barrier(int pe, int n, void *arg)
 START_TEST(barrier_many)
 {
 	struct bar_arg a = {10000};
-	run_pes(3, pe_barrier, &a, 280);
+	pe_run_all(3, pe_barrier, &a, 280, 0);
 	a.iters = 1000;
-	run_pes(8, pe_barrier, &a, 200);
+	pe_run_all(8, pe_barrier, &a, 200, 0);
 	assert_all_released();
 }
 END_TEST
@@ -630,7 +582,7 @@ static int pe_bar_timeout(int pe, int n, void *arg)
 
 START_TEST(barrier_timeout)
 {
-	run_pes(3, pe_bar_timeout, NULL, 60);
+	pe_run_all(3, pe_bar_timeout, NULL, 60, 0);
 	assert_all_released();
 }
 END_TEST
@@ -681,7 +633,7 @@ static int pe_calloc(int pe, int n, void *arg)
 
 START_TEST(calloc_and_no_room)
 {
-	run_pes(3, pe_calloc, NULL, 60);
+	pe_run_all(3, pe_calloc, NULL, 60, 0);
 	assert_all_released();
 }
 END_TEST
@@ -725,23 +677,23 @@ START_TEST(joins_refused)
 	/* the world size disagrees: every PE hears it */
 	struct refuse_arg a = {.name = "w", .world = {3, 3, 4}, .rank = {-1, -1, -1}, .want = MORI_EINVAL, .late = 2,
 			       .words = {"world size 4", "with 3"}};
-	run_pes(3, pe_refused, &a, 60);
+	pe_run_all(3, pe_refused, &a, 60, 0);
 	/* the heap size disagrees */
 	struct refuse_arg b = {.name = "h", .heap = {HEAP, 2 * HEAP}, .rank = {-1, -1}, .want = MORI_EINVAL, .late = 1,
 			       .words = {"heap of", "16777216"}};
-	run_pes(2, pe_refused, &b, 60);
+	pe_run_all(2, pe_refused, &b, 60, 0);
 	/* a rank twice */
 	struct refuse_arg d = {.name = "dup", .rank = {0, 1, 1}, .want = MORI_EINVAL, .late = 2,
 			       .words = {"rank 1 joins", "twice"}};
-	run_pes(3, pe_refused, &d, 60);
+	pe_run_all(3, pe_refused, &d, 60, 0);
 	/* PE out of range: refused before it reaches the daemon */
 	struct refuse_arg r = {.name = "r", .rank = {5}, .world = {2}, .want = MORI_EINVAL, .late = -1,
 			       .words = {"out of range"}};
-	run_pes(1, pe_refused, &r, 30);
+	pe_run_all(1, pe_refused, &r, 30, 0);
 	/* the deadline names the ranks that never came */
 	struct refuse_arg t = {.name = "late", .rank = {0, 2}, .world = {5, 5}, .timeout_us = 600000, .want = MORI_ETIMEDOUT, .late = -1,
 			       .words = {"timed out", "PEs 1, 3-4 never arrived", "2 of 5"}};
-	run_pes(2, pe_refused, &t, 60);
+	pe_run_all(2, pe_refused, &t, 60, 0);
 	assert_all_released();
 }
 END_TEST
@@ -780,23 +732,7 @@ static int pe_killed(int pe, int n, void *arg)
 
 START_TEST(pe_killed_aborts)
 {
-	pid_t pids[3];
-	memset(SH->msg, 0, sizeof(SH->msg));
-	for (int i = 0; i < 3; i++) {
-		pids[i] = fork();
-		if (pids[i] == 0) {
-			alarm(60);
-			_exit(pe_killed(i, 3, NULL) ? 1 : 0);
-		}
-	}
-	for (int i = 0; i < 3; i++) {
-		int st;
-		ck_assert_int_eq(waitpid(pids[i], &st, 0), pids[i]);
-		if (i == 2)
-			ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "PE 2 was to be killed: %s", SH->msg[2]);
-		else
-			ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "PE %d: %s", i, SH->msg[i]);
-	}
+	pe_run_all(3, pe_killed, NULL, 60, 1);
 	assert_all_released();
 }
 END_TEST
@@ -887,7 +823,7 @@ START_TEST(names_and_two_groups)
 {
 	pthread_t t;
 	pthread_create(&t, NULL, lister, NULL);
-	run_pes(2, pe_names, NULL, 60);
+	pe_run_all(2, pe_names, NULL, 60, 0);
 	pthread_join(t, NULL);
 	ck_assert_int_eq(SH->rc[7], 2);
 	const char *j = SH->msg[7], *h = SH->msg[6];
@@ -930,7 +866,7 @@ static int pe_uid(int pe, int n, void *arg)
 
 START_TEST(unique_id)
 {
-	run_pes(two_nodes ? 4 : 3, pe_uid, NULL, 60);
+	pe_run_all(two_nodes ? 4 : 3, pe_uid, NULL, 60, 0);
 	assert_all_released();
 }
 END_TEST
@@ -939,9 +875,9 @@ END_TEST
 
 START_TEST(xnode_basic)
 {
-	run_pes(2, pe_basic, "x2", 60);
-	run_pes(3, pe_basic, "x3", 60);
-	run_pes(8, pe_basic, "x8", 90);
+	pe_run_all(2, pe_basic, "x2", 60, 0);
+	pe_run_all(3, pe_basic, "x3", 60, 0);
+	pe_run_all(8, pe_basic, "x8", 90, 0);
 	assert_all_released();
 }
 END_TEST
@@ -949,21 +885,7 @@ END_TEST
 START_TEST(xnode_killed_remote)
 {
 	/* PE 3 runs on node B (the root is A): its death reaches node A through the daemons */
-	pid_t pids[4];
-	memset(SH->msg, 0, sizeof(SH->msg));
-	for (int i = 0; i < 4; i++)
-		if ((pids[i] = fork()) == 0) {
-			alarm(60);
-			_exit(pe_killed(i, 4, NULL) ? 1 : 0);
-		}
-	for (int i = 0; i < 4; i++) {
-		int st;
-		ck_assert_int_eq(waitpid(pids[i], &st, 0), pids[i]);
-		if (i == 3)
-			ck_assert_msg(WIFSIGNALED(st), "PE 2 was to be killed: %s", SH->msg[2]);
-		else
-			ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "PE %d: %s", i, SH->msg[i]);
-	}
+	pe_run_all(4, pe_killed, NULL, 60, 1);
 	assert_all_released();
 }
 END_TEST

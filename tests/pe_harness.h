@@ -1,0 +1,81 @@
+/* PEs as forked processes, for the MORI-SHMEM tests (test_shmem, test_gpu_heap, test_gpu_shmem):
+ * each runs a function; a failed check in it writes where and why into a shared page and ends
+ * the PE; the parent waits for all and fails the test naming each PE that failed. Include after
+ * check.h and harness.h. */
+#ifndef MORI_TEST_PE_HARNESS_H
+#define MORI_TEST_PE_HARNESS_H
+#include <sys/prctl.h>
+#include <time.h>
+
+#define PE_MSG_LEN 600
+
+/* Where the PEs say why they failed: one message per PE, in memory the test maps MAP_SHARED
+ * before forking (a field `char msg[MAXPE][PE_MSG_LEN]` of its shared page). */
+static char (*pe_msg)[PE_MSG_LEN];
+
+/* In a PE: a failed check records where and why, and ends the PE (returns the line). */
+#define PCHECK(pe, cond, ...)                                                                        \
+	do {                                                                                         \
+		if (!(cond)) {                                                                       \
+			int _o = snprintf(pe_msg[pe], PE_MSG_LEN, "PE %d line %d: %s: ", pe, __LINE__, #cond); \
+			snprintf(pe_msg[pe] + _o, PE_MSG_LEN - (size_t)_o, __VA_ARGS__);             \
+			return __LINE__;                                                              \
+		}                                                                                    \
+	} while (0)
+/* In a PE: a libmori call that must succeed. */
+#define POK(pe, x)                                                                                   \
+	do {                                                                                         \
+		int _r = (x);                                                                        \
+		PCHECK(pe, _r == MORI_OK, "%s (%s)", mori_strerror(_r), mori_client_last_error(NULL));      \
+	} while (0)
+/* In a PE: a GPU driver call (common/gpu.h) that must succeed. */
+#define GOK(pe, x)                                                                                   \
+	do {                                                                                         \
+		int _r = (x);                                                                        \
+		PCHECK(pe, _r == 0, "driver: %s", gpu_strerror(_r));                                 \
+	} while (0)
+
+/* A PE's body: 0 for success, else the failed check's line (pe_msg[pe] says why). */
+typedef int (*pe_fn)(int pe, int n, void *arg);
+
+/* Fork n PEs (n <= 64) running fn(pe, n, arg), each ended by SIGALRM after timeout_s and by
+ * SIGKILL if this process dies; wait for all. Each must exit 0, except, with last_killed, PE n-1,
+ * which must die of SIGKILL (it kills itself to play a crash). Clears the n messages first.
+ * Fails the test with each failed PE's message or how it ended. Returns the seconds it took. */
+static inline double pe_run_all(int n, pe_fn fn, void *arg, int timeout_s, int last_killed)
+{
+	pid_t pids[64];
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	ck_assert_int_le(n, 64);
+	memset(pe_msg, 0, (size_t)n * PE_MSG_LEN);
+	for (int i = 0; i < n; i++) {
+		pids[i] = fork();
+		ck_assert_int_ge(pids[i], 0);
+		if (pids[i] == 0) {
+			alarm((unsigned)timeout_s);
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			_exit(fn(i, n, arg) ? 1 : 0);
+		}
+	}
+	char why[4096] = "";
+	size_t o = 0;
+	int bad = 0;
+	for (int i = 0; i < n; i++) {
+		int st;
+		ck_assert_int_eq(waitpid(pids[i], &st, 0), pids[i]);
+		int killed = last_killed && i == n - 1;
+		if (killed ? WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL : WIFEXITED(st) && WEXITSTATUS(st) == 0)
+			continue;
+		bad++;
+		o += (size_t)snprintf(why + o, sizeof(why) - o, "[PE %d %s%s %d: %s] ", i, killed ? "was to be killed, " : "",
+				      WIFSIGNALED(st) ? "signal" : "exit", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st),
+				      pe_msg[i][0] ? pe_msg[i] : "-");
+		if (o >= sizeof(why))
+			o = sizeof(why) - 1;
+	}
+	ck_assert_msg(bad == 0, "%d of %d PEs failed: %s", bad, n, why);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	return (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+}
+#endif
