@@ -4,12 +4,14 @@
 
 #include <stdlib.h>
 
+#include "../kernels/mori_copy.h"
 #include "gpu_int.h"
 
 struct bench_gpu {
 	mori_client c;            /* only its GPU state (c.gpu) is used */
 	struct gpu_dev *d;
 	gpu_function fn;
+	gpu_function fn_viz;      /* the same kernel with MORI-VIZ trace points, or NULL */
 	int sm;
 	mori_mem local, remote;
 	struct mori_xfer_list list;
@@ -27,6 +29,12 @@ int bench_gpu_open(int dev, struct bench_gpu **out)
 		rc = gpu_dev_get(&b->c, x, dev, &b->d);
 	if (rc == MORI_OK)
 		rc = gpu_copy_kernel(&b->c, dev, &b->fn, &b->sm);
+	if (rc == MORI_OK) { /* optional: an image without it (older build) leaves fn_viz NULL */
+		gpu_push(x->g, b->d);
+		if (x->g->module_get_function(&b->fn_viz, b->d->module, MORI_COPY_KERNEL_VIZ))
+			b->fn_viz = NULL;
+		gpu_pop(x->g);
+	}
 	if (rc) {
 		bench_gpu_close(b);
 		return rc;
@@ -45,6 +53,7 @@ void bench_gpu_close(struct bench_gpu *b)
 }
 
 gpu_function bench_gpu_kernel(const struct bench_gpu *b) { return b->fn; }
+gpu_function bench_gpu_kernel_viz(const struct bench_gpu *b) { return b->fn_viz; }
 int bench_gpu_sms(const struct bench_gpu *b) { return b->sm; }
 int bench_gpu_push(struct bench_gpu *b) { return gpu_push(gpu_api(), b->d); }
 void bench_gpu_pop(struct bench_gpu *b) { gpu_pop(gpu_api()); }

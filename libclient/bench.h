@@ -20,6 +20,9 @@ int bench_gpu_open(int dev, struct bench_gpu **out);
 void bench_gpu_close(struct bench_gpu *b);
 
 gpu_function bench_gpu_kernel(const struct bench_gpu *b);
+/* The copy kernel built with MORI-VIZ trace points (mori_copy_batch_viz; args.viz = 0 runs it
+ * with tracing off), or NULL when the image lacks it. */
+gpu_function bench_gpu_kernel_viz(const struct bench_gpu *b);
 int bench_gpu_sms(const struct bench_gpu *b);
 /* Make the device's context current on this thread / undo it. */
 int bench_gpu_push(struct bench_gpu *b);

@@ -20,7 +20,7 @@
 #       observe   issue 19 on the GPU: moractl topo (+ --json) and diagnose, without and with MPS;
 #                 a traced mori-bench io --mem vram (--trace) turned into Perfetto JSON by mori-viz
 #                 and checked (tracks and events); the traced kernel with tracing off against the
-#                 untraced one, alternating rounds (ROUNDS, default 7), 16 KiB and 4 KiB x 65 536
+#                 untraced one: kernel only (mori-gpubench, events) and end to end in alternating rounds (ROUNDS, default 5), 16 KiB and 4 KiB x 65 536
 #       hostio    host memory, same node 64 KiB x 256 and cross node (two morids on loopback)
 #                 1 MiB x 64, 3 rounds; with AB_BEFORE=DIR (a bundle's bin/ of another build,
 #                 its libs in DIR/../lib) the same rounds alternate with that build (A/B)
@@ -199,20 +199,26 @@ for p in $parts; do
 		export CUDA_MPS_PIPE_DIRECTORY=/tmp/mori-obs-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mori-obs-mps-log
 		mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
 		if nvidia-cuda-mps-control -d; then
-			step "observe: moractl diagnose with MPS started"
-			run 60 "MPS|problem" "$B/moractl" --runtime-dir "$RT" diagnose
+			step "observe: moractl diagnose with MPS started (morid restarted with the same pipe directory)"
+			start_morid
+			run 60 "mps|problem" "$B/moractl" --runtime-dir "$RT" diagnose
 			echo quit | nvidia-cuda-mps-control
 		fi
 		unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+		start_morid
 		step "observe: traced mori-bench io --mem vram 16 KiB x 65 536 (--trace), mori-viz to Perfetto JSON"
 		run 120 "$ROWS" "$B/mori-bench" io --runtime-dir "$RT" --mem vram --block 16K --batch 65536 --iters 5 --prep \
 			--trace "$O/copy.viz"
 		run 60 "event|span|lost|error" "$B/mori-viz" "$O/copy.viz" -o "$O/trace.json"
 		run 30 "trace json" python3 tests/viz_check.py "$O/trace.json"
 		rm -f "$O/copy.viz" # large; the JSON is what comes back
+		for blk in 16384 4096; do
+			step "observe: kernel only (events), untraced vs traced-but-off copy kernel, $blk B x 65 536"
+			run 120 "kernel|ceiling" "$B/mori-gpubench" --block $blk --iters 30 --lat-iters 10
+		done
 		for blk in 16K 4K; do
-			step "observe: untraced vs traced-but-off copy kernel, $blk x 65 536, prepared list, alternating rounds"
-			for r in $(seq "${ROUNDS:-7}"); do
+			step "observe: end to end, untraced vs traced-but-off copy kernel, $blk x 65 536, prepared list, alternating rounds"
+			for r in $(seq "${ROUNDS:-5}"); do
 				for v in plain off; do
 					"$B/mori-bench" io --runtime-dir "$RT" --mem vram --block $blk --batch 65536 --iters 20 --prep \
 						--json $([ $v = off ] && echo --trace-off) 2>/dev/null |

@@ -37,9 +37,14 @@ def main(path):
     for e in spans:
         if e["name"] == "copy_batch":
             batches[(e["pid"], e["tid"])].append((e["ts"], e["ts"] + e["dur"]))
+    # A warp's ring keeps its newest events: the oldest retained copy_desc spans may belong to a
+    # launch whose copy_batch begin was overwritten. Only spans after the warp's first retained
+    # copy_batch begin must lie inside one.
     inside = outside = 0
     for e in spans:
         if e["name"] != "copy_desc" or (e["pid"], e["tid"]) not in batches:
+            continue
+        if e["ts"] < min(b0 for b0, _ in batches[(e["pid"], e["tid"])]):
             continue
         ok = any(b0 - 1e-3 <= e["ts"] and e["ts"] + e["dur"] <= b1 + 1e-3 for b0, b1 in batches[(e["pid"], e["tid"])])
         inside += ok

@@ -278,16 +278,18 @@ static int verify_sample(struct run *r, int samples)
 }
 
 /* GPU time of one launch of the copy kernel (events), in us. */
-static double kernel_time(struct run *r, unsigned grid, void **params)
+static double kernel_time_of(struct run *r, gpu_function fn, unsigned grid, void **params)
 {
 	float ms;
 	CK(g->event_record(r->e0, r->s));
-	CK(g->launch_kernel(r->fn, grid, 1, 1, MORI_COPY_BLOCK_THREADS, 1, 1, 0, r->s, params, NULL));
+	CK(g->launch_kernel(fn, grid, 1, 1, MORI_COPY_BLOCK_THREADS, 1, 1, 0, r->s, params, NULL));
 	CK(g->event_record(r->e1, r->s));
 	CK(g->event_synchronize(r->e1));
 	CK(g->event_elapsed_time(&ms, r->e0, r->e1));
 	return ms * 1e3;
 }
+
+static double kernel_time(struct run *r, unsigned grid, void **params) { return kernel_time_of(r, r->fn, grid, params); }
 
 static void run_ceiling(struct run *r)
 {
@@ -307,6 +309,33 @@ static void run_ceiling(struct run *r)
 }
 
 /* The kernel alone, descriptors already resident on the device. */
+/* What compiling MORI-VIZ's trace points in costs with tracing off (issue 19: within 1%): the
+ * untraced and the traced kernel (args.viz = 0) launched alternately on the same batch, medians. */
+static void viz_ab(struct run *r, unsigned grid, void **params)
+{
+	gpu_function viz = bench_gpu_kernel_viz(r->b);
+	if (!viz) {
+		printf("%-34s skipped: the image has no %s\n", "kernel, MORI-VIZ in, off", MORI_COPY_KERNEL_VIZ);
+		return;
+	}
+	int n = r->iters * 3;
+	double *tp = calloc((size_t)n, sizeof(double)), *tv = calloc((size_t)n, sizeof(double));
+	if (!tp || !tv) {
+		fprintf(stderr, "gpubench: out of memory\n");
+		exit(1);
+	}
+	for (int i = -1; i < n; i++) {
+		double a = kernel_time_of(r, r->fn, grid, params), b = kernel_time_of(r, viz, grid, params);
+		if (i >= 0)
+			tp[i] = a, tv[i] = b;
+	}
+	double p = pct(tp, n, 0.5), v = pct(tv, n, 0.5);
+	printf("%-34s %10.1f us %9.1f GB/s  traced-off / untraced time %.2f%% (medians of %d alternating; untraced "
+	       "%.1f us here)\n", "kernel, MORI-VIZ in, off", v, r->total / v / 1e3, 100 * v / p, n, p);
+	free(tp);
+	free(tv);
+}
+
 static void run_kernel(struct run *r)
 {
 	struct mori_copy_args a;
@@ -338,6 +367,7 @@ static void run_kernel(struct run *r)
 	printf("%-34s %10.1f us %9.1f GB/s  %5.1f%% of ceiling  (grid %u x %d, chunk %u B)%s\n",
 	       "kernel (descriptors on device)", k_us, r->kbw, 100 * r->kbw / r->ceiling, grid, MORI_COPY_BLOCK_THREADS,
 	       1u << a.chunk_shift, bad ? "  VERIFY FAILED" : "");
+	viz_ab(r, grid, params);
 	g->mem_free(ddesc);
 }
 
