@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Cross-node throughput with peer authentication on and off, in the same run (issue 18,
-# acceptance 5): two network namespaces joined by a veth pair (as tests/test_xnode_netns.sh makes
-# them), one morid in each; per round, both daemons without a key (insecure_peers = true), then
-# with one cluster key, and the same mori-bench io row each time: 1 MiB blocks, batch 64, writes
+# acceptance 5): two network namespaces joined by a veth pair (tests/netnslib.bash's netns_pair,
+# as the netns tests make them), one morid in each; per round, both daemons without a key
+# (insecure_peers = true), then with one cluster key, and the same mori-bench io row each time: 1 MiB blocks, batch 64, writes
 # (or OP=read), beside its plain-TCP baseline between the same two addresses.
 #   B=build ROUNDS=3 ITERS=20 OP=write tools/bench-auth-netns.sh     (root: network namespaces)
 set -u
@@ -12,27 +12,20 @@ case $B in /*) ;; *) B=$PWD/$B ;; esac
 ROUNDS=${ROUNDS:-3}
 ITERS=${ITERS:-20}
 OP=${OP:-write}
-[ "$(id -u)" = 0 ] || { echo "bench-auth-netns: network namespaces need root" >&2; exit 77; }
 for f in morid moractl mori-bench; do [ -x "$B/$f" ] || { echo "no $B/$f" >&2; exit 1; }; done
 T=$(mktemp -d /tmp/mori-bench-auth.XXXXXX)
-NSA=mori-ba-$$ NSB=mori-bb-$$ VA=mba$$ VB=mbb$$
-IPA=10.214.$(($$ % 200)).1 IPB=10.214.$(($$ % 200)).2
 PIDS=()
 cleanup() {
 	for p in "${PIDS[@]}"; do kill "$p" 2> /dev/null; done
 	wait 2> /dev/null
-	ip netns del "$NSA" 2> /dev/null
-	ip netns del "$NSB" 2> /dev/null
 	rm -rf "$T"
 }
 trap cleanup EXIT
-ip netns add "$NSA" && ip netns add "$NSB" || exit 1
-ip link add "$VA" type veth peer name "$VB" || exit 1
-ip link set "$VA" netns "$NSA" && ip link set "$VB" netns "$NSB"
-ip -n "$NSA" addr add "$IPA/24" dev "$VA" && ip -n "$NSB" addr add "$IPB/24" dev "$VB"
-for ns in "$NSA" "$NSB"; do ip -n "$ns" link set lo up; done
-ip -n "$NSA" link set "$VA" up && ip -n "$NSB" link set "$VB" up
-sleep 1
+skip() { echo "bench-auth-netns: $*" >&2; exit 77; }
+fail() { echo "bench-auth-netns: $*" >&2; exit 1; }
+# the tests' namespaces: NSA NSB, veth VA VB, IPA IPB (10.214.x.1/.2); removed on exit
+source tests/netnslib.bash
+netns_pair ba 214 > /dev/null
 "$B/moractl" keygen "$T/cluster.key" > /dev/null || exit 1
 
 # one row: mode off|on; prints "GB/s base_GB/s"
