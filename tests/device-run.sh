@@ -40,7 +40,7 @@ if [ "${1:-}" = bundle ]; then
 		"$BLD"/mori-gpubench "$BLD"/mori-viz "$BLD"/tests/test_gpu_*
 	mkdir -p "$BUNDLE/bin/tests" "$BUNDLE/data"
 	mv "$BUNDLE"/bin/test_gpu_* "$BUNDLE/bin/tests/"
-	cp ../shared/data/mooncake_conversation_trace.jsonl "$BUNDLE/data/"
+	cp /work/shared/data/mooncake_conversation_trace.jsonl "$BUNDLE/data/"
 	du -sh "$BUNDLE"
 	exit 0
 fi
