@@ -1,0 +1,744 @@
+/* MORI-EP on the GPU (issue 13, acceptance 1-3 and faults): N forked processes on the one GPU are
+ * the N ranks of a group formed through morid (VRAM heaps), under MPS with an equal SM share.
+ *
+ * reference   (ROCm/mori's checks) world sizes $MORI_EP_WORLDS (default 1 2 3 5 8), $MORI_EP_ITERS
+ *             (default 200) iterations of each: all ranks derive every rank's tokens, weights,
+ *             scales and routing from one seed; routings cycle random / round-robin / all to one
+ *             rank / spread, with -1 slots, token counts 0..max per rank. Dispatch must be bit-exact
+ *             (every slot equals its source token's row, weights, indices and scales; source
+ *             positions unique; count = the expected number), combine = input x the number of
+ *             distinct destination ranks (bf16 within 1e-2; fp8 dispatch, its rows decoded, the
+ *             same). bf16 and fp8 (with per-128 scales) in normal mode, bf16 in low-latency mode.
+ * deepep      (DeepEP's checks, at 4 ranks) H 16, 2048, 7168, 7680 x top-k 1, 8, 32 in both modes:
+ *             the rows arrive exactly; per-expert counts equal the all-ranks count from the layout
+ *             query, which equals the host reference; low-latency combine weighted, calc_diff < 1e-5.
+ * graph       one CUDA graph of dispatch + combine captured once, replayed 1 000 times with new
+ *             routing written into the same device buffer before each: every replay checked.
+ * faults      tokens above the maximum (both numbers named), an expert index out of range (the
+ *             status names token, slot and value), combine given dispatch's indices (refused),
+ *             a config differing on one rank (refused on every rank naming the field), and a rank
+ *             killed before its dispatch: the peers' kernels end within a second, MORI_EPEERDEAD.
+ * Without a GPU or the EP kernels: "skipped: ..." (77). */
+#include <check.h>
+#include <dlfcn.h>
+#include <math.h>
+#include <signal.h>
+#include <sys/mman.h>
+
+#include "gpu_harness.h"
+#include "harness.h"
+#include "mori_ep.h"
+#include "pe_harness.h"
+
+#define MAXPE 8
+static struct test_daemon D;
+static const char *mps_note;
+static int ITERS = 200;
+
+struct shared {
+	char msg[MAXPE][PE_MSG_LEN];
+	double killed_at, waited[MAXPE];
+	long long checked[MAXPE];
+};
+static struct shared *SH;
+
+static void setup(void)
+{
+	SH = mmap(NULL, sizeof(*SH), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	ck_assert_ptr_ne(SH, MAP_FAILED);
+	memset(SH, 0, sizeof(*SH));
+	pe_msg = SH->msg;
+	ck_assert_int_eq(daemon_start(&D, NULL), 0);
+}
+static void teardown(void)
+{
+	daemon_stop(&D);
+	daemon_cleanup(&D);
+	munmap(SH, sizeof(*SH));
+}
+static double now_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* ---- the shared reference: every rank computes every rank's data from the seed ---- */
+static uint64_t mix(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ull;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+static uint16_t f2bf(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	u += 0x7fffu + ((u >> 16) & 1u);
+	return (uint16_t)(u >> 16);
+}
+static float bf2f(uint16_t h)
+{
+	uint32_t u = (uint32_t)h << 16;
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+static float e4m3(uint8_t b) /* fp8 e4m3fn (no NaN among the bytes used) */
+{
+	int s = b >> 7, e = (b >> 3) & 15, m = b & 7;
+	float v = e ? ldexpf(1.f + m / 8.f, e - 7) : ldexpf(m / 8.f, -6);
+	return s ? -v : v;
+}
+/* Token element h of rank s's token t: exact in bf16 and in sums of up to 8 of them. */
+static float xval(int s, int t, int h) { return (float)(((s * 131 + t * 7 + h * 3) % 61) - 30) / 8.f; }
+static uint8_t x8(int s, int t, int h) { return (uint8_t)(0x20 + (s * 131 + t * 7 + h * 3) % 80); } /* no NaN */
+static float wval(int s, int t, int k) { return 0.5f + (float)((s * 17 + t * 5 + k * 3) % 16) / 16.f; }
+static float sval(int s, int t, int j) { return 1.f + (float)((s + t + j) % 4); }
+
+enum { R_RANDOM, R_ROUND_ROBIN, R_ONE_RANK, R_SPREAD, R_KINDS };
+static const char *const rname[R_KINDS] = {"random", "round-robin", "all-to-one-rank", "spread"};
+
+struct shape {
+	int W, H, M, epr, K, dtype, mode, scale_dim;
+};
+static int tokens_of(const struct shape *c, uint64_t seed, int s)
+{
+	if (seed % 5 == 0 && s == (int)(seed / 5 % (uint64_t)c->W))
+		return 0;
+	if (seed % 5 == 1)
+		return c->M;
+	return (int)(mix(seed * 977 + (uint64_t)s) % (uint64_t)(c->M + 1));
+}
+/* Rank s's routing [T, K] for this seed; an expert repeated in a row becomes -1. */
+static void routing(const struct shape *c, uint64_t seed, int s, int T, int32_t *idx)
+{
+	const int K = c->K, E = c->W * c->epr, kind = (int)(seed % R_KINDS);
+	for (int t = 0; t < T; t++)
+		for (int k = 0; k < K; k++) {
+			uint64_t r = mix(seed ^ ((uint64_t)s << 40) ^ ((uint64_t)t << 8) ^ (uint64_t)k);
+			int v;
+			switch (kind) {
+			case R_RANDOM: v = r % 8 == 0 ? -1 : (int)(r >> 8) % E; break;
+			case R_ROUND_ROBIN: v = (t * K + k) % E; break;
+			case R_ONE_RANK: v = k < c->epr ? (int)(seed / 7 % (uint64_t)c->W) * c->epr + k : -1; break;
+			default: v = ((t + k) % c->W) * c->epr + (t * 7 + k) % c->epr; break;
+			}
+			for (int j = 0; j < k; j++)
+				if (idx[t * K + j] == v)
+					v = -1;
+			idx[t * K + k] = v;
+		}
+}
+
+/* ---- one PE ---- */
+struct pe {
+	int me, n;
+	const struct gpu_api *g;
+	mori_client *c;
+	mori_group *grp;
+	gpu_stream s;
+	gpu_dptr in, w, sc, idx, out, eo;   /* device buffers, sized for the largest shape */
+	size_t cap_tok;                     /* bytes of in / out / eo */
+	uint8_t *h_in, *h_buf, *h_out;      /* host staging */
+	float *h_w, *h_sc;
+	int32_t *h_idx, *h_tmp;
+	uint8_t *seen;
+};
+
+#define IN_BYTES (64u << 20)
+
+static int pe_open(struct pe *p, int me, int n, uint64_t heap)
+{
+	gpu_mps_share(n);
+	memset(p, 0, sizeof(*p));
+	p->me = me, p->n = n;
+	gpu_device dev;
+	gpu_context ctx;
+	p->g = gpu_api();
+	PCHECK(me, p->g && !p->g->device_get(&dev, 0) && !p->g->primary_ctx_retain(&ctx, dev) && !p->g->ctx_push_current(ctx),
+	       "no GPU context: %s", gpu_unavailable_reason());
+	POK(me, mori_client_open(D.dir, "ep-pe", &p->c));
+	mori_group_opts o;
+	mori_group_opts_init(&o);
+	o.heap_kind = MORI_MEM_VRAM;
+	o.heap_size = heap;
+	o.gpu_device = 0;
+	o.timeout_us = 60000000;
+	char name[32];
+	snprintf(name, sizeof(name), "ep-%d", n);
+	POK(me, mori_group_join(p->c, name, me, n, &o, &p->grp));
+	GOK(me, p->g->stream_create(&p->s, GPU_STREAM_NON_BLOCKING));
+	p->cap_tok = IN_BYTES;
+	GOK(me, p->g->mem_alloc(&p->in, IN_BYTES));
+	GOK(me, p->g->mem_alloc(&p->out, IN_BYTES));
+	GOK(me, p->g->mem_alloc(&p->eo, 4 * (size_t)IN_BYTES));
+	GOK(me, p->g->mem_alloc(&p->w, 1u << 20));
+	GOK(me, p->g->mem_alloc(&p->sc, 1u << 20));
+	GOK(me, p->g->mem_alloc(&p->idx, 1u << 20));
+	p->h_in = malloc(IN_BYTES);
+	p->h_out = malloc(IN_BYTES);
+	p->h_buf = malloc(4 * (size_t)IN_BYTES);
+	p->h_w = malloc(1u << 20);
+	p->h_sc = malloc(1u << 20);
+	p->h_idx = malloc(1u << 20);
+	p->h_tmp = malloc(4u << 20);
+	p->seen = malloc(1u << 20);
+	PCHECK(me, p->h_in && p->h_out && p->h_buf && p->h_w && p->h_sc && p->h_idx && p->h_tmp && p->seen, "malloc");
+	return 0;
+}
+static void pe_close(struct pe *p)
+{
+	mori_group_leave(p->grp);
+	mori_client_close(p->c);
+}
+
+static int es_of(int dtype) { return dtype == MORI_EP_FP32 ? 4 : dtype == MORI_EP_BF16 ? 2 : 1; }
+
+static mori_ep_config cfg_of(const struct shape *c, int me)
+{
+	mori_ep_config f;
+	mori_ep_config_init(&f);
+	f.rank = me, f.world_size = c->W, f.hidden_dim = c->H, f.max_num_inp_token_per_rank = c->M;
+	f.num_experts_per_rank = c->epr, f.num_experts_per_token = c->K, f.data_type = c->dtype;
+	f.kernel_type = c->mode, f.max_token_type_size = 2;
+	f.scale_dim = c->scale_dim, f.scale_type_size = 4;
+	f.block_num = 16;
+	f.warp_num_per_block = 8;
+	return f;
+}
+
+/* Rank s's input of this seed into host staging (tokens, weights, scales, routing). */
+static void make_input(struct pe *p, const struct shape *c, uint64_t seed, int s, int T)
+{
+	const int H = c->H, K = c->K, es = es_of(c->dtype);
+	for (int t = 0; t < T; t++)
+		for (int h = 0; h < H; h++) {
+			uint8_t *q = p->h_in + ((size_t)t * H + h) * es;
+			if (c->dtype == MORI_EP_FP8_E4M3)
+				*q = x8(s, t, h);
+			else {
+				uint16_t b = f2bf(xval(s, t, h));
+				memcpy(q, &b, 2);
+			}
+		}
+	for (int t = 0; t < T; t++) {
+		for (int k = 0; k < K; k++)
+			p->h_w[t * K + k] = wval(s, t, k);
+		for (int j = 0; j < c->scale_dim; j++)
+			p->h_sc[t * c->scale_dim + j] = sval(s, t, j);
+	}
+	routing(c, seed, s, T, p->h_idx);
+}
+
+static int upload(struct pe *p, const struct shape *c, int T)
+{
+	const size_t tb = (size_t)c->H * es_of(c->dtype);
+	if (T) {
+		GOK(p->me, p->g->memcpy_htod_async(p->in, p->h_in, (size_t)T * tb, p->s));
+		GOK(p->me, p->g->memcpy_htod_async(p->w, p->h_w, sizeof(float) * (size_t)T * c->K, p->s));
+		GOK(p->me, p->g->memcpy_htod_async(p->idx, p->h_idx, sizeof(int32_t) * (size_t)T * c->K, p->s));
+		if (c->scale_dim)
+			GOK(p->me, p->g->memcpy_htod_async(p->sc, p->h_sc, sizeof(float) * (size_t)T * c->scale_dim, p->s));
+	}
+	return 0;
+}
+
+/* Check one slot's row, weights, indices and scales against source (s, t). */
+static int check_slot(struct pe *p, const struct shape *c, const uint8_t *row, const float *w, const int32_t *ix,
+		      const float *sc, int s, int t, uint64_t seed)
+{
+	const int K = c->K, H = c->H, me = p->me;
+	routing(c, seed, s, tokens_of(c, seed, s), p->h_tmp);
+	for (int k = 0; k < K; k++) {
+		PCHECK(me, ix[k] == p->h_tmp[t * K + k], "seed %llu: slot of (%d,%d) index %d: %d, not %d",
+		       (unsigned long long)seed, s, t, k, ix[k], p->h_tmp[t * K + k]);
+		PCHECK(me, w[k] == wval(s, t, k), "weight %d of (%d,%d): %g", k, s, t, w[k]);
+	}
+	for (int j = 0; j < c->scale_dim; j++)
+		PCHECK(me, sc[j] == sval(s, t, j), "scale %d of (%d,%d): %g", j, s, t, sc[j]);
+	for (int h = 0; h < H; h++) {
+		if (c->dtype == MORI_EP_FP8_E4M3)
+			PCHECK(me, row[h] == x8(s, t, h), "fp8 row of (%d,%d) elem %d: %#x", s, t, h, row[h]);
+		else {
+			uint16_t b;
+			memcpy(&b, row + 2 * h, 2);
+			PCHECK(me, b == f2bf(xval(s, t, h)), "seed %llu: row of (%d,%d) elem %d: %g not %g",
+			       (unsigned long long)seed, s, t, h, bf2f(b), xval(s, t, h));
+		}
+	}
+	return 0;
+}
+
+/* Everything this rank received in the last dispatch, against the reference. Leaves the
+ * expert outputs (bf16: the rows themselves, fp8: decoded) in p->eo. */
+static int check_dispatch(struct pe *p, const struct shape *c, const mori_ep_recv *r, uint64_t seed)
+{
+	const int me = p->me, W = c->W, M = c->M, K = c->K, H = c->H, es = es_of(c->dtype), ll = c->mode;
+	const int nl = ll ? c->epr : 1;
+	const size_t stride = (size_t)H * 2; /* max_token_type_size 2 */
+	int32_t cnt[64];
+	GOK(me, p->g->memcpy_dtoh_async(cnt, (gpu_dptr)(uintptr_t)r->count, sizeof(int32_t) * (size_t)nl, p->s));
+	GOK(me, p->g->stream_synchronize(p->s));
+	/* expected counts from every rank's routing */
+	long long want[64] = {0};
+	for (int s = 0; s < W; s++) {
+		int T = tokens_of(c, seed, s);
+		routing(c, seed, s, T, p->h_tmp);
+		for (int t = 0; t < T; t++) {
+			int hit = 0;
+			for (int k = 0; k < K; k++) {
+				int v = p->h_tmp[t * K + k];
+				if (v >= 0 && v / c->epr == me) {
+					if (ll)
+						want[v % c->epr]++;
+					hit = 1;
+				}
+			}
+			if (!ll)
+				want[0] += hit;
+		}
+	}
+	memset(p->seen, 0, (size_t)W * M * K);
+	for (int l = 0; l < nl; l++) {
+		PCHECK(me, cnt[l] == want[l], "seed %llu (%s): expert %d count %d, expected %lld", (unsigned long long)seed,
+		       rname[seed % R_KINDS], l, cnt[l], want[l]);
+		int64_t b0 = ll ? (int64_t)l * r->max_recv : 0, n = cnt[l];
+		if (!n)
+			continue;
+		GOK(me, p->g->memcpy_dtoh_async(p->h_buf, (gpu_dptr)(uintptr_t)r->tokens + b0 * stride, (size_t)n * stride, p->s));
+		GOK(me, p->g->memcpy_dtoh_async(p->h_w, (gpu_dptr)(uintptr_t)(r->weights + b0 * K), 4 * (size_t)n * K, p->s));
+		GOK(me, p->g->memcpy_dtoh_async(p->h_idx, (gpu_dptr)(uintptr_t)(r->indices + b0 * K), 4 * (size_t)n * K, p->s));
+		int32_t *src = p->h_tmp + (1 << 19);
+		GOK(me, p->g->memcpy_dtoh_async(src, (gpu_dptr)(uintptr_t)(r->src_pos + b0), 4 * (size_t)n, p->s));
+		if (c->scale_dim)
+			GOK(me, p->g->memcpy_dtoh_async(p->h_sc, (gpu_dptr)(uintptr_t)r->scales + b0 * ((c->scale_dim * 4 + 15) & ~15),
+							(size_t)n * ((c->scale_dim * 4 + 15) & ~15), p->s));
+		GOK(me, p->g->stream_synchronize(p->s));
+		for (int64_t i = 0; i < n; i++) {
+			int sp = src[i], s, t, k = 0;
+			if (ll)
+				s = sp / (M * K), t = sp / K % M, k = sp % K;
+			else
+				s = sp / M, t = sp % M;
+			PCHECK(me, sp >= 0 && s < W && t < tokens_of(c, seed, s), "slot %lld: source %d", (long long)i, sp);
+			uint8_t *seen = p->seen + (size_t)(s * M + t) * K + k;
+			PCHECK(me, !*seen, "source (%d,%d,%d) received twice", s, t, k);
+			*seen = 1;
+			const float *sc = (const float *)((const uint8_t *)p->h_sc + i * ((c->scale_dim * 4 + 15) & ~15));
+			if (check_slot(p, c, p->h_buf + i * stride, p->h_w + i * K, p->h_idx + i * K, sc, s, t, seed))
+				return 1;
+			if (ll) {
+				routing(c, seed, s, tokens_of(c, seed, s), p->h_tmp);
+				PCHECK(me, p->h_tmp[t * K + k] == me * c->epr + l, "slot of expert %d holds (%d,%d,%d) routed to %d",
+				       l, s, t, k, p->h_tmp[t * K + k]);
+			}
+		}
+		if (c->dtype == MORI_EP_FP8_E4M3) { /* the expert: decode (scales are carried, not applied) */
+			for (int64_t i = 0; i < n; i++)
+				for (int h = 0; h < H; h++) {
+					uint16_t b = f2bf(e4m3(p->h_buf[i * stride + h]));
+					memcpy(p->h_out + ((size_t)i * H + h) * 2, &b, 2);
+				}
+			GOK(me, p->g->memcpy_htod_async(p->eo + (size_t)b0 * H * 2, p->h_out, (size_t)n * H * 2, p->s));
+		}
+	}
+	(void)es;
+	SH->checked[me]++;
+	return 0;
+}
+
+/* out [T, H] bf16 against input x distinct ranks (normal) or x sum of weights (low-latency). */
+static int check_combine(struct pe *p, const struct shape *c, uint64_t seed, int T, double *diff_out)
+{
+	const int me = p->me, H = c->H, K = c->K;
+	if (!T)
+		return 0;
+	GOK(me, p->g->memcpy_dtoh_async(p->h_out, p->out, (size_t)T * H * 2, p->s));
+	GOK(me, p->g->stream_synchronize(p->s));
+	routing(c, seed, me, T, p->h_tmp);
+	double xy = 0, xx = 0;
+	for (int t = 0; t < T; t++) {
+		double f = 0;
+		uint32_t ranks = 0;
+		for (int k = 0; k < K; k++) {
+			int v = p->h_tmp[t * K + k];
+			if (v < 0)
+				continue;
+			ranks |= 1u << (v / c->epr);
+			f += wval(me, t, k);
+		}
+		if (!c->mode)
+			f = __builtin_popcount(ranks);
+		for (int h = 0; h < H; h++) {
+			uint16_t b;
+			memcpy(&b, p->h_out + ((size_t)t * H + h) * 2, 2);
+			double x = c->dtype == MORI_EP_FP8_E4M3 ? e4m3(x8(me, t, h)) : xval(me, t, h);
+			double want = x * f, got = bf2f(b);
+			xy += want * got;
+			xx += want * want + got * got;
+			PCHECK(me, fabs(got - want) <= 1e-2 * fabs(want) + 1e-2, "seed %llu (%s): out[%d][%d] = %g, want %g",
+			       (unsigned long long)seed, rname[seed % R_KINDS], t, h, got, want);
+		}
+	}
+	double d = xx > 0 ? 1 - 2 * xy / xx : 0;
+	if (diff_out)
+		*diff_out = d;
+	PCHECK(me, d < 1e-5, "calc_diff %g", d);
+	return 0;
+}
+
+/* One dispatch + combine of seed, checked. */
+static int round_trip(struct pe *p, mori_ep_handle *h, const struct shape *c, uint64_t seed, double *diff)
+{
+	const int me = p->me, T = tokens_of(c, seed, me);
+	make_input(p, c, seed, me, T);
+	if (upload(p, c, T))
+		return 1;
+	mori_ep_recv r;
+	POK(me, mori_ep_dispatch(h, (void *)(uintptr_t)p->in, (float *)(uintptr_t)p->w,
+				 c->scale_dim ? (void *)(uintptr_t)p->sc : NULL, (int32_t *)(uintptr_t)p->idx, T, p->s, &r));
+	if (check_dispatch(p, c, &r, seed))
+		return 1;
+	void *eo = c->dtype == MORI_EP_FP8_E4M3 ? (void *)(uintptr_t)p->eo : r.tokens; /* identity experts */
+	POK(me, mori_ep_combine(h, MORI_EP_BF16, eo, NULL, (int32_t *)(uintptr_t)p->idx, (void *)(uintptr_t)p->out, p->s));
+	if (check_combine(p, c, seed, T, diff))
+		return 1;
+	POK(me, mori_ep_status(h, 0));
+	return 0;
+}
+
+static uint64_t heap_for(const struct shape *cs, int n, int W)
+{
+	uint64_t m = 0;
+	for (int i = 0; i < n; i++) {
+		struct shape c = cs[i];
+		c.W = W;
+		mori_ep_config f = cfg_of(&c, 0);
+		uint64_t b = mori_ep_heap_bytes(&f);
+		m = b > m ? b : m;
+	}
+	return ((m + (8u << 20)) + (2u << 20) - 1) & ~(uint64_t)((2u << 20) - 1);
+}
+
+/* ---- acceptance 1 ---- */
+static const struct shape ref_shapes[] = {
+	{0, 2048, 64, 4, 8, MORI_EP_BF16, MORI_EP_NORMAL, 0},
+	{0, 2048, 64, 4, 8, MORI_EP_FP8_E4M3, MORI_EP_NORMAL, 16},
+	{0, 2048, 32, 4, 8, MORI_EP_BF16, MORI_EP_LOW_LATENCY, 0},
+};
+#define NREF (int)(sizeof(ref_shapes) / sizeof(ref_shapes[0]))
+
+static int pe_reference(int me, int n, void *arg)
+{
+	struct pe P, *p = &P;
+	if (pe_open(p, me, n, heap_for(ref_shapes, NREF, n)))
+		return 1;
+	for (int i = 0; i < NREF; i++) {
+		struct shape c = ref_shapes[i];
+		c.W = n;
+		mori_ep_config f = cfg_of(&c, me);
+		mori_ep_handle *h;
+		POK(me, mori_ep_create(p->grp, &f, &h));
+		int iters = c.dtype == MORI_EP_BF16 && !c.mode ? ITERS : ITERS / 4 + 1;
+		for (int it = 0; it < iters; it++)
+			if (round_trip(p, h, &c, (uint64_t)it * 131 + (uint64_t)i, NULL))
+				return 1;
+		POK(me, mori_ep_destroy(h));
+	}
+	pe_close(p);
+	return 0;
+}
+
+START_TEST(reference_checks)
+{
+	const char *e = getenv("MORI_EP_WORLDS");
+	char buf[64];
+	snprintf(buf, sizeof(buf), "%s", e && *e ? e : "1 2 3 5 8");
+	for (char *tok = strtok(buf, " "); tok; tok = strtok(NULL, " ")) {
+		int W = atoi(tok);
+		if (W < 1 || W > MAXPE)
+			continue;
+		memset(SH->checked, 0, sizeof(SH->checked));
+		double dt = pe_run_all(W, pe_reference, NULL, 280, 0);
+		long long sum = 0;
+		for (int i = 0; i < W; i++)
+			sum += SH->checked[i];
+		printf("reference: world %d (%s): bf16 normal %d iterations, fp8+scales normal and bf16 low-latency %d; "
+		       "%lld dispatches checked bit-exact, combines within 1e-2: %.1f s\n",
+		       W, mps_note, ITERS, ITERS / 4 + 1, sum, dt);
+		fflush(stdout);
+	}
+}
+END_TEST
+
+/* ---- acceptance 2 (4 ranks) ---- */
+static int pe_deepep(int me, int n, void *arg)
+{
+	static const int Hs[] = {16, 2048, 7168, 7680}, Ks[] = {1, 8, 32};
+	struct shape cs[24];
+	int nc = 0;
+	for (int m = 0; m < 2; m++)
+		for (int hi = 0; hi < 4; hi++)
+			for (int ki = 0; ki < 3; ki++)
+				cs[nc++] = (struct shape){n, Hs[hi], 32, 8, Ks[ki], MORI_EP_BF16, m, 0};
+	struct pe P, *p = &P;
+	if (pe_open(p, me, n, heap_for(cs, nc, n)))
+		return 1;
+	double worst = 0;
+	for (int i = 0; i < nc; i++) {
+		struct shape *c = &cs[i];
+		mori_ep_config f = cfg_of(c, me);
+		mori_ep_handle *h;
+		POK(me, mori_ep_create(p->grp, &f, &h));
+		for (int it = 0; it < 4; it++) {
+			uint64_t seed = (uint64_t)it * 7 + 2 + (uint64_t)i * 1000; /* never the T = 0 / T = max seeds only */
+			int T = tokens_of(c, seed, me);
+			/* per-expert counts: the layout query against the host reference, summed over ranks */
+			make_input(p, c, seed, me, T);
+			if (upload(p, c, T))
+				return 1;
+			gpu_dptr q = p->eo; /* scratch: per_rank [W], per_expert [E], in_rank [T, W] */
+			int E = n * c->epr;
+			POK(me, mori_ep_get_dispatch_layout(h, (int32_t *)(uintptr_t)p->idx, T, (int32_t *)(uintptr_t)q,
+							    (int32_t *)(uintptr_t)(q + 256), (uint8_t *)(uintptr_t)(q + 4096), p->s));
+			int32_t gpr[MAXPE], gpe[256], rpr[MAXPE], rpe[256];
+			uint8_t *gir = p->h_buf, *rir = p->h_buf + (1 << 20);
+			GOK(me, p->g->memcpy_dtoh_async(gpr, q, 4 * (size_t)n, p->s));
+			GOK(me, p->g->memcpy_dtoh_async(gpe, q + 256, 4 * (size_t)E, p->s));
+			if (T)
+				GOK(me, p->g->memcpy_dtoh_async(gir, q + 4096, (size_t)T * n, p->s));
+			GOK(me, p->g->stream_synchronize(p->s));
+			POK(me, mori_ep_layout_host(&f, p->h_idx, T, rpr, rpe, rir, NULL, 0));
+			PCHECK(me, !memcmp(gpr, rpr, 4 * (size_t)n) && !memcmp(gpe, rpe, 4 * (size_t)E) &&
+					   (!T || !memcmp(gir, rir, (size_t)T * n)),
+			       "H %d K %d: layout query differs from the host reference", c->H, c->K);
+			double d = 0;
+			if (round_trip(p, h, c, seed, &d))
+				return 1;
+			worst = d > worst ? d : worst;
+		}
+		POK(me, mori_ep_destroy(h));
+	}
+	SH->waited[me] = worst;
+	pe_close(p);
+	return 0;
+}
+
+START_TEST(deepep_checks)
+{
+	int W = 4;
+	double dt = pe_run_all(W, pe_deepep, NULL, 280, 0);
+	double worst = 0;
+	for (int i = 0; i < W; i++)
+		worst = SH->waited[i] > worst ? SH->waited[i] : worst;
+	printf("deepep: 4 ranks, H 16/2048/7168/7680 x top-k 1/8/32, normal and low-latency: rows exact, layout "
+	       "query = host reference, combine worst calc_diff %.2e: %.1f s\n", worst, dt);
+}
+END_TEST
+
+/* ---- acceptance 3: a graph replayed with new routing ---- */
+typedef int (*cu_begin_fn)(void *, int);
+typedef int (*cu_end_fn)(void *, void **);
+typedef int (*cu_inst_fn)(void **, void *, unsigned long long);
+typedef int (*cu_launch_fn)(void *, void *);
+
+static int pe_graph(int me, int n, void *arg)
+{
+	struct shape c = {n, 512, 32, 4, 8, MORI_EP_BF16, MORI_EP_NORMAL, 0};
+	if (arg)
+		c.mode = MORI_EP_LOW_LATENCY;
+	struct pe P, *p = &P;
+	if (pe_open(p, me, n, heap_for(&c, 1, n)))
+		return 1;
+	void *cu = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+	PCHECK(me, cu, "libcuda not loaded");
+	cu_begin_fn begin = (cu_begin_fn)dlsym(cu, "cuStreamBeginCapture_v2");
+	cu_end_fn end = (cu_end_fn)dlsym(cu, "cuStreamEndCapture");
+	cu_inst_fn inst = (cu_inst_fn)dlsym(cu, "cuGraphInstantiateWithFlags");
+	cu_launch_fn glaunch = (cu_launch_fn)dlsym(cu, "cuGraphLaunch");
+	PCHECK(me, begin && end && inst && glaunch, "graph entry points missing");
+	mori_ep_config f = cfg_of(&c, me);
+	mori_ep_handle *h;
+	POK(me, mori_ep_create(p->grp, &f, &h));
+	const int T = c.M; /* the graph's token count is fixed; the routing changes */
+	mori_ep_recv r;
+	mori_ep_recv_buffers(h, &r);
+	GOK(me, begin(p->s, 2 /* relaxed */));
+	POK(me, mori_ep_dispatch(h, (void *)(uintptr_t)p->in, (float *)(uintptr_t)p->w, NULL, (int32_t *)(uintptr_t)p->idx,
+				 T, p->s, NULL));
+	POK(me, mori_ep_combine(h, MORI_EP_BF16, r.tokens, NULL, NULL, (void *)(uintptr_t)p->out, p->s));
+	void *graph = NULL, *exec = NULL;
+	GOK(me, end(p->s, &graph));
+	GOK(me, inst(&exec, graph, 0));
+	for (int it = 0; it < 1000; it++) {
+		uint64_t seed = (uint64_t)it * 5 + 2 + (uint64_t)(it % 3); /* never seed % 5 == 0 or 1: T = M */
+		if (seed % 5 < 2)
+			seed += 2;
+		make_input(p, &c, seed, me, T);
+		routing(&c, seed, me, T, p->h_idx); /* this rank's: T = M for every rank in the graph */
+		if (upload(p, &c, T))
+			return 1;
+		GOK(me, glaunch(exec, p->s));
+		GOK(me, p->g->stream_synchronize(p->s));
+		int32_t cnt[8];
+		GOK(me, p->g->memcpy_dtoh_async(cnt, (gpu_dptr)(uintptr_t)r.count, 4 * (size_t)(c.mode ? c.epr : 1), p->s));
+		GOK(me, p->g->stream_synchronize(p->s));
+		long long want = 0, got = 0;
+		for (int s = 0; s < n; s++) {
+			routing(&c, seed, s, T, p->h_tmp);
+			for (int t = 0; t < T; t++) {
+				int hit = 0;
+				for (int k = 0; k < c.K; k++)
+					if (p->h_tmp[t * c.K + k] >= 0 && p->h_tmp[t * c.K + k] / c.epr == me)
+						hit++, want += c.mode ? 1 : 0;
+				want += !c.mode && hit;
+			}
+		}
+		for (int l = 0; l < (c.mode ? c.epr : 1); l++)
+			got += cnt[l];
+		PCHECK(me, got == want, "replay %d: received %lld, expected %lld", it, got, want);
+		/* combine: every token's output, as in check_combine (all ranks at T = M) */
+		GOK(me, p->g->memcpy_dtoh_async(p->h_out, p->out, (size_t)T * c.H * 2, p->s));
+		GOK(me, p->g->stream_synchronize(p->s));
+		routing(&c, seed, me, T, p->h_tmp);
+		for (int t = 0; t < T; t++) {
+			uint32_t ranks = 0;
+			double fw = 0;
+			for (int k = 0; k < c.K; k++)
+				if (p->h_tmp[t * c.K + k] >= 0)
+					ranks |= 1u << (p->h_tmp[t * c.K + k] / c.epr), fw += wval(me, t, k);
+			double fac = c.mode ? fw : __builtin_popcount(ranks);
+			for (int hh = 0; hh < c.H; hh += 37) {
+				uint16_t b;
+				memcpy(&b, p->h_out + ((size_t)t * c.H + hh) * 2, 2);
+				double want_v = xval(me, t, hh) * fac;
+				PCHECK(me, fabs(bf2f(b) - want_v) <= 1e-2 * fabs(want_v) + 1e-2, "replay %d: out[%d][%d] %g, want %g",
+				       it, t, hh, bf2f(b), want_v);
+			}
+		}
+		SH->checked[me]++;
+	}
+	POK(me, mori_ep_status(h, 0));
+	POK(me, mori_ep_destroy(h));
+	pe_close(p);
+	return 0;
+}
+
+START_TEST(graph_replays)
+{
+	for (int ll = 0; ll < 2; ll++) {
+		memset(SH->checked, 0, sizeof(SH->checked));
+		double dt = pe_run_all(4, pe_graph, ll ? (void *)1 : NULL, 280, 0);
+		printf("graph: 4 ranks, %s: one CUDA graph of dispatch + combine replayed %lld times with new routing, "
+		       "every replay's counts and outputs checked: %.1f s\n", ll ? "low-latency" : "normal", SH->checked[0], dt);
+	}
+}
+END_TEST
+
+/* ---- faults ---- */
+static int pe_faults(int me, int n, void *arg)
+{
+	struct shape c = {n, 256, 16, 2, 4, MORI_EP_BF16, MORI_EP_NORMAL, 0};
+	struct pe P, *p = &P;
+	if (pe_open(p, me, n, heap_for(&c, 1, n)))
+		return 1;
+	/* a config differing on rank 1: refused on every rank, naming the field */
+	mori_ep_config f = cfg_of(&c, me);
+	if (me == 1)
+		f.hidden_dim = 512;
+	mori_ep_handle *h = NULL;
+	int rc = mori_ep_create(p->grp, &f, &h);
+	PCHECK(me, rc == MORI_EINVAL && strstr(mori_client_last_error(p->c), "hidden_dim"), "create: %s (%s)",
+	       mori_strerror(rc), mori_client_last_error(p->c));
+	f = cfg_of(&c, me);
+	POK(me, mori_ep_create(p->grp, &f, &h));
+	/* more tokens than the maximum: refused before anything is enqueued */
+	rc = mori_ep_dispatch(h, (void *)(uintptr_t)p->in, NULL, NULL, (int32_t *)(uintptr_t)p->idx, 17, p->s, NULL);
+	PCHECK(me, rc == MORI_EINVAL && strstr(mori_client_last_error(p->c), "17 tokens") &&
+			   strstr(mori_client_last_error(p->c), "16"),
+	       "17 tokens: %s (%s)", mori_strerror(rc), mori_client_last_error(p->c));
+	/* an expert index out of range on rank 0: its status names it; the others are unaffected */
+	uint64_t seed = 2;
+	int T = tokens_of(&c, seed, me);
+	make_input(p, &c, seed, me, T);
+	if (me == 0 && T > 0)
+		p->h_idx[0] = n * c.epr + 3;
+	if (upload(p, &c, T))
+		return 1;
+	mori_ep_recv r;
+	POK(me, mori_ep_dispatch(h, (void *)(uintptr_t)p->in, NULL, NULL, (int32_t *)(uintptr_t)p->idx, T, p->s, &r));
+	rc = mori_ep_combine(h, MORI_EP_BF16, r.tokens, NULL, r.indices, (void *)(uintptr_t)p->out, p->s);
+	PCHECK(me, rc == MORI_EINVAL && strstr(mori_client_last_error(p->c), "dispatch's received indices"),
+	       "combine with dispatch's indices: %s (%s)", mori_strerror(rc), mori_client_last_error(p->c));
+	POK(me, mori_ep_combine(h, MORI_EP_BF16, r.tokens, NULL, NULL, (void *)(uintptr_t)p->out, p->s));
+	GOK(me, p->g->stream_synchronize(p->s));
+	rc = mori_ep_status(h, 1);
+	if (me == 0 && T > 0)
+		PCHECK(me, rc == MORI_EINVAL && strstr(mori_client_last_error(p->c), "token 0 slot 0: expert index"),
+		       "bad index: status %s (%s)", mori_strerror(rc), mori_client_last_error(p->c));
+	else
+		POK(me, rc);
+	POK(me, mori_ep_status(h, 0));
+	POK(me, mori_shmem_barrier_all(p->grp));
+	/* the last rank dies before its next dispatch: the others' kernels end with MORI_EPEERDEAD */
+	if (me == n - 1) {
+		usleep(300000);
+		SH->killed_at = now_s();
+		raise(SIGKILL);
+	}
+	seed = 3;
+	T = tokens_of(&c, seed, me);
+	make_input(p, &c, seed, me, T);
+	if (upload(p, &c, T))
+		return 1;
+	POK(me, mori_ep_dispatch(h, (void *)(uintptr_t)p->in, NULL, NULL, (int32_t *)(uintptr_t)p->idx, T, p->s, &r));
+	GOK(me, p->g->stream_synchronize(p->s));
+	SH->waited[me] = now_s() - SH->killed_at;
+	rc = mori_ep_status(h, 0);
+	PCHECK(me, rc == MORI_EPEERDEAD, "after the kill: status %s (%s)", mori_strerror(rc), mori_client_last_error(p->c));
+	PCHECK(me, SH->waited[me] < 1.0, "the dispatch ended %.3f s after the kill", SH->waited[me]);
+	return 0; /* the group is dead: leave without the collective destroy */
+}
+
+START_TEST(faults)
+{
+	pe_run_all(4, pe_faults, NULL, 120, 1);
+	double worst = 0;
+	for (int i = 0; i < 3; i++)
+		worst = SH->waited[i] > worst ? SH->waited[i] : worst;
+	printf("faults: config difference named on every rank, 17 > 16 tokens refused, bad expert index in the status, "
+	       "dispatch's indices refused in combine; a rank killed: the 3 peers' dispatches ended MORI_EPEERDEAD within "
+	       "%.0f ms\n", worst * 1e3);
+}
+END_TEST
+
+int main(void)
+{
+	gpu_skip_unless(1);
+	const char *e = getenv("MORI_EP_ITERS");
+	if (e && atoi(e) > 0)
+		ITERS = atoi(e);
+	mps_note = gpu_mps_start();
+	printf("MORI-EP on one GPU, %s\n", mps_note);
+	Suite *s = suite_create("gpu_ep");
+	TCase *t = tcase_create("ranks");
+	tcase_add_checked_fixture(t, setup, teardown);
+	tcase_set_timeout(t, 600);
+	const char *only = getenv("MORI_EP_CASES"); /* e.g. "reference faults" */
+	if (!only || strstr(only, "reference"))
+		tcase_add_test(t, reference_checks);
+	if (!only || strstr(only, "deepep"))
+		tcase_add_test(t, deepep_checks);
+	if (!only || strstr(only, "graph"))
+		tcase_add_test(t, graph_replays);
+	if (!only || strstr(only, "faults"))
+		tcase_add_test(t, faults);
+	suite_add_tcase(s, t);
+	SRunner *r = srunner_create(s);
+	srunner_run_all(r, CK_NORMAL);
+	int failed = srunner_ntests_failed(r);
+	srunner_free(r);
+	return failed ? 1 : 0;
+}
