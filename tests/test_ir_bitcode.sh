@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# MORI-IR's build outputs (kernels/ir.mk), no GPU needed:
+#  - the function table (libmori_shmem_device.json) has every row of MORI_SHMEM_API, counted here
+#    independently (the preprocessor's expansion of the table, one mark a row);
+#  - every function of the table is defined in libmori_shmem_device.bc (llvm-dis-16) with the
+#    declared return and argument types, exported (llvm-nm-16: T), and nothing else is exported
+#    but the state global mori_shmem_state_ptr (an externally initialised pointer in global
+#    memory, what mori_shmem_module_init fills);
+#  - the file is generic: the same source built for sm_90 gives the same IR but for the target
+#    attributes; llc-16 turns it into PTX for sm_80 and sm_90 and ptxas (where nvcc's toolkit
+#    is) assembles it;
+#  - names and signatures match ROCm/mori's MORI_DEVICE_FUNCTIONS (tests/ir_rocm_mori_functions.txt,
+#    or $ROCM_MORI's python/mori/ir/ops.py) for every function both have; mori's extra functions
+#    are listed;
+#  - mori_shmem_device.h compiles (clang-16 -x cuda -nocudainc) and declares every function;
+#  - with nvcc: a CUDA program built with -rdc against libmori_shmem_device.a links
+#    (tests/ir_rdc_ring.cu, the ring that tests/device-ir.sh runs on the GPU machine).
+# Skips the bitcode checks, saying why, without clang-16/llvm-16 (tools/install-deps installs them).
+source "$(dirname "$0")/testlib.bash"
+IR=$B/kernels/ir
+J=$IR/libmori_shmem_device.json
+BC=$IR/libmori_shmem_device.bc
+PY=$(command -v python3) || skip "python3 not installed"
+[ -f "$J" ] || fail "$J not built (make all B=$B_ARG)"
+
+# Rows of MORI_SHMEM_API, counted from the preprocessor's expansion with a mark per row.
+rows=$(printf '%s\n' '#define MORI_SHMEM_NO_CXX_API' '#include "mori_shmem.cuh"' \
+	'#define ROW(r, n, c, a, b) MORI_IR_ROW_MARK' 'MORI_SHMEM_API(ROW)' |
+	${CC:-cc} -E -P -x c++ -Ikernels - | grep -o MORI_IR_ROW_MARK | wc -l)
+nt=$("$PY" -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["functions"]))' "$J")
+[ "$rows" -gt 100 ] && [ "$rows" = "$nt" ] || fail "MORI_SHMEM_API has $rows rows, the table $nt functions"
+pass "table: $nt functions, every row of MORI_SHMEM_API"
+
+# ROCm/mori's table: the reference list, or a checkout's ops.py when ROCM_MORI names one.
+REF=$T/rocm.txt
+if [ -n "${ROCM_MORI:-}" ]; then
+	"$PY" - "$ROCM_MORI/python/mori/ir/ops.py" > "$REF" <<-'EOF' || fail "cannot read ROCm/mori's table at $ROCM_MORI"
+	import runpy, sys
+	for m in sorted(runpy.run_path(sys.argv[1])["MORI_DEVICE_FUNCTIONS"].values(), key=lambda m: m["symbol"]):
+	    print(m["symbol"], m["ret"], ",".join(m["args"]) or "-")
+	EOF
+	src="$ROCM_MORI"
+else
+	grep -v '^#' tests/ir_rocm_mori_functions.txt > "$REF"
+	src="tests/ir_rocm_mori_functions.txt ($(sed -n 's/.*commit \([0-9a-f]\{7\}\).*/ROCm\/mori \1/p' tests/ir_rocm_mori_functions.txt))"
+fi
+out=$("$PY" - "$J" "$REF" <<-'EOF'
+	import json, sys
+	mine = {f["name"]: (f["ret"], ",".join(f["args"]) or "-") for f in json.load(open(sys.argv[1]))["functions"]}
+	ref = {}
+	for line in open(sys.argv[2]):
+	    s, r, a = line.split()
+	    ref[s] = (r, a)
+	bad = ["%s: mori %s(%s), ROCm/mori %s(%s)" % (s, mine[s][0], mine[s][1], r[0], r[1])
+	       for s, r in sorted(ref.items()) if s in mine and mine[s] != r]
+	missing = sorted(set(ref) - set(mine))
+	extra = sorted(set(mine) - set(ref))
+	print("both %d, differ %d, only ROCm/mori %d, only mori %d" % (len(set(ref) & set(mine)), len(bad), len(missing), len(extra)))
+	for b in bad: print("DIFF " + b)
+	for m in missing: print("MISSING " + m)
+	print("EXTRA " + " ".join(e[len("mori_shmem_"):] for e in extra))
+	sys.exit(1 if bad or missing else 0)
+	EOF
+) || fail "against ROCm/mori's MORI_DEVICE_FUNCTIONS ($src): $out"
+pass "names and signatures as ROCm/mori's MORI_DEVICE_FUNCTIONS ($src): $(echo "$out" | head -1)"
+echo "# mori's own: $(echo "$out" | sed -n 's/^EXTRA //p')"
+
+command -v clang-16 > /dev/null && command -v llvm-dis-16 > /dev/null && command -v llvm-nm-16 > /dev/null ||
+	skip "the table checks passed; bitcode not checked: clang-16/llvm-16 not installed (tools/install-deps installs them)"
+[ -f "$BC" ] || fail "$BC not built although clang-16 is here (make all B=$B_ARG)"
+
+# Every function defined with the declared types; nothing else exported.
+llvm-dis-16 "$BC" -o "$T/lib.ll" || fail "llvm-dis-16 cannot read $BC"
+llvm-nm-16 "$BC" > "$T/nm" || fail "llvm-nm-16 $BC"
+out=$("$PY" - "$J" "$T/lib.ll" "$T/nm" <<-'EOF'
+	import json, re, sys
+	LL = {"int32": "i32", "uint32": "i32", "int64": "i64", "uint64": "i64", "float32": "float", "float64": "double"}
+	t = json.load(open(sys.argv[1]))
+	defs = {}
+	for line in open(sys.argv[2]):
+	    m = re.match(r"define (.*?)@([\w.]+)\((.*)\)", line)
+	    if m:
+	        pre, name, params = m.groups()
+	        words = [w for w in pre.split() if not w.startswith("#")]
+	        params = [p.split()[0] for p in params.split(",") if p.strip()]
+	        defs[name] = (words, params)
+	errs = []
+	for f in t["functions"]:
+	    n = f["name"]
+	    if n not in defs:
+	        errs.append("%s: not defined" % n); continue
+	    words, params = defs[n]
+	    if any(w in ("internal", "private", "linkonce", "linkonce_odr", "weak", "hidden") for w in words):
+	        errs.append("%s: not exported (%s)" % (n, " ".join(words)))
+	    want = (LL[f["ret"]], [LL[a] for a in f["args"]])
+	    if (words[-1], params) != want:
+	        errs.append("%s: bitcode %s(%s), table %s(%s)" % (n, words[-1], ",".join(params), want[0], ",".join(want[1])))
+	exported = sorted(l.split()[-1] for l in open(sys.argv[3]) if l.split()[-2:-1] in (["T"], ["D"]))
+	want = sorted([f["name"] for f in t["functions"]] + [t["state_global"]])
+	if exported != want:
+	    errs.append("exported symbols differ: extra %s, missing %s" % (sorted(set(exported) - set(want)),
+	                                                                  sorted(set(want) - set(exported))))
+	g = [l for l in open(sys.argv[2]) if l.startswith("@%s " % t["state_global"])]
+	if not g or "addrspace(1)" not in g[0] or "externally_initialized" not in g[0] or " ptr " not in g[0]:
+	    errs.append("state global: %s" % (g[0].strip() if g else "absent"))
+	print("\n".join(errs) if errs else "%d functions defined as declared; exports: those and %s" % (len(t["functions"]), t["state_global"]))
+	sys.exit(1 if errs else 0)
+	EOF
+) || fail "bitcode against the table: $out"
+pass "bitcode: $out"
+
+# Generic: the sm_90 build is the same IR but for the target attributes (the reason one file serves both).
+IRF="-x cuda --cuda-device-only -nocudainc -nocudalib -Wno-unknown-cuda-version -O2 -std=c++17 -DMORI_SHMEM_NO_KERNELS -Ikernels"
+for a in 80 90; do
+	# shellcheck disable=SC2086
+	clang-16 $IRF --cuda-gpu-arch=sm_$a -S -emit-llvm -o "$T/sm$a.ll" kernels/shmem.cu || fail "clang-16 for sm_$a"
+	sed -e 's/ "target-cpu"="[^"]*"//' -e 's/ "target-features"="[^"]*"//' -e '/^; ModuleID/d' -e '/^source_filename/d' \
+		"$T/sm$a.ll" > "$T/sm$a.generic.ll"
+done
+cmp -s "$T/sm80.generic.ll" "$T/sm90.generic.ll" ||
+	fail "sm_80 and sm_90 builds differ beyond the target attributes: $(diff "$T/sm80.generic.ll" "$T/sm90.generic.ll" | head -5)"
+grep -q '"target-cpu"\|"target-features"' "$T/lib.ll" && fail "the shipped bitcode still carries target attributes"
+pass "generic: sm_80 and sm_90 builds equal but for target attributes, which the shipped file has none of"
+
+PTXAS=$(command -v ptxas 2> /dev/null)
+[ -n "$PTXAS" ] || PTXAS=$(ls /usr/local/cuda/bin/ptxas 2> /dev/null)
+for a in 80 90; do
+	llc-16 -march=nvptx64 -mcpu=sm_$a -mattr=+ptx78 "$BC" -o "$T/sm$a.ptx" || fail "llc-16 for sm_$a"
+	if [ -n "$PTXAS" ]; then
+		"$PTXAS" -arch=sm_$a -c "$T/sm$a.ptx" -o "$T/sm$a.o" || fail "ptxas rejects the sm_$a PTX"
+	fi
+done
+pass "codegen: llc-16 -> PTX for sm_80 and sm_90${PTXAS:+, assembled by $PTXAS}${PTXAS:-; ptxas not here: not assembled}"
+
+# The header: compiles, declares every function.
+H=$IR/mori_shmem_device.h
+printf '#include "mori_gpu.h"\n#include "%s"\n' "$H" > "$T/h.cu"
+# shellcheck disable=SC2086
+clang-16 $IRF --cuda-gpu-arch=sm_80 -fsyntax-only -I"$IR" "$T/h.cu" || fail "$H does not compile"
+nd=$(grep -c '^__device__ .* mori_shmem_[a-z0-9_]*(' "$H")
+[ "$nd" = "$nt" ] || fail "$H declares $nd functions, the table has $nt"
+pass "header: $nd declarations, compiles"
+
+# The static device library: a CUDA program links against it with nvcc -rdc.
+NVCC=${NVCC:-$(command -v nvcc 2> /dev/null)}
+[ -n "$NVCC" ] || NVCC=$(ls /usr/local/cuda/bin/nvcc 2> /dev/null)
+if [ -n "$NVCC" ] && [ -f "$IR/libmori_shmem_device.a" ]; then
+	mkdir -p "$B/tests"
+	"$NVCC" -O2 -std=c++17 -rdc=true -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 \
+		-Iinclude -Itests -I"$IR" tests/ir_rdc_ring.cu tests/ir_rdc_ring_main.c -L"$IR" -lmori_shmem_device \
+		-L"$B" -lmori -o "$B/tests/ir_rdc_ring" \
+		> "$T/nvcc.log" 2>&1 || fail "nvcc -rdc against libmori_shmem_device.a: $(tail -20 "$T/nvcc.log")"
+	pass "static device library: tests/ir_rdc_ring.cu + ir_rdc_ring_main.c link with nvcc -rdc (sm_80, sm_90) -> $B/tests/ir_rdc_ring"
+else
+	echo "# static device library not linked here: ${NVCC:+no $IR/libmori_shmem_device.a}${NVCC:-no nvcc}"
+fi
