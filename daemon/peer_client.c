@@ -713,7 +713,6 @@ void xfer_submit(struct peers *P, struct client *c, const struct mori_sqe *e)
 	x->repoch = f->epoch;
 	memcpy(x->rsecret, f->secret, sizeof(x->rsecret));
 	x->read = (e->flags & SQE_F_READ) != 0;
-	x->notif = 0; /* the transports carry no notification: xnotif.c sends it after the data */
 	x->tag = e->tag;
 	x->descs = ds;
 	x->n = e->count;

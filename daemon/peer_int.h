@@ -123,8 +123,8 @@ struct xfer {
 	uint64_t rregion;
 	uint32_t rgen;
 	uint64_t repoch;
-	int read, notif;
-	uint64_t tag;
+	int read;
+	uint64_t tag;             /* its notification's tag (xnotif.c) */
 	mori_desc *descs;         /* owned; a transport may take them (set NULL) when it outlives x */
 	uint32_t n;
 	uint64_t total, done;
@@ -133,8 +133,8 @@ struct xfer {
 	const struct transport *t; /* the one running it; NULL before it is taken */
 	void *tp;
 	uint8_t rsecret[REGION_SECRET_BYTES]; /* the remote region's secret, named in every request */
-	/* Notifications (xnotif.c): the transports run x without one (notif 0); once its data is
-	 * done the core sends it, in order behind those its client submitted earlier to this peer. */
+	/* Notifications (xnotif.c): the transports run x without one; once its data is done the
+	 * core sends it, in order behind those its client submitted earlier to this peer. */
 	int want_notif;
 	int notif_stage;          /* 0 data moving, 1 data done: waiting its turn, 2 notification sent */
 	struct list nlink;        /* on nq->xs (stage 0, 1) or p->nwire (stage 2) */

@@ -6,16 +6,6 @@
 #include "rdma_core.h"
 #include "region.h"
 
-#define NOTIF_MAGIC 0x4d524e31u /* "MRN1" */
-
-/* The message a notification carries (<= RDMA_NOTIF_MAX). */
-struct rnotif {
-	uint32_t magic, gen;
-	uint64_t epoch;          /* the target daemon's epoch, as the initiator knew it */
-	uint64_t region, tag;
-};
-_Static_assert(sizeof(struct rnotif) <= RDMA_NOTIF_MAX, "notification fits");
-
 /* A local region registered with the device: for our own transfers (lkey) and, separately,
  * for peers' (rkey: dropped the moment the region goes). */
 struct rmr {
@@ -65,8 +55,8 @@ struct rpeer {
 };
 
 /* The transport's state for one transfer (x->tp). The engine may still hold it after x ended
- * (a cancel completes later): it keeps what the engine borrows (descriptors, the local region,
- * the notification) and the remote region's identity (its key cache entry). */
+ * (a cancel completes later): it keeps what the engine borrows (descriptors, the local region)
+ * and the remote region's identity (its key cache entry). */
 struct job {
 	struct list link;        /* rp->waiting, or N->running once on the engine */
 	struct rpeer *rp;
@@ -82,7 +72,6 @@ struct job {
 	int rekeyed;             /* it got a remote access error once and asked for the key again */
 	int ended, end_code;
 	char end_msg[160];
-	struct rnotif nm;
 };
 
 /* The transport's node-wide state (P->tp[TR_RDMA]). */

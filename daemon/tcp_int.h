@@ -41,7 +41,10 @@ enum ftype {
 	F_ABORT = 7,     /* initiator gave up on xfer */
 	F_AUTH = 8,      /* initiator -> target, right after HELLO_ACK: payload = proof */
 };
-#define FF_NOTIF 1u
+/* Frame flags: none since frame version 2. Version 1's FF_NOTIF_V1 (the target notifies its
+ * region's owner after the data) is refused (MORI_EPROTO): notifications travel on the control
+ * link from the initiator's daemon (xnotif.c), in order, naming the region with its secret. */
+#define FF_NOTIF_V1 1u
 
 struct fhdr {
 	uint32_t magic;
@@ -56,7 +59,7 @@ struct fhdr {
 	uint64_t offset;      /* WRITE/READ: target offset; RDATA: initiator's local offset */
 	uint64_t aux;         /* READ: initiator's local offset */
 	uint64_t total;       /* transfer bytes */
-	uint64_t tag;         /* notification tag */
+	uint64_t tag;         /* zero (version 1: the notification's tag) */
 	uint32_t deadline_ms; /* time left at sending */
 	uint32_t pad;
 	uint8_t key[REGION_SECRET_BYTES]; /* WRITE/READ: the region's secret */
@@ -160,9 +163,9 @@ struct inb {
 	struct list hlink;
 	uint64_t src_epoch, xfer;
 	struct region *r;         /* inflight reference held; NULL after failure or abort */
-	int read, notif, aborted, replied;
+	int read, aborted, replied;
 	int code;
-	uint64_t tag, total, got;
+	uint64_t total, got;
 	uint64_t expire_us;
 	struct peer *p;           /* for counters; may be NULL */
 };

@@ -416,7 +416,10 @@ static void on_hello_in(struct stream *s)
 {
 	struct peers *P = s->P;
 	if (s->h.code != FRAME_VERSION || !s->h.xfer || s->rx_msglen < AUTH_NONCE_BYTES) {
-		proto_error(s, "data stream version mismatch");
+		char why[96];
+		snprintf(why, sizeof(why), "data stream hello of frame version %d refused (this daemon speaks %d)",
+			 s->h.code, FRAME_VERSION);
+		proto_error(s, why);
 		return;
 	}
 	uint8_t ack[2 * AUTH_NONCE_BYTES + 128] = {0};

@@ -11,8 +11,8 @@
  * lazily and cached, the peer's region key comes from an RdmaRegion request (cached per region
  * generation). With transport = auto, anything not ready yet goes by TCP, and a peer without
  * RDMA is TCP for good; with transport = rdma it waits for RDMA until its deadline.
- * The notification travels after the data (engine) and reaches the owner of the target region
- * here (CQE_NOTIF), exactly as the TCP path delivers it.
+ * Notifications do not travel here: the initiator's daemon sends each on the control link once
+ * the data is done (xnotif.c), for TCP and RDMA alike; a SEND from a peer is dropped (cb_notif).
  *
  * Memory: the engine holds a job's local region (inflight reference, so deregistration waits
  * for its work requests); a region that is removed loses its remote-access registration at
@@ -242,7 +242,6 @@ static void job_try(struct rnode *N, struct job *j)
 		j->descs = x->descs;
 		x->descs = NULL;
 	}
-	j->nm = (struct rnotif){NOTIF_MAGIC, x->rgen, x->repoch, x->rregion, x->tag};
 	a.read = x->read;
 	a.laddr = j->m->addr;
 	a.lkey = j->m->lkey;
@@ -250,10 +249,6 @@ static void job_try(struct rnode *N, struct job *j)
 	a.rkey = k->rkey;
 	a.descs = j->descs;
 	a.n = x->n;
-	if (x->notif) {
-		a.notif = &j->nm;
-		a.notif_len = sizeof(j->nm);
-	}
 	a.deadline_us = x->deadline_us + ENGINE_SLACK_US;
 	a.done = on_job_done;
 	a.arg = j;

@@ -1,7 +1,8 @@
 /* The TCP transport (transport.h) over the data streams of tcp_stream.c: the pump that cuts
  * queued transfers into frames over a peer's streams (least-loaded stream first, large
  * transfers striped, small ones coalesced), the initiator's answers, and the target side:
- * landing written bytes, serving reads, notifications after the data has landed. */
+ * landing written bytes, serving reads. Notifications are not theirs: xnotif.c sends them on the
+ * control link once the data is done. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -80,13 +81,11 @@ void tcp_pump(struct peer *p)
 			uint64_t now = mori_now_us();
 			struct fhdr h = {
 				.type = x->read ? F_READ : F_WRITE,
-				.flags = x->notif ? FF_NOTIF : 0,
 				.xfer = x->id,
 				.region = x->rregion,
 				.gen = x->rgen,
 				.offset = ro,
 				.total = x->total,
-				.tag = x->tag,
 				.deadline_ms = x->deadline_us > now ? (uint32_t)((x->deadline_us - now) / 1000 + 1) : 1,
 			};
 			memcpy(h.key, x->rsecret, sizeof(h.key));
@@ -289,8 +288,6 @@ static struct inb *inb_get(struct stream *s, int read)
 	b->src_epoch = s->src_epoch;
 	b->xfer = h->xfer;
 	b->read = read;
-	b->notif = (h->flags & FF_NOTIF) != 0;
-	b->tag = h->tag;
 	b->total = h->total;
 	b->p = s->p;
 	b->expire_us = now + (uint64_t)(h->deadline_ms < INB_MAX_MS ? h->deadline_ms : INB_MAX_MS) * 1000 +
@@ -302,7 +299,11 @@ static struct inb *inb_get(struct stream *s, int read)
 	struct region *g = region_find(P->d, h->region);
 	char why[300];
 	int code;
-	if (!g || g->gen != h->gen || !region_secret_ok(g, h->key, sizeof(h->key))) {
+	if (h->flags) {
+		inb_fail(s, b, MORI_EPROTO, "frame flags 0x%x refused at %s: %s", h->flags, P->self,
+			 h->flags & FF_NOTIF_V1 ? "notifications travel on the control link since frame version 2"
+						: "frame version 2 has none");
+	} else if (!g || g->gen != h->gen || !region_secret_ok(g, h->key, sizeof(h->key))) {
 		inb_fail(s, b, MORI_ESTALE, "region %llu is no longer registered at %s",
 			 (unsigned long long)h->region, P->self);
 	} else if ((code = region_reach(g, why, sizeof(why))) != 0) {
@@ -323,8 +324,6 @@ static void inb_finish(struct stream *s, struct inb *b)
 			if (!b->read)
 				inb_fail(s, b, MORI_ESTALE, "region deregistered at %s during the transfer", P->self);
 		} else {
-			if (b->notif)
-				xfer_notify_target(P->d, g, b->tag);
 			if (!b->read) {
 				b->replied = 1;
 				send_done(s, b->xfer, 0, "");
@@ -393,7 +392,10 @@ static void rx_read_req(struct stream *s)
 		snprintf(msg, sizeof(msg), "out of memory at %s", P->self);
 	} else if (b->code || b->aborted) {
 		code = b->code ? b->code : MORI_ECANCELED;
-		snprintf(msg, sizeof(msg), "%s", b->code == MORI_ESTALE ? "region no longer registered" : "failed at the target");
+		snprintf(msg, sizeof(msg), "%s",
+			 b->code == MORI_ESTALE   ? "region no longer registered"
+			 : b->code == MORI_EPROTO ? "frame flags refused at the target (frame version 2 has none)"
+						  : "failed at the target");
 	} else if (h->offset > b->r->size || h->rlen > b->r->size - h->offset || !h->rlen || h->rlen > CHUNK_MAX) {
 		code = MORI_ERANGE;
 		snprintf(msg, sizeof(msg), "read [%llu, +%u) outside region %llu (%llu bytes)",
@@ -437,8 +439,6 @@ static void rx_read_served(struct peers *P, uint64_t src_epoch, uint64_t xfer, u
 	b->got += bytes;
 	if (b->got >= b->total) {
 		/* Everything was handed to the socket: the data has been read from the region. */
-		if (!b->code && !b->aborted && b->notif && b->r)
-			xfer_notify_target(P->d, b->r, b->tag);
 		inb_free(P, b);
 	}
 }

@@ -760,11 +760,12 @@ static int data_connect(struct test_node *n, uint32_t port)
 }
 
 static uint8_t frame_secret[REGION_SECRET_BYTES]; /* what send_frame names its region with */
+static uint16_t frame_flags;                         /* ... and its flags */
 
 static void send_frame(int s, uint16_t type, int32_t code, uint64_t xfer, uint64_t region, uint32_t gen,
 		       uint64_t offset, uint32_t len, uint32_t rlen, uint64_t total, const void *payload)
 {
-	struct fhdr h = {.magic = FRAME_MAGIC, .type = type, .len = len, .code = code, .xfer = xfer,
+	struct fhdr h = {.magic = FRAME_MAGIC, .type = type, .flags = frame_flags, .len = len, .code = code, .xfer = xfer,
 			 .region = region, .gen = gen, .rlen = rlen, .offset = offset, .total = total,
 			 .deadline_ms = 5000};
 	memcpy(h.key, frame_secret, sizeof(h.key));
@@ -880,6 +881,23 @@ START_TEST(misbehaving_peer)
 	ck_assert_int_eq(a.type, F_RDATA);
 	ck_assert_int_eq(a.code, 0);
 	ck_assert_uint_eq(a.len, 8);
+	/* frame version 1's notification flag (the target notified after the data): refused with a
+	 * reason, nothing lands, nothing is read, no notification reaches the region's owner */
+	mori_desc dn = {0, 4096, 100};
+	uint64_t before = ask_hash(&t, 0, &dn, NULL, 1);
+	char why[200] = "";
+	frame_flags = FF_NOTIF_V1;
+	send_frame(s, F_WRITE, 0, 11, region, gen, 4096, 100, 0, 100, junk);
+	a = data_read(s, why, sizeof(why) - 1);
+	ck_assert_int_eq(a.type, F_DONE);
+	ck_assert_int_eq(a.code, MORI_EPROTO);
+	ck_assert_msg(strstr(why, "control link"), "the refusal says: %s", why);
+	send_frame(s, F_READ, 0, 12, region, gen, 64, 0, 8, 8, NULL);
+	a = recv_frame(s);
+	ck_assert_int_eq(a.type, F_RDATA);
+	ck_assert_int_eq(a.code, MORI_EPROTO);
+	frame_flags = 0;
+	ck_assert_uint_eq(ask_hash(&t, 0, &dn, NULL, 1), before);
 	send_frame(s, F_WRITE, 0, 8, region, gen, 0, CHUNK_MAX + 1, 0, CHUNK_MAX + 1, NULL); /* oversized */
 	ck_assert_int_eq(recv_frame(s).type, 0);
 	close(s);
@@ -905,7 +923,9 @@ START_TEST(misbehaving_peer)
 	for (size_t i = 0; i < mr->list->n_regions; i++)
 		ck_assert_uint_eq(mr->list->regions[i]->inflight, 0);
 	mori__reply__free_unpacked(mr, NULL);
-	target_end(&t, NULL, NULL);
+	uint64_t notifs = 1;
+	target_end(&t, &notifs, NULL);
+	ck_assert_uint_eq(notifs, 0);
 	mori_client_close(c);
 }
 END_TEST
