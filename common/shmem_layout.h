@@ -112,6 +112,7 @@ enum mori_shmem_pop {
 	MORI_SHMEM_OP_PUT_SIGNAL = 3, /* PUT, then sigop(value) on pe's 64-bit word at sig, after the data */
 	MORI_SHMEM_OP_AMO = 4,        /* an atomic on pe's word at dst: amo, value, cmp; fetched value to my heap at src */
 	MORI_SHMEM_OP_QUIET = 5,      /* completes once every earlier request of this ring has */
+	MORI_SHMEM_OP_FENCE = 6,      /* puts after it land after the puts before it (posted, not waited) */
 };
 
 enum mori_shmem_amo {

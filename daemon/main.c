@@ -15,6 +15,7 @@
 
 #include "gpu_stage.h"
 #include "group.h"
+#include "shmem_proxy.h"
 #include "log.h"
 #include "metrics.h"
 #include "morid.h"
@@ -59,6 +60,7 @@ void morid_stop(struct morid *d, const char *why)
 	metrics_stop(d); /* first: its HTTP handlers wait for this loop */
 	sd_notify(0, "STOPPING=1");
 	session_stop(d);
+	shmem_proxy_stop(d); /* issue 11: lets go of the rings the PEs left */
 	groups_stop(d); /* after the clients (their PEs), before the peer service */
 	peers_stop(d); /* ends the transfers, then stops the transports */
 	control_stop(d);
@@ -257,7 +259,8 @@ int main(int argc, char **argv)
 		goto out_session;
 	/* The transports built in, TCP first: it serves whatever RDMA cannot carry. */
 	static const struct transport *const transports[] = {&transport_tcp, &transport_rdma};
-	if (peers_start(d, transports, 2) != 0 || groups_start(d) != 0) /* groups (issue 11) over the peers */
+	if (peers_start(d, transports, 2) != 0 || groups_start(d) != 0 || /* groups (issue 11) over the peers */
+	    shmem_proxy_start(d) != 0)
 		goto out_session;
 	rdma_log_devices(&d->cfg); /* issue 7: what RDMA devices this node has, once */
 

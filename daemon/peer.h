@@ -6,6 +6,7 @@
 
 struct transport;
 struct peers;
+struct region;
 /* Start the cross-node service with the transports built in (tr[0..ntr), transport.h). */
 int peers_start(struct morid *d, const struct transport *const *tr, int ntr);
 void peers_stop(struct morid *d);
@@ -14,6 +15,29 @@ void peers_reload(struct morid *d);
 uint32_t peer_count(struct morid *d);
 /* A cross-node submission (SQE_XFER, SQE_XFER_LIST, SQE_CANCEL) from client c. */
 void peer_submit(struct morid *d, struct client *c, const struct mori_sqe *e);
+/* A transfer morid starts itself (the MORI-SHMEM proxy, shmem_proxy.c), between its region
+ * `local` and region (epoch, region, gen, secret) of the daemon at node (host:port): the same
+ * transports, deadlines and counters as a client's. descs are the caller's checked batch
+ * (local_offset in local, remote_offset in the remote region) and are taken, failure included.
+ * done runs once on the loop (maybe before this returns): code 0 once every byte landed (a
+ * write is acknowledged by the target), else the failure. 0 with *id set, or MORI_ENOTSUP (no
+ * peer service, or the region unreachable), MORI_EINVAL, MORI_ENOMEM: then done never runs. */
+struct peer_xfer_args {
+	struct region *local;
+	const char *node;
+	uint64_t epoch, region;
+	uint32_t gen;
+	const uint8_t *secret;            /* REGION_SECRET_BYTES */
+	int read;                         /* 1: remote -> local */
+	mori_desc *descs;
+	uint32_t n;
+	uint32_t timeout_ms;
+	void (*done)(void *arg, int code, const char *msg);
+	void *arg;
+};
+int peer_xfer_start(struct morid *d, const struct peer_xfer_args *a, uint64_t *id);
+/* End transfer id (from peer_xfer_start) with MORI_ECANCELED now, done included; none: nothing. */
+void peer_xfer_cancel(struct morid *d, uint64_t id);
 /* Fail and forget everything of c's. */
 void peer_client_gone(struct morid *d, struct client *c);
 /* Requests that touch other nodes; each returns 1 when the reply is deferred. */
@@ -29,6 +53,10 @@ void peer_list_transfers(struct morid *d, Mori__ListReply *lr, struct rctx *r);
  * layer above while it runs; from is the node the sender authenticated as (NULL without a
  * cluster key); 1 when it answered rep. */
 extern int (*peers_group_serve)(struct peers *P, const Mori__Request *req, const char *from, Mori__Reply *rep,
+				struct rctx *r);
+/* PeerShmemAmo requests (signals and atomics of MORI-SHMEM's proxy, daemon/shmem_proxy.c): set
+ * by the layer above while it runs; 1 when it answered rep. */
+extern int (*peers_shmem_serve)(struct peers *P, const Mori__Request *req, const char *from, Mori__Reply *rep,
 				struct rctx *r);
 /* How peers are authenticated here, for moractl status; *unauth: 1 when a listener runs
  * without a cluster key (said loudly). */

@@ -552,6 +552,8 @@ static const char *refused(struct peers *P)
 	return t->refuses ? t->refuses(P) : NULL;
 }
 
+static void xfer_go(struct peers *P, struct xfer *x);
+
 static uint64_t user_key(uint64_t client_id, uint64_t user_data)
 {
 	return client_id * 0x9e3779b97f4a7c15ull ^ user_data;
@@ -728,6 +730,13 @@ void xfer_submit(struct peers *P, struct client *c, const struct mori_sqe *e)
 		reject(d, c, e, MORI_ENOMEM, "out of memory");
 		return;
 	}
+	xfer_go(P, x);
+}
+
+/* x is set up: into the tables, to a transport. */
+static void xfer_go(struct peers *P, struct xfer *x)
+{
+	struct peer *p = x->p;
 	htab_add(&P->xfers, x->id, &x->hlink);
 	htab_add(&P->byuser, user_key(x->client_id, x->user_data), &x->ulink);
 	list_add(&p->xfers, &x->plink);
@@ -738,11 +747,64 @@ void xfer_submit(struct peers *P, struct client *c, const struct mori_sqe *e)
 	}
 	p->nxfers++;
 	p->transfers++;
-	count(d, C_XFERS, 1);
+	count(P->d, C_XFERS, 1);
 	if (x->deadline_us < P->next_deadline_us)
 		P->next_deadline_us = x->deadline_us;
 	peer_use(p);
 	peers_kick(P);
 	peers_dirty(P);
+}
+
+int peer_xfer_start(struct morid *d, const struct peer_xfer_args *a, uint64_t *id)
+{
+	struct peers *P = d->peers;
+	char why[300];
+	int rc;
+	if (!P || !P->on) {
+		free(a->descs);
+		return MORI_ENOTSUP;
+	}
+	if (refused(P) || a->n == 0 || (rc = region_reach(a->local, why, sizeof(why))) != MORI_OK) {
+		free(a->descs);
+		return a->n == 0 ? MORI_EINVAL : MORI_ENOTSUP;
+	}
+	struct peer *p = peer_get(P, a->node, 1);
+	struct xfer *x = p ? calloc(1, sizeof(*x)) : NULL;
+	if (!x) {
+		free(a->descs);
+		return p ? MORI_ENOMEM : MORI_EINVAL;
+	}
+	uint64_t now = mori_now_us(), total = 0;
+	for (uint32_t i = 0; i < a->n; i++)
+		total += a->descs[i].length; /* the caller checked each against both regions */
+	x->id = ++P->next_xfer;
+	x->user_data = x->id; /* client 0: no client's ids collide */
+	x->p = p;
+	x->local = a->local;
+	a->local->inflight++;
+	x->rregion = a->region;
+	x->rgen = a->gen;
+	x->repoch = a->epoch;
+	memcpy(x->rsecret, a->secret, sizeof(x->rsecret));
+	x->read = a->read;
+	x->descs = a->descs;
+	x->n = a->n;
+	x->total = total;
+	x->start_us = now;
+	x->deadline_us = now + (uint64_t)a->timeout_ms * 1000;
+	x->timeout_ms = a->timeout_ms;
+	x->on_done = a->done;
+	x->done_arg = a->arg;
+	LIST_INIT(&x->nlink);
+	*id = x->id;
+	xfer_go(P, x); /* may end x (and call done) before it returns */
+	return MORI_OK;
+}
+
+void peer_xfer_cancel(struct morid *d, uint64_t id)
+{
+	struct xfer *x = d->peers ? xfer_find(d->peers, id) : NULL;
+	if (x && !x->c && x->on_done)
+		xfer_complete(x, MORI_ECANCELED, "cancelled");
 }
 

@@ -142,6 +142,9 @@ struct xfer {
 	uint64_t nbatch;
 	uint32_t nidx;
 	char stalled[256];        /* the link stalled: it waits for its deadline (peer_down) */
+	/* A transfer morid started itself (peer_xfer_start, c NULL): told here instead of a CQE. */
+	void (*on_done)(void *arg, int code, const char *msg);
+	void *done_arg;
 };
 
 /* The notifications one client has pending to one peer (xnotif.c). */

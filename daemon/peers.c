@@ -35,6 +35,8 @@ static int transports_serve(struct peers *P, const Mori__Request *req, Mori__Rep
 
 /* ---- the listener side: requests from other daemons ---- */
 
+int (*peers_shmem_serve)(struct peers *P, const Mori__Request *req, const char *from, Mori__Reply *rep,
+			 struct rctx *r);
 int (*peers_group_serve)(struct peers *P, const Mori__Request *req, const char *from, Mori__Reply *rep,
 			 struct rctx *r);
 
@@ -183,6 +185,10 @@ static void serve_one(struct peers *P, nng_msg *m)
 		case MORI__REQUEST__BODY_PEER_GROUP:
 			if (!peers_group_serve || !peers_group_serve(P, req, from, &rep, &r))
 				reply_error(&rep, MORI_ENOTSUP, "groups are not served at %s", P->self);
+			break;
+		case MORI__REQUEST__BODY_PEER_SHMEM_AMO:
+			if (!peers_shmem_serve || !peers_shmem_serve(P, req, from, &rep, &r))
+				reply_error(&rep, MORI_ENOTSUP, "MORI-SHMEM's proxy is not served at %s", P->self);
 			break;
 		case MORI__REQUEST__BODY_PEER_NOTIFY:
 			xnotif_serve(P, req->peer_notify, &rep, &r);

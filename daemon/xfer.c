@@ -54,6 +54,8 @@ void xfer_complete(struct xfer *x, int code, const char *fmt, ...)
 	}
 	if (x->want_notif && P->notif_unlink)
 		P->notif_unlink(x);
+	if (x->on_done)
+		x->on_done(x->done_arg, code, code ? msg : "");
 	if (x->c) {
 		struct mori_cqe e = {.type = CQE_XFER_DONE, .code = code, .user_data = x->user_data};
 		cqe_msg(&e, code ? msg : "");

@@ -1,0 +1,691 @@
+/* MORI-SHMEM's proxy (shmem_proxy.h): morid serving each ready PE's proxy ring.
+ *
+ * A ring is served in order, one batch at a time: consecutive puts to one PE (up to a
+ * put+signal, which ends its batch) go as one transfer, consecutive gets from one PE as one,
+ * consecutive atomics to one PE as one PeerShmemAmo message; a signal goes only after its
+ * batch's data was acknowledged by the target, so it lands after the data, and every atomic
+ * after every earlier request of the ring (barrier flags rely on it). `done` moves past a
+ * batch once all of it completed, so quiet (OP_QUIET, or done reaching head) means every
+ * earlier put is visible at its target. A request is copied out of shared memory, then checked
+ * (the ring's writer is untrusted): a bad one completes with its error (the ring's sticky
+ * `error`, what the kernel's proxy_wait returns) and nothing else happens.
+ *
+ * Polling: a kernel cannot ring an eventfd, so the loop polls the rings: every
+ * PROXY_POLL_MS on a timer while PEs exist, and on every loop turn (an idle handle) for
+ * PROXY_SPIN_US after the last request seen, so back-to-back requests wait a loop turn rather
+ * than a timer tick. One loop and no thread: the rings, the transfers and pe_gone all run
+ * there, so letting go of a PE needs no lock, and the proxy's latency floor is the daemons'
+ * round trip, far above a loop turn. */
+#include "shmem_proxy.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "group.h"
+#include "heap.h"
+#include "log.h"
+#include "peer.h"
+#include "peer_int.h"
+#include "region.h"
+#include "shmem_layout.h"
+
+#define PROXY_BATCH 64                 /* requests one transfer or AMO message carries */
+#define PROXY_BATCH_BYTES (16ull << 20)
+#define PROXY_POLL_MS 1
+#define PROXY_SPIN_US 2000
+#define PROXY_TIMEOUT_MS 10000         /* each transfer and AMO message */
+#define DEDUP_SLOTS 256                /* batches the target remembers (a resend comes within ~1 s) */
+#define LOCAL_BOUNCE (1u << 20)
+
+struct target {                        /* another PE's heap, from its packed Handle */
+	int state;                     /* 0 not yet read, 1 remote, 2 this node, -1 unusable */
+	char node[128];
+	uint64_t epoch, region, size;
+	uint32_t gen;
+	uint8_t secret[REGION_SECRET_BYTES];
+};
+
+enum { PH_IDLE, PH_XFER, PH_AMO };
+
+struct ppe {
+	struct list link;
+	uint64_t id;                   /* the PE at group.c */
+	int rank, n;
+	struct heap_ctrl *ctrl;        /* NULL once gone */
+	struct region *heap;
+	uint64_t next, done;           /* the next request to read; requests completed */
+	struct mori_shmem_preq b[PROXY_BATCH];
+	int nb, phase, gone, held;     /* held: callbacks still to come (xfer, AMO message) */
+	uint64_t xfer, amo_seq;
+	struct target *t;              /* [n] */
+	uint64_t served, failed;
+};
+
+struct dedup {
+	uint64_t epoch, origin, seq;
+	uint32_t n;
+	uint64_t old[PROXY_BATCH];
+};
+
+static struct {
+	struct morid *d;
+	int on;
+	struct list pes;
+	uv_timer_t timer;
+	uv_idle_t idle;
+	uint64_t active_us;
+	struct dedup *dd;              /* [DEDUP_SLOTS], the target side */
+} X;
+
+static void kick(void);
+static void on_idle(uv_idle_t *h);
+
+/* ---- checking a request ---- */
+
+static int in_heap(uint64_t size, uint64_t off, uint64_t len) { return off <= size && len <= size - off; }
+
+static int amo_ok(uint32_t amo, uint32_t width, uint64_t off, uint64_t size)
+{
+	uint32_t code = amo & ~(uint32_t)MORI_SHMEM_AMO_FETCH;
+	return (amo & ~0xffu) == 0 && code >= MORI_SHMEM_AMO_SET && code <= MORI_SHMEM_AMO_CSWAP &&
+	       (width == 4 || width == 8) && off % width == 0 && in_heap(size, off, width);
+}
+
+/* 0, or the code the request completes with (nothing of it is done). */
+static int check(const struct ppe *pp, const struct mori_shmem_preq *q)
+{
+	uint64_t hs = pp->heap ? pp->heap->size : 0;
+	if (q->op == MORI_SHMEM_OP_QUIET || q->op == MORI_SHMEM_OP_FENCE)
+		return 0;
+	if (q->pe < 0 || q->pe >= pp->n)
+		return MORI_EINVAL;
+	switch (q->op) {
+	case MORI_SHMEM_OP_PUT_SIGNAL:
+		if ((q->amo != MORI_SHMEM_SIGNAL_SET && q->amo != MORI_SHMEM_SIGNAL_ADD) || !amo_ok(MORI_SHMEM_AMO_SET, 8, q->sig, hs))
+			return MORI_EINVAL;
+		/* fall through */
+	case MORI_SHMEM_OP_PUT:
+	case MORI_SHMEM_OP_GET:
+		return in_heap(hs, q->dst, q->len) && in_heap(hs, q->src, q->len) && q->len <= PROXY_BATCH_BYTES
+			       ? 0 : MORI_ERANGE;
+	case MORI_SHMEM_OP_AMO:
+		if (!amo_ok(q->amo, q->width, q->dst, hs))
+			return MORI_EINVAL;
+		return !(q->amo & MORI_SHMEM_AMO_FETCH) || amo_ok(MORI_SHMEM_AMO_SET, 8, q->src, hs) ? 0 : MORI_ERANGE;
+	default:
+		return MORI_EPROTO;
+	}
+}
+
+/* ---- the ring ---- */
+
+/* Request seq when it is published: copied out (then the writer may scribble as it likes). */
+static int peek(const struct ppe *pp, uint64_t seq, struct mori_shmem_preq *q)
+{
+	struct mori_shmem_ctrl *c = pp->ctrl->page;
+	struct mori_shmem_preq *slot = (struct mori_shmem_preq *)((char *)c + MORI_SHMEM_CTRL_BYTES) +
+				       (seq & (pp->ctrl->entries - 1));
+	if (__atomic_load_n(&slot->ready, __ATOMIC_ACQUIRE) != (uint32_t)(seq + 1))
+		return 0;
+	memcpy(q, (const void *)slot, sizeof(*q));
+	return 1;
+}
+
+/* k requests completed (code: the first failure among them, sticky in `error`). */
+static void finish(struct ppe *pp, int k, int code)
+{
+	if (pp->gone)
+		return;
+	struct mori_shmem_ctrl *c = pp->ctrl->page;
+	if (code) {
+		pp->failed += (uint64_t)k;
+		if (!c->error)
+			c->error = code;
+	}
+	pp->served += (uint64_t)k;
+	pp->done += (uint64_t)k;
+	__atomic_store_n(&c->done, pp->done, __ATOMIC_RELEASE); /* after what the requests wrote */
+}
+
+/* Errors that mean the target's node (or heap) is gone. */
+static int dead_code(int code)
+{
+	return code == MORI_ECONN || code == MORI_ESTALE || code == MORI_EUNREACH || code == MORI_EPEERDEAD
+		       ? MORI_EPEERDEAD : code;
+}
+
+static void batch_end(struct ppe *pp, int code, int rank)
+{
+	if (code == MORI_EPEERDEAD && !pp->gone)
+		heap_ctrl_abort(pp->ctrl, MORI_SHMEM_ABORT_PEER_DEAD, rank); /* its waits end too */
+	finish(pp, pp->nb, code);
+	pp->nb = 0;
+	pp->phase = PH_IDLE;
+	kick();
+}
+
+/* Where PE rank's heap is (read from its packed Handle once). */
+static struct target *target(struct ppe *pp, int rank)
+{
+	struct target *t = &pp->t[rank];
+	if (t->state)
+		return t;
+	const char *node;
+	const uint8_t *blob;
+	size_t len;
+	struct region *g;
+	t->state = -1;
+	if (group_peer(pp->id, rank, &node, &blob, &len, &g) != MORI_OK)
+		return t;
+	if (!node) {
+		t->state = 2;
+		return t;
+	}
+	Mori__Handle *h = blob ? mori__handle__unpack(NULL, len, blob) : NULL;
+	if (h && h->secret.len == REGION_SECRET_BYTES && h->region_id && snprintf(t->node, sizeof(t->node), "%s", node) <
+											 (int)sizeof(t->node)) {
+		t->epoch = h->epoch;
+		t->region = h->region_id;
+		t->gen = h->generation;
+		t->size = h->size;
+		memcpy(t->secret, h->secret.data, sizeof(t->secret));
+		t->state = 1;
+	}
+	if (h)
+		mori__handle__free_unpacked(h, NULL);
+	return t;
+}
+
+/* ---- atomics on a heap morid reaches (both sides use it) ---- */
+
+static uint64_t amo_calc(uint32_t code, uint64_t old, uint64_t v, uint64_t cmp)
+{
+	switch (code) {
+	case MORI_SHMEM_AMO_ADD: return old + v;
+	case MORI_SHMEM_AMO_INC: return old + 1;
+	case MORI_SHMEM_AMO_AND: return old & v;
+	case MORI_SHMEM_AMO_OR: return old | v;
+	case MORI_SHMEM_AMO_XOR: return old ^ v;
+	case MORI_SHMEM_AMO_CSWAP: return old == cmp ? v : old;
+	default: return v; /* SET, SWAP */
+	}
+}
+
+/* The atomic on g's word at off (checked). Host heaps: a CPU atomic on morid's mapping. Other
+ * memory (VRAM): read, compute, write through region_copy: atomic against every other proxy
+ * atomic (one loop applies them all), not against a kernel's own atomics on that word. */
+static int amo_apply(struct region *g, uint32_t amo, uint32_t width, uint64_t off, uint64_t v, uint64_t cmp,
+		     uint64_t *old)
+{
+	uint32_t code = amo & ~(uint32_t)MORI_SHMEM_AMO_FETCH;
+	char why[200];
+	int rc = region_reach(g, why, sizeof(why));
+	if (rc)
+		return rc;
+	uint8_t *m = region_map(g);
+	if (width == 4) {
+		v = (uint32_t)v;
+		cmp = (uint32_t)cmp;
+	}
+	if (m && width == 8) {
+		uint64_t *w = (uint64_t *)(m + off), o = __atomic_load_n(w, __ATOMIC_RELAXED);
+		while (!__atomic_compare_exchange_n(w, &o, amo_calc(code, o, v, cmp), 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+			;
+		*old = o;
+		return 0;
+	}
+	if (m) {
+		uint32_t *w = (uint32_t *)(m + off), o = __atomic_load_n(w, __ATOMIC_RELAXED);
+		while (!__atomic_compare_exchange_n(w, &o, (uint32_t)amo_calc(code, o, v, cmp), 0, __ATOMIC_SEQ_CST,
+						    __ATOMIC_RELAXED))
+			;
+		*old = o;
+		return 0;
+	}
+	uint64_t o = 0;
+	if ((rc = region_copy(X.d, g, off, &o, width, 0)))
+		return rc;
+	uint64_t n = amo_calc(code, o, v, cmp);
+	*old = o;
+	return region_copy(X.d, g, off, &n, width, 1);
+}
+
+/* region_copy after region_reach (a memfd is mapped on first use). */
+static int reach_copy(struct region *g, uint64_t off, void *buf, uint64_t len, int write)
+{
+	char why[200];
+	int rc = region_reach(g, why, sizeof(why));
+	return rc ? rc : region_copy(X.d, g, off, buf, len, write);
+}
+
+/* ---- a batch to a PE of this node: copies between the heap regions ---- */
+
+static int local_copy(struct region *to, uint64_t toff, struct region *from, uint64_t foff, uint64_t len)
+{
+	char why[200];
+	int rc;
+	if ((rc = region_reach(to, why, sizeof(why))) || (rc = region_reach(from, why, sizeof(why))))
+		return rc;
+	uint8_t *a = region_map(to), *b = region_map(from);
+	if (a && b) {
+		memmove(a + toff, b + foff, len);
+		return 0;
+	}
+	static uint8_t bounce[LOCAL_BOUNCE];
+	for (uint64_t k = 0; k < len && !rc; k += LOCAL_BOUNCE) {
+		uint64_t n = len - k < LOCAL_BOUNCE ? len - k : LOCAL_BOUNCE;
+		if (!(rc = region_copy(X.d, from, foff + k, bounce, n, 0)))
+			rc = region_copy(X.d, to, toff + k, bounce, n, 1);
+	}
+	return rc;
+}
+
+static int local_one(struct ppe *pp, struct region *them, const struct mori_shmem_preq *q)
+{
+	uint64_t old = 0;
+	int rc = 0;
+	switch (q->op) {
+	case MORI_SHMEM_OP_PUT:
+	case MORI_SHMEM_OP_PUT_SIGNAL:
+		if (q->len)
+			rc = local_copy(them, q->dst, pp->heap, q->src, q->len);
+		if (!rc && q->op == MORI_SHMEM_OP_PUT_SIGNAL)
+			rc = amo_apply(them, q->amo == MORI_SHMEM_SIGNAL_SET ? MORI_SHMEM_AMO_SET : MORI_SHMEM_AMO_ADD, 8,
+				       q->sig, q->value, 0, &old);
+		return rc;
+	case MORI_SHMEM_OP_GET:
+		return q->len ? local_copy(pp->heap, q->dst, them, q->src, q->len) : 0;
+	default: /* AMO */
+		rc = amo_apply(them, q->amo, q->width, q->dst, q->value, q->cmp, &old);
+		if (!rc && (q->amo & MORI_SHMEM_AMO_FETCH))
+			rc = reach_copy(pp->heap, q->src, &old, 8, 1);
+		return rc;
+	}
+}
+
+/* ---- a batch to another node ---- */
+
+static void xfer_done(void *arg, int code, const char *msg);
+static void send_amo(struct ppe *pp, const struct target *t, int signal_only);
+
+static void start_xfer(struct ppe *pp, const struct target *t)
+{
+	int read = pp->b[0].op == MORI_SHMEM_OP_GET, k = 0;
+	mori_desc *ds = malloc(sizeof(*ds) * (size_t)pp->nb);
+	if (!ds) {
+		batch_end(pp, MORI_ENOMEM, pp->b[0].pe);
+		return;
+	}
+	for (int i = 0; i < pp->nb; i++) {
+		const struct mori_shmem_preq *q = &pp->b[i];
+		if (!q->len)
+			continue;
+		ds[k].local_offset = read ? q->dst : q->src;
+		ds[k].remote_offset = read ? q->src : q->dst;
+		ds[k].length = q->len;
+		k++;
+	}
+	if (!k) { /* nothing to move: a signal alone, or empty puts */
+		free(ds);
+		if (pp->b[pp->nb - 1].op == MORI_SHMEM_OP_PUT_SIGNAL)
+			send_amo(pp, t, 1);
+		else
+			batch_end(pp, 0, 0);
+		return;
+	}
+	struct peer_xfer_args a = {.local = pp->heap, .node = t->node, .epoch = t->epoch, .region = t->region,
+				   .gen = t->gen, .secret = t->secret, .read = read, .descs = ds, .n = (uint32_t)k,
+				   .timeout_ms = PROXY_TIMEOUT_MS, .done = xfer_done, .arg = pp};
+	pp->phase = PH_XFER;
+	pp->held++;
+	int rc = peer_xfer_start(X.d, &a, &pp->xfer);
+	if (rc) {
+		pp->held--;
+		batch_end(pp, rc, pp->b[0].pe);
+	}
+}
+
+static void ppe_release(struct ppe *pp)
+{
+	if (--pp->held == 0 && pp->gone) {
+		free(pp->t);
+		free(pp);
+	}
+}
+
+static void xfer_done(void *arg, int code, const char *msg)
+{
+	struct ppe *pp = arg;
+	pp->xfer = 0;
+	if (!pp->gone) {
+		int rank = pp->b[0].pe;
+		if (code) {
+			mlog_info("shmem", "proxy of PE %d: %s of %d requests to PE %d failed: %s", pp->rank,
+				  pp->b[0].op == MORI_SHMEM_OP_GET ? "get" : "put", pp->nb, rank, msg);
+			batch_end(pp, dead_code(code), rank);
+		} else if (pp->b[pp->nb - 1].op == MORI_SHMEM_OP_PUT_SIGNAL) {
+			send_amo(pp, &pp->t[rank], 1); /* the data is there: now its signal */
+		} else {
+			batch_end(pp, 0, rank);
+		}
+	}
+	ppe_release(pp);
+}
+
+static void amo_done(struct rpc *q, struct peer *p, const Mori__Reply *rep, int code, const char *msg)
+{
+	struct ppe *pp = q->arg;
+	if (!pp->gone) {
+		int rank = pp->b[0].pe, sig = pp->b[pp->nb - 1].op == MORI_SHMEM_OP_PUT_SIGNAL;
+		const Mori__PeerShmemAmoReply *r = !code && rep->body_case == MORI__REPLY__BODY_PEER_SHMEM_AMO
+							   ? rep->peer_shmem_amo : NULL;
+		if (!code && (!r || r->n_old != (size_t)(sig ? 1 : pp->nb)))
+			code = MORI_EPROTO;
+		for (int i = 0; !code && !sig && i < pp->nb; i++)
+			if (pp->b[i].amo & MORI_SHMEM_AMO_FETCH)
+				code = reach_copy(pp->heap, pp->b[i].src, &r->old[i], 8, 1);
+		if (code)
+			mlog_info("shmem", "proxy of PE %d: %d atomics at PE %d failed: %s", pp->rank, sig ? 1 : pp->nb, rank,
+				  msg ? msg : mori_strerror(code));
+		batch_end(pp, dead_code(code), rank);
+	}
+	ppe_release(pp);
+}
+
+/* The batch's atomics (signal_only: the signal of its last request, a put+signal). */
+static void send_amo(struct ppe *pp, const struct target *t, int signal_only)
+{
+	Mori__ShmemAmo ops[PROXY_BATCH], *opp[PROXY_BATCH];
+	int n = signal_only ? 1 : pp->nb;
+	for (int i = 0; i < n; i++) {
+		const struct mori_shmem_preq *q = &pp->b[signal_only ? pp->nb - 1 : i];
+		mori__shmem_amo__init(&ops[i]);
+		if (signal_only) {
+			ops[i].amo = q->amo == MORI_SHMEM_SIGNAL_SET ? MORI_SHMEM_AMO_SET : MORI_SHMEM_AMO_ADD;
+			ops[i].width = 8;
+			ops[i].offset = q->sig;
+		} else {
+			ops[i].amo = q->amo;
+			ops[i].width = q->width;
+			ops[i].offset = q->dst;
+			ops[i].cmp = q->cmp;
+		}
+		ops[i].value = q->value;
+		opp[i] = &ops[i];
+	}
+	Mori__PeerShmemAmo m = MORI__PEER_SHMEM_AMO__INIT;
+	m.epoch = t->epoch;
+	m.region_id = t->region;
+	m.generation = t->gen;
+	m.secret.data = (uint8_t *)t->secret;
+	m.secret.len = sizeof(t->secret);
+	m.origin_epoch = X.d->epoch;
+	m.origin = pp->id;
+	m.seq = ++pp->amo_seq;
+	m.n_ops = (size_t)n;
+	m.ops = opp;
+	Mori__Request req = MORI__REQUEST__INIT;
+	req.body_case = MORI__REQUEST__BODY_PEER_SHMEM_AMO;
+	req.peer_shmem_amo = &m;
+	struct peer *p = X.d->peers ? peer_get(X.d->peers, t->node, 1) : NULL;
+	pp->phase = PH_AMO;
+	pp->held++;
+	if (!p || !peer_rpc(p, &req, PROXY_TIMEOUT_MS, amo_done, pp)) {
+		pp->held--;
+		batch_end(pp, p ? MORI_ENOMEM : MORI_ENOTSUP, pp->b[0].pe);
+		return;
+	}
+	peer_use(p);
+}
+
+/* ---- serving a ring ---- */
+
+static int same_class(const struct mori_shmem_preq *a, const struct mori_shmem_preq *b)
+{
+	if (a->pe != b->pe)
+		return 0;
+	if (a->op == MORI_SHMEM_OP_PUT)
+		return b->op == MORI_SHMEM_OP_PUT || b->op == MORI_SHMEM_OP_PUT_SIGNAL;
+	return (a->op == MORI_SHMEM_OP_GET || a->op == MORI_SHMEM_OP_AMO) && b->op == a->op;
+}
+
+/* The batch starting with q (read and checked): more of its kind as far as they are published. */
+static void gather(struct ppe *pp, const struct mori_shmem_preq *q)
+{
+	uint64_t bytes = q->op == MORI_SHMEM_OP_AMO ? 0 : q->len;
+	pp->b[0] = *q;
+	pp->nb = 1;
+	pp->next++;
+	while (pp->nb < PROXY_BATCH && pp->b[pp->nb - 1].op != MORI_SHMEM_OP_PUT_SIGNAL) {
+		struct mori_shmem_preq n;
+		if (!peek(pp, pp->next, &n) || !same_class(q, &n) || check(pp, &n) ||
+		    (n.op != MORI_SHMEM_OP_AMO && bytes + n.len > PROXY_BATCH_BYTES))
+			break;
+		bytes += n.op == MORI_SHMEM_OP_AMO ? 0 : n.len;
+		pp->b[pp->nb++] = n;
+		pp->next++;
+	}
+}
+
+static void run_batch(struct ppe *pp)
+{
+	int rank = pp->b[0].pe;
+	struct target *t = target(pp, rank);
+	if (t->state == 2) { /* this node: at once */
+		const char *node;
+		const uint8_t *blob;
+		size_t len;
+		struct region *them = NULL;
+		int rc = group_peer(pp->id, rank, &node, &blob, &len, &them) || !them ? MORI_EPEERDEAD : 0;
+		for (int i = 0; i < pp->nb && !rc; i++)
+			rc = local_one(pp, them, &pp->b[i]);
+		batch_end(pp, rc, rank);
+	} else if (t->state != 1) {
+		batch_end(pp, MORI_EPEERDEAD, rank);
+	} else if (pp->b[0].op == MORI_SHMEM_OP_AMO) {
+		send_amo(pp, t, 0);
+	} else {
+		start_xfer(pp, t);
+	}
+}
+
+/* Serve what pp's ring holds until a batch is in flight; 1 when a request was read. */
+static int pump(struct ppe *pp)
+{
+	int seen = 0;
+	struct mori_shmem_preq q;
+	while (!pp->gone && pp->phase == PH_IDLE && peek(pp, pp->next, &q)) {
+		seen = 1;
+		int rc = check(pp, &q);
+		if (rc || q.op == MORI_SHMEM_OP_QUIET || q.op == MORI_SHMEM_OP_FENCE) {
+			/* serial: everything before it has completed */
+			if (rc)
+				mlog_ratelimited(MLOG_INFO, "shmem", "proxy of PE %d: request %llu (op %u, PE %d) refused: %s",
+						 pp->rank, (unsigned long long)pp->next, q.op, q.pe, mori_strerror(rc));
+			pp->next++;
+			finish(pp, 1, rc);
+			continue;
+		}
+		gather(pp, &q);
+		run_batch(pp);
+	}
+	return seen;
+}
+
+static void poll_all(void)
+{
+	int seen = 0;
+	list_each(it, &X.pes)
+		seen |= pump(list_entry(it, struct ppe, link));
+	uint64_t now = mori_now_us();
+	if (seen)
+		X.active_us = now;
+	if (now - X.active_us < PROXY_SPIN_US) {
+		if (!uv_is_active((uv_handle_t *)&X.idle))
+			uv_idle_start(&X.idle, on_idle);
+	} else if (uv_is_active((uv_handle_t *)&X.idle)) {
+		uv_idle_stop(&X.idle);
+	}
+}
+
+static void on_idle(uv_idle_t *h) { (void)h; poll_all(); }
+static void on_timer(uv_timer_t *h) { (void)h; poll_all(); }
+
+/* Work may be waiting (a batch ended): serve on the next loop turn. */
+static void kick(void)
+{
+	X.active_us = mori_now_us();
+	if (X.on && !uv_is_active((uv_handle_t *)&X.idle))
+		uv_idle_start(&X.idle, on_idle);
+}
+
+/* ---- PEs come and go (group.c's hooks) ---- */
+
+static void pe_ready(void *arg, uint64_t id)
+{
+	(void)arg;
+	int rank, n;
+	struct heap_ctrl *k;
+	struct region *heap;
+	if (group_pe(id, &rank, &n, &k, &heap) != MORI_OK || !k->page || !k->entries || (k->entries & (k->entries - 1)))
+		return;
+	struct ppe *pp = calloc(1, sizeof(*pp));
+	if (pp)
+		pp->t = calloc((size_t)n, sizeof(*pp->t));
+	if (!pp || !pp->t) {
+		free(pp);
+		heap_ctrl_abort(k, MORI_SHMEM_ABORT_TEARDOWN, -1); /* nobody would serve its ring */
+		mlog_warn("shmem", "PE %d: out of memory for its proxy; its group is aborted", rank);
+		return;
+	}
+	pp->id = id;
+	pp->rank = rank;
+	pp->n = n;
+	pp->ctrl = k;
+	pp->heap = heap;
+	pp->done = pp->next = k->page->done;
+	pp->held = 1; /* the list's */
+	list_add(&X.pes, &pp->link);
+	if (!uv_is_active((uv_handle_t *)&X.timer))
+		uv_timer_start(&X.timer, on_timer, PROXY_POLL_MS, PROXY_POLL_MS);
+}
+
+static void ppe_drop(struct ppe *pp)
+{
+	pp->gone = 1; /* from here nothing touches its control page or heap */
+	if (pp->xfer)
+		peer_xfer_cancel(X.d, pp->xfer); /* its callback sees gone */
+	pp->ctrl = NULL;
+	pp->heap = NULL;
+	list_del(&pp->link);
+	ppe_release(pp);
+	if (X.pes.next == &X.pes)
+		uv_timer_stop(&X.timer);
+}
+
+static void pe_gone(void *arg, uint64_t id)
+{
+	(void)arg;
+	list_each(it, &X.pes) {
+		struct ppe *pp = list_entry(it, struct ppe, link);
+		if (pp->id == id) {
+			ppe_drop(pp);
+			return;
+		}
+	}
+}
+
+/* ---- the target side: PeerShmemAmo from another daemon ---- */
+
+static int amo_serve_checked(const Mori__PeerShmemAmo *m, struct region *g, uint64_t *old)
+{
+	for (size_t i = 0; i < m->n_ops; i++)
+		if (!amo_ok(m->ops[i]->amo, m->ops[i]->width, m->ops[i]->offset, g->size))
+			return MORI_EINVAL; /* nothing applied */
+	for (size_t i = 0; i < m->n_ops; i++) {
+		const Mori__ShmemAmo *o = m->ops[i];
+		int rc = amo_apply(g, o->amo, o->width, o->offset, o->value, o->cmp, &old[i]);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+static int serve_amo(struct peers *P, const Mori__Request *req, const char *from, Mori__Reply *rep, struct rctx *r)
+{
+	(void)from;
+	if (req->body_case != MORI__REQUEST__BODY_PEER_SHMEM_AMO)
+		return 0;
+	struct morid *d = P->d;
+	const Mori__PeerShmemAmo *m = req->peer_shmem_amo;
+	struct region *g = m->epoch == d->epoch ? region_find(d, m->region_id) : NULL;
+	if (!g || g->dead || !g->owner || g->gen != m->generation || !region_secret_ok(g, m->secret.data, m->secret.len)) {
+		reply_error(rep, MORI_ESTALE, "that heap is no longer registered at %s", P->self);
+		return 1;
+	}
+	if (m->n_ops == 0 || m->n_ops > PROXY_BATCH) {
+		reply_error(rep, MORI_EPROTO, "%zu atomics in one message (1..%d)", m->n_ops, PROXY_BATCH);
+		return 1;
+	}
+	struct dedup *s = &X.dd[hmix(m->origin_epoch ^ hmix(m->origin)) % DEDUP_SLOTS];
+	int again = s->epoch == m->origin_epoch && s->origin == m->origin && s->seq == m->seq && s->n == m->n_ops;
+	if (!again) {
+		int rc = amo_serve_checked(m, g, s->old);
+		if (rc) {
+			s->epoch = 0;
+			reply_error(rep, rc, "atomics on the heap at %s: %s", P->self, mori_strerror(rc));
+			return 1;
+		}
+		s->epoch = m->origin_epoch;
+		s->origin = m->origin;
+		s->seq = m->seq;
+		s->n = (uint32_t)m->n_ops;
+	}
+	Mori__PeerShmemAmoReply *ar = rctx_alloc(r, sizeof(*ar));
+	uint64_t *old = rctx_alloc(r, sizeof(uint64_t) * m->n_ops);
+	if (!ar || !old) {
+		reply_error(rep, MORI_ENOMEM, "out of memory");
+		return 1;
+	}
+	mori__peer_shmem_amo_reply__init(ar);
+	memcpy(old, s->old, sizeof(uint64_t) * m->n_ops);
+	ar->n_old = m->n_ops;
+	ar->old = old;
+	rep->body_case = MORI__REPLY__BODY_PEER_SHMEM_AMO;
+	rep->peer_shmem_amo = ar;
+	return 1;
+}
+
+/* ---- start, stop ---- */
+
+int shmem_proxy_start(struct morid *d)
+{
+	X.d = d;
+	LIST_INIT(&X.pes);
+	if (!(X.dd = calloc(DEDUP_SLOTS, sizeof(*X.dd))))
+		return -1;
+	uv_timer_init(d->loop, &X.timer);
+	uv_idle_init(d->loop, &X.idle);
+	X.on = 1;
+	struct group_hooks h = {.pe_ready = pe_ready, .pe_gone = pe_gone, .arg = NULL};
+	group_set_hooks(&h);
+	peers_shmem_serve = serve_amo;
+	return 0;
+}
+
+void shmem_proxy_stop(struct morid *d)
+{
+	(void)d;
+	if (!X.on)
+		return;
+	group_set_hooks(NULL);
+	peers_shmem_serve = NULL;
+	list_each(it, &X.pes)
+		ppe_drop(list_entry(it, struct ppe, link));
+	X.on = 0;
+	uv_close((uv_handle_t *)&X.timer, NULL);
+	uv_close((uv_handle_t *)&X.idle, NULL);
+	free(X.dd);
+	X.dd = NULL;
+}
