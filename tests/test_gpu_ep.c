@@ -205,6 +205,7 @@ static mori_ep_config cfg_of(const struct shape *c, int me)
 	f.kernel_type = c->mode, f.max_token_type_size = 2;
 	f.scale_dim = c->scale_dim, f.scale_type_size = 4;
 	f.block_num = 16;
+	f.timeout_us = 5000000;
 	f.warp_num_per_block = 8;
 	return f;
 }
@@ -693,7 +694,8 @@ static int pe_faults(int me, int n, void *arg)
 	make_input(p, &c, seed, me, T);
 	if (upload(p, &c, T))
 		return 1;
-	POK(me, mori_ep_dispatch(h, (void *)(uintptr_t)p->in, NULL, NULL, (int32_t *)(uintptr_t)p->idx, T, p->s, &r));
+	rc = mori_ep_dispatch(h, (void *)(uintptr_t)p->in, NULL, NULL, (int32_t *)(uintptr_t)p->idx, T, p->s, &r);
+	PCHECK(me, rc == MORI_OK || rc == MORI_EPEERDEAD, "dispatch: %s", mori_strerror(rc)); /* the abort may come first */
 	GOK(me, p->g->stream_synchronize(p->s));
 	SH->waited[me] = now_s() - SH->killed_at;
 	rc = mori_ep_status(h, 0);
