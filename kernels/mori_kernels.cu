@@ -3,3 +3,4 @@
 #include "copy.cu"
 #include "shmem.cu"
 #include "ep.cu"
+#include "coll.cu"

@@ -47,7 +47,9 @@ pass "make install PREFIX=/usr DESTDIR=... installed every file"
 # The names come from the headers themselves (preprocessed with MORI_API empty, each declaration
 # `... mori_name(...)`), so a function declared without MORI_API, or left out of
 # libclient/libmori.map, shows up as missing.
-hdr=$(printf '#include "mori.h"\n#include "mori_shmem.h"\n' | ${CC:-cc} -E -P -DMORI_API= -I"$ROOT/include" -x c - |
+# Every public header (include/mori*.h: mori.h, mori_shmem.h and those of later capabilities).
+hdr=$(for h in "$ROOT"/include/mori*.h; do printf '#include "%s"\n' "${h##*/}"; done |
+	${CC:-cc} -E -P -DMORI_API= -I"$ROOT/include" -x c - |
 	tr '\n' ' ' | tr ';{}' '\n\n\n' |
 	sed -n 's/^[^(]*[^A-Za-z0-9_]\(mori_[A-Za-z0-9_]*\) *(.*/\1/p' | sort -u)
 nhdr=$(grep -c . <<< "$hdr")

@@ -1,0 +1,486 @@
+// MORI-CCL's kernels (kernels/coll_kernels.h says the layout and the barrier protocol): one entry
+// point, mori_coll_kernel, whose a.kind picks the collective. CUDA and HIP from this one source
+// through mori_gpu.h. Peers' heaps are reached through this process's mappings of them (the node
+// team); reads of data another rank wrote bypass L1 (a chunk loop reuses the same scratch).
+#include "mori_gpu.h"
+#include "coll_kernels.h"
+#include "../common/shmem_layout.h"
+#include "../include/mori.h"
+#ifdef MORI_HIP
+#include <hip/hip_fp16.h>
+#else
+#include <cuda_fp16.h>
+#endif
+
+namespace mori_coll {
+typedef const struct mori_coll_dev dev_t;
+
+MORI_DEVICE uint64_t now_ns(void)
+{
+#ifdef MORI_HIP
+	return wall_clock64() * 10ull; /* 100 MHz constant clock on gfx9 */
+#else
+	uint64_t t;
+	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+	return t;
+#endif
+}
+
+/* L2-coherent loads (never a stale L1 line from an earlier chunk or another rank's write). */
+MORI_DEVICE mori_vec16 ld16(const void *p)
+{
+#ifdef MORI_HIP
+	return mori_load_once16((const mori_vec16 *)p);
+#else
+	return __ldcg((const uint4 *)p);
+#endif
+}
+template <typename T> MORI_DEVICE T ldg(const T *p)
+{
+#ifdef MORI_HIP
+	return __builtin_nontemporal_load(p);
+#else
+	return __ldcg(p);
+#endif
+}
+
+MORI_DEVICE uint64_t peer(dev_t *d, uint64_t own, int q)
+{
+	return own - d->heap_base + d->peer_base[q];
+}
+
+/* ---- status and abort ---- */
+MORI_DEVICE int status_code(dev_t *d)
+{
+	return ((volatile struct mori_coll_status *)d->status)->code;
+}
+MORI_DEVICE void fail(dev_t *d, int code, int pe)
+{
+	struct mori_coll_status *s = (struct mori_coll_status *)d->status;
+	if (atomicCAS_system((int *)&s->code, 0, code) == 0)
+		s->pe = pe;
+	mori_fence_data_before_host_signal();
+}
+MORI_DEVICE int abort_code(dev_t *d)
+{
+	if (!d->ctrl)
+		return 0;
+	const struct mori_shmem_ctrl *c = (const struct mori_shmem_ctrl *)d->ctrl;
+	uint32_t a = mori_relaxed_load_sys(&c->abort);
+	if (!a)
+		return 0;
+	return a == MORI_SHMEM_ABORT_PEER_DEAD ? MORI_EPEERDEAD : a == MORI_SHMEM_ABORT_TIMEOUT ? MORI_ETIMEDOUT
+												 : MORI_ECANCELED;
+}
+
+/* Block barrier on slot `slot` (see coll_kernels.h). Every thread calls it; 0 or a MORI_E*. */
+MORI_DEVICE int barrier(dev_t *d, unsigned slot, uint64_t *gen)
+{
+	__shared__ int rc_s;
+	unsigned t = threadIdx.x;
+	int n = d->n;
+	if (t == 0)
+		rc_s = 0;
+	__syncthreads(); /* every thread's writes precede the flags' release stores (cumulative) */
+	uint64_t g = ++*gen;
+	uint64_t *flags = (uint64_t *)d->flags + (uint64_t)slot * (uint64_t)n;
+	if ((int)t < n)
+		mori_release_store_sys((uint64_t *)peer(d, (uint64_t)(flags + d->rank), (int)t), g);
+	if ((int)t < n) {
+		uint64_t t0 = 0;
+		for (unsigned k = 1;; k++) {
+			if (mori_acquire_load_sys(flags + t) >= g)
+				break;
+			if (k % MORI_COLL_POLL)
+				continue;
+			int a = abort_code(d);
+			if (a) {
+				const struct mori_shmem_ctrl *c = (const struct mori_shmem_ctrl *)d->ctrl;
+				fail(d, a, c->abort_pe);
+				rc_s = a;
+				break;
+			}
+			uint64_t now = now_ns();
+			bool late = t0 && now - t0 > d->timeout_ns;
+			if (!t0)
+				t0 = now;
+			int sc = status_code(d);
+			if (late || sc) {
+				/* another thread's (or block's) deadline came first: rank t is late as well */
+				struct mori_coll_status *s = (struct mori_coll_status *)d->status;
+				atomicOr_system((unsigned long long *)&s->missing[t / 64], 1ull << (t % 64));
+				fail(d, MORI_ETIMEDOUT, (int)t);
+				rc_s = sc ? sc : MORI_ETIMEDOUT;
+				break;
+			}
+		}
+	}
+	__syncthreads();
+	return rc_s;
+}
+
+/* The block's share [lo, hi) of [0, len) in units of `al` (elements per 16 bytes, or 16 bytes). */
+MORI_DEVICE void slice(uint64_t len, uint64_t al, uint64_t *lo, uint64_t *hi)
+{
+	uint64_t per = (len + gridDim.x - 1) / gridDim.x;
+	per = (per + al - 1) / al * al;
+	*lo = per * blockIdx.x;
+	*hi = *lo + per;
+	if (*lo > len)
+		*lo = len;
+	if (*hi > len)
+		*hi = len;
+}
+
+/* ---- copies: the block's threads over [0, len) bytes ---- */
+MORI_DEVICE void copy(uint8_t *dst, const uint8_t *src, uint64_t len)
+{
+	if (dst == src || !len)
+		return;
+	unsigned t = threadIdx.x, nt = blockDim.x;
+	uint64_t i = 0;
+	if ((((uintptr_t)dst | (uintptr_t)src) & 15) == 0) {
+		uint64_t nv = len / 16;
+		uint64_t j = t;
+		for (; j + 3ull * nt < nv; j += 4ull * nt) {
+			mori_vec16 v0 = ld16(src + 16 * j), v1 = ld16(src + 16 * (j + nt));
+			mori_vec16 v2 = ld16(src + 16 * (j + 2 * nt)), v3 = ld16(src + 16 * (j + 3 * nt));
+			((mori_vec16 *)dst)[j] = v0;
+			((mori_vec16 *)dst)[j + nt] = v1;
+			((mori_vec16 *)dst)[j + 2 * nt] = v2;
+			((mori_vec16 *)dst)[j + 3 * nt] = v3;
+		}
+		for (; j < nv; j += nt)
+			((mori_vec16 *)dst)[j] = ld16(src + 16 * j);
+		i = nv * 16;
+	} else if ((((uintptr_t)dst | (uintptr_t)src) & 3) == 0) {
+		uint64_t nw = len / 4;
+		for (uint64_t j = t; j < nw; j += nt)
+			((uint32_t *)dst)[j] = ldg((const unsigned *)src + j);
+		i = nw * 4;
+	}
+	for (uint64_t j = i + t; j < len; j += nt)
+		dst[j] = ldg((const unsigned char *)src + j);
+}
+
+/* ---- reductions ---- */
+template <typename T> struct cvt;
+template <> struct cvt<float> {
+	static MORI_DEVICE float in(float v) { return v; }
+	static MORI_DEVICE float out(float v) { return v; }
+	static MORI_DEVICE float load(const float *p) { return ldg(p); }
+};
+template <> struct cvt<__half> {
+	static MORI_DEVICE float in(__half v) { return __half2float(v); }
+	static MORI_DEVICE __half out(float v) { return __float2half_rn(v); }
+	static MORI_DEVICE __half load(const __half *p)
+	{
+		unsigned short b = ldg((const unsigned short *)p);
+		return *(__half *)&b;
+	}
+};
+struct bf16 { uint16_t b; };
+template <> struct cvt<bf16> {
+	static MORI_DEVICE float in(bf16 v) { return __uint_as_float((uint32_t)v.b << 16); }
+	static MORI_DEVICE bf16 out(float v) /* round to nearest even; NaN stays NaN */
+	{
+		uint32_t u = __float_as_uint(v);
+		bf16 r;
+		if ((u & 0x7fffffffu) > 0x7f800000u)
+			r.b = (uint16_t)((u >> 16) | 0x40);
+		else
+			r.b = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+		return r;
+	}
+	static MORI_DEVICE bf16 load(const bf16 *p)
+	{
+		bf16 r;
+		r.b = ldg((const unsigned short *)p);
+		return r;
+	}
+};
+MORI_DEVICE float rop(int op, float a, float b)
+{
+	return op == MORI_COLL_OP_MAX ? fmaxf(a, b) : op == MORI_COLL_OP_MIN ? fminf(a, b) : a + b;
+}
+
+/* dst[i] = op over q < n of src_q[i], i in [0, m), src_q = srcs[q]; also to dst2 when non-NULL. */
+template <typename T>
+MORI_DEVICE void reduce(dev_t *d, int op, T *dst, T *dst2, const uint64_t *srcs, uint64_t m)
+{
+	const int n = d->n;
+	const unsigned t = threadIdx.x, nt = blockDim.x;
+	const unsigned per = 16 / sizeof(T);
+	uintptr_t al = (uintptr_t)dst | (uintptr_t)dst2;
+	for (int q = 0; q < n; q++)
+		al |= (uintptr_t)srcs[q];
+	uint64_t i0 = 0;
+	if ((al & 15) == 0) {
+		uint64_t nv = m / per;
+		for (uint64_t j = t; j < nv; j += nt) {
+			float acc[16 / sizeof(T)];
+			for (int q = 0; q < n; q++) {
+				mori_vec16 v = ld16((const uint8_t *)srcs[q] + 16 * j);
+				const T *e = (const T *)&v;
+				for (unsigned k = 0; k < per; k++)
+					acc[k] = q ? rop(op, acc[k], cvt<T>::in(e[k])) : cvt<T>::in(e[k]);
+			}
+			mori_vec16 o;
+			T *oe = (T *)&o;
+			for (unsigned k = 0; k < per; k++)
+				oe[k] = cvt<T>::out(acc[k]);
+			((mori_vec16 *)dst)[j] = o;
+			if (dst2)
+				((mori_vec16 *)dst2)[j] = o;
+		}
+		i0 = nv * per;
+	}
+	for (uint64_t i = i0 + t; i < m; i += nt) {
+		float acc = 0;
+		for (int q = 0; q < n; q++) {
+			float v = cvt<T>::in(cvt<T>::load((const T *)srcs[q] + i));
+			acc = q ? rop(op, acc, v) : v;
+		}
+		dst[i] = cvt<T>::out(acc);
+		if (dst2)
+			dst2[i] = dst[i];
+	}
+}
+
+MORI_DEVICE int esize(uint32_t dt) { return dt == MORI_COLL_DT_F32 ? 4 : 2; }
+
+template <typename T>
+MORI_DEVICE void reduce_dt(dev_t *d, const mori_coll_args &a, uint64_t dst, uint64_t dst2, const uint64_t *srcs,
+			   uint64_t m)
+{
+	reduce<T>(d, (int)a.op, (T *)dst, (T *)dst2, srcs, m);
+}
+MORI_DEVICE void reduce_any(dev_t *d, const mori_coll_args &a, uint64_t dst, uint64_t dst2, const uint64_t *srcs,
+			    uint64_t m)
+{
+	if (a.dtype == MORI_COLL_DT_F32)
+		reduce_dt<float>(d, a, dst, dst2, srcs, m);
+	else if (a.dtype == MORI_COLL_DT_F16)
+		reduce_dt<__half>(d, a, dst, dst2, srcs, m);
+	else
+		reduce_dt<bf16>(d, a, dst, dst2, srcs, m);
+}
+
+/* ---- the collectives ---- */
+struct ctx {
+	dev_t *d;
+	uint64_t gen;
+	int rc;
+	MORI_DEVICE int bar(void) { return rc = barrier(d, blockIdx.x, &gen); }
+};
+
+/* One-shot all-reduce: stage this block's slice of the chunk (unless src is a window), barrier,
+ * reduce every rank's slice into dst, barrier (peers are done reading before the next chunk). */
+MORI_DEVICE void ar_oneshot(ctx &c, const mori_coll_args &a)
+{
+	dev_t *d = c.d;
+	const uint64_t es = esize(a.dtype), al = 16 / es;
+	__shared__ uint64_t srcs[MORI_COLL_MAX_RANKS];
+	for (uint64_t c0 = 0; c0 < a.count && !c.rc; c0 += a.chunk) {
+		uint64_t m = a.count - c0 < a.chunk ? a.count - c0 : a.chunk, lo, hi;
+		slice(m, al, &lo, &hi);
+		bool win = a.flags & MORI_COLL_F_SRC_WIN;
+		uint64_t base = win ? a.src + c0 * es : d->scratch;
+		if (!win)
+			copy((uint8_t *)(d->scratch + lo * es), (const uint8_t *)(a.src + (c0 + lo) * es), (hi - lo) * es);
+		if (c.bar())
+			return;
+		if (threadIdx.x < (unsigned)d->n)
+			srcs[threadIdx.x] = peer(d, base, threadIdx.x) + lo * es;
+		__syncthreads();
+		reduce_any(d, a, a.dst + (c0 + lo) * es, 0, srcs, hi - lo);
+		c.bar();
+	}
+}
+
+/* Two-shot all-reduce: the chunk in n parts; rank r reduces part r (reading every rank's part r)
+ * into dst and where peers gather it from (dst if a window, else its own staged part r), then
+ * every rank gathers the other parts. Barriers: staged, reduced, gathered. */
+MORI_DEVICE void ar_twoshot(ctx &c, const mori_coll_args &a)
+{
+	dev_t *d = c.d;
+	const int n = d->n, me = d->rank;
+	const uint64_t es = esize(a.dtype), al = 16 / es;
+	__shared__ uint64_t srcs[MORI_COLL_MAX_RANKS];
+	bool swin = a.flags & MORI_COLL_F_SRC_WIN, dwin = a.flags & MORI_COLL_F_DST_WIN;
+	for (uint64_t c0 = 0; c0 < a.count && !c.rc; c0 += a.chunk) {
+		uint64_t m = a.count - c0 < a.chunk ? a.count - c0 : a.chunk;
+		uint64_t P = ((m + n - 1) / n + al - 1) / al * al; /* part length, 16-byte multiples */
+#define PART(r, plen) uint64_t plen = (uint64_t)(r) * P >= m ? 0 : m - (uint64_t)(r) * P < P ? m - (uint64_t)(r) * P : P
+		if (!swin)
+			for (int r = 0; r < n; r++) {
+				PART(r, len);
+				uint64_t lo, hi;
+				slice(len, al, &lo, &hi);
+				uint64_t o = ((uint64_t)r * P + lo) * es;
+				copy((uint8_t *)(d->scratch + o), (const uint8_t *)(a.src + c0 * es + o), (hi - lo) * es);
+			}
+		if (c.bar())
+			return;
+		uint64_t sbase = swin ? a.src + c0 * es : d->scratch;
+		PART(me, mlen);
+		uint64_t lo, hi;
+		slice(mlen, al, &lo, &hi);
+		uint64_t mo = ((uint64_t)me * P + lo) * es;
+		if (threadIdx.x < (unsigned)n)
+			srcs[threadIdx.x] = peer(d, sbase, threadIdx.x) + mo;
+		__syncthreads();
+		/* the reduced part where peers gather it: dst (window) or my staging of it (scratch) */
+		uint64_t red2 = dwin ? 0 : d->scratch + mo;
+		reduce_any(d, a, a.dst + c0 * es + mo, red2, srcs, hi - lo);
+		if (c.bar())
+			return;
+		uint64_t rbase = dwin ? a.dst + c0 * es : d->scratch;
+		for (int k = 1; k < n; k++) {
+			int r = (me + k) % n;
+			PART(r, len);
+			uint64_t l2, h2;
+			slice(len, al, &l2, &h2);
+			uint64_t o = ((uint64_t)r * P + l2) * es;
+			copy((uint8_t *)(a.dst + c0 * es + o), (const uint8_t *)(peer(d, rbase, r) + o), (h2 - l2) * es);
+		}
+#undef PART
+		c.bar();
+	}
+}
+
+/* Reduce-scatter: rank r's output is part r (count elements) of every rank's input. */
+MORI_DEVICE void redscat(ctx &c, const mori_coll_args &a)
+{
+	dev_t *d = c.d;
+	const int n = d->n, me = d->rank;
+	const uint64_t es = esize(a.dtype), al = 16 / es;
+	__shared__ uint64_t srcs[MORI_COLL_MAX_RANKS];
+	bool swin = a.flags & MORI_COLL_F_SRC_WIN;
+	for (uint64_t c0 = 0; c0 < a.count && !c.rc; c0 += a.chunk) {
+		uint64_t m = a.count - c0 < a.chunk ? a.count - c0 : a.chunk, lo, hi;
+		slice(m, al, &lo, &hi);
+		if (!swin)
+			for (int r = 0; r < n; r++)
+				copy((uint8_t *)(d->scratch + ((uint64_t)r * m + lo) * es),
+				     (const uint8_t *)(a.src + ((uint64_t)r * a.count + c0 + lo) * es), (hi - lo) * es);
+		if (c.bar())
+			return;
+		if (threadIdx.x < (unsigned)n)
+			srcs[threadIdx.x] = swin ? peer(d, a.src, threadIdx.x) + ((uint64_t)me * a.count + c0 + lo) * es
+						 : peer(d, d->scratch, threadIdx.x) + ((uint64_t)me * m + lo) * es;
+		__syncthreads();
+		reduce_any(d, a, a.dst + (c0 + lo) * es, 0, srcs, hi - lo);
+		c.bar();
+	}
+}
+
+/* Pulls (all-gather, all-to-all, broadcast, all-to-all-v): each rank stages its segments
+ * (segment s of rank r at r's scratch + s * W; none with a window), barrier, every rank copies
+ * what it receives from the peers' segments, barrier; in rounds of W bytes a segment. */
+MORI_DEVICE void seg_send(const mori_coll_args &a, int n, int s, uint64_t *off, uint64_t *len)
+{
+	switch (a.kind) {
+	case MORI_COLL_K_ALLTOALL: *off = (uint64_t)s * a.count; *len = a.count; return;
+	case MORI_COLL_K_ALLTOALLV: *off = a.sdispl[s]; *len = a.scount[s]; return;
+	default: *off = 0; *len = a.count; return;
+	}
+}
+MORI_DEVICE void pulls(ctx &c, const mori_coll_args &a)
+{
+	dev_t *d = c.d;
+	const int n = d->n, me = d->rank;
+	bool win = a.flags & MORI_COLL_F_SRC_WIN;
+	uint64_t *meta = (uint64_t *)d->meta;
+	__shared__ unsigned long long maxlen;
+	int nseg = a.kind == MORI_COLL_K_ALLTOALL || a.kind == MORI_COLL_K_ALLTOALLV ? n : 1;
+	bool sender = a.kind != MORI_COLL_K_BCAST || me == a.root;
+	uint64_t total = a.count; /* the longest segment of any rank */
+	if (a.kind == MORI_COLL_K_ALLTOALLV) {
+		if (threadIdx.x == 0)
+			maxlen = 0;
+		if (blockIdx.x == 0 && threadIdx.x < (unsigned)n) {
+			meta[2 * threadIdx.x] = a.sdispl[threadIdx.x];
+			meta[2 * threadIdx.x + 1] = a.scount[threadIdx.x];
+		}
+		if (c.bar())
+			return;
+		/* every block reads every rank's table: the same rounds everywhere; my receive sizes checked */
+		for (unsigned k = threadIdx.x; k < (unsigned)(n * n); k += blockDim.x) {
+			const uint64_t *pm = (const uint64_t *)peer(d, (uint64_t)meta, (int)(k / n));
+			uint64_t len = ldg((const unsigned long long *)pm + 2 * (k % n) + 1);
+			atomicMax(&maxlen, (unsigned long long)len);
+			if ((int)(k % n) == me && len != a.rcount[k / n])
+				fail(d, MORI_EINVAL, (int)(k / n));
+		}
+		__syncthreads();
+		total = maxlen;
+		if (status_code(d)) {
+			c.rc = status_code(d);
+			return;
+		}
+	}
+	uint64_t W = win ? (total ? total : 1) : a.chunk;
+	for (uint64_t k0 = 0; (k0 < total || k0 == 0) && !c.rc; k0 += W) {
+		if (!win && sender)
+			for (int s = 0; s < nseg; s++) {
+				uint64_t off, len, lo, hi;
+				seg_send(a, n, s, &off, &len);
+				len = len > k0 ? (len - k0 < W ? len - k0 : W) : 0;
+				slice(len, 16, &lo, &hi);
+				copy((uint8_t *)(d->scratch + (uint64_t)s * W + lo), (const uint8_t *)(a.src + off + k0 + lo), hi - lo);
+			}
+		if (c.bar())
+			return;
+		for (int k = 0; k < n; k++) {
+			int r = (me + k) % n;
+			if (a.kind == MORI_COLL_K_BCAST && r != a.root)
+				continue;
+			uint64_t soff, len, doff, lo, hi;
+			if (a.kind == MORI_COLL_K_ALLTOALLV) {
+				len = a.rcount[r];
+				doff = a.rdispl[r];
+				soff = win ? ldg((const unsigned long long *)peer(d, (uint64_t)meta, r) + 2 * me) : (uint64_t)me * W;
+			} else {
+				len = a.count;
+				doff = a.kind == MORI_COLL_K_BCAST ? 0 : (uint64_t)r * a.count;
+				soff = a.kind == MORI_COLL_K_ALLTOALL ? (win ? (uint64_t)me * a.count : (uint64_t)me * W) : 0;
+			}
+			len = len > k0 ? (len - k0 < W ? len - k0 : W) : 0;
+			slice(len, 16, &lo, &hi);
+			uint64_t from = peer(d, win ? a.src : d->scratch, r) + soff + (win ? k0 : 0) + lo;
+			if (r == me && win && a.src + soff + k0 == a.dst + doff + k0)
+				continue; /* in place */
+			copy((uint8_t *)(a.dst + doff + k0 + lo), (const uint8_t *)from, hi - lo);
+		}
+		c.bar();
+	}
+}
+} // namespace mori_coll
+
+MORI_KERNEL void __launch_bounds__(MORI_COLL_THREADS)
+	mori_coll_kernel(const struct mori_coll_dev *d, struct mori_coll_args a)
+{
+	using namespace mori_coll;
+	if (status_code(d))
+		return; /* a failed communicator enqueues nothing that waits */
+	__shared__ uint64_t gen_s;
+	unsigned slot = a.kind == MORI_COLL_K_BARRIER ? a.slot : blockIdx.x;
+	uint64_t *gens = (uint64_t *)d->gens;
+	if (threadIdx.x == 0)
+		gen_s = gens[slot];
+	__syncthreads();
+	ctx c = {d, gen_s, 0};
+	switch (a.kind) {
+	case MORI_COLL_K_BARRIER:
+		mori_complete_stores_sys(); /* the stream's copies before the flags */
+		c.rc = barrier(d, slot, &c.gen);
+		break;
+	case MORI_COLL_K_AR_ONESHOT: ar_oneshot(c, a); break;
+	case MORI_COLL_K_AR_TWOSHOT: ar_twoshot(c, a); break;
+	case MORI_COLL_K_REDSCAT: redscat(c, a); break;
+	default: pulls(c, a); break;
+	}
+	if (threadIdx.x == 0)
+		gens[slot] = c.gen;
+}

@@ -1,0 +1,462 @@
+/* libmori MORI-CCL (issue 15): communicators over a group (or its node team), windows, the
+ * algorithm table and its overrides, the checks every collective makes before anything runs, and
+ * the dispatch to the GPU path (coll_gpu.c) or the host path (coll_host.c). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll_int.h"
+
+#define DEF_SCRATCH (32ull << 20)
+#define DEF_ONESHOT_MAX (256ull << 10)
+#define DEF_KERNEL_MAX (4ull << 20)
+#define DEF_BLOCKS 32u
+
+static const char *const coll_names[CO_N] = {"allreduce", "allgather", "alltoall", "broadcast", "reducescatter"};
+static const char *const algo_names[] = {"auto", "oneshot", "twoshot", "kernel", "ce"};
+
+void mori_comm_opts_init(mori_comm_opts *o)
+{
+	if (o)
+		memset(o, 0, sizeof(*o));
+}
+
+size_t mori_dtype_size(mori_dtype dt)
+{
+	switch (dt) {
+	case MORI_UINT8: return 1;
+	case MORI_INT32: return 4;
+	case MORI_FLOAT16: return 2;
+	case MORI_FLOAT32: return 4;
+	case MORI_BFLOAT16: return 2;
+	}
+	return 0;
+}
+
+/* ---- the algorithm table ---- */
+
+static int algo_allowed(int co, int a)
+{
+	if (co == CO_ALLREDUCE)
+		return a == MORI_COLL_ONESHOT || a == MORI_COLL_TWOSHOT;
+	if (co == CO_REDSCAT)
+		return a == MORI_COLL_KERNEL;
+	return a == MORI_COLL_KERNEL || a == MORI_COLL_CE;
+}
+
+/* "coll=algo" items, or "allreduce.oneshot_max=BYTES" / "kernel_max=BYTES", comma-separated. A
+ * bad item is named and nothing changes. */
+int coll_parse_algo(mori_comm *k, const char *spec)
+{
+	if (!spec || !*spec)
+		return MORI_OK;
+	int force[CO_N];
+	memcpy(force, k->force, sizeof(force));
+	uint64_t om = k->oneshot_max, km = k->kernel_max;
+	char buf[512];
+	if (strlen(spec) >= sizeof(buf))
+		return set_error(k->c, MORI_EINVAL, "coll algo: spec longer than %zu bytes", sizeof(buf) - 1);
+	strcpy(buf, spec);
+	for (char *save = NULL, *it = strtok_r(buf, ", ", &save); it; it = strtok_r(NULL, ", ", &save)) {
+		char *eq = strchr(it, '=');
+		if (!eq)
+			return set_error(k->c, MORI_EINVAL, "coll algo: '%s' is not NAME=VALUE", it);
+		*eq = 0;
+		const char *v = eq + 1;
+		if (!strcmp(it, "allreduce.oneshot_max") || !strcmp(it, "kernel_max")) {
+			char *end;
+			unsigned long long x = strtoull(v, &end, 0);
+			if (!*v || *end)
+				return set_error(k->c, MORI_EINVAL, "coll algo: %s=%s is not a byte count", it, v);
+			*(it[0] == 'a' ? &om : &km) = x;
+			continue;
+		}
+		int co = -1, a = -1;
+		for (int i = 0; i < CO_N; i++)
+			if (!strcmp(it, coll_names[i]))
+				co = i;
+		for (int i = 0; i < 5; i++)
+			if (!strcmp(v, algo_names[i]))
+				a = i;
+		if (co < 0)
+			return set_error(k->c, MORI_EINVAL, "coll algo: unknown collective '%s' (allreduce, allgather, alltoall, "
+							     "broadcast, reducescatter)", it);
+		if (a < 0 || (a && !algo_allowed(co, a)))
+			return set_error(k->c, MORI_EINVAL, "coll algo: %s has no algorithm '%s'", it, v);
+		force[co] = a;
+	}
+	memcpy(k->force, force, sizeof(force));
+	k->oneshot_max = om;
+	k->kernel_max = km;
+	return MORI_OK;
+}
+
+int mori_comm_set_algo(mori_comm *k, const char *spec)
+{
+	return k ? coll_parse_algo(k, spec) : MORI_EINVAL;
+}
+
+static int pick(const mori_comm *k, int co, uint64_t bytes)
+{
+	if (k->force[co])
+		return k->force[co];
+	if (co == CO_ALLREDUCE)
+		return bytes <= k->oneshot_max ? MORI_COLL_ONESHOT : MORI_COLL_TWOSHOT;
+	if (co == CO_REDSCAT)
+		return MORI_COLL_KERNEL;
+	return bytes <= k->kernel_max ? MORI_COLL_KERNEL : MORI_COLL_CE;
+}
+
+int mori_comm_algo(const mori_comm *k, const char *coll, uint64_t bytes, const char **name)
+{
+	if (!k || !coll)
+		return MORI_EINVAL;
+	for (int i = 0; i < CO_N; i++)
+		if (!strcmp(coll, coll_names[i])) {
+			int a = pick(k, i, bytes);
+			if (name)
+				*name = algo_names[a];
+			return a;
+		}
+	return set_error(k->c, MORI_EINVAL, "coll algo: unknown collective '%s'", coll);
+}
+
+/* ---- creation ---- */
+
+int mori_comm_create(mori_group *g, const mori_comm_opts *opts, mori_comm **out)
+{
+	if (!g || !out)
+		return g ? set_error(g->c, MORI_EINVAL, "comm create: NULL argument") : MORI_EINVAL;
+	*out = NULL;
+	mori_comm_opts o;
+	mori_comm_opts_init(&o);
+	if (opts)
+		o = *opts;
+	int rc = shmem_abort_status(g);
+	if (rc)
+		return rc;
+	mori_comm *k = calloc(1, sizeof(*k));
+	if (!k)
+		return set_error(g->c, MORI_ENOMEM, "out of memory");
+	k->g = g;
+	k->c = g->c;
+	k->gpu = g->kind == MORI_MEM_VRAM;
+	k->oneshot_max = DEF_ONESHOT_MAX;
+	k->kernel_max = DEF_KERNEL_MAX;
+	k->timeout_us = o.timeout_us > 0 ? o.timeout_us : g->timeout_us;
+	const char *eb = getenv("MORI_COLL_BLOCKS");
+	k->max_blocks = eb && atoi(eb) > 0 ? (unsigned)atoi(eb) : DEF_BLOCKS;
+	if (k->max_blocks > MORI_COLL_MAX_BLOCKS)
+		k->max_blocks = MORI_COLL_MAX_BLOCKS;
+	const char *spec = o.algo ? o.algo : getenv("MORI_COLL_ALGO");
+	if ((rc = coll_parse_algo(k, spec)))
+		goto fail;
+	/* ranks: the group's PEs, or the node team's */
+	const int *team = NULL;
+	int tn = 0;
+	mori_shmem_team_node(g, &team, &tn);
+	k->n = o.node_team ? tn : g->n_pes;
+	k->pe_of = calloc((size_t)k->n, sizeof(int));
+	if (!k->pe_of) {
+		rc = set_error(g->c, MORI_ENOMEM, "out of memory");
+		goto fail;
+	}
+	k->rank = -1;
+	for (int r = 0; r < k->n; r++) {
+		k->pe_of[r] = o.node_team ? team[r] : r;
+		if (k->pe_of[r] == g->my_pe)
+			k->rank = r;
+	}
+	if (k->gpu && k->n > MORI_COLL_MAX_RANKS) {
+		rc = set_error(g->c, MORI_ENOTSUP, "comm create: GPU communicators have at most %d ranks, not %d",
+			       MORI_COLL_MAX_RANKS, k->n);
+		goto fail;
+	}
+	/* the heap area: flags, generations, all-to-all-v tables, the exchange slot, scratch */
+	uint64_t nn = (uint64_t)k->n;
+	k->off_flags = 0;
+	k->off_gens = k->off_flags + 8ull * MORI_COLL_SLOTS * nn;
+	k->off_meta = k->off_gens + 8ull * MORI_COLL_SLOTS;
+	k->off_exch = k->off_meta + 16ull * nn;
+	k->off_scratch = (k->off_exch + 64 + 4095) & ~4095ull;
+	uint64_t free_heap = g->heap_size > MORI_SHMEM_RESERVED ? g->heap_size - MORI_SHMEM_RESERVED : 0;
+	k->scratch_bytes = o.scratch_bytes ? o.scratch_bytes : DEF_SCRATCH;
+	if (!o.scratch_bytes && k->scratch_bytes > free_heap / 4)
+		k->scratch_bytes = free_heap / 4 & ~4095ull;
+	k->scratch_bytes &= ~255ull;
+	if (k->scratch_bytes < 64u * 1024 * (k->gpu ? 1 : 0) + 4096) {
+		rc = set_error(g->c, MORI_ENOMEM, "comm create: a heap of %llu bytes leaves no room for scratch (%llu bytes)",
+			       (unsigned long long)g->heap_size, (unsigned long long)k->scratch_bytes);
+		goto fail;
+	}
+	k->area_bytes = k->off_scratch + k->scratch_bytes;
+	/* every PE of the group calls (the heap is the group's); zeroed, then a barrier */
+	if ((rc = mori_shmem_calloc(g, k->area_bytes, 4096, (void **)&k->area))) {
+		set_error(g->c, rc, "comm create: %llu bytes of heap for scratch and flags: %s",
+			  (unsigned long long)k->area_bytes, mori_client_last_error(g->c));
+		goto fail;
+	}
+	if (k->rank < 0) { /* a PE outside the node team: took part in the allocation only */
+		rc = set_error(g->c, MORI_EINVAL, "comm create: PE %d is not in the team", g->my_pe);
+		goto fail;
+	}
+	if (k->gpu && (rc = coll_gpu_init(k)))
+		goto fail;
+	*out = k;
+	return MORI_OK;
+fail:
+	if (k->area)
+		mori_shmem_free(g, k->area);
+	free(k->pe_of);
+	free(k);
+	return rc;
+}
+
+void mori_comm_destroy(mori_comm *k)
+{
+	if (!k)
+		return;
+	if (k->gpu)
+		coll_gpu_fini(k);
+	while (k->wins) {
+		struct mori_window *w = k->wins;
+		k->wins = w->next;
+		free(w);
+	}
+	mori_shmem_free(k->g, k->area);
+	free(k->pe_of);
+	free(k);
+}
+
+int mori_comm_rank(const mori_comm *k) { return k ? k->rank : -1; }
+int mori_comm_size(const mori_comm *k) { return k ? k->n : 0; }
+
+int mori_comm_status(mori_comm *k, int *pe)
+{
+	if (pe)
+		*pe = -1;
+	if (!k)
+		return MORI_EINVAL;
+	if (k->gpu) {
+		int rc = coll_gpu_status(k, pe);
+		if (rc)
+			return rc;
+	}
+	int gp = -1, rc = mori_shmem_status(k->g, &gp);
+	if (!rc && k->failed)
+		return k->failed;
+	if (rc && pe)
+		*pe = gp;
+	return rc;
+}
+
+/* ---- windows ---- */
+
+/* Every rank's (a, b) pair, through each rank's exchange slot: put, barrier, get all, barrier. */
+static int exchange(mori_comm *k, uint64_t a, uint64_t b, uint64_t *all)
+{
+	uint64_t mine[2] = {a, b};
+	uint8_t *slot = k->area + k->off_exch;
+	int rc = mori_shmem_putmem(k->g, slot, mine, sizeof(mine), k->g->my_pe);
+	if (!rc)
+		rc = mori_shmem_barrier_all(k->g);
+	for (int r = 0; r < k->n && !rc; r++)
+		rc = mori_shmem_getmem(k->g, all + 2 * r, slot, 16, k->pe_of[r]);
+	if (!rc)
+		rc = mori_shmem_barrier_all(k->g);
+	return rc;
+}
+
+int mori_comm_window_register(mori_comm *k, void *ptr, size_t bytes, mori_window **out)
+{
+	if (!k || !out)
+		return k ? set_error(k->c, MORI_EINVAL, "window register: NULL argument") : MORI_EINVAL;
+	*out = NULL;
+	int64_t off = mori_shmem_offset(k->g, ptr);
+	int bad = off < 0 || !bytes || (uint64_t)off + bytes > k->g->heap_size;
+	uint64_t *all = calloc((size_t)k->n, 16);
+	if (!all)
+		return set_error(k->c, MORI_ENOMEM, "out of memory");
+	/* a bad range is still exchanged (as size 0) so every rank refuses together */
+	int rc = exchange(k, bad ? UINT64_MAX : (uint64_t)off, bad ? 0 : bytes, all);
+	for (int r = 0; r < k->n && !rc; r++) {
+		if (all[2 * r] == UINT64_MAX)
+			rc = set_error(k->c, r == k->rank ? MORI_ERANGE : MORI_EINVAL,
+				       "window register: rank %d's range is not inside its heap", r);
+		else if (all[2 * r] != all[0] || all[2 * r + 1] != all[1])
+			rc = set_error(k->c, MORI_EINVAL, "window register: rank %d gave offset %llu, %llu bytes; rank 0 "
+							  "gave offset %llu, %llu bytes", r, (unsigned long long)all[2 * r],
+				       (unsigned long long)all[2 * r + 1], (unsigned long long)all[0],
+				       (unsigned long long)all[1]);
+	}
+	free(all);
+	if (rc)
+		return rc;
+	struct mori_window *w = calloc(1, sizeof(*w));
+	if (!w)
+		return set_error(k->c, MORI_ENOMEM, "out of memory");
+	w->off = (uint64_t)off;
+	w->bytes = bytes;
+	w->next = k->wins;
+	k->wins = w;
+	*out = w;
+	return MORI_OK;
+}
+
+int mori_comm_window_deregister(mori_comm *k, mori_window *win)
+{
+	if (!k || !win)
+		return k ? set_error(k->c, MORI_EINVAL, "window deregister: NULL argument") : MORI_EINVAL;
+	struct mori_window **pp = &k->wins;
+	while (*pp && *pp != win)
+		pp = &(*pp)->next;
+	if (!*pp)
+		return set_error(k->c, MORI_ENOENT, "window deregister: not a window of this communicator");
+	*pp = win->next;
+	free(win);
+	return mori_shmem_barrier_all(k->g); /* no peer reads it in place any more */
+}
+
+/* Whether [p, p + len) lies inside one window. */
+static int in_window(const mori_comm *k, const void *p, uint64_t len)
+{
+	int64_t off = mori_shmem_offset(k->g, p);
+	if (off < 0)
+		return 0;
+	for (const struct mori_window *w = k->wins; w; w = w->next)
+		if ((uint64_t)off >= w->off && (uint64_t)off + len <= w->off + w->bytes)
+			return 1;
+	return 0;
+}
+
+/* ---- the collectives: checks, then the path ---- */
+
+static int check(mori_comm *k, const void *src, void *dst, mori_dtype dt, int reduce, mori_redop op, size_t *es)
+{
+	if (!k)
+		return MORI_EINVAL;
+	if (!src || !dst)
+		return set_error(k->c, MORI_EINVAL, "collective: NULL buffer");
+	*es = mori_dtype_size(dt);
+	if (!*es)
+		return set_error(k->c, MORI_EINVAL, "collective: unknown dtype %d", (int)dt);
+	if (reduce) {
+		if (op != MORI_SUM && op != MORI_MAX && op != MORI_MIN)
+			return set_error(k->c, MORI_EINVAL, "collective: unknown reduction op %d", (int)op);
+		if (dt != MORI_FLOAT32 && dt != MORI_FLOAT16 && dt != MORI_BFLOAT16)
+			return set_error(k->c, MORI_EINVAL, "collective: no %s reduction on dtype %d (float32, float16, "
+							    "bfloat16 reduce)", op == MORI_SUM ? "sum" : op == MORI_MAX ? "max" : "min",
+				       (int)dt);
+	}
+	int pe;
+	int rc = mori_comm_status(k, &pe);
+	if (rc)
+		return set_error(k->c, rc, "collective: the communicator failed earlier (%s, PE %d): destroy it",
+				 mori_strerror(rc), pe);
+	return MORI_OK;
+}
+
+static int run(mori_comm *k, struct coll_call *cc, uint64_t src_len, uint64_t dst_len, int co)
+{
+	/* peers read src in place when it is a window, unless this rank also writes over it */
+	const uint8_t *s = cc->src, *d = cc->dst;
+	int overlap = s < d + dst_len && d < s + src_len;
+	/* (in place, all-gather's src sits at a different offset on each rank: staged) */
+	cc->src_win = in_window(k, cc->src, src_len) &&
+		      (!overlap || cc->kind == MORI_COLL_K_AR_TWOSHOT || cc->kind == MORI_COLL_K_REDSCAT ||
+		       cc->kind == MORI_COLL_K_BCAST);
+	cc->dst_win = in_window(k, cc->dst, dst_len);
+	if (cc->kind == MORI_COLL_K_AR_ONESHOT && overlap)
+		cc->src_win = 0; /* one-shot writes dst while peers may still read src */
+	(void)co;
+	int rc = k->gpu ? coll_gpu_run(k, cc) : coll_host_run(k, cc);
+	if (rc && !k->gpu && !k->failed && rc != MORI_EINVAL)
+		k->failed = rc;
+	return rc;
+}
+
+int mori_allreduce(mori_comm *k, const void *src, void *dst, size_t count, mori_dtype dt, mori_redop op, void *stream)
+{
+	size_t es;
+	int rc = check(k, src, dst, dt, 1, op, &es);
+	if (rc || !count)
+		return rc;
+	int a = pick(k, CO_ALLREDUCE, (uint64_t)count * es);
+	struct coll_call cc = {.kind = a == MORI_COLL_ONESHOT ? MORI_COLL_K_AR_ONESHOT : MORI_COLL_K_AR_TWOSHOT,
+			       .algo = a, .dtype = dt, .op = op, .es = es, .src = src, .dst = dst, .count = count,
+			       .stream = stream};
+	return run(k, &cc, count * es, count * es, CO_ALLREDUCE);
+}
+
+int mori_reducescatter(mori_comm *k, const void *src, void *dst, size_t count, mori_dtype dt, mori_redop op,
+		       void *stream)
+{
+	size_t es;
+	int rc = check(k, src, dst, dt, 1, op, &es);
+	if (rc || !count)
+		return rc;
+	struct coll_call cc = {.kind = MORI_COLL_K_REDSCAT, .algo = MORI_COLL_KERNEL, .dtype = dt, .op = op, .es = es,
+			       .src = src, .dst = dst, .count = count, .stream = stream};
+	return run(k, &cc, count * es * (size_t)k->n, count * es, CO_REDSCAT);
+}
+
+int mori_allgather(mori_comm *k, const void *src, void *dst, size_t count, mori_dtype dt, void *stream)
+{
+	size_t es;
+	int rc = check(k, src, dst, dt, 0, MORI_SUM, &es);
+	if (rc || !count)
+		return rc;
+	struct coll_call cc = {.kind = MORI_COLL_K_ALLGATHER, .algo = pick(k, CO_ALLGATHER, count * es * (uint64_t)k->n),
+			       .dtype = dt, .es = es, .src = src, .dst = dst, .count = count, .stream = stream};
+	return run(k, &cc, count * es, count * es * (size_t)k->n, CO_ALLGATHER);
+}
+
+int mori_alltoall(mori_comm *k, const void *src, void *dst, size_t count, mori_dtype dt, void *stream)
+{
+	size_t es;
+	int rc = check(k, src, dst, dt, 0, MORI_SUM, &es);
+	if (rc || !count)
+		return rc;
+	struct coll_call cc = {.kind = MORI_COLL_K_ALLTOALL, .algo = pick(k, CO_ALLTOALL, count * es * (uint64_t)k->n),
+			       .dtype = dt, .es = es, .src = src, .dst = dst, .count = count, .stream = stream};
+	return run(k, &cc, count * es * (size_t)k->n, count * es * (size_t)k->n, CO_ALLTOALL);
+}
+
+int mori_broadcast(mori_comm *k, const void *src, void *dst, size_t count, mori_dtype dt, int root, void *stream)
+{
+	size_t es;
+	int rc = check(k, src ? src : dst, dst, dt, 0, MORI_SUM, &es);
+	if (rc || !count)
+		return rc;
+	if (root < 0 || root >= k->n)
+		return set_error(k->c, MORI_EINVAL, "broadcast: root %d out of range (size %d)", root, k->n);
+	if (!src)
+		src = dst;
+	struct coll_call cc = {.kind = MORI_COLL_K_BCAST, .algo = pick(k, CO_BCAST, count * es), .dtype = dt, .es = es,
+			       .src = src, .dst = dst, .count = count, .root = root, .stream = stream};
+	return run(k, &cc, count * es, count * es, CO_BCAST);
+}
+
+int mori_alltoallv(mori_comm *k, const void *src, const size_t *scount, const size_t *sdispl, void *dst,
+		   const size_t *rcount, const size_t *rdispl, mori_dtype dt, void *stream)
+{
+	size_t es;
+	int rc = check(k, src, dst, dt, 0, MORI_SUM, &es);
+	if (rc)
+		return rc;
+	if (!scount || !sdispl || !rcount || !rdispl)
+		return set_error(k->c, MORI_EINVAL, "alltoallv: NULL count or displacement array");
+	uint64_t slen = 0, rlen = 0;
+	for (int r = 0; r < k->n; r++) {
+		if (sdispl[r] + scount[r] > slen)
+			slen = sdispl[r] + scount[r];
+		if (rdispl[r] + rcount[r] > rlen)
+			rlen = rdispl[r] + rcount[r];
+	}
+	if (src == dst)
+		return set_error(k->c, MORI_EINVAL, "alltoallv: in place is not supported");
+	struct coll_call cc = {.kind = MORI_COLL_K_ALLTOALLV, .algo = MORI_COLL_KERNEL, .dtype = dt, .es = es, .src = src,
+			       .dst = dst, .scount = scount, .sdispl = sdispl, .rcount = rcount, .rdispl = rdispl,
+			       .stream = stream};
+	return run(k, &cc, slen * es, rlen * es, CO_ALLTOALL);
+}

@@ -1,0 +1,279 @@
+/* libmori MORI-CCL on the GPU (issue 15): the rank's device state (struct mori_coll_dev in device
+ * memory, the status word in mapped host memory), and each collective as launches on the caller's
+ * stream: kernels/coll.cu's mori_coll_kernel, or for the copy-engine forms cuMemcpyDtoDAsync
+ * between peer-mapped heap addresses between two one-block barrier kernels. Nothing here waits
+ * for the GPU: a stream capture records the same launches. */
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll_int.h"
+#include "gpu_int.h"
+
+struct coll_gpu {
+	struct gpu_dev *d;
+	const struct gpu_api *api;
+	gpu_function fn;
+	gpu_dptr dev;                     /* struct mori_coll_dev */
+	struct mori_coll_status *st;      /* mapped host memory */
+	gpu_dptr st_d;
+	struct mori_coll_dev host;        /* what dev holds */
+	struct mori_coll_args a;          /* the call being built (2 KiB: not on the stack) */
+};
+
+static int push(mori_comm *k, struct coll_gpu *p)
+{
+	char msg[160];
+	int rc = gpu_err(gpu_push(p->api, p->d), "push context", msg, sizeof(msg));
+	return rc ? set_error(k->c, rc, "coll: cannot make GPU %d current: %s", p->d->ordinal, msg) : MORI_OK;
+}
+
+int coll_gpu_init(mori_comm *k)
+{
+	mori_group *g = k->g;
+	struct coll_gpu *p = calloc(1, sizeof(*p));
+	if (!p)
+		return set_error(k->c, MORI_ENOMEM, "out of memory");
+	k->gpu_priv = p;
+	struct gpu_ctx *x;
+	int sm, rc = gpu_ctx_get(k->c, &x);
+	int ord = g->gpu_device < 0 ? 0 : g->gpu_device;
+	if (rc || (rc = gpu_dev_get(k->c, x, ord, &p->d)))
+		return rc;
+	p->api = x->g;
+	gpu_function copy_fn;
+	if ((rc = gpu_copy_kernel(k->c, ord, &copy_fn, &sm))) /* loads libmori's image on the device */
+		return rc;
+	struct mori_coll_dev *h = &p->host;
+	h->magic = MORI_COLL_MAGIC;
+	h->rank = k->rank;
+	h->n = k->n;
+	h->timeout_ns = (uint64_t)k->timeout_us * 1000ull;
+	uint64_t base = (uint64_t)(uintptr_t)k->area;
+	h->heap_base = g->base;
+	h->flags = base + k->off_flags;
+	h->gens = base + k->off_gens;
+	h->meta = base + k->off_meta;
+	h->scratch = base + k->off_scratch;
+	h->scratch_bytes = k->scratch_bytes;
+	for (int r = 0; r < k->n; r++) {
+		void *pb = mori_shmem_ptr_p2p(g, (void *)(uintptr_t)g->base, k->pe_of[r]);
+		if (!pb)
+			return set_error(k->c, MORI_ENOTSUP, "coll: rank %d (PE %d) is on another node: GPU communicators "
+							     "need every rank's heap mapped (use the node team)", r, k->pe_of[r]);
+		h->peer_base[r] = (uint64_t)(uintptr_t)pb;
+		h->pe_of[r] = k->pe_of[r];
+	}
+	if ((rc = push(k, p)))
+		return rc;
+	char msg[160] = "";
+	const struct gpu_api *a = p->api;
+	/* the abort word: the device address of the control page, from the shmem state */
+	struct mori_shmem_state sst;
+	rc = gpu_err(a->memcpy_dtoh_async(&sst, (gpu_dptr)(uintptr_t)mori_shmem_state(g), sizeof(sst), NULL),
+		     "read the shmem state", msg, sizeof(msg));
+	if (!rc)
+		rc = gpu_err(a->stream_synchronize(NULL), "read the shmem state", msg, sizeof(msg));
+	h->ctrl = (uint64_t)(uintptr_t)sst.ctrl;
+	void *sp = NULL;
+	if (!rc)
+		rc = gpu_err(a->mem_host_alloc(&sp, sizeof(*p->st), GPU_MEMHOSTALLOC_PORTABLE | GPU_MEMHOSTALLOC_DEVICEMAP),
+			     "cuMemHostAlloc", msg, sizeof(msg));
+	if (!rc) {
+		p->st = sp;
+		memset(sp, 0, sizeof(*p->st));
+		rc = gpu_err(a->mem_host_get_device_pointer(&p->st_d, sp, 0), "cuMemHostGetDevicePointer", msg, sizeof(msg));
+	}
+	h->status = p->st_d;
+	if (!rc)
+		rc = gpu_err(a->mem_alloc(&p->dev, sizeof(*h)), "cuMemAlloc", msg, sizeof(msg));
+	if (!rc)
+		rc = gpu_err(a->memcpy_htod_async(p->dev, h, sizeof(*h), NULL), "upload the state", msg, sizeof(msg));
+	if (!rc)
+		rc = gpu_err(a->stream_synchronize(NULL), "upload the state", msg, sizeof(msg));
+	if (!rc)
+		rc = gpu_err(a->module_get_function(&p->fn, p->d->module, MORI_COLL_KERNEL_NAME), "cuModuleGetFunction", msg,
+			     sizeof(msg));
+	gpu_pop(a);
+	if (rc)
+		return set_error(k->c, rc == MORI_EINVAL ? MORI_ENOKERNEL : rc, "coll: device state: %s", msg);
+	return MORI_OK;
+}
+
+void coll_gpu_fini(mori_comm *k)
+{
+	struct coll_gpu *p = k->gpu_priv;
+	if (!p)
+		return;
+	if (p->api && p->d && gpu_push(p->api, p->d) == 0) {
+		if (p->dev)
+			p->api->mem_free(p->dev);
+		if (p->st)
+			p->api->mem_free_host(p->st);
+		gpu_pop(p->api);
+	}
+	free(p);
+	k->gpu_priv = NULL;
+}
+
+int coll_gpu_status(mori_comm *k, int *pe)
+{
+	struct coll_gpu *p = k->gpu_priv;
+	if (!p || !p->st)
+		return MORI_OK;
+	int code = __atomic_load_n(&p->st->code, __ATOMIC_ACQUIRE);
+	if (!code)
+		return MORI_OK;
+	int who = p->st->pe;
+	if (code == MORI_ETIMEDOUT) {
+		char list[400];
+		size_t o = 0;
+		list[0] = 0;
+		for (int r = 0; r < k->n && o + 8 < sizeof(list); r++)
+			if (p->st->missing[r / 64] >> (r % 64) & 1)
+				o += (size_t)snprintf(list + o, sizeof(list) - o, "%s%d", o ? ", " : "", r);
+		if (pe)
+			*pe = who;
+		return set_error(k->c, code, "coll: a collective's barrier passed its deadline (%lld us): rank%s %s never "
+					     "reached it", (long long)k->timeout_us, strchr(list, ',') ? "s" : "", list);
+	}
+	if (pe)
+		*pe = who;
+	if (code == MORI_EPEERDEAD)
+		return set_error(k->c, code, "coll: PE %d died during a collective", who);
+	if (code == MORI_EINVAL)
+		return set_error(k->c, code, "coll: all-to-all-v: rank %d sends a count that differs from recvcounts[%d]",
+				 who, who);
+	return set_error(k->c, code, "coll: a collective ended: %s", mori_strerror(code));
+}
+
+/* ---- launches ---- */
+
+static unsigned grid_for(const mori_comm *k, uint64_t bytes)
+{
+	uint64_t g = (bytes + (256u << 10) - 1) / (256u << 10); /* a block per 256 KiB */
+	return g < 1 ? 1 : g > k->max_blocks ? k->max_blocks : (unsigned)g;
+}
+
+static int launch(mori_comm *k, struct coll_gpu *p, unsigned grid, void *stream)
+{
+	char msg[160];
+	gpu_dptr dev = p->dev;
+	void *params[] = {&dev, &p->a};
+	int rc = gpu_err(p->api->launch_kernel(p->fn, grid, 1, 1, MORI_COLL_THREADS, 1, 1, 0, stream, params, NULL),
+			 "launch mori_coll_kernel", msg, sizeof(msg));
+	return rc ? set_error(k->c, rc, "coll: %s", msg) : MORI_OK;
+}
+
+static int barrier_kernel(mori_comm *k, struct coll_gpu *p, void *stream)
+{
+	memset(&p->a, 0, offsetof(struct mori_coll_args, sdispl));
+	p->a.kind = MORI_COLL_K_BARRIER;
+	p->a.slot = MORI_COLL_SLOT_BAR;
+	return launch(k, p, 1, stream);
+}
+
+static int dtod(mori_comm *k, struct coll_gpu *p, uint64_t dst, uint64_t src, uint64_t len, void *stream)
+{
+	if (!len || dst == src)
+		return MORI_OK;
+	char msg[160];
+	int rc = gpu_err(p->api->memcpy_dtod_async(dst, src, len, stream), "cuMemcpyDtoDAsync", msg, sizeof(msg));
+	return rc ? set_error(k->c, rc, "coll: %s", msg) : MORI_OK;
+}
+
+/* Copy-engine forms of all-gather, all-to-all and broadcast: per round of W bytes a segment, the
+ * rank's segments copied into its scratch (none with a window), a barrier kernel, one copy per
+ * peer from its segment, a barrier kernel (peers are done reading before the next round). */
+static int run_ce(mori_comm *k, struct coll_gpu *p, const struct coll_call *cc)
+{
+	const struct mori_coll_dev *h = &p->host;
+	int n = k->n, me = k->rank, nseg = cc->kind == MORI_COLL_K_ALLTOALL ? n : 1;
+	uint64_t bytes = cc->count * cc->es, src = (uint64_t)(uintptr_t)cc->src, dst = (uint64_t)(uintptr_t)cc->dst;
+	int win = cc->src_win;
+	uint64_t W = win ? bytes : (k->scratch_bytes / (uint64_t)nseg) & ~15ull;
+	int rc = MORI_OK;
+	for (uint64_t k0 = 0; k0 < bytes && !rc; k0 += W) {
+		uint64_t len = bytes - k0 < W ? bytes - k0 : W;
+		if (!win && (cc->kind != MORI_COLL_K_BCAST || me == cc->root))
+			for (int s = 0; s < nseg && !rc; s++)
+				rc = dtod(k, p, h->scratch + (uint64_t)s * W, src + (uint64_t)s * bytes + k0, len, cc->stream);
+		if (!rc)
+			rc = barrier_kernel(k, p, cc->stream);
+		for (int j = 0; j < n && !rc; j++) {
+			int r = (me + j) % n;
+			if (cc->kind == MORI_COLL_K_BCAST && r != cc->root)
+				continue;
+			uint64_t soff = cc->kind == MORI_COLL_K_ALLTOALL ? (win ? (uint64_t)me * bytes : (uint64_t)me * W) : 0;
+			uint64_t doff = cc->kind == MORI_COLL_K_BCAST ? 0 : (uint64_t)r * bytes;
+			uint64_t from = (win ? src : h->scratch) - h->heap_base + h->peer_base[r] + soff + (win ? k0 : 0);
+			rc = dtod(k, p, dst + doff + k0, from, len, cc->stream);
+		}
+		if (!rc)
+			rc = barrier_kernel(k, p, cc->stream);
+	}
+	return rc;
+}
+
+int coll_gpu_run(mori_comm *k, const struct coll_call *cc)
+{
+	struct coll_gpu *p = k->gpu_priv;
+	int rc = push(k, p);
+	if (rc)
+		return rc;
+	if (cc->algo == MORI_COLL_CE) {
+		rc = run_ce(k, p, cc);
+		gpu_pop(p->api);
+		return rc;
+	}
+	struct mori_coll_args *a = &p->a;
+	memset(a, 0, sizeof(*a));
+	a->kind = (uint32_t)cc->kind;
+	a->dtype = (uint32_t)cc->dtype;
+	a->op = (uint32_t)cc->op;
+	a->flags = (cc->src_win ? MORI_COLL_F_SRC_WIN : 0) | (cc->dst_win ? MORI_COLL_F_DST_WIN : 0);
+	a->src = (uint64_t)(uintptr_t)cc->src;
+	a->dst = (uint64_t)(uintptr_t)cc->dst;
+	a->root = cc->root;
+	uint64_t es = cc->es, n = (uint64_t)k->n, al = 16 / (es ? es : 1), S = k->scratch_bytes;
+	uint64_t work;
+	switch (cc->kind) {
+	case MORI_COLL_K_AR_ONESHOT:
+		a->count = cc->count;
+		a->chunk = cc->src_win ? cc->count : S / es / al * al;
+		work = cc->count * es;
+		break;
+	case MORI_COLL_K_AR_TWOSHOT:
+		a->count = cc->count;
+		a->chunk = cc->src_win && cc->dst_win ? cc->count : (S / es - n * al) / (n * al) * (n * al);
+		work = cc->count * es / n;
+		break;
+	case MORI_COLL_K_REDSCAT:
+		a->count = cc->count;
+		a->chunk = cc->src_win ? cc->count : S / (n * es) / al * al;
+		work = cc->count * es;
+		break;
+	case MORI_COLL_K_ALLTOALLV:
+		work = 0;
+		for (int r = 0; r < k->n; r++) {
+			a->sdispl[r] = cc->sdispl[r] * es;
+			a->scount[r] = cc->scount[r] * es;
+			a->rdispl[r] = cc->rdispl[r] * es;
+			a->rcount[r] = cc->rcount[r] * es;
+			work += a->rcount[r];
+		}
+		a->chunk = (S / n) & ~15ull;
+		break;
+	default: /* all-gather, all-to-all, broadcast: count in bytes per segment */
+		a->count = cc->count * es;
+		a->chunk = (S / (cc->kind == MORI_COLL_K_ALLTOALL ? n : 1)) & ~15ull;
+		work = a->count * (cc->kind == MORI_COLL_K_BCAST ? 1 : n);
+		break;
+	}
+	if (!a->chunk)
+		a->chunk = 1;
+	rc = launch(k, p, grid_for(k, work), cc->stream);
+	gpu_pop(p->api);
+	return rc;
+}

@@ -1,0 +1,264 @@
+/* MORI-CCL on host heaps (issue 15, acceptance 4), no GPU: forked processes as the ranks of a
+ * communicator over a group on one morid (and, with two nodes, odd PEs on a second morid: every
+ * peer read then goes through the daemons; tests/test_coll_netns.sh runs that across two network
+ * namespaces). Every collective against a reference each rank computes itself
+ * (tests/coll_check.h) for world sizes 1, 2, 3, 4, 8, counts 1, 7, 1023, 4096, 1000003, every
+ * dtype, in place and out, both all-reduce algorithms; windows (heap buffers read in place) and
+ * their size check; bad input refused without running; a rank that does not call: its peers end
+ * with MORI_ETIMEDOUT naming it. */
+#include <check.h>
+#include <sys/mman.h>
+
+#include "harness.h"
+#include "node_harness.h"
+#include "pe_harness.h"
+#include "mori_coll.h"
+#include "coll_check.h"
+
+#define HEAP (24u << 20)
+#define SCRATCH (1u << 20) /* 1 MiB: the largest counts go in several chunks */
+#define MAXPE 8
+
+static struct test_node NA, NB;
+static int two_nodes;
+
+struct shared {
+	char msg[MAXPE][PE_MSG_LEN];
+	int cases[MAXPE];
+};
+static struct shared *SH;
+
+static void setup(void)
+{
+	SH = mmap(NULL, sizeof(*SH), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	ck_assert_ptr_ne(SH, MAP_FAILED);
+	memset(SH, 0, sizeof(*SH));
+	pe_msg = SH->msg;
+	two_nodes = getenv("MORI_COLL_TWO") != NULL;
+	node_init(&NA, "coll", two_nodes ? "MORI_XNODE_NS_A" : NULL, two_nodes ? "MORI_XNODE_IP_A" : NULL,
+		  two_nodes ? 7300 : 0);
+	ck_assert_int_eq(node_start(&NA, NULL), 0);
+	if (two_nodes) {
+		node_init(&NB, "coll", "MORI_XNODE_NS_B", "MORI_XNODE_IP_B", 7300);
+		ck_assert_int_eq(node_start(&NB, NULL), 0);
+	}
+}
+
+static void teardown(void)
+{
+	int a = node_stop(&NA), b = two_nodes ? node_stop(&NB) : 0;
+	if (!a && !b) {
+		node_clean(&NA);
+		if (two_nodes)
+			node_clean(&NB);
+	}
+	munmap(SH, sizeof(*SH));
+	ck_assert_msg(!a && !b, "morid did not stop cleanly (%d, %d)", a, b);
+}
+
+/* ---- host buffers ---- */
+static void *h_alloc(struct cc_io *io, size_t b) { return malloc(b); }
+static void h_release(struct cc_io *io, void *p) { free(p); }
+static int h_put(struct cc_io *io, void *d, const void *s, size_t b) { memcpy(d, s, b); return 0; }
+static int h_get(struct cc_io *io, void *d, const void *s, size_t b) { memcpy(d, s, b); return 0; }
+static int h_sync(struct cc_io *io) { return 0; }
+
+/* heap buffers for window cases: two fixed slots of one registered window (the same offsets on
+ * every rank whatever the case's sizes) */
+struct harena { uint8_t *base; size_t half; int next; };
+static void *w_alloc(struct cc_io *io, size_t b)
+{
+	struct harena *a = io->priv;
+	if (b > a->half)
+		return NULL;
+	return a->base + (a->next++ & 1) * a->half;
+}
+static void w_release(struct cc_io *io, void *p) { ((struct harena *)io->priv)->next = 0; }
+
+static int open_pe(int pe, int n, const char *name, int64_t timeout_us, mori_client **c, mori_group **g,
+		   mori_comm **k)
+{
+	struct test_node *nd = two_nodes && (pe & 1) ? &NB : &NA;
+	POK(pe, mori_client_open(nd->dir, "coll-pe", c));
+	mori_group_opts o;
+	mori_group_opts_init(&o);
+	o.heap_size = HEAP;
+	o.root = two_nodes ? NA.addr : NULL;
+	o.timeout_us = timeout_us;
+	POK(pe, mori_group_join(*c, name, pe, n, &o, g));
+	mori_comm_opts co;
+	mori_comm_opts_init(&co);
+	co.scratch_bytes = SCRATCH;
+	POK(pe, mori_comm_create(*g, &co, k));
+	PCHECK(pe, mori_comm_rank(*k) == pe && mori_comm_size(*k) == n, "rank %d size %d", mori_comm_rank(*k),
+	       mori_comm_size(*k));
+	return 0;
+}
+
+static const size_t counts[] = {1, 7, 1023, 4096, 1000003};
+static const mori_dtype fdt[] = {MORI_FLOAT32, MORI_FLOAT16, MORI_BFLOAT16};
+static const mori_dtype mdt[] = {MORI_UINT8, MORI_FLOAT16, MORI_INT32};
+
+/* Every collective, dtype, count, in place and out, through io; returns 0 or the failed line. */
+static int all_cases(int pe, int n, mori_comm *k, struct cc_io *io, int big)
+{
+	char what[200];
+	uint32_t seed = 1;
+	for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++) {
+		size_t cnt = counts[ci];
+		if (cnt > 5000 && !big)
+			continue;
+		for (int ip = 0; ip < 2; ip++) {
+			for (int d = 0; d < 3; d++)
+				for (int op = 0; op < 3; op++) {
+					if (cnt > 5000 && op && d)
+						continue; /* the largest count: max and min on f32 only */
+					mori_redop o = op == 0 ? MORI_SUM : op == 1 ? MORI_MAX : MORI_MIN;
+					for (int alg = 0; alg < 2; alg++) {
+						POK(pe, mori_comm_set_algo(k, alg ? "allreduce=twoshot" : "allreduce=oneshot"));
+						if (cc_case(pe, n, k, io, CC_AR, fdt[d], o, cnt, ip, seed++, what, sizeof(what)))
+							return 1;
+						SH->cases[pe]++;
+					}
+					if (cc_case(pe, n, k, io, CC_RS, fdt[d], o, cnt, ip, seed++, what, sizeof(what)))
+						return 1;
+					SH->cases[pe]++;
+				}
+			for (int d = 0; d < 3; d++)
+				for (int coll = CC_AG; coll < CC_NCOLL; coll++) {
+					if (coll == CC_RS || (coll == CC_A2AV && ip))
+						continue;
+					if (cc_case(pe, n, k, io, coll, mdt[d], MORI_SUM, cnt, ip, seed++, what, sizeof(what)))
+						return 1;
+					SH->cases[pe]++;
+				}
+		}
+	}
+	return 0;
+}
+
+static int pe_all(int pe, int n, void *arg)
+{
+	mori_client *c;
+	mori_group *g;
+	mori_comm *k;
+	if (open_pe(pe, n, "coll-all", 30000000, &c, &g, &k))
+		return 1;
+	struct cc_io io = {h_alloc, h_release, h_put, h_get, h_sync, NULL, NULL};
+	if (all_cases(pe, n, k, &io, n <= 3)) /* 1000003: on 1-3 ranks (2 cores; the GPU test runs all) */
+		return 1;
+	mori_comm_destroy(k);
+	mori_group_leave(g);
+	mori_client_close(c);
+	return 0;
+}
+
+static int pe_windows(int pe, int n, void *arg)
+{
+	mori_client *c;
+	mori_group *g;
+	mori_comm *k;
+	if (open_pe(pe, n, "coll-win", 30000000, &c, &g, &k))
+		return 1;
+	struct harena a = {0};
+	a.half = 2u << 20;
+	POK(pe, mori_shmem_malloc(g, 2 * a.half, 4096, (void **)&a.base));
+	mori_window *w;
+	POK(pe, mori_comm_window_register(k, a.base, 2 * a.half, &w));
+	struct cc_io io = {w_alloc, w_release, h_put, h_get, h_sync, NULL, &a};
+	if (all_cases(pe, n, k, &io, 0))
+		return 1;
+	POK(pe, mori_comm_window_deregister(k, w));
+	/* sizes that differ: refused on every rank, naming the rank that differs */
+	int rc = mori_comm_window_register(k, a.base, pe == n - 1 ? a.half : 2 * a.half, &w);
+	const char *m = mori_client_last_error(c);
+	char want[32];
+	snprintf(want, sizeof(want), "rank %d gave", n - 1);
+	PCHECK(pe, rc == MORI_EINVAL && strstr(m, want), "mismatched window: %s (%s)", mori_strerror(rc), m);
+	mori_comm_destroy(k);
+	POK(pe, mori_shmem_free(g, a.base));
+	mori_group_leave(g);
+	mori_client_close(c);
+	return 0;
+}
+
+/* Bad input is refused before anything runs (the next collective still works); then the last
+ * rank skips an all-reduce: the others' end at the deadline naming it. */
+static int pe_faults(int pe, int n, void *arg)
+{
+	mori_client *c;
+	mori_group *g;
+	mori_comm *k;
+	if (open_pe(pe, n, "coll-faults", 1500000, &c, &g, &k))
+		return 1;
+	float x[16] = {1}, y[16];
+	PCHECK(pe, mori_allreduce(k, x, y, 16, MORI_UINT8, MORI_MAX, NULL) == MORI_EINVAL, "max on uint8 accepted");
+	PCHECK(pe, strstr(mori_client_last_error(c), "no max reduction"), "%s", mori_client_last_error(c));
+	PCHECK(pe, mori_allreduce(k, x, y, 16, (mori_dtype)42, MORI_SUM, NULL) == MORI_EINVAL, "dtype 42 accepted");
+	PCHECK(pe, mori_allreduce(k, x, y, 16, MORI_FLOAT32, (mori_redop)1, NULL) == MORI_EINVAL, "op 1 accepted");
+	PCHECK(pe, mori_allreduce(k, NULL, y, 16, MORI_FLOAT32, MORI_SUM, NULL) == MORI_EINVAL, "NULL accepted");
+	PCHECK(pe, mori_broadcast(k, x, y, 16, MORI_FLOAT32, n, NULL) == MORI_EINVAL, "root %d accepted", n);
+	PCHECK(pe, mori_comm_set_algo(k, "allreduce=ce") == MORI_EINVAL, "allreduce=ce accepted");
+	PCHECK(pe, mori_comm_set_algo(k, "bogus=kernel") == MORI_EINVAL, "bogus accepted");
+	POK(pe, mori_allreduce(k, x, y, 16, MORI_FLOAT32, MORI_SUM, NULL));
+	PCHECK(pe, y[0] == (float)n, "sum %g of %d ranks", y[0], n);
+	if (pe == n - 1) {
+		usleep(3000000); /* never calls; the group is aborted when it comes back */
+		PCHECK(pe, mori_comm_status(k, NULL) == MORI_ETIMEDOUT, "status %d", mori_comm_status(k, NULL));
+	} else {
+		int rc = mori_allreduce(k, x, y, 16, MORI_FLOAT32, MORI_SUM, NULL);
+		const char *m = mori_client_last_error(c);
+		char want[32];
+		snprintf(want, sizeof(want), "PE %d", n - 1);
+		PCHECK(pe, rc == MORI_ETIMEDOUT && strstr(m, want), "missing rank: %s (%s)", mori_strerror(rc), m);
+		rc = mori_allreduce(k, x, y, 16, MORI_FLOAT32, MORI_SUM, NULL);
+		PCHECK(pe, rc == MORI_ETIMEDOUT, "after the timeout: %s", mori_strerror(rc));
+	}
+	mori_comm_destroy(k);
+	mori_group_leave(g);
+	mori_client_close(c);
+	return 0;
+}
+
+START_TEST(every_collective)
+{
+	static const int sizes[] = {1, 2, 3, 4, 8};
+	int n = sizes[_i];
+	if (two_nodes && n == 1)
+		return;
+	double dt = pe_run_all(n, pe_all, NULL, 280, 0);
+	printf("coll host%s: %d ranks, %d cases each checked against the reference: %.1f s\n",
+	       two_nodes ? " (two morids)" : "", n, SH->cases[0], dt);
+}
+END_TEST
+
+START_TEST(windows)
+{
+	double dt = pe_run_all(3, pe_windows, NULL, 200, 0);
+	printf("coll host windows: 3 ranks, %d cases in place at peers, a mismatched size refused: %.1f s\n",
+	       SH->cases[0], dt);
+}
+END_TEST
+
+START_TEST(faults)
+{
+	pe_run_all(3, pe_faults, NULL, 60, 0);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("coll_host");
+	TCase *t = tcase_create("host heaps");
+	tcase_add_checked_fixture(t, setup, teardown);
+	tcase_set_timeout(t, 300);
+	tcase_add_loop_test(t, every_collective, 0, 5);
+	tcase_add_test(t, windows);
+	tcase_add_test(t, faults);
+	suite_add_tcase(s, t);
+	SRunner *r = srunner_create(s);
+	srunner_run_all(r, CK_NORMAL);
+	int failed = srunner_ntests_failed(r);
+	srunner_free(r);
+	return failed ? 1 : 0;
+}
