@@ -202,7 +202,8 @@ for p in $parts; do
 			step "observe: moractl diagnose with MPS started (morid restarted with the same pipe directory)"
 			start_morid
 			run 60 "mps|problem" "$B/moractl" --runtime-dir "$RT" diagnose
-			echo quit | nvidia-cuda-mps-control
+			stop_morid # an MPS client (diagnose touched the GPU): quit waits for its clients to go
+			echo quit | timeout 20 nvidia-cuda-mps-control
 		fi
 		unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
 		start_morid
