@@ -1,0 +1,258 @@
+"""mori.ops: MORI-EP's MoE dispatch and combine (include/mori_ep.h) over torch tensors, with
+ROCm/mori's names (mori.ops.EpDispatchCombineConfig, EpDispatchCombineOp, EpDispatchCombineKernelType).
+
+    from mori import shmem, ops
+    g = shmem.join("moe", rank, world, heap_size=..., heap_kind="vram")
+    cfg = ops.EpDispatchCombineConfig(data_type=torch.bfloat16, rank=rank, world_size=world,
+                                      hidden_dim=7168, scale_dim=0, scale_type_size=4,
+                                      max_token_type_size=2, max_num_inp_token_per_rank=4096,
+                                      num_experts_per_rank=32, num_experts_per_token=8)
+    op = ops.EpDispatchCombineOp(cfg, g)            # collective
+    out, out_w, out_s, out_i, count = op.dispatch(x, weights, None, indices)
+    y = op.combine(expert_out, weights, indices)    # [T, H]
+    op.destroy()                                    # collective
+
+The buffers dispatch returns are views of this rank's heap (no copy), valid until the next
+dispatch; count is a one-element int32 device tensor (no host synchronisation). Normal mode:
+rows 0..count-1 of out are filled; low-latency mode: out is [num_experts_per_rank, world x max,
+H] with count [num_experts_per_rank] (DeepEP's packed_recv_x / packed_recv_count).
+Errors raise mori.MoriError with the MORI_E* code and libmori's message.
+"""
+import ctypes
+import enum
+import threading
+from dataclasses import dataclass
+
+from . import _lib, shmem
+from .errors import MoriError, MORI_EINVAL, MORI_ENOTSUP
+
+
+class EpDispatchCombineKernelType(enum.IntEnum):
+    """ROCm/mori's kernel types; IntraNode is the normal mode, LowLatency DeepEP's layout."""
+    IntraNode = 0
+    LowLatency = 1
+
+    def __str__(self):
+        return self.name
+
+
+_DT_BF16, _DT_FP32, _DT_FP8 = 1, 2, 3
+
+
+def _dtype_code(dt):
+    import torch
+    table = {torch.bfloat16: _DT_BF16, torch.float32: _DT_FP32}
+    for name in ("float8_e4m3fn", "float8_e4m3fnuz"):
+        if hasattr(torch, name):
+            table[getattr(torch, name)] = _DT_FP8
+    if dt not in table:
+        raise MoriError(MORI_EINVAL, "data type %s is none of bfloat16, float32, float8_e4m3fn" % (dt,))
+    return table[dt]
+
+
+class _Config(ctypes.Structure):
+    """struct mori_ep_config."""
+    _fields_ = [(n, ctypes.c_int) for n in (
+        "rank", "world_size", "hidden_dim", "scale_dim", "scale_type_size", "max_token_type_size",
+        "max_num_inp_token_per_rank", "num_experts_per_rank", "num_experts_per_token", "data_type",
+        "kernel_type", "warp_num_per_block", "block_num")] + [("timeout_us", ctypes.c_int64)]
+
+
+class _Recv(ctypes.Structure):
+    """struct mori_ep_recv."""
+    _fields_ = [("tokens", ctypes.c_void_p), ("weights", ctypes.c_void_p), ("indices", ctypes.c_void_p),
+                ("scales", ctypes.c_void_p), ("src_pos", ctypes.c_void_p), ("count", ctypes.c_void_p),
+                ("max_recv", ctypes.c_int64)]
+
+
+_P, _I = ctypes.c_void_p, ctypes.c_int
+_PROTOS = {
+    "mori_ep_config_init": (None, [ctypes.POINTER(_Config)]),
+    "mori_ep_config_check": (_I, [ctypes.POINTER(_Config), ctypes.c_char_p, ctypes.c_size_t]),
+    "mori_ep_heap_bytes": (ctypes.c_uint64, [ctypes.POINTER(_Config)]),
+    "mori_ep_create": (_I, [_P, ctypes.POINTER(_Config), ctypes.POINTER(_P)]),
+    "mori_ep_destroy": (_I, [_P]),
+    "mori_ep_recv_buffers": (_I, [_P, ctypes.POINTER(_Recv)]),
+    "mori_ep_dispatch": (_I, [_P, _P, _P, _P, _P, _I, _P, ctypes.POINTER(_Recv)]),
+    "mori_ep_combine": (_I, [_P, _I, _P, _P, _P, _P, _P]),
+    "mori_ep_get_dispatch_layout": (_I, [_P, _P, _I, _P, _P, _P, _P]),
+    "mori_ep_status": (_I, [_P, _I]),
+}
+_lock = threading.Lock()
+_ready = False
+
+
+def _L():
+    global _ready
+    lib = _lib.load()
+    if _ready:
+        return lib
+    with _lock:
+        if not _ready:
+            missing = [n for n in _PROTOS if not hasattr(lib, n)]
+            if missing:
+                raise MoriError(MORI_ENOTSUP, "%s has no MORI-EP (lacks %s)" % (_lib.path(), ", ".join(missing)))
+            for n, (res, args) in _PROTOS.items():
+                f = getattr(lib, n)
+                f.restype, f.argtypes = res, args
+            _ready = True
+    return lib
+
+
+@dataclass
+class EpDispatchCombineConfig:
+    """ROCm/mori's EpDispatchCombineConfig (the same fields; block_num / warp_num_per_block 0 pick
+    libmori's defaults; timeout_us bounds every device-side wait, 0: 10 s)."""
+    data_type: object
+    rank: int
+    world_size: int
+    hidden_dim: int
+    scale_dim: int
+    scale_type_size: int
+    max_token_type_size: int
+    max_num_inp_token_per_rank: int
+    num_experts_per_rank: int
+    num_experts_per_token: int
+    warp_num_per_block: int = 0
+    block_num: int = 0
+    kernel_type: EpDispatchCombineKernelType = EpDispatchCombineKernelType.IntraNode
+    timeout_us: int = 0
+
+    def _c(self):
+        c = _Config()
+        _L().mori_ep_config_init(ctypes.byref(c))
+        for f in ("rank", "world_size", "hidden_dim", "scale_dim", "scale_type_size", "max_token_type_size",
+                  "max_num_inp_token_per_rank", "num_experts_per_rank", "num_experts_per_token",
+                  "warp_num_per_block", "block_num"):
+            setattr(c, f, int(getattr(self, f)))
+        c.data_type = _dtype_code(self.data_type)
+        c.kernel_type = int(self.kernel_type)
+        if self.timeout_us:
+            c.timeout_us = int(self.timeout_us)
+        return c
+
+    def check(self):
+        """Raise MoriError(MORI_EINVAL) naming the bad field, as mori_ep_config_check."""
+        msg = ctypes.create_string_buffer(300)
+        if _L().mori_ep_config_check(ctypes.byref(self._c()), msg, len(msg)):
+            raise MoriError(MORI_EINVAL, msg.value.decode())
+
+    def heap_bytes(self):
+        """Heap bytes one op of this config takes on every PE (size the group's heap with it)."""
+        return int(_L().mori_ep_heap_bytes(ctypes.byref(self._c())))
+
+
+def _ptr(t, what, dtype=None):
+    if t is None:
+        return None
+    if not t.is_cuda:
+        raise MoriError(MORI_EINVAL, "%s must be a CUDA tensor" % what)
+    if not t.is_contiguous():
+        raise MoriError(MORI_EINVAL, "%s must be contiguous" % what)
+    if dtype is not None and t.dtype != dtype:
+        raise MoriError(MORI_EINVAL, "%s has dtype %s, not %s" % (what, t.dtype, dtype))
+    return t.data_ptr()
+
+
+class EpDispatchCombineOp:
+    """ROCm/mori's EpDispatchCombineOp over a MORI-SHMEM group with a VRAM heap (mori.shmem.Group).
+    Creating it is collective (every rank, same config but rank); destroy() too."""
+
+    def __init__(self, config, group):
+        import torch
+        self.config, self.group = config, group
+        self._torch = torch
+        h = ctypes.c_void_p()
+        _lib.check(_L().mori_ep_create(group._h(), ctypes.byref(config._c()), ctypes.byref(h)), "EP create")
+        self._hd = h
+        r = _Recv()
+        _lib.check(_L().mori_ep_recv_buffers(h, ctypes.byref(r)), "EP buffers")
+        self._recv = r
+        self._dtype = config.data_type
+        self._ntok = 0
+
+    def _handle(self):
+        if self._hd is None:
+            raise MoriError(MORI_EINVAL, "the op is destroyed")
+        return self._hd
+
+    def _stream(self, stream):
+        return self._torch.cuda.current_stream().cuda_stream if stream is None else shmem._stream(stream)
+
+    def _views(self):
+        torch, c, r = self._torch, self.config, self._recv
+        ll = c.kernel_type == EpDispatchCombineKernelType.LowLatency
+        slots = (c.num_experts_per_rank if ll else 1) * r.max_recv
+        g, H, K = self.group, c.hidden_dim, c.num_experts_per_token
+        rows = g.tensor(r.tokens, (slots, H * c.max_token_type_size), torch.uint8)
+        es = torch.empty((), dtype=self._dtype).element_size()
+        tok = rows[:, :H * es].view(self._dtype)
+        shape = (c.num_experts_per_rank, r.max_recv) if ll else (slots,)
+        tok = tok.reshape(*shape, H)
+        w = g.tensor(r.weights, shape + (K,), torch.float32)
+        idx = g.tensor(r.indices, shape + (K,), torch.int32)
+        sc = None
+        if c.scale_dim:
+            stride = (c.scale_dim * c.scale_type_size + 15) // 16 * 16
+            raw = g.tensor(r.scales, (slots, stride), torch.uint8)[:, :c.scale_dim * c.scale_type_size]
+            sc = raw.view(torch.float32 if c.scale_type_size == 4 else torch.float64).reshape(*shape, c.scale_dim)
+        count = g.tensor(r.count, (c.num_experts_per_rank if ll else 1,), torch.int32)
+        return tok, w, sc, idx, count
+
+    def dispatch(self, input, weights, scales, indices, stream=None):
+        """input [T, H] (config.data_type), weights [T, K] float32 (or None), scales [T, scale_dim] (or
+        None), indices [T, K] int32 (-1: no expert) -> (tokens, weights, scales, indices, count) views of
+        the receive buffers (see the module's docstring). Enqueued on stream (default: torch's current)."""
+        torch = self._torch
+        if input.dtype != self._dtype:
+            raise MoriError(MORI_EINVAL, "input has dtype %s, the config %s" % (input.dtype, self._dtype))
+        T = int(input.shape[0])
+        if indices.dtype != torch.int32:
+            indices = indices.to(torch.int32)
+        _lib.check(_L().mori_ep_dispatch(self._handle(), _ptr(input, "input"), _ptr(weights, "weights", torch.float32),
+                                         _ptr(scales, "scales"), _ptr(indices, "indices"), T,
+                                         self._stream(stream), None), "EP dispatch")
+        self._ntok = T
+        return self._views()
+
+    def combine(self, input, weights, indices, stream=None):
+        """input: the expert outputs in the receive layout (bfloat16 or float32) -> [T, H] of its dtype:
+        normal mode the sum over the token's destination ranks (unweighted), low-latency the sum weighted
+        by weights [T, K] (None: dispatch's). indices: the caller's own [T, K] routing (None: dispatch's)."""
+        torch = self._torch
+        dt = {torch.bfloat16: _DT_BF16, torch.float32: _DT_FP32}.get(input.dtype)
+        if dt is None:
+            raise MoriError(MORI_EINVAL, "combine input dtype %s is neither bfloat16 nor float32" % (input.dtype,))
+        if indices is not None and indices.dtype != torch.int32:
+            indices = indices.to(torch.int32)
+        out = torch.empty((self._ntok, self.config.hidden_dim), dtype=input.dtype, device=input.device)
+        _lib.check(_L().mori_ep_combine(self._handle(), dt, _ptr(input, "input"), _ptr(weights, "weights", torch.float32),
+                                        _ptr(indices, "indices"), out.data_ptr() if self._ntok else None,
+                                        self._stream(stream)), "EP combine")
+        return out
+
+    def get_dispatch_layout(self, indices, stream=None):
+        """DeepEP's Buffer.get_dispatch_layout: (tokens per rank [W], tokens per expert [E], token in rank
+        [T, W] bool), computed on the GPU."""
+        torch, c = self._torch, self.config
+        T, W, E = int(indices.shape[0]), c.world_size, c.world_size * c.num_experts_per_rank
+        dev = indices.device
+        pr = torch.empty(W, dtype=torch.int32, device=dev)
+        pe = torch.empty(E, dtype=torch.int32, device=dev)
+        ir = torch.empty((T, W), dtype=torch.bool, device=dev)
+        if indices.dtype != torch.int32:
+            indices = indices.to(torch.int32)
+        _lib.check(_L().mori_ep_get_dispatch_layout(self._handle(), _ptr(indices, "indices"), T, pr.data_ptr(),
+                                                    pe.data_ptr(), ir.data_ptr(), self._stream(stream)), "EP layout")
+        return pr, pe, ir
+
+    def status(self, clear=False):
+        """Raise MoriError for the first error the GPU recorded (bad expert index, other routing in
+        combine, a peer dead, a wait past its deadline). Synchronise the stream first."""
+        _lib.check(_L().mori_ep_status(self._handle(), 1 if clear else 0), "EP status")
+
+    def destroy(self):
+        """Collective: free the op's heap buffers."""
+        h, self._hd = self._hd, None
+        if h is not None:
+            _lib.check(_L().mori_ep_destroy(h), "EP destroy")
