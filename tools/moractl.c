@@ -39,7 +39,7 @@ static void usage(FILE *f)
 		"  nics        RDMA devices and ports: state, MTU, speed, GID, NUMA, PCI, usable or why not\n"
 		"  groups      MORI-SHMEM groups: ranks, nodes, heap sizes, state\n"
 		"  keygen [--force] FILE  write a new cluster key (mode 0600) for cluster_key_file\n"
-		"The runtime dir defaults to $MORI_RUNTIME_DIR, else /run/mori.\n");
+		"The runtime dir defaults to $MORI_RUNTIME_DIR (when set and not empty), else /run/mori.\n");
 }
 
 static int time_left_ms(void)
@@ -96,6 +96,28 @@ static Mori__Reply *call(Mori__Request *req)
 		exit(1);
 	}
 	return rep;
+}
+
+/* call(), and the reply must carry body (a daemon that answers something else: exit 1). */
+static Mori__Reply *call_for(Mori__Request *req, int body, const char *what)
+{
+	Mori__Reply *rep = call(req);
+	if ((int)rep->body_case != body) {
+		fprintf(stderr, "moractl: daemon sent no %s\n", what);
+		exit(1);
+	}
+	return rep;
+}
+
+/* A listing (ListRequest.what: 1 clients, 2 regions, 3 peers, 4 transfers, 5 groups). */
+static Mori__Reply *list_call(uint32_t what)
+{
+	Mori__Request req = MORI__REQUEST__INIT;
+	Mori__ListRequest lq = MORI__LIST_REQUEST__INIT;
+	lq.what = what;
+	req.body_case = MORI__REQUEST__BODY_LIST;
+	req.list = &lq;
+	return call_for(&req, MORI__REPLY__BODY_LIST, "list");
 }
 
 static void print_json(cJSON *o)
@@ -155,12 +177,8 @@ static int cmd_status(void)
 	Mori__StatusRequest sr = MORI__STATUS_REQUEST__INIT;
 	req.body_case = MORI__REQUEST__BODY_STATUS;
 	req.status = &sr;
-	Mori__Reply *rep = call(&req);
+	Mori__Reply *rep = call_for(&req, MORI__REPLY__BODY_STATUS, "status");
 	Mori__StatusReply *s = rep->status;
-	if (rep->body_case != MORI__REPLY__BODY_STATUS) {
-		fprintf(stderr, "moractl: daemon sent no status\n");
-		return 1;
-	}
 	if (json) {
 		cJSON *o = cJSON_CreateObject();
 		cJSON_AddStringToObject(o, "version", s->version);
@@ -251,11 +269,7 @@ static int cmd_config(void)
 	Mori__ConfigRequest cr = MORI__CONFIG_REQUEST__INIT;
 	req.body_case = MORI__REQUEST__BODY_CONFIG;
 	req.config = &cr;
-	Mori__Reply *rep = call(&req);
-	if (rep->body_case != MORI__REPLY__BODY_CONFIG) {
-		fprintf(stderr, "moractl: daemon sent no config\n");
-		return 1;
-	}
+	Mori__Reply *rep = call_for(&req, MORI__REPLY__BODY_CONFIG, "config");
 	Mori__ConfigReply *c = rep->config;
 	if (json) {
 		cJSON *o = cJSON_CreateObject();
@@ -293,17 +307,8 @@ static const char *kind_name(uint32_t k) { return k == MORI_MEM_VRAM ? "vram" : 
 
 static int cmd_list(int what)
 {
-	Mori__Request req = MORI__REQUEST__INIT;
-	Mori__ListRequest lq = MORI__LIST_REQUEST__INIT;
-	lq.what = (uint32_t)what;
-	req.body_case = MORI__REQUEST__BODY_LIST;
-	req.list = &lq;
-	Mori__Reply *rep = call(&req);
+	Mori__Reply *rep = list_call((uint32_t)what);
 	Mori__ListReply *l = rep->list;
-	if (rep->body_case != MORI__REPLY__BODY_LIST) {
-		fprintf(stderr, "moractl: daemon sent no list\n");
-		return 1;
-	}
 	cJSON *arr = cJSON_CreateArray();
 	char b[32], b2[32];
 	if (what == 1) {
@@ -351,9 +356,11 @@ static int cmd_list(int what)
 			}
 		}
 	} else if (what == 3) {
+		/* the daemon's state is "down (why)": the word in its column, the reason last, so that a
+		 * long one cannot push the columns after it */
 		if (!json)
-			printf("%-22s %-10s %-9s %-8s %-12s %-12s %-10s %-7s %s\n", "ADDRESS", "STATE", "TRANSPORT",
-			       "STREAMS", "SENT", "RECEIVED", "TRANSFERS", "ERRORS", "AUTHENTICATED");
+			printf("%-22s %-10s %-9s %-8s %-12s %-12s %-10s %-7s %-20s %s\n", "ADDRESS", "STATE", "TRANSPORT",
+			       "STREAMS", "SENT", "RECEIVED", "TRANSFERS", "ERRORS", "AUTHENTICATED", "REASON");
 		for (size_t i = 0; i < l->n_peers; i++) {
 			Mori__PeerInfo *p = l->peers[i];
 			if (json) {
@@ -371,9 +378,17 @@ static int cmd_list(int what)
 			} else {
 				fmt_bytes(b, sizeof(b), p->bytes_sent);
 				fmt_bytes(b2, sizeof(b2), p->bytes_received);
-				printf("%-22s %-10s %-9s %-8u %-12s %-12s %-10llu %-7llu %s\n", p->address, p->state,
+				const char *why = strstr(p->state, " (");
+				int wl = why ? (int)(why - p->state) : (int)strlen(p->state);
+				printf("%-22s %-10.*s %-9s %-8u %-12s %-12s %-10llu %-7llu ", p->address, wl, p->state,
 				       p->transport, p->streams, b, b2, (unsigned long long)p->transfers,
-				       (unsigned long long)p->errors, p->auth);
+				       (unsigned long long)p->errors);
+				if (why) { /* "down (reason)": the reason without its parentheses */
+					int rl = (int)strlen(why + 2);
+					printf("%-20s %.*s\n", p->auth, rl && why[rl + 1] == ')' ? rl - 1 : rl, why + 2);
+				} else {
+					printf("%s\n", p->auth);
+				}
 			}
 		}
 	} else {
@@ -411,16 +426,7 @@ static int cmd_list(int what)
 /* MORI-SHMEM groups (issue 11): those this daemon is the root of (every rank) or holds PEs of. */
 static int cmd_groups(void)
 {
-	Mori__Request req = MORI__REQUEST__INIT;
-	Mori__ListRequest lq = MORI__LIST_REQUEST__INIT;
-	lq.what = 5;
-	req.body_case = MORI__REQUEST__BODY_LIST;
-	req.list = &lq;
-	Mori__Reply *rep = call(&req);
-	if (rep->body_case != MORI__REPLY__BODY_LIST) {
-		fprintf(stderr, "moractl: daemon sent no list\n");
-		return 1;
-	}
+	Mori__Reply *rep = list_call(5);
 	Mori__ListReply *l = rep->list;
 	cJSON *arr = cJSON_CreateArray();
 	if (!json)
@@ -485,11 +491,7 @@ static int cmd_nics(void)
 	Mori__NicsRequest nq = MORI__NICS_REQUEST__INIT;
 	req.body_case = MORI__REQUEST__BODY_NICS;
 	req.nics = &nq;
-	Mori__Reply *rep = call(&req);
-	if (rep->body_case != MORI__REPLY__BODY_NICS) {
-		fprintf(stderr, "moractl: daemon sent no device list\n");
-		return 1;
-	}
+	Mori__Reply *rep = call_for(&req, MORI__REPLY__BODY_NICS, "device list");
 	Mori__NicsReply *l = rep->nics;
 	if (json) {
 		cJSON *arr = cJSON_CreateArray();
@@ -612,33 +614,54 @@ static int cmd_keygen(const char *path, int force)
 	return 0;
 }
 
+/* argv[*i] is option `name` ("--name VALUE" or "--name=VALUE")? Then its value (the next
+ * argument is taken), else NULL. Missing or empty values are usage errors: exit 2. */
+static const char *opt_value(int argc, char **argv, int *i, const char *name)
+{
+	const char *a = argv[*i], *v;
+	size_t n = strlen(name);
+	if (strncmp(a, name, n) != 0 || (a[n] && a[n] != '='))
+		return NULL;
+	if (a[n] == '=')
+		v = a + n + 1;
+	else if (*i + 1 < argc)
+		v = argv[++*i];
+	else {
+		fprintf(stderr, "moractl: option %s needs a value (try --help)\n", name);
+		exit(2);
+	}
+	if (!v[0]) {
+		fprintf(stderr, "moractl: option %s: the value is empty\n", name);
+		exit(2);
+	}
+	return v;
+}
+
 int main(int argc, char **argv)
 {
-	const char *rundir = getenv("MORI_RUNTIME_DIR");
+	const char *rundir = getenv("MORI_RUNTIME_DIR"), *v;
 	const char *sock = NULL, *cmd = NULL, *arg = NULL;
 	int force = 0;
+	if (rundir && !rundir[0])
+		rundir = NULL; /* MORI_RUNTIME_DIR= (empty): as if unset */
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		if (!strcmp(a, "--json") || !strcmp(a, "-j"))
 			json = 1;
 		else if (!strcmp(a, "--force") && cmd && !strcmp(cmd, "keygen"))
 			force = 1;
-		else if (!strcmp(a, "--runtime-dir") && i + 1 < argc)
-			rundir = argv[++i];
-		else if (!strncmp(a, "--runtime-dir=", 14))
-			rundir = a + 14;
-		else if (!strcmp(a, "--socket") && i + 1 < argc)
-			sock = argv[++i];
-		else if (!strncmp(a, "--socket=", 9))
-			sock = a + 9;
-		else if (!strcmp(a, "--timeout") && i + 1 < argc) {
+		else if ((v = opt_value(argc, argv, &i, "--runtime-dir")))
+			rundir = v;
+		else if ((v = opt_value(argc, argv, &i, "--socket")))
+			sock = v;
+		else if ((v = opt_value(argc, argv, &i, "--timeout"))) {
 			char *end;
-			long v = strtol(argv[++i], &end, 10);
-			if (*end || end == argv[i] || v < 1 || v > 3600000) {
-				fprintf(stderr, "moractl: --timeout %s: milliseconds, 1..3600000\n", argv[i]);
+			long ms = strtol(v, &end, 10);
+			if (*end || end == v || ms < 1 || ms > 3600000) {
+				fprintf(stderr, "moractl: --timeout %s: milliseconds, 1..3600000\n", v);
 				return 2;
 			}
-			timeout_ms = (int)v;
+			timeout_ms = (int)ms;
 		}
 		else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
 			usage(stdout);
