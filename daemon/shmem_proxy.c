@@ -37,6 +37,7 @@
 #define PROXY_TIMEOUT_MS 10000         /* each transfer and AMO message */
 #define DEDUP_SLOTS 256                /* batches the target remembers (a resend comes within ~1 s) */
 #define LOCAL_BOUNCE (1u << 20)
+#define PROXY_WATCH_TICKS 20           /* links to the PEs' nodes checked every 20 ms */
 
 struct target {                        /* another PE's heap, from its packed Handle */
 	int state;                     /* 0 not yet read, 1 remote, 2 this node, -1 unusable */
@@ -74,7 +75,7 @@ static struct {
 	struct list pes;
 	uv_timer_t timer;
 	uv_idle_t idle;
-	uint64_t active_us;
+	uint64_t active_us, ticks;
 	struct dedup *dd;              /* [DEDUP_SLOTS], the target side */
 } X;
 
@@ -529,8 +530,39 @@ static void poll_all(void)
 	}
 }
 
+/* A node holding PEs of a served PE's group whose link went down: those PEs are gone for it (a
+ * morid that restarts has a new epoch, their heaps with it), so its waits end (the abort word),
+ * also the waits that post nothing, such as wait_until on a word only they would set. */
+static void watch_nodes(void)
+{
+	struct peers *P = X.d->peers;
+	if (!P)
+		return;
+	list_each(it, &X.pes) {
+		struct ppe *pp = list_entry(it, struct ppe, link);
+		if (pp->ctrl->page->abort)
+			continue;
+		for (int r = 0; r < pp->n; r++) {
+			struct target *t = target(pp, r);
+			struct peer *p = t->state == 1 ? peer_get(P, t->node, 0) : NULL;
+			if (p && p->state == PS_DOWN) {
+				mlog_notice("shmem", "PE %d: the link to %s (PE %d) is down: its waits are aborted", pp->rank,
+					    t->node, r);
+				heap_ctrl_abort(pp->ctrl, MORI_SHMEM_ABORT_PEER_DEAD, r);
+				break;
+			}
+		}
+	}
+}
+
 static void on_idle(uv_idle_t *h) { (void)h; poll_all(); }
-static void on_timer(uv_timer_t *h) { (void)h; poll_all(); }
+static void on_timer(uv_timer_t *h)
+{
+	(void)h;
+	poll_all();
+	if (++X.ticks % PROXY_WATCH_TICKS == 0)
+		watch_nodes();
+}
 
 /* Work may be waiting (a batch ended): serve on the next loop turn. */
 static void kick(void)

@@ -326,8 +326,16 @@ MORI_DEVICE int quiet(state st)
 }
 MORI_DEVICE int fence(state st)
 {
-	mori_order_stores_sys(); /* proxy requests of one ring are delivered in order per target */
-	return st ? 0 : MORI_EINVAL;
+	mori_order_stores_sys(); /* this thread's direct stores, in order */
+	if (!st)
+		return MORI_EINVAL;
+	/* morid carries consecutive puts of the ring as one transfer whose parts land in any order:
+	 * a fence in the ring ends that batch (posted, not waited for). */
+	if (!ctrl(st) || !*(volatile uint64_t *)reserved(st, MORI_SHMEM_OFF_PROXY_USED))
+		return 0;
+	preq r = {MORI_SHMEM_OP_FENCE, 0, 0, st_my_pe(st), 0, 0, 0, 0, 0, 0};
+	uint64_t seq;
+	return proxy_post(st, r, &seq);
 }
 
 /* ---- puts and gets ---- */

@@ -253,6 +253,7 @@ static int serve(struct rig *r, int p, const struct mori_shmem_preq *q)
 			 q->amo & MORI_SHMEM_AMO_FETCH ? mine + q->src : 0);
 		return 0;
 	case MORI_SHMEM_OP_QUIET:
+	case MORI_SHMEM_OP_FENCE:
 		return 0;
 	default:
 		return MORI_EPROTO;

@@ -657,6 +657,19 @@ static int pe_killed(int pe, int n, void *arg)
 		for (;;)
 			pause(); /* its morid dies under it */
 	}
+	if (pe == 2) { /* posts nothing: waits as wait_until would, on a word only PE 1 sets */
+		uint64_t t0 = now_us();
+		int rc;
+		while (!(rc = aborted(e.st->ctrl)) && now_us() - t0 < WAIT_US)
+			usleep(100);
+		uint64_t waited = SH->kill_us ? now_us() - SH->kill_us : 0;
+		PCHECK(pe, rc == MORI_EPEERDEAD && e.st->ctrl->abort_pe == 1, "abort word: %s (PE %d)", mori_strerror(rc),
+		       e.st->ctrl->abort_pe);
+		PCHECK(pe, SH->stage == 2 && waited < 2000000, "aborted %llu us after the kill", (unsigned long long)waited);
+		SH->figures[2] = waited;
+		mori_client_close(e.c);
+		return 0;
+	}
 	/* stream puts (each waited for now and then) until one fails */
 	uint64_t seq = 0;
 	int rc = 0;
@@ -680,15 +693,15 @@ static int pe_killed(int pe, int n, void *arg)
 
 START_TEST(peer_killed)
 {
-	pid_t pids[2];
+	pid_t pids[3];
 	memset(SH->msg, 0, sizeof(SH->msg));
 	SH->stage = 0;
 	SH->kill_us = 0;
-	for (int i = 0; i < 2; i++)
+	for (int i = 0; i < 3; i++)
 		if ((pids[i] = fork()) == 0) {
 			alarm(60);
 			prctl(PR_SET_PDEATHSIG, SIGKILL);
-			_exit(pe_killed(i, 2, NULL) ? 1 : 0);
+			_exit(pe_killed(i, 3, NULL) ? 1 : 0);
 		}
 	while (SH->stage == 0)
 		usleep(1000);
@@ -700,8 +713,11 @@ START_TEST(peer_killed)
 	ck_assert_int_eq(waitpid(pids[1], &st, 0), pids[1]);
 	ck_assert_int_eq(waitpid(pids[0], &st, 0), pids[0]);
 	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "PE 0: %s", SH->msg[0]);
-	printf("peer killed: morid B killed mid-stream; PE 0's ring ended with %s %.0f ms after the kill\n",
-	       mori_strerror((int)SH->figures[1]), SH->figures[0] / 1000);
+	ck_assert_int_eq(waitpid(pids[2], &st, 0), pids[2]);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "PE 2: %s", SH->msg[2]);
+	printf("peer killed: morid B killed mid-stream; PE 0's ring ended with %s %.0f ms after the kill; PE 2 (posting "
+	       "nothing) saw the abort word (PEER_DEAD, PE 1) %.0f ms after it\n",
+	       mori_strerror((int)SH->figures[1]), SH->figures[0] / 1000, SH->figures[2] / 1000);
 }
 END_TEST
 
