@@ -10,7 +10,9 @@
 #                              and a linker (Triton's link_extern_libs) codegens it for the
 #                              kernel's own target; so it is built for sm_80 (the oldest part
 #                              mori supports: acquire/release PTX needs sm_70) and its
-#                              target-cpu/target-features attributes are removed. clang-16
+#                              target-cpu/target-features attributes and clang's
+#                              nvvm-reflect-ftz module flag are removed (kernels/ir-generic.sh:
+#                              Triton sets that flag otherwise and refused to link). clang-16
 #                              because bitcode is read by the same or newer LLVM only: Triton
 #                              3.x's LLVM reads it, an older one would not read a newer clang's.
 #   libmori_shmem_device.json  the function table (kernels/ir-table.sh, from MORI_SHMEM_API)
@@ -24,7 +26,7 @@ IR        := $(OUT)/ir
 IR_CLANG  ?= $(shell command -v clang-16 2>/dev/null)
 IR_LLVMAS ?= $(shell command -v llvm-as-16 2>/dev/null)
 IR_SRC    := kernels/shmem.cu
-IR_DEPS   := $(IR_SRC) kernels/mori_gpu.h $(SHMEM_DEPS) kernels/ir.mk kernels/ir-table.sh
+IR_DEPS   := $(IR_SRC) kernels/mori_gpu.h $(SHMEM_DEPS) kernels/ir.mk kernels/ir-table.sh kernels/ir-generic.sh
 IR_FLAGS  := -x cuda --cuda-device-only -nocudainc -nocudalib -Wno-unknown-cuda-version -O2 -std=c++17 \
              -DMORI_SHMEM_NO_KERNELS -Ikernels
 IR_OUT    := $(IR)/libmori_shmem_device.json $(IR)/mori_shmem_device.h
@@ -41,7 +43,7 @@ $(IR)/libmori_shmem_device.bc: $(IR_DEPS)
 	@mkdir -p $(IR)
 	@echo "  CLANG   $(IR_SRC) -> $(notdir $@) (nvptx64, generic: built for sm_80)"
 	@$(IR_CLANG) $(IR_FLAGS) --cuda-gpu-arch=sm_80 -S -emit-llvm -o $@.ll $(IR_SRC)
-	@sed -e 's/ "target-cpu"="[^"]*"//' -e 's/ "target-features"="[^"]*"//' $@.ll > $@.generic.ll
+	@sh kernels/ir-generic.sh $@.ll $@.generic.ll
 	@$(IR_LLVMAS) $@.generic.ll -o $@.tmp && mv $@.tmp $@ && rm -f $@.ll $@.generic.ll
 else
 IR_OUT += $(IR)/.no-bitcode

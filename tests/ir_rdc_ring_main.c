@@ -38,6 +38,7 @@ int main(int argc, char **argv)
 	o.heap_kind = MORI_MEM_VRAM;
 	o.heap_size = 64u << 20;
 	o.timeout_us = 60000000;
+	o.root = getenv("IR_ROOT"); /* PEs split over two morids: the root's peer listener */
 	MK(mori_group_join(c, "ir-rdc-ring", me, n, &o, &g));
 	char err[256];
 	if (ring_set_state(mori_shmem_state(g), err, sizeof(err))) {

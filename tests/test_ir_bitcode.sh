@@ -7,7 +7,7 @@
 #    but the state global mori_shmem_state_ptr (an externally initialised pointer in global
 #    memory, what mori_shmem_module_init fills);
 #  - the file is generic: the same source built for sm_90 gives the same IR but for the target
-#    attributes; llc-16 turns it into PTX for sm_80 and sm_90 and ptxas (where nvcc's toolkit
+#    attributes, and it sets no nvvm-reflect-ftz module flag (a consumer's own value conflicts); llc-16 turns it into PTX for sm_80 and sm_90 and ptxas (where nvcc's toolkit
 #    is) assembles it;
 #  - names and signatures match ROCm/mori's MORI_DEVICE_FUNCTIONS (tests/ir_rocm_mori_functions.txt,
 #    or $ROCM_MORI's python/mori/ir/ops.py) for every function both have; mori's extra functions
@@ -114,13 +114,14 @@ IRF="-x cuda --cuda-device-only -nocudainc -nocudalib -Wno-unknown-cuda-version 
 for a in 80 90; do
 	# shellcheck disable=SC2086
 	clang-16 $IRF --cuda-gpu-arch=sm_$a -S -emit-llvm -o "$T/sm$a.ll" kernels/shmem.cu || fail "clang-16 for sm_$a"
-	sed -e 's/ "target-cpu"="[^"]*"//' -e 's/ "target-features"="[^"]*"//' -e '/^; ModuleID/d' -e '/^source_filename/d' \
-		"$T/sm$a.ll" > "$T/sm$a.generic.ll"
+	sh kernels/ir-generic.sh "$T/sm$a.ll" "$T/sm$a.g.ll" || fail "kernels/ir-generic.sh on the sm_$a build"
+	sed -e '/^; ModuleID/d' -e '/^source_filename/d' "$T/sm$a.g.ll" > "$T/sm$a.generic.ll"
 done
 cmp -s "$T/sm80.generic.ll" "$T/sm90.generic.ll" ||
 	fail "sm_80 and sm_90 builds differ beyond the target attributes: $(diff "$T/sm80.generic.ll" "$T/sm90.generic.ll" | head -5)"
 grep -q '"target-cpu"\|"target-features"' "$T/lib.ll" && fail "the shipped bitcode still carries target attributes"
-pass "generic: sm_80 and sm_90 builds equal but for target attributes, which the shipped file has none of"
+grep -q 'nvvm-reflect-ftz' "$T/lib.ll" && fail "the shipped bitcode still sets nvvm-reflect-ftz (Triton refuses to link it)"
+pass "generic: sm_80 and sm_90 builds equal but for target attributes; the shipped file has none, nor nvvm-reflect-ftz"
 
 PTXAS=$(command -v ptxas 2> /dev/null)
 [ -n "$PTXAS" ] || PTXAS=$(ls /usr/local/cuda/bin/ptxas 2> /dev/null)
@@ -130,7 +131,43 @@ for a in 80 90; do
 		"$PTXAS" -arch=sm_$a -c "$T/sm$a.ptx" -o "$T/sm$a.o" || fail "ptxas rejects the sm_$a PTX"
 	fi
 done
-pass "codegen: llc-16 -> PTX for sm_80 and sm_90${PTXAS:+, assembled by $PTXAS}${PTXAS:-; ptxas not here: not assembled}"
+if [ -n "$PTXAS" ]; then pass "codegen: llc-16 -> PTX for sm_80 and sm_90, assembled by $PTXAS"
+else pass "codegen: llc-16 -> PTX for sm_80 and sm_90 (ptxas not here: not assembled)"; fi
+
+# A consumer's module, as Triton's link_extern_libs sees it: its own nvvm-reflect-ftz (Triton sets
+# 1, Override), a kernel calling four functions; linked with only what it needs, internalized but
+# for the kernel and the state global, optimized, assembled: everything inlines, the state global
+# stays a visible .global that cuModuleGetGlobal finds.
+cat > "$T/k.ll" <<-'EOF'
+	target triple = "nvptx64-nvidia-cuda"
+	declare i32 @mori_shmem_putmem_nbi_signal_block(i64, i64, i64, i64, i64, i32, i32, i32)
+	declare i64 @mori_shmem_signal_wait_until(i64, i32, i64)
+	declare i32 @mori_shmem_my_pe()
+	declare i64 @mori_shmem_ptr_p2p(i64, i32, i32)
+	define void @k(ptr addrspace(1) %out, i64 %d, i64 %s, i64 %sig) {
+	  %pe = call i32 @mori_shmem_my_pe()
+	  %r = call i32 @mori_shmem_putmem_nbi_signal_block(i64 %d, i64 %s, i64 4096, i64 %sig, i64 1, i32 9, i32 %pe, i32 0)
+	  %v = call i64 @mori_shmem_signal_wait_until(i64 %sig, i32 0, i64 1)
+	  %p = call i64 @mori_shmem_ptr_p2p(i64 %d, i32 %pe, i32 0)
+	  %x = add i64 %v, %p
+	  %y = sext i32 %r to i64
+	  %z = add i64 %x, %y
+	  store i64 %z, ptr addrspace(1) %out
+	  ret void
+	}
+	!llvm.module.flags = !{!0}
+	!0 = !{i32 4, !"nvvm-reflect-ftz", i32 1}
+	!nvvm.annotations = !{!1}
+	!1 = !{ptr @k, !"kernel", i32 1}
+	EOF
+llvm-link-16 --only-needed "$T/k.ll" "$BC" -o "$T/k.bc" 2> "$T/link.log" || fail "a consumer module does not link: $(cat "$T/link.log")"
+opt-16 --internalize-public-api-list=k,mori_shmem_state_ptr -passes='internalize,default<O3>' "$T/k.bc" -o "$T/ko.bc" ||
+	fail "opt-16 on the linked module"
+llc-16 -march=nvptx64 -mcpu=sm_90 -mattr=+ptx78 "$T/ko.bc" -o "$T/k.ptx" || fail "llc-16 on the linked module"
+grep -q '^\.visible \.global .*mori_shmem_state_ptr;' "$T/k.ptx" || fail "the linked kernel lost the visible state global"
+grep -q '^\.func\|call\.uni' "$T/k.ptx" && fail "the linked kernel still calls functions (not inlined)"
+[ -z "$PTXAS" ] || "$PTXAS" -arch=sm_90 -c "$T/k.ptx" -o "$T/k.o" || fail "ptxas rejects the linked kernel"
+pass "a consumer module (nvvm-reflect-ftz 1, as Triton's) links, inlines every call, keeps mori_shmem_state_ptr visible"
 
 # The header: compiles, declares every function.
 H=$IR/mori_shmem_device.h

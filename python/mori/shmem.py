@@ -433,8 +433,9 @@ class _CudaBuffer:
     cupy.asarray (ROCm/mori's MoriShmemBuffer does the same)."""
 
     def __init__(self, addr, nbytes):
+        # no "stream" key: the memory is not tied to a stream, consumers need not synchronise
         self.__cuda_array_interface__ = {"data": (int(addr), False), "shape": (int(nbytes),), "typestr": "|u1",
-                                         "strides": None, "version": 3, "stream": None}
+                                         "strides": None, "version": 3}
 
 
 def _nbytes(shape, itemsize):

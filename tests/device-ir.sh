@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# MORI-IR (issue 12) on the GPU machine, in one call: N processes as N PEs of one group on the one
+# GPU (one morid, VRAM heaps), under MPS with CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = 100 / N each.
+#
+#   tests/device-ir.sh bundle        here: make (B, default build), link tests/ir_rdc_ring
+#                                    (tests/test_ir_bitcode.sh does), bundle morid, libmori.so,
+#                                    ir_rdc_ring and the MORI-IR outputs into bundle/ir/ (name
+#                                    it in carry)
+#   tests/device-ir.sh run [PART ...]   there; PARTs (default: rdc triton proxy):
+#       rdc     acceptance 4: tests/ir_rdc_ring, CUDA built with nvcc -rdc against
+#               libmori_shmem_device.a: put+signal around the ring, $IR_ROUNDS rounds (1000)
+#       triton  acceptance 1 and 2: tests/ir_triton_pe.py, Triton kernels linking
+#               libmori_shmem_device.bc: the ring ($IR_ROUNDS rounds), then the ptr_p2p sum
+#               checked against torch
+#       proxy   acceptance 3: the same Triton patterns with the PEs split over two morids on
+#               loopback (even ranks on one, odd on the other): every ring hop and every remote
+#               heap read goes through the proxy rings morid serves; $IR_PROXY_ROUNDS rounds (200)
+# $IR_PES PEs (8). Logs to $OUT/log (or /tmp/device-ir/log); a summary ends the output.
+set -u
+cd "$(dirname "$0")/.."
+BUNDLE=bundle/ir
+
+if [ "${1:-}" = bundle ]; then
+	set -e
+	B=${B:-build}
+	make -j2 all B="$B" > /dev/null
+	B=$B tests/run-all test_ir_bitcode > /dev/null || { cat "$B/test-logs/test_ir_bitcode.log"; exit 1; }
+	[ -x "$B/tests/ir_rdc_ring" ] || { echo "no $B/tests/ir_rdc_ring (nvcc?)"; exit 1; }
+	rm -rf "$BUNDLE"
+	/work/shared/tools/device-bundle "$BUNDLE" "$B/morid" "$B/libmori.so" "$B/tests/ir_rdc_ring"
+	cp -L "$B/libmori.so.0" "$BUNDLE/lib/" # ir_rdc_ring's soname (ldd here does not resolve it)
+	mkdir -p "$BUNDLE/ir"
+	cp "$B"/kernels/ir/libmori_shmem_device.bc "$B"/kernels/ir/libmori_shmem_device.json "$BUNDLE/ir/"
+	du -sh "$BUNDLE"
+	exit 0
+fi
+[ "${1:-}" = run ] || { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+shift
+parts=${*:-rdc triton proxy}
+N=${IR_PES:-8}
+ROUNDS=${IR_ROUNDS:-1000}
+export LD_LIBRARY_PATH=$PWD/$BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export MORI_LIB=$PWD/$BUNDLE/lib/libmori.so MORI_IR_DIR=$PWD/$BUNDLE/ir PYTHONPATH=$PWD/python
+export PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+export NVSHMEM_DISABLE_NVLS=1 NCCL_NVLS_ENABLE=0 # never NVLink multicast
+BIN=$PWD/$BUNDLE/bin
+O=${OUT:-/tmp/device-ir}
+mkdir -p "$O"
+exec > >(tee "$O/log") 2>&1
+SUM=$O/summary
+: > "$SUM"
+note() { echo "$*" | tee -a "$SUM"; }
+
+PIDS=()
+MPS=
+RUN=/tmp/mori-ir-run
+RUN2=/tmp/mori-ir-run2
+PORT=47611
+PORT2=47612
+stop_all() {
+	for p in "${PIDS[@]}"; do kill "$p" 2> /dev/null && wait "$p" 2> /dev/null; done
+	PIDS=()
+	[ -n "$MPS" ] && echo quit | nvidia-cuda-mps-control
+	MPS=
+}
+trap stop_all EXIT
+morid() { # DIR PORT: a morid with a loopback peer listener, waiting for its session socket
+	rm -rf "$1" && mkdir -p "$1"
+	"$BIN/morid" --foreground --runtime-dir "$1" --listen "127.0.0.1:$2" --log-level warn 2>> "$O/morid.log" &
+	PIDS+=($!)
+	for _ in $(seq 200); do [ -S "$1/morid.session" ] && { sleep 0.1; return 0; }; sleep 0.05; done
+	note "morid did not start: $(tail -5 "$O/morid.log")"
+	return 1
+}
+start() {
+	morid "$RUN" "$PORT" || return 1
+	export MORI_RUNTIME_DIR=$RUN
+	if command -v nvidia-cuda-mps-control > /dev/null; then
+		export CUDA_MPS_PIPE_DIRECTORY=/tmp/mori-ir-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mori-ir-mps-log
+		mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+		nvidia-cuda-mps-control -d && MPS=1
+	fi
+	if [ -n "$MPS" ]; then note "morid up; MPS on"; else note "morid up; MPS off (kernels of different processes may not run at once: the ring can stall)"; fi
+}
+# pes SECONDS NAME CMD...: CMD RANK N ROUNDS in N processes at once, each under the timeout; the PEs'
+# lines go to the summary, the rest to the log; a pass needs every PE to exit 0.
+pes() {
+	local secs=$1 name=$2 t0 fails=0 pids=() r rd rc
+	shift 2
+	t0=$(date +%s)
+	for r in $(seq 0 $((N - 1))); do
+		# split: odd ranks on the second morid
+		[ -n "${SPLIT:-}" ] && [ $((r % 2)) = 1 ] && rd=$RUN2 || rd=$RUN
+		MORI_RUNTIME_DIR=$rd CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$((100 / N)) \
+			timeout -k 5 "$secs" "$@" "$r" "$N" "$ROUNDS" > "$O/$name.$r.log" 2>&1 &
+		pids+=($!)
+	done
+	for r in $(seq 0 $((N - 1))); do
+		wait "${pids[$r]}"
+		rc=$?
+		[ $rc = 0 ] || { fails=$((fails + 1)); echo "== $name PE $r exit $rc (log tail)"; tail -n 25 "$O/$name.$r.log"; }
+	done
+	cat "$O/$name".*.log | grep -E "^PE [0-9]+: " | sort -t' ' -k2n >> "$SUM"
+	note "$name: $((N - fails))/$N PEs passed ($(($(date +%s) - t0)) s)"
+}
+
+date -u
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$SUM"
+python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)' 2>&1 | tee -a "$SUM"
+start || exit 1
+for p in $parts; do
+	case $p in
+	rdc)
+		note "== acceptance 4: CUDA (nvcc -rdc, libmori_shmem_device.a), $N PEs, ring of $ROUNDS rounds"
+		pes 45 rdc "$BIN/ir_rdc_ring" ;;
+	triton)
+		note "== acceptance 1+2: Triton + libmori_shmem_device.bc, $N PEs: ring of $ROUNDS rounds, ptr_p2p sum"
+		export TRITON_CACHE_DIR=/tmp/mori-ir-triton-cache
+		pes 120 triton python3 tests/ir_triton_pe.py ;;
+	proxy)
+		note "== acceptance 3: the Triton patterns, $N PEs split over two morids (every hop through the proxy)"
+		morid "$RUN2" "$PORT2" || continue
+		export TRITON_CACHE_DIR=/tmp/mori-ir-triton-cache
+		export IR_ROOT=127.0.0.1:$PORT
+		ROUNDS=${IR_PROXY_ROUNDS:-200} SPLIT=1 pes 45 rdc-proxy "$BIN/ir_rdc_ring"
+		ROUNDS=${IR_PROXY_ROUNDS:-200} SPLIT=1 pes 120 proxy python3 tests/ir_triton_pe.py
+		unset IR_ROOT ;;
+	*) note "unknown part $p" ;;
+	esac
+done
+stop_all
+echo
+echo "================ summary ================"
+cat "$SUM"
