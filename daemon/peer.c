@@ -434,6 +434,11 @@ static void auth_step2_done(struct rpc *q, struct peer *p, const Mori__Reply *re
 	mlog_info("peer", "authenticated to peer %s", p->addr);
 }
 
+/* The listener was told its proof failed (it refuses us in turn): nothing to learn from its answer. */
+static void auth_refusal_sent(struct rpc *q, struct peer *p, const Mori__Reply *rep, int code, const char *msg)
+{
+}
+
 static void auth_step1_done(struct rpc *q, struct peer *p, const Mori__Reply *rep, int code, const char *msg)
 {
 	char why[200];
@@ -451,6 +456,7 @@ static void auth_step1_done(struct rpc *q, struct peer *p, const Mori__Reply *re
 	}
 	if (peer_auth_step2(p->P, p->auth_nc, rep, &pa, mac, why, sizeof(why)) != 0) {
 		auth_fail(p, why);
+		auth_push(p, &pa, 2, auth_refusal_sent); /* after auth_fail: it ends what is not sent */
 		return;
 	}
 	auth_push(p, &pa, 2, auth_step2_done);

@@ -123,7 +123,11 @@ static void serve_auth(struct peers *P, uint32_t pipe, const Mori__PeerAuth *pa,
 	if (!e || !auth_check(&P->key, AUTH_CTL_CLIENT, e->ns, e->nc, pa->mac.data, pa->mac.len)) {
 		if (e)
 			memset(e, 0, sizeof(*e));
-		refuse(P, pipe, rep, r, e ? "wrong answer to the challenge (another cluster key?)" : "no challenge");
+		/* an empty answer: the dialler found our proof wrong (peer.c says so, to be counted here) */
+		refuse(P, pipe, rep, r,
+		       !e ? "no challenge"
+		       : !pa->mac.len ? "it found our proof of the cluster key wrong (another cluster key?)"
+				      : "wrong answer to the challenge (another cluster key?)");
 		return;
 	}
 	struct pauth *a = slot(t->authed, PAUTH_AUTHED, pipe, 1, now);
@@ -140,6 +144,11 @@ int peer_auth_gate(struct peers *P, uint32_t pipe, const Mori__Request *req, Mor
 	*node = NULL;
 	if (!P->key.on) {
 		if (req->body_case == MORI__REQUEST__BODY_PEER_AUTH) {
+			/* a peer with a key: refused here as the dialler refuses us, and counted on both sides */
+			count(P->d, C_PEER_AUTH_REFUSED, 1);
+			const char *who = req->peer_auth && req->peer_auth->node ? req->peer_auth->node : "?";
+			mlog_ratelimited(MLOG_WARN, "peer", "refused to authenticate peer %s (pipe %u): no cluster key here",
+					 who, pipe);
 			reply_error(rep, MORI_ENOTSUP, "%s has no cluster key: its peers are not authenticated", P->self);
 			return 0;
 		}
@@ -174,15 +183,16 @@ int peer_auth_step2(struct peers *P, const uint8_t nc[AUTH_NONCE_BYTES], const M
 		    uint8_t mac[AUTH_MAC_BYTES], char *why, size_t len)
 {
 	const Mori__PeerAuthReply *ar = rep && rep->body_case == MORI__REPLY__BODY_PEER_AUTH ? rep->peer_auth : NULL;
+	pa->step = 2;
+	pa->node = P->self;
 	if (!ar || ar->nonce.len != AUTH_NONCE_BYTES ||
 	    !auth_check(&P->key, AUTH_CTL_SERVER, nc, ar->nonce.data, ar->mac.data, ar->mac.len)) {
 		snprintf(why, len, "it did not prove the cluster key (another key?)");
+		pa->mac.len = 0; /* no proof of ours to a listener that did not prove the key */
 		return -1;
 	}
 	auth_mac(&P->key, AUTH_CTL_CLIENT, ar->nonce.data, nc, mac);
-	pa->step = 2;
 	pa->mac.data = mac;
 	pa->mac.len = AUTH_MAC_BYTES;
-	pa->node = P->self;
 	return 0;
 }

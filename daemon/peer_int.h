@@ -296,7 +296,8 @@ const char *peer_auth_describe(struct peers *P);   /* for moractl status */
 int peer_auth_gate(struct peers *P, uint32_t pipe, const Mori__Request *req, Mori__Reply *rep, struct rctx *r,
 		   const char **node);
 /* The dialer's steps: a challenge (nc filled), then the answer to the listener's reply (0, or -1
- * with why: it did not prove the key). */
+ * with why: it did not prove the key; pa is then an empty answer, which tells the listener so
+ * without a proof of ours, and has it count the refusal too). */
 void peer_auth_step1(struct peers *P, Mori__PeerAuth *pa, uint8_t nc[AUTH_NONCE_BYTES]);
 int peer_auth_step2(struct peers *P, const uint8_t nc[AUTH_NONCE_BYTES], const Mori__Reply *rep, Mori__PeerAuth *pa,
 		    uint8_t mac[AUTH_MAC_BYTES], char *why, size_t len);

@@ -593,6 +593,11 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
 	if (n < 0) {
 		char m[160];
 		snprintf(m, sizeof(m), "data stream %s", n == UV_EOF ? "closed by the other side" : uv_strerror((int)n));
+		if (!s->outgoing && s->hs == 1) { /* it had our proof and gave none: it found ours wrong, or has none */
+			count(s->P->d, C_PEER_AUTH_REFUSED, 1);
+			mlog_ratelimited(MLOG_WARN, "peer", "a data stream from %s closed before its initiator proved the "
+							    "cluster key", s->hello_node[0] ? s->hello_node : "?");
+		}
 		/* a link that went silent (nothing acknowledged for peer_dead_ms) is a stall: its
 		 * transfers end at their deadlines (peer_down) */
 		stream_lost(s, n == UV_EOF || n == UV_ECONNRESET ? MORI_EPEERDEAD : n == UV_ETIMEDOUT ? MORI_ETIMEDOUT : MORI_EIO, m);
