@@ -143,6 +143,9 @@ $(B)/tests/test_gpu_shmem_dev $(B)/tests/test_gpu_shmem: $(B)/tests/%: $(B)/obj/
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(B)/libmorid.a $(B)/libmori.a $(PKG_LIBS) $(CHECK_LIBS) -libverbs -lm
 # mori-bench ep (tools/bench_ep.c: MORI-EP, issue 13) links into it as well.
 $(B)/mori-bench: $(B)/obj/tools/bench_ep.o
+# mori-bench coll (tools/bench_coll.c: MORI-CCL, issue 15) and its GEMM kernel.
+$(B)/kernels/collbench_image.c: $(B)/kernels/mori_kernels.c ; @:
+$(B)/mori-bench: $(B)/obj/tools/bench_coll.o $(B)/obj/kernels/collbench_image.o
 # mori-bench shmem (tools/bench_shmem.c) and its kernels.
 $(B)/mori-bench: $(B)/obj/tools/mori-bench.o $(B)/obj/tools/bench_shmem.o $(B)/obj/kernels/shmembench_image.o \
 		$(B)/libmori-svc.a $(B)/libmori.a
@@ -176,7 +179,7 @@ install: $(B)/morid $(addprefix $(B)/,$(TOOLS)) $(B)/libmori.so $(B)/libmori.a
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include \
 	  $(DESTDIR)/etc/mori $(DESTDIR)$(PREFIX)/lib/systemd/system
 	install -m 755 $(B)/morid $(addprefix $(B)/,$(TOOLS)) $(DESTDIR)$(PREFIX)/bin/
-	install -m 644 include/mori.h include/mori_shmem.h include/mori_ep.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 include/mori.h include/mori_shmem.h include/mori_ep.h include/mori_coll.h $(DESTDIR)$(PREFIX)/include/
 	install -m 755 $(B)/libmori.so $(DESTDIR)$(PREFIX)/lib/libmori.so.$(VERSION)
 	ln -sf libmori.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/$(SONAME)
 	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libmori.so

@@ -32,6 +32,8 @@ DEPS   += kernels/coll.cu kernels/coll_kernels.h # MORI-CCL (issue 15)
 XNAMES := shmemtest shmembench
 XSRC_shmemtest := tests/shmem_dev_kernels.cu
 XSRC_shmembench := tools/bench_shmem_kernels.cu
+XNAMES += collbench # mori-bench coll's GEMM (tools/bench_coll_kernels.cu, issue 15)
+XSRC_collbench := tools/bench_coll_kernels.cu
 XGEN   := $(foreach n,$(XNAMES),$(OUT)/$(n)_image.c)
 ARCHS  := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
           -gencode arch=compute_90,code=compute_90

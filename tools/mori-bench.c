@@ -394,6 +394,7 @@ static void usage(void)
 		"                     [--trace FILE | --trace-off]\n"
 		"       mori-bench io-target --runtime-dir DIR [--name NAME] [--region 1G]\n"
 		"       mori-bench shmem [--nvshmem PATH/bench_nvshmem] [--reps 200]   (tools/bench_shmem.c)\n"
+		"       mori-bench coll [--dir RUNTIME_DIR] [--pes \"2 4 8\"] [--max 1G] [--iters 40]   (tools/bench_coll.c)\n"
 		"       mori-bench ep [--dir RUNTIME_DIR] [--pes \"2 4 8\"] [--mode normal|ll|both] [--iters 30]   (tools/bench_ep.c)\n"
 		"Same node (default): a forked target process publishes a region on the same morid; baseline\n"
 		"memcpy of the same bytes. Cross node: the target is on another morid; baseline a plain TCP\n"
@@ -821,6 +822,7 @@ static int run_io(struct opts *o)
 
 int bench_shmem_main(int argc, char **argv);
 int bench_ep_main(int argc, char **argv);
+int bench_coll_main(int argc, char **argv);
 
 int main(int argc, char **argv)
 {
@@ -839,6 +841,8 @@ int main(int argc, char **argv)
 		return bench_shmem_main(argc, argv); /* tools/bench_shmem.c */
 	if (!strcmp(argv[1], "ep"))
 		return bench_ep_main(argc, argv); /* tools/bench_ep.c */
+	if (!strcmp(argv[1], "coll"))
+		return bench_coll_main(argc, argv); /* tools/bench_coll.c */
 	if (!strcmp(argv[1], "io-target")) {
 		parse(argc, argv, &o);
 		target_main(&o, 1);

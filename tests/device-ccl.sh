@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# MORI-CCL on the GPU machine, in one call: tests/test_gpu_coll (N processes on one GPU as the
+# ranks, every collective against the reference, windows, graph replays, faults), then
+# `mori-bench coll` against a morid started here, MPS started for both.
+#
+#   tests/device-ccl.sh bundle     here: build (B, default build) and bundle the binaries and the
+#                                  libraries they need into bundle/ccl/ (name it in carry)
+#   tests/device-ccl.sh run [PART ...]   there; PARTs (default: test bench)
+#       test   tests/test_gpu_coll ($MORI_COLL_SIZES, default 1 2 3 4 8)
+#       bench  mori-bench coll --pes "${CCL_BENCH_PES:-2 4 8}" --max ${CCL_BENCH_MAX:-1G}
+# Logs to $OUT/log (or /tmp/device-ccl/log); a summary ends the output.
+set -u
+cd "$(dirname "$0")/.."
+BUNDLE=bundle/ccl
+
+if [ "${1:-}" = bundle ]; then
+	set -e
+	B=${B:-build}
+	make -j2 B="$B" "$B/mori-bench" "$B/tests/test_gpu_coll" "$B/morid" >/dev/null
+	rm -rf "$BUNDLE"
+	/work/shared/tools/device-bundle "$BUNDLE" "$B/mori-bench" "$B/tests/test_gpu_coll" "$B/morid"
+	du -sh "$BUNDLE"
+	exit 0
+fi
+[ "${1:-}" = run ] || { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+shift
+parts=${*:-test bench}
+export LD_LIBRARY_PATH=$PWD/$BUNDLE/lib
+BIN=$PWD/$BUNDLE/bin
+O=${OUT:-/tmp/device-ccl}
+mkdir -p "$O"
+exec > >(tee "$O/log") 2>&1
+SUM=$O/summary
+: > "$SUM"
+export NVSHMEM_DISABLE_NVLS=1 NCCL_NVLS_ENABLE=0 # never NVLink multicast
+MPS= MPID=
+mps_start() {
+	command -v nvidia-cuda-mps-control >/dev/null || { echo "MPS: no nvidia-cuda-mps-control" | tee -a "$SUM"; return 1; }
+	export CUDA_MPS_PIPE_DIRECTORY=/tmp/mori-ccl-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mori-ccl-mps-log
+	mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+	nvidia-cuda-mps-control -d && MPS=1 && echo "MPS: control daemon started" | tee -a "$SUM"
+}
+mps_stop() { [ -n "$MPS" ] && echo quit | nvidia-cuda-mps-control; MPS=; }
+cleanup() { [ -n "$MPID" ] && kill "$MPID" 2>/dev/null; mps_stop; }
+trap cleanup EXIT
+run() { # SECONDS KEEP CMD...: run with a timeout, keep matching lines in the summary
+	local secs=$1 keep=$2 t0
+	shift 2
+	t0=$(date +%s)
+	timeout -k 5 "$secs" "$@" > /tmp/device-ccl.step 2>&1
+	local rc=$?
+	cat /tmp/device-ccl.step
+	grep -E "$keep|FAIL|rc=|error|:F:|:E:" /tmp/device-ccl.step | head -60 >> "$SUM"
+	echo "rc=$rc ($(( $(date +%s) - t0 )) s)" | tee -a "$SUM"
+}
+
+date -u
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee -a "$SUM"
+mps_start
+for p in $parts; do
+	case $p in
+	test)
+		echo "== test_gpu_coll (sizes ${MORI_COLL_SIZES:-1 2 3 4 8})" | tee -a "$SUM"
+		B=$BIN run "${CCL_TEST_SECS:-200}" "^coll gpu|[0-9]+%|Checks|skipped" "$BIN/test_gpu_coll"
+		;;
+	bench)
+		RT=/tmp/mori-ccl-rt
+		rm -rf "$RT" && mkdir -p "$RT"
+		"$BIN/morid" --foreground --runtime-dir "$RT" --log-level warn 2>> "$O/morid.log" &
+		MPID=$!
+		for _ in $(seq 200); do [ -S "$RT/morid.session" ] && break; sleep 0.05; done
+		echo "== mori-bench coll" | tee -a "$SUM"
+		run "${CCL_BENCH_SECS:-150}" "^ |^#" "$BIN/mori-bench" coll --dir "$RT" --pes "${CCL_BENCH_PES:-2 4 8}" \
+			--max "${CCL_BENCH_MAX:-1073741824}" --iters "${CCL_BENCH_ITERS:-40}"
+		kill "$MPID" 2>/dev/null && wait "$MPID" 2>/dev/null
+		MPID=
+		;;
+	*) echo "unknown part $p" ;;
+	esac
+done
+echo
+echo "================ summary ================"
+cat "$SUM"

@@ -1,0 +1,340 @@
+/* mori-bench coll: MORI-CCL's collectives (include/mori_coll.h) with N processes on one GPU as the
+ * N ranks of a group formed through morid (VRAM heaps), under MPS when the caller started it (each
+ * process gets CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = 100 / N). Buffers are heap windows (read in
+ * place at peers), f32 elements.
+ *
+ *   Per collective, algorithm and size (8 B .. --max, x8 steps; size as nccl-tests gives it: the
+ *   all-reduce/broadcast buffer, all-gather's output, reduce-scatter's input, all-to-all's buffer):
+ *   latency p50 over the iterations (events around each on rank 0), algorithm bandwidth size / t
+ *   and bus bandwidth algbw x (2(n-1)/n all-reduce, (n-1)/n all-gather / reduce-scatter /
+ *   all-to-all, 1 broadcast), as nccl-tests defines them.
+ *   Baseline in the same run: the copy ceiling C (one cuMemcpyDtoDAsync of 256 MiB between two heap
+ *   buffers, rank 0 alone). All ranks share one GPU's memory, so the bound of an algorithm is the
+ *   bytes all ranks must read and write (n x T per rank; a copy of B bytes is 2B of traffic) at the
+ *   ceiling: t_bound = n T / 2C; "bound" is size / t_bound and "%" what the run reached of it. T per
+ *   rank of size S: one-shot all-reduce (n+1)S, two-shot (3n-1)S/n, all-gather / all-to-all /
+ *   broadcast 2S, reduce-scatter (n+1)S/n.
+ *   Overlap: every rank runs 2048^3 SGEMMs (tools/bench_coll_kernels.cu) alone, then beside a loop
+ *   of 64 MiB all-gathers on a second stream, copy-engine and kernel forms: the GEMM's slowdown.
+ *
+ * mori-bench coll [--dir RUNTIME_DIR] [--pes "2 4 8"] [--max BYTES] [--iters N] */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include "../libclient/gpu_int.h"
+#include "mori_coll.h"
+
+extern const unsigned char mori_kernels_collbench_image[];
+extern const size_t mori_kernels_collbench_image_len;
+int bench_coll_main(int argc, char **argv);
+
+#define MAXIT 60
+#define GEMM_N 2048
+#define OVL_BYTES (64ull << 20)
+
+#define MOK(x)                                                                                               \
+	do {                                                                                                 \
+		int r_ = (x);                                                                                \
+		if (r_) {                                                                                    \
+			fprintf(stderr, "rank %d: %s: %s (%s)\n", me, #x, mori_strerror(r_), mori_client_last_error(NULL)); \
+			return 1;                                                                            \
+		}                                                                                            \
+	} while (0)
+#define GK(x)                                                                                                \
+	do {                                                                                                 \
+		int r_ = (x);                                                                                \
+		if (r_) {                                                                                    \
+			fprintf(stderr, "rank %d: %s: driver %d\n", me, #x, r_);                             \
+			return 1;                                                                            \
+		}                                                                                            \
+	} while (0)
+
+enum { B_AR, B_AG, B_RS, B_A2A, B_BC };
+struct spec { int coll; const char *algo, *label; };
+static const struct spec specs[] = {
+	{B_AR, "allreduce=oneshot", "allreduce oneshot"}, {B_AR, "allreduce=twoshot", "allreduce twoshot"},
+	{B_AG, "allgather=kernel", "allgather kernel"},   {B_AG, "allgather=ce", "allgather ce"},
+	{B_RS, "reducescatter=kernel", "reducescatter"},  {B_A2A, "alltoall=kernel", "alltoall kernel"},
+	{B_A2A, "alltoall=ce", "alltoall ce"},            {B_BC, "broadcast=kernel", "broadcast kernel"},
+	{B_BC, "broadcast=ce", "broadcast ce"},
+};
+
+struct rk {
+	int me, n;
+	const struct gpu_api *g;
+	mori_comm *k;
+	mori_group *grp;
+	gpu_stream s, s2;
+	gpu_event ev[2 * MAXIT + 2];
+	uint8_t *A, *B; /* windows of maxb bytes each */
+};
+
+static int cmpd(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+static int coll_once(struct rk *r, int coll, uint64_t S, gpu_stream s)
+{
+	uint64_t n = (uint64_t)r->n;
+	switch (coll) {
+	case B_AR: return mori_allreduce(r->k, r->A, r->B, S / 4, MORI_FLOAT32, MORI_SUM, s);
+	case B_AG: return mori_allgather(r->k, r->A, r->B, S / 4 / n, MORI_FLOAT32, s);
+	case B_RS: return mori_reducescatter(r->k, r->A, r->B, S / 4 / n, MORI_FLOAT32, MORI_SUM, s);
+	case B_A2A: return mori_alltoall(r->k, r->A, r->B, S / 4 / n, MORI_FLOAT32, s);
+	default: return mori_broadcast(r->k, r->A, r->B, S / 4, MORI_FLOAT32, 0, s);
+	}
+}
+
+/* bytes every rank must read + write for size S (see the header comment) */
+static double traffic(int coll, const char *algo, double S, double n)
+{
+	switch (coll) {
+	case B_AR: return strstr(algo, "oneshot") ? (n + 1) * S : (3 * n - 1) * S / n;
+	case B_RS: return (n + 1) * S / n;
+	default: return 2 * S;
+	}
+}
+static double busf(int coll, double n)
+{
+	return coll == B_AR ? 2 * (n - 1) / n : coll == B_BC ? 1 : (n - 1) / n;
+}
+
+static int row(struct rk *r, const struct spec *sp, uint64_t S, int iters, double ceil_bps)
+{
+	int me = r->me;
+	const struct gpu_api *g = r->g;
+	MOK(mori_comm_set_algo(r->k, sp->algo));
+	for (int w = 0; w < 2; w++)
+		MOK(coll_once(r, sp->coll, S, r->s));
+	GK(g->stream_synchronize(r->s));
+	MOK(mori_shmem_barrier_all(r->grp));
+	for (int i = 0; i < iters; i++) {
+		GK(g->event_record(r->ev[2 * i], r->s));
+		MOK(coll_once(r, sp->coll, S, r->s));
+		GK(g->event_record(r->ev[2 * i + 1], r->s));
+	}
+	GK(g->stream_synchronize(r->s));
+	int pe = -1, rc = mori_comm_status(r->k, &pe);
+	if (rc) {
+		fprintf(stderr, "rank %d: %s %llu: %s (%s)\n", me, sp->label, (unsigned long long)S, mori_strerror(rc),
+			mori_client_last_error(NULL));
+		return 1;
+	}
+	double t[MAXIT];
+	for (int i = 0; i < iters; i++) {
+		float ms = 0;
+		GK(g->event_elapsed_time(&ms, r->ev[2 * i], r->ev[2 * i + 1]));
+		t[i] = ms * 1e-3;
+	}
+	qsort(t, (size_t)iters, sizeof(double), cmpd);
+	double p50 = t[iters / 2], n = r->n;
+	if (me == 0) {
+		double alg = S / p50 / 1e9, bound = S / (n * traffic(sp->coll, sp->algo, (double)S, n) / (2 * ceil_bps)) / 1e9;
+		printf("  %-18s %2d %11llu %10.1f %9.2f %9.2f %9.1f %5.0f%%\n", sp->label, r->n, (unsigned long long)S,
+		       p50 * 1e6, alg, alg * busf(sp->coll, n), bound, 100 * alg / bound);
+		fflush(stdout);
+	}
+	return 0;
+}
+
+/* The GEMM alone, then beside a loop of all-gathers in each form: its time on rank 0. */
+static int overlap(struct rk *r)
+{
+	int me = r->me;
+	const struct gpu_api *g = r->g;
+	if (!mori_kernels_collbench_image_len) {
+		if (me == 0)
+			printf("  overlap: skipped (built without nvcc: no GEMM kernel)\n");
+		return 0;
+	}
+	gpu_module mod;
+	gpu_function fn;
+	GK(g->module_load_data(&mod, mori_kernels_collbench_image));
+	GK(g->module_get_function(&fn, mod, "bench_sgemm"));
+	gpu_dptr a, b, c;
+	size_t mb = (size_t)GEMM_N * GEMM_N * 4;
+	GK(g->mem_alloc(&a, mb));
+	GK(g->mem_alloc(&b, mb));
+	GK(g->mem_alloc(&c, mb));
+	GK(g->memset_d8_async(a, 0, mb, r->s));
+	GK(g->memset_d8_async(b, 0, mb, r->s));
+	int nn = GEMM_N;
+	void *params[] = {&a, &b, &c, &nn};
+	double base = 0;
+	const char *forms[] = {NULL, "allgather=ce", "allgather=kernel"};
+	for (int f = 0; f < 3; f++) {
+		if (forms[f])
+			MOK(mori_comm_set_algo(r->k, forms[f]));
+		GK(g->stream_synchronize(r->s));
+		MOK(mori_shmem_barrier_all(r->grp));
+		int ag = 0;
+		if (forms[f])
+			for (; ag < 24; ag++) /* more than the GEMMs take, queued first */
+				MOK(coll_once(r, B_AG, OVL_BYTES, r->s2));
+		GK(g->event_record(r->ev[0], r->s));
+		for (int i = 0; i < 5; i++)
+			GK(g->launch_kernel(fn, GEMM_N / 64, GEMM_N / 64, 1, 256, 1, 1, 0, r->s, params, NULL));
+		GK(g->event_record(r->ev[1], r->s));
+		GK(g->stream_synchronize(r->s));
+		GK(g->event_record(r->ev[2], r->s2));
+		GK(g->stream_synchronize(r->s2));
+		float ms;
+		GK(g->event_elapsed_time(&ms, r->ev[0], r->ev[1]));
+		double t = ms * 1e-3 / 5;
+		if (!forms[f])
+			base = t;
+		if (me == 0) {
+			double tf = 2.0 * GEMM_N * GEMM_N * GEMM_N / t / 1e12;
+			if (!forms[f])
+				printf("  overlap %d ranks: SGEMM %d^3 alone %.2f ms (%.1f TFLOP/s a rank)\n", r->n, GEMM_N, t * 1e3, tf);
+			else
+				printf("  overlap %d ranks: SGEMM beside %d x %llu MiB all-gather %-6s %.2f ms: %+.1f%% slower\n", r->n,
+				       ag, (unsigned long long)(OVL_BYTES >> 20), forms[f] + 10, t * 1e3, 100 * (t / base - 1));
+			fflush(stdout);
+		}
+	}
+	g->mem_free(a);
+	g->mem_free(b);
+	g->mem_free(c);
+	g->module_unload(mod);
+	return 0;
+}
+
+static int one_rank(int me, int n, const char *dir, uint64_t maxb, int iters)
+{
+	char pct[16];
+	snprintf(pct, sizeof(pct), "%d", 100 / n);
+	setenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", pct, 1);
+	struct rk R = {.me = me, .n = n}, *r = &R;
+	gpu_device dev;
+	gpu_context ctx;
+	r->g = gpu_api();
+	if (!r->g || r->g->device_get(&dev, 0) || r->g->primary_ctx_retain(&ctx, dev) || r->g->ctx_push_current(ctx)) {
+		fprintf(stderr, "rank %d: no GPU: %s\n", me, gpu_unavailable_reason());
+		return 1;
+	}
+	const struct gpu_api *g = r->g;
+	mori_client *c;
+	MOK(mori_client_open(dir, "bench-coll", &c));
+	mori_group_opts o;
+	mori_group_opts_init(&o);
+	o.heap_kind = MORI_MEM_VRAM;
+	o.gpu_device = 0;
+	o.heap_size = 2 * maxb + (80ull << 20);
+	o.timeout_us = 60000000;
+	char name[64];
+	snprintf(name, sizeof(name), "bench-coll-%d-%d", n, (int)getppid());
+	MOK(mori_group_join(c, name, me, n, &o, &r->grp));
+	MOK(mori_comm_create(r->grp, NULL, &r->k));
+	MOK(mori_shmem_malloc(r->grp, maxb, 4096, (void **)&r->A));
+	MOK(mori_shmem_malloc(r->grp, maxb, 4096, (void **)&r->B));
+	mori_window *wa, *wb;
+	MOK(mori_comm_window_register(r->k, r->A, maxb, &wa));
+	MOK(mori_comm_window_register(r->k, r->B, maxb, &wb));
+	GK(g->stream_create(&r->s, GPU_STREAM_NON_BLOCKING));
+	GK(g->stream_create(&r->s2, GPU_STREAM_NON_BLOCKING));
+	for (int i = 0; i < 2 * MAXIT + 2; i++)
+		GK(g->event_create(&r->ev[i], 0));
+	/* the copy ceiling: rank 0 alone */
+	double ceil_bps = 0;
+	uint64_t cb = maxb < (256ull << 20) ? maxb : 256ull << 20;
+	MOK(mori_shmem_barrier_all(r->grp));
+	if (me == 0) {
+		for (int i = 0; i < 6; i++) {
+			GK(g->event_record(r->ev[0], r->s));
+			GK(g->memcpy_dtod_async((gpu_dptr)(uintptr_t)r->B, (gpu_dptr)(uintptr_t)r->A, cb, r->s));
+			GK(g->event_record(r->ev[1], r->s));
+			GK(g->stream_synchronize(r->s));
+			float ms;
+			GK(g->event_elapsed_time(&ms, r->ev[0], r->ev[1]));
+			if (i && cb / (ms * 1e-3) > ceil_bps)
+				ceil_bps = cb / (ms * 1e-3);
+		}
+		printf("# %d ranks on one GPU; copy ceiling (cuMemcpyDtoDAsync %llu MiB, rank 0 alone): %.0f GB/s\n", n,
+		       (unsigned long long)(cb >> 20), ceil_bps / 1e9);
+		printf("  %-18s %2s %11s %10s %9s %9s %9s %6s\n", "collective", "n", "bytes", "p50 us", "algbw", "busbw",
+		       "bound", "of it");
+		fflush(stdout);
+	}
+	MOK(mori_shmem_barrier_all(r->grp));
+	for (size_t si = 0; si < sizeof(specs) / sizeof(specs[0]); si++) {
+		uint64_t lim = specs[si].coll == B_AR ? maxb : maxb / 4;
+		for (uint64_t S = 8; S <= lim; S *= 8) {
+			if (specs[si].coll != B_AR && specs[si].coll != B_BC && S < 4ull * (uint64_t)n)
+				continue;
+			int it = S <= (1u << 20) ? iters : S <= (64u << 20) ? 10 : 3;
+			if (row(r, &specs[si], S, it, ceil_bps ? ceil_bps : 1e12))
+				return 1;
+		}
+	}
+	if (overlap(r))
+		return 1;
+	MOK(mori_comm_window_deregister(r->k, wa));
+	MOK(mori_comm_window_deregister(r->k, wb));
+	mori_comm_destroy(r->k);
+	mori_group_leave(r->grp);
+	mori_client_close(c);
+	return 0;
+}
+
+int bench_coll_main(int argc, char **argv)
+{
+	const char *dir = getenv("MORI_RUNTIME_DIR"), *pes = "2 4 8";
+	uint64_t maxb = 1ull << 30;
+	int iters = 40;
+	for (int i = 2; i < argc; i++) {
+		if (!strcmp(argv[i], "--dir") && i + 1 < argc)
+			dir = argv[++i];
+		else if (!strcmp(argv[i], "--pes") && i + 1 < argc)
+			pes = argv[++i];
+		else if (!strcmp(argv[i], "--max") && i + 1 < argc)
+			maxb = strtoull(argv[++i], NULL, 0);
+		else if (!strcmp(argv[i], "--iters") && i + 1 < argc)
+			iters = atoi(argv[++i]);
+		else {
+			fprintf(stderr, "usage: mori-bench coll [--dir RUNTIME_DIR] [--pes \"2 4 8\"] [--max BYTES] [--iters N]\n");
+			return 2;
+		}
+	}
+	if (iters < 1 || iters > MAXIT)
+		iters = 40;
+	if (maxb < 4096)
+		maxb = 4096;
+	printf("# mori-bench coll: MORI-CCL, N processes on one GPU as the ranks (MPS: %s), f32, heap windows\n",
+	       getenv("CUDA_MPS_PIPE_DIRECTORY") ? "on" : "off (kernels of the ranks time-slice)");
+	int fails = 0;
+	for (const char *p = pes; *p;) {
+		char *end;
+		long n = strtol(p, &end, 10);
+		if (end == p)
+			break;
+		p = end;
+		if (n < 1 || n > 8)
+			continue;
+		fflush(stdout);
+		pid_t pids[8];
+		for (int i = 0; i < n; i++) {
+			pids[i] = fork();
+			if (pids[i] == 0) {
+				prctl(PR_SET_PDEATHSIG, SIGKILL);
+				alarm(300);
+				_exit(one_rank(i, (int)n, dir, maxb, iters));
+			}
+		}
+		for (int i = 0; i < n; i++) {
+			int st;
+			waitpid(pids[i], &st, 0);
+			if (!WIFEXITED(st) || WEXITSTATUS(st))
+				fails++;
+		}
+	}
+	return fails ? 1 : 0;
+}
