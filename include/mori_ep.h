@@ -72,7 +72,7 @@ typedef struct mori_ep_config {
 	int data_type;                  /* enum mori_ep_dtype of dispatch's input */
 	int kernel_type;                /* enum mori_ep_kernel_type */
 	int warp_num_per_block;         /* launch shape; 0: default (16) */
-	int block_num;                  /* 0: default (the device's SM count / 2, at most 64, same on all ranks) */
+	int block_num;                  /* 0: default (4 x the SMs this process may use, at most 1024) */
 	int64_t timeout_us;             /* deadline of every device-side wait; 0: 10 s */
 } mori_ep_config;
 

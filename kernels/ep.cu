@@ -101,22 +101,56 @@ MORI_DEVICE uint64_t epoch(args a)
 MORI_DEVICE int32_t *pos_tab(args a) { return (int32_t *)local(a, a.L.pos); }
 MORI_DEVICE int32_t *base_tab(args a) { return (int32_t *)local(a, a.L.base); }
 
-// One warp copies n bytes (a multiple of 16; both 16-byte aligned), 4 vectors in flight a lane.
+// One warp copies n bytes (a multiple of 16; both 16-byte aligned): 8, then 4 vectors in flight a
+// lane (the loads of a step issue before its stores: memory-level parallelism bounds the rate).
 MORI_DEVICE void copy_row(uint8_t *dst, const uint8_t *src, int n, unsigned lane)
 {
 	const mori_vec16 *s = (const mori_vec16 *)src;
 	mori_vec16 *d = (mori_vec16 *)dst;
 	int nv = n >> 4, i = (int)lane;
+	for (; i + 7 * MORI_WARP_SIZE < nv; i += 8 * MORI_WARP_SIZE) {
+		mori_vec16 v[8];
+#pragma unroll
+		for (int q = 0; q < 8; q++)
+			v[q] = s[i + q * MORI_WARP_SIZE];
+#pragma unroll
+		for (int q = 0; q < 8; q++)
+			mori_store_once16(d + i + q * MORI_WARP_SIZE, v[q]);
+	}
 	for (; i + 3 * MORI_WARP_SIZE < nv; i += 4 * MORI_WARP_SIZE) {
-		mori_vec16 v0 = s[i], v1 = s[i + MORI_WARP_SIZE], v2 = s[i + 2 * MORI_WARP_SIZE],
-			   v3 = s[i + 3 * MORI_WARP_SIZE];
-		mori_store_once16(d + i, v0);
-		mori_store_once16(d + i + MORI_WARP_SIZE, v1);
-		mori_store_once16(d + i + 2 * MORI_WARP_SIZE, v2);
-		mori_store_once16(d + i + 3 * MORI_WARP_SIZE, v3);
+		mori_vec16 v[4];
+#pragma unroll
+		for (int q = 0; q < 4; q++)
+			v[q] = s[i + q * MORI_WARP_SIZE];
+#pragma unroll
+		for (int q = 0; q < 4; q++)
+			mori_store_once16(d + i + q * MORI_WARP_SIZE, v[q]);
 	}
 	for (; i < nv; i += MORI_WARP_SIZE)
 		mori_store_once16(d + i, s[i]);
+}
+
+#define EP_MAX_WARPS (1024 / MORI_WARP_SIZE)
+#define EP_MAX_LOCAL 1024 // EP_MAX_EXPERTS_PER_RANK (libclient/ep_int.h)
+
+// The block's inclusive prefix of the clamped per-bin counts, in pre[0..nl) (shared memory).
+MORI_DEVICE int count_prefix(const int32_t *count, int nl, int cap, int *pre, int *tmp)
+{
+	const int tid = (int)mori_block_thread(), nt = (int)mori_block_threads();
+	for (int i = tid; i < nl; i += nt) {
+		int c = count[i];
+		pre[i] = c < 0 ? 0 : c > cap ? cap : c;
+	}
+	__syncthreads();
+	for (int off = 1; off < nl; off <<= 1) { // Hillis-Steele: log2(nl) steps
+		for (int i = tid; i < nl; i += nt)
+			tmp[i] = pre[i] + (i >= off ? pre[i - off] : 0);
+		__syncthreads();
+		for (int i = tid; i < nl; i += nt)
+			pre[i] = tmp[i];
+		__syncthreads();
+	}
+	return pre[nl - 1];
 }
 
 // Every thread's stores of this block are performed system-wide, then threads 0..world-1 add 1
@@ -231,7 +265,7 @@ MORI_KERNEL void __launch_bounds__(MORI_EP_LAYOUT_THREADS) mori_ep_layout(const 
 
 // grid = nblocks: a warp per token; each destination (lane j: rank j, or top-k slot j) gets the
 // row once, with its weights, indices, scales and source position.
-MORI_KERNEL void mori_ep_dispatch_send(const struct mori_ep_kargs a)
+MORI_KERNEL void __launch_bounds__(1024) mori_ep_dispatch_send(const struct mori_ep_kargs a)
 {
 	const int K = a.topk, W = a.world, M = a.max_tok, E = W * a.epr;
 	const bool ll = a.mode == MORI_EP_KMODE_LL;
@@ -318,7 +352,7 @@ MORI_KERNEL void mori_ep_dispatch_recv(const struct mori_ep_kargs a)
 }
 
 // grid = nblocks: a warp per received row; the row goes back to its source token's home rank.
-MORI_KERNEL void mori_ep_combine_send(const struct mori_ep_kargs a)
+MORI_KERNEL void __launch_bounds__(1024) mori_ep_combine_send(const struct mori_ep_kargs a)
 {
 	const int K = a.topk, W = a.world, M = a.max_tok;
 	const bool ll = a.mode == MORI_EP_KMODE_LL;
@@ -326,31 +360,38 @@ MORI_KERNEL void mori_ep_combine_send(const struct mori_ep_kargs a)
 	const int32_t *count = (const int32_t *)local(a, a.L.count), *srcp = (const int32_t *)local(a, a.L.src);
 	const uint8_t *eo = (const uint8_t *)a.input;
 	const int64_t per = (int64_t)W * M;
-	for (int l = 0; l < a.L.bins_local; l++) {
-		int n = count[l];
-		n = n < 0 ? 0 : n > per ? (int)per : n;
-		for (int i = (int)mori_global_warp(); i < n; i += (int)mori_grid_warps()) {
-			int64_t slot = ll ? l * per + i : i;
-			int sp = srcp[slot], s, row;
-			if (!ll) {
-				s = sp / M;
-				row = a.rank * M + sp % M;
-			} else {
-				s = sp / (M * K);
-				row = sp % (M * K); // token x K + k
-			}
-			if (sp < 0 || s >= W)
-				continue; // never written (a failed peer): nothing to send back
-			copy_row(peer(a, s, a.L.comb) + (int64_t)row * a.L.token_stride, eo + slot * a.tok_bytes, a.tok_bytes,
-				 lane);
+	__shared__ int pre[EP_MAX_LOCAL], tmp[EP_MAX_LOCAL];
+	const int nl = a.L.bins_local, total = count_prefix(count, nl, (int)per, pre, tmp);
+	// every received row of every local expert is one item, spread over all warps
+	for (int j = (int)mori_global_warp(); j < total; j += (int)mori_grid_warps()) {
+		int lo = 0, hi = nl - 1; // the first l with pre[l] > j
+		while (lo < hi) {
+			int mid = (lo + hi) / 2;
+			if (pre[mid] > j)
+				hi = mid;
+			else
+				lo = mid + 1;
 		}
+		const int l = lo, i = j - (l ? pre[l - 1] : 0);
+		int64_t slot = ll ? l * per + i : i;
+		int sp = srcp[slot], s, row;
+		if (!ll) {
+			s = sp / M;
+			row = a.rank * M + sp % M;
+		} else {
+			s = sp / (M * K);
+			row = sp % (M * K); // token x K + k
+		}
+		if (sp < 0 || s >= W)
+			continue; // never written (a failed peer): nothing to send back
+		copy_row(peer(a, s, a.L.comb) + (int64_t)row * a.L.token_stride, eo + slot * a.tok_bytes, a.tok_bytes, lane);
 	}
 	signal_all(a, a.L.cdone);
 }
 
 // grid = nblocks: waits for every rank's rows, then a warp per token sums them (fp32), weighted
 // in low-latency mode, and writes out [T, H] of a.dtype.
-MORI_KERNEL void mori_ep_combine_reduce(const struct mori_ep_kargs a)
+MORI_KERNEL void __launch_bounds__(1024) mori_ep_combine_reduce(const struct mori_ep_kargs a)
 {
 	const int K = a.topk, W = a.world, M = a.max_tok, E = W * a.epr;
 	const bool ll = a.mode == MORI_EP_KMODE_LL, bf = a.dtype == MORI_EP_KDTYPE_BF16;
@@ -367,6 +408,9 @@ MORI_KERNEL void mori_ep_combine_reduce(const struct mori_ep_kargs a)
 	const int32_t *given = (const int32_t *)a.indices;
 	const uint8_t *comb = local(a, a.L.comb);
 	const int P = ll ? K : W, nv = a.tok_bytes >> 4;
+	const unsigned wid = mori_block_thread() / MORI_WARP_SIZE;
+	__shared__ int64_t srow[EP_MAX_WARPS][32]; // the token's source rows (byte offsets), compacted
+	__shared__ float swt[EP_MAX_WARPS][32];
 	for (int t = (int)mori_global_warp(); t < a.num_tokens; t += (int)mori_grid_warps()) {
 		if (given && (int)lane < K && given[t * K + lane] != route[t * K + lane])
 			fail(a, MORI_EINVAL, MORI_EP_ERR_ROUTE, t * K + (int)lane, given[t * K + lane]);
@@ -385,24 +429,37 @@ MORI_KERNEL void mori_ep_combine_reduce(const struct mori_ep_kargs a)
 			}
 		}
 		const uint64_t m = warp_ballot(ok);
+		const int ns = __popcll(m);
+		if (ok) {
+			int at = __popcll(m & ((1ull << lane) - 1));
+			srow[wid][at] = row * a.L.token_stride;
+			swt[wid][at] = w;
+		}
+		mori_sync_warp();
 		uint8_t *o = (uint8_t *)a.out + (size_t)t * a.tok_bytes;
 		for (int c = (int)lane; c < nv; c += MORI_WARP_SIZE) {
 			float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-			for (uint64_t mm = m; mm;) {
-				int j = __ffsll((long long)mm) - 1;
-				mm &= mm - 1;
-				int64_t r = shfl64(row, j);
-				float wj = shflf(w, j);
-				mori_vec16 v = ((const mori_vec16 *)(comb + r * a.L.token_stride))[c];
-				uint32_t u[4] = {v.x, v.y, v.z, v.w};
-				if (bf)
-					for (int q = 0; q < 4; q++) {
-						acc[2 * q] += wj * bf16_to_f32(u[q] & 0xffffu);
-						acc[2 * q + 1] += wj * bf16_to_f32(u[q] >> 16);
-					}
-				else
-					for (int q = 0; q < 4; q++)
-						acc[q] += wj * __int_as_float((int)u[q]);
+			for (int j0 = 0; j0 < ns; j0 += 8) { // 8 loads in flight, then their sums
+				mori_vec16 v[8];
+#pragma unroll
+				for (int q = 0; q < 8; q++)
+					if (j0 + q < ns)
+						v[q] = ((const mori_vec16 *)(comb + srow[wid][j0 + q]))[c];
+#pragma unroll
+				for (int q = 0; q < 8; q++) {
+					if (j0 + q >= ns)
+						break;
+					const float wj = swt[wid][j0 + q];
+					const uint32_t u[4] = {v[q].x, v[q].y, v[q].z, v[q].w};
+					if (bf)
+						for (int e2 = 0; e2 < 4; e2++) {
+							acc[2 * e2] += wj * bf16_to_f32(u[e2] & 0xffffu);
+							acc[2 * e2 + 1] += wj * bf16_to_f32(u[e2] >> 16);
+						}
+					else
+						for (int e2 = 0; e2 < 4; e2++)
+							acc[e2] += wj * __int_as_float((int)u[e2]);
+				}
 			}
 			mori_vec16 r;
 			if (bf) {
@@ -418,6 +475,7 @@ MORI_KERNEL void mori_ep_combine_reduce(const struct mori_ep_kargs a)
 			}
 			((mori_vec16 *)o)[c] = r;
 		}
+		mori_sync_warp(); // the next token's table overwrites this one
 	}
 }
 

@@ -135,7 +135,8 @@ int mori_ep_create(mori_group *g, const mori_ep_config *cfg, mori_ep_handle **ou
 	if (!mine.cfg.warp_num_per_block)
 		mine.cfg.warp_num_per_block = EP_DEFAULT_WARPS;
 	if (!mine.cfg.block_num)
-		mine.cfg.block_num = sm / 2 < 1 ? 1 : sm / 2 > EP_MAX_DEFAULT_BLOCKS ? EP_MAX_DEFAULT_BLOCKS : sm / 2;
+		mine.cfg.block_num = sm < 1 ? 1 : sm * EP_BLOCKS_PER_SM > EP_MAX_DEFAULT_BLOCKS ? EP_MAX_DEFAULT_BLOCKS
+										: sm * EP_BLOCKS_PER_SM;
 	if (!mine.cfg.timeout_us)
 		mine.cfg.timeout_us = EP_DEFAULT_TIMEOUT_US;
 	char msg[300];

@@ -15,7 +15,8 @@ struct mori_ep_layout;
 #define EP_MAX_HIDDEN (1 << 16)
 #define EP_XCHG_BYTES 4096             /* the config exchange at creation */
 #define EP_DEFAULT_WARPS 16
-#define EP_MAX_DEFAULT_BLOCKS 64
+#define EP_BLOCKS_PER_SM 4          /* default block_num: 4 blocks of 16 warps on every SM */
+#define EP_MAX_DEFAULT_BLOCKS 1024
 
 int ep_dtype_size(int dtype);
 /* The block layout of a valid cfg (MORI_EINVAL otherwise). */

@@ -120,7 +120,7 @@ static void routing(const struct shape *c, uint64_t seed, int s, int T, int32_t 
 			uint64_t r = mix(seed ^ ((uint64_t)s << 40) ^ ((uint64_t)t << 8) ^ (uint64_t)k);
 			int v;
 			switch (kind) {
-			case R_RANDOM: v = r % 8 == 0 ? -1 : (int)(r >> 8) % E; break;
+			case R_RANDOM: v = r % 8 == 0 ? -1 : (int)((r >> 8) % (uint64_t)E); break;
 			case R_ROUND_ROBIN: v = (t * K + k) % E; break;
 			case R_ONE_RANK: v = k < c->epr ? (int)(seed / 7 % (uint64_t)c->W) * c->epr + k : -1; break;
 			default: v = ((t + k) % c->W) * c->epr + (t * 7 + k) % c->epr; break;
