@@ -95,7 +95,9 @@ def test_unique_id(daemon):
             x = g.calloc(16)
             g.putmem(x, np.array([r + 40, r + 50], np.uint64), 1 - r)
             g.barrier_all()
-            return list(g.numpy(x, 2, np.uint64)), g.status()
+            out = list(g.numpy(x, 2, np.uint64)), g.status()
+            g.barrier_all()  # nobody leaves (tearing the group down) before both have looked
+            return out
         finally:
             g.leave()
     res = run_pes(2, pe)

@@ -1,0 +1,89 @@
+"""mori.ir without a GPU: the bitcode and its table found in the build tree, the table's entries
+as ROCm/mori's MORI_DEVICE_FUNCTIONS shapes them, the constants, the overrides. The Triton half
+(mori.ir.triton) runs on the GPU machine (tests/device-ir.sh); here it is imported only where
+Triton is installed."""
+import json
+import os
+
+import pytest
+
+import mori
+from mori import ir
+from conftest import BUILD
+
+TABLE = os.path.join(BUILD, "kernels", "ir", "libmori_shmem_device.json")
+BC = os.path.join(BUILD, "kernels", "ir", "libmori_shmem_device.bc")
+
+
+@pytest.fixture(autouse=True)
+def fresh(monkeypatch):
+    for k in ("MORI_SHMEM_BC", "MORI_IR_DIR", "MORI_IR_TABLE"):
+        monkeypatch.delenv(k, raising=False)
+    ir._table = None
+    yield
+    ir._table = None
+
+
+def test_table_from_the_build():
+    assert os.path.isfile(TABLE), "make all builds the table (kernels/ir.mk)"
+    with open(TABLE) as f:
+        raw = json.load(f)
+    if not os.path.isfile(BC):
+        pytest.skip("no bitcode in %s (clang-16 not installed: tools/install-deps); the table alone is "
+                    "checked by tests/test_ir_bitcode.sh" % os.path.dirname(BC))
+    assert ir.find_bitcode() == os.path.abspath(BC)
+    t = ir.table()
+    assert t["state_global"] == "mori_shmem_state_ptr" == ir.STATE_GLOBAL
+    fs = ir.FUNCTIONS
+    assert len(fs) == len(raw["functions"]) > 100
+    # ROCm/mori's shape and a few of its signatures, by name (its ops.py)
+    assert fs["putmem_nbi_signal_block"] == {
+        "symbol": "mori_shmem_putmem_nbi_signal_block",
+        "args": ["uint64", "uint64", "uint64", "uint64", "uint64", "int32", "int32", "int32"],
+        "arg_names": ["dest", "source", "bytes", "sig_addr", "signal_value", "signal_op", "pe", "qp_id"],
+        "ret": "int32"}
+    assert fs["ptr_p2p"]["args"] == ["uint64", "int32", "int32"] and fs["ptr_p2p"]["ret"] == "uint64"
+    assert fs["my_pe"]["args"] == [] and fs["my_pe"]["ret"] == "int32"
+    assert all(f["symbol"] == "mori_shmem_" + k for k, f in fs.items())
+    # ROCm/mori's and NVSHMEM's numbers; OpenSHMEM's comparisons
+    assert (ir.SIGNAL_SET, ir.SIGNAL_ADD, ir.CMP_EQ, ir.CMP_GE) == (9, 10, 0, 3)
+    with pytest.raises(AttributeError):
+        ir.NOT_A_CONSTANT
+
+
+def test_overrides(tmp_path, monkeypatch):
+    fake = tmp_path / "x.bc"
+    fake.write_bytes(b"BC")
+    monkeypatch.setenv("MORI_SHMEM_BC", str(fake))
+    assert ir.find_bitcode() == str(fake)
+    monkeypatch.setenv("MORI_SHMEM_BC", str(tmp_path / "missing.bc"))
+    with pytest.raises(FileNotFoundError, match="missing.bc"):
+        ir.find_bitcode()
+    # a directory with neither file: every place tried is named
+    monkeypatch.delenv("MORI_SHMEM_BC")
+    monkeypatch.setenv("MORI_IR_DIR", str(tmp_path))
+    monkeypatch.setenv("B", str(tmp_path / "nobuild"))
+    monkeypatch.setattr(ir, "_here", str(tmp_path))
+    with pytest.raises(FileNotFoundError) as e:
+        ir.find_bitcode()
+    assert str(tmp_path) in str(e.value) and "clang-16" in str(e.value)
+    # a table that is not MORI-IR's is refused
+    bad = tmp_path / "t.json"
+    bad.write_text('{"abi": "other", "functions": []}')
+    monkeypatch.setenv("MORI_IR_TABLE", str(bad))
+    with pytest.raises(ValueError, match="not a MORI-IR table"):
+        ir.table()
+
+
+def test_triton_wrappers():
+    pytest.importorskip("triton", reason="Triton not installed here: mori.ir.triton runs in tests/device-ir.sh")
+    if not os.path.isfile(BC):
+        pytest.skip("no bitcode (clang-16 not installed)")
+    from mori.ir import triton as mt
+    for k in ir.FUNCTIONS:
+        assert callable(getattr(mt, k))
+    assert mt.extern_libs() == {"mori_shmem": os.path.abspath(BC)}
+
+
+def test_package_attribute():
+    assert mori.ir is ir
