@@ -187,6 +187,11 @@ install: $(B)/morid $(addprefix $(B)/,$(TOOLS)) $(B)/libmori.so $(B)/libmori.a
 	sed $(PC_SED) libclient/mori.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/mori.pc
 	install -m 644 conf/morid.conf $(DESTDIR)/etc/mori/
 	sed 's|@PREFIX@|$(PREFIX)|g' systemd/morid.service > $(DESTDIR)$(PREFIX)/lib/systemd/system/morid.service
+	@# MORI-IR (kernels/ir.mk), what of it was built: bitcode, table, device header (apart from
+	@# include/: it shares four names with mori_shmem.h), static device library
+	install -d $(DESTDIR)$(PREFIX)/lib/mori/ir
+	for f in libmori_shmem_device.bc libmori_shmem_device.json mori_shmem_device.h libmori_shmem_device.a; do \
+	  [ ! -f $(B)/kernels/ir/$$f ] || install -m 644 $(B)/kernels/ir/$$f $(DESTDIR)$(PREFIX)/lib/mori/ir/ || exit 1; done
 
 # The Python package (python/mori, pure Python) into $(PYTHON)'s module path under PREFIX, with
 # the directory libmori went to recorded in mori/_installed.py; without $(PYTHON), said and skipped.
