@@ -458,7 +458,7 @@ MORI_DEVICE void pulls(ctx &c, const mori_coll_args &a)
 }
 } // namespace mori_coll
 
-MORI_KERNEL void __launch_bounds__(MORI_COLL_THREADS)
+MORI_KERNEL void __launch_bounds__(MORI_COLL_THREADS, 2)
 	mori_coll_kernel(const struct mori_coll_dev *d, struct mori_coll_args a)
 {
 	using namespace mori_coll;

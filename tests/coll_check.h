@@ -72,16 +72,20 @@ static inline int cc_is_float(mori_dtype dt)
 {
 	return dt == MORI_FLOAT32 || dt == MORI_FLOAT16 || dt == MORI_BFLOAT16;
 }
-/* Rank r's input: n_el elements of dtype into h. */
-static inline void cc_fill(mori_dtype dt, void *h, size_t n_el, uint32_t r, uint32_t seed)
+/* Elements [first, first + n_el) of rank r's input (dtype) into h. */
+static inline void cc_fill_range(mori_dtype dt, void *h, size_t first, size_t n_el, uint32_t r, uint32_t seed)
 {
 	size_t es = mori_dtype_size(dt);
 	if (cc_is_float(dt))
 		for (size_t i = 0; i < n_el; i++)
-			cc_store(dt, h, i, cc_valf(r, i, seed));
+			cc_store(dt, h, i, cc_valf(r, first + i, seed));
 	else
 		for (size_t i = 0; i < n_el * es; i++)
-			((uint8_t *)h)[i] = (uint8_t)cc_hash(r, i, seed);
+			((uint8_t *)h)[i] = (uint8_t)cc_hash(r, first * es + i, seed);
+}
+static inline void cc_fill(mori_dtype dt, void *h, size_t n_el, uint32_t r, uint32_t seed)
+{
+	cc_fill_range(dt, h, 0, n_el, r, seed);
 }
 static inline float cc_op(mori_redop op, float a, float b)
 {
@@ -170,9 +174,9 @@ static int cc_case(int me, int n, mori_comm *k, struct cc_io *io, int coll, mori
 		float *acc = calloc(count, sizeof(float));
 		PCHECK(me, acc, "out of memory");
 		for (int r = 0; r < n; r++) {
-			cc_fill(dt, tmp, in_el, (uint32_t)r, seed);
+			cc_fill_range(dt, tmp, base, count, (uint32_t)r, seed); /* the part this rank reduces */
 			for (size_t i = 0; i < count; i++) {
-				float v = cc_load(dt, tmp, base + i);
+				float v = cc_load(dt, tmp, i);
 				acc[i] = r ? cc_op(op, acc[i], v) : v;
 			}
 		}
@@ -183,24 +187,18 @@ static int cc_case(int me, int n, mori_comm *k, struct cc_io *io, int coll, mori
 		for (int r = 0; r < n; r++) {
 			if (coll == CC_BC && r != root)
 				continue;
-			size_t rin = coll == CC_A2AV ? 0 : in_el;
-			if (coll == CC_A2AV)
-				for (int d = 0; d < n; d++)
-					rin += cc_vcount(r, d, count) + (size_t)d;
-			cc_fill(dt, tmp, coll == CC_A2AV ? rin + 1 : in_el, (uint32_t)r, seed);
-			if (coll == CC_AG)
-				memcpy(exp + (size_t)r * count * es, tmp, count * es);
-			else if (coll == CC_A2A)
-				memcpy(exp + (size_t)r * count * es, tmp + (size_t)me * count * es, count * es);
-			else if (coll == CC_BC)
-				memcpy(exp, tmp, count * es);
-			else { /* rank r's segment for me: after its segments for 0..me-1 and their gaps */
-				size_t off = 0;
+			/* the part of rank r's input this rank receives */
+			size_t first = coll == CC_A2A ? (size_t)me * count : 0, len = count, at = (size_t)r * count;
+			if (coll == CC_BC)
+				at = 0;
+			if (coll == CC_A2AV) { /* after its segments for 0..me-1 and their gaps */
 				for (int d = 0; d < me; d++)
-					off += cc_vcount(r, d, count) + (size_t)d;
-				off += (size_t)me;
-				memcpy(exp + rdis[r] * es, tmp + off * es, rcnt[r] * es);
+					first += cc_vcount(r, d, count) + (size_t)d;
+				first += (size_t)me;
+				len = rcnt[r];
+				at = rdis[r];
 			}
+			cc_fill_range(dt, exp + at * es, first, len, (uint32_t)r, seed);
 		}
 	}
 	/* compare what was written (a2av's gaps must keep 0xa5), then the guard after it */

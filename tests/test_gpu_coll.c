@@ -178,7 +178,7 @@ static int all_cases(int pe, int n, mori_comm *k, struct cc_io *io, int big)
 static int pe_all(int pe, int n, void *arg)
 {
 	struct gpe P;
-	if (gpe_open(&P, pe, n, "gcoll-all", 20000000))
+	if (gpe_open(&P, pe, n, "gcoll-all", 10000000))
 		return 1;
 	struct gio x = {P.g, NULL, 0, 0};
 	struct cc_io io = {d_alloc, d_release, d_put, d_get, d_sync, P.s, &x};

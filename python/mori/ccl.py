@@ -1,0 +1,274 @@
+"""mori.ccl: MORI-CCL's collectives (include/mori_coll.h) in Python, over libmori (ctypes).
+
+A Communicator is a mori.shmem Group (or its node team) seen as ranks 0..n-1; its scratch and
+barrier flags live on the group's heap. Calls mirror NCCL (all_reduce = ncclAllReduce, ...) and
+the objects AllreduceSdma / AllgatherSdma / All2allSdma mirror ROCm/mori's mori.ccl classes
+(a call on a stream; start_async / wait_async for the copy-engine forms).
+
+    from mori import shmem, ccl
+    g = shmem.join("tp0", rank, world, heap_size=1 << 30, heap_kind="vram")
+    comm = ccl.Communicator(g)
+    comm.all_reduce(x, x, op="sum", stream=torch.cuda.current_stream())   # in place
+    ag = ccl.AllgatherSdma(comm)            # copy engines: no SM for the data
+    ag(inp, out, inp.numel(), stream)
+
+Buffers: torch tensors or cupy arrays (device memory, VRAM heaps: the collective is enqueued on
+the stream, no host synchronisation, capturable in a CUDA graph), numpy arrays (host heaps:
+the call runs on this thread and returns when done), or int addresses with an explicit count and
+dtype. Counts are elements, as NCCL counts them (all_gather's count is the input's). Every rank
+calls the same collectives in the same order. Failures raise mori.MoriError with the MORI_E*
+code: bad input before anything runs (MORI_EINVAL), a rank that never called (MORI_ETIMEDOUT
+naming it) or a dead PE (MORI_EPEERDEAD) from status() once the kernel ended, and from every later
+call.
+"""
+import ctypes
+
+from . import _lib
+from . import shmem as _shmem
+from .errors import MoriError, MORI_EINVAL  # noqa: F401 (MoriError re-exported)
+
+UINT8, INT32, FLOAT16, FLOAT32, BFLOAT16 = 1, 2, 6, 7, 9
+SUM, MAX, MIN = 0, 2, 3
+_OPS = {"sum": SUM, "max": MAX, "min": MIN}
+_DT = {"uint8": UINT8, "int32": INT32, "float16": FLOAT16, "half": FLOAT16, "float32": FLOAT32, "float": FLOAT32,
+       "bfloat16": BFLOAT16}
+_P, _I, _SZ = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t
+_SZP = ctypes.POINTER(_SZ)
+
+
+class CommOpts(ctypes.Structure):
+    _fields_ = [("node_team", ctypes.c_int), ("scratch_bytes", ctypes.c_uint64), ("timeout_us", ctypes.c_int64),
+                ("algo", ctypes.c_char_p)]
+
+
+_PROTOS = {
+    "mori_comm_opts_init": (None, [ctypes.POINTER(CommOpts)]),
+    "mori_comm_create": (_I, [_P, ctypes.POINTER(CommOpts), ctypes.POINTER(_P)]),
+    "mori_comm_destroy": (None, [_P]),
+    "mori_comm_rank": (_I, [_P]),
+    "mori_comm_size": (_I, [_P]),
+    "mori_comm_set_algo": (_I, [_P, ctypes.c_char_p]),
+    "mori_comm_algo": (_I, [_P, ctypes.c_char_p, ctypes.c_uint64, ctypes.POINTER(ctypes.c_char_p)]),
+    "mori_comm_status": (_I, [_P, ctypes.POINTER(_I)]),
+    "mori_comm_window_register": (_I, [_P, _P, _SZ, ctypes.POINTER(_P)]),
+    "mori_comm_window_deregister": (_I, [_P, _P]),
+    "mori_allreduce": (_I, [_P, _P, _P, _SZ, _I, _I, _P]),
+    "mori_allgather": (_I, [_P, _P, _P, _SZ, _I, _P]),
+    "mori_reducescatter": (_I, [_P, _P, _P, _SZ, _I, _I, _P]),
+    "mori_alltoall": (_I, [_P, _P, _P, _SZ, _I, _P]),
+    "mori_alltoallv": (_I, [_P, _P, _SZP, _SZP, _P, _SZP, _SZP, _I, _P]),
+    "mori_broadcast": (_I, [_P, _P, _P, _SZ, _I, _I, _P]),
+    "mori_dtype_size": (_SZ, [_I]),
+}
+_ready = False
+
+
+def _L():
+    global _ready
+    lib = _lib.load()
+    if not _ready:
+        missing = [n for n in _PROTOS if not hasattr(lib, n)]
+        if missing:
+            raise MoriError(-16, "%s has no MORI-CCL (lacks %s)" % (_lib.path(), ", ".join(missing)))
+        for name, (res, args) in _PROTOS.items():
+            f = getattr(lib, name)
+            f.restype, f.argtypes = res, args
+        _ready = True
+    return lib
+
+
+def _dtype(dt):
+    if isinstance(dt, int):
+        return dt
+    s = str(dt).lower().replace("torch.", "").replace("numpy.", "").replace("<class '", "").replace("'>", "")
+    if s in _DT:
+        return _DT[s]
+    raise MoriError(MORI_EINVAL, "dtype %r: MORI-CCL has uint8, int32, float16, float32, bfloat16" % (dt,))
+
+
+def _buf(x, dtype):
+    """(address, elements or None, dtype code, keepalive) of a tensor, array or int address."""
+    if isinstance(x, int) and not isinstance(x, bool):
+        if dtype is None:
+            raise MoriError(MORI_EINVAL, "an int address needs dtype=")
+        return x, None, _dtype(dtype), None
+    if hasattr(x, "data_ptr") and hasattr(x, "numel"):  # torch
+        if not x.is_contiguous():
+            raise MoriError(MORI_EINVAL, "tensor must be contiguous")
+        return x.data_ptr(), x.numel(), _dtype(dtype if dtype is not None else x.dtype), x
+    if hasattr(x, "__cuda_array_interface__"):  # cupy
+        ai = x.__cuda_array_interface__
+        return ai["data"][0], int(x.size), _dtype(dtype if dtype is not None else x.dtype.name), x
+    if hasattr(x, "__array_interface__"):  # numpy
+        ai = x.__array_interface__
+        return ai["data"][0], int(x.size), _dtype(dtype if dtype is not None else x.dtype.name), x
+    raise MoriError(MORI_EINVAL, "buffer must be a tensor, an array or an int address, not %s" % type(x).__name__)
+
+
+class Communicator:
+    """Ranks 0..n-1 over a mori.shmem Group (node_team=True: the PEs of this node). Collective:
+    every PE of the group constructs it at the same point of its collective sequence."""
+
+    def __init__(self, group, node_team=False, scratch_bytes=0, timeout_us=0, algo=None):
+        if not isinstance(group, _shmem.Group):
+            raise MoriError(MORI_EINVAL, "group must be a mori.shmem.Group")
+        o = CommOpts()
+        _L().mori_comm_opts_init(ctypes.byref(o))
+        o.node_team, o.scratch_bytes, o.timeout_us = int(bool(node_team)), int(scratch_bytes), int(timeout_us)
+        self._algo = algo.encode() if algo else None
+        o.algo = self._algo
+        h = _P()
+        _lib.check(_L().mori_comm_create(group._h(), ctypes.byref(o), ctypes.byref(h)), "comm create")
+        self._k, self.group, self._wins = h, group, {}
+
+    def _h(self):
+        if self._k is None:
+            raise MoriError(MORI_EINVAL, "communicator destroyed")
+        return self._k
+
+    def destroy(self):
+        """Collective; synchronise the streams that ran its collectives first."""
+        if self._k is not None:
+            _L().mori_comm_destroy(self._k)
+            self._k = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.destroy()
+
+    def rank(self):
+        return _L().mori_comm_rank(self._h())
+
+    def size(self):
+        return _L().mori_comm_size(self._h())
+
+    def set_algo(self, spec):
+        """e.g. "allreduce=twoshot,allgather=ce" (the same on every rank)."""
+        _lib.check(_L().mori_comm_set_algo(self._h(), spec.encode()), "set_algo")
+
+    def algo(self, coll, nbytes):
+        name = ctypes.c_char_p()
+        _L().mori_comm_algo(self._h(), coll.encode(), int(nbytes), ctypes.byref(name))
+        return name.value.decode() if name.value else None
+
+    def status(self):
+        """(code, pe): 0 while healthy; raises nothing (compare with the MORI_E* codes)."""
+        pe = _I(-1)
+        rc = _L().mori_comm_status(self._h(), ctypes.byref(pe))
+        return rc, pe.value
+
+    def check(self):
+        """Raise MoriError if a collective failed (after the stream ran it)."""
+        pe = _I(-1)
+        _lib.check(_L().mori_comm_status(self._h(), ctypes.byref(pe)), "collective")
+
+    def register_window(self, addr, nbytes):
+        """Register [addr, addr + nbytes) of the heap (Group.malloc) as a window (collective)."""
+        w = _P()
+        _lib.check(_L().mori_comm_window_register(self._h(), int(addr), int(nbytes), ctypes.byref(w)), "window")
+        self._wins[int(addr)] = w
+        return int(addr)
+
+    def deregister_window(self, addr):
+        w = self._wins.pop(int(addr))
+        _lib.check(_L().mori_comm_window_deregister(self._h(), w), "window deregister")
+
+    # ---- collectives ----
+    def _args(self, src, dst, count, dtype, what):
+        s, sn, sdt, _ = _buf(src, dtype)
+        d, dn, ddt, _ = _buf(dst, dtype)
+        if count is None:
+            count = sn if sn is not None else dn
+        if count is None:
+            raise MoriError(MORI_EINVAL, "%s: count= is needed with int addresses" % what)
+        return s, d, int(count), sdt
+
+    def all_reduce(self, src, dst, count=None, op="sum", dtype=None, stream=None):
+        s, d, n, dt = self._args(src, dst, count, dtype, "all_reduce")
+        _lib.check(_L().mori_allreduce(self._h(), s, d, n, dt, _OPS.get(op, op), _shmem._stream(stream)), "all_reduce")
+
+    def all_gather(self, src, dst, count=None, dtype=None, stream=None):
+        s, d, n, dt = self._args(src, dst, count, dtype, "all_gather")
+        _lib.check(_L().mori_allgather(self._h(), s, d, n, dt, _shmem._stream(stream)), "all_gather")
+
+    def reduce_scatter(self, src, dst, count=None, op="sum", dtype=None, stream=None):
+        """count: the output's elements (count = dst.numel())."""
+        s, d, _, dt = self._args(src, dst, 0, dtype, "reduce_scatter")
+        n = count if count is not None else _buf(dst, dtype)[1]
+        _lib.check(_L().mori_reducescatter(self._h(), s, d, int(n), dt, _OPS.get(op, op), _shmem._stream(stream)),
+                   "reduce_scatter")
+
+    def all_to_all(self, src, dst, count=None, dtype=None, stream=None):
+        """count: elements per peer (default: src's elements / size)."""
+        s, d, n, dt = self._args(src, dst, count, dtype, "all_to_all")
+        if count is None:
+            n //= self.size()
+        _lib.check(_L().mori_alltoall(self._h(), s, d, n, dt, _shmem._stream(stream)), "all_to_all")
+
+    def all_to_allv(self, src, send_counts, send_displs, dst, recv_counts, recv_displs, dtype=None, stream=None):
+        s, _, dt, _ = _buf(src, dtype)
+        d = _buf(dst, dtype)[0]
+        arr = lambda v: (_SZ * len(v))(*[int(x) for x in v])
+        _lib.check(_L().mori_alltoallv(self._h(), s, arr(send_counts), arr(send_displs), d, arr(recv_counts),
+                                       arr(recv_displs), dt, _shmem._stream(stream)), "all_to_allv")
+
+    def broadcast(self, src, dst, count=None, root=0, dtype=None, stream=None):
+        s, d, n, dt = self._args(src, dst, count, dtype, "broadcast")
+        _lib.check(_L().mori_broadcast(self._h(), s, d, n, dt, int(root), _shmem._stream(stream)), "broadcast")
+
+
+class _Sdma:
+    """ROCm/mori's Sdma objects: a call enqueues on the stream with the copy-engine form (kernel
+    for all-reduce); start_async does the same and remembers the stream; wait_async waits on the
+    host for it and raises if the collective failed."""
+    _coll, _algo = None, None
+
+    def __init__(self, comm):
+        self.comm = comm
+        self._pending = None
+
+    def _run(self, input_data, output_data, count, stream):
+        self.comm.set_algo(self._algo)
+        getattr(self.comm, self._coll)(input_data, output_data, count, stream=stream)
+
+    def __call__(self, input_data, output_data, count, stream=None):
+        self._run(input_data, output_data, count, stream)
+        return True
+
+    def start_async(self, input_data, output_data, count, stream=None):
+        self._run(input_data, output_data, count, stream)
+        self._pending = stream
+        return True
+
+    def wait_async(self, stream=None):
+        s = stream if stream is not None else self._pending
+        self._pending = None
+        if s is not None and hasattr(s, "synchronize"):
+            s.synchronize()
+        self.comm.check()
+        return 0.0
+
+    def is_async_in_progress(self):
+        return self._pending is not None
+
+
+class AllgatherSdma(_Sdma):
+    _coll, _algo = "all_gather", "allgather=ce"
+
+
+class All2allSdma(_Sdma):
+    _coll, _algo = "all_to_all", "alltoall=ce"
+
+
+class AllreduceSdma(_Sdma):
+    """All-reduce has no copy-engine form here (the reduction needs SMs): the size table's."""
+    _coll, _algo = "all_reduce", "allreduce=auto"
+
+    def _run(self, input_data, output_data, count, stream):
+        self.comm.all_reduce(input_data, output_data, count, stream=stream)
+
+
+__all__ = ["Communicator", "AllgatherSdma", "All2allSdma", "AllreduceSdma", "SUM", "MAX", "MIN", "UINT8", "INT32",
+           "FLOAT16", "FLOAT32", "BFLOAT16"]
