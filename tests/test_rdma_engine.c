@@ -63,6 +63,32 @@ static struct rdma_xfer_args args(struct mem *m, int read, const mori_desc *d, u
 	return a;
 }
 
+/* A connected pair of nqp QPs a side (cfg NULL: the defaults) and its two regions, in m. */
+static struct pair *rig(int nqp, const struct rdma_cfg *cfg, struct mem *m)
+{
+	struct pair *p = pair_new(nqp, cfg, cfg);
+	cur_pair = p;
+	ck_assert_int_eq(pair_connect(p, 100), 0);
+	mem_init(p, m);
+	return p;
+}
+
+static void rig_free(struct pair *p, struct mem *m)
+{
+	pair_free(p);
+	cur_pair = NULL;
+	free(m->a);
+	free(m->b);
+}
+
+/* Start a on side A; it must be accepted. Its id. */
+static uint32_t start(struct pair *p, const struct rdma_xfer_args *a)
+{
+	uint32_t id;
+	ck_assert_int_eq(rdma_xfer_start(p->ca, a, p->now, &id), MORI_OK);
+	return id;
+}
+
 static int run_until(struct pair *p, struct res *r, int n, int max_steps)
 {
 	for (int s = 0; s < max_steps; s++) {
@@ -106,6 +132,28 @@ static void check_notif(struct pair *p, int to_b, const void *msg, uint32_t len)
 	}
 }
 
+/* Check notifications at B against nc (slots of 64 transfers). */
+static void notif_check_init(struct pair *p, struct notif_check *nc, struct mem *m)
+{
+	memset(nc, 0, sizeof(*nc));
+	nc->m = m;
+	p->user = nc;
+	p->notif = check_notif;
+}
+
+/* A write of d with a notification, as slot 0 of nc (10 s deadline). */
+static void start_notified(struct pair *p, struct mem *m, struct notif_check *nc, mori_desc *d, struct res *r)
+{
+	struct nmsg msg = {0x4e4f5449, 0}; /* the engine copies it */
+	nc->d[0] = d;
+	nc->n[0] = 1;
+	nc->seen[0] = 0;
+	struct rdma_xfer_args a = args(m, 0, d, 1, r, p->now + 10000000);
+	a.notif = &msg;
+	a.notif_len = sizeof(msg);
+	start(p, &a);
+}
+
 /* kills: every `kills` steps one random QP of either side is forced into error (0: never). */
 static void random_traffic_k(int nqp, uint32_t depth, uint64_t chunk, uint32_t sig_every, int rounds,
 			     int kills)
@@ -120,9 +168,8 @@ static void random_traffic_k(int nqp, uint32_t depth, uint64_t chunk, uint32_t s
 	ck_assert_int_eq(pair_connect(p, 100), 0);
 	struct mem m;
 	mem_init(p, &m);
-	struct notif_check nc = {.m = &m};
-	p->user = &nc;
-	p->notif = check_notif;
+	struct notif_check nc;
+	notif_check_init(p, &nc, &m);
 	srandom(1234 + (unsigned)nqp);
 	for (int round = 0; round < rounds; round++) {
 		/* 64 concurrent transfers over disjoint slices: 64 KiB of each side per transfer */
@@ -169,8 +216,7 @@ static void random_traffic_k(int nqp, uint32_t depth, uint64_t chunk, uint32_t s
 			struct rdma_xfer_args a = args(&m, read, d, n, &r[t], p->now + 10000000);
 			a.notif = &msg[t];
 			a.notif_len = sizeof(msg[t]);
-			uint32_t id;
-			ck_assert_int_eq(rdma_xfer_start(p->ca, &a, p->now, &id), MORI_OK);
+			start(p, &a);
 		}
 		if (kills) {
 			for (int s = 0; s < 200000; s++) {
@@ -211,9 +257,7 @@ static void random_traffic_k(int nqp, uint32_t depth, uint64_t chunk, uint32_t s
 	if (sig_every > 1)
 		ck_assert_uint_lt(st->wrs_signaled, st->wrs_posted);
 	ck_assert_uint_eq(rdma_xfers_in_flight(p->a), 0);
-	pair_free(p);
-	free(m.a);
-	free(m.b);
+	rig_free(p, &m);
 }
 
 static void random_traffic(int nqp, uint32_t depth, uint64_t chunk, uint32_t sig_every, int rounds)
@@ -236,28 +280,16 @@ END_TEST
  * (Found on Soft-RoCE: the notification overtook its re-posted data.) */
 START_TEST(notif_after_requeued_data)
 {
-	struct pair *p = pair_new(2, NULL, NULL);
-	cur_pair = p;
-	ck_assert_int_eq(pair_connect(p, 100), 0);
 	struct mem m;
-	mem_init(p, &m);
-	struct notif_check nc = {.m = &m};
-	p->user = &nc;
-	p->notif = check_notif;
+	struct pair *p = rig(2, NULL, &m);
+	struct notif_check nc;
+	notif_check_init(p, &nc, &m);
 	srandom(99);
 	for (int round = 0; round < 40; round++) {
 		mori_desc d = {(uint64_t)round * 4096, (uint64_t)round * 4096, 3000};
 		memset(m.a + d.local_offset, round + 1, d.length);
-		nc.d[0] = &d;
-		nc.n[0] = 1;
-		nc.seen[0] = 0;
-		struct nmsg msg = {0x4e4f5449, 0};
 		struct res r = {0};
-		struct rdma_xfer_args a = args(&m, 0, &d, 1, &r, p->now + 10000000);
-		a.notif = &msg;
-		a.notif_len = sizeof(msg);
-		uint32_t id;
-		ck_assert_int_eq(rdma_xfer_start(p->ca, &a, p->now, &id), MORI_OK);
+		start_notified(p, &m, &nc, &d, &r);
 		/* find the QP holding it (both requests are there, nothing ran yet) and kill it */
 		int hit = -1;
 		for (int i = 0; i < 2; i++)
@@ -275,9 +307,7 @@ START_TEST(notif_after_requeued_data)
 		ck_assert_int_eq(nc.bad, 0);
 		ck_assert_int_eq(pair_connect(p, 1000), 0);
 	}
-	pair_free(p);
-	free(m.a);
-	free(m.b);
+	rig_free(p, &m);
 }
 END_TEST
 
@@ -286,26 +316,14 @@ END_TEST
  * again. (Found on Soft-RoCE: the reset destroyed the QP and dropped the completion.) */
 START_TEST(notif_landed_before_peer_reset)
 {
-	struct pair *p = pair_new(1, NULL, NULL);
-	cur_pair = p;
-	ck_assert_int_eq(pair_connect(p, 100), 0);
 	struct mem m;
-	mem_init(p, &m);
-	struct notif_check nc = {.m = &m};
-	p->user = &nc;
-	p->notif = check_notif;
+	struct pair *p = rig(1, NULL, &m);
+	struct notif_check nc;
+	notif_check_init(p, &nc, &m);
 	for (int round = 0; round < 10; round++) {
 		mori_desc d = {(uint64_t)round * 4096, (uint64_t)round * 4096, 1000};
-		nc.d[0] = &d;
-		nc.n[0] = 1;
-		nc.seen[0] = 0;
-		struct nmsg msg = {0x4e4f5449, 0};
 		struct res r = {0};
-		struct rdma_xfer_args a = args(&m, 0, &d, 1, &r, p->now + 10000000);
-		a.notif = &msg;
-		a.notif_len = sizeof(msg);
-		uint32_t id;
-		ck_assert_int_eq(rdma_xfer_start(p->ca, &a, p->now, &id), MORI_OK);
+		start_notified(p, &m, &nc, &d, &r);
 		while (fake_run(&p->fab, 0) == 0) /* both requests land; nobody polls yet */
 			;
 		while (fake_run(&p->fab, 0))
@@ -319,9 +337,7 @@ START_TEST(notif_landed_before_peer_reset)
 		ck_assert_int_eq(nc.bad, 0);
 		ck_assert_int_eq(pair_connect(p, 1000), 0);
 	}
-	pair_free(p);
-	free(m.a);
-	free(m.b);
+	rig_free(p, &m);
 }
 END_TEST
 
@@ -350,16 +366,12 @@ START_TEST(sq_never_overfilled)
 	rdma_cfg_defaults(&cfg);
 	cfg.sq_depth = 4;
 	cfg.chunk = 4096;
-	struct pair *p = pair_new(1, &cfg, &cfg);
-	cur_pair = p;
-	ck_assert_int_eq(pair_connect(p, 100), 0);
 	struct mem m;
-	mem_init(p, &m);
+	struct pair *p = rig(1, &cfg, &m);
 	mori_desc d = {0, 0, MEM};
 	struct res r = {0};
 	struct rdma_xfer_args a = args(&m, 0, &d, 1, &r, p->now + 100000000);
-	uint32_t id;
-	ck_assert_int_eq(rdma_xfer_start(p->ca, &a, p->now, &id), MORI_OK);
+	start(p, &a);
 	ck_assert_uint_le(rdma_conn_qp(p->ca, 0)->tail - rdma_conn_qp(p->ca, 0)->head, 4);
 	ck_assert_int_eq(run_until(p, &r, 1, 100000), 0);
 	ck_assert_int_eq(r.code, 0);
@@ -369,9 +381,7 @@ START_TEST(sq_never_overfilled)
 	const struct rdma_stats *st = rdma_eng_stats(p->a);
 	ck_assert_uint_eq(st->chunks, MEM / 4096);
 	ck_assert_uint_gt(st->sq_full_waits, 0);
-	pair_free(p);
-	free(m.a);
-	free(m.b);
+	rig_free(p, &m);
 }
 END_TEST
 
@@ -380,19 +390,15 @@ END_TEST
  * new transfers work. The same for a key deregistered at the far side. */
 START_TEST(bad_rkey)
 {
-	struct pair *p = pair_new(1, NULL, NULL);
-	cur_pair = p;
-	ck_assert_int_eq(pair_connect(p, 100), 0);
 	struct mem m;
-	mem_init(p, &m);
+	struct pair *p = rig(1, NULL, &m);
 	mori_desc d1 = {0, 0, 100000}, d2 = {200000, 200000, 100000}, d3 = {400000, 400000, 5000};
 	struct res r[3] = {{0}};
 	struct rdma_xfer_args bad = args(&m, 0, &d1, 1, &r[0], p->now + 10000000);
 	bad.rkey = 0xdead;
 	struct rdma_xfer_args good = args(&m, 0, &d2, 1, &r[1], p->now + 10000000);
-	uint32_t id;
-	ck_assert_int_eq(rdma_xfer_start(p->ca, &bad, p->now, &id), MORI_OK);
-	ck_assert_int_eq(rdma_xfer_start(p->ca, &good, p->now, &id), MORI_OK);
+	start(p, &bad);
+	start(p, &good);
 	ck_assert_int_eq(run_until(p, r, 2, 100000), 0);
 	ck_assert_int_eq(r[0].code, MORI_EPERM);
 	ck_assert_str_eq(r[0].msg, "remote access error");
@@ -404,7 +410,7 @@ START_TEST(bad_rkey)
 	/* region deregistered on the far side: its key no longer matches */
 	fake_dereg_key(&p->fab, m.kb);
 	struct rdma_xfer_args a3 = args(&m, 1, &d3, 1, &r[2], p->now + 10000000);
-	ck_assert_int_eq(rdma_xfer_start(p->ca, &a3, p->now, &id), MORI_OK);
+	start(p, &a3);
 	ck_assert_int_eq(run_until(p, &r[2], 1, 100000), 0);
 	ck_assert_int_eq(r[2].code, MORI_EPERM);
 	/* registered again: works */
@@ -412,13 +418,11 @@ START_TEST(bad_rkey)
 	struct res r4 = {0};
 	struct rdma_xfer_args a4 = args(&m, 1, &d3, 1, &r4, p->now + 10000000);
 	memset(m.b + 400000, 0x5a, 5000);
-	ck_assert_int_eq(rdma_xfer_start(p->ca, &a4, p->now, &id), MORI_OK);
+	start(p, &a4);
 	ck_assert_int_eq(run_until(p, &r4, 1, 100000), 0);
 	ck_assert_msg(r4.code == 0, "%s", r4.msg);
 	ck_assert(memcmp(m.a + 400000, m.b + 400000, 5000) == 0);
-	pair_free(p);
-	free(m.a);
-	free(m.b);
+	rig_free(p, &m);
 }
 END_TEST
 
@@ -427,19 +431,15 @@ END_TEST
  * the deadline plus one step), the QP is reset, and the next transfer goes through. */
 START_TEST(lost_completion_deadline)
 {
-	struct pair *p = pair_new(1, NULL, NULL);
-	cur_pair = p;
-	ck_assert_int_eq(pair_connect(p, 100), 0);
 	struct mem m;
-	mem_init(p, &m);
+	struct pair *p = rig(1, NULL, &m);
 	struct fake_qp *fq = fq_by_qpn(&p->fab, rdma_conn_qp(p->ca, 0)->qpn);
 	fq->lose_cqe = 1;
 	mori_desc d = {0, 0, 10000};
 	struct res r = {0};
 	uint64_t deadline = p->now + 500000;
 	struct rdma_xfer_args a = args(&m, 0, &d, 1, &r, deadline);
-	uint32_t id;
-	ck_assert_int_eq(rdma_xfer_start(p->ca, &a, p->now, &id), MORI_OK);
+	start(p, &a);
 	ck_assert_int_eq(run_until(p, &r, 1, 1000000), 0);
 	ck_assert_int_eq(r.code, MORI_ETIMEDOUT);
 	ck_assert_ptr_nonnull(strstr(r.msg, "deadline expired"));
@@ -449,12 +449,10 @@ START_TEST(lost_completion_deadline)
 	ck_assert_int_eq(pair_connect(p, 1000), 0);
 	struct res r2 = {0};
 	struct rdma_xfer_args a2 = args(&m, 0, &d, 1, &r2, p->now + 500000);
-	ck_assert_int_eq(rdma_xfer_start(p->ca, &a2, p->now, &id), MORI_OK);
+	start(p, &a2);
 	ck_assert_int_eq(run_until(p, &r2, 1, 100000), 0);
 	ck_assert_int_eq(r2.code, 0);
-	pair_free(p);
-	free(m.a);
-	free(m.b);
+	rig_free(p, &m);
 }
 END_TEST
 
@@ -462,22 +460,18 @@ END_TEST
  * transfer and its notification end by the deadline; cancel ends another at once. */
 START_TEST(stuck_qp_deadline_and_cancel)
 {
-	struct pair *p = pair_new(2, NULL, NULL);
-	cur_pair = p;
-	ck_assert_int_eq(pair_connect(p, 100), 0);
 	struct mem m;
-	mem_init(p, &m);
+	struct pair *p = rig(2, NULL, &m);
 	for (int i = 0; i < 2; i++)
 		fq_by_qpn(&p->fab, rdma_conn_qp(p->ca, i)->qpn)->stuck = 1;
 	mori_desc d = {0, 0, 3u << 20};
 	struct res r[2] = {{0}};
-	uint32_t id0, id1;
 	uint64_t deadline = p->now + 300000;
 	struct rdma_xfer_args a0 = args(&m, 0, &d, 1, &r[0], deadline);
 	static const char nm[8] = "notif!!";
 	a0.notif = nm;
 	a0.notif_len = 8;
-	ck_assert_int_eq(rdma_xfer_start(p->ca, &a0, p->now, &id0), MORI_OK);
+	start(p, &a0);
 	ck_assert_int_eq(run_until(p, r, 1, 1000000), 0);
 	ck_assert_int_eq(r[0].code, MORI_ETIMEDOUT);
 	ck_assert_uint_le(r[0].at, deadline + 100);
@@ -486,7 +480,7 @@ START_TEST(stuck_qp_deadline_and_cancel)
 	for (int i = 0; i < 2; i++)
 		fq_by_qpn(&p->fab, rdma_conn_qp(p->ca, i)->qpn)->stuck = 1;
 	struct rdma_xfer_args a1 = args(&m, 1, &d, 1, &r[1], p->now + 100000000);
-	ck_assert_int_eq(rdma_xfer_start(p->ca, &a1, p->now, &id1), MORI_OK);
+	uint32_t id1 = start(p, &a1);
 	for (int i = 0; i < 100; i++)
 		pair_step(p);
 	ck_assert_int_eq(r[1].done, 0);
@@ -497,9 +491,7 @@ START_TEST(stuck_qp_deadline_and_cancel)
 	ck_assert_ptr_nonnull(strstr(r[1].msg, "cancelled"));
 	ck_assert_int_eq(rdma_xfer_cancel(p->a, id1, p->now), MORI_ENOENT);
 	ck_assert_uint_eq(rdma_xfers_in_flight(p->a), 0);
-	pair_free(p);
-	free(m.a);
-	free(m.b);
+	rig_free(p, &m);
 }
 END_TEST
 
@@ -511,11 +503,8 @@ START_TEST(stalled_qp_reset)
 	struct rdma_cfg cfg;
 	rdma_cfg_defaults(&cfg);
 	cfg.stall_us = 200000;
-	struct pair *p = pair_new(2, &cfg, &cfg);
-	cur_pair = p;
-	ck_assert_int_eq(pair_connect(p, 100), 0);
 	struct mem m;
-	mem_init(p, &m);
+	struct pair *p = rig(2, &cfg, &m);
 	fq_by_qpn(&p->fab, rdma_conn_qp(p->ca, 0)->qpn)->stuck = 1;
 	fq_by_qpn(&p->fab, rdma_conn_qp(p->ca, 1)->qpn)->stuck = 1;
 	mori_desc d = {0, 0, 100000};
@@ -525,8 +514,7 @@ START_TEST(stalled_qp_reset)
 	struct rdma_xfer_args a = args(&m, 0, &d, 1, &r, p->now + 100000000);
 	a.notif = nm;
 	a.notif_len = 8;
-	uint32_t id;
-	ck_assert_int_eq(rdma_xfer_start(p->ca, &a, p->now, &id), MORI_OK);
+	start(p, &a);
 	ck_assert_int_eq(run_until(p, &r, 1, 1000000), 0);
 	ck_assert_msg(r.code == 0, "%s", r.msg);
 	ck_assert(memcmp(m.a, m.b, 100000) == 0);
@@ -537,9 +525,7 @@ START_TEST(stalled_qp_reset)
 	for (int i = 0; i < 20000; i++)
 		pair_step(p);
 	ck_assert_uint_eq(rdma_eng_stats(p->a)->stalls, stalls);
-	pair_free(p);
-	free(m.a);
-	free(m.b);
+	rig_free(p, &m);
 }
 END_TEST
 
@@ -551,28 +537,16 @@ START_TEST(notif_once_after_lost_ack)
 	struct rdma_cfg cfg;
 	rdma_cfg_defaults(&cfg);
 	cfg.stall_us = 100000;
-	struct pair *p = pair_new(1, &cfg, &cfg);
-	cur_pair = p;
-	ck_assert_int_eq(pair_connect(p, 100), 0);
 	struct mem m;
-	mem_init(p, &m);
-	struct notif_check nc = {.m = &m};
-	p->user = &nc;
-	p->notif = check_notif;
+	struct pair *p = rig(1, &cfg, &m);
+	struct notif_check nc;
+	notif_check_init(p, &nc, &m);
 	for (int round = 0; round < 5; round++) {
 		fq_by_qpn(&p->fab, rdma_conn_qp(p->ca, 0)->qpn)->lose_cqe = 1;
 		mori_desc d = {(uint64_t)round * 8192, (uint64_t)round * 8192, 5000};
 		memset(m.a + d.local_offset, 0x30 + round, d.length);
-		nc.d[0] = &d;
-		nc.n[0] = 1;
-		nc.seen[0] = 0;
-		struct nmsg msg = {0x4e4f5449, 0};
 		struct res r = {0};
-		struct rdma_xfer_args a = args(&m, 0, &d, 1, &r, p->now + 10000000);
-		a.notif = &msg;
-		a.notif_len = sizeof(msg);
-		uint32_t id;
-		ck_assert_int_eq(rdma_xfer_start(p->ca, &a, p->now, &id), MORI_OK);
+		start_notified(p, &m, &nc, &d, &r);
 		ck_assert_int_eq(run_until(p, &r, 1, 1000000), 0);
 		ck_assert_msg(r.code == 0, "%s", r.msg);
 		for (int i = 0; i < 100; i++)
@@ -584,9 +558,7 @@ START_TEST(notif_once_after_lost_ack)
 	ck_assert_uint_ge(rdma_eng_stats(p->a)->stalls, 5);
 	ck_assert_uint_ge(rdma_eng_stats(p->b)->notifs_dup, 5);
 	ck_assert_uint_eq(rdma_eng_stats(p->b)->notifs_rx, 5);
-	pair_free(p);
-	free(m.a);
-	free(m.b);
+	rig_free(p, &m);
 }
 END_TEST
 
@@ -596,17 +568,13 @@ END_TEST
  * with MORI_ETIMEDOUT and the message names the QP error. */
 START_TEST(retry_exceeded)
 {
-	struct pair *p = pair_new(1, NULL, NULL);
-	cur_pair = p;
-	ck_assert_int_eq(pair_connect(p, 100), 0);
 	struct mem m;
-	mem_init(p, &m);
+	struct pair *p = rig(1, NULL, &m);
 	fq_by_qpn(&p->fab, rdma_conn_qp(p->cb, 0)->qpn)->state = QPS_RESET;
 	mori_desc d = {0, 0, 1000};
 	struct res r = {0};
-	uint32_t id;
 	struct rdma_xfer_args a = args(&m, 0, &d, 1, &r, p->now + 10000000);
-	ck_assert_int_eq(rdma_xfer_start(p->ca, &a, p->now, &id), MORI_OK);
+	start(p, &a);
 	ck_assert_int_eq(run_until(p, &r, 1, 100000), 0);
 	ck_assert_msg(r.code == 0, "%s", r.msg);
 	ck_assert(memcmp(m.a, m.b, 1000) == 0);
@@ -618,7 +586,7 @@ START_TEST(retry_exceeded)
 	struct res r2 = {0};
 	uint64_t deadline = p->now + 2000000;
 	struct rdma_xfer_args a2 = args(&m, 0, &d, 1, &r2, deadline);
-	ck_assert_int_eq(rdma_xfer_start(p->ca, &a2, p->now, &id), MORI_OK);
+	start(p, &a2);
 	ck_assert_int_eq(run_until(p, &r2, 1, 1000000), 0);
 	ck_assert_int_eq(r2.code, MORI_ETIMEDOUT);
 	ck_assert_msg(strstr(r2.msg, "last QP error: retry exceeded") != NULL, "%s", r2.msg);
@@ -627,12 +595,10 @@ START_TEST(retry_exceeded)
 	ck_assert_int_eq(pair_connect(p, 100000), 0);
 	struct res r3 = {0};
 	struct rdma_xfer_args a3 = args(&m, 0, &d, 1, &r3, p->now + 10000000);
-	ck_assert_int_eq(rdma_xfer_start(p->ca, &a3, p->now, &id), MORI_OK);
+	start(p, &a3);
 	ck_assert_int_eq(run_until(p, &r3, 1, 100000), 0);
 	ck_assert_int_eq(r3.code, 0);
-	pair_free(p);
-	free(m.a);
-	free(m.b);
+	rig_free(p, &m);
 }
 END_TEST
 
@@ -640,16 +606,13 @@ END_TEST
  * MORI_EIO, new ones are refused, and the engine says it is dead so its owner rebuilds it. */
 START_TEST(device_poll_error)
 {
-	struct pair *p = pair_new(2, NULL, NULL);
-	cur_pair = p;
-	ck_assert_int_eq(pair_connect(p, 100), 0);
 	struct mem m;
-	mem_init(p, &m);
+	struct pair *p = rig(2, NULL, &m);
 	mori_desc d = {0, 0, 1u << 20};
 	struct res r = {0};
 	uint32_t id;
 	struct rdma_xfer_args a = args(&m, 0, &d, 1, &r, p->now + 100000000);
-	ck_assert_int_eq(rdma_xfer_start(p->ca, &a, p->now, &id), MORI_OK);
+	start(p, &a);
 	ck_assert_ptr_null(rdma_eng_dead(p->a));
 	p->da.poll_error = 1;
 	pair_step(p);
@@ -661,26 +624,20 @@ START_TEST(device_poll_error)
 	a = args(&m, 0, &d, 1, &r2, p->now + 100000000);
 	ck_assert_int_eq(rdma_xfer_start(p->ca, &a, p->now, &id), MORI_EIO);
 	ck_assert_uint_eq(rdma_xfers_in_flight(p->a), 0);
-	pair_free(p);
-	free(m.a);
-	free(m.b);
+	rig_free(p, &m);
 }
 END_TEST
 
 /* Freeing a connection (peer gone) ends its transfers with the given code, exactly once. */
 START_TEST(conn_free_ends_transfers)
 {
-	struct pair *p = pair_new(2, NULL, NULL);
-	cur_pair = p;
-	ck_assert_int_eq(pair_connect(p, 100), 0);
 	struct mem m;
-	mem_init(p, &m);
+	struct pair *p = rig(2, NULL, &m);
 	mori_desc d = {0, 0, 2u << 20};
 	struct res r[3] = {{0}};
-	uint32_t id;
 	for (int i = 0; i < 3; i++) {
 		struct rdma_xfer_args a = args(&m, i == 1, &d, 1, &r[i], p->now + 100000000);
-		ck_assert_int_eq(rdma_xfer_start(p->ca, &a, p->now, &id), MORI_OK);
+		start(p, &a);
 	}
 	rdma_conn_free(p->ca, MORI_EPEERDEAD, "peer daemon gone");
 	p->ca = NULL;
@@ -690,9 +647,7 @@ START_TEST(conn_free_ends_transfers)
 		ck_assert_str_eq(r[i].msg, "peer daemon gone");
 	}
 	ck_assert_uint_eq(rdma_xfers_in_flight(p->a), 0);
-	pair_free(p);
-	free(m.a);
-	free(m.b);
+	rig_free(p, &m);
 }
 END_TEST
 
@@ -716,9 +671,7 @@ START_TEST(bad_args)
 	struct rdma_eng *e = p->a;
 	ck_assert_ptr_null(rdma_conn_new(e, 0, &(struct rdma_conn_cb){0}, 0, err, sizeof(err)));
 	ck_assert_ptr_null(rdma_conn_new(e, RDMA_MAX_QPS + 1, &(struct rdma_conn_cb){0}, 0, err, sizeof(err)));
-	pair_free(p);
-	free(m.a);
-	free(m.b);
+	rig_free(p, &m);
 }
 END_TEST
 
