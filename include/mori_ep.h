@@ -142,8 +142,16 @@ MORI_API int mori_ep_recv_buffers(const mori_ep_handle *h, mori_ep_recv *out);
 MORI_API int mori_ep_dispatch(mori_ep_handle *h, const void *input, const float *weights, const void *scales,
 			      const int32_t *indices, int num_tokens, void *stream, mori_ep_recv *out);
 
+/* The registered combine input (ROCm/mori's get_registered_combine_input_buffer): a buffer on this
+ * PE's heap in the receive layout (normal [max_recv, H], low-latency [num_experts_per_rank, world x
+ * max, H]; row stride H x max_token_type_size bytes whatever the combine dtype). Experts that write
+ * their outputs there and pass it to mori_ep_combine as expert_out save a copy: the home ranks read
+ * the rows in place (one pass instead of a copy to the home rank and a read there). */
+MORI_API void *mori_ep_get_registered_combine_input_buffer(const mori_ep_handle *h);
+
 /* Combine on stream: expert_out holds the expert outputs in the receive layout (normal:
- * [max_recv, H], rows 0..count-1; low-latency: [num_experts_per_rank, world x max, H]) of dtype
+ * [max_recv, H], rows 0..count-1; low-latency: [num_experts_per_rank, world x max, H]; dense rows of
+ * H x element size, or the registered combine input with its row stride) of dtype
  * (MORI_EP_BF16 or MORI_EP_FP32, element size <= max_token_type_size); out gets [num_tokens, H]
  * of dtype for the num_tokens of the preceding dispatch: normal: the sum over the token's
  * distinct destination ranks (unweighted, ROCm/mori); low-latency: sum over k of weights[t][k] x

@@ -360,6 +360,14 @@ MORI_KERNEL void __launch_bounds__(1024) mori_ep_combine_send(const struct mori_
 	const int32_t *count = (const int32_t *)local(a, a.L.count), *srcp = (const int32_t *)local(a, a.L.src);
 	const uint8_t *eo = (const uint8_t *)a.input;
 	const int64_t per = (int64_t)W * M;
+	if (a.pull) { // grid 1: the rows stay in cin (the stream's earlier kernels wrote them); say so
+		mori_complete_stores_sys();
+		__syncthreads();
+		int t = (int)mori_block_thread();
+		if (t < W)
+			mori_release_add_sys((uint64_t *)peer(a, t, a.L.cdone) + a.rank, (uint64_t)a.nblocks);
+		return;
+	}
 	__shared__ int pre[EP_MAX_LOCAL], tmp[EP_MAX_LOCAL];
 	const int nl = a.L.bins_local, total = count_prefix(count, nl, (int)per, pre, tmp);
 	// every received row of every local expert is one item, spread over all warps
@@ -407,32 +415,44 @@ MORI_KERNEL void __launch_bounds__(1024) mori_ep_combine_reduce(const struct mor
 	const float *rw = a.weights ? (const float *)a.weights : (const float *)local(a, a.L.rweight);
 	const int32_t *given = (const int32_t *)a.indices;
 	const uint8_t *comb = local(a, a.L.comb);
+	const int32_t *base = base_tab(a);
 	const int P = ll ? K : W, nv = a.tok_bytes >> 4;
 	const unsigned wid = mori_block_thread() / MORI_WARP_SIZE;
-	__shared__ int64_t srow[EP_MAX_WARPS][32]; // the token's source rows (byte offsets), compacted
+	__shared__ uint64_t srow[EP_MAX_WARPS][32]; // the token's source rows (addresses), compacted
 	__shared__ float swt[EP_MAX_WARPS][32];
 	for (int t = (int)mori_global_warp(); t < a.num_tokens; t += (int)mori_grid_warps()) {
 		if (given && (int)lane < K && given[t * K + lane] != route[t * K + lane])
 			fail(a, MORI_EINVAL, MORI_EP_ERR_ROUTE, t * K + (int)lane, given[t * K + lane]);
 		bool ok = false;
-		int64_t row = 0;
+		const uint8_t *row = nullptr;
 		float w = 1.f;
 		if ((int)lane < P) {
 			if (!ll) {
-				ok = pos[t * W + lane] >= 0;
-				row = (int64_t)lane * M + t;
+				int p = pos[t * W + lane];
+				ok = p >= 0;
+				if (ok)
+					row = a.pull ? peer(a, (int)lane, a.L.cin) + ((int64_t)base[lane] + p) * a.L.token_stride
+						     : comb + ((int64_t)lane * M + t) * a.L.token_stride;
 			} else {
 				int v = route[t * K + lane];
-				ok = v >= 0 && v < E && pos[t * K + lane] >= 0;
-				row = (int64_t)t * K + lane;
+				int p = v >= 0 && v < E ? pos[t * K + lane] : -1;
+				ok = p >= 0;
+				if (ok)
+					row = a.pull ? peer(a, v / a.epr, a.L.cin) +
+							       ((int64_t)(v % a.epr) * W * M + base[v] + p) * a.L.token_stride
+						     : comb + ((int64_t)t * K + lane) * a.L.token_stride;
 				w = rw[t * K + lane];
 			}
+			if (ok && a.pull && (row < peer(a, ll ? route[t * K + lane] / a.epr : (int)lane, a.L.cin) ||
+					     row >= peer(a, ll ? route[t * K + lane] / a.epr : (int)lane, a.L.cin) +
+							    a.L.recv_slots * a.L.token_stride))
+				ok = false; // a base from a peer that failed: never read outside its buffer
 		}
 		const uint64_t m = warp_ballot(ok);
 		const int ns = __popcll(m);
 		if (ok) {
 			int at = __popcll(m & ((1ull << lane) - 1));
-			srow[wid][at] = row * a.L.token_stride;
+			srow[wid][at] = (uint64_t)row;
 			swt[wid][at] = w;
 		}
 		mori_sync_warp();
@@ -444,7 +464,7 @@ MORI_KERNEL void __launch_bounds__(1024) mori_ep_combine_reduce(const struct mor
 #pragma unroll
 				for (int q = 0; q < 8; q++)
 					if (j0 + q < ns)
-						v[q] = ((const mori_vec16 *)(comb + srow[wid][j0 + q]))[c];
+						v[q] = ((const mori_vec16 *)srow[wid][j0 + q])[c];
 #pragma unroll
 				for (int q = 0; q < 8; q++) {
 					if (j0 + q >= ns)

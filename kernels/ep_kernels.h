@@ -10,6 +10,9 @@
  *   comb  normal [world][max_tok][token bytes] (rank d's outputs for my tokens), low-latency
  *         [max_tok][K][token bytes]
  *   local (never written by peers): epoch, status, counts, bases, positions, routing copy.
+ * Combine either pushes (the caller's expert outputs: combine_send copies each row into its home
+ * rank's comb, then cdone) or, when the outputs are already in the registered buffer cin, only
+ * signals (cdone += nblocks, grid 1) and the home ranks' reduce reads the rows from cin directly.
  * Kernels: layout (grid = bins, counts and positions per bin, meta to the bin's owner, the bases
  * from the lower ranks' meta), dispatch_send (grid = block_num: tokens to every destination,
  * then +1 on each destination's ddone[me]), dispatch_recv (grid 1: waits ddone, counts), combine_send
@@ -25,7 +28,7 @@
 #define MORI_EP_K_COMBINE_SEND "mori_ep_combine_send"
 #define MORI_EP_K_COMBINE_REDUCE "mori_ep_combine_reduce"
 #define MORI_EP_K_QUERY "mori_ep_layout_query"
-#define MORI_EP_LAYOUT_THREADS 256
+#define MORI_EP_LAYOUT_THREADS 1024 /* most threads of a layout block (256 for up to 256 tokens) */
 /* include/mori_ep.h's values the kernels need (that header's host functions would clash with the
  * device API's names in device code); libclient/ep.c checks they agree. */
 #define MORI_EP_KMODE_LL 1     /* MORI_EP_LOW_LATENCY */
@@ -35,6 +38,7 @@
 struct mori_ep_layout {
 	uint64_t meta, ddone, cdone;
 	uint64_t tok, w, idx, scale, src, comb;
+	uint64_t cin;                 /* the registered combine input: the receive layout, read by peers */
 	uint64_t local;               /* start of the local part: */
 	uint64_t epoch, status, count, base, pos, route, rweight;
 	uint64_t total;               /* bytes of the whole block */
@@ -68,5 +72,7 @@ struct mori_ep_kargs {
 	int32_t tok_bytes;        /* this call's bytes per token (dispatch dtype or combine dtype) */
 	int32_t scale_bytes;      /* scale_dim x scale_type_size */
 	int32_t dtype;            /* combine: MORI_EP_BF16 / MORI_EP_FP32 */
+	int32_t pull;             /* combine: the outputs are in L.cin; home ranks read them there */
+	int32_t pad2;
 };
 #endif

@@ -254,7 +254,8 @@ int mori_ep_dispatch(mori_ep_handle *h, const void *input, const float *weights,
 	a.indices = (uint64_t)(uintptr_t)indices;
 	a.tok_bytes = h->cfg.hidden_dim * ep_dtype_size(h->cfg.data_type);
 	void *params[] = {&a};
-	if ((rc = launch(h, K_LAYOUT, (unsigned)h->L.bins, MORI_EP_LAYOUT_THREADS, stream, params)) ||
+	unsigned lthr = num_tokens > 256 ? MORI_EP_LAYOUT_THREADS : 256; /* a block scans the tokens */
+	if ((rc = launch(h, K_LAYOUT, (unsigned)h->L.bins, lthr, stream, params)) ||
 	    (rc = launch(h, K_DSEND, (unsigned)h->cfg.block_num, (unsigned)h->cfg.warp_num_per_block * 32, stream,
 			 params)) ||
 	    (rc = launch(h, K_DRECV, 1, 256, stream, params)))
@@ -264,6 +265,11 @@ int mori_ep_dispatch(mori_ep_handle *h, const void *input, const float *weights,
 	if (out)
 		mori_ep_recv_buffers(h, out);
 	return MORI_OK;
+}
+
+void *mori_ep_get_registered_combine_input_buffer(const mori_ep_handle *h)
+{
+	return h ? h->block + h->L.cin : NULL;
 }
 
 int mori_ep_combine(mori_ep_handle *h, int dtype, const void *expert_out, const float *weights,
@@ -300,9 +306,11 @@ int mori_ep_combine(mori_ep_handle *h, int dtype, const void *expert_out, const 
 	a.out = (uint64_t)(uintptr_t)out;
 	a.tok_bytes = h->cfg.hidden_dim * es;
 	a.dtype = dtype;
+	a.pull = expert_out == (const void *)(h->block + h->L.cin); /* the rows are read where they are */
 	void *params[] = {&a};
 	unsigned grid = (unsigned)h->cfg.block_num, thr = (unsigned)h->cfg.warp_num_per_block * 32;
-	if ((rc = launch(h, K_CSEND, grid, thr, stream, params)) || (rc = launch(h, K_CREDUCE, grid, thr, stream, params)))
+	if ((rc = launch(h, K_CSEND, a.pull ? 1 : grid, a.pull ? 64 : thr, stream, params)) ||
+	    (rc = launch(h, K_CREDUCE, grid, thr, stream, params)))
 		return rc;
 	h->next_combine = 0;
 	return MORI_OK;

@@ -120,6 +120,7 @@ int ep_layout(const mori_ep_config *c, struct mori_ep_layout *L)
 	L->scale = o, o = up(o + R * (uint64_t)L->scale_stride);
 	L->src = o, o = up(o + R * 4);
 	L->comb = o, o = up(o + (ll ? M * K : W * M) * (uint64_t)L->token_stride);
+	L->cin = o, o = up(o + R * (uint64_t)L->token_stride);
 	L->local = o;
 	L->epoch = o, o = up(o + 8);
 	L->status = o, o = up(o + 16);

@@ -111,7 +111,7 @@ START_TEST(heap_sizes)
 	ck_assert_int_eq(L.bins, 256);
 	ck_assert_int_eq(L.pos_cols, 8);
 	/* every part 256-aligned and in order */
-	uint64_t parts[] = {L.meta, L.ddone, L.cdone, L.tok, L.w, L.idx, L.scale, L.src, L.comb, L.epoch, L.status,
+	uint64_t parts[] = {L.meta, L.ddone, L.cdone, L.tok, L.w, L.idx, L.scale, L.src, L.comb, L.cin, L.epoch, L.status,
 			    L.count, L.base, L.pos, L.route, L.rweight, L.total};
 	for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) {
 		ck_assert_uint_eq(parts[i] % 256, 0);

@@ -8,7 +8,9 @@
  *   Per rank: dispatch and combine latency p50/p99 (events around each, a barrier on the stream
  *   before every iteration), bandwidth as ROCm/mori computes it (received tokens x H x element size
  *   / time), and the aggregate of all ranks (sum of received bytes / the slowest rank's time).
- *   Then one CUDA graph of dispatch + combine replayed (p50 per replay).
+ *   Combine reads the experts' outputs from the registered combine input (ROCm/mori's
+ *   get_registered_combine_input_buffer) in place; "push p50" times the other path (a buffer of
+ *   their own, copied to the home ranks). Then one CUDA graph of dispatch + combine replayed.
  *   Baseline in the same run: cuMemcpyDtoD of 1 GiB in one process (the copy ceiling). All ranks
  *   share one GPU's memory: these are not NVLink figures.
  *
@@ -39,7 +41,7 @@ int bench_ep_main(int argc, char **argv);
 struct rank_res {
 	int ok;
 	char err[300];
-	double disp_us[MAXIT], comb_us[MAXIT], graph_us[MAXIT];
+	double disp_us[MAXIT], comb_us[MAXIT], push_us[MAXIT], graph_us[MAXIT];
 	long long recv[MAXIT];
 	int graph_n;
 };
@@ -161,6 +163,10 @@ static int one_rank(int me, int n, int ll, int iters, const char *dir)
 	GCK(g->event_create(&e0, 0));
 	GCK(g->event_create(&e1, 0));
 	GCK(g->event_create(&e2, 0));
+	/* pass 0: the experts' outputs in the registered combine input (read in place by the home
+	 * ranks); pass 1: in a buffer of their own (the receive rows, pushed to the home ranks) */
+	void *cin = mori_ep_get_registered_combine_input_buffer(h);
+	for (int pass = 0; pass < 2; pass++)
 	for (int it = -3; it < iters; it++) {
 		MOK(mori_shmem_barrier_on_stream(grp, s)); /* every rank starts the iteration together */
 		GCK(g->event_record(e0, s));
@@ -168,11 +174,17 @@ static int one_rank(int me, int n, int ll, int iters, const char *dir)
 				     (int32_t *)(uintptr_t)idx, T, s, NULL));
 		GCK(g->event_record(e1, s));
 		/* the experts' outputs: the received rows read as bf16 (H x 2 bytes = the row stride) */
-		MOK(mori_ep_combine(h, MORI_EP_BF16, rb.tokens, NULL, NULL, (void *)(uintptr_t)out, s));
+		MOK(mori_ep_combine(h, MORI_EP_BF16, pass ? rb.tokens : cin, NULL, NULL, (void *)(uintptr_t)out, s));
 		GCK(g->event_record(e2, s));
 		GCK(g->stream_synchronize(s));
 		if (it < 0)
 			continue;
+		if (pass) {
+			float b;
+			GCK(g->event_elapsed_time(&b, e1, e2));
+			R->push_us[it] = b * 1e3;
+			continue;
+		}
 		float a, b;
 		GCK(g->event_elapsed_time(&a, e0, e1));
 		GCK(g->event_elapsed_time(&b, e1, e2));
@@ -197,7 +209,7 @@ static int one_rank(int me, int n, int ll, int iters, const char *dir)
 		GCK(begin(s, 2));
 		MOK(mori_ep_dispatch(h, (void *)(uintptr_t)in, (float *)(uintptr_t)w, (void *)(uintptr_t)sc,
 				     (int32_t *)(uintptr_t)idx, T, s, NULL));
-		MOK(mori_ep_combine(h, MORI_EP_BF16, rb.tokens, NULL, NULL, (void *)(uintptr_t)out, s));
+		MOK(mori_ep_combine(h, MORI_EP_BF16, cin, NULL, NULL, (void *)(uintptr_t)out, s));
 		GCK(end(s, &graph));
 		GCK(inst(&exec, graph, 0));
 		for (int it = -3; it < iters; it++) {
@@ -279,7 +291,7 @@ static int run_procs(int n, int ll, int iters, const char *dir)
 static void report(int n, int ll, int iters)
 {
 	const int T = ll ? 128 : 4096;
-	double dmax50 = 0, dmax99 = 0, cmax50 = 0, cmax99 = 0, gmax50 = 0, dbw = 0, cbw = 0;
+	double dmax50 = 0, dmax99 = 0, cmax50 = 0, cmax99 = 0, gmax50 = 0, pmax50 = 0, dbw = 0, cbw = 0;
 	long long recv = 0;
 	double agg_d[MAXIT], agg_c[MAXIT];
 	for (int it = 0; it < iters; it++) {
@@ -297,6 +309,7 @@ static void report(int n, int ll, int iters)
 		double d50 = pct(r->disp_us, iters, 0.5), c50 = pct(r->comb_us, iters, 0.5);
 		dmax50 = fmax(dmax50, d50), dmax99 = fmax(dmax99, pct(r->disp_us, iters, 0.99));
 		cmax50 = fmax(cmax50, c50), cmax99 = fmax(cmax99, pct(r->comb_us, iters, 0.99));
+		pmax50 = fmax(pmax50, pct(r->push_us, iters, 0.5));
 		if (r->graph_n)
 			gmax50 = fmax(gmax50, pct(r->graph_us, r->graph_n, 0.5));
 		recv += r->recv[0];
@@ -305,9 +318,9 @@ static void report(int n, int ll, int iters)
 		cbw += (double)r->recv[0] * H * 2 / (c50 * 1e-6) / 1e9 / n;
 	}
 	double ad = pct(agg_d, iters, 0.5), ac = pct(agg_c, iters, 0.5);
-	printf("  %-6s %5d %6d %8lld %9.1f %8.1f %9.1f %9.1f %8.1f %9.1f %9.1f %9.1f %6.0f%% %6.0f%% %9.1f\n",
+	printf("  %-6s %5d %6d %8lld %9.1f %8.1f %9.1f %9.1f %8.1f %9.1f %9.1f %9.1f %6.0f%% %6.0f%% %9.1f %9.1f\n",
 	       ll ? "ll" : "normal", n, T, recv / n, dmax50, dmax99, dbw, cmax50, cmax99, cbw, ad, ac,
-	       100 * ad / SH->ceiling_gbs, 100 * ac / SH->ceiling_gbs, gmax50);
+	       100 * ad / SH->ceiling_gbs, 100 * ac / SH->ceiling_gbs, gmax50, pmax50);
 	fflush(stdout);
 }
 
@@ -352,9 +365,10 @@ int bench_ep_main(int argc, char **argv)
 	printf("# copy ceiling (same run): cuMemcpyDtoD 1 GiB, one process: %.0f GB/s\n", SH->ceiling_gbs);
 	printf("# latency us: slowest rank's p50/p99; GB/s/rank: ROCm/mori's recv tokens x H x elem / p50, mean of "
 	       "ranks;\n# aggregate: all ranks' received bytes / slowest rank's time (combine: x2 for bf16), p50 over "
-	       "iterations; graph: one replay of dispatch+combine, p50\n");
+	       "iterations; graph: one replay of dispatch+combine, p50\n# comb: the experts' outputs in the registered combine "
+	       "input (read in place); push p50: in a buffer of their own (copied to the home ranks, then summed)\n");
 	printf("# mode  ranks tok/rk recv/rk  disp p50      p99  GB/s/rk  comb p50      p99  GB/s/rk  agg disp  agg comb "
-	       "%%ceil-d %%ceil-c graph p50\n");
+	       "%%ceil-d %%ceil-c graph p50  push p50\n");
 	int bad = 0;
 	char buf[64];
 	snprintf(buf, sizeof(buf), "%s", pes);

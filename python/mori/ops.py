@@ -77,6 +77,7 @@ _PROTOS = {
     "mori_ep_combine": (_I, [_P, _I, _P, _P, _P, _P, _P]),
     "mori_ep_get_dispatch_layout": (_I, [_P, _P, _I, _P, _P, _P, _P]),
     "mori_ep_status": (_I, [_P, _I]),
+    "mori_ep_get_registered_combine_input_buffer": (_P, [_P]),
 }
 _lock = threading.Lock()
 _ready = False
@@ -199,6 +200,22 @@ class EpDispatchCombineOp:
         count = g.tensor(r.count, (c.num_experts_per_rank if ll else 1,), torch.int32)
         return tok, w, sc, idx, count
 
+    def get_registered_combine_input_buffer(self, dtype):
+        """ROCm/mori's registered combine input: a view of this rank's heap in the receive layout
+        (normal [max_recv, H], low-latency [num_experts_per_rank, max_recv, H]) of dtype (bfloat16 or
+        float32; rows H x max_token_type_size bytes apart). Experts that write their outputs here and
+        pass it to combine save a copy: the home ranks read the rows in place."""
+        torch, c, r = self._torch, self.config, self._recv
+        ll = c.kernel_type == EpDispatchCombineKernelType.LowLatency
+        slots = (c.num_experts_per_rank if ll else 1) * r.max_recv
+        es = torch.empty((), dtype=dtype).element_size()
+        if es > c.max_token_type_size:
+            raise MoriError(MORI_EINVAL, "%s is wider than max_token_type_size %d" % (dtype, c.max_token_type_size))
+        addr = _L().mori_ep_get_registered_combine_input_buffer(self._handle())
+        rows = self.group.tensor(addr, (slots, c.hidden_dim * c.max_token_type_size), torch.uint8)
+        v = rows[:, :c.hidden_dim * es].view(dtype)
+        return v.reshape(c.num_experts_per_rank, r.max_recv, c.hidden_dim) if ll else v
+
     def dispatch(self, input, weights, scales, indices, stream=None):
         """input [T, H] (config.data_type), weights [T, K] float32 (or None), scales [T, scale_dim] (or
         None), indices [T, K] int32 (-1: no expert) -> (tokens, weights, scales, indices, count) views of
@@ -226,7 +243,11 @@ class EpDispatchCombineOp:
         if indices is not None and indices.dtype != torch.int32:
             indices = indices.to(torch.int32)
         out = torch.empty((self._ntok, self.config.hidden_dim), dtype=input.dtype, device=input.device)
-        _lib.check(_L().mori_ep_combine(self._handle(), dt, _ptr(input, "input"), _ptr(weights, "weights", torch.float32),
+        reg = _L().mori_ep_get_registered_combine_input_buffer(self._handle())
+        if not input.is_cuda or (input.data_ptr() != reg and not input.is_contiguous()):
+            # the registered view may be strided (rows H x max_token_type_size apart): libmori knows
+            raise MoriError(MORI_EINVAL, "combine input must be a contiguous CUDA tensor or the registered combine input")
+        _lib.check(_L().mori_ep_combine(self._handle(), dt, input.data_ptr(), _ptr(weights, "weights", torch.float32),
                                         _ptr(indices, "indices"), out.data_ptr() if self._ntok else None,
                                         self._stream(stream)), "EP combine")
         return out
