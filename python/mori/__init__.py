@@ -7,6 +7,7 @@ install time).
     mori.nixl_compat          # a NIXL agent (nixl._api.nixl_agent's calls) on mori
     mori.shmem                # MORI-SHMEM's host API: groups, symmetric heaps (include/mori_shmem.h)
     mori.ir                   # MORI-IR: the device API's bitcode, its table, Triton wrappers
+    mori.ops                  # MORI-EP: MoE dispatch/combine over torch tensors (include/mori_ep.h)
 
 Every failure raises mori.MoriError, carrying the MORI_E* code (e.code, e.name) and libmori's or
 the daemon's message (e.message). libmori is found through $MORI_LIB, the build tree ($B, when
@@ -38,7 +39,7 @@ def strerror(code):
 
 def __getattr__(name):
     # mori.io and mori.nixl_compat load on first use, so `import mori` stays cheap
-    if name in ("io", "nixl_compat", "shmem", "ir"):
+    if name in ("io", "nixl_compat", "shmem", "ir", "ops"):
         import importlib
         return importlib.import_module("." + name, __name__)
     raise AttributeError("module 'mori' has no attribute %r" % name)

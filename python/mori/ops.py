@@ -39,7 +39,16 @@ class EpDispatchCombineKernelType(enum.IntEnum):
 _DT_BF16, _DT_FP32, _DT_FP8 = 1, 2, 3
 
 
+_DT_NAMES = {"bfloat16": _DT_BF16, "bf16": _DT_BF16, "float32": _DT_FP32, "fp32": _DT_FP32,
+             "float8_e4m3fn": _DT_FP8, "float8_e4m3fnuz": _DT_FP8, "fp8": _DT_FP8}
+
+
 def _dtype_code(dt):
+    """A torch dtype, or its name (no torch needed: config checks on machines without it)."""
+    if isinstance(dt, str):
+        if dt not in _DT_NAMES:
+            raise MoriError(MORI_EINVAL, "data type %r is none of %s" % (dt, ", ".join(sorted(_DT_NAMES))))
+        return _DT_NAMES[dt]
     import torch
     table = {torch.bfloat16: _DT_BF16, torch.float32: _DT_FP32}
     for name in ("float8_e4m3fn", "float8_e4m3fnuz"):
