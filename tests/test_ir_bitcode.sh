@@ -189,5 +189,6 @@ if [ -n "$NVCC" ] && [ -f "$IR/libmori_shmem_device.a" ]; then
 		> "$T/nvcc.log" 2>&1 || fail "nvcc -rdc against libmori_shmem_device.a: $(tail -20 "$T/nvcc.log")"
 	pass "static device library: tests/ir_rdc_ring.cu + ir_rdc_ring_main.c link with nvcc -rdc (sm_80, sm_90) -> $B/tests/ir_rdc_ring"
 else
-	echo "# static device library not linked here: ${NVCC:+no $IR/libmori_shmem_device.a}${NVCC:-no nvcc}"
+	if [ -n "$NVCC" ]; then echo "# static device library not linked here: no $IR/libmori_shmem_device.a"
+	else echo "# static device library not linked here: no nvcc"; fi
 fi
