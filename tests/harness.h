@@ -176,6 +176,28 @@ static inline uint64_t test_hash(uint64_t h, const void *p, size_t n)
 			      mori_client_last_error(NULL));                                    \
 	} while (0)
 
+/* 4 KiB writes from l to r, one after another, until one fails (r's owner died: its handle goes
+ * stale) or within_us passed. The failing code, MORI_OK if none failed. */
+static inline int write_until_refused(mori_mem *l, mori_mem *r, uint64_t within_us)
+{
+	struct timespec t0, t;
+	int rc = MORI_OK;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		mori_xfer *x;
+		rc = mori_write(l, 0, r, 0, 4096, NULL, &x);
+		if (rc == MORI_OK) {
+			rc = mori_xfer_wait(x, 1000000);
+			mori_xfer_free(x);
+		}
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		if (rc != MORI_OK ||
+		    (uint64_t)(t.tv_sec - t0.tv_sec) * 1000000u + (uint64_t)(t.tv_nsec - t0.tv_nsec) / 1000 >= within_us)
+			return rc;
+		usleep(1000);
+	}
+}
+
 /* test_hash over the local side of descriptors (idx NULL: descriptors in order). */
 static inline uint64_t local_hash(const uint8_t *base, const mori_desc *d, const uint32_t *idx, size_t n)
 {

@@ -159,6 +159,15 @@ static void target_end(struct target *t, uint64_t *notifs, uint64_t *tagsum)
 	close(t->from);
 }
 
+/* The target process killed (its daemon died under it, or a test ends it rudely). */
+static inline void target_kill(struct target *t)
+{
+	kill(t->pid, SIGKILL);
+	waitpid(t->pid, NULL, 0);
+	close(t->to);
+	close(t->from);
+}
+
 /* The owner's packed blob of region `which` (0 A, 1 B); its length. */
 static inline size_t ask_blob(struct target *t, uint32_t which, uint8_t blob[MORI_MEM_BLOB_MAX])
 {
@@ -216,5 +225,21 @@ static size_t rand_batch(uint64_t *s, mori_desc *d, size_t k, uint64_t lsz, uint
 	if (n == 0)
 		d[n++] = (mori_desc){0, 0, 1};
 	return n;
+}
+
+/* n distinct slot numbers below slots (n <= slots), by rejection. */
+static void rand_distinct(uint64_t *s, uint32_t *idx, size_t n, uint32_t slots)
+{
+	for (size_t i = 0; i < n; i++) {
+		uint32_t v;
+		int dup;
+		do {
+			v = (uint32_t)(test_rand(s) % slots);
+			dup = 0;
+			for (size_t j = 0; j < i; j++)
+				dup |= idx[j] == v;
+		} while (dup);
+		idx[i] = v;
+	}
 }
 #endif

@@ -332,20 +332,9 @@ START_TEST(target_dies)
 	OK(mori_write(l, 0, r0, 0, 4096, NULL, &x));
 	OK(mori_xfer_wait(x, 1000000));
 	mori_xfer_free(x);
-	kill(t.pid, SIGKILL);
+	kill(t.pid, SIGKILL); /* the target, with both regions */
 	waitpid(t.pid, NULL, 0);
-	uint64_t t0 = mori_now_us();
-	int rc = MORI_OK;
-	while (mori_now_us() - t0 < 2000000) {
-		rc = mori_write(l, 0, r1, 0, 4096, NULL, &x);
-		if (rc == MORI_OK) {
-			rc = mori_xfer_wait(x, 1000000);
-			mori_xfer_free(x);
-		}
-		if (rc != MORI_OK)
-			break;
-		usleep(1000);
-	}
+	int rc = write_until_refused(l, r1, 2000000);
 	ck_assert_msg(rc == MORI_ESTALE || rc == MORI_EPEERDEAD, "after the target died: %s", mori_strerror(rc));
 	ck_assert_int_ne(mori_write(l, 0, r0, 0, 4096, NULL, &x), MORI_OK);
 	OK(mori_mem_deregister(r0));

@@ -83,17 +83,7 @@ START_TEST(random_batches)
 		size_t n;
 		if (form == 2) {
 			n = 1 + test_rand(&seed) % 64;
-			for (size_t i = 0; i < n; i++) { /* distinct slots: shuffle-free rejection */
-				uint32_t v;
-				int dup;
-				do {
-					v = (uint32_t)(test_rand(&seed) % SLOTS);
-					dup = 0;
-					for (size_t j = 0; j < i; j++)
-						dup |= idx[j] == v;
-				} while (dup);
-				idx[i] = v;
-			}
+			rand_distinct(&seed, idx, n, SLOTS);
 			dd = slots;
 			ii = idx;
 		} else {
@@ -250,17 +240,7 @@ static void owner_dies(int use_cma)
 	kill(child, SIGKILL);
 	waitpid(child, NULL, 0);
 	uint64_t t0 = mori_now_us();
-	int rc = MORI_OK;
-	while (mori_now_us() - t0 < 2000000) {
-		rc = mori_write(l, 0, v, 0, 4096, NULL, &x);
-		if (rc == MORI_OK) {
-			rc = mori_xfer_wait(x, 1000000);
-			mori_xfer_free(x);
-		}
-		if (rc != MORI_OK)
-			break;
-		usleep(1000);
-	}
+	int rc = write_until_refused(l, v, 2000000);
 	ck_assert_msg(rc == MORI_ESTALE || rc == MORI_EPEERDEAD, "after the owner died: %s", mori_strerror(rc));
 	ck_assert_uint_lt(mori_now_us() - t0, 2000000);
 	ck_assert_int_eq(daemon_regions(), 1);

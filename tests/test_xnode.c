@@ -74,6 +74,24 @@ static Mori__Reply *node_list(struct test_node *n, uint32_t what)
 	return rep;
 }
 
+/* A client of node A named label with a host region of lsz bytes (*l) and node B's region
+ * `name` open (*r). */
+static mori_client *initiator(const char *label, size_t lsz, const char *name, mori_mem **l, mori_mem **r)
+{
+	mori_client *c;
+	OK(mori_client_open(NA.dir, label, &c));
+	OK(mori_mem_alloc(c, lsz, MORI_MEM_HOST, l));
+	OK(mori_mem_open_remote(c, NB.addr, name, r));
+	return c;
+}
+
+/* x must succeed within 5 s; freed. */
+static void xfer_done(mori_xfer *x)
+{
+	OK(mori_xfer_wait(x, 5000000));
+	mori_xfer_free(x);
+}
+
 /* ---- tests ---- */
 
 START_TEST(random_batches)
@@ -127,17 +145,7 @@ START_TEST(random_batches)
 		size_t n;
 		if (form == 2) {
 			n = 1 + test_rand(&seed) % 64;
-			for (size_t i = 0; i < n; i++) {
-				uint32_t v;
-				int dup;
-				do {
-					v = (uint32_t)(test_rand(&seed) % SLOTS);
-					dup = 0;
-					for (size_t j = 0; j < i; j++)
-						dup |= idx[j] == v;
-				} while (dup);
-				idx[i] = v;
-			}
+			rand_distinct(&seed, idx, n, SLOTS);
 			dd = slots;
 			ii = idx;
 		} else {
@@ -209,9 +217,7 @@ START_TEST(forced_rdma_without_device)
 	mori_client *c;
 	mori_mem *l, *ra;
 	mori_xfer *x;
-	OK(mori_client_open(NA.dir, "forced", &c));
-	OK(mori_mem_alloc(c, 1 << 20, MORI_MEM_HOST, &l));
-	OK(mori_mem_open_remote(c, NB.addr, "target/a", &ra));
+	c = initiator("forced", 1 << 20, "target/a", &l, &ra);
 	char why[300] = "";
 	int rc = mori_write(l, 0, ra, 0, 4096, NULL, &x);
 	if (rc == MORI_OK) {
@@ -267,8 +273,7 @@ START_TEST(bad_input)
 	bl = ask_blob(&t, 0, blob);
 	OK(mori_mem_unpack(c, blob, bl, &m));
 	OK(mori_write(l, 0, m, 4096, 4096, NULL, &x));
-	OK(mori_xfer_wait(x, 5000000));
-	mori_xfer_free(x);
+	xfer_done(x);
 	OK(mori_mem_deregister(m));
 	/* the owner deregisters A: the open handle is stale at its next transfer, and so is a blob */
 	struct hreq h = {HREQ_DEREG, 0};
@@ -298,12 +303,9 @@ START_TEST(deadline_and_cancel)
 	mori_client *c;
 	mori_mem *l, *ra;
 	mori_xfer *x, *y;
-	OK(mori_client_open(NA.dir, "deadline", &c));
-	OK(mori_mem_alloc(c, 16 << 20, MORI_MEM_HOST, &l));
-	OK(mori_mem_open_remote(c, NB.addr, "target/a", &ra));
+	c = initiator("deadline", 16 << 20, "target/a", &l, &ra);
 	OK(mori_write(l, 0, ra, 0, 4096, NULL, &x)); /* the streams are up */
-	OK(mori_xfer_wait(x, 5000000));
-	mori_xfer_free(x);
+	xfer_done(x);
 	kill(NB.pid, SIGSTOP);
 	mori_xfer_opts o = {.timeout_us = 300000};
 	uint64_t t0 = mori_now_us();
@@ -325,12 +327,10 @@ START_TEST(deadline_and_cancel)
 	/* the peer is still usable afterwards, and the daemon has nothing left in flight */
 	memset(mori_mem_ptr(l), 0x5a, 8192);
 	OK(mori_write(l, 0, ra, 100, 8192, NULL, &x));
-	OK(mori_xfer_wait(x, 5000000));
-	mori_xfer_free(x);
+	xfer_done(x);
 	memset(mori_mem_ptr(l), 0, 8192);
 	OK(mori_read(l, 0, ra, 100, 8192, NULL, &x));
-	OK(mori_xfer_wait(x, 5000000));
-	mori_xfer_free(x);
+	xfer_done(x);
 	for (int i = 0; i < 8192; i++)
 		ck_assert_uint_eq(((uint8_t *)mori_mem_ptr(l))[i], 0x5a);
 	Mori__Reply *rep = node_list(&NA, 4);
@@ -352,12 +352,9 @@ START_TEST(deregister_stalled_transfer)
 	mori_client *c;
 	mori_mem *l, *ra;
 	mori_xfer *x;
-	OK(mori_client_open(NA.dir, "dereg-stalled", &c));
-	OK(mori_mem_alloc(c, 16 << 20, MORI_MEM_HOST, &l));
-	OK(mori_mem_open_remote(c, NB.addr, "target/a", &ra));
+	c = initiator("dereg-stalled", 16 << 20, "target/a", &l, &ra);
 	OK(mori_write(l, 0, ra, 0, 4096, NULL, &x)); /* the streams are up */
-	OK(mori_xfer_wait(x, 5000000));
-	mori_xfer_free(x);
+	xfer_done(x);
 	kill(NB.pid, SIGSTOP);
 	OK(mori_read(l, 0, ra, 0, 16 << 20, NULL, &x));
 	uint64_t t0 = mori_now_us();
@@ -375,8 +372,7 @@ START_TEST(deregister_stalled_transfer)
 	memset(mori_mem_ptr(l2), 0x3c, 4096);
 	mori_xfer *y;
 	OK(mori_write(l2, 0, ra, 0, 4096, NULL, &y));
-	OK(mori_xfer_wait(y, 5000000));
-	mori_xfer_free(y);
+	xfer_done(y);
 	mori_xfer_free(x);
 	OK(mori_mem_deregister(l2));
 	OK(mori_mem_deregister(ra));
@@ -394,9 +390,7 @@ START_TEST(peer_killed)
 	target_start(&t, NB.dir, 1, 3);
 	mori_client *c;
 	mori_mem *l, *ra;
-	OK(mori_client_open(NA.dir, "survivor", &c));
-	OK(mori_mem_alloc(c, 64 << 20, MORI_MEM_HOST, &l));
-	OK(mori_mem_open_remote(c, NB.addr, "target/a", &ra));
+	c = initiator("survivor", 64 << 20, "target/a", &l, &ra);
 	uint8_t blob[MORI_MEM_BLOB_MAX];
 	size_t bl = ask_blob(&t, 0, blob);
 	enum { N = 64 };
@@ -428,10 +422,7 @@ START_TEST(peer_killed)
 		failed, (unsigned long long)(dt / 1000));
 	ck_assert_int_gt(failed, 0);
 	ck_assert_uint_lt(dt, 3500000);
-	kill(t.pid, SIGKILL); /* the target lost its daemon */
-	waitpid(t.pid, NULL, 0);
-	close(t.to);
-	close(t.from);
+	target_kill(&t); /* the target lost its daemon */
 
 	/* restart B: same address, new epoch */
 	ck_assert_int_eq(node_start(&NB, NULL), 0);
@@ -449,8 +440,7 @@ START_TEST(peer_killed)
 	mori_desc d = {0, 12345, 1 << 20};
 	uint64_t want = local_hash(mori_mem_ptr(l), &d, NULL, 1);
 	OK(mori_write(l, 0, ra, 12345, 1 << 20, NULL, &x));
-	OK(mori_xfer_wait(x, 5000000));
-	mori_xfer_free(x);
+	xfer_done(x);
 	ck_assert_uint_eq(ask_hash(&t, 0, &d, NULL, 1), want);
 	target_end(&t, NULL, NULL);
 	mori_client_close(c);
@@ -490,12 +480,9 @@ START_TEST(initiator_killed)
 	mori_client *c;
 	mori_mem *l, *ra;
 	mori_xfer *x;
-	OK(mori_client_open(NA.dir, "next", &c));
-	OK(mori_mem_alloc(c, 4096, MORI_MEM_HOST, &l));
-	OK(mori_mem_open_remote(c, NB.addr, "target/a", &ra));
+	c = initiator("next", 4096, "target/a", &l, &ra);
 	OK(mori_read(l, 0, ra, 0, 4096, NULL, &x));
-	OK(mori_xfer_wait(x, 5000000));
-	mori_xfer_free(x);
+	xfer_done(x);
 	target_end(&t, NULL, NULL);
 	mori_client_close(c);
 }
@@ -549,9 +536,7 @@ START_TEST(stop_mid_transfer)
 	target_start(&t, NB.dir, 1, 10);
 	mori_client *c;
 	mori_mem *l, *ra;
-	OK(mori_client_open(NA.dir, "stopping", &c));
-	OK(mori_mem_alloc(c, REGION_A, MORI_MEM_HOST, &l));
-	OK(mori_mem_open_remote(c, NB.addr, "target/a", &ra));
+	c = initiator("stopping", REGION_A, "target/a", &l, &ra);
 	mori_xfer *xs[16];
 	for (int i = 0; i < 16; i++) {
 		if (i & 1)
@@ -562,10 +547,7 @@ START_TEST(stop_mid_transfer)
 	usleep(50000);
 	ck_assert_int_eq(node_stop(&NB), 0);
 	ck_assert_int_eq(node_stop(&NA), 0);
-	kill(t.pid, SIGKILL);
-	waitpid(t.pid, NULL, 0);
-	close(t.to);
-	close(t.from);
+	target_kill(&t);
 	for (int i = 0; i < 16; i++)
 		mori_xfer_free(xs[i]);
 	mori_client_close(c);
@@ -580,12 +562,9 @@ START_TEST(small_behind_large)
 	mori_client *c;
 	mori_mem *l, *ra;
 	mori_xfer *big, *small;
-	OK(mori_client_open(NA.dir, "mixed", &c));
-	OK(mori_mem_alloc(c, REGION_A, MORI_MEM_HOST, &l));
-	OK(mori_mem_open_remote(c, NB.addr, "target/a", &ra));
+	c = initiator("mixed", REGION_A, "target/a", &l, &ra);
 	OK(mori_write(l, 0, ra, 0, 4096, NULL, &small)); /* the streams are up */
-	OK(mori_xfer_wait(small, 5000000));
-	mori_xfer_free(small);
+	xfer_done(small);
 	mori_desc d[16];
 	for (int i = 0; i < 16; i++)
 		d[i] = (mori_desc){0, 0, REGION_A}; /* 1 GiB in all */
@@ -774,29 +753,6 @@ static void send_frame(int s, uint16_t type, int32_t code, uint64_t xfer, uint64
 		ck_assert(write(s, payload, len) == (ssize_t)len);
 }
 
-/* The next frame from the daemon (its payload skipped); type 0 when it closed the stream. */
-static struct fhdr recv_frame(int s)
-{
-	struct fhdr h = {0};
-	size_t got = 0;
-	while (got < sizeof(h)) {
-		ssize_t n = read(s, (char *)&h + got, sizeof(h) - got);
-		if (n <= 0) {
-			h.type = 0;
-			return h;
-		}
-		got += (size_t)n;
-	}
-	char skip[512];
-	for (uint32_t left = h.len; left;) {
-		ssize_t n = read(s, skip, left < sizeof(skip) ? left : sizeof(skip));
-		if (n <= 0)
-			break;
-		left -= (uint32_t)n;
-	}
-	return h;
-}
-
 static void hello(int s)
 {
 	ck_assert_int_eq(data_handshake(s, &XKEY, 777, "fuzz"), 0);
@@ -835,49 +791,49 @@ START_TEST(misbehaving_peer)
 	fill_random(junk, sizeof(junk), 5);
 	int s = data_connect(&NB, port); /* garbage: closed */
 	ck_assert(write(s, junk, sizeof(junk)) == (ssize_t)sizeof(junk));
-	ck_assert_int_eq(recv_frame(s).type, 0);
+	ck_assert_int_eq(data_read(s, NULL, 0).type, 0);
 	close(s);
 	s = data_connect(&NB, port); /* wrong version: closed */
 	send_frame(s, F_HELLO, 99, 777, 0, 0, 0, 0, 0, 0, NULL);
-	ck_assert_int_eq(recv_frame(s).type, 0);
+	ck_assert_int_eq(data_read(s, NULL, 0).type, 0);
 	close(s);
 	s = data_connect(&NB, port); /* data before hello: closed */
 	send_frame(s, F_WRITE, 0, 1, region, gen, 0, 16, 0, 16, junk);
-	ck_assert_int_eq(recv_frame(s).type, 0);
+	ck_assert_int_eq(data_read(s, NULL, 0).type, 0);
 	close(s);
 	s = data_connect(&NB, port);
 	hello(s);
 	send_frame(s, F_WRITE, 0, 1, 9999, 1, 0, 100, 0, 100, junk); /* unknown region */
 	{
-		struct fhdr a0 = recv_frame(s);
+		struct fhdr a0 = data_read(s, NULL, 0);
 		ck_assert_int_eq(a0.type, F_DONE);
 		ck_assert_int_eq(a0.code, MORI_ESTALE);
 	}
 	frame_secret[3] ^= 1; /* the right region and generation, a wrong secret */
 	send_frame(s, F_WRITE, 0, 10, region, gen, 0, 100, 0, 100, junk);
 	frame_secret[3] ^= 1;
-	struct fhdr a = recv_frame(s);
+	struct fhdr a = data_read(s, NULL, 0);
 	ck_assert_int_eq(a.type, F_DONE);
 	ck_assert_int_eq(a.code, MORI_ESTALE);
 	send_frame(s, F_WRITE, 0, 2, region, gen + 1, 0, 100, 0, 100, junk); /* wrong generation */
-	a = recv_frame(s);
+	a = data_read(s, NULL, 0);
 	ck_assert_int_eq(a.code, MORI_ESTALE);
 	send_frame(s, F_WRITE, 0, 3, region, gen, REGION_A - 10, 100, 0, 100, junk); /* past the end */
-	a = recv_frame(s);
+	a = data_read(s, NULL, 0);
 	ck_assert_int_eq(a.type, F_DONE);
 	ck_assert_int_eq(a.code, MORI_ERANGE);
 	send_frame(s, F_WRITE, 0, 4, region, gen, UINT64_MAX - 10, 100, 0, 100, junk); /* wrapping */
-	ck_assert_int_eq(recv_frame(s).code, MORI_ERANGE);
+	ck_assert_int_eq(data_read(s, NULL, 0).code, MORI_ERANGE);
 	send_frame(s, F_READ, 0, 5, region, gen, REGION_A, 0, 100, 100, NULL);
-	a = recv_frame(s);
+	a = data_read(s, NULL, 0);
 	ck_assert_int_eq(a.type, F_RDATA);
 	ck_assert_int_eq(a.code, MORI_ERANGE);
 	ck_assert_uint_eq(a.rlen, 100);
 	send_frame(s, F_READ, 0, 6, region, gen, 0, 0, CHUNK_MAX + 1, CHUNK_MAX + 1, NULL); /* too large */
-	ck_assert_int_eq(recv_frame(s).code, MORI_ERANGE);
+	ck_assert_int_eq(data_read(s, NULL, 0).code, MORI_ERANGE);
 	send_frame(s, F_ABORT, 0, 12345, 0, 0, 0, 0, 0, 0, NULL); /* unknown: ignored */
 	send_frame(s, F_READ, 0, 7, region, gen, 64, 0, 8, 8, NULL); /* a good read still works */
-	a = recv_frame(s);
+	a = data_read(s, NULL, 0);
 	ck_assert_int_eq(a.type, F_RDATA);
 	ck_assert_int_eq(a.code, 0);
 	ck_assert_uint_eq(a.len, 8);
@@ -893,18 +849,18 @@ START_TEST(misbehaving_peer)
 	ck_assert_int_eq(a.code, MORI_EPROTO);
 	ck_assert_msg(strstr(why, "control link"), "the refusal says: %s", why);
 	send_frame(s, F_READ, 0, 12, region, gen, 64, 0, 8, 8, NULL);
-	a = recv_frame(s);
+	a = data_read(s, NULL, 0);
 	ck_assert_int_eq(a.type, F_RDATA);
 	ck_assert_int_eq(a.code, MORI_EPROTO);
 	frame_flags = 0;
 	ck_assert_uint_eq(ask_hash(&t, 0, &dn, NULL, 1), before);
 	send_frame(s, F_WRITE, 0, 8, region, gen, 0, CHUNK_MAX + 1, 0, CHUNK_MAX + 1, NULL); /* oversized */
-	ck_assert_int_eq(recv_frame(s).type, 0);
+	ck_assert_int_eq(data_read(s, NULL, 0).type, 0);
 	close(s);
 	s = data_connect(&NB, port); /* a frame only the initiator may receive: closed */
 	hello(s);
 	send_frame(s, F_RDATA, 0, 1, 0, 0, 0, 0, 0, 0, NULL);
-	ck_assert_int_eq(recv_frame(s).type, 0);
+	ck_assert_int_eq(data_read(s, NULL, 0).type, 0);
 	close(s);
 	s = data_connect(&NB, port); /* a peer that sends half a transfer and vanishes */
 	hello(s);
@@ -915,8 +871,7 @@ START_TEST(misbehaving_peer)
 	memset(mori_mem_ptr(l), 0x33, 4096);
 	mori_xfer *x;
 	OK(mori_write(l, 0, ra, 8192, 4096, NULL, &x));
-	OK(mori_xfer_wait(x, 5000000));
-	mori_xfer_free(x);
+	xfer_done(x);
 	mori_desc d = {0, 8192, 4096};
 	ck_assert_uint_eq(ask_hash(&t, 0, &d, NULL, 1), local_hash(mori_mem_ptr(l), &d, NULL, 1));
 	Mori__Reply *mr = node_list(&NB, 2);
