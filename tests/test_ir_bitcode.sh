@@ -13,6 +13,8 @@
 #    or $ROCM_MORI's python/mori/ir/ops.py) for every function both have; mori's extra functions
 #    are listed;
 #  - mori_shmem_device.h compiles (clang-16 -x cuda -nocudainc) and declares every function;
+#  - where HIP's headers are: the same source compiles for AMD (gfx90a, gfx940) with every
+#    function of the table defined as declared;
 #  - with nvcc: a CUDA program built with -rdc against libmori_shmem_device.a links
 #    (tests/ir_rdc_ring.cu, the ring that tests/device-ir.sh runs on the GPU machine).
 # Skips the bitcode checks, saying why, without clang-16/llvm-16 (tools/install-deps installs them).
@@ -70,9 +72,13 @@ command -v clang-16 > /dev/null && command -v llvm-dis-16 > /dev/null && command
 [ -f "$BC" ] || fail "$BC not built although clang-16 is here (make all B=$B_ARG)"
 
 # Every function defined with the declared types; nothing else exported.
-llvm-dis-16 "$BC" -o "$T/lib.ll" || fail "llvm-dis-16 cannot read $BC"
-llvm-nm-16 "$BC" > "$T/nm" || fail "llvm-nm-16 $BC"
-out=$("$PY" - "$J" "$T/lib.ll" "$T/nm" <<-'EOF'
+# check_bitcode FILE TAG: every function of the table defined in FILE with the declared types and
+# exported, nothing else exported but the state global (an externally initialised pointer in
+# global memory); prints what it found, fails with the differences.
+check_bitcode() {
+	llvm-dis-16 "$1" -o "$T/$2.ll" || { echo "llvm-dis-16 cannot read $1"; return 1; }
+	llvm-nm-16 "$1" > "$T/$2.nm" || { echo "llvm-nm-16 $1"; return 1; }
+	"$PY" - "$J" "$T/$2.ll" "$T/$2.nm" <<-'EOF'
 	import json, re, sys
 	LL = {"int32": "i32", "uint32": "i32", "int64": "i64", "uint64": "i64", "float32": "float", "float64": "double"}
 	t = json.load(open(sys.argv[1]))
@@ -106,7 +112,8 @@ out=$("$PY" - "$J" "$T/lib.ll" "$T/nm" <<-'EOF'
 	print("\n".join(errs) if errs else "%d functions defined as declared; exports: those and %s" % (len(t["functions"]), t["state_global"]))
 	sys.exit(1 if errs else 0)
 	EOF
-) || fail "bitcode against the table: $out"
+}
+out=$(check_bitcode "$BC" lib) || fail "bitcode against the table: $out"
 pass "bitcode: $out"
 
 # Generic: the sm_90 build is the same IR but for the target attributes (the reason one file serves both).
@@ -168,6 +175,27 @@ grep -q '^\.visible \.global .*mori_shmem_state_ptr;' "$T/k.ptx" || fail "the li
 grep -q '^\.func\|call\.uni' "$T/k.ptx" && fail "the linked kernel still calls functions (not inlined)"
 [ -z "$PTXAS" ] || "$PTXAS" -arch=sm_90 -c "$T/k.ptx" -o "$T/k.o" || fail "ptxas rejects the linked kernel"
 pass "a consumer module (nvvm-reflect-ftz 1, as Triton's) links, inlines every call, keeps mori_shmem_state_ptr visible"
+
+# AMD: the same source through the HIP side of kernels/mori_gpu.h, compiled by clang-16 for the
+# gfx targets it knows (gfx90a, gfx940; gfx942 needs LLVM 17, gfx950 LLVM 19), with HIP's
+# headers where they are ($HIP_INCLUDE, /opt/rocm/include, /usr/include: Debian's
+# libamdhip64-dev has them). A compile check: these files are not shipped (kernels/ir.mk builds
+# AMD bitcode with hipcc for the archs it targets).
+HIPINC=${HIP_INCLUDE:-}
+if [ -z "$HIPINC" ]; then
+	for d in /opt/rocm/include /usr/include; do [ -f "$d/hip/hip_runtime.h" ] && { HIPINC=$d; break; }; done
+fi
+if [ -n "$HIPINC" ]; then
+	for a in gfx90a gfx940; do
+		clang-16 -x hip --cuda-device-only -fgpu-rdc -nogpulib -nogpuinc -D__HIP_PLATFORM_AMD__ -I"$HIPINC" \
+			-Wno-ignored-attributes --offload-arch=$a -O2 -std=c++17 -DMORI_SHMEM_NO_KERNELS -Ikernels -emit-llvm -c \
+			-o "$T/amd_$a.bc" kernels/shmem.cu > "$T/amd.log" 2>&1 || fail "HIP compile for $a: $(tail -20 "$T/amd.log")"
+		out=$(check_bitcode "$T/amd_$a.bc" "amd_$a") || fail "AMD $a bitcode against the table: $out"
+	done
+	pass "AMD: kernels/shmem.cu compiles for gfx90a and gfx940 (clang-16, HIP headers of $HIPINC): $out"
+else
+	echo "# AMD: not compile-checked: no HIP headers (hip/hip_runtime.h; HIP_INCLUDE=DIR names a directory with them)"
+fi
 
 # The header: compiles, declares every function.
 H=$IR/mori_shmem_device.h
