@@ -3,13 +3,15 @@
  * first differing field named with both values), the heap size a handle needs, and DeepEP's
  * dispatch layout (tokens per rank, per expert, token-in-rank mask) from mori_ep_layout_host
  * against an independent reference (each token's experts sorted, mapped to ranks, duplicates
- * dropped) over seeded random routings with -1 slots, world sizes 1..32 and top-k 1..32. */
+ * dropped) over seeded random routings with -1 slots, world sizes 1..32 and top-k 1..32; and
+ * mori_ep_create on a group of host memory (a morid here): refused, MORI_ENOTSUP, nothing kept. */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../kernels/ep_kernels.h"
 #include "../libclient/ep_int.h"
+#include "harness.h"
 #include "mori_ep.h"
 
 static mori_ep_config base_cfg(void)
@@ -199,6 +201,39 @@ START_TEST(layout_refusals)
 }
 END_TEST
 
+/* A handle needs a VRAM heap: on a host-memory group creation is refused before anything is
+ * allocated (and bad arguments before that); the group stays usable. */
+START_TEST(create_refused_on_host_heap)
+{
+	struct test_daemon d;
+	ck_assert_int_eq(daemon_start(&d, NULL), 0);
+	mori_client *c;
+	ck_assert_int_eq(mori_client_open(d.dir, "ep-host", &c), MORI_OK);
+	mori_group_opts o;
+	mori_group_opts_init(&o);
+	o.heap_kind = MORI_MEM_HOST;
+	o.heap_size = 4u << 20;
+	mori_group *g;
+	ck_assert_int_eq(mori_group_join(c, "ep-host", 0, 1, &o, &g), MORI_OK);
+	mori_ep_config cfg = base_cfg();
+	cfg.rank = 0, cfg.world_size = 1;
+	mori_ep_handle *h = (mori_ep_handle *)&cfg;
+	ck_assert_int_eq(mori_ep_create(g, NULL, &h), MORI_EINVAL);
+	ck_assert_int_eq(mori_ep_create(g, &cfg, &h), MORI_ENOTSUP);
+	ck_assert_ptr_null(h);
+	ck_assert_ptr_nonnull(strstr(mori_client_last_error(c), "host heap"));
+	ck_assert_int_eq(mori_ep_destroy(NULL), MORI_OK);
+	ck_assert_int_eq(mori_ep_status(NULL, 0), MORI_EINVAL);
+	void *p = NULL;
+	ck_assert_int_eq(mori_shmem_malloc(g, 4096, 0, &p), MORI_OK); /* the group still works */
+	ck_assert_ptr_nonnull(p);
+	mori_group_leave(g);
+	mori_client_close(c);
+	daemon_stop(&d);
+	daemon_cleanup(&d);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("ep_layout");
@@ -208,6 +243,8 @@ int main(void)
 	tcase_add_test(t, heap_sizes);
 	tcase_add_test(t, layout_against_reference);
 	tcase_add_test(t, layout_refusals);
+	tcase_add_test(t, create_refused_on_host_heap);
+	tcase_set_timeout(t, 30);
 	suite_add_tcase(s, t);
 	SRunner *r = srunner_create(s);
 	srunner_run_all(r, CK_NORMAL);
