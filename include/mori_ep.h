@@ -177,8 +177,9 @@ MORI_API int mori_ep_layout_host(const mori_ep_config *cfg, const int32_t *indic
 				 int32_t *tokens_per_rank, int32_t *tokens_per_expert, uint8_t *token_in_rank,
 				 char *msg, size_t cap);
 
-/* 0, or the first error the handle's kernels recorded (waits them out: synchronises the
- * handle's device), with the detail in mori_client_last_error: MORI_EINVAL (bad expert index,
+/* 0, or the first error the handle's kernels recorded, with the detail in mori_client_last_error
+ * (synchronise the stream the handle's work ran on first: the word is read through the legacy
+ * default stream, which does not wait for non-blocking streams); then the group's abort status: MORI_EINVAL (bad expert index,
  * other routing in combine), MORI_EPEERDEAD / MORI_ECANCELED (the group aborted),
  * MORI_ETIMEDOUT (a wait passed config.timeout_us). clear != 0 resets the word. */
 MORI_API int mori_ep_status(mori_ep_handle *h, int clear);
