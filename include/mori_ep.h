@@ -179,9 +179,10 @@ MORI_API int mori_ep_layout_host(const mori_ep_config *cfg, const int32_t *indic
 
 /* 0, or the first error the handle's kernels recorded, with the detail in mori_client_last_error
  * (synchronise the stream the handle's work ran on first: the word is read through the legacy
- * default stream, which does not wait for non-blocking streams); then the group's abort status: MORI_EINVAL (bad expert index,
- * other routing in combine), MORI_EPEERDEAD / MORI_ECANCELED (the group aborted),
- * MORI_ETIMEDOUT (a wait passed config.timeout_us). clear != 0 resets the word. */
+ * default stream, which does not wait for non-blocking streams); then the group's abort status.
+ * Codes: MORI_EINVAL (bad expert index, other routing in combine), MORI_EPEERDEAD /
+ * MORI_ECANCELED (the group aborted), MORI_ETIMEDOUT (a wait passed config.timeout_us).
+ * clear != 0 resets the word. */
 MORI_API int mori_ep_status(mori_ep_handle *h, int clear);
 
 #ifdef __cplusplus
