@@ -119,10 +119,13 @@ MORI_DEVICE int barrier(dev_t *d, unsigned slot, uint64_t *gen)
 	return rc_s;
 }
 
-/* The block's share [lo, hi) of [0, len) in units of `al` (elements per 16 bytes, or 16 bytes). */
-MORI_DEVICE void slice(uint64_t len, uint64_t al, uint64_t *lo, uint64_t *hi)
+/* The block's share [lo, hi) of [0, full) in units of `al` (elements per 16 bytes, or 16 bytes),
+ * clipped to len <= full. full is the same in every chunk or round of a kernel, so a block owns
+ * the same scratch bytes throughout: its barrier (with the same block of its peers) is all that
+ * orders their reuse. */
+MORI_DEVICE void slice(uint64_t full, uint64_t len, uint64_t al, uint64_t *lo, uint64_t *hi)
 {
-	uint64_t per = (len + gridDim.x - 1) / gridDim.x;
+	uint64_t per = (full + gridDim.x - 1) / gridDim.x;
 	per = (per + al - 1) / al * al;
 	*lo = per * blockIdx.x;
 	*hi = *lo + per;
@@ -281,9 +284,10 @@ MORI_DEVICE void ar_oneshot(ctx &c, const mori_coll_args &a)
 	dev_t *d = c.d;
 	const uint64_t es = esize(a.dtype), al = 16 / es;
 	__shared__ uint64_t srcs[MORI_COLL_MAX_RANKS];
+	const uint64_t M = a.count < a.chunk ? a.count : a.chunk;
 	for (uint64_t c0 = 0; c0 < a.count && !c.rc; c0 += a.chunk) {
 		uint64_t m = a.count - c0 < a.chunk ? a.count - c0 : a.chunk, lo, hi;
-		slice(m, al, &lo, &hi);
+		slice(M, m, al, &lo, &hi);
 		bool win = a.flags & MORI_COLL_F_SRC_WIN;
 		uint64_t base = win ? a.src + c0 * es : d->scratch;
 		if (!win)
@@ -308,15 +312,16 @@ MORI_DEVICE void ar_twoshot(ctx &c, const mori_coll_args &a)
 	const uint64_t es = esize(a.dtype), al = 16 / es;
 	__shared__ uint64_t srcs[MORI_COLL_MAX_RANKS];
 	bool swin = a.flags & MORI_COLL_F_SRC_WIN, dwin = a.flags & MORI_COLL_F_DST_WIN;
+	const uint64_t M = a.count < a.chunk ? a.count : a.chunk;
+	const uint64_t P = ((M + n - 1) / n + al - 1) / al * al; /* part length, 16-byte multiples */
 	for (uint64_t c0 = 0; c0 < a.count && !c.rc; c0 += a.chunk) {
 		uint64_t m = a.count - c0 < a.chunk ? a.count - c0 : a.chunk;
-		uint64_t P = ((m + n - 1) / n + al - 1) / al * al; /* part length, 16-byte multiples */
 #define PART(r, plen) uint64_t plen = (uint64_t)(r) * P >= m ? 0 : m - (uint64_t)(r) * P < P ? m - (uint64_t)(r) * P : P
 		if (!swin)
 			for (int r = 0; r < n; r++) {
 				PART(r, len);
 				uint64_t lo, hi;
-				slice(len, al, &lo, &hi);
+				slice(P, len, al, &lo, &hi);
 				uint64_t o = ((uint64_t)r * P + lo) * es;
 				copy((uint8_t *)(d->scratch + o), (const uint8_t *)(a.src + c0 * es + o), (hi - lo) * es);
 			}
@@ -325,7 +330,7 @@ MORI_DEVICE void ar_twoshot(ctx &c, const mori_coll_args &a)
 		uint64_t sbase = swin ? a.src + c0 * es : d->scratch;
 		PART(me, mlen);
 		uint64_t lo, hi;
-		slice(mlen, al, &lo, &hi);
+		slice(P, mlen, al, &lo, &hi);
 		uint64_t mo = ((uint64_t)me * P + lo) * es;
 		if (threadIdx.x < (unsigned)n)
 			srcs[threadIdx.x] = peer(d, sbase, threadIdx.x) + mo;
@@ -340,7 +345,7 @@ MORI_DEVICE void ar_twoshot(ctx &c, const mori_coll_args &a)
 			int r = (me + k) % n;
 			PART(r, len);
 			uint64_t l2, h2;
-			slice(len, al, &l2, &h2);
+			slice(P, len, al, &l2, &h2);
 			uint64_t o = ((uint64_t)r * P + l2) * es;
 			copy((uint8_t *)(a.dst + c0 * es + o), (const uint8_t *)(peer(d, rbase, r) + o), (h2 - l2) * es);
 		}
@@ -357,18 +362,19 @@ MORI_DEVICE void redscat(ctx &c, const mori_coll_args &a)
 	const uint64_t es = esize(a.dtype), al = 16 / es;
 	__shared__ uint64_t srcs[MORI_COLL_MAX_RANKS];
 	bool swin = a.flags & MORI_COLL_F_SRC_WIN;
+	const uint64_t M = a.count < a.chunk ? a.count : a.chunk; /* the scratch's stride per rank */
 	for (uint64_t c0 = 0; c0 < a.count && !c.rc; c0 += a.chunk) {
 		uint64_t m = a.count - c0 < a.chunk ? a.count - c0 : a.chunk, lo, hi;
-		slice(m, al, &lo, &hi);
+		slice(M, m, al, &lo, &hi);
 		if (!swin)
 			for (int r = 0; r < n; r++)
-				copy((uint8_t *)(d->scratch + ((uint64_t)r * m + lo) * es),
+				copy((uint8_t *)(d->scratch + ((uint64_t)r * M + lo) * es),
 				     (const uint8_t *)(a.src + ((uint64_t)r * a.count + c0 + lo) * es), (hi - lo) * es);
 		if (c.bar())
 			return;
 		if (threadIdx.x < (unsigned)n)
 			srcs[threadIdx.x] = swin ? peer(d, a.src, threadIdx.x) + ((uint64_t)me * a.count + c0 + lo) * es
-						 : peer(d, d->scratch, threadIdx.x) + ((uint64_t)me * m + lo) * es;
+						 : peer(d, d->scratch, threadIdx.x) + ((uint64_t)me * M + lo) * es;
 		__syncthreads();
 		reduce_any(d, a, a.dst + (c0 + lo) * es, 0, srcs, hi - lo);
 		c.bar();
@@ -399,7 +405,7 @@ MORI_DEVICE void pulls(ctx &c, const mori_coll_args &a)
 	if (a.kind == MORI_COLL_K_ALLTOALLV) {
 		if (threadIdx.x == 0)
 			maxlen = 0;
-		if (blockIdx.x == 0 && threadIdx.x < (unsigned)n) {
+		if (threadIdx.x < (unsigned)n) { /* every block (the same values): its barrier orders its own write */
 			meta[2 * threadIdx.x] = a.sdispl[threadIdx.x];
 			meta[2 * threadIdx.x + 1] = a.scount[threadIdx.x];
 		}
@@ -426,8 +432,9 @@ MORI_DEVICE void pulls(ctx &c, const mori_coll_args &a)
 			for (int s = 0; s < nseg; s++) {
 				uint64_t off, len, lo, hi;
 				seg_send(a, n, s, &off, &len);
+				uint64_t full = len < W ? len : W;
 				len = len > k0 ? (len - k0 < W ? len - k0 : W) : 0;
-				slice(len, 16, &lo, &hi);
+				slice(full, len, 16, &lo, &hi);
 				copy((uint8_t *)(d->scratch + (uint64_t)s * W + lo), (const uint8_t *)(a.src + off + k0 + lo), hi - lo);
 			}
 		if (c.bar())
@@ -446,8 +453,9 @@ MORI_DEVICE void pulls(ctx &c, const mori_coll_args &a)
 				doff = a.kind == MORI_COLL_K_BCAST ? 0 : (uint64_t)r * a.count;
 				soff = a.kind == MORI_COLL_K_ALLTOALL ? (win ? (uint64_t)me * a.count : (uint64_t)me * W) : 0;
 			}
+			uint64_t full = len < W ? len : W; /* as the sender slices it */
 			len = len > k0 ? (len - k0 < W ? len - k0 : W) : 0;
-			slice(len, 16, &lo, &hi);
+			slice(full, len, 16, &lo, &hi);
 			uint64_t from = peer(d, win ? a.src : d->scratch, r) + soff + (win ? k0 : 0) + lo;
 			if (r == me && win && a.src + soff + k0 == a.dst + doff + k0)
 				continue; /* in place */
@@ -458,18 +466,21 @@ MORI_DEVICE void pulls(ctx &c, const mori_coll_args &a)
 }
 } // namespace mori_coll
 
-MORI_KERNEL void __launch_bounds__(MORI_COLL_THREADS, 2)
+MORI_KERNEL void __launch_bounds__(MORI_COLL_THREADS, MORI_COLL_BLOCKS_PER_SM)
 	mori_coll_kernel(const struct mori_coll_dev *d, struct mori_coll_args a)
 {
 	using namespace mori_coll;
-	if (status_code(d))
-		return; /* a failed communicator enqueues nothing that waits */
 	__shared__ uint64_t gen_s;
+	__shared__ int failed_s;
 	unsigned slot = a.kind == MORI_COLL_K_BARRIER ? a.slot : blockIdx.x;
 	uint64_t *gens = (uint64_t *)d->gens;
-	if (threadIdx.x == 0)
+	if (threadIdx.x == 0) { /* one read of the status word (host memory) a block */
 		gen_s = gens[slot];
+		failed_s = status_code(d);
+	}
 	__syncthreads();
+	if (failed_s)
+		return; /* a failed communicator runs nothing that waits */
 	ctx c = {d, gen_s, 0};
 	switch (a.kind) {
 	case MORI_COLL_K_BARRIER:

@@ -10,7 +10,7 @@
 #define DEF_SCRATCH (32ull << 20)
 #define DEF_ONESHOT_MAX (256ull << 10)
 #define DEF_KERNEL_MAX (4ull << 20)
-#define DEF_BLOCKS 32u
+#define DEF_BLOCKS 62u /* MORI_COLL_MAX_BLOCKS; fewer under an MPS share (coll_gpu.c), the same on every rank */
 
 static const char *const coll_names[CO_N] = {"allreduce", "allgather", "alltoall", "broadcast", "reducescatter"};
 static const char *const algo_names[] = {"auto", "oneshot", "twoshot", "kernel", "ce"};
@@ -123,6 +123,8 @@ int mori_comm_algo(const mori_comm *k, const char *coll, uint64_t bytes, const c
 
 /* ---- creation ---- */
 
+static int exchange(mori_comm *k, uint64_t a, uint64_t b, uint64_t *all);
+
 int mori_comm_create(mori_group *g, const mori_comm_opts *opts, mori_comm **out)
 {
 	if (!g || !out)
@@ -202,9 +204,25 @@ int mori_comm_create(mori_group *g, const mori_comm_opts *opts, mori_comm **out)
 	}
 	if (k->gpu && (rc = coll_gpu_init(k)))
 		goto fail;
+	if (k->gpu) { /* every rank launches the same grids: the smallest cap of all */
+		uint64_t *all = calloc((size_t)k->n, 16);
+		if (!all) {
+			rc = set_error(g->c, MORI_ENOMEM, "out of memory");
+			goto fail;
+		}
+		if (!(rc = exchange(k, k->max_blocks, 0, all)))
+			for (int r = 0; r < k->n; r++)
+				if (all[2 * r] < k->max_blocks)
+					k->max_blocks = (unsigned)all[2 * r];
+		free(all);
+		if (rc)
+			goto fail;
+	}
 	*out = k;
 	return MORI_OK;
 fail:
+	if (k->gpu_priv)
+		coll_gpu_fini(k);
 	if (k->area)
 		mori_shmem_free(g, k->area);
 	free(k->pe_of);

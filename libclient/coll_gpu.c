@@ -45,6 +45,13 @@ int coll_gpu_init(mori_comm *k)
 	gpu_function copy_fn;
 	if ((rc = gpu_copy_kernel(k->c, ord, &copy_fn, &sm))) /* loads libmori's image on the device */
 		return rc;
+	/* Data kernels' blocks wait for the same block of every peer: all of a grid should be resident
+	 * at once (MORI_COLL_BLOCKS_PER_SM an SM), on the SMs MPS gives this process; coll.c then
+	 * takes the smallest cap of all ranks (grids must be equal). */
+	const char *pct = getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
+	int usable = pct && atoi(pct) > 0 && atoi(pct) < 100 ? sm * atoi(pct) / 100 : sm;
+	if (usable >= 1 && (unsigned)(MORI_COLL_BLOCKS_PER_SM * usable) < k->max_blocks && !getenv("MORI_COLL_BLOCKS"))
+		k->max_blocks = (unsigned)(MORI_COLL_BLOCKS_PER_SM * usable);
 	struct mori_coll_dev *h = &p->host;
 	h->magic = MORI_COLL_MAGIC;
 	h->rank = k->rank;
@@ -152,7 +159,7 @@ int coll_gpu_status(mori_comm *k, int *pe)
 
 static unsigned grid_for(const mori_comm *k, uint64_t bytes)
 {
-	uint64_t g = (bytes + (256u << 10) - 1) / (256u << 10); /* a block per 256 KiB */
+	uint64_t g = (bytes + (128u << 10) - 1) / (128u << 10); /* a block per 128 KiB */
 	return g < 1 ? 1 : g > k->max_blocks ? k->max_blocks : (unsigned)g;
 }
 
@@ -254,14 +261,13 @@ int coll_gpu_run(mori_comm *k, const struct coll_call *cc)
 		a->chunk = cc->src_win ? cc->count : S / (n * es) / al * al;
 		work = cc->count * es;
 		break;
-	case MORI_COLL_K_ALLTOALLV:
-		work = 0;
+	case MORI_COLL_K_ALLTOALLV: /* receive sizes differ between ranks; grids must not */
+		work = (uint64_t)k->max_blocks << 17;
 		for (int r = 0; r < k->n; r++) {
 			a->sdispl[r] = cc->sdispl[r] * es;
 			a->scount[r] = cc->scount[r] * es;
 			a->rdispl[r] = cc->rdispl[r] * es;
 			a->rcount[r] = cc->rcount[r] * es;
-			work += a->rcount[r];
 		}
 		a->chunk = (S / n) & ~15ull;
 		break;

@@ -61,7 +61,7 @@ for p in $parts; do
 	case $p in
 	test)
 		echo "== test_gpu_coll (sizes ${MORI_COLL_SIZES:-1 2 3 4 8})" | tee -a "$SUM"
-		B=$BIN run "${CCL_TEST_SECS:-200}" "^coll gpu|[0-9]+%|Checks|skipped" "$BIN/test_gpu_coll"
+		B=$BIN MORI_COLL_HUGE=${MORI_COLL_HUGE-1} run "${CCL_TEST_SECS:-200}" "^coll gpu|[0-9]+%|Checks|skipped" "$BIN/test_gpu_coll"
 		;;
 	bench)
 		RT=/tmp/mori-ccl-rt

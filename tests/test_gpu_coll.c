@@ -3,7 +3,8 @@
  * nvidia-cuda-mps-control exists, each PE given 100 / N percent of the SMs). Every collective
  * against a reference each rank computes itself (tests/coll_check.h: independent of libmori) for
  * world sizes 1, 2, 3, 4, 8 ($MORI_COLL_SIZES), counts 1, 7, 1023, 4096, 1000003, every dtype, in
- * place and out, both all-reduce algorithms, kernel and copy-engine data movement; buffers
+ * place and out, both all-reduce algorithms, kernel and copy-engine data movement ($MORI_COLL_HUGE:
+ * also 64 Mi elements, all-reduce and all-gather at 2 and 8 ranks); buffers
  * registered as windows (read in place at peers); 1000 replays of a CUDA graph of one small
  * all-reduce with new inputs before each, every result checked; a rank that does not call (its
  * peers' kernels end at the deadline, MORI_ETIMEDOUT naming it) and a rank killed mid-collective
@@ -188,6 +189,31 @@ static int pe_all(int pe, int n, void *arg)
 	return 0;
 }
 
+/* 64 Mi elements: all-reduce (one-shot and two-shot f32 sum, two-shot bf16 max) and all-gather */
+#define HUGE_COUNT (64ull << 20)
+static int pe_huge(int pe, int n, void *arg)
+{
+	struct gpe P;
+	if (gpe_open(&P, pe, n, "gcoll-huge", 20000000))
+		return 1;
+	struct gio x = {P.g, NULL, 0, 0};
+	struct cc_io io = {d_alloc, d_release, d_put, d_get, d_sync, P.s, &x};
+	char what[200];
+	static const char *const alg[] = {"allreduce=oneshot", "allreduce=twoshot"};
+	for (int a = 0; a < 2; a++) {
+		POK(pe, mori_comm_set_algo(P.k, alg[a]));
+		if (cc_case(pe, n, P.k, &io, CC_AR, MORI_FLOAT32, MORI_SUM, HUGE_COUNT, 0, 77 + a, what, sizeof(what)))
+			return 1;
+		SH->cases[pe]++;
+	}
+	if (cc_case(pe, n, P.k, &io, CC_AR, MORI_BFLOAT16, MORI_MAX, HUGE_COUNT, 1, 79, what, sizeof(what)) ||
+	    cc_case(pe, n, P.k, &io, CC_AG, MORI_FLOAT32, MORI_SUM, HUGE_COUNT, 0, 80, what, sizeof(what)))
+		return 1;
+	SH->cases[pe] += 2;
+	gpe_close(&P);
+	return 0;
+}
+
 static int pe_windows(int pe, int n, void *arg)
 {
 	struct gpe P;
@@ -328,6 +354,15 @@ START_TEST(every_collective)
 }
 END_TEST
 
+START_TEST(huge_counts)
+{
+	static const int hn[] = {2, 8};
+	double dt = pe_run_all(hn[_i], pe_huge, NULL, 280, 0);
+	printf("coll gpu: %d ranks, %d cases of %llu elements (all-reduce f32 one-/two-shot, bf16 max in place, "
+	       "all-gather) against the reference: %.1f s\n", hn[_i], SH->cases[0], (unsigned long long)HUGE_COUNT, dt);
+}
+END_TEST
+
 START_TEST(windows)
 {
 	double dt = pe_run_all(4, pe_windows, NULL, 200, 0);
@@ -436,6 +471,8 @@ int main(void)
 	tcase_add_checked_fixture(t, setup, teardown);
 	tcase_set_timeout(t, 300);
 	tcase_add_loop_test(t, every_collective, 0, nsizes);
+	if (getenv("MORI_COLL_HUGE"))
+		tcase_add_loop_test(t, huge_counts, 0, 2);
 	tcase_add_test(t, windows);
 	tcase_add_test(t, graph_replays);
 	tcase_add_test(t, missing_rank);
