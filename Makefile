@@ -137,7 +137,7 @@ $(B)/kernels/mori_kernels.c: FORCE
 	@$(MAKE) -s --no-print-directory -f kernels/kernels.mk B=$(B) NVCC=$(NVCC) HIPCC=$(HIPCC) CC=$(CC)
 # Kernel images of GPU tests and benchmarks (kernels/kernels.mk makes them with libmori's).
 $(B)/kernels/shmemtest_image.c $(B)/kernels/shmembench_image.c: $(B)/kernels/mori_kernels.c ; @:
-$(B)/tests/test_gpu_shmem_dev $(B)/tests/test_gpu_shmem: $(B)/tests/%: $(B)/obj/tests/%.o \
+$(B)/tests/test_gpu_shmem_dev $(B)/tests/test_gpu_shmem $(B)/tests/test_gpu_shmem_proxy: $(B)/tests/%: $(B)/obj/tests/%.o \
 		$(B)/obj/kernels/shmemtest_image.o $(B)/libmori.a $(B)/libmorid.a
 	@mkdir -p $(dir $@); echo "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(B)/libmorid.a $(B)/libmori.a $(PKG_LIBS) $(CHECK_LIBS) -libverbs -lm

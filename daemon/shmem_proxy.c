@@ -532,7 +532,8 @@ static void poll_all(void)
 
 /* A node holding PEs of a served PE's group whose link went down: those PEs are gone for it (a
  * morid that restarts has a new epoch, their heaps with it), so its waits end (the abort word),
- * also the waits that post nothing, such as wait_until on a word only they would set. */
+ * also the waits that post nothing, such as wait_until on a word only they would set. Links to
+ * those nodes are kept connected for it (an idle link would not notice its peer die). */
 static void watch_nodes(void)
 {
 	struct peers *P = X.d->peers;
@@ -544,8 +545,10 @@ static void watch_nodes(void)
 			continue;
 		for (int r = 0; r < pp->n; r++) {
 			struct target *t = target(pp, r);
-			struct peer *p = t->state == 1 ? peer_get(P, t->node, 0) : NULL;
-			if (p && p->state == PS_DOWN) {
+			struct peer *p = t->state == 1 ? peer_get(P, t->node, 1) : NULL;
+			if (p && p->state == PS_IDLE)
+				peer_use(p); /* its data streams up, even with nothing to carry: a node that dies breaks them */
+			else if (p && p->state == PS_DOWN) {
 				mlog_notice("shmem", "PE %d: the link to %s (PE %d) is down: its waits are aborted", pp->rank,
 					    t->node, r);
 				heap_ctrl_abort(pp->ctrl, MORI_SHMEM_ABORT_PEER_DEAD, r);

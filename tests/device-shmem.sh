@@ -5,32 +5,35 @@
 #
 #   tests/device-shmem.sh bundle     here: build (B, default build) and bundle the binaries and the
 #                                    libraries they need into bundle-shmem/ (name it in carry)
-#   tests/device-shmem.sh run [PART ...]   there; PARTs (default: all): test mp heap bench
+#   tests/device-shmem.sh run [PART ...]   there; PARTs (default: all): test mp proxy heap bench
 #       test   tests/test_gpu_shmem_dev: the device API, N PEs as heaps of one process
 #       mp     tests/test_gpu_shmem: N processes as PEs of one group (its own MPS daemon)
+#       proxy  tests/test_gpu_shmem_proxy: the PEs split over two morids on loopback, every call
+#              to the other "node" through morid's proxy (its own MPS daemon)
 #       heap   the host side's VRAM heaps (tests/test_gpu_heap): N processes on the one GPU as N
 #              PEs of one morid for N in $HEAP_PES (default 2 4 8), under MPS with
 #              CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = 100 / N per PE
 # Logs to $OUT/log (or /tmp/device-shmem/log); a summary ends the output.
 set -u
 cd "$(dirname "$0")/.."
-BUNDLE=bundle-shmem
+BUNDLE=${BUNDLE:-bundle-shmem} # or bundle/<you> (both git-ignored)
 
 if [ "${1:-}" = bundle ]; then
 	set -e
 	B=${B:-build}
 	make -j2 B="$B" "$B/mori-bench" "$B/tests/test_gpu_shmem_dev" "$B/tests/test_gpu_heap" "$B/morid" >/dev/null
 	[ -f tests/test_gpu_shmem.c ] && make -j2 B="$B" "$B/tests/test_gpu_shmem" >/dev/null
+	[ -f tests/test_gpu_shmem_proxy.c ] && make -j2 B="$B" "$B/tests/test_gpu_shmem_proxy" >/dev/null
 	rm -rf "$BUNDLE"
 	/work/shared/tools/device-bundle "$BUNDLE" "$B/mori-bench" "$B/tests/test_gpu_shmem_dev" \
-		$(ls "$B/tests/test_gpu_shmem" 2>/dev/null) "$B/tests/test_gpu_heap" "$B/morid"
+		$(ls "$B/tests/test_gpu_shmem" "$B/tests/test_gpu_shmem_proxy" 2>/dev/null) "$B/tests/test_gpu_heap" "$B/morid"
 	cp tools/bench_nvshmem.cu "$BUNDLE/"
 	du -sh "$BUNDLE"
 	exit 0
 fi
 [ "${1:-}" = run ] || { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 shift
-parts=${*:-test mp heap bench}
+parts=${*:-test mp proxy heap bench}
 export LD_LIBRARY_PATH=$PWD/$BUNDLE/lib
 BIN=$PWD/$BUNDLE/bin
 O=${OUT:-/tmp/device-shmem}
@@ -70,6 +73,10 @@ for p in $parts; do
 	mp)
 		echo "== test_gpu_shmem: ${MORI_SHMEM_PES:-8} processes as PEs of one group, the device API" | tee -a "$SUM"
 		B=$BIN run 200 "PEs on one GPU|device API|killed|[0-9]+%|Checks|skipped" "$BIN/test_gpu_shmem"
+		;;
+	proxy)
+		echo "== test_gpu_shmem_proxy: ${MORI_SHMEM_PES:-4} processes over two morids, the proxy path" | tee -a "$SUM"
+		B=$BIN run 150 "PEs on one GPU|proxy|killed|[0-9]+%|Checks|skipped" "$BIN/test_gpu_shmem_proxy"
 		;;
 	heap)
 		mps_start

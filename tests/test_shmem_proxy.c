@@ -57,6 +57,7 @@ struct shared {
 	uint8_t seen[MAXPE * 4096];   /* fetch-add: each value fetched once */
 	volatile int stage;
 	volatile uint64_t kill_us;    /* when the parent killed morid B (CLOCK_MONOTONIC) */
+	volatile int idle_done;       /* peer_killed: PE 2 saw its abort word */
 	double figures[8];
 };
 static struct shared *SH;
@@ -667,6 +668,7 @@ static int pe_killed(int pe, int n, void *arg)
 		       e.st->ctrl->abort_pe);
 		PCHECK(pe, SH->stage == 2 && waited < 2000000, "aborted %llu us after the kill", (unsigned long long)waited);
 		SH->figures[2] = waited;
+		SH->idle_done = 1;
 		mori_client_close(e.c);
 		return 0;
 	}
@@ -687,6 +689,8 @@ static int pe_killed(int pe, int n, void *arg)
 	PCHECK(pe, waited < 12000000, "the error took %llu us after the kill", (unsigned long long)waited);
 	SH->figures[0] = waited;
 	SH->figures[1] = rc;
+	for (int i = 0; i < 5000 && !SH->idle_done; i++)
+		usleep(1000); /* PE 0 leaving would tear the group down: PE 2 would see that first */
 	mori_client_close(e.c);
 	return 0;
 }
@@ -697,6 +701,7 @@ START_TEST(peer_killed)
 	memset(SH->msg, 0, sizeof(SH->msg));
 	SH->stage = 0;
 	SH->kill_us = 0;
+	SH->idle_done = 0;
 	for (int i = 0; i < 3; i++)
 		if ((pids[i] = fork()) == 0) {
 			alarm(60);
@@ -721,6 +726,63 @@ START_TEST(peer_killed)
 }
 END_TEST
 
+/* ---- the peer morid killed while nothing flows ---- */
+
+/* PEs 0 and 2 (A) post nothing and wait as wait_until would; morid B is killed: both see their
+ * abort word (PEER_DEAD) within 2 s, though no transfer was under way to notice it. */
+static int pe_idle_kill(int pe, int n, void *arg)
+{
+	(void)arg;
+	struct pe e;
+	if (join(pe, n, "idle", &e))
+		return 1;
+	POK(pe, mori_shmem_barrier_all(e.g));
+	if (pe & 1)
+		for (;;)
+			pause();
+	__atomic_fetch_add(&SH->stage, 1, __ATOMIC_SEQ_CST);
+	uint64_t t0 = now_us();
+	int rc;
+	while (!(rc = aborted(e.st->ctrl)) && now_us() - t0 < WAIT_US)
+		usleep(100);
+	uint64_t waited = SH->kill_us ? now_us() - SH->kill_us : 0;
+	PCHECK(pe, rc == MORI_EPEERDEAD && SH->kill_us, "abort word: %s (PE %d)", mori_strerror(rc), e.st->ctrl->abort_pe);
+	PCHECK(pe, waited < 2000000, "aborted %llu us after the kill", (unsigned long long)waited);
+	SH->figures[pe] = waited;
+	mori_client_close(e.c);
+	return 0;
+}
+
+START_TEST(peer_killed_idle)
+{
+	pid_t pids[3];
+	memset(SH->msg, 0, sizeof(SH->msg));
+	SH->stage = 0;
+	SH->kill_us = 0;
+	for (int i = 0; i < 3; i++)
+		if ((pids[i] = fork()) == 0) {
+			alarm(60);
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			_exit(pe_idle_kill(i, 3, NULL) ? 1 : 0);
+		}
+	uint64_t t0 = now_us();
+	while (SH->stage < 2 && now_us() - t0 < 30000000)
+		usleep(1000);
+	usleep(100000);
+	SH->kill_us = now_us();
+	node_kill9(&NB);
+	int st;
+	kill(pids[1], SIGKILL);
+	ck_assert_int_eq(waitpid(pids[1], &st, 0), pids[1]);
+	for (int i = 0; i < 3; i += 2) {
+		ck_assert_int_eq(waitpid(pids[i], &st, 0), pids[i]);
+		ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "PE %d: %s", i, SH->msg[i]);
+	}
+	printf("peer killed while idle: PEs 0 and 2 (posting nothing) saw the abort word %.0f and %.0f ms after morid B "
+	       "was killed\n", SH->figures[0] / 1000, SH->figures[2] / 1000);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("shmem_proxy");
@@ -734,6 +796,7 @@ static Suite *suite(void)
 	tcase_add_test(t, full_ring);
 	tcase_add_test(t, malformed);
 	tcase_add_test(t, peer_killed);
+	tcase_add_test(t, peer_killed_idle);
 	suite_add_tcase(s, t);
 	return s;
 }
