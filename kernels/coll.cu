@@ -145,13 +145,14 @@ MORI_DEVICE void copy(uint8_t *dst, const uint8_t *src, uint64_t len)
 	if ((((uintptr_t)dst | (uintptr_t)src) & 15) == 0) {
 		uint64_t nv = len / 16;
 		uint64_t j = t;
-		for (; j + 3ull * nt < nv; j += 4ull * nt) {
-			mori_vec16 v0 = ld16(src + 16 * j), v1 = ld16(src + 16 * (j + nt));
-			mori_vec16 v2 = ld16(src + 16 * (j + 2 * nt)), v3 = ld16(src + 16 * (j + 3 * nt));
-			((mori_vec16 *)dst)[j] = v0;
-			((mori_vec16 *)dst)[j + nt] = v1;
-			((mori_vec16 *)dst)[j + 2 * nt] = v2;
-			((mori_vec16 *)dst)[j + 3 * nt] = v3;
+		for (; j + 7ull * nt < nv; j += 8ull * nt) { /* 8 loads in flight a thread */
+			mori_vec16 v[8];
+#pragma unroll
+			for (int u = 0; u < 8; u++)
+				v[u] = ld16(src + 16 * (j + (uint64_t)u * nt));
+#pragma unroll
+			for (int u = 0; u < 8; u++)
+				((mori_vec16 *)dst)[j + (uint64_t)u * nt] = v[u];
 		}
 		for (; j < nv; j += nt)
 			((mori_vec16 *)dst)[j] = ld16(src + 16 * j);
@@ -208,6 +209,7 @@ MORI_DEVICE float rop(int op, float a, float b)
 }
 
 /* dst[i] = op over q < n of src_q[i], i in [0, m), src_q = srcs[q]; also to dst2 when non-NULL. */
+#define QB 8
 template <typename T>
 MORI_DEVICE void reduce(dev_t *d, int op, T *dst, T *dst2, const uint64_t *srcs, uint64_t m)
 {
@@ -222,11 +224,21 @@ MORI_DEVICE void reduce(dev_t *d, int op, T *dst, T *dst2, const uint64_t *srcs,
 		uint64_t nv = m / per;
 		for (uint64_t j = t; j < nv; j += nt) {
 			float acc[16 / sizeof(T)];
-			for (int q = 0; q < n; q++) {
-				mori_vec16 v = ld16((const uint8_t *)srcs[q] + 16 * j);
-				const T *e = (const T *)&v;
-				for (unsigned k = 0; k < per; k++)
-					acc[k] = q ? rop(op, acc[k], cvt<T>::in(e[k])) : cvt<T>::in(e[k]);
+			/* up to QB sources' loads issued before any is used */
+			for (int q0 = 0; q0 < n; q0 += QB) {
+				mori_vec16 v[QB];
+#pragma unroll
+				for (int u = 0; u < QB; u++)
+					if (q0 + u < n)
+						v[u] = ld16((const uint8_t *)srcs[q0 + u] + 16 * j);
+#pragma unroll
+				for (int u = 0; u < QB; u++) {
+					if (q0 + u >= n)
+						break;
+					const T *e = (const T *)&v[u];
+					for (unsigned k = 0; k < per; k++)
+						acc[k] = q0 + u ? rop(op, acc[k], cvt<T>::in(e[k])) : cvt<T>::in(e[k]);
+				}
 			}
 			mori_vec16 o;
 			T *oe = (T *)&o;

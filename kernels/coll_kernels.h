@@ -24,7 +24,7 @@
 
 #define MORI_COLL_KERNEL_NAME "mori_coll_kernel"        /* one entry point; a.kind says which */
 #define MORI_COLL_THREADS 256
-#define MORI_COLL_BLOCKS_PER_SM 3                  /* 80 registers: no spills */
+#define MORI_COLL_BLOCKS_PER_SM 2                  /* up to 128 registers: no spills */
 #define MORI_COLL_SLOTS 64
 #define MORI_COLL_SLOT_BAR 63                      /* the barrier kernel's slot */
 #define MORI_COLL_MAX_BLOCKS 62                    /* data kernels use slots 0..61 */
