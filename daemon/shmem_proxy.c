@@ -60,6 +60,7 @@ struct ppe {
 	int nb, phase, gone, held;     /* held: callbacks still to come (xfer, AMO message) */
 	uint64_t xfer, amo_seq;
 	struct target *t;              /* [n] */
+	int *watch, nwatch;            /* one rank per other node of its group (watch_nodes); nwatch -1: not yet */
 	uint64_t served, failed;
 };
 
@@ -351,6 +352,7 @@ static void ppe_release(struct ppe *pp)
 {
 	if (--pp->held == 0 && pp->gone) {
 		free(pp->t);
+		free(pp->watch);
 		free(pp);
 	}
 }
@@ -534,6 +536,19 @@ static void poll_all(void)
  * morid that restarts has a new epoch, their heaps with it), so its waits end (the abort word),
  * also the waits that post nothing, such as wait_until on a word only they would set. Links to
  * those nodes are kept connected for it (an idle link would not notice its peer die). */
+static void watch_list(struct ppe *pp)
+{
+	pp->nwatch = 0;
+	for (int r = 0; r < pp->n; r++) {
+		const struct target *t = target(pp, r);
+		int seen = t->state != 1;
+		for (int i = 0; i < pp->nwatch && !seen; i++)
+			seen = !strcmp(pp->t[pp->watch[i]].node, t->node);
+		if (!seen)
+			pp->watch[pp->nwatch++] = r;
+	}
+}
+
 static void watch_nodes(void)
 {
 	struct peers *P = X.d->peers;
@@ -543,7 +558,10 @@ static void watch_nodes(void)
 		struct ppe *pp = list_entry(it, struct ppe, link);
 		if (pp->ctrl->page->abort)
 			continue;
-		for (int r = 0; r < pp->n; r++) {
+		if (pp->nwatch < 0)
+			watch_list(pp);
+		for (int i = 0; i < pp->nwatch; i++) {
+			int r = pp->watch[i];
 			struct target *t = target(pp, r);
 			struct peer *p = t->state == 1 ? peer_get(P, t->node, 1) : NULL;
 			if (p && p->state == PS_IDLE)
@@ -586,9 +604,16 @@ static void pe_ready(void *arg, uint64_t id)
 	if (group_pe(id, &rank, &n, &k, &heap) != MORI_OK || !k->page || !k->entries || (k->entries & (k->entries - 1)))
 		return;
 	struct ppe *pp = calloc(1, sizeof(*pp));
-	if (pp)
+	if (pp) {
 		pp->t = calloc((size_t)n, sizeof(*pp->t));
-	if (!pp || !pp->t) {
+		pp->watch = calloc((size_t)n, sizeof(*pp->watch));
+		pp->nwatch = -1;
+	}
+	if (!pp || !pp->t || !pp->watch) {
+		if (pp) {
+			free(pp->t);
+			free(pp->watch);
+		}
 		free(pp);
 		heap_ctrl_abort(k, MORI_SHMEM_ABORT_TEARDOWN, -1); /* nobody would serve its ring */
 		mlog_warn("shmem", "PE %d: out of memory for its proxy; its group is aborted", rank);
