@@ -94,6 +94,24 @@ MORI_DEVICE int wait_ge(args a, const uint64_t *w, uint64_t want, int kernel, in
 	mori_acquire_after_wait_sys();
 	return 0;
 }
+// Block-uniform: true when the handle is destroyed (a graph replayed after mori_ep_destroy). Read
+// first, before any heap address is formed: the block and even the group may be gone.
+MORI_DEVICE bool retired(args a)
+{
+	__shared__ int dead;
+	if (mori_block_thread() == 0) {
+		volatile uint64_t *g = (volatile uint64_t *)a.live + a.live_slot;
+		dead = mori_relaxed_load_sys(g) != a.gen;
+		if (dead) {
+			struct mori_ep_live *L = (struct mori_ep_live *)a.live;
+			*(volatile uint64_t *)&L->late_gen = a.gen;
+			*(volatile uint64_t *)&L->late_count = *(volatile uint64_t *)&L->late_count + 1;
+			mori_fence_data_before_host_signal();
+		}
+	}
+	__syncthreads();
+	return dead != 0;
+}
 MORI_DEVICE uint64_t epoch(args a)
 {
 	return *(volatile uint64_t *)local(a, a.L.epoch);
@@ -182,6 +200,8 @@ using namespace mori_ep_impl;
 // owner, and where this rank's rows start there (the lower ranks' counts).
 MORI_KERNEL void __launch_bounds__(MORI_EP_LAYOUT_THREADS) mori_ep_layout(const struct mori_ep_kargs a)
 {
+	if (retired(a))
+		return;
 	const int b = blockIdx.x, K = a.topk, E = a.world * a.epr, T = a.num_tokens, W = a.world;
 	const bool ll = a.mode == MORI_EP_KMODE_LL;
 	const int owner = ll ? b / a.epr : b, bl = ll ? b % a.epr : 0;
@@ -267,6 +287,8 @@ MORI_KERNEL void __launch_bounds__(MORI_EP_LAYOUT_THREADS) mori_ep_layout(const 
 // row once, with its weights, indices, scales and source position.
 MORI_KERNEL void __launch_bounds__(1024) mori_ep_dispatch_send(const struct mori_ep_kargs a)
 {
+	if (retired(a))
+		return;
 	const int K = a.topk, W = a.world, M = a.max_tok, E = W * a.epr;
 	const bool ll = a.mode == MORI_EP_KMODE_LL;
 	const unsigned lane = mori_lane();
@@ -328,6 +350,8 @@ MORI_KERNEL void __launch_bounds__(1024) mori_ep_dispatch_send(const struct mori
 // grid 1: every source's blocks have landed here; the counts; the epoch advances.
 MORI_KERNEL void mori_ep_dispatch_recv(const struct mori_ep_kargs a)
 {
+	if (retired(a))
+		return;
 	const uint64_t e = epoch(a) + 1;
 	const int W = a.world, tid = (int)mori_block_thread(), nt = (int)mori_block_threads();
 	const uint64_t *dd = (const uint64_t *)local(a, a.L.ddone);
@@ -354,6 +378,8 @@ MORI_KERNEL void mori_ep_dispatch_recv(const struct mori_ep_kargs a)
 // grid = nblocks: a warp per received row; the row goes back to its source token's home rank.
 MORI_KERNEL void __launch_bounds__(1024) mori_ep_combine_send(const struct mori_ep_kargs a)
 {
+	if (retired(a))
+		return;
 	const int K = a.topk, W = a.world, M = a.max_tok;
 	const bool ll = a.mode == MORI_EP_KMODE_LL;
 	const unsigned lane = mori_lane();
@@ -401,6 +427,8 @@ MORI_KERNEL void __launch_bounds__(1024) mori_ep_combine_send(const struct mori_
 // in low-latency mode, and writes out [T, H] of a.dtype.
 MORI_KERNEL void __launch_bounds__(1024) mori_ep_combine_reduce(const struct mori_ep_kargs a)
 {
+	if (retired(a))
+		return;
 	const int K = a.topk, W = a.world, M = a.max_tok, E = W * a.epr;
 	const bool ll = a.mode == MORI_EP_KMODE_LL, bf = a.dtype == MORI_EP_KDTYPE_BF16;
 	const uint64_t e = epoch(a);

@@ -34,6 +34,18 @@
 #define MORI_EP_KMODE_LL 1     /* MORI_EP_LOW_LATENCY */
 #define MORI_EP_KDTYPE_BF16 1  /* MORI_EP_BF16 */
 
+/* The process-wide table of live handles (pinned host memory mapped into the GPU, allocated at the
+ * first mori_ep_create and never freed, so a CUDA graph replayed after mori_ep_destroy still reads
+ * valid memory): gen[slot] is the handle's generation while it lives, 0 after. Every EP kernel
+ * reads its handle's entry first; on a mismatch it touches nothing else, records the generation
+ * in late_gen / late_count (plain stores: host-mapped atomics are not portable) and returns. */
+#define MORI_EP_LIVE_SLOTS 1024
+struct mori_ep_live {
+	uint64_t gen[MORI_EP_LIVE_SLOTS];
+	uint64_t late_gen;   /* the last retired generation a kernel ran for */
+	uint64_t late_count; /* blocks that found their handle retired (approximate: racing stores) */
+};
+
 /* Offsets (bytes from the handle's symmetric block) of its parts; every part 256-aligned. */
 struct mori_ep_layout {
 	uint64_t meta, ddone, cdone;
@@ -66,6 +78,8 @@ struct mori_ep_kargs {
 	uint64_t input, weights, scales, indices; /* caller's device pointers (dispatch; combine: */
 	uint64_t out;                             /* weights / indices the caller's, out [T, H]) */
 	uint64_t timeout_ns;
+	uint64_t live;            /* struct mori_ep_live * (device address of the mapped table) */
+	uint64_t gen;             /* this handle's generation: live->gen[live_slot] while it lives */
 	int32_t rank, world, hidden, max_tok, epr, topk, mode;
 	int32_t nblocks;          /* grid of the send/reduce kernels: what each ddone/cdone adds per call */
 	int32_t num_tokens;
@@ -73,6 +87,6 @@ struct mori_ep_kargs {
 	int32_t scale_bytes;      /* scale_dim x scale_type_size */
 	int32_t dtype;            /* combine: MORI_EP_BF16 / MORI_EP_FP32 */
 	int32_t pull;             /* combine: the outputs are in L.cin; home ranks read them there */
-	int32_t pad2;
+	int32_t live_slot;
 };
 #endif

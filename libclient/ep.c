@@ -2,6 +2,7 @@
  * of libmori's image (kernels/ep.cu) on the caller's stream. The host never waits for the GPU on
  * the data path: what it checks here is what it knows (shapes, token counts, call order, pointer
  * alignment); what only the GPU sees lands in the handle's status word (mori_ep_status). */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,8 @@ struct mori_ep_handle {
 	struct gpu_dev *d;
 	const struct gpu_api *api;
 	gpu_function fn[K_N];
+	int live_slot;             /* its entry in the live table */
+	uint64_t gen;              /* its generation there */
 	int next_combine;          /* 0: dispatch is next; 1: combine is */
 	int num_tokens;            /* of the last dispatch */
 };
@@ -69,6 +72,71 @@ static int load_kernels(mori_ep_handle *h, int *sm)
 				       knames[i], msg);
 	gpu_pop(h->api);
 	return rc;
+}
+
+/* The live table (kernels/ep_kernels.h): process-lifetime, never freed, so kernels of a destroyed
+ * handle (a replayed graph) read valid memory and return. Generations are never reused. */
+static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct mori_ep_live *live_host;
+static gpu_dptr live_dev;
+static uint64_t live_next = 1;
+
+static int live_enter(mori_ep_handle *h)
+{
+	mori_client *c = h->g->c;
+	char msg[200];
+	int rc = MORI_OK, r = 0;
+	pthread_mutex_lock(&live_mu);
+	if (!live_host && !(rc = push(h))) {
+		void *p = NULL;
+		r = h->api->mem_host_alloc(&p, sizeof(*live_host), GPU_MEMHOSTALLOC_PORTABLE | GPU_MEMHOSTALLOC_DEVICEMAP);
+		if (!r && (r = h->api->mem_host_get_device_pointer(&live_dev, p, 0)))
+			h->api->mem_free_host(p);
+		gpu_pop(h->api);
+		if ((rc = gpu_err(r, "cuMemHostAlloc", msg, sizeof(msg))))
+			rc = set_error(c, rc, "EP create: the live table: %s", msg);
+		else {
+			memset(p, 0, sizeof(*live_host));
+			live_host = p;
+		}
+	}
+	int slot = -1;
+	for (int i = 0; rc == MORI_OK && i < MORI_EP_LIVE_SLOTS && slot < 0; i++)
+		if (!live_host->gen[i])
+			slot = i;
+	if (rc == MORI_OK && slot < 0)
+		rc = set_error(c, MORI_ENOMEM, "EP create: %d EP handles live in this process already", MORI_EP_LIVE_SLOTS);
+	if (rc == MORI_OK) {
+		h->live_slot = slot;
+		h->gen = live_next++;
+		__atomic_store_n(&live_host->gen[slot], h->gen, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&live_mu);
+	return rc;
+}
+
+static void live_leave(mori_ep_handle *h)
+{
+	pthread_mutex_lock(&live_mu);
+	__atomic_store_n(&live_host->gen[h->live_slot], 0, __ATOMIC_SEQ_CST); /* later launches see it retired */
+	pthread_mutex_unlock(&live_mu);
+}
+
+int mori_ep_retired_status(mori_client *c, int clear)
+{
+	pthread_mutex_lock(&live_mu);
+	uint64_t g = live_host ? __atomic_load_n(&live_host->late_gen, __ATOMIC_ACQUIRE) : 0;
+	uint64_t n = live_host ? __atomic_load_n(&live_host->late_count, __ATOMIC_ACQUIRE) : 0;
+	if (g && clear) {
+		__atomic_store_n(&live_host->late_gen, 0, __ATOMIC_RELEASE);
+		__atomic_store_n(&live_host->late_count, 0, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&live_mu);
+	if (!g)
+		return MORI_OK;
+	return set_error(c, MORI_ESTALE, "EP: kernels of destroyed handle generation %llu ran (%llu blocks; a graph "
+					 "replayed after mori_ep_destroy): they returned without touching memory",
+			 (unsigned long long)g, (unsigned long long)n);
 }
 
 /* Publish x in a fixed-size symmetric area, read every rank's, decide the same on every rank. */
@@ -151,11 +219,15 @@ int mori_ep_create(mori_group *g, const mori_ep_config *cfg, mori_ep_handle **ou
 	if (rc == MORI_OK)
 		rc = local ? set_error(g->c, local, "EP create: %s", msg) : agree(h, all);
 	free(all);
+	if (rc == MORI_OK)
+		rc = live_enter(h);
 	if (rc == MORI_OK) {
 		h->cfg = mine.cfg;
 		ep_layout(&h->cfg, &h->L);
 		/* zeroed on every PE, then a barrier: no rank writes a peer's block before it is zero */
 		rc = mori_shmem_calloc(g, h->L.total, 256, (void **)&h->block);
+		if (rc)
+			live_leave(h);
 	}
 	if (rc) {
 		free(h);
@@ -171,6 +243,7 @@ int mori_ep_destroy(mori_ep_handle *h)
 	if (!h)
 		return MORI_OK;
 	int rc = mori_shmem_barrier_all(h->g); /* no peer still writes our block */
+	live_leave(h);                          /* before the free: a later replay returns at once */
 	int frc = mori_shmem_free(h->g, h->block);
 	free(h);
 	return rc ? rc : frc;
@@ -208,6 +281,9 @@ static void fill(const mori_ep_handle *h, struct mori_ep_kargs *a, int num_token
 	a->nblocks = h->cfg.block_num;
 	a->num_tokens = num_tokens;
 	a->scale_bytes = h->cfg.scale_dim * h->cfg.scale_type_size;
+	a->live = (uint64_t)live_dev;
+	a->gen = h->gen;
+	a->live_slot = h->live_slot;
 }
 
 static int launch(mori_ep_handle *h, int k, unsigned grid, unsigned threads, void *stream, void **params)

@@ -13,7 +13,9 @@
  *             the rows arrive exactly; per-expert counts equal the all-ranks count from the layout
  *             query, which equals the host reference; low-latency combine weighted, calc_diff < 1e-5.
  * graph       one CUDA graph of dispatch + combine captured once, replayed 1 000 times with new
- *             routing written into the same device buffer before each: every replay checked.
+ *             routing written into the same device buffer before each: every replay checked; then
+ *             the handle destroyed, a new one made on the same heap, the old graph replayed: its
+ *             kernels return at once (mori_ep_retired_status: MORI_ESTALE) and the new handle works.
  * faults      tokens above the maximum (both numbers named), an expert index out of range (the
  *             status names token, slot and value), combine given dispatch's indices (refused),
  *             a config differing on one rank (refused on every rank naming the field), and a rank
@@ -640,6 +642,19 @@ static int pe_graph(int me, int n, void *arg)
 	}
 	POK(me, mori_ep_status(h, 0));
 	POK(me, mori_ep_destroy(h));
+	/* the graph replayed after the destroy, over a new handle on the same heap space: its kernels
+	 * must find their handle retired and return, touching nothing (the new handle still works) */
+	POK(me, mori_ep_retired_status(p->c, 1));
+	POK(me, mori_ep_create(p->grp, &f, &h));
+	GOK(me, glaunch(exec, p->s));
+	GOK(me, p->g->stream_synchronize(p->s));
+	int rc = mori_ep_retired_status(p->c, 1);
+	PCHECK(me, rc == MORI_ESTALE && strstr(mori_client_last_error(p->c), "destroyed handle generation"),
+	       "replay after destroy: %s (%s)", mori_strerror(rc), mori_client_last_error(p->c));
+	POK(me, mori_ep_retired_status(p->c, 0)); /* cleared */
+	if (round_trip(p, h, &c, 7, NULL))
+		return 1;
+	POK(me, mori_ep_destroy(h));
 	pe_close(p);
 	return 0;
 }
@@ -650,7 +665,8 @@ START_TEST(graph_replays)
 		memset(SH->checked, 0, sizeof(SH->checked));
 		double dt = pe_run_all(4, pe_graph, ll ? (void *)1 : NULL, 280, 0);
 		printf("graph: 4 ranks, %s: one CUDA graph of dispatch + combine replayed %lld times with new routing, "
-		       "every replay's counts and outputs checked: %.1f s\n", ll ? "low-latency (registered combine input)" : "normal (pushed combine)", SH->checked[0], dt);
+		       "every replay's counts and outputs checked; replayed after destroy: retired, "
+		       "MORI_ESTALE, a new handle on the same heap unharmed: %.1f s\n", ll ? "low-latency (registered combine input)" : "normal (pushed combine)", SH->checked[0], dt);
 	}
 }
 END_TEST
