@@ -32,8 +32,11 @@
  * Errors (negative MORI_E* from mori.h; mori_client_last_error() of the group's client has the
  * detail). Checked on the host before anything is enqueued, nothing changed then: MORI_EINVAL (NULL
  * communicator or buffer, unknown dtype or op, a dtype/op pair that does not exist such as max on
- * uint8, a root out of range, a count larger than a window or the given capacity, a buffer of the
- * wrong kind), MORI_ENOTSUP (a GPU communicator over PEs it does not map). Found while running:
+ * uint8, a root out of range), MORI_ERANGE (a buffer that starts in a window or the heap and whose
+ * count runs past its end: the only buffers whose size the library knows), MORI_ENOTSUP (a GPU
+ * communicator over PEs it does not map). Buffers outside the heap are the caller's to size: they
+ * must hold what the shapes below say, and be device memory for a GPU communicator, host memory
+ * for a host one. Found while running:
  * a rank that does not call the collective makes its peers' waits end at the communicator's
  * deadline (opts.timeout_us) with MORI_ETIMEDOUT naming the missing ranks; a PE killed mid-
  * collective ends its peers' waits with MORI_EPEERDEAD (the group's abort word); GPU waits are

@@ -374,8 +374,29 @@ static int check(mori_comm *k, const void *src, void *dst, mori_dtype dt, int re
 	return MORI_OK;
 }
 
+/* A buffer that starts in a window (or the heap) must end there: a count larger than the buffer is
+ * refused before anything runs, where the library can know the buffer's size. */
+static int extent(mori_comm *k, const void *p, uint64_t len, const char *what)
+{
+	int64_t off = mori_shmem_offset(k->g, p);
+	if (off < 0)
+		return MORI_OK;
+	if ((uint64_t)off + len > k->g->heap_size)
+		return set_error(k->c, MORI_ERANGE, "collective: %s runs %llu bytes past the end of the heap", what,
+				 (unsigned long long)((uint64_t)off + len - k->g->heap_size));
+	for (const struct mori_window *w = k->wins; w; w = w->next)
+		if ((uint64_t)off >= w->off && (uint64_t)off < w->off + w->bytes && (uint64_t)off + len > w->off + w->bytes)
+			return set_error(k->c, MORI_ERANGE, "collective: %s (%llu bytes) runs past the end of its window "
+							     "(%llu bytes at heap offset %llu)", what, (unsigned long long)len,
+					 (unsigned long long)w->bytes, (unsigned long long)w->off);
+	return MORI_OK;
+}
+
 static int run(mori_comm *k, struct coll_call *cc, uint64_t src_len, uint64_t dst_len, int co)
 {
+	int rc = extent(k, cc->src, src_len, "sendbuf");
+	if (rc || (rc = extent(k, cc->dst, dst_len, "recvbuf")))
+		return rc;
 	/* peers read src in place when it is a window, unless this rank also writes over it */
 	const uint8_t *s = cc->src, *d = cc->dst;
 	int overlap = s < d + dst_len && d < s + src_len;
@@ -387,8 +408,8 @@ static int run(mori_comm *k, struct coll_call *cc, uint64_t src_len, uint64_t ds
 	if (cc->kind == MORI_COLL_K_AR_ONESHOT && overlap)
 		cc->src_win = 0; /* one-shot writes dst while peers may still read src */
 	(void)co;
-	int rc = k->gpu ? coll_gpu_run(k, cc) : coll_host_run(k, cc);
-	if (rc && !k->gpu && !k->failed && rc != MORI_EINVAL)
+	rc = k->gpu ? coll_gpu_run(k, cc) : coll_host_run(k, cc);
+	if (rc && !k->gpu && !k->failed && rc != MORI_EINVAL && rc != MORI_ERANGE)
 		k->failed = rc;
 	return rc;
 }

@@ -4,7 +4,7 @@
  * namespaces). Every collective against a reference each rank computes itself
  * (tests/coll_check.h) for world sizes 1, 2, 3, 4, 8, counts 1, 7, 1023, 4096, 1000003, every
  * dtype, in place and out, both all-reduce algorithms; windows (heap buffers read in place) and
- * their size check; bad input refused without running; a rank that does not call: its peers end
+ * their size check, a count past a window's end (MORI_ERANGE); bad input refused without running; a rank that does not call: its peers end
  * with MORI_ETIMEDOUT naming it. */
 #include <check.h>
 #include <sys/mman.h>
@@ -190,6 +190,14 @@ static int pe_windows(int pe, int n, void *arg)
 	char want[32];
 	snprintf(want, sizeof(want), "rank %d gave", n - 1);
 	PCHECK(pe, rc == MORI_EINVAL && strstr(m, want), "mismatched window: %s (%s)", mori_strerror(rc), m);
+	/* a count larger than the window: refused before anything runs */
+	POK(pe, mori_comm_window_register(k, a.base, 4096, &w));
+	rc = mori_allreduce(k, a.base, a.base + 8192, 2048, MORI_FLOAT32, MORI_SUM, NULL);
+	m = mori_client_last_error(c);
+	PCHECK(pe, rc == MORI_ERANGE && strstr(m, "past the end of its window"), "8 KiB from a 4 KiB window: %s (%s)",
+	       mori_strerror(rc), m);
+	POK(pe, mori_allreduce(k, a.base, a.base + 8192, 1024, MORI_FLOAT32, MORI_SUM, NULL)); /* still works */
+	POK(pe, mori_comm_window_deregister(k, w));
 	mori_comm_destroy(k);
 	POK(pe, mori_shmem_free(g, a.base));
 	mori_group_leave(g);
