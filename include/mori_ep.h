@@ -15,9 +15,10 @@
  * the GPU and nothing is synchronised between ranks on the host: per-destination head counters
  * in the heap (release on publish, acquire on consume, epoch-tagged) order every phase, so the
  * pair can be captured in a CUDA graph and replayed with new routing (the routing is read from
- * device memory at run time). Calls alternate dispatch, combine, dispatch, ... on each handle
- * (MORI_EINVAL otherwise); the receive buffers dispatch returns stay valid until the next
- * dispatch's kernels run, i.e. until combine has been enqueued after them on the stream.
+ * device memory at run time). Up to config.num_in_flight dispatches may wait for their combine;
+ * combines take them in dispatch order (a further dispatch, or a combine with none waiting:
+ * MORI_EINVAL). The receive buffers dispatch n returns stay valid until dispatch n +
+ * num_in_flight runs (with the default 1: until the next dispatch).
  *
  * Errors: 0 or a negative MORI_E* (include/mori.h); mori_client_last_error() of the group's
  * client has the detail. What only the GPU can see (an expert index out of range, combine
@@ -74,7 +75,15 @@ typedef struct mori_ep_config {
 	int warp_num_per_block;         /* launch shape; 0: default (16) */
 	int block_num;                  /* 0: default (4 x the SMs this process may use, at most 1024) */
 	int64_t timeout_us;             /* deadline of every device-side wait; 0: 10 s */
+	/* Dispatches that may be in flight (dispatched, not yet combined), each with its own buffers
+	 * (a slot): dispatch n uses slot n mod num_in_flight, combines take them in dispatch order;
+	 * 0: 1, at most MORI_EP_MAX_IN_FLIGHT. The heap a handle takes grows with it. DeepEP's
+	 * low-latency mode has two such buffers (fixed), ROCm/mori's ops one: this generalises
+	 * DeepEP's double buffering. */
+	int32_t num_in_flight;
 } mori_ep_config;
+
+#define MORI_EP_MAX_IN_FLIGHT 16
 
 /* Defaults: bf16, normal mode, launch shape 0 (chosen at creation), timeout 10 s; the shape
  * fields zero (the caller fills rank, world size, H, tokens, experts and top-k). */
@@ -125,7 +134,11 @@ typedef struct mori_ep_recv {
 	int32_t *src_pos;
 	int32_t *count;
 	int64_t max_recv;  /* slots (normal) or slots per local expert (low-latency) */
+	void *combine_input; /* this slot's registered combine input (see below) */
+	int32_t slot;        /* which of the num_in_flight buffer sets (0..num_in_flight-1) */
 } mori_ep_recv;
+/* The buffers the next combine takes (the oldest dispatch not yet combined), or when none waits,
+ * those the next dispatch fills. */
 MORI_API int mori_ep_recv_buffers(const mori_ep_handle *h, mori_ep_recv *out);
 
 /* Dispatch num_tokens (0..max_num_inp_token_per_rank; more: MORI_EINVAL naming both numbers,
@@ -142,8 +155,9 @@ MORI_API int mori_ep_recv_buffers(const mori_ep_handle *h, mori_ep_recv *out);
 MORI_API int mori_ep_dispatch(mori_ep_handle *h, const void *input, const float *weights, const void *scales,
 			      const int32_t *indices, int num_tokens, void *stream, mori_ep_recv *out);
 
-/* The registered combine input (ROCm/mori's get_registered_combine_input_buffer): a buffer on this
- * PE's heap in the receive layout (normal [max_recv, H], low-latency [num_experts_per_rank, world x
+/* The registered combine input (ROCm/mori's get_registered_combine_input_buffer) of the slot the
+ * next combine takes (as mori_ep_recv_buffers; each dispatch's own is in its mori_ep_recv): a buffer
+ * on this PE's heap in the receive layout (normal [max_recv, H], low-latency [num_experts_per_rank, world x
  * max, H]; row stride H x max_token_type_size bytes whatever the combine dtype). Experts that write
  * their outputs there and pass it to mori_ep_combine as expert_out save a copy: the home ranks read
  * the rows in place (one pass instead of a copy to the home rank and a read there). */

@@ -30,9 +30,17 @@ struct mori_ep_handle {
 	gpu_function fn[K_N];
 	int live_slot;             /* its entry in the live table */
 	uint64_t gen;              /* its generation there */
-	int next_combine;          /* 0: dispatch is next; 1: combine is */
-	int num_tokens;            /* of the last dispatch */
+	int nslots;                /* cfg.num_in_flight (0 resolved to 1): buffer sets of L.total bytes */
+	uint64_t ndisp, ncomb;     /* dispatches / combines enqueued: ndisp - ncomb wait for combine */
+	int ntok[MORI_EP_MAX_IN_FLIGHT]; /* num_tokens of the dispatch waiting in each slot */
 };
+
+/* Slot s's part of the block; the slot the next combine takes (or, none waiting, the next dispatch). */
+static uint8_t *slot_base(const mori_ep_handle *h, int s) { return h->block + (size_t)s * h->L.total; }
+static int next_slot(const mori_ep_handle *h)
+{
+	return (int)((h->ndisp > h->ncomb ? h->ncomb : h->ndisp) % (uint64_t)h->nslots);
+}
 
 /* What every rank publishes at creation: its resolved config and whether it could load the
  * kernels (so all ranks take the same decision). */
@@ -224,8 +232,9 @@ int mori_ep_create(mori_group *g, const mori_ep_config *cfg, mori_ep_handle **ou
 	if (rc == MORI_OK) {
 		h->cfg = mine.cfg;
 		ep_layout(&h->cfg, &h->L);
+		h->nslots = ep_in_flight(&h->cfg);
 		/* zeroed on every PE, then a barrier: no rank writes a peer's block before it is zero */
-		rc = mori_shmem_calloc(g, h->L.total, 256, (void **)&h->block);
+		rc = mori_shmem_calloc(g, h->L.total * (uint64_t)h->nslots, 256, (void **)&h->block);
 		if (rc)
 			live_leave(h);
 	}
@@ -249,26 +258,34 @@ int mori_ep_destroy(mori_ep_handle *h)
 	return rc ? rc : frc;
 }
 
+static void recv_of(const mori_ep_handle *h, int slot, mori_ep_recv *o)
+{
+	uint8_t *b = slot_base(h, slot);
+	o->tokens = b + h->L.tok;
+	o->weights = (float *)(b + h->L.w);
+	o->indices = (int32_t *)(b + h->L.idx);
+	o->scales = h->cfg.scale_dim ? b + h->L.scale : NULL;
+	o->src_pos = (int32_t *)(b + h->L.src);
+	o->count = (int32_t *)(b + h->L.count);
+	o->max_recv = h->cfg.kernel_type == MORI_EP_LOW_LATENCY ? h->L.recv_slots / h->cfg.num_experts_per_rank
+								 : h->L.recv_slots;
+	o->combine_input = b + h->L.cin;
+	o->slot = slot;
+}
+
 int mori_ep_recv_buffers(const mori_ep_handle *h, mori_ep_recv *o)
 {
 	if (!h || !o)
 		return MORI_EINVAL;
-	o->tokens = h->block + h->L.tok;
-	o->weights = (float *)(h->block + h->L.w);
-	o->indices = (int32_t *)(h->block + h->L.idx);
-	o->scales = h->cfg.scale_dim ? h->block + h->L.scale : NULL;
-	o->src_pos = (int32_t *)(h->block + h->L.src);
-	o->count = (int32_t *)(h->block + h->L.count);
-	o->max_recv = h->cfg.kernel_type == MORI_EP_LOW_LATENCY ? h->L.recv_slots / h->cfg.num_experts_per_rank
-								 : h->L.recv_slots;
+	recv_of(h, next_slot(h), o);
 	return MORI_OK;
 }
 
-static void fill(const mori_ep_handle *h, struct mori_ep_kargs *a, int num_tokens)
+static void fill(const mori_ep_handle *h, struct mori_ep_kargs *a, int slot, int num_tokens)
 {
 	memset(a, 0, sizeof(*a));
 	a->st = h->st;
-	a->sym = (uint64_t)(h->block - (uint8_t *)(uintptr_t)h->g->base);
+	a->sym = (uint64_t)(slot_base(h, slot) - (uint8_t *)(uintptr_t)h->g->base);
 	a->L = h->L;
 	a->timeout_ns = (uint64_t)h->cfg.timeout_us * 1000;
 	a->rank = h->cfg.rank;
@@ -309,8 +326,9 @@ int mori_ep_dispatch(mori_ep_handle *h, const void *input, const float *weights,
 	int rc = shmem_abort_status(h->g);
 	if (rc)
 		return rc;
-	if (h->next_combine)
-		return set_error(c, MORI_EINVAL, "EP dispatch: the previous dispatch has not been combined yet");
+	if (h->ndisp - h->ncomb >= (uint64_t)h->nslots)
+		return set_error(c, MORI_EINVAL, "EP dispatch: %d dispatch%s in flight, num_in_flight is %d: combine first",
+				 h->nslots, h->nslots == 1 ? "" : "es", h->nslots);
 	if (num_tokens < 0 || num_tokens > h->cfg.max_num_inp_token_per_rank)
 		return set_error(c, MORI_EINVAL, "EP dispatch: %d tokens, more than max_num_inp_token_per_rank %d",
 				 num_tokens, h->cfg.max_num_inp_token_per_rank);
@@ -323,7 +341,8 @@ int mori_ep_dispatch(mori_ep_handle *h, const void *input, const float *weights,
 	if (((uintptr_t)scales & 3) || ((uintptr_t)weights & 3) || ((uintptr_t)indices & 3))
 		return set_error(c, MORI_EINVAL, "EP dispatch: weights, scales or indices not 4-byte aligned");
 	struct mori_ep_kargs a;
-	fill(h, &a, num_tokens);
+	const int slot = (int)(h->ndisp % (uint64_t)h->nslots);
+	fill(h, &a, slot, num_tokens);
 	a.input = (uint64_t)(uintptr_t)input;
 	a.weights = (uint64_t)(uintptr_t)weights;
 	a.scales = (uint64_t)(uintptr_t)scales;
@@ -336,16 +355,16 @@ int mori_ep_dispatch(mori_ep_handle *h, const void *input, const float *weights,
 			 params)) ||
 	    (rc = launch(h, K_DRECV, 1, 256, stream, params)))
 		return rc; /* a launch that fails leaves the GPU context broken anyway */
-	h->next_combine = 1;
-	h->num_tokens = num_tokens;
+	h->ntok[slot] = num_tokens;
+	h->ndisp++;
 	if (out)
-		mori_ep_recv_buffers(h, out);
+		recv_of(h, slot, out);
 	return MORI_OK;
 }
 
 void *mori_ep_get_registered_combine_input_buffer(const mori_ep_handle *h)
 {
-	return h ? h->block + h->L.cin : NULL;
+	return h ? slot_base(h, next_slot(h)) + h->L.cin : NULL;
 }
 
 int mori_ep_combine(mori_ep_handle *h, int dtype, const void *expert_out, const float *weights,
@@ -357,8 +376,9 @@ int mori_ep_combine(mori_ep_handle *h, int dtype, const void *expert_out, const 
 	int rc = shmem_abort_status(h->g);
 	if (rc)
 		return rc;
-	if (!h->next_combine)
-		return set_error(c, MORI_EINVAL, "EP combine: no dispatch to combine (calls alternate dispatch, combine)");
+	if (h->ndisp == h->ncomb)
+		return set_error(c, MORI_EINVAL, "EP combine: no dispatch to combine (every dispatch has been combined)");
+	const int slot = (int)(h->ncomb % (uint64_t)h->nslots), ntok = h->ntok[slot];
 	int es = dtype == MORI_EP_BF16 || dtype == MORI_EP_FP32 ? ep_dtype_size(dtype) : 0;
 	if (!es)
 		return set_error(c, MORI_EINVAL, "EP combine: dtype %d is neither bf16 (%d) nor fp32 (%d)", dtype, MORI_EP_BF16,
@@ -366,29 +386,32 @@ int mori_ep_combine(mori_ep_handle *h, int dtype, const void *expert_out, const 
 	if (es > h->cfg.max_token_type_size)
 		return set_error(c, MORI_EINVAL, "EP combine: %d-byte elements exceed max_token_type_size %d", es,
 				 h->cfg.max_token_type_size);
-	if (!expert_out || (h->num_tokens && !out))
+	if (!expert_out || (ntok && !out))
 		return set_error(c, MORI_EINVAL, "EP combine: %s is NULL", expert_out ? "out" : "expert_out");
 	if (misaligned(expert_out) || misaligned(out))
 		return set_error(c, MORI_EINVAL, "EP combine: expert_out or out is not 16-byte aligned");
-	const uint8_t *ri = h->block + h->L.idx, *p = (const uint8_t *)indices;
-	if (p && p >= ri && p < ri + (size_t)h->L.recv_slots * (size_t)h->cfg.num_experts_per_token * 4)
-		return set_error(c, MORI_EINVAL, "EP combine: indices are dispatch's received indices; combine takes the "
-						 "caller's own [num_tokens, K] routing (as passed to dispatch)");
+	const uint8_t *p = (const uint8_t *)indices;
+	for (int s = 0; p && s < h->nslots; s++) {
+		const uint8_t *ri = slot_base(h, s) + h->L.idx;
+		if (p >= ri && p < ri + (size_t)h->L.recv_slots * (size_t)h->cfg.num_experts_per_token * 4)
+			return set_error(c, MORI_EINVAL, "EP combine: indices are dispatch's received indices; combine takes "
+							 "the caller's own [num_tokens, K] routing (as passed to dispatch)");
+	}
 	struct mori_ep_kargs a;
-	fill(h, &a, h->num_tokens);
+	fill(h, &a, slot, ntok);
 	a.input = (uint64_t)(uintptr_t)expert_out;
 	a.weights = (uint64_t)(uintptr_t)weights;
 	a.indices = (uint64_t)(uintptr_t)indices;
 	a.out = (uint64_t)(uintptr_t)out;
 	a.tok_bytes = h->cfg.hidden_dim * es;
 	a.dtype = dtype;
-	a.pull = expert_out == (const void *)(h->block + h->L.cin); /* the rows are read where they are */
+	a.pull = expert_out == (const void *)(slot_base(h, slot) + h->L.cin); /* the rows are read where they are */
 	void *params[] = {&a};
 	unsigned grid = (unsigned)h->cfg.block_num, thr = (unsigned)h->cfg.warp_num_per_block * 32;
 	if ((rc = launch(h, K_CSEND, a.pull ? 1 : grid, a.pull ? 64 : thr, stream, params)) ||
 	    (rc = launch(h, K_CREDUCE, grid, thr, stream, params)))
 		return rc;
-	h->next_combine = 0;
+	h->ncomb++;
 	return MORI_OK;
 }
 
@@ -430,14 +453,20 @@ int mori_ep_status(mori_ep_handle *h, int clear)
 	int rc = push(h);
 	if (rc)
 		return rc;
-	gpu_dptr p = (gpu_dptr)(uintptr_t)(h->block + h->L.status);
-	int r = h->api->memcpy_dtoh_async(s, p, sizeof(s), NULL);
-	if (!r)
-		r = h->api->stream_synchronize(NULL);
-	if (!r && clear && s[0])
-		r = h->api->memset_d8_async(p, 0, sizeof(s), NULL);
-	if (!r && clear && s[0])
-		r = h->api->stream_synchronize(NULL);
+	int r = 0;
+	for (int sl = 0; sl < h->nslots && !r; sl++) { /* each slot's word; the first set one is reported */
+		int32_t v[4] = {0};
+		gpu_dptr p = (gpu_dptr)(uintptr_t)(slot_base(h, sl) + h->L.status);
+		r = h->api->memcpy_dtoh_async(v, p, sizeof(v), NULL);
+		if (!r)
+			r = h->api->stream_synchronize(NULL);
+		if (!r && clear && v[0])
+			r = h->api->memset_d8_async(p, 0, sizeof(v), NULL);
+		if (!r && clear && v[0])
+			r = h->api->stream_synchronize(NULL);
+		if (!s[0])
+			memcpy(s, v, sizeof(s));
+	}
 	gpu_pop(h->api);
 	char msg[200];
 	if ((rc = gpu_err(r, "read the status", msg, sizeof(msg))))

@@ -19,6 +19,8 @@ struct mori_ep_layout;
 #define EP_MAX_DEFAULT_BLOCKS 1024
 
 int ep_dtype_size(int dtype);
+/* Slots of a valid cfg: num_in_flight, 0 meaning 1. */
+static inline int ep_in_flight(const mori_ep_config *cfg) { return cfg->num_in_flight ? cfg->num_in_flight : 1; }
 /* The block layout of a valid cfg (MORI_EINVAL otherwise). */
 int ep_layout(const mori_ep_config *cfg, struct mori_ep_layout *L);
 

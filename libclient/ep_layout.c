@@ -85,6 +85,8 @@ int mori_ep_config_check(const mori_ep_config *c, char *msg, size_t cap)
 		return bad(msg, cap, "warp_num_per_block %d is outside 0..32", c->warp_num_per_block);
 	if (c->block_num < 0 || c->block_num > 1024)
 		return bad(msg, cap, "block_num %d is outside 0..1024", c->block_num);
+	if (c->num_in_flight < 0 || c->num_in_flight > MORI_EP_MAX_IN_FLIGHT)
+		return bad(msg, cap, "num_in_flight %d is outside 0..%d", c->num_in_flight, MORI_EP_MAX_IN_FLIGHT);
 	if (c->timeout_us < 0)
 		return bad(msg, cap, "timeout_us %lld is negative", (long long)c->timeout_us);
 	/* source positions are int32: (world x max tokens) x K must fit */
@@ -136,7 +138,7 @@ int ep_layout(const mori_ep_config *c, struct mori_ep_layout *L)
 uint64_t mori_ep_heap_bytes(const mori_ep_config *cfg)
 {
 	struct mori_ep_layout L;
-	return ep_layout(cfg, &L) ? 0 : L.total + EP_XCHG_BYTES;
+	return ep_layout(cfg, &L) ? 0 : L.total * (uint64_t)ep_in_flight(cfg) + EP_XCHG_BYTES;
 }
 
 int mori_ep_layout_host(const mori_ep_config *cfg, const int32_t *indices, int num_tokens, int32_t *per_rank,
@@ -185,7 +187,7 @@ const struct ep_field ep_fields[] = {
 #define F(name) {#name, offsetof(mori_ep_config, name), sizeof(((mori_ep_config *)0)->name)}
 	F(world_size), F(hidden_dim), F(scale_dim), F(scale_type_size), F(max_token_type_size),
 	F(max_num_inp_token_per_rank), F(num_experts_per_rank), F(num_experts_per_token), F(data_type),
-	F(kernel_type), F(warp_num_per_block), F(block_num), F(timeout_us),
+	F(kernel_type), F(warp_num_per_block), F(block_num), F(timeout_us), F(num_in_flight),
 #undef F
 	{NULL, 0, 0},
 };

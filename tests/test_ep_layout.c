@@ -71,6 +71,10 @@ START_TEST(config_checks)
 	refused(c, "scale_type_size 3");
 	c = base_cfg(), c.timeout_us = -1;
 	refused(c, "timeout_us");
+	c = base_cfg(), c.num_in_flight = MORI_EP_MAX_IN_FLIGHT + 1;
+	refused(c, "num_in_flight 17");
+	c = base_cfg(), c.num_in_flight = -1;
+	refused(c, "num_in_flight -1");
 }
 END_TEST
 
@@ -89,6 +93,9 @@ START_TEST(config_differences_named)
 	b = a, b.kernel_type = MORI_EP_LOW_LATENCY;
 	ck_assert_int_eq(ep_config_diff(&a, &b, msg, sizeof(msg), 0, 1), MORI_EINVAL);
 	ck_assert_ptr_nonnull(strstr(msg, "kernel_type"));
+	b = a, b.num_in_flight = 2;
+	ck_assert_int_eq(ep_config_diff(&a, &b, msg, sizeof(msg), 0, 3), MORI_EINVAL);
+	ck_assert_str_eq(msg, "config field num_in_flight differs: rank 0 has 0, rank 3 has 2");
 }
 END_TEST
 
@@ -106,6 +113,12 @@ START_TEST(heap_sizes)
 	ck_assert_uint_ge(L.comb - L.tok, rows);
 	ck_assert_uint_ge(L.total - L.comb, (uint64_t)8 * 4096 * L.token_stride);
 	ck_assert_uint_eq(mori_ep_heap_bytes(&c), L.total + EP_XCHG_BYTES);
+	/* num_in_flight: one buffer set (the whole block layout) per dispatch in flight; 0 and 1 alike */
+	c.num_in_flight = 1;
+	ck_assert_uint_eq(mori_ep_heap_bytes(&c), L.total + EP_XCHG_BYTES);
+	c.num_in_flight = 5;
+	ck_assert_uint_eq(mori_ep_heap_bytes(&c), 5 * L.total + EP_XCHG_BYTES);
+	c.num_in_flight = 0;
 	c.kernel_type = MORI_EP_LOW_LATENCY;
 	c.max_num_inp_token_per_rank = 128;
 	ck_assert_int_eq(ep_layout(&c, &L), MORI_OK);

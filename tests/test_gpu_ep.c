@@ -16,6 +16,8 @@
  *             routing written into the same device buffer before each: every replay checked; then
  *             the handle destroyed, a new one made on the same heap, the old graph replayed: its
  *             kernels return at once (mori_ep_retired_status: MORI_ESTALE) and the new handle works.
+ * inflight    num_in_flight 3 at 4 ranks, both modes: dispatch i, then combine i - 2 (three waiting),
+ *             60 dispatches, each checked bit-exact and its combine checked; a fourth refused.
  * faults      tokens above the maximum (both numbers named), an expert index out of range (the
  *             status names token, slot and value), combine given dispatch's indices (refused),
  *             a config differing on one rank (refused on every rank naming the field), and a rank
@@ -671,6 +673,84 @@ START_TEST(graph_replays)
 }
 END_TEST
 
+/* ---- several dispatches in flight ---- */
+#define INFLIGHT 3
+static int pe_inflight(int me, int n, void *arg)
+{
+	struct shape c = {n, 512, 32, 4, 8, MORI_EP_BF16, arg ? MORI_EP_LOW_LATENCY : MORI_EP_NORMAL, 0};
+	struct pe P, *p = &P;
+	mori_ep_config f = cfg_of(&c, me);
+	f.num_in_flight = INFLIGHT;
+	if (pe_open(p, me, n, heap_for(&c, 1, n) * INFLIGHT))
+		return 1;
+	mori_ep_handle *h;
+	POK(me, mori_ep_create(p->grp, &f, &h));
+	enum { N = 60 };
+	mori_ep_recv r[N];
+	uint64_t seed[N];
+	int T[N];
+	const gpu_dptr out0 = p->out;
+	const size_t ob = (size_t)c.M * c.H * 2;
+	/* dispatch i, then combine i - 2: three wait after each dispatch, the slots wrap 20 times */
+	for (int i = 0; i < N + 2; i++) {
+		if (i < N) {
+			seed[i] = 2 + (uint64_t)i * 11 + (arg ? 5 : 0);
+			T[i] = tokens_of(&c, seed[i], me);
+			make_input(p, &c, seed[i], me, T[i]);
+			if (upload(p, &c, T[i]))
+				return 1;
+			POK(me, mori_ep_dispatch(h, (void *)(uintptr_t)p->in, (float *)(uintptr_t)p->w, NULL,
+						 (int32_t *)(uintptr_t)p->idx, T[i], p->s, &r[i]));
+			PCHECK(me, r[i].slot == i % INFLIGHT, "dispatch %d in slot %d", i, r[i].slot);
+			if (check_dispatch(p, &c, &r[i], seed[i]))
+				return 1;
+			if (i == INFLIGHT - 1) { /* a fourth is refused before anything is enqueued */
+				int rc = mori_ep_dispatch(h, (void *)(uintptr_t)p->in, NULL, NULL, (int32_t *)(uintptr_t)p->idx,
+							  T[i], p->s, NULL);
+				PCHECK(me, rc == MORI_EINVAL && strstr(mori_client_last_error(p->c), "3 dispatches in flight"),
+				       "fourth dispatch: %s (%s)", mori_strerror(rc), mori_client_last_error(p->c));
+				PCHECK(me, mori_ep_get_registered_combine_input_buffer(h) == r[0].combine_input,
+				       "the registered combine input is not the oldest dispatch's");
+			}
+		}
+		if (i < 2)
+			continue;
+		const int j = i - 2;
+		void *eo = r[j].tokens; /* identity experts: pushed (normal) or in place (low-latency) */
+		if (c.mode) {
+			eo = r[j].combine_input;
+			GOK(me, p->g->memcpy_dtod_async((gpu_dptr)(uintptr_t)eo, (gpu_dptr)(uintptr_t)r[j].tokens,
+							(size_t)r[j].max_recv * c.epr * c.H * 2, p->s));
+		}
+		p->out = out0 + (size_t)(j % INFLIGHT) * ob;
+		POK(me, mori_ep_combine(h, MORI_EP_BF16, eo, NULL, NULL, (void *)(uintptr_t)p->out, p->s));
+		int bad = check_combine(p, &c, seed[j], T[j], NULL);
+		p->out = out0;
+		if (bad)
+			return 1;
+	}
+	int rc = mori_ep_combine(h, MORI_EP_BF16, r[0].tokens, NULL, NULL, (void *)(uintptr_t)p->out, p->s);
+	PCHECK(me, rc == MORI_EINVAL && strstr(mori_client_last_error(p->c), "no dispatch to combine"),
+	       "combine with none waiting: %s (%s)", mori_strerror(rc), mori_client_last_error(p->c));
+	POK(me, mori_ep_status(h, 0));
+	POK(me, mori_ep_destroy(h));
+	pe_close(p);
+	return 0;
+}
+
+START_TEST(in_flight)
+{
+	for (int ll = 0; ll < 2; ll++) {
+		memset(SH->checked, 0, sizeof(SH->checked));
+		double dt = pe_run_all(4, pe_inflight, ll ? (void *)1 : NULL, 120, 0);
+		printf("inflight: 4 ranks, %s, num_in_flight %d: 60 dispatches each combined two dispatches later, "
+		       "%lld checked bit-exact and their combines, a fourth in flight refused: %.1f s\n",
+		       ll ? "low-latency (each slot's registered combine input)" : "normal (pushed combine)", INFLIGHT,
+		       SH->checked[0], dt);
+	}
+}
+END_TEST
+
 /* ---- faults ---- */
 static int pe_faults(int me, int n, void *arg)
 {
@@ -768,6 +848,8 @@ int main(void)
 		tcase_add_test(t, deepep_checks);
 	if (!only || strstr(only, "graph"))
 		tcase_add_test(t, graph_replays);
+	if (!only || strstr(only, "inflight"))
+		tcase_add_test(t, in_flight);
 	if (!only || strstr(only, "faults"))
 		tcase_add_test(t, faults);
 	suite_add_tcase(s, t);

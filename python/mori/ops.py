@@ -18,6 +18,7 @@ rows 0..count-1 of out are filled; low-latency mode: out is [num_experts_per_ran
 H] with count [num_experts_per_rank] (DeepEP's packed_recv_x / packed_recv_count).
 Errors raise mori.MoriError with the MORI_E* code and libmori's message.
 """
+import collections
 import ctypes
 import enum
 import threading
@@ -64,14 +65,15 @@ class _Config(ctypes.Structure):
     _fields_ = [(n, ctypes.c_int) for n in (
         "rank", "world_size", "hidden_dim", "scale_dim", "scale_type_size", "max_token_type_size",
         "max_num_inp_token_per_rank", "num_experts_per_rank", "num_experts_per_token", "data_type",
-        "kernel_type", "warp_num_per_block", "block_num")] + [("timeout_us", ctypes.c_int64)]
+        "kernel_type", "warp_num_per_block", "block_num")] + [("timeout_us", ctypes.c_int64),
+                                                              ("num_in_flight", ctypes.c_int32)]
 
 
 class _Recv(ctypes.Structure):
     """struct mori_ep_recv."""
     _fields_ = [("tokens", ctypes.c_void_p), ("weights", ctypes.c_void_p), ("indices", ctypes.c_void_p),
                 ("scales", ctypes.c_void_p), ("src_pos", ctypes.c_void_p), ("count", ctypes.c_void_p),
-                ("max_recv", ctypes.c_int64)]
+                ("max_recv", ctypes.c_int64), ("combine_input", ctypes.c_void_p), ("slot", ctypes.c_int32)]
 
 
 _P, _I = ctypes.c_void_p, ctypes.c_int
@@ -87,6 +89,7 @@ _PROTOS = {
     "mori_ep_get_dispatch_layout": (_I, [_P, _P, _I, _P, _P, _P, _P]),
     "mori_ep_status": (_I, [_P, _I]),
     "mori_ep_get_registered_combine_input_buffer": (_P, [_P]),
+    "mori_ep_retired_status": (_I, [_P, _I]),
 }
 _lock = threading.Lock()
 _ready = False
@@ -112,7 +115,9 @@ def _L():
 @dataclass
 class EpDispatchCombineConfig:
     """ROCm/mori's EpDispatchCombineConfig (the same fields; block_num / warp_num_per_block 0 pick
-    libmori's defaults; timeout_us bounds every device-side wait, 0: 10 s)."""
+    libmori's defaults; timeout_us bounds every device-side wait, 0: 10 s). num_in_flight (mori's,
+    generalising DeepEP's two low-latency buffers): dispatches that may wait for their combine, each
+    with its own receive buffers; combines take them in dispatch order; 0: 1."""
     data_type: object
     rank: int
     world_size: int
@@ -127,13 +132,14 @@ class EpDispatchCombineConfig:
     block_num: int = 0
     kernel_type: EpDispatchCombineKernelType = EpDispatchCombineKernelType.IntraNode
     timeout_us: int = 0
+    num_in_flight: int = 0
 
     def _c(self):
         c = _Config()
         _L().mori_ep_config_init(ctypes.byref(c))
         for f in ("rank", "world_size", "hidden_dim", "scale_dim", "scale_type_size", "max_token_type_size",
                   "max_num_inp_token_per_rank", "num_experts_per_rank", "num_experts_per_token",
-                  "warp_num_per_block", "block_num"):
+                  "warp_num_per_block", "block_num", "num_in_flight"):
             setattr(c, f, int(getattr(self, f)))
         c.data_type = _dtype_code(self.data_type)
         c.kernel_type = int(self.kernel_type)
@@ -179,7 +185,7 @@ class EpDispatchCombineOp:
         _lib.check(_L().mori_ep_recv_buffers(h, ctypes.byref(r)), "EP buffers")
         self._recv = r
         self._dtype = config.data_type
-        self._ntok = 0
+        self._pending = collections.deque()  # num_tokens of each dispatch waiting for its combine
 
     def _handle(self):
         if self._hd is None:
@@ -189,8 +195,8 @@ class EpDispatchCombineOp:
     def _stream(self, stream):
         return self._torch.cuda.current_stream().cuda_stream if stream is None else shmem._stream(stream)
 
-    def _views(self):
-        torch, c, r = self._torch, self.config, self._recv
+    def _views(self, r):
+        torch, c = self._torch, self.config
         ll = c.kernel_type == EpDispatchCombineKernelType.LowLatency
         slots = (c.num_experts_per_rank if ll else 1) * r.max_recv
         g, H, K = self.group, c.hidden_dim, c.num_experts_per_token
@@ -233,13 +239,14 @@ class EpDispatchCombineOp:
         if input.dtype != self._dtype:
             raise MoriError(MORI_EINVAL, "input has dtype %s, the config %s" % (input.dtype, self._dtype))
         T = int(input.shape[0])
+        r = _Recv()
         if indices.dtype != torch.int32:
             indices = indices.to(torch.int32)
         _lib.check(_L().mori_ep_dispatch(self._handle(), _ptr(input, "input"), _ptr(weights, "weights", torch.float32),
                                          _ptr(scales, "scales"), _ptr(indices, "indices"), T,
-                                         self._stream(stream), None), "EP dispatch")
-        self._ntok = T
-        return self._views()
+                                         self._stream(stream), ctypes.byref(r)), "EP dispatch")
+        self._pending.append(T)
+        return self._views(r)
 
     def combine(self, input, weights, indices, stream=None):
         """input: the expert outputs in the receive layout (bfloat16 or float32) -> [T, H] of its dtype:
@@ -251,14 +258,16 @@ class EpDispatchCombineOp:
             raise MoriError(MORI_EINVAL, "combine input dtype %s is neither bfloat16 nor float32" % (input.dtype,))
         if indices is not None and indices.dtype != torch.int32:
             indices = indices.to(torch.int32)
-        out = torch.empty((self._ntok, self.config.hidden_dim), dtype=input.dtype, device=input.device)
+        ntok = self._pending[0] if self._pending else 0  # libmori refuses a combine with none waiting
+        out = torch.empty((ntok, self.config.hidden_dim), dtype=input.dtype, device=input.device)
         reg = _L().mori_ep_get_registered_combine_input_buffer(self._handle())
         if not input.is_cuda or (input.data_ptr() != reg and not input.is_contiguous()):
             # the registered view may be strided (rows H x max_token_type_size apart): libmori knows
             raise MoriError(MORI_EINVAL, "combine input must be a contiguous CUDA tensor or the registered combine input")
         _lib.check(_L().mori_ep_combine(self._handle(), dt, input.data_ptr(), _ptr(weights, "weights", torch.float32),
-                                        _ptr(indices, "indices"), out.data_ptr() if self._ntok else None,
+                                        _ptr(indices, "indices"), out.data_ptr() if ntok else None,
                                         self._stream(stream)), "EP combine")
+        self._pending.popleft()
         return out
 
     def get_dispatch_layout(self, indices, stream=None):
@@ -280,6 +289,12 @@ class EpDispatchCombineOp:
         """Raise MoriError for the first error the GPU recorded (bad expert index, other routing in
         combine, a peer dead, a wait past its deadline). Synchronise the stream first."""
         _lib.check(_L().mori_ep_status(self._handle(), 1 if clear else 0), "EP status")
+
+    @staticmethod
+    def retired_status(clear=False):
+        """Raise MoriError(MORI_ESTALE) when kernels of a destroyed op ran (a graph replayed after
+        destroy(): they returned without touching memory); process-wide (mori_ep_retired_status)."""
+        _lib.check(_L().mori_ep_retired_status(None, 1 if clear else 0), "EP retired")
 
     def destroy(self):
         """Collective: free the op's heap buffers."""
