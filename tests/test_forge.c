@@ -13,6 +13,7 @@
 
 #include "../libclient/internal.h" /* the owner's true handle fields, and raw session requests */
 #include "harness.h"
+#include "ctl_harness.h"
 #include "peer_harness.h"
 #include "svc/ctl.h"
 #include "wire.h"
@@ -134,16 +135,8 @@ static void assert_refused(int rc, const char *what, uint64_t i)
 /* No listing of the daemon carries the secret: its bytes appear nowhere in moractl's replies. */
 static void assert_not_listed(struct test_daemon *t, const uint8_t *secret)
 {
-	char url[400], err[256];
-	ctl_url(url, sizeof(url), t->dir);
 	for (uint32_t what = 1; what <= 4; what++) {
-		Mori__Request req = MORI__REQUEST__INIT;
-		Mori__ListRequest lq = MORI__LIST_REQUEST__INIT;
-		Mori__Reply *rep;
-		lq.what = what;
-		req.body_case = MORI__REQUEST__BODY_LIST;
-		req.list = &lq;
-		ck_assert_int_eq(ctl_call(url, &req, &rep, 3000, err, sizeof(err)), MORI_OK);
+		Mori__Reply *rep = ctl_list(t->dir, what);
 		size_t n = mori__reply__get_packed_size(rep);
 		uint8_t *b = malloc(n);
 		mori__reply__pack(rep, b);
@@ -408,15 +401,7 @@ START_TEST(access_list)
 	OK(mori_mem_publish_access(c, "acl/all", &acc_other));
 	ck_assert_int_eq(mori_mem_open_remote(ca, addrB, "acl/all", &m), MORI_EPERM);
 	/* moractl memory shows each grant */
-	char url[400], err[256];
-	Mori__Request req = MORI__REQUEST__INIT;
-	Mori__ListRequest lq = MORI__LIST_REQUEST__INIT;
-	Mori__Reply *rep;
-	lq.what = 2;
-	req.body_case = MORI__REQUEST__BODY_LIST;
-	req.list = &lq;
-	ctl_url(url, sizeof(url), DB.dir);
-	ck_assert_int_eq(ctl_call(url, &req, &rep, 3000, err, sizeof(err)), MORI_OK);
+	Mori__Reply *rep = ctl_list(DB.dir, 2);
 	int seen = 0;
 	for (size_t i = 0; i < rep->list->n_regions; i++) {
 		Mori__RegionInfo *g = rep->list->regions[i];

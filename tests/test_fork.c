@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 
 #include "harness.h"
+#include "ctl_harness.h"
 #include "mori.pb-c.h"
 #include "svc/ctl.h"
 #include "wire.h"
@@ -25,15 +26,7 @@ static void teardown(void)
 /* Owner pids of the regions morid lists, into pids[] (count returned). */
 static int region_pids(int32_t *pids, int cap)
 {
-	char url[400], err[256];
-	Mori__Request req = MORI__REQUEST__INIT;
-	Mori__ListRequest lq = MORI__LIST_REQUEST__INIT;
-	Mori__Reply *rep;
-	lq.what = 2;
-	req.body_case = MORI__REQUEST__BODY_LIST;
-	req.list = &lq;
-	ctl_url(url, sizeof(url), D.dir);
-	ck_assert_int_eq(ctl_call(url, &req, &rep, 3000, err, sizeof(err)), MORI_OK);
+	Mori__Reply *rep = ctl_list(D.dir, 2);
 	int n = 0;
 	for (size_t i = 0; i < rep->list->n_regions && n < cap; i++)
 		pids[n++] = rep->list->regions[i]->owner_pid;

@@ -13,6 +13,7 @@
 #include <sys/prctl.h>
 
 #include "harness.h"
+#include "ctl_harness.h"
 #include "peer_harness.h"
 #include "svc/ctl.h"
 
@@ -68,23 +69,7 @@ static int nfds(pid_t pid)
 	return n;
 }
 
-static uint64_t counter(struct test_daemon *t, const char *name)
-{
-	char url[400], err[256];
-	Mori__Request req = MORI__REQUEST__INIT;
-	Mori__StatusRequest sr = MORI__STATUS_REQUEST__INIT;
-	Mori__Reply *rep;
-	req.body_case = MORI__REQUEST__BODY_STATUS;
-	req.status = &sr;
-	ctl_url(url, sizeof(url), t->dir);
-	ck_assert_msg(ctl_call(url, &req, &rep, 3000 * SLOW, err, sizeof(err)) == MORI_OK, "status: %s", err);
-	uint64_t v = 0;
-	for (size_t i = 0; i < rep->status->n_counters; i++)
-		if (!strcmp(rep->status->counters[i]->name, name))
-			v = rep->status->counters[i]->value;
-	mori__reply__free_unpacked(rep, NULL);
-	return v;
-}
+static uint64_t counter(struct test_daemon *t, const char *name) { return ctl_counter(t->dir, name); }
 
 /* ---- the peer listener ---- */
 

@@ -8,6 +8,7 @@
 #include "svc/ctl.h"
 #include "wire.h"
 #include "harness.h"
+#include "ctl_harness.h"
 #include "io_target.h"
 #include "mori.h"
 
@@ -24,14 +25,7 @@ static void teardown(void)
 
 static uint32_t daemon_regions(void)
 {
-	char url[400], err[256];
-	Mori__Request req = MORI__REQUEST__INIT;
-	Mori__StatusRequest sr = MORI__STATUS_REQUEST__INIT;
-	Mori__Reply *rep;
-	req.body_case = MORI__REQUEST__BODY_STATUS;
-	req.status = &sr;
-	ctl_url(url, sizeof(url), D.dir);
-	ck_assert_int_eq(ctl_call(url, &req, &rep, 2000, err, sizeof(err)), MORI_OK);
+	Mori__Reply *rep = ctl_status(D.dir);
 	uint32_t n = rep->status->regions;
 	mori__reply__free_unpacked(rep, NULL);
 	return n;

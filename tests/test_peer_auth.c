@@ -11,6 +11,7 @@
 #include <sys/prctl.h>
 
 #include "harness.h"
+#include "ctl_harness.h"
 #include "peer_harness.h"
 #include "svc/ctl.h"
 
@@ -33,30 +34,8 @@ static void stop_node(struct test_daemon *t)
 	daemon_cleanup(t);
 }
 
-static Mori__Reply *ctl(struct test_daemon *t, Mori__Request *req)
-{
-	char url[400], err[256];
-	Mori__Reply *rep;
-	ctl_url(url, sizeof(url), t->dir);
-	ck_assert_msg(ctl_call(url, req, &rep, 3000, err, sizeof(err)) == MORI_OK, "%s", err);
-	return rep;
-}
 
-static uint64_t counter(struct test_daemon *t, const char *name)
-{
-	Mori__Request req = MORI__REQUEST__INIT;
-	Mori__StatusRequest sr = MORI__STATUS_REQUEST__INIT;
-	req.body_case = MORI__REQUEST__BODY_STATUS;
-	req.status = &sr;
-	Mori__Reply *rep = ctl(t, &req);
-	uint64_t v = UINT64_MAX;
-	for (size_t i = 0; i < rep->status->n_counters; i++)
-		if (!strcmp(rep->status->counters[i]->name, name))
-			v = rep->status->counters[i]->value;
-	mori__reply__free_unpacked(rep, NULL);
-	ck_assert_msg(v != UINT64_MAX, "no counter %s", name);
-	return v;
-}
+static uint64_t counter(struct test_daemon *t, const char *name) { return ctl_counter(t->dir, name); }
 
 /* The counter once it reached at least min (a refusal is counted at the far end a moment after
  * the near end gave up), waiting up to 3 s; its last value otherwise. */

@@ -8,6 +8,7 @@
 
 #include "../libclient/internal.h" /* raw session requests */
 #include "harness.h"
+#include "ctl_harness.h"
 #include "svc/ctl.h"
 
 static struct test_daemon D;
@@ -21,14 +22,7 @@ static void teardown(void)
 
 static void registered(uint32_t *regions, uint64_t *bytes)
 {
-	char url[400], err[256];
-	Mori__Request req = MORI__REQUEST__INIT;
-	Mori__StatusRequest sr = MORI__STATUS_REQUEST__INIT;
-	Mori__Reply *rep;
-	req.body_case = MORI__REQUEST__BODY_STATUS;
-	req.status = &sr;
-	ctl_url(url, sizeof(url), D.dir);
-	ck_assert_int_eq(ctl_call(url, &req, &rep, 3000, err, sizeof(err)), MORI_OK);
+	Mori__Reply *rep = ctl_status(D.dir);
 	*regions = rep->status->regions;
 	*bytes = rep->status->registered_bytes;
 	mori__reply__free_unpacked(rep, NULL);

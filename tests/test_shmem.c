@@ -19,6 +19,7 @@
 
 #include "../daemon/symalloc.h"
 #include "harness.h"
+#include "ctl_harness.h"
 #include "node_harness.h"
 #include "pe_harness.h"
 #include "mori.h"
@@ -131,21 +132,11 @@ static void shared_setup(void)
 /* The groups a daemon lists (moractl groups' request), and its region count. */
 static size_t daemon_groups(struct test_node *n, uint32_t *regions)
 {
-	char url[400], err[256];
-	Mori__Request req = MORI__REQUEST__INIT;
-	Mori__ListRequest lq = MORI__LIST_REQUEST__INIT;
-	Mori__Reply *rep;
-	ctl_url(url, sizeof(url), n->dir);
-	lq.what = 5;
-	req.body_case = MORI__REQUEST__BODY_LIST;
-	req.list = &lq;
-	ck_assert_int_eq(ctl_call(url, &req, &rep, 3000, err, sizeof(err)), MORI_OK);
-	ck_assert_int_eq(rep->code, 0);
+	Mori__Reply *rep = ctl_list(n->dir, 5);
 	size_t ng = rep->list->n_groups;
 	mori__reply__free_unpacked(rep, NULL);
 	if (regions) {
-		lq.what = 2;
-		ck_assert_int_eq(ctl_call(url, &req, &rep, 3000, err, sizeof(err)), MORI_OK);
+		rep = ctl_list(n->dir, 2);
 		*regions = (uint32_t)rep->list->n_regions;
 		mori__reply__free_unpacked(rep, NULL);
 	}

@@ -17,6 +17,7 @@
 #include <sys/prctl.h>
 
 #include "harness.h"
+#include "ctl_harness.h"
 #include "mori.pb-c.h"
 #include "svc/ctl.h"
 #include "wire.h"
@@ -30,23 +31,7 @@ static void teardown(void)
 	daemon_cleanup(&D);
 }
 
-static uint64_t counter(const char *dir, const char *name)
-{
-	char url[400], err[256];
-	Mori__Request req = MORI__REQUEST__INIT;
-	Mori__StatusRequest sr = MORI__STATUS_REQUEST__INIT;
-	Mori__Reply *rep;
-	req.body_case = MORI__REQUEST__BODY_STATUS;
-	req.status = &sr;
-	ctl_url(url, sizeof(url), dir);
-	ck_assert_msg(ctl_call(url, &req, &rep, 3000, err, sizeof(err)) == MORI_OK, "%s", err);
-	uint64_t v = UINT64_MAX;
-	for (size_t i = 0; i < rep->status->n_counters; i++)
-		if (!strcmp(rep->status->counters[i]->name, name))
-			v = rep->status->counters[i]->value;
-	mori__reply__free_unpacked(rep, NULL);
-	return v;
-}
+static uint64_t counter(const char *dir, const char *name) { return ctl_counter(dir, name); }
 
 START_TEST(long_names)
 {

@@ -20,6 +20,7 @@
 #include "../libclient/internal.h" /* raw ring access: the daemon must check what the library would */
 #include "svc/ctl.h"
 #include "harness.h"
+#include "ctl_harness.h"
 #include "node_harness.h"
 #include "io_target.h"
 #include "peer_harness.h"
@@ -60,19 +61,7 @@ static void teardown(void)
 }
 
 /* A control-socket status field of a node. */
-static Mori__Reply *node_list(struct test_node *n, uint32_t what)
-{
-	char url[400], err[256];
-	Mori__Request req = MORI__REQUEST__INIT;
-	Mori__ListRequest lq = MORI__LIST_REQUEST__INIT;
-	Mori__Reply *rep;
-	lq.what = what;
-	req.body_case = MORI__REQUEST__BODY_LIST;
-	req.list = &lq;
-	ctl_url(url, sizeof(url), n->dir);
-	ck_assert_int_eq(ctl_call(url, &req, &rep, 2000, err, sizeof(err)), MORI_OK);
-	return rep;
-}
+static Mori__Reply *node_list(struct test_node *n, uint32_t what) { return ctl_list(n->dir, what); }
 
 /* A client of node A named label with a host region of lsz bytes (*l) and node B's region
  * `name` open (*r). */

@@ -1,0 +1,63 @@
+/* A morid's control socket from a Check test: what moractl asks (status, listings, counters) of
+ * the daemon whose runtime dir is dir. No answer, or an error reply, fails the test. Replies are
+ * the caller's (mori__reply__free_unpacked). Include after check.h. */
+#ifndef MORI_TEST_CTL_HARNESS_H
+#define MORI_TEST_CTL_HARNESS_H
+#include <stdint.h>
+#include <string.h>
+
+#include "svc/ctl.h"
+
+/* req to dir's daemon (10 s: the sanitizer builds are slow); its reply, code 0. */
+static inline Mori__Reply *ctl_ask(const char *dir, const Mori__Request *req)
+{
+	char url[400], err[256];
+	Mori__Reply *rep = NULL;
+	ctl_url(url, sizeof(url), dir);
+	int rc = ctl_call(url, req, &rep, 10000, err, sizeof(err));
+	ck_assert_msg(rc == MORI_OK, "control request to %s: %s", dir, err);
+	ck_assert_msg(rep->code == 0, "control request to %s: %s (%d)", dir, rep->message, rep->code);
+	return rep;
+}
+
+/* moractl status's reply. */
+static inline Mori__Reply *ctl_status(const char *dir)
+{
+	Mori__Request req = MORI__REQUEST__INIT;
+	Mori__StatusRequest sr = MORI__STATUS_REQUEST__INIT;
+	req.body_case = MORI__REQUEST__BODY_STATUS;
+	req.status = &sr;
+	Mori__Reply *rep = ctl_ask(dir, &req);
+	ck_assert_int_eq(rep->body_case, MORI__REPLY__BODY_STATUS);
+	return rep;
+}
+
+/* A listing (ListRequest.what: 1 clients, 2 regions, 3 peers, 4 transfers, 5 groups). */
+static inline Mori__Reply *ctl_list(const char *dir, uint32_t what)
+{
+	Mori__Request req = MORI__REQUEST__INIT;
+	Mori__ListRequest lq = MORI__LIST_REQUEST__INIT;
+	lq.what = what;
+	req.body_case = MORI__REQUEST__BODY_LIST;
+	req.list = &lq;
+	Mori__Reply *rep = ctl_ask(dir, &req);
+	ck_assert_int_eq(rep->body_case, MORI__REPLY__BODY_LIST);
+	return rep;
+}
+
+/* One of the daemon's counters (moractl status's list); the test fails if it has none so named. */
+static inline uint64_t ctl_counter(const char *dir, const char *name)
+{
+	Mori__Reply *rep = ctl_status(dir);
+	uint64_t v = 0;
+	int found = 0;
+	for (size_t i = 0; i < rep->status->n_counters; i++)
+		if (!strcmp(rep->status->counters[i]->name, name)) {
+			v = rep->status->counters[i]->value;
+			found = 1;
+		}
+	mori__reply__free_unpacked(rep, NULL);
+	ck_assert_msg(found, "no counter %s", name);
+	return v;
+}
+#endif
