@@ -126,6 +126,13 @@ MORI_API int mori_comm_algo(const mori_comm *comm, const char *coll, uint64_t by
  * failing kernel ended. pe may be NULL. */
 MORI_API int mori_comm_status(mori_comm *comm, int *pe);
 
+/* The device address of this rank's communicator state (struct mori_coll_dev, kernels/
+ * coll_kernels.h) for fused kernels built with kernels/coll.cuh (mori_coll_peer_ptr,
+ * mori_coll_barrier_block: NCCL's device API's peer pointer and barrier); pass it as a kernel
+ * argument. Valid until destroy. NULL for a host-heap communicator (no kernel can use it) or NULL
+ * comm. */
+MORI_API void *mori_comm_device_state(const mori_comm *comm);
+
 /* ---- windows (ncclCommWindowRegister / ncclCommWindowDeregister) ----
  * Register [ptr, ptr + bytes) of this rank's heap (mori_shmem_malloc'd memory) as a window:
  * collective; every rank gives the same heap offset and size. A rank whose offset or size differs

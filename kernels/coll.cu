@@ -2,10 +2,7 @@
 // point, mori_coll_kernel, whose a.kind picks the collective. CUDA and HIP from this one source
 // through mori_gpu.h. Peers' heaps are reached through this process's mappings of them (the node
 // team); reads of data another rank wrote bypass L1 (a chunk loop reuses the same scratch).
-#include "mori_gpu.h"
-#include "coll_kernels.h"
-#include "../common/shmem_layout.h"
-#include "../include/mori.h"
+#include "coll.cuh"
 #ifdef MORI_HIP
 #include <hip/hip_fp16.h>
 #else
@@ -13,112 +10,6 @@
 #endif
 
 namespace mori_coll {
-typedef const struct mori_coll_dev dev_t;
-
-MORI_DEVICE uint64_t now_ns(void)
-{
-#ifdef MORI_HIP
-	return wall_clock64() * 10ull; /* 100 MHz constant clock on gfx9 */
-#else
-	uint64_t t;
-	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-	return t;
-#endif
-}
-
-/* L2-coherent loads (never a stale L1 line from an earlier chunk or another rank's write). */
-MORI_DEVICE mori_vec16 ld16(const void *p)
-{
-#ifdef MORI_HIP
-	return mori_load_once16((const mori_vec16 *)p);
-#else
-	return __ldcg((const uint4 *)p);
-#endif
-}
-template <typename T> MORI_DEVICE T ldg(const T *p)
-{
-#ifdef MORI_HIP
-	return __builtin_nontemporal_load(p);
-#else
-	return __ldcg(p);
-#endif
-}
-
-MORI_DEVICE uint64_t peer(dev_t *d, uint64_t own, int q)
-{
-	return own - d->heap_base + d->peer_base[q];
-}
-
-/* ---- status and abort ---- */
-MORI_DEVICE int status_code(dev_t *d)
-{
-	return ((volatile struct mori_coll_status *)d->status)->code;
-}
-MORI_DEVICE void fail(dev_t *d, int code, int pe)
-{
-	struct mori_coll_status *s = (struct mori_coll_status *)d->status;
-	if (atomicCAS_system((int *)&s->code, 0, code) == 0)
-		s->pe = pe;
-	mori_fence_data_before_host_signal();
-}
-MORI_DEVICE int abort_code(dev_t *d)
-{
-	if (!d->ctrl)
-		return 0;
-	const struct mori_shmem_ctrl *c = (const struct mori_shmem_ctrl *)d->ctrl;
-	uint32_t a = mori_relaxed_load_sys(&c->abort);
-	if (!a)
-		return 0;
-	return a == MORI_SHMEM_ABORT_PEER_DEAD ? MORI_EPEERDEAD : a == MORI_SHMEM_ABORT_TIMEOUT ? MORI_ETIMEDOUT
-												 : MORI_ECANCELED;
-}
-
-/* Block barrier on slot `slot` (see coll_kernels.h). Every thread calls it; 0 or a MORI_E*. */
-MORI_DEVICE int barrier(dev_t *d, unsigned slot, uint64_t *gen)
-{
-	__shared__ int rc_s;
-	unsigned t = threadIdx.x;
-	int n = d->n;
-	if (t == 0)
-		rc_s = 0;
-	__syncthreads(); /* every thread's writes precede the flags' release stores (cumulative) */
-	uint64_t g = ++*gen;
-	uint64_t *flags = (uint64_t *)d->flags + (uint64_t)slot * (uint64_t)n;
-	if ((int)t < n)
-		mori_release_store_sys((uint64_t *)peer(d, (uint64_t)(flags + d->rank), (int)t), g);
-	if ((int)t < n) {
-		uint64_t t0 = 0;
-		for (unsigned k = 1;; k++) {
-			if (mori_acquire_load_sys(flags + t) >= g)
-				break;
-			if (k % MORI_COLL_POLL)
-				continue;
-			int a = abort_code(d);
-			if (a) {
-				const struct mori_shmem_ctrl *c = (const struct mori_shmem_ctrl *)d->ctrl;
-				fail(d, a, c->abort_pe);
-				rc_s = a;
-				break;
-			}
-			uint64_t now = now_ns();
-			bool late = t0 && now - t0 > d->timeout_ns;
-			if (!t0)
-				t0 = now;
-			int sc = status_code(d);
-			if (late || sc) {
-				/* another thread's (or block's) deadline came first: rank t is late as well */
-				struct mori_coll_status *s = (struct mori_coll_status *)d->status;
-				atomicOr_system((unsigned long long *)&s->missing[t / 64], 1ull << (t % 64));
-				fail(d, MORI_ETIMEDOUT, (int)t);
-				rc_s = sc ? sc : MORI_ETIMEDOUT;
-				break;
-			}
-		}
-	}
-	__syncthreads();
-	return rc_s;
-}
-
 /* The block's share [lo, hi) of [0, full) in units of `al` (elements per 16 bytes, or 16 bytes),
  * clipped to len <= full. full is the same in every chunk or round of a kernel, so a block owns
  * the same scratch bytes throughout: its barrier (with the same block of its peers) is all that

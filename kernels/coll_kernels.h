@@ -27,6 +27,7 @@
 #define MORI_COLL_BLOCKS_PER_SM 2                  /* up to 128 registers: no spills */
 #define MORI_COLL_SLOTS 64
 #define MORI_COLL_SLOT_BAR 63                      /* the barrier kernel's slot */
+#define MORI_COLL_SLOT_USER 62                     /* mori_coll_barrier_block (kernels/coll.cuh) */
 #define MORI_COLL_MAX_BLOCKS 62                    /* data kernels use slots 0..61 */
 #define MORI_COLL_MAX_RANKS 64                     /* GPU communicators */
 #define MORI_COLL_POLL 256u

@@ -34,6 +34,8 @@ XSRC_shmemtest := tests/shmem_dev_kernels.cu
 XSRC_shmembench := tools/bench_shmem_kernels.cu
 XNAMES += collbench # mori-bench coll's GEMM (tools/bench_coll_kernels.cu, issue 15)
 XSRC_collbench := tools/bench_coll_kernels.cu
+XNAMES += colltest # tests/test_gpu_coll's fused kernel: MORI-CCL's device API (kernels/coll.cuh)
+XSRC_colltest := tests/coll_dev_kernels.cu
 XGEN   := $(foreach n,$(XNAMES),$(OUT)/$(n)_image.c)
 ARCHS  := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
           -gencode arch=compute_90,code=compute_90
@@ -84,6 +86,7 @@ $(OUT)/$(1)_image.c: $(OUT)/$(1).fatbin kernels/embed.sh
 	@sh kernels/embed.sh $(1) $$< "sm_80 sm_90 compute_90" > $$@.tmp && mv $$@.tmp $$@
 endef
 $(foreach n,$(XNAMES),$(eval $(call xkernel,$(n))))
+$(OUT)/collbench.fatbin $(OUT)/colltest.fatbin: kernels/coll.cuh kernels/coll_kernels.h
 else
 $(XGEN): kernels/embed.sh $(OUT)/.nvcc
 	@sh kernels/embed.sh $(patsubst $(OUT)/%_image.c,%,$@) "" "" > $@.tmp && mv $@.tmp $@

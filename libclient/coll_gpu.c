@@ -124,6 +124,12 @@ void coll_gpu_fini(mori_comm *k)
 	k->gpu_priv = NULL;
 }
 
+void *mori_comm_device_state(const mori_comm *k)
+{
+	const struct coll_gpu *p = k && k->gpu ? k->gpu_priv : NULL;
+	return p ? (void *)(uintptr_t)p->dev : NULL;
+}
+
 int coll_gpu_status(mori_comm *k, int *pe)
 {
 	struct coll_gpu *p = k->gpu_priv;

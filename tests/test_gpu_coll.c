@@ -7,7 +7,8 @@
  * also 64 Mi elements, all-reduce and all-gather at 2 and 8 ranks); buffers
  * registered as windows (read in place at peers); 1000 replays of a CUDA graph of one small
  * all-reduce with new inputs before each, every result checked; a rank that does not call (its
- * peers' kernels end at the deadline, MORI_ETIMEDOUT naming it) and a rank killed mid-collective
+ * peers' kernels end at the deadline, MORI_ETIMEDOUT naming it) and a rank killed mid-collective;
+ * the device API (kernels/coll.cuh) from a kernel of the test's own (tests/coll_dev_kernels.cu)
  * (MORI_EPEERDEAD). Without a GPU: "skipped: no GPU" (77). */
 #include <check.h>
 #include <dlfcn.h>
@@ -21,6 +22,9 @@
 #include "pe_harness.h"
 #include "mori_coll.h"
 #include "coll_check.h"
+
+extern const unsigned char mori_kernels_colltest_image[];
+extern const size_t mori_kernels_colltest_image_len;
 
 #define HEAP (128u << 20)
 #define SCRATCH (4u << 20)
@@ -286,6 +290,44 @@ static int pe_graph(int pe, int n, void *arg)
 	return 0;
 }
 
+/* ---- the device API from a fused kernel of our own (tests/coll_dev_kernels.cu) ---- */
+#define FUSED_ROUNDS 500
+static int pe_fused(int pe, int n, void *arg)
+{
+	struct gpe P;
+	if (gpe_open(&P, pe, n, "gcoll-fused", 10000000))
+		return 1;
+	gpu_module mod;
+	gpu_function fn;
+	GOK(pe, P.g->module_load_data(&mod, mori_kernels_colltest_image));
+	GOK(pe, P.g->module_get_function(&fn, mod, "cdev_ring"));
+	uint64_t *buf;
+	POK(pe, mori_shmem_calloc(P.grp, 8192, 4096, (void **)&buf));
+	gpu_dptr out;
+	long long o[3] = {0, 0, 0};
+	GOK(pe, P.g->mem_alloc(&out, sizeof(o)));
+	GOK(pe, P.g->memcpy_htod_async(out, o, sizeof(o), P.s));
+	gpu_dptr dev = (gpu_dptr)(uintptr_t)mori_comm_device_state(P.k), b = (gpu_dptr)(uintptr_t)buf;
+	PCHECK(pe, dev != 0, "no device state");
+	int rounds = FUSED_ROUNDS;
+	void *params[] = {&dev, &b, &rounds, &out};
+	GOK(pe, P.g->launch_kernel(fn, 1, 1, 1, 256, 1, 1, 0, P.s, params, NULL));
+	GOK(pe, P.g->memcpy_dtoh_async(o, out, sizeof(o), P.s));
+	GOK(pe, P.g->stream_synchronize(P.s));
+	PCHECK(pe, o[2] == 1 && o[0] == 0 && o[1] == 0, "fused ring: done %lld rc %lld, %lld words wrong", o[2], o[0],
+	       o[1]);
+	/* the library's collectives after the user's barriers: the generations of both kept apart */
+	struct gio x = {P.g, NULL, 0, 0};
+	struct cc_io io = {d_alloc, d_release, d_put, d_get, d_sync, P.s, &x};
+	char what[200];
+	if (cc_case(pe, n, P.k, &io, CC_AR, MORI_FLOAT32, MORI_SUM, 4096, 0, 5, what, sizeof(what)))
+		return 1;
+	P.g->mem_free(out);
+	P.g->module_unload(mod);
+	gpe_close(&P);
+	return 0;
+}
+
 /* ---- faults ---- */
 static int pe_missing(int pe, int n, void *arg)
 {
@@ -377,6 +419,19 @@ START_TEST(graph_replays)
 	       "every element checked: %.1f s\n", GRAPH_N, REPLAYS, dt);
 	dt = pe_run_all(4, pe_graph, "allreduce=twoshot", 200, 0);
 	printf("coll gpu graph: the same with two-shot: %.1f s\n", dt);
+}
+END_TEST
+
+START_TEST(fused_kernel)
+{
+	if (!mori_kernels_colltest_image_len) {
+		printf("coll gpu fused kernel: skipped (no test kernels: built without nvcc)\n");
+		return;
+	}
+	double dt = pe_run_all(4, pe_fused, NULL, 60, 0);
+	printf("coll gpu: a kernel of the test's own with mori_coll_peer_ptr and mori_coll_barrier_block, 4 ranks, "
+	       "%d rounds of 1024 words around the ring, every word checked, then an all-reduce: %.1f s\n", FUSED_ROUNDS,
+	       dt);
 }
 END_TEST
 
@@ -475,6 +530,7 @@ int main(void)
 		tcase_add_loop_test(t, huge_counts, 0, 2);
 	tcase_add_test(t, windows);
 	tcase_add_test(t, graph_replays);
+	tcase_add_test(t, fused_kernel);
 	tcase_add_test(t, missing_rank);
 	tcase_add_test(t, killed_rank);
 	suite_add_tcase(s, t);
