@@ -9,6 +9,8 @@
 #include <netinet/in.h>
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -46,28 +48,8 @@ struct pctl {
 	int open;
 };
 
-/* One request and its reply on pc (NULL: no reply in timeout_ms, or the socket failed). */
-static inline Mori__Reply *pctl_call(struct pctl *pc, const Mori__Request *req, int timeout_ms)
-{
-	nng_msg *m;
-	size_t len = mori__request__get_packed_size(req);
-	nng_socket_set_ms(pc->s, NNG_OPT_SENDTIMEO, timeout_ms);
-	nng_socket_set_ms(pc->s, NNG_OPT_RECVTIMEO, timeout_ms);
-	if (nng_msg_alloc(&m, len) != 0)
-		return NULL;
-	mori__request__pack(req, nng_msg_body(m));
-	if (nng_sendmsg(pc->s, m, 0) != 0) {
-		nng_msg_free(m);
-		return NULL;
-	}
-	if (nng_recvmsg(pc->s, &m, 0) != 0)
-		return NULL;
-	Mori__Reply *rep = mori__reply__unpack(NULL, nng_msg_len(m), nng_msg_body(m));
-	nng_msg_free(m);
-	return rep;
-}
-
-/* Bytes as a request (a fuzzer's): the reply, or NULL (none, or not a reply). */
+/* Bytes as a request (a fuzzer's): the reply, or NULL (none in timeout_ms, the socket failed, or
+ * not a reply). */
 static inline Mori__Reply *pctl_raw(struct pctl *pc, const void *buf, size_t len, int timeout_ms)
 {
 	nng_msg *m;
@@ -88,9 +70,24 @@ static inline Mori__Reply *pctl_raw(struct pctl *pc, const void *buf, size_t len
 	return rep;
 }
 
-/* Authenticate pc with key k as node `node`. MORI_OK, or the listener's code (MORI_EPERM: it
- * refused our answer; MORI_ENOTSUP: it has no key), or -1 when it did not prove the key itself. */
-static inline int pctl_auth(struct pctl *pc, const struct auth_key *k, const char *node)
+/* One request and its reply on pc (NULL: no reply in timeout_ms, or the socket failed). */
+static inline Mori__Reply *pctl_call(struct pctl *pc, const Mori__Request *req, int timeout_ms)
+{
+	size_t len = mori__request__get_packed_size(req);
+	uint8_t *b = malloc(len ? len : 1);
+	if (!b)
+		return NULL;
+	mori__request__pack(req, b);
+	Mori__Reply *rep = pctl_raw(pc, b, len, timeout_ms);
+	free(b);
+	return rep;
+}
+
+/* Authenticate pc as node `node`: the listener's proof checked under check (NULL: not checked),
+ * our answer made under answer. MORI_OK, or the listener's code (MORI_EPERM: it refused our
+ * answer; MORI_ENOTSUP: it has no key), or -1 when it did not prove the key itself. */
+static inline int pctl_auth_keys(struct pctl *pc, const struct auth_key *check, const struct auth_key *answer,
+				 const char *node)
 {
 	uint8_t nc[AUTH_NONCE_BYTES], mac[AUTH_MAC_BYTES];
 	Mori__Request req = MORI__REQUEST__INIT;
@@ -108,14 +105,15 @@ static inline int pctl_auth(struct pctl *pc, const struct auth_key *k, const cha
 		return MORI_ETIMEDOUT;
 	int code = rep->code;
 	if (!code && (rep->body_case != MORI__REPLY__BODY_PEER_AUTH || rep->peer_auth->nonce.len != AUTH_NONCE_BYTES ||
-		      (k->on && !auth_check(k, AUTH_CTL_SERVER, nc, rep->peer_auth->nonce.data, rep->peer_auth->mac.data,
-					   rep->peer_auth->mac.len))))
+		      (check && check->on &&
+		       !auth_check(check, AUTH_CTL_SERVER, nc, rep->peer_auth->nonce.data, rep->peer_auth->mac.data,
+				   rep->peer_auth->mac.len))))
 		code = -1;
 	if (code) {
 		mori__reply__free_unpacked(rep, NULL);
 		return code;
 	}
-	auth_mac(k, AUTH_CTL_CLIENT, rep->peer_auth->nonce.data, nc, mac);
+	auth_mac(answer, AUTH_CTL_CLIENT, rep->peer_auth->nonce.data, nc, mac);
 	mori__reply__free_unpacked(rep, NULL);
 	pa.step = 2;
 	pa.nonce.len = 0;
@@ -128,6 +126,12 @@ static inline int pctl_auth(struct pctl *pc, const struct auth_key *k, const cha
 	code = rep->code;
 	mori__reply__free_unpacked(rep, NULL);
 	return code;
+}
+
+/* Authenticate pc with key k (both ways) as node `node`; codes as pctl_auth_keys. */
+static inline int pctl_auth(struct pctl *pc, const struct auth_key *k, const char *node)
+{
+	return pctl_auth_keys(pc, k, k, node);
 }
 
 /* A request path to url ("tcp://host:port"), authenticated with k when k is non-NULL. */
