@@ -50,6 +50,9 @@ COMMON_SVC_O := $(call obj,$(COMMON_SVC))
 BENCH_O    := $(call obj,libclient/bench.c)
 DAEMON_O   := $(call obj,$(DAEMON))
 LIB_O      := $(call obj,$(LIBCLIENT)) $(B)/obj/kernels/mori_kernels.o
+# MORI-EP's tuning table (kernels/ep_tuning/*.json, issue 13) as generated C: libmori links no JSON parser.
+EP_TUNING := $(sort $(wildcard kernels/ep_tuning/*.json))
+LIB_O      += $(B)/obj/gen/ep_tuning.o
 
 all: $(B)/morid $(addprefix $(B)/,$(TOOLS)) $(B)/libmori.so $(B)/libmori.a $(B)/mori.pc $(TESTS) $(TEST_TOOLS) kernels
 
@@ -156,6 +159,12 @@ $(B)/mori-bench: $(B)/obj/tools/mori-bench.o $(B)/obj/tools/bench_shmem.o $(B)/o
 		$(B)/libmori-svc.a $(B)/libmori.a
 	@echo "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(B)/libmori-svc.a $(B)/libmori.a $(PKG_LIBS) -lm
+$(B)/gen/ep_tuning.c: tools/gen-ep-tuning $(EP_TUNING)
+	@mkdir -p $(dir $@); echo "  GEN     $@"
+	$(Q)python3 tools/gen-ep-tuning $(EP_TUNING) > $@.tmp && mv $@.tmp $@
+$(B)/obj/gen/%.o: $(B)/gen/%.c $(B)/.flags
+	@mkdir -p $(dir $@); echo "  CC      $<"
+	$(Q)$(CC) $(CFLAGS_ALL) -Ilibclient -c $< -o $@
 $(B)/obj/kernels/%.o: $(B)/kernels/%.c $(B)/.flags
 	@mkdir -p $(dir $@); echo "  CC      $<"
 	$(Q)$(CC) $(CFLAGS_ALL) -c $< -o $@

@@ -72,8 +72,8 @@ typedef struct mori_ep_config {
 	int num_experts_per_token;      /* top-k, 1..MORI_EP_MAX_TOPK */
 	int data_type;                  /* enum mori_ep_dtype of dispatch's input */
 	int kernel_type;                /* enum mori_ep_kernel_type */
-	int warp_num_per_block;         /* launch shape; 0: default (16) */
-	int block_num;                  /* 0: default (4 x the SMs this process may use, at most 1024) */
+	int warp_num_per_block;         /* launch shape; 0: the tuning table's (mori_ep_tuning_lookup) */
+	int block_num;                  /* 0: the tuning table's (at most 1024) */
 	int64_t timeout_us;             /* deadline of every device-side wait; 0: 10 s */
 	/* Dispatches that may be in flight (dispatched, not yet combined), each with its own buffers
 	 * (a slot): dispatch n uses slot n mod num_in_flight, combines take them in dispatch order;
@@ -97,6 +97,17 @@ MORI_API int mori_ep_config_check(const mori_ep_config *cfg, char *msg, size_t c
  * it: MORI_SHMEM_RESERVED plus this plus what else the application allocates). 0 when cfg is
  * invalid. */
 MORI_API uint64_t mori_ep_heap_bytes(const mori_ep_config *cfg);
+
+/* The launch parameters the tuning table gives cfg on a GPU of architecture arch ("sm_90" as
+ * CUDA's compute capability, "gfx942") with sm_count SMs this process may use: cfg's
+ * warp_num_per_block and block_num, where 0, from the nearest rule (same kernel type; arch exact,
+ * else its family "sm_9*"; nearest ep_size; same dtype; nearest hidden_dim; the smallest
+ * num_tokens at or above max_num_inp_token_per_rank, else the largest: ROCm/mori's lookup), or the
+ * built-in default (16 warps, 4 blocks an SM). Non-zero fields are the caller's and stay. The
+ * table is kernels/ep_tuning/ JSON files (ROCm/mori's tuning_configs format), compiled in at build
+ * time; mori_ep_create does this with the device's arch. which (may be NULL, cap bytes) names the
+ * rule ("sm_90_h200_IntraNode_ep8.json rule 0") or the default. 0, or MORI_EINVAL for NULL. */
+MORI_API int mori_ep_tuning_lookup(mori_ep_config *cfg, const char *arch, int sm_count, char *which, size_t cap);
 
 typedef struct mori_ep_handle mori_ep_handle;
 

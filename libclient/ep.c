@@ -9,6 +9,7 @@
 
 #include "../kernels/ep_kernels.h"
 #include "ep_int.h"
+#include "ep_tune.h"
 #include "gpu_int.h"
 #include "shmem_int.h"
 
@@ -208,11 +209,8 @@ int mori_ep_create(mori_group *g, const mori_ep_config *cfg, mori_ep_handle **ou
 	int sm = 0;
 	mine.kernel_rc = load_kernels(h, &sm);
 	mine.sm_count = sm;
-	if (!mine.cfg.warp_num_per_block)
-		mine.cfg.warp_num_per_block = EP_DEFAULT_WARPS;
-	if (!mine.cfg.block_num)
-		mine.cfg.block_num = sm < 1 ? 1 : sm * EP_BLOCKS_PER_SM > EP_MAX_DEFAULT_BLOCKS ? EP_MAX_DEFAULT_BLOCKS
-										: sm * EP_BLOCKS_PER_SM;
+	/* launch parameters left 0: the tuning table's for this GPU's architecture and the shape */
+	ep_tune_resolve(&mine.cfg, h->d ? h->d->arch : "unknown", sm, ep_tune_rules, ep_tune_nrules, NULL, 0);
 	if (!mine.cfg.timeout_us)
 		mine.cfg.timeout_us = EP_DEFAULT_TIMEOUT_US;
 	char msg[300];

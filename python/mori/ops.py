@@ -90,6 +90,7 @@ _PROTOS = {
     "mori_ep_status": (_I, [_P, _I]),
     "mori_ep_get_registered_combine_input_buffer": (_P, [_P]),
     "mori_ep_retired_status": (_I, [_P, _I]),
+    "mori_ep_tuning_lookup": (_I, [ctypes.POINTER(_Config), ctypes.c_char_p, _I, ctypes.c_char_p, ctypes.c_size_t]),
 }
 _lock = threading.Lock()
 _ready = False
@@ -156,6 +157,69 @@ class EpDispatchCombineConfig:
     def heap_bytes(self):
         """Heap bytes one op of this config takes on every PE (size the group's heap with it)."""
         return int(_L().mori_ep_heap_bytes(ctypes.byref(self._c())))
+
+
+# ---- the launch tuning table: kernels/ep_tuning/*.json (ROCm/mori's tuning_configs format), the
+# files libmori's build compiles in; the same lookup as mori_ep_tuning_lookup (libclient/ep_tune.c)
+_KT = {"IntraNode": 0, "IntraNodeLL": 1}
+_TDT = {"bf16": _DT_BF16, "fp32": _DT_FP32, "fp8_e4m3": _DT_FP8}
+
+
+def tuning_dir():
+    """$MORI_EP_TUNING_DIR, else the source tree's kernels/ep_tuning beside this package."""
+    import os
+    d = os.environ.get("MORI_EP_TUNING_DIR")
+    return d or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "kernels", "ep_tuning")
+
+
+def tuning_rules(directory=None):
+    """Every rule of the directory's files as dicts (with arch, kernel_type, ep_size, file, index)."""
+    import json
+    import os
+    d = directory or tuning_dir()
+    out = []
+    for name in sorted(os.listdir(d)) if os.path.isdir(d) else []:
+        if not name.endswith(".json"):
+            continue
+        with open(os.path.join(d, name)) as f:
+            j = json.load(f)
+        if j.get("version") != "1.0" or j.get("kernel_type") not in _KT:
+            raise MoriError(MORI_EINVAL, "%s: version or kernel_type not understood" % name)
+        for i, r in enumerate(j.get("rules", [])):
+            out.append(dict(r, arch=j["gpu_arch"], kernel_type=_KT[j["kernel_type"]], ep_size=j["ep_size"],
+                            dtype=_TDT[r["dtype"]], file=name, index=i))
+    return out
+
+
+def tuning_lookup(config, arch, sm_count, rules=None):
+    """(warp_num_per_block, block_num, which) for config on arch with sm_count SMs: config's non-zero
+    values kept, the rest from the nearest rule or the built-in default (as mori_ep_tuning_lookup)."""
+    rules = tuning_rules() if rules is None else rules
+    kt = int(config.kernel_type)
+    live = [r for r in rules if r["kernel_type"] == kt and r["arch"] == arch]
+    if not live and len(arch) > 1:
+        live = [r for r in rules if r["kernel_type"] == kt and len(r["arch"]) == len(arch)
+                and r["arch"][:-1] == arch[:-1]]
+
+    def nearest(vals, want):
+        return min(vals, key=lambda v: (abs(v - want), v))
+    pick = None
+    if live:
+        ep = nearest({r["ep_size"] for r in live}, config.world_size)
+        live = [r for r in live if r["ep_size"] == ep]
+        dt = _dtype_code(config.data_type)
+        if any(r["dtype"] == dt for r in live):
+            live = [r for r in live if r["dtype"] == dt]
+        h = nearest({r["hidden_dim"] for r in live}, config.hidden_dim)
+        live = [r for r in live if r["hidden_dim"] == h]
+        above = [r for r in live if r["num_tokens"] >= config.max_num_inp_token_per_rank]
+        pick = min(above, key=lambda r: r["num_tokens"]) if above else max(live, key=lambda r: r["num_tokens"])
+    wpb = pick["warp_per_block"] if pick else 16
+    bn = pick.get("block_num", 0) if pick else 0
+    bn = bn or min((pick.get("blocks_per_sm", 0) if pick else 4) * max(sm_count, 1), 1024)
+    which = ("%s rule %d" % (pick["file"], pick["index"]) if pick else
+             "built-in default (no rule for %s %s)" % (arch, "IntraNodeLL" if kt else "IntraNode"))
+    return (config.warp_num_per_block or wpb, config.block_num or bn, which)
 
 
 def _ptr(t, what, dtype=None):
