@@ -37,6 +37,7 @@
 #define PROXY_TIMEOUT_MS 10000         /* each transfer and AMO message */
 #define DEDUP_SLOTS 256                /* batches the target remembers (a resend comes within ~1 s) */
 #define LOCAL_BOUNCE (1u << 20)
+#define PROXY_INLINE (16u << 10)       /* a put+signal batch of at most this many bytes travels in its signal's message */
 #define PROXY_WATCH_TICKS 20           /* links to the PEs' nodes checked every 20 ms */
 
 struct target {                        /* another PE's heap, from its packed Handle */
@@ -58,6 +59,7 @@ struct ppe {
 	uint64_t next, done;           /* the next request to read; requests completed */
 	struct mori_shmem_preq b[PROXY_BATCH];
 	int nb, phase, gone, held;     /* held: callbacks still to come (xfer, AMO message) */
+	int nops;                      /* ops of the AMO message in flight */
 	uint64_t xfer, amo_seq;
 	struct target *t;              /* [n] */
 	int *watch, nwatch;            /* one rank per other node of its group (watch_nodes); nwatch -1: not yet */
@@ -67,7 +69,7 @@ struct ppe {
 struct dedup {
 	uint64_t epoch, origin, seq;
 	uint32_t n;
-	uint64_t old[PROXY_BATCH];
+	uint64_t old[PROXY_BATCH + 1];
 };
 
 static struct {
@@ -309,7 +311,8 @@ static int local_one(struct ppe *pp, struct region *them, const struct mori_shme
 /* ---- a batch to another node ---- */
 
 static void xfer_done(void *arg, int code, const char *msg);
-static void send_amo(struct ppe *pp, const struct target *t, int signal_only);
+enum { AMO_BATCH, AMO_SIGNAL, AMO_INLINE }; /* the batch's atomics; a put+signal's signal; its puts too */
+static void send_amo(struct ppe *pp, const struct target *t, int mode);
 
 static void start_xfer(struct ppe *pp, const struct target *t)
 {
@@ -331,7 +334,7 @@ static void start_xfer(struct ppe *pp, const struct target *t)
 	if (!k) { /* nothing to move: a signal alone, or empty puts */
 		free(ds);
 		if (pp->b[pp->nb - 1].op == MORI_SHMEM_OP_PUT_SIGNAL)
-			send_amo(pp, t, 1);
+			send_amo(pp, t, AMO_SIGNAL);
 		else
 			batch_end(pp, 0, 0);
 		return;
@@ -368,7 +371,7 @@ static void xfer_done(void *arg, int code, const char *msg)
 				  pp->b[0].op == MORI_SHMEM_OP_GET ? "get" : "put", pp->nb, rank, msg);
 			batch_end(pp, dead_code(code), rank);
 		} else if (pp->b[pp->nb - 1].op == MORI_SHMEM_OP_PUT_SIGNAL) {
-			send_amo(pp, &pp->t[rank], 1); /* the data is there: now its signal */
+			send_amo(pp, &pp->t[rank], AMO_SIGNAL); /* the data is there: now its signal */
 		} else {
 			batch_end(pp, 0, rank);
 		}
@@ -383,40 +386,70 @@ static void amo_done(struct rpc *q, struct peer *p, const Mori__Reply *rep, int 
 		int rank = pp->b[0].pe, sig = pp->b[pp->nb - 1].op == MORI_SHMEM_OP_PUT_SIGNAL;
 		const Mori__PeerShmemAmoReply *r = !code && rep->body_case == MORI__REPLY__BODY_PEER_SHMEM_AMO
 							   ? rep->peer_shmem_amo : NULL;
-		if (!code && (!r || r->n_old != (size_t)(sig ? 1 : pp->nb)))
+		if (!code && (!r || r->n_old != (size_t)pp->nops))
 			code = MORI_EPROTO;
 		for (int i = 0; !code && !sig && i < pp->nb; i++)
 			if (pp->b[i].amo & MORI_SHMEM_AMO_FETCH)
 				code = reach_copy(pp->heap, pp->b[i].src, &r->old[i], 8, 1);
 		if (code)
-			mlog_info("shmem", "proxy of PE %d: %d atomics at PE %d failed: %s", pp->rank, sig ? 1 : pp->nb, rank,
+			mlog_info("shmem", "proxy of PE %d: %d atomics at PE %d failed: %s", pp->rank, pp->nops, rank,
 				  msg ? msg : mori_strerror(code));
 		batch_end(pp, dead_code(code), rank);
 	}
 	ppe_release(pp);
 }
 
-/* The batch's atomics (signal_only: the signal of its last request, a put+signal). */
-static void send_amo(struct ppe *pp, const struct target *t, int signal_only)
+/* A put+signal batch's puts as inline ops (their bytes read from this PE's heap into buf), then its
+ * signal. The number of ops, or -1 with the code in *rc. */
+static int inline_ops(struct ppe *pp, Mori__ShmemAmo *ops, uint8_t *buf, int *rc)
 {
-	Mori__ShmemAmo ops[PROXY_BATCH], *opp[PROXY_BATCH];
-	int n = signal_only ? 1 : pp->nb;
-	for (int i = 0; i < n; i++) {
-		const struct mori_shmem_preq *q = &pp->b[signal_only ? pp->nb - 1 : i];
-		mori__shmem_amo__init(&ops[i]);
-		if (signal_only) {
-			ops[i].amo = q->amo == MORI_SHMEM_SIGNAL_SET ? MORI_SHMEM_AMO_SET : MORI_SHMEM_AMO_ADD;
-			ops[i].width = 8;
-			ops[i].offset = q->sig;
-		} else {
-			ops[i].amo = q->amo;
-			ops[i].width = q->width;
-			ops[i].offset = q->dst;
-			ops[i].cmp = q->cmp;
-		}
-		ops[i].value = q->value;
-		opp[i] = &ops[i];
+	int n = 0;
+	uint64_t o = 0;
+	for (int i = 0; i < pp->nb; i++) {
+		const struct mori_shmem_preq *q = &pp->b[i];
+		if (!q->len)
+			continue;
+		if ((*rc = reach_copy(pp->heap, q->src, buf + o, q->len, 0)))
+			return -1;
+		mori__shmem_amo__init(&ops[n]);
+		ops[n].offset = q->dst;
+		ops[n].data.data = buf + o;
+		ops[n].data.len = q->len;
+		o += q->len;
+		n++;
 	}
+	return n;
+}
+
+/* The batch's atomics (mode AMO_BATCH), the signal of its last request (AMO_SIGNAL: a
+ * put+signal whose data landed), or a put+signal's data and signal together (AMO_INLINE). */
+static void send_amo(struct ppe *pp, const struct target *t, int mode)
+{
+	static uint8_t buf[PROXY_INLINE]; /* packed before send_amo returns (one loop) */
+	Mori__ShmemAmo ops[PROXY_BATCH + 1], *opp[PROXY_BATCH + 1];
+	int n = 0, rc = 0;
+	if (mode == AMO_INLINE && (n = inline_ops(pp, ops, buf, &rc)) < 0) {
+		batch_end(pp, rc, pp->b[0].pe);
+		return;
+	}
+	for (int i = 0; i < (mode == AMO_BATCH ? pp->nb : 1); i++, n++) {
+		const struct mori_shmem_preq *q = &pp->b[mode == AMO_BATCH ? i : pp->nb - 1];
+		mori__shmem_amo__init(&ops[n]);
+		if (mode != AMO_BATCH) {
+			ops[n].amo = q->amo == MORI_SHMEM_SIGNAL_SET ? MORI_SHMEM_AMO_SET : MORI_SHMEM_AMO_ADD;
+			ops[n].width = 8;
+			ops[n].offset = q->sig;
+		} else {
+			ops[n].amo = q->amo;
+			ops[n].width = q->width;
+			ops[n].offset = q->dst;
+			ops[n].cmp = q->cmp;
+		}
+		ops[n].value = q->value;
+	}
+	for (int i = 0; i < n; i++)
+		opp[i] = &ops[i];
+	pp->nops = n;
 	Mori__PeerShmemAmo m = MORI__PEER_SHMEM_AMO__INIT;
 	m.epoch = t->epoch;
 	m.region_id = t->region;
@@ -471,6 +504,14 @@ static void gather(struct ppe *pp, const struct mori_shmem_preq *q)
 	}
 }
 
+static uint64_t batch_bytes(const struct ppe *pp)
+{
+	uint64_t b = 0;
+	for (int i = 0; i < pp->nb; i++)
+		b += pp->b[i].len;
+	return b;
+}
+
 static void run_batch(struct ppe *pp)
 {
 	int rank = pp->b[0].pe;
@@ -487,7 +528,9 @@ static void run_batch(struct ppe *pp)
 	} else if (t->state != 1) {
 		batch_end(pp, MORI_EPEERDEAD, rank);
 	} else if (pp->b[0].op == MORI_SHMEM_OP_AMO) {
-		send_amo(pp, t, 0);
+		send_amo(pp, t, AMO_BATCH);
+	} else if (pp->b[pp->nb - 1].op == MORI_SHMEM_OP_PUT_SIGNAL && batch_bytes(pp) <= PROXY_INLINE) {
+		send_amo(pp, t, AMO_INLINE); /* one round trip, not a transfer and then a message */
 	} else {
 		start_xfer(pp, t);
 	}
@@ -660,12 +703,17 @@ static void pe_gone(void *arg, uint64_t id)
 
 static int amo_serve_checked(const Mori__PeerShmemAmo *m, struct region *g, uint64_t *old)
 {
-	for (size_t i = 0; i < m->n_ops; i++)
-		if (!amo_ok(m->ops[i]->amo, m->ops[i]->width, m->ops[i]->offset, g->size))
-			return MORI_EINVAL; /* nothing applied */
 	for (size_t i = 0; i < m->n_ops; i++) {
 		const Mori__ShmemAmo *o = m->ops[i];
-		int rc = amo_apply(g, o->amo, o->width, o->offset, o->value, o->cmp, &old[i]);
+		if (o->amo == 0 ? !o->data.len || o->data.len > PROXY_INLINE || !in_heap(g->size, o->offset, o->data.len)
+				: !amo_ok(o->amo, o->width, o->offset, g->size))
+			return MORI_EINVAL; /* nothing applied */
+	}
+	for (size_t i = 0; i < m->n_ops; i++) {
+		const Mori__ShmemAmo *o = m->ops[i];
+		old[i] = 0;
+		int rc = o->amo == 0 ? reach_copy(g, o->offset, o->data.data, o->data.len, 1)
+				     : amo_apply(g, o->amo, o->width, o->offset, o->value, o->cmp, &old[i]);
 		if (rc)
 			return rc;
 	}
@@ -684,8 +732,8 @@ static int serve_amo(struct peers *P, const Mori__Request *req, const char *from
 		reply_error(rep, MORI_ESTALE, "that heap is no longer registered at %s", P->self);
 		return 1;
 	}
-	if (m->n_ops == 0 || m->n_ops > PROXY_BATCH) {
-		reply_error(rep, MORI_EPROTO, "%zu atomics in one message (1..%d)", m->n_ops, PROXY_BATCH);
+	if (m->n_ops == 0 || m->n_ops > PROXY_BATCH + 1) {
+		reply_error(rep, MORI_EPROTO, "%zu atomics in one message (1..%d)", m->n_ops, PROXY_BATCH + 1);
 		return 1;
 	}
 	struct dedup *s = &X.dd[hmix(m->origin_epoch ^ hmix(m->origin)) % DEDUP_SLOTS];

@@ -42,6 +42,10 @@ static void setup(void)
 
 static void teardown(void)
 {
+	/* Let the last group messages be answered first: nng 1.5.2's nng_close can deadlock on a req
+	 * socket closed with a request in flight (nng issue 1543; seen here in peers_stop, 1 stop in
+	 * ~10): that is a daemon bug outside this test, not what it checks. */
+	usleep(300000);
 	int a = node_stop(&NA), b = NB.pid > 0 ? node_stop(&NB) : 0;
 	if (a == 0 && b == 0) {
 		node_clean(&NA);
@@ -337,6 +341,19 @@ END_TEST
 
 #define ROUNDS 600
 #define SLOT 256
+#define BIG (24u << 10)   /* every 10th round: more than morid carries inside the signal's message */
+
+/* Round r's bytes: where in the area (and in the source), how many. */
+static void round_shape(int r, uint64_t *off, uint64_t *len)
+{
+	if (r % 10 == 9) {
+		*off = (uint64_t)ROUNDS * SLOT + (uint64_t)(r / 10) * BIG;
+		*len = BIG - (uint64_t)(r % 7);
+	} else {
+		*off = (uint64_t)r * SLOT;
+		*len = 1 + (uint64_t)(r * 37) % SLOT;
+	}
+}
 #define SIG_ADD_OFF (SRC_OFF - 64)
 #define SIG_SET_OFF (SRC_OFF - 128)
 
@@ -347,13 +364,14 @@ static int pe_signal(int pe, int n, void *arg)
 	struct pe e;
 	if (join(pe, n, "signal", &e))
 		return 1;
-	for (uint64_t i = 0; i < (uint64_t)ROUNDS * SLOT; i++)
+	for (uint64_t i = 0; i < (uint64_t)ROUNDS * SLOT + (uint64_t)(ROUNDS / 10) * BIG; i++)
 		e.heap[SRC_OFF + i] = pattern(pe, 1, i, 2);
 	POK(pe, mori_shmem_barrier_all(e.g));
 	uint64_t t0 = now_us();
 	if (pe == 0) {
 		for (int r = 0; r < ROUNDS; r++) {
-			uint64_t len = 1 + (uint64_t)(r * 37) % SLOT, off = (uint64_t)r * SLOT;
+			uint64_t len, off;
+			round_shape(r, &off, &len);
 			int add = r % 2 == 0;
 			POK(pe, post(&e, MORI_SHMEM_OP_PUT_SIGNAL, add ? MORI_SHMEM_SIGNAL_ADD : MORI_SHMEM_SIGNAL_SET, 8, 1,
 				     AREA_OFF + off, SRC_OFF + off, len, add ? SIG_ADD_OFF : SIG_SET_OFF,
@@ -372,7 +390,8 @@ static int pe_signal(int pe, int n, void *arg)
 			for (int j = 0; j < 2; j++) {
 				if (rs[j] < 0)
 					continue;
-				uint64_t len = 1 + (uint64_t)(rs[j] * 37) % SLOT, off = (uint64_t)rs[j] * SLOT;
+				uint64_t len, off;
+				round_shape(rs[j], &off, &len);
 				for (uint64_t i = 0; i < len; i++)
 					PCHECK(pe, e.heap[AREA_OFF + off + i] == pattern(0, 1, off + i, 2),
 					       "round %d byte %llu not there when its signal was", rs[j], (unsigned long long)i);
@@ -394,7 +413,7 @@ static int pe_signal(int pe, int n, void *arg)
 START_TEST(put_signal)
 {
 	run_pes(2, pe_signal, NULL, 60);
-	printf("put+signal: %d rounds A -> B, SET and ADD, the round's bytes there whenever its signal was: "
+	printf("put+signal: %d rounds A -> B (1 B..24 KiB: in the signal's message and as transfers), SET and ADD, the round's bytes there whenever its signal was: "
 	       "%.1f us a round posted back to back\n", ROUNDS, SH->figures[1]);
 }
 END_TEST
