@@ -81,7 +81,20 @@ typedef struct mori_ep_config {
 	 * low-latency mode has two such buffers (fixed), ROCm/mori's ops one: this generalises
 	 * DeepEP's double buffering. */
 	int32_t num_in_flight;
+	/* enum mori_ep_quant: MORI_EP_QUANT_FP8_BLOCK128 makes dispatch quantise its bf16 input
+	 * (data_type bf16) into fp8 e4m3 rows and one float scale per 128 channels (scale_dim =
+	 * hidden_dim / 128, scale_type_size 4, hidden_dim a multiple of 128): the rows arrive as fp8,
+	 * the scales beside them, x ~ fp8 value x scale. The rule is DeepEP's low-latency dispatch with
+	 * use_fp8: amax = max |x| of the 128 (at least 1e-4), x -> e4m3(x x 448 / amax) rounded to
+	 * nearest even and saturated, scale = amax / 448 (kernels/ep_fp8.h). ROCm/mori's field name;
+	 * its Fp8DirectCast (no scale) is not offered. */
+	int32_t quant_type;
 } mori_ep_config;
+
+enum mori_ep_quant {
+	MORI_EP_QUANT_NONE = 0,
+	MORI_EP_QUANT_FP8_BLOCK128 = 1,
+};
 
 #define MORI_EP_MAX_IN_FLIGHT 16
 
@@ -156,7 +169,8 @@ MORI_API int mori_ep_recv_buffers(const mori_ep_handle *h, mori_ep_recv *out);
  * before anything is enqueued) tokens on stream (CUstream / hipStream_t; NULL the default):
  *   input   [num_tokens, H] of cfg.data_type, device memory
  *   weights [num_tokens, K] float (may be NULL: zeros arrive)
- *   scales  [num_tokens, scale_dim] x scale_type_size bytes (NULL when scale_dim is 0)
+ *   scales  [num_tokens, scale_dim] x scale_type_size bytes (NULL when scale_dim is 0, and with
+ *           quant_type set: dispatch computes them; the rows then arrive as fp8 e4m3)
  *   indices [num_tokens, K] int32 expert ids; -1: no expert for that slot. An id outside
  *           -1..world x num_experts_per_rank-1 is skipped and recorded (mori_ep_status:
  *           MORI_EINVAL naming the token, slot and value).

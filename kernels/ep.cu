@@ -13,6 +13,7 @@
 // reading that buffer (see docs/ep.md, "why no buffer is overwritten early").
 #include "mori_shmem.cuh"
 #include "ep_kernels.h"
+#include "ep_fp8.h"
 
 namespace mori_ep_impl {
 using namespace mori_shmem_impl;
@@ -191,6 +192,58 @@ MORI_DEVICE uint32_t f32_to_bf16(float f)
 	u += 0x7fffu + ((u >> 16) & 1u); // round to nearest even
 	return u >> 16;
 }
+// Two floats to e4m3 bytes (lo in the low byte): the hardware conversion where there is one.
+MORI_DEVICE uint32_t e4m3x2(float lo, float hi)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+	unsigned short r;
+	asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
+	return r;
+#else
+	return ep_f32_to_e4m3(lo) | ep_f32_to_e4m3(hi) << 8;
+#endif
+}
+
+// Token t's bf16 row, quantised once (ep_fp8.h's rule: 16 lanes x 8 channels a group of 128), to
+// every destination of mask m (lane j holds destination j's owner and slot): fp8 bytes into the
+// receive row, each group's scale into the receive scales.
+MORI_DEVICE void quant_rows(args a, int t, uint64_t m, int owner, int64_t slot, unsigned lane)
+{
+	const int H = a.hidden;
+	const uint8_t *row = (const uint8_t *)a.input + (size_t)t * H * 2;
+	for (int c0 = 0; c0 < H; c0 += MORI_WARP_SIZE * 8) {
+		const int ch = c0 + (int)lane * 8;
+		const bool act = ch < H; // H % 128 == 0: a group's 16 lanes are all in or all out
+		mori_vec16 v = {0, 0, 0, 0};
+		if (act)
+			v = *(const mori_vec16 *)(row + (size_t)ch * 2);
+		const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+		float f[8], amax = 0.f;
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			f[2 * e] = bf16_to_f32(u[e] & 0xffffu);
+			f[2 * e + 1] = bf16_to_f32(u[e] >> 16);
+		}
+#pragma unroll
+		for (int i = 0; i < 8; i++)
+			amax = fmaxf(amax, fabsf(f[i]));
+#pragma unroll
+		for (int off = 1; off < 16; off <<= 1) // the group's 16 lanes
+			amax = fmaxf(amax, shflf(amax, (int)(lane ^ (unsigned)off)));
+		const float mul = ep_fp8_mult(amax), sc = ep_fp8_scale(amax);
+		const uint32_t lo = e4m3x2(f[0] * mul, f[1] * mul) | e4m3x2(f[2] * mul, f[3] * mul) << 16;
+		const uint32_t hi = e4m3x2(f[4] * mul, f[5] * mul) | e4m3x2(f[6] * mul, f[7] * mul) << 16;
+		for (uint64_t mm = m; mm; mm &= mm - 1) {
+			const int j = __ffsll((long long)mm) - 1, o = shfl(owner, j);
+			const int64_t sl = shfl64(slot, j);
+			if (act) {
+				*(uint2 *)(peer(a, o, a.L.tok) + sl * a.L.token_stride + ch) = make_uint2(lo, hi);
+				if ((lane & 15u) == 0)
+					((float *)(peer(a, o, a.L.scale) + sl * a.L.scale_stride))[ch / EP_FP8_GROUP] = sc;
+			}
+		}
+	}
+}
 } // namespace mori_ep_impl
 
 using namespace mori_ep_impl;
@@ -324,17 +377,21 @@ MORI_KERNEL void __launch_bounds__(1024) mori_ep_dispatch_send(const struct mori
 				ok = false; // a base from a peer that failed: never write outside the buffer
 		}
 		uint64_t m = warp_ballot(ok);
+		if (a.quant)
+			quant_rows(a, t, m, owner, slot, lane);
 		while (m) {
 			int j = __ffsll((long long)m) - 1;
 			m &= m - 1;
 			int o = shfl(owner, j), sp = shfl(src, j);
 			int64_t sl = shfl64(slot, j);
-			copy_row(peer(a, o, a.L.tok) + sl * a.L.token_stride, in + (size_t)t * a.tok_bytes, a.tok_bytes, lane);
+			if (!a.quant)
+				copy_row(peer(a, o, a.L.tok) + sl * a.L.token_stride, in + (size_t)t * a.tok_bytes, a.tok_bytes,
+					 lane);
 			if ((int)lane < K) {
 				((float *)peer(a, o, a.L.w))[sl * K + lane] = wt ? wt[t * K + lane] : 0.f;
 				((int32_t *)peer(a, o, a.L.idx))[sl * K + lane] = idx[t * K + lane];
 			}
-			if (scw) {
+			if (scw && !a.quant) {
 				uint32_t *ds = (uint32_t *)(peer(a, o, a.L.scale) + sl * a.L.scale_stride);
 				const uint32_t *ss = (const uint32_t *)((const uint8_t *)a.scales + (size_t)t * a.scale_bytes);
 				for (int i = (int)lane; i < scw; i += MORI_WARP_SIZE)

@@ -88,5 +88,7 @@ struct mori_ep_kargs {
 	int32_t dtype;            /* combine: MORI_EP_BF16 / MORI_EP_FP32 */
 	int32_t pull;             /* combine: the outputs are in L.cin; home ranks read them there */
 	int32_t live_slot;
+	int32_t quant;            /* dispatch: bf16 input quantised to fp8 e4m3 rows + a float scale per 128 */
+	int32_t pad3;
 };
 #endif

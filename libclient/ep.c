@@ -332,8 +332,10 @@ int mori_ep_dispatch(mori_ep_handle *h, const void *input, const float *weights,
 				 num_tokens, h->cfg.max_num_inp_token_per_rank);
 	if (num_tokens && (!input || !indices))
 		return set_error(c, MORI_EINVAL, "EP dispatch: %s is NULL", input ? "indices" : "input");
-	if (num_tokens && h->cfg.scale_dim && !scales)
+	if (num_tokens && h->cfg.scale_dim && !scales && !h->cfg.quant_type)
 		return set_error(c, MORI_EINVAL, "EP dispatch: scale_dim is %d but scales is NULL", h->cfg.scale_dim);
+	if (h->cfg.quant_type && scales)
+		return set_error(c, MORI_EINVAL, "EP dispatch: quant_type fp8 computes the scales; pass scales NULL");
 	if (misaligned(input))
 		return set_error(c, MORI_EINVAL, "EP dispatch: input %p is not 16-byte aligned", input);
 	if (((uintptr_t)scales & 3) || ((uintptr_t)weights & 3) || ((uintptr_t)indices & 3))
@@ -346,6 +348,7 @@ int mori_ep_dispatch(mori_ep_handle *h, const void *input, const float *weights,
 	a.scales = (uint64_t)(uintptr_t)scales;
 	a.indices = (uint64_t)(uintptr_t)indices;
 	a.tok_bytes = h->cfg.hidden_dim * ep_dtype_size(h->cfg.data_type);
+	a.quant = h->cfg.quant_type;
 	void *params[] = {&a};
 	unsigned lthr = num_tokens > 256 ? MORI_EP_LAYOUT_THREADS : 256; /* a block scans the tokens */
 	if ((rc = launch(h, K_LAYOUT, (unsigned)h->L.bins, lthr, stream, params)) ||

@@ -87,6 +87,17 @@ int mori_ep_config_check(const mori_ep_config *c, char *msg, size_t cap)
 		return bad(msg, cap, "block_num %d is outside 0..1024", c->block_num);
 	if (c->num_in_flight < 0 || c->num_in_flight > MORI_EP_MAX_IN_FLIGHT)
 		return bad(msg, cap, "num_in_flight %d is outside 0..%d", c->num_in_flight, MORI_EP_MAX_IN_FLIGHT);
+	if (c->quant_type != MORI_EP_QUANT_NONE && c->quant_type != MORI_EP_QUANT_FP8_BLOCK128)
+		return bad(msg, cap, "quant_type %d is neither none (0) nor fp8 per 128 channels (1)", c->quant_type);
+	if (c->quant_type) {
+		if (c->data_type != MORI_EP_BF16)
+			return bad(msg, cap, "quant_type fp8 quantises bf16 input, but data_type is %d", c->data_type);
+		if (c->hidden_dim % 128)
+			return bad(msg, cap, "quant_type fp8: hidden_dim %d is not a multiple of 128", c->hidden_dim);
+		if (c->scale_dim != c->hidden_dim / 128 || c->scale_type_size != 4)
+			return bad(msg, cap, "quant_type fp8: scale_dim must be hidden_dim / 128 = %d floats (scale_dim %d, "
+				   "scale_type_size %d)", c->hidden_dim / 128, c->scale_dim, c->scale_type_size);
+	}
 	if (c->timeout_us < 0)
 		return bad(msg, cap, "timeout_us %lld is negative", (long long)c->timeout_us);
 	/* source positions are int32: (world x max tokens) x K must fit */
@@ -187,7 +198,7 @@ const struct ep_field ep_fields[] = {
 #define F(name) {#name, offsetof(mori_ep_config, name), sizeof(((mori_ep_config *)0)->name)}
 	F(world_size), F(hidden_dim), F(scale_dim), F(scale_type_size), F(max_token_type_size),
 	F(max_num_inp_token_per_rank), F(num_experts_per_rank), F(num_experts_per_token), F(data_type),
-	F(kernel_type), F(warp_num_per_block), F(block_num), F(timeout_us), F(num_in_flight),
+	F(kernel_type), F(warp_num_per_block), F(block_num), F(timeout_us), F(num_in_flight), F(quant_type),
 #undef F
 	{NULL, 0, 0},
 };

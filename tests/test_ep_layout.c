@@ -9,6 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <math.h>
+
+#include "../kernels/ep_fp8.h"
 #include "../kernels/ep_kernels.h"
 #include "../libclient/ep_int.h"
 #include "harness.h"
@@ -71,6 +74,16 @@ START_TEST(config_checks)
 	refused(c, "scale_type_size 3");
 	c = base_cfg(), c.timeout_us = -1;
 	refused(c, "timeout_us");
+	c = base_cfg(), c.quant_type = MORI_EP_QUANT_FP8_BLOCK128, c.scale_dim = 56;
+	ck_assert_int_eq(mori_ep_config_check(&c, msg, sizeof(msg)), MORI_OK);
+	c.quant_type = 2;
+	refused(c, "quant_type 2");
+	c = base_cfg(), c.quant_type = MORI_EP_QUANT_FP8_BLOCK128, c.scale_dim = 0;
+	refused(c, "scale_dim must be hidden_dim / 128 = 56");
+	c.scale_dim = 56, c.data_type = MORI_EP_FP8_E4M3;
+	refused(c, "quantises bf16 input");
+	c.data_type = MORI_EP_BF16, c.hidden_dim = 7168 + 64, c.scale_dim = 56;
+	refused(c, "not a multiple of 128");
 	c = base_cfg(), c.num_in_flight = MORI_EP_MAX_IN_FLIGHT + 1;
 	refused(c, "num_in_flight 17");
 	c = base_cfg(), c.num_in_flight = -1;
@@ -133,6 +146,57 @@ START_TEST(heap_sizes)
 		if (i)
 			ck_assert_uint_ge(parts[i], parts[i - 1]);
 	}
+}
+END_TEST
+
+/* fp8 e4m3 (kernels/ep_fp8.h) against an independent reference: every code decoded, the nearest
+ * taken (a tie to the even code), saturating at 448. */
+static float e4m3_value(int code)
+{
+	int e = code >> 3 & 15, m = code & 7;
+	float v = e ? ldexpf(1.f + m / 8.f, e - 7) : ldexpf(m / 8.f, -6);
+	return code & 0x80 ? -v : v;
+}
+static uint32_t e4m3_nearest(float f)
+{
+	float a = fabsf(f);
+	int best = 0;
+	for (int c = 1; c <= 0x7e; c++) {
+		float d = fabsf(e4m3_value(c) - a), bd = fabsf(e4m3_value(best) - a);
+		if (d < bd || (d == bd && !(c & 1)))
+			best = c;
+	}
+	return (uint32_t)best | (signbit(f) ? 0x80u : 0u);
+}
+
+START_TEST(fp8_rounding)
+{
+	uint64_t x = 0x9e3779b97f4a7c15ull;
+	long n = 0;
+	for (int i = 0; i < 200000; i++) {
+		float f;
+		if (i < 65536) { /* every bf16 pattern that is finite */
+			uint32_t u = (uint32_t)i << 16;
+			memcpy(&f, &u, 4);
+			if (!isfinite(f))
+				continue;
+		} else { /* random floats over the e4m3 range and around it, midpoints included */
+			x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+			f = ldexpf((float)(x % 1000000) / 1e6f + 1.f, (int)(x >> 40) % 24 - 14) * ((x >> 60) & 1 ? -1.f : 1.f);
+			if (i % 7 == 0) /* exact midpoints between neighbouring codes */
+				f = (e4m3_value((int)(x >> 20) % 0x7e) + e4m3_value((int)(x >> 20) % 0x7e + 1)) / 2;
+		}
+		ck_assert_msg(ep_f32_to_e4m3(f) == e4m3_nearest(f), "%a: %#x, nearest %#x", (double)f, ep_f32_to_e4m3(f),
+			      e4m3_nearest(f));
+		n++;
+	}
+	ck_assert_int_gt(n, 190000);
+	ck_assert_uint_eq(ep_f32_to_e4m3(1e9f), 0x7e);
+	ck_assert_uint_eq(ep_f32_to_e4m3(-INFINITY), 0xfe);
+	ck_assert_uint_eq(ep_f32_to_e4m3(NAN) & 0x7f, 0x7f);
+	/* the scale rule: amax 3.5 -> x 128 each, scale 3.5 / 448; tiny groups use 1e-4 */
+	ck_assert(ep_fp8_mult(3.5f) == 448.f / 3.5f && ep_fp8_scale(3.5f) == 3.5f / 448.f);
+	ck_assert(ep_fp8_mult(0.f) == 448.f / 1e-4f && ep_fp8_scale(0.f) == 1e-4f / 448.f);
 }
 END_TEST
 
@@ -257,6 +321,7 @@ int main(void)
 	tcase_add_test(t, layout_against_reference);
 	tcase_add_test(t, layout_refusals);
 	tcase_add_test(t, create_refused_on_host_heap);
+	tcase_add_test(t, fp8_rounding);
 	tcase_set_timeout(t, 30);
 	suite_add_tcase(s, t);
 	SRunner *r = srunner_create(s);

@@ -8,7 +8,9 @@
  *             (every slot equals its source token's row, weights, indices and scales; source
  *             positions unique; count = the expected number), combine = input x the number of
  *             distinct destination ranks (bf16 within 1e-2; fp8 dispatch, its rows decoded, the
- *             same). bf16 and fp8 (with per-128 scales) in normal mode, bf16 in low-latency mode.
+ *             same). bf16 and fp8 (with per-128 scales) in normal mode, bf16 in low-latency mode;
+ *             bf16 quantised to fp8 by dispatch (quant_type) in both modes: rows and scales equal
+ *             the CPU's quantisation of the same rows byte for byte, combine within 7e-2.
  * deepep      (DeepEP's checks, at 4 ranks) H 16, 2048, 7168, 7680 x top-k 1, 8, 32 in both modes:
  *             the rows arrive exactly; per-expert counts equal the all-ranks count from the layout
  *             query, which equals the host reference; low-latency combine weighted, calc_diff < 1e-5.
@@ -97,6 +99,42 @@ static float e4m3(uint8_t b) /* fp8 e4m3fn (no NaN among the bytes used) */
 }
 /* Token element h of rank s's token t: exact in bf16 and in sums of up to 8 of them. */
 static float xval(int s, int t, int h) { return (float)(((s * 131 + t * 7 + h * 3) % 61) - 30) / 8.f; }
+/* The fused quantisation's reference (mori_ep.h's rule, DeepEP's use_fp8), written apart from
+ * kernels/ep_fp8.h: the nearest e4m3 code by binary search over the positive codes (their values
+ * rise with the code), a tie to the even code, saturating at 448. */
+static uint8_t ref_e4m3(float f)
+{
+	float a = fabsf(f);
+	int lo = 0, hi = 0x7e;
+	while (lo < hi) { /* the largest code whose value is <= a */
+		int mid = (lo + hi + 1) / 2;
+		if (e4m3((uint8_t)mid) <= a)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	int c = lo;
+	if (c < 0x7e) {
+		float d0 = a - e4m3((uint8_t)c), d1 = e4m3((uint8_t)(c + 1)) - a;
+		if (d1 < d0 || (d1 == d0 && (c & 1)))
+			c++;
+	}
+	return (uint8_t)(c | (signbit(f) ? 0x80 : 0));
+}
+/* Rank s's token t quantised: fp8 bytes q[H] and scales sc[H / 128]. */
+static void ref_quant(int s, int t, int H, uint8_t *q, float *sc)
+{
+	for (int g = 0; g < H / 128; g++) {
+		float amax = 0;
+		for (int h = g * 128; h < g * 128 + 128; h++)
+			amax = fmaxf(amax, fabsf(bf2f(f2bf(xval(s, t, h)))));
+		amax = fmaxf(amax, 1e-4f);
+		const float mul = 448.f / amax;
+		sc[g] = amax / 448.f;
+		for (int h = g * 128; h < g * 128 + 128; h++)
+			q[h] = ref_e4m3(bf2f(f2bf(xval(s, t, h))) * mul);
+	}
+}
 static uint8_t x8(int s, int t, int h) { return (uint8_t)(0x20 + (s * 131 + t * 7 + h * 3) % 80); } /* no NaN */
 static float wval(int s, int t, int k) { return 0.5f + (float)((s * 17 + t * 5 + k * 3) % 16) / 16.f; }
 static float sval(int s, int t, int j) { return 1.f + (float)((s + t + j) % 4); }
@@ -105,7 +143,7 @@ enum { R_RANDOM, R_ROUND_ROBIN, R_ONE_RANK, R_SPREAD, R_KINDS };
 static const char *const rname[R_KINDS] = {"random", "round-robin", "all-to-one-rank", "spread"};
 
 struct shape {
-	int W, H, M, epr, K, dtype, mode, scale_dim;
+	int W, H, M, epr, K, dtype, mode, scale_dim, quant; /* quant: bf16 in, fp8 quantised by dispatch */
 };
 static int tokens_of(const struct shape *c, uint64_t seed, int s)
 {
@@ -209,6 +247,7 @@ static mori_ep_config cfg_of(const struct shape *c, int me)
 	f.num_experts_per_rank = c->epr, f.num_experts_per_token = c->K, f.data_type = c->dtype;
 	f.kernel_type = c->mode, f.max_token_type_size = 2;
 	f.scale_dim = c->scale_dim, f.scale_type_size = 4;
+	f.quant_type = c->quant ? MORI_EP_QUANT_FP8_BLOCK128 : MORI_EP_QUANT_NONE;
 	f.block_num = 16;
 	f.timeout_us = 5000000;
 	f.warp_num_per_block = 8;
@@ -245,7 +284,7 @@ static int upload(struct pe *p, const struct shape *c, int T)
 		GOK(p->me, p->g->memcpy_htod_async(p->in, p->h_in, (size_t)T * tb, p->s));
 		GOK(p->me, p->g->memcpy_htod_async(p->w, p->h_w, sizeof(float) * (size_t)T * c->K, p->s));
 		GOK(p->me, p->g->memcpy_htod_async(p->idx, p->h_idx, sizeof(int32_t) * (size_t)T * c->K, p->s));
-		if (c->scale_dim)
+		if (c->scale_dim && !c->quant)
 			GOK(p->me, p->g->memcpy_htod_async(p->sc, p->h_sc, sizeof(float) * (size_t)T * c->scale_dim, p->s));
 	}
 	return 0;
@@ -261,6 +300,17 @@ static int check_slot(struct pe *p, const struct shape *c, const uint8_t *row, c
 		PCHECK(me, ix[k] == p->h_tmp[t * K + k], "seed %llu: slot of (%d,%d) index %d: %d, not %d",
 		       (unsigned long long)seed, s, t, k, ix[k], p->h_tmp[t * K + k]);
 		PCHECK(me, w[k] == wval(s, t, k), "weight %d of (%d,%d): %g", k, s, t, w[k]);
+	}
+	if (c->quant) { /* fp8 bytes and scales exactly as the CPU's quantisation of the same row */
+		uint8_t q[8192];
+		float qs[64];
+		ref_quant(s, t, H, q, qs);
+		for (int j = 0; j < c->scale_dim; j++)
+			PCHECK(me, sc[j] == qs[j], "scale %d of (%d,%d): %a, CPU %a", j, s, t, (double)sc[j], (double)qs[j]);
+		for (int h = 0; h < H; h++)
+			PCHECK(me, row[h] == q[h], "quantised row of (%d,%d) elem %d (x %g): %#x, CPU %#x", s, t, h,
+			       xval(s, t, h), row[h], q[h]);
+		return 0;
 	}
 	for (int j = 0; j < c->scale_dim; j++)
 		PCHECK(me, sc[j] == sval(s, t, j), "scale %d of (%d,%d): %g", j, s, t, sc[j]);
@@ -341,10 +391,14 @@ static int check_dispatch(struct pe *p, const struct shape *c, const mori_ep_rec
 				       l, s, t, k, p->h_tmp[t * K + k]);
 			}
 		}
-		if (c->dtype == MORI_EP_FP8_E4M3) { /* the expert: decode (scales are carried, not applied) */
+		if (c->dtype == MORI_EP_FP8_E4M3 || c->quant) { /* the expert: decode (fp8 input: scales carried,
+								       not applied; quantised: applied) */
+			const size_t ss = (size_t)((c->scale_dim * 4 + 15) & ~15);
 			for (int64_t i = 0; i < n; i++)
 				for (int h = 0; h < H; h++) {
-					uint16_t b = f2bf(e4m3(p->h_buf[i * stride + h]));
+					const float *sc = (const float *)((const uint8_t *)p->h_sc + (size_t)i * ss);
+					float v = e4m3(p->h_buf[i * stride + h]) * (c->quant ? sc[h / 128] : 1.f);
+					uint16_t b = f2bf(v);
 					memcpy(p->h_out + ((size_t)i * H + h) * 2, &b, 2);
 				}
 			GOK(me, p->g->memcpy_htod_async(p->eo_to + (size_t)b0 * H * 2, p->h_out, (size_t)n * H * 2, p->s));
@@ -381,17 +435,17 @@ static int check_combine(struct pe *p, const struct shape *c, uint64_t seed, int
 			uint16_t b;
 			memcpy(&b, p->h_out + ((size_t)t * H + h) * 2, 2);
 			double x = c->dtype == MORI_EP_FP8_E4M3 ? e4m3(x8(me, t, h)) : xval(me, t, h);
-			double want = x * f, got = bf2f(b);
+			double want = x * f, got = bf2f(b), tol = c->quant ? 7e-2 : 1e-2; /* fp8: the bound */
 			xy += want * got;
 			xx += want * want + got * got;
-			PCHECK(me, fabs(got - want) <= 1e-2 * fabs(want) + 1e-2, "seed %llu (%s): out[%d][%d] = %g, want %g",
+			PCHECK(me, fabs(got - want) <= tol * fabs(want) + tol, "seed %llu (%s): out[%d][%d] = %g, want %g",
 			       (unsigned long long)seed, rname[seed % R_KINDS], t, h, got, want);
 		}
 	}
 	double d = xx > 0 ? 1 - 2 * xy / xx : 0;
 	if (diff_out)
 		*diff_out = d;
-	PCHECK(me, d < 1e-5, "calc_diff %g", d);
+	PCHECK(me, d < (c->quant ? 1e-3 : 1e-5), "calc_diff %g", d); /* fp8's 3 mantissa bits */
 	return 0;
 }
 
@@ -404,7 +458,8 @@ static int round_trip(struct pe *p, mori_ep_handle *h, const struct shape *c, ui
 		return 1;
 	mori_ep_recv r;
 	POK(me, mori_ep_dispatch(h, (void *)(uintptr_t)p->in, (float *)(uintptr_t)p->w,
-				 c->scale_dim ? (void *)(uintptr_t)p->sc : NULL, (int32_t *)(uintptr_t)p->idx, T, p->s, &r));
+				 c->scale_dim && !c->quant ? (void *)(uintptr_t)p->sc : NULL, (int32_t *)(uintptr_t)p->idx, T,
+				 p->s, &r));
 	/* odd seeds: the experts write into the registered combine input (read in place by the home
 	 * ranks); even seeds: into a buffer of their own (pushed to the home ranks) */
 	const int pull = (int)(seed & 1);
@@ -412,8 +467,9 @@ static int round_trip(struct pe *p, mori_ep_handle *h, const struct shape *c, ui
 	p->eo_to = pull ? cin : p->eo;
 	if (check_dispatch(p, c, &r, seed))
 		return 1;
-	void *eo = c->dtype == MORI_EP_FP8_E4M3 ? (void *)(uintptr_t)p->eo_to : r.tokens; /* identity experts */
-	if (pull && c->dtype != MORI_EP_FP8_E4M3) {
+	const int fp8 = c->dtype == MORI_EP_FP8_E4M3 || c->quant; /* the experts decode fp8 rows to bf16 */
+	void *eo = fp8 ? (void *)(uintptr_t)p->eo_to : r.tokens; /* identity experts */
+	if (pull && !fp8) {
 		size_t rows = (size_t)r.max_recv * (size_t)(c->mode ? c->epr : 1);
 		GOK(me, p->g->memcpy_dtod_async(cin, (gpu_dptr)(uintptr_t)r.tokens, rows * (size_t)c->H * 2, p->s));
 		eo = (void *)(uintptr_t)cin;
@@ -440,9 +496,11 @@ static uint64_t heap_for(const struct shape *cs, int n, int W)
 
 /* ---- acceptance 1 ---- */
 static const struct shape ref_shapes[] = {
-	{0, 2048, 64, 4, 8, MORI_EP_BF16, MORI_EP_NORMAL, 0},
-	{0, 2048, 64, 4, 8, MORI_EP_FP8_E4M3, MORI_EP_NORMAL, 16},
-	{0, 2048, 32, 4, 8, MORI_EP_BF16, MORI_EP_LOW_LATENCY, 0},
+	{0, 2048, 64, 4, 8, MORI_EP_BF16, MORI_EP_NORMAL, 0, 0},
+	{0, 2048, 64, 4, 8, MORI_EP_FP8_E4M3, MORI_EP_NORMAL, 16, 0},
+	{0, 2048, 32, 4, 8, MORI_EP_BF16, MORI_EP_LOW_LATENCY, 0, 0},
+	{0, 2048, 64, 4, 8, MORI_EP_BF16, MORI_EP_NORMAL, 16, 1},      /* bf16 quantised to fp8 by dispatch */
+	{0, 2048, 32, 4, 8, MORI_EP_BF16, MORI_EP_LOW_LATENCY, 16, 1}, /* DeepEP's use_fp8 */
 };
 #define NREF (int)(sizeof(ref_shapes) / sizeof(ref_shapes[0]))
 
@@ -457,7 +515,7 @@ static int pe_reference(int me, int n, void *arg)
 		mori_ep_config f = cfg_of(&c, me);
 		mori_ep_handle *h;
 		POK(me, mori_ep_create(p->grp, &f, &h));
-		int iters = c.dtype == MORI_EP_BF16 && !c.mode ? ITERS : ITERS / 4 + 1;
+		int iters = c.dtype == MORI_EP_BF16 && !c.mode && !c.quant ? ITERS : ITERS / 4 + 1;
 		for (int it = 0; it < iters; it++)
 			if (round_trip(p, h, &c, (uint64_t)it * 131 + (uint64_t)i, NULL))
 				return 1;
@@ -498,7 +556,7 @@ static int pe_deepep(int me, int n, void *arg)
 	for (int m = 0; m < 2; m++)
 		for (int hi = 0; hi < 4; hi++)
 			for (int ki = 0; ki < 3; ki++)
-				cs[nc++] = (struct shape){n, Hs[hi], 32, 8, Ks[ki], MORI_EP_BF16, m, 0};
+				cs[nc++] = (struct shape){n, Hs[hi], 32, 8, Ks[ki], MORI_EP_BF16, m, 0, 0};
 	struct pe P, *p = &P;
 	if (pe_open(p, me, n, heap_for(cs, nc, n)))
 		return 1;
@@ -562,7 +620,7 @@ typedef int (*cu_launch_fn)(void *, void *);
 
 static int pe_graph(int me, int n, void *arg)
 {
-	struct shape c = {n, 512, 32, 4, 8, MORI_EP_BF16, MORI_EP_NORMAL, 0};
+	struct shape c = {n, 512, 32, 4, 8, MORI_EP_BF16, MORI_EP_NORMAL, 0, 0};
 	if (arg)
 		c.mode = MORI_EP_LOW_LATENCY;
 	struct pe P, *p = &P;
@@ -677,7 +735,7 @@ END_TEST
 #define INFLIGHT 3
 static int pe_inflight(int me, int n, void *arg)
 {
-	struct shape c = {n, 512, 32, 4, 8, MORI_EP_BF16, arg ? MORI_EP_LOW_LATENCY : MORI_EP_NORMAL, 0};
+	struct shape c = {n, 512, 32, 4, 8, MORI_EP_BF16, arg ? MORI_EP_LOW_LATENCY : MORI_EP_NORMAL, 0, 0};
 	struct pe P, *p = &P;
 	mori_ep_config f = cfg_of(&c, me);
 	f.num_in_flight = INFLIGHT;
@@ -754,7 +812,7 @@ END_TEST
 /* ---- faults ---- */
 static int pe_faults(int me, int n, void *arg)
 {
-	struct shape c = {n, 256, 16, 2, 4, MORI_EP_BF16, MORI_EP_NORMAL, 0};
+	struct shape c = {n, 256, 16, 2, 4, MORI_EP_BF16, MORI_EP_NORMAL, 0, 0};
 	struct pe P, *p = &P;
 	if (pe_open(p, me, n, heap_for(&c, 1, n)))
 		return 1;

@@ -66,7 +66,8 @@ class _Config(ctypes.Structure):
         "rank", "world_size", "hidden_dim", "scale_dim", "scale_type_size", "max_token_type_size",
         "max_num_inp_token_per_rank", "num_experts_per_rank", "num_experts_per_token", "data_type",
         "kernel_type", "warp_num_per_block", "block_num")] + [("timeout_us", ctypes.c_int64),
-                                                              ("num_in_flight", ctypes.c_int32)]
+                                                              ("num_in_flight", ctypes.c_int32),
+                                                              ("quant_type", ctypes.c_int32)]
 
 
 class _Recv(ctypes.Structure):
@@ -134,13 +135,14 @@ class EpDispatchCombineConfig:
     kernel_type: EpDispatchCombineKernelType = EpDispatchCombineKernelType.IntraNode
     timeout_us: int = 0
     num_in_flight: int = 0
+    quant_type: int = 0  # 1: dispatch quantises bf16 input to fp8 e4m3 + a float scale per 128 (DeepEP's use_fp8)
 
     def _c(self):
         c = _Config()
         _L().mori_ep_config_init(ctypes.byref(c))
         for f in ("rank", "world_size", "hidden_dim", "scale_dim", "scale_type_size", "max_token_type_size",
                   "max_num_inp_token_per_rank", "num_experts_per_rank", "num_experts_per_token",
-                  "warp_num_per_block", "block_num", "num_in_flight"):
+                  "warp_num_per_block", "block_num", "num_in_flight", "quant_type"):
             setattr(c, f, int(getattr(self, f)))
         c.data_type = _dtype_code(self.data_type)
         c.kernel_type = int(self.kernel_type)
@@ -265,8 +267,9 @@ class EpDispatchCombineOp:
         slots = (c.num_experts_per_rank if ll else 1) * r.max_recv
         g, H, K = self.group, c.hidden_dim, c.num_experts_per_token
         rows = g.tensor(r.tokens, (slots, H * c.max_token_type_size), torch.uint8)
-        es = torch.empty((), dtype=self._dtype).element_size()
-        tok = rows[:, :H * es].view(self._dtype)
+        rdt = torch.float8_e4m3fn if c.quant_type else self._dtype  # quantised: fp8 rows arrive
+        es = torch.empty((), dtype=rdt).element_size()
+        tok = rows[:, :H * es].view(rdt)
         shape = (c.num_experts_per_rank, r.max_recv) if ll else (slots,)
         tok = tok.reshape(*shape, H)
         w = g.tensor(r.weights, shape + (K,), torch.float32)
