@@ -6,7 +6,8 @@
 #                                    libraries they need into bundle/ep/ (name it in carry)
 #   tests/device-ep.sh run [PART ...]   there; PARTs (default: test bench)
 #       test    tests/test_gpu_ep ($MORI_EP_ITERS, $MORI_EP_WORLDS, $MORI_EP_CASES pass through)
-#       bench   mori-bench ep --pes "2 4 8" against a morid started here ($EP_BENCH_ITERS, default 30)
+#       bench   mori-bench ep --pes "2 4 8" against a morid started here ($EP_BENCH_ITERS, default 30;
+#               $EP_BENCH_PES); benchq the same with --quant (bf16 quantised to fp8 by dispatch)
 # Logs to $OUT/log (or /tmp/device-ep/log); a summary ends the output.
 set -u
 cd "$(dirname "$0")/.."
@@ -63,10 +64,11 @@ for p in $parts; do
 	case $p in
 	test)
 		echo "== test_gpu_ep (iters ${MORI_EP_ITERS:-200}, worlds ${MORI_EP_WORLDS:-1 2 3 5 8})" | tee -a "$SUM"
-		B=$BIN run "${EP_TEST_SECS:-300}" "^MORI-EP|^reference|^deepep|^graph|^faults|[0-9]+%|Checks|skipped" \
+		B=$BIN run "${EP_TEST_SECS:-300}" "^MORI-EP|^reference|^deepep|^graph|^inflight|^faults|[0-9]+%|Checks|skipped" \
 			"$BIN/test_gpu_ep"
 		;;
-	bench)
+	bench|benchq)
+		q=; [ "$p" = benchq ] && q=--quant
 		RT=/tmp/mori-ep-rt
 		rm -rf "$RT" && mkdir -p "$RT"
 		"$BIN/morid" --foreground --runtime-dir "$RT" --log-level warn 2>> "$O/morid.log" &
@@ -74,7 +76,7 @@ for p in $parts; do
 		for _ in $(seq 200); do [ -S "$RT/morid.session" ] && break; sleep 0.05; done
 		echo "== mori-bench ep" | tee -a "$SUM"
 		run "${EP_BENCH_SECS:-200}" "^ |^#" "$BIN/mori-bench" ep --dir "$RT" --pes "${EP_BENCH_PES:-2 4 8}" \
-			--iters "${EP_BENCH_ITERS:-30}"
+			--iters "${EP_BENCH_ITERS:-30}" $q
 		kill "$MPID" 2>/dev/null && wait "$MPID" 2>/dev/null
 		MPID=
 		;;

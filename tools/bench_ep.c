@@ -14,7 +14,9 @@
  *   Baseline in the same run: cuMemcpyDtoD of 1 GiB in one process (the copy ceiling). All ranks
  *   share one GPU's memory: these are not NVLink figures.
  *
- * mori-bench ep [--dir RUNTIME_DIR] [--pes "2 4 8"] [--mode normal|ll|both] [--iters 30] */
+ *   --quant: bf16 input quantised to fp8 by dispatch itself (quant_type; rows "nrm-q" / "ll-q").
+ *
+ * mori-bench ep [--dir RUNTIME_DIR] [--pes "2 4 8"] [--mode normal|ll|both] [--iters 30] [--quant] */
 #include <dlfcn.h>
 #include <math.h>
 #include <signal.h>
@@ -51,6 +53,7 @@ struct shared {
 	char desc[256];
 };
 static struct shared *SH;
+static int QUANT; /* --quant */
 
 static int cmp_d(const void *a, const void *b)
 {
@@ -114,6 +117,9 @@ static int one_rank(int me, int n, int ll, int iters, const char *dir)
 	f.num_experts_per_rank = NEXP / n, f.num_experts_per_token = TOPK, f.data_type = MORI_EP_FP8_E4M3;
 	f.max_token_type_size = 2, f.scale_dim = H / 128, f.scale_type_size = 4;
 	f.kernel_type = ll ? MORI_EP_LOW_LATENCY : MORI_EP_NORMAL;
+	if (QUANT)
+		f.data_type = MORI_EP_BF16, f.quant_type = MORI_EP_QUANT_FP8_BLOCK128;
+	const size_t in_es = QUANT ? 2 : 1;
 	mori_client *c;
 	MOK(mori_client_open(dir, "bench-ep", &c));
 	mori_group_opts o;
@@ -131,12 +137,12 @@ static int one_rank(int me, int n, int ll, int iters, const char *dir)
 	gpu_stream s;
 	GCK(g->stream_create(&s, GPU_STREAM_NON_BLOCKING));
 	gpu_dptr in, w, sc, idx, out;
-	GCK(g->mem_alloc(&in, (size_t)T * H));
+	GCK(g->mem_alloc(&in, (size_t)T * H * in_es));
 	GCK(g->mem_alloc(&w, (size_t)T * TOPK * 4));
 	GCK(g->mem_alloc(&sc, (size_t)T * (H / 128) * 4));
 	GCK(g->mem_alloc(&idx, (size_t)T * TOPK * 4));
 	GCK(g->mem_alloc(&out, (size_t)T * H * 2));
-	GCK(g->memset_d8_async(in, 0x38, (size_t)T * H, s)); /* fp8 1.0 */
+	GCK(g->memset_d8_async(in, QUANT ? 0x3f : 0x38, (size_t)T * H * in_es, s)); /* fp8 1.0; bf16 0.75 */
 	GCK(g->memset_d8_async(sc, 0, (size_t)T * (H / 128) * 4, s));
 	GCK(g->memset_d8_async(w, 0, (size_t)T * TOPK * 4, s));
 	int32_t *hidx = malloc((size_t)T * TOPK * 4);
@@ -170,7 +176,7 @@ static int one_rank(int me, int n, int ll, int iters, const char *dir)
 	for (int it = -3; it < iters; it++) {
 		MOK(mori_shmem_barrier_on_stream(grp, s)); /* every rank starts the iteration together */
 		GCK(g->event_record(e0, s));
-		MOK(mori_ep_dispatch(h, (void *)(uintptr_t)in, (float *)(uintptr_t)w, (void *)(uintptr_t)sc,
+		MOK(mori_ep_dispatch(h, (void *)(uintptr_t)in, (float *)(uintptr_t)w, QUANT ? NULL : (void *)(uintptr_t)sc,
 				     (int32_t *)(uintptr_t)idx, T, s, NULL));
 		GCK(g->event_record(e1, s));
 		/* the experts' outputs: the received rows read as bf16 (H x 2 bytes = the row stride) */
@@ -207,7 +213,7 @@ static int one_rank(int me, int n, int ll, int iters, const char *dir)
 	if (begin && end && inst && glaunch) {
 		void *graph = NULL, *exec = NULL;
 		GCK(begin(s, 2));
-		MOK(mori_ep_dispatch(h, (void *)(uintptr_t)in, (float *)(uintptr_t)w, (void *)(uintptr_t)sc,
+		MOK(mori_ep_dispatch(h, (void *)(uintptr_t)in, (float *)(uintptr_t)w, QUANT ? NULL : (void *)(uintptr_t)sc,
 				     (int32_t *)(uintptr_t)idx, T, s, NULL));
 		MOK(mori_ep_combine(h, MORI_EP_BF16, cin, NULL, NULL, (void *)(uintptr_t)out, s));
 		GCK(end(s, &graph));
@@ -319,7 +325,7 @@ static void report(int n, int ll, int iters)
 	}
 	double ad = pct(agg_d, iters, 0.5), ac = pct(agg_c, iters, 0.5);
 	printf("  %-6s %5d %6d %8lld %9.1f %8.1f %9.1f %9.1f %8.1f %9.1f %9.1f %9.1f %6.0f%% %6.0f%% %9.1f %9.1f\n",
-	       ll ? "ll" : "normal", n, T, recv / n, dmax50, dmax99, dbw, cmax50, cmax99, cbw, ad, ac,
+	       ll ? (QUANT ? "ll-q" : "ll") : (QUANT ? "nrm-q" : "normal"), n, T, recv / n, dmax50, dmax99, dbw, cmax50, cmax99, cbw, ad, ac,
 	       100 * ad / SH->ceiling_gbs, 100 * ac / SH->ceiling_gbs, gmax50, pmax50);
 	fflush(stdout);
 }
@@ -335,11 +341,13 @@ int bench_ep_main(int argc, char **argv)
 			pes = argv[++i];
 		else if (!strcmp(argv[i], "--mode") && i + 1 < argc)
 			mode = argv[++i];
+		else if (!strcmp(argv[i], "--quant"))
+			QUANT = 1;
 		else if (!strcmp(argv[i], "--iters") && i + 1 < argc)
 			iters = atoi(argv[++i]);
 		else {
 			fprintf(stderr, "usage: mori-bench ep [--dir RUNTIME_DIR] [--pes \"2 4 8\"] [--mode normal|ll|both] "
-					"[--iters 30]\n");
+					"[--iters 30] [--quant]\n");
 			return 2;
 		}
 	}
@@ -360,8 +368,9 @@ int bench_ep_main(int argc, char **argv)
 	}
 	printf("# mori-bench ep on %s; MPS %s\n", SH->desc, getenv("CUDA_MPS_PIPE_DIRECTORY") ? "on" : "off");
 	printf("# N processes on ONE GPU (100/N %% of the SMs each) share its memory: not NVLink figures.\n");
-	printf("# H %d, top-%d of %d experts, fp8 e4m3 dispatch (+%d float scales/token), bf16 combine, uniform random "
-	       "routing, %d iterations\n", H, TOPK, NEXP, H / 128, iters);
+	printf("# H %d, top-%d of %d experts, %s (+%d float scales/token), bf16 combine, uniform random "
+	       "routing, %d iterations\n", H, TOPK, NEXP, QUANT ? "bf16 input quantised to fp8 e4m3 by dispatch" :
+	       "fp8 e4m3 dispatch", H / 128, iters);
 	printf("# copy ceiling (same run): cuMemcpyDtoD 1 GiB, one process: %.0f GB/s\n", SH->ceiling_gbs);
 	printf("# latency us: slowest rank's p50/p99; GB/s/rank: ROCm/mori's recv tokens x H x elem / p50, mean of "
 	       "ranks;\n# aggregate: all ranks' received bytes / slowest rank's time (combine: x2 for bf16), p50 over "
