@@ -11,7 +11,7 @@
 # Logs to $OUT/log (or /tmp/device-ep/log); a summary ends the output.
 set -u
 cd "$(dirname "$0")/.."
-BUNDLE=bundle/ep
+BUNDLE=${EP_BUNDLE:-bundle/ep} # bundle/<helper> for a helper of its own
 
 if [ "${1:-}" = bundle ]; then
 	set -e
