@@ -1,0 +1,106 @@
+/* MORI-SHMEM after fork() (found by helper "tester"): README's rule for clients ("in a child after
+ * fork() every call on it fails with MORI_ESTALE and touches nothing of the parent's") must hold
+ * for a group too. A child that inherited the parent's mori_group must not act as the parent's PE:
+ * its collective calls (barrier_all, malloc) are refused with MORI_ESTALE, and its
+ * mori_group_leave (or the group's teardown in the child) does not tear the parent's group down.
+ * The parent's group keeps working afterwards. Public API only; one morid, a 1-PE host group. */
+#include <check.h>
+#include <sys/wait.h>
+
+#include "harness.h"
+#include "mori_shmem.h"
+
+static struct test_daemon D;
+
+static void setup(void) { ck_assert_int_eq(daemon_start(&D, NULL), 0); }
+static void teardown(void)
+{
+	daemon_stop(&D);
+	daemon_cleanup(&D);
+}
+
+static mori_group *join1(mori_client *c, const char *name)
+{
+	mori_group_opts o;
+	mori_group_opts_init(&o);
+	o.heap_size = 4u << 20;
+	o.timeout_us = 5000000;
+	mori_group *g = NULL;
+	OK(mori_group_join(c, name, 0, 1, &o, &g));
+	return g;
+}
+
+/* In the child: the call must fail with MORI_ESTALE; else exit with `code`. */
+#define STALE(call, code)                                                                              \
+	do {                                                                                           \
+		int _r = (call);                                                                       \
+		if (_r != MORI_ESTALE) {                                                               \
+			fprintf(stderr, "child: %s gave %s (%s), want MORI_ESTALE\n", #call, mori_strerror(_r), \
+				mori_client_last_error(NULL));                                         \
+			_exit(code);                                                                   \
+		}                                                                                      \
+	} while (0)
+
+START_TEST(child_calls_refused)
+{
+	mori_client *c;
+	OK(mori_client_open(D.dir, "parent", &c));
+	mori_group *g = join1(c, "forkcalls");
+	pid_t child = fork();
+	if (child == 0) {
+		void *p;
+		STALE(mori_shmem_barrier_all(g), 10);
+		STALE(mori_shmem_malloc(g, 4096, 0, &p), 11);
+		_exit(0);
+	}
+	int st;
+	ck_assert_int_eq(waitpid(child, &st, 0), child);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child's collective calls were not refused (exit %d)",
+		      WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	/* the parent's call sequence is its own: its first call is call #1 and works */
+	void *p = NULL;
+	OK(mori_shmem_malloc(g, 4096, 0, &p));
+	OK(mori_shmem_barrier_all(g));
+	mori_group_leave(g);
+	mori_client_close(c);
+}
+END_TEST
+
+START_TEST(child_leave_is_local)
+{
+	mori_client *c;
+	OK(mori_client_open(D.dir, "parent", &c));
+	mori_group *g = join1(c, "forkleave");
+	pid_t child = fork();
+	if (child == 0) {
+		mori_group_leave(g); /* the child's copy only */
+		_exit(0);
+	}
+	int st;
+	ck_assert_int_eq(waitpid(child, &st, 0), child);
+	int pe = -2;
+	ck_assert_msg(mori_shmem_status(g, &pe) == MORI_OK, "the parent's group was aborted by the child's leave (PE %d)",
+		      pe);
+	int rc = mori_shmem_barrier_all(g);
+	ck_assert_msg(rc == MORI_OK, "parent's barrier after the child's leave: %s (%s)", mori_strerror(rc),
+		      mori_client_last_error(c));
+	mori_group_leave(g);
+	mori_client_close(c);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("shmem_fork");
+	TCase *t = tcase_create("shmem_fork");
+	tcase_add_checked_fixture(t, setup, teardown);
+	tcase_set_timeout(t, 60);
+	tcase_add_test(t, child_calls_refused);
+	tcase_add_test(t, child_leave_is_local);
+	suite_add_tcase(s, t);
+	SRunner *r = srunner_create(s);
+	srunner_run_all(r, CK_NORMAL);
+	int failed = srunner_ntests_failed(r);
+	srunner_free(r);
+	return failed ? 1 : 0;
+}
