@@ -31,6 +31,7 @@
 #include "shmem_layout.h"
 
 #define PROXY_BATCH 64                 /* requests one transfer or AMO message carries */
+#define PROXY_INFLIGHT 8               /* batches of one ring in flight at once (to different PEs) */
 #define PROXY_BATCH_BYTES (16ull << 20)
 #define PROXY_POLL_MS 1
 #define PROXY_SPIN_US 2000
@@ -48,7 +49,16 @@ struct target {                        /* another PE's heap, from its packed Han
 	uint8_t secret[REGION_SECRET_BYTES];
 };
 
-enum { PH_IDLE, PH_XFER, PH_AMO };
+enum { PH_FREE, PH_RUN, PH_DONE };
+
+struct ppe;
+struct batch {                         /* requests to one PE that travel together */
+	struct ppe *pp;
+	struct mori_shmem_preq b[PROXY_BATCH];
+	int nb, phase, code;
+	int nops;                      /* ops of its AMO message */
+	uint64_t xfer;                 /* its transfer, 0 none */
+};
 
 struct ppe {
 	struct list link;
@@ -57,10 +67,9 @@ struct ppe {
 	struct heap_ctrl *ctrl;        /* NULL once gone */
 	struct region *heap;
 	uint64_t next, done;           /* the next request to read; requests completed */
-	struct mori_shmem_preq b[PROXY_BATCH];
-	int nb, phase, gone, held;     /* held: callbacks still to come (xfer, AMO message) */
-	int nops;                      /* ops of the AMO message in flight */
-	uint64_t xfer, amo_seq;
+	struct batch q[PROXY_INFLIGHT]; /* in flight, oldest at q[head]: `done` moves over them in order */
+	int head, nq, gone, held;      /* held: callbacks still to come (xfer, AMO message) */
+	uint64_t amo_seq;
 	struct target *t;              /* [n] */
 	int *watch, nwatch;            /* one rank per other node of its group (watch_nodes); nwatch -1: not yet */
 	uint64_t served, failed;
@@ -159,13 +168,22 @@ static int dead_code(int code)
 		       ? MORI_EPEERDEAD : code;
 }
 
-static void batch_end(struct ppe *pp, int code, int rank)
+/* bt completed (code: its first failure); `done` moves over the oldest completed batches. */
+static void batch_end(struct batch *bt, int code, int rank)
 {
+	struct ppe *pp = bt->pp;
 	if (code == MORI_EPEERDEAD && !pp->gone)
 		heap_ctrl_abort(pp->ctrl, MORI_SHMEM_ABORT_PEER_DEAD, rank); /* its waits end too */
-	finish(pp, pp->nb, code);
-	pp->nb = 0;
-	pp->phase = PH_IDLE;
+	bt->code = code;
+	bt->phase = PH_DONE;
+	bt->xfer = 0;
+	while (pp->nq && pp->q[pp->head].phase == PH_DONE) {
+		struct batch *o = &pp->q[pp->head];
+		finish(pp, o->nb, o->code);
+		o->phase = PH_FREE;
+		pp->head = (pp->head + 1) % PROXY_INFLIGHT;
+		pp->nq--;
+	}
 	kick();
 }
 
@@ -312,18 +330,19 @@ static int local_one(struct ppe *pp, struct region *them, const struct mori_shme
 
 static void xfer_done(void *arg, int code, const char *msg);
 enum { AMO_BATCH, AMO_SIGNAL, AMO_INLINE }; /* the batch's atomics; a put+signal's signal; its puts too */
-static void send_amo(struct ppe *pp, const struct target *t, int mode);
+static void send_amo(struct batch *bt, const struct target *t, int mode);
 
-static void start_xfer(struct ppe *pp, const struct target *t)
+static void start_xfer(struct batch *bt, const struct target *t)
 {
-	int read = pp->b[0].op == MORI_SHMEM_OP_GET, k = 0;
-	mori_desc *ds = malloc(sizeof(*ds) * (size_t)pp->nb);
+	struct ppe *pp = bt->pp;
+	int read = bt->b[0].op == MORI_SHMEM_OP_GET, k = 0;
+	mori_desc *ds = malloc(sizeof(*ds) * (size_t)bt->nb);
 	if (!ds) {
-		batch_end(pp, MORI_ENOMEM, pp->b[0].pe);
+		batch_end(bt, MORI_ENOMEM, bt->b[0].pe);
 		return;
 	}
-	for (int i = 0; i < pp->nb; i++) {
-		const struct mori_shmem_preq *q = &pp->b[i];
+	for (int i = 0; i < bt->nb; i++) {
+		const struct mori_shmem_preq *q = &bt->b[i];
 		if (!q->len)
 			continue;
 		ds[k].local_offset = read ? q->dst : q->src;
@@ -333,21 +352,20 @@ static void start_xfer(struct ppe *pp, const struct target *t)
 	}
 	if (!k) { /* nothing to move: a signal alone, or empty puts */
 		free(ds);
-		if (pp->b[pp->nb - 1].op == MORI_SHMEM_OP_PUT_SIGNAL)
-			send_amo(pp, t, AMO_SIGNAL);
+		if (bt->b[bt->nb - 1].op == MORI_SHMEM_OP_PUT_SIGNAL)
+			send_amo(bt, t, AMO_SIGNAL);
 		else
-			batch_end(pp, 0, 0);
+			batch_end(bt, 0, 0);
 		return;
 	}
 	struct peer_xfer_args a = {.local = pp->heap, .node = t->node, .epoch = t->epoch, .region = t->region,
 				   .gen = t->gen, .secret = t->secret, .read = read, .descs = ds, .n = (uint32_t)k,
-				   .timeout_ms = PROXY_TIMEOUT_MS, .done = xfer_done, .arg = pp};
-	pp->phase = PH_XFER;
+				   .timeout_ms = PROXY_TIMEOUT_MS, .done = xfer_done, .arg = bt};
 	pp->held++;
-	int rc = peer_xfer_start(X.d, &a, &pp->xfer);
+	int rc = peer_xfer_start(X.d, &a, &bt->xfer);
 	if (rc) {
 		pp->held--;
-		batch_end(pp, rc, pp->b[0].pe);
+		batch_end(bt, rc, bt->b[0].pe);
 	}
 }
 
@@ -362,18 +380,19 @@ static void ppe_release(struct ppe *pp)
 
 static void xfer_done(void *arg, int code, const char *msg)
 {
-	struct ppe *pp = arg;
-	pp->xfer = 0;
+	struct batch *bt = arg;
+	struct ppe *pp = bt->pp;
+	bt->xfer = 0;
 	if (!pp->gone) {
-		int rank = pp->b[0].pe;
+		int rank = bt->b[0].pe;
 		if (code) {
 			mlog_info("shmem", "proxy of PE %d: %s of %d requests to PE %d failed: %s", pp->rank,
-				  pp->b[0].op == MORI_SHMEM_OP_GET ? "get" : "put", pp->nb, rank, msg);
-			batch_end(pp, dead_code(code), rank);
-		} else if (pp->b[pp->nb - 1].op == MORI_SHMEM_OP_PUT_SIGNAL) {
-			send_amo(pp, &pp->t[rank], AMO_SIGNAL); /* the data is there: now its signal */
+				  bt->b[0].op == MORI_SHMEM_OP_GET ? "get" : "put", bt->nb, rank, msg);
+			batch_end(bt, dead_code(code), rank);
+		} else if (bt->b[bt->nb - 1].op == MORI_SHMEM_OP_PUT_SIGNAL) {
+			send_amo(bt, &pp->t[rank], AMO_SIGNAL); /* the data is there: now its signal */
 		} else {
-			batch_end(pp, 0, rank);
+			batch_end(bt, 0, rank);
 		}
 	}
 	ppe_release(pp);
@@ -381,32 +400,34 @@ static void xfer_done(void *arg, int code, const char *msg)
 
 static void amo_done(struct rpc *q, struct peer *p, const Mori__Reply *rep, int code, const char *msg)
 {
-	struct ppe *pp = q->arg;
+	struct batch *bt = q->arg;
+	struct ppe *pp = bt->pp;
 	if (!pp->gone) {
-		int rank = pp->b[0].pe, sig = pp->b[pp->nb - 1].op == MORI_SHMEM_OP_PUT_SIGNAL;
+		int rank = bt->b[0].pe, sig = bt->b[bt->nb - 1].op == MORI_SHMEM_OP_PUT_SIGNAL;
 		const Mori__PeerShmemAmoReply *r = !code && rep->body_case == MORI__REPLY__BODY_PEER_SHMEM_AMO
 							   ? rep->peer_shmem_amo : NULL;
-		if (!code && (!r || r->n_old != (size_t)pp->nops))
+		if (!code && (!r || r->n_old != (size_t)bt->nops))
 			code = MORI_EPROTO;
-		for (int i = 0; !code && !sig && i < pp->nb; i++)
-			if (pp->b[i].amo & MORI_SHMEM_AMO_FETCH)
-				code = reach_copy(pp->heap, pp->b[i].src, &r->old[i], 8, 1);
+		for (int i = 0; !code && !sig && i < bt->nb; i++)
+			if (bt->b[i].amo & MORI_SHMEM_AMO_FETCH)
+				code = reach_copy(pp->heap, bt->b[i].src, &r->old[i], 8, 1);
 		if (code)
-			mlog_info("shmem", "proxy of PE %d: %d atomics at PE %d failed: %s", pp->rank, pp->nops, rank,
+			mlog_info("shmem", "proxy of PE %d: %d atomics at PE %d failed: %s", pp->rank, bt->nops, rank,
 				  msg ? msg : mori_strerror(code));
-		batch_end(pp, dead_code(code), rank);
+		batch_end(bt, dead_code(code), rank);
 	}
 	ppe_release(pp);
 }
 
 /* A put+signal batch's puts as inline ops (their bytes read from this PE's heap into buf), then its
  * signal. The number of ops, or -1 with the code in *rc. */
-static int inline_ops(struct ppe *pp, Mori__ShmemAmo *ops, uint8_t *buf, int *rc)
+static int inline_ops(struct batch *bt, Mori__ShmemAmo *ops, uint8_t *buf, int *rc)
 {
+	struct ppe *pp = bt->pp;
 	int n = 0;
 	uint64_t o = 0;
-	for (int i = 0; i < pp->nb; i++) {
-		const struct mori_shmem_preq *q = &pp->b[i];
+	for (int i = 0; i < bt->nb; i++) {
+		const struct mori_shmem_preq *q = &bt->b[i];
 		if (!q->len)
 			continue;
 		if ((*rc = reach_copy(pp->heap, q->src, buf + o, q->len, 0)))
@@ -423,17 +444,18 @@ static int inline_ops(struct ppe *pp, Mori__ShmemAmo *ops, uint8_t *buf, int *rc
 
 /* The batch's atomics (mode AMO_BATCH), the signal of its last request (AMO_SIGNAL: a
  * put+signal whose data landed), or a put+signal's data and signal together (AMO_INLINE). */
-static void send_amo(struct ppe *pp, const struct target *t, int mode)
+static void send_amo(struct batch *bt, const struct target *t, int mode)
 {
+	struct ppe *pp = bt->pp;
 	static uint8_t buf[PROXY_INLINE]; /* packed before send_amo returns (one loop) */
 	Mori__ShmemAmo ops[PROXY_BATCH + 1], *opp[PROXY_BATCH + 1];
 	int n = 0, rc = 0;
-	if (mode == AMO_INLINE && (n = inline_ops(pp, ops, buf, &rc)) < 0) {
-		batch_end(pp, rc, pp->b[0].pe);
+	if (mode == AMO_INLINE && (n = inline_ops(bt, ops, buf, &rc)) < 0) {
+		batch_end(bt, rc, bt->b[0].pe);
 		return;
 	}
-	for (int i = 0; i < (mode == AMO_BATCH ? pp->nb : 1); i++, n++) {
-		const struct mori_shmem_preq *q = &pp->b[mode == AMO_BATCH ? i : pp->nb - 1];
+	for (int i = 0; i < (mode == AMO_BATCH ? bt->nb : 1); i++, n++) {
+		const struct mori_shmem_preq *q = &bt->b[mode == AMO_BATCH ? i : bt->nb - 1];
 		mori__shmem_amo__init(&ops[n]);
 		if (mode != AMO_BATCH) {
 			ops[n].amo = q->amo == MORI_SHMEM_SIGNAL_SET ? MORI_SHMEM_AMO_SET : MORI_SHMEM_AMO_ADD;
@@ -449,7 +471,7 @@ static void send_amo(struct ppe *pp, const struct target *t, int mode)
 	}
 	for (int i = 0; i < n; i++)
 		opp[i] = &ops[i];
-	pp->nops = n;
+	bt->nops = n;
 	Mori__PeerShmemAmo m = MORI__PEER_SHMEM_AMO__INIT;
 	m.epoch = t->epoch;
 	m.region_id = t->region;
@@ -465,11 +487,10 @@ static void send_amo(struct ppe *pp, const struct target *t, int mode)
 	req.body_case = MORI__REQUEST__BODY_PEER_SHMEM_AMO;
 	req.peer_shmem_amo = &m;
 	struct peer *p = X.d->peers ? peer_get(X.d->peers, t->node, 1) : NULL;
-	pp->phase = PH_AMO;
 	pp->held++;
-	if (!p || !peer_rpc(p, &req, PROXY_TIMEOUT_MS, amo_done, pp)) {
+	if (!p || !peer_rpc(p, &req, PROXY_TIMEOUT_MS, amo_done, bt)) {
 		pp->held--;
-		batch_end(pp, p ? MORI_ENOMEM : MORI_ENOTSUP, pp->b[0].pe);
+		batch_end(bt, p ? MORI_ENOMEM : MORI_ENOTSUP, bt->b[0].pe);
 		return;
 	}
 	peer_use(p);
@@ -487,34 +508,36 @@ static int same_class(const struct mori_shmem_preq *a, const struct mori_shmem_p
 }
 
 /* The batch starting with q (read and checked): more of its kind as far as they are published. */
-static void gather(struct ppe *pp, const struct mori_shmem_preq *q)
+static void gather(struct batch *bt, const struct mori_shmem_preq *q)
 {
+	struct ppe *pp = bt->pp;
 	uint64_t bytes = q->op == MORI_SHMEM_OP_AMO ? 0 : q->len;
-	pp->b[0] = *q;
-	pp->nb = 1;
+	bt->b[0] = *q;
+	bt->nb = 1;
 	pp->next++;
-	while (pp->nb < PROXY_BATCH && pp->b[pp->nb - 1].op != MORI_SHMEM_OP_PUT_SIGNAL) {
+	while (bt->nb < PROXY_BATCH && bt->b[bt->nb - 1].op != MORI_SHMEM_OP_PUT_SIGNAL) {
 		struct mori_shmem_preq n;
 		if (!peek(pp, pp->next, &n) || !same_class(q, &n) || check(pp, &n) ||
 		    (n.op != MORI_SHMEM_OP_AMO && bytes + n.len > PROXY_BATCH_BYTES))
 			break;
 		bytes += n.op == MORI_SHMEM_OP_AMO ? 0 : n.len;
-		pp->b[pp->nb++] = n;
+		bt->b[bt->nb++] = n;
 		pp->next++;
 	}
 }
 
-static uint64_t batch_bytes(const struct ppe *pp)
+static uint64_t batch_bytes(const struct batch *bt)
 {
 	uint64_t b = 0;
-	for (int i = 0; i < pp->nb; i++)
-		b += pp->b[i].len;
+	for (int i = 0; i < bt->nb; i++)
+		b += bt->b[i].len;
 	return b;
 }
 
-static void run_batch(struct ppe *pp)
+static void run_batch(struct batch *bt)
 {
-	int rank = pp->b[0].pe;
+	struct ppe *pp = bt->pp;
+	int rank = bt->b[0].pe;
 	struct target *t = target(pp, rank);
 	if (t->state == 2) { /* this node: at once */
 		const char *node;
@@ -522,30 +545,44 @@ static void run_batch(struct ppe *pp)
 		size_t len;
 		struct region *them = NULL;
 		int rc = group_peer(pp->id, rank, &node, &blob, &len, &them) || !them ? MORI_EPEERDEAD : 0;
-		for (int i = 0; i < pp->nb && !rc; i++)
-			rc = local_one(pp, them, &pp->b[i]);
-		batch_end(pp, rc, rank);
+		for (int i = 0; i < bt->nb && !rc; i++)
+			rc = local_one(pp, them, &bt->b[i]);
+		batch_end(bt, rc, rank);
 	} else if (t->state != 1) {
-		batch_end(pp, MORI_EPEERDEAD, rank);
-	} else if (pp->b[0].op == MORI_SHMEM_OP_AMO) {
-		send_amo(pp, t, AMO_BATCH);
-	} else if (pp->b[pp->nb - 1].op == MORI_SHMEM_OP_PUT_SIGNAL && batch_bytes(pp) <= PROXY_INLINE) {
-		send_amo(pp, t, AMO_INLINE); /* one round trip, not a transfer and then a message */
+		batch_end(bt, MORI_EPEERDEAD, rank);
+	} else if (bt->b[0].op == MORI_SHMEM_OP_AMO) {
+		send_amo(bt, t, AMO_BATCH);
+	} else if (bt->b[bt->nb - 1].op == MORI_SHMEM_OP_PUT_SIGNAL && batch_bytes(bt) <= PROXY_INLINE) {
+		send_amo(bt, t, AMO_INLINE); /* one round trip, not a transfer and then a message */
 	} else {
-		start_xfer(pp, t);
+		start_xfer(bt, t);
 	}
 }
 
-/* Serve what pp's ring holds until a batch is in flight; 1 when a request was read. */
+/* A batch to PE pe in flight? */
+static int busy_with(const struct ppe *pp, int pe)
+{
+	for (int i = 0; i < pp->nq; i++) {
+		const struct batch *bt = &pp->q[(pp->head + i) % PROXY_INFLIGHT];
+		if (bt->phase == PH_RUN && bt->b[0].pe == pe)
+			return 1;
+	}
+	return 0;
+}
+
+/* Serve what pp's ring holds: batches to different PEs go at once (up to PROXY_INFLIGHT), one
+ * PE's in order; a quiet, a fence or a refused request waits for every batch before it. 1 when
+ * a request was read. */
 static int pump(struct ppe *pp)
 {
 	int seen = 0;
 	struct mori_shmem_preq q;
-	while (!pp->gone && pp->phase == PH_IDLE && peek(pp, pp->next, &q)) {
+	while (!pp->gone && pp->nq < PROXY_INFLIGHT && peek(pp, pp->next, &q)) {
 		seen = 1;
 		int rc = check(pp, &q);
 		if (rc || q.op == MORI_SHMEM_OP_QUIET || q.op == MORI_SHMEM_OP_FENCE) {
-			/* serial: everything before it has completed */
+			if (pp->nq)
+				break; /* completes after everything before it */
 			if (rc)
 				mlog_ratelimited(MLOG_INFO, "shmem", "proxy of PE %d: request %llu (op %u, PE %d) refused: %s",
 						 pp->rank, (unsigned long long)pp->next, q.op, q.pe, mori_strerror(rc));
@@ -553,8 +590,16 @@ static int pump(struct ppe *pp)
 			finish(pp, 1, rc);
 			continue;
 		}
-		gather(pp, &q);
-		run_batch(pp);
+		if (busy_with(pp, q.pe))
+			break;
+		struct batch *bt = &pp->q[(pp->head + pp->nq) % PROXY_INFLIGHT];
+		pp->nq++;
+		bt->pp = pp;
+		bt->phase = PH_RUN;
+		bt->code = 0;
+		bt->xfer = 0;
+		gather(bt, &q);
+		run_batch(bt); /* may end it at once */
 	}
 	return seen;
 }
@@ -677,8 +722,9 @@ static void pe_ready(void *arg, uint64_t id)
 static void ppe_drop(struct ppe *pp)
 {
 	pp->gone = 1; /* from here nothing touches its control page or heap */
-	if (pp->xfer)
-		peer_xfer_cancel(X.d, pp->xfer); /* its callback sees gone */
+	for (int i = 0; i < PROXY_INFLIGHT; i++)
+		if (pp->q[i].phase == PH_RUN && pp->q[i].xfer)
+			peer_xfer_cancel(X.d, pp->q[i].xfer); /* its callback sees gone */
 	pp->ctrl = NULL;
 	pp->heap = NULL;
 	list_del(&pp->link);
