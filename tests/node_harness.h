@@ -37,7 +37,7 @@ static inline void node_init(struct test_node *n, const char *name, const char *
 /* Start (or restart: same dir, same port) the node's morid with n->args, then extra (either
  * NULL-terminated or NULL). Log level MORI_TEST_LOG (default info). Waits up to 5 s for the
  * control socket, then 50 ms for the peer listener, which binds right after it. 0, or -1 (the
- * daemon exited, or never served; its log says why). */
+ * daemon exited, also in those 50 ms, or never served; its log says why). */
 static inline int node_start(struct test_node *n, const char *const *extra)
 {
 	char morid[512], sock[300], listen[128];
@@ -95,6 +95,10 @@ static inline int node_start(struct test_node *n, const char *const *extra)
 		int status;
 		if (stat(sock, &st) == 0) {
 			usleep(50000);
+			if (waitpid(n->pid, &status, WNOHANG) == n->pid) { /* e.g. its listen port was taken */
+				n->pid = 0;
+				return -1;
+			}
 			return 0;
 		}
 		if (waitpid(n->pid, &status, WNOHANG) == n->pid) {
