@@ -348,7 +348,7 @@ void peers_stop(struct morid *d)
 	if (P->rep_ok) {
 		if (P->on)
 			uv_close((uv_handle_t *)&P->rep_poll, handle_closed);
-		nng_close(P->rep);
+		peer_nng_close(P->rep, "the peer listener");
 	}
 	P->on = 0;
 	peer_auth_stop(P);
