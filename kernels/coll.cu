@@ -10,24 +10,47 @@
 #endif
 
 namespace mori_coll {
-/* The block's share [lo, hi) of [0, full) in units of `al` (elements per 16 bytes, or 16 bytes),
- * clipped to len <= full. full is the same in every chunk or round of a kernel, so a block owns
- * the same scratch bytes throughout: its barrier (with the same block of its peers) is all that
- * orders their reuse. */
-MORI_DEVICE void slice(uint64_t full, uint64_t len, uint64_t al, uint64_t *lo, uint64_t *hi)
+/* L2-coherent loads (never a stale L1 line from an earlier chunk or another rank's write). */
+MORI_DEVICE mori_vec16 ld16(const void *p)
 {
-	uint64_t per = (full + gridDim.x - 1) / gridDim.x;
-	per = (per + al - 1) / al * al;
-	*lo = per * blockIdx.x;
-	*hi = *lo + per;
-	if (*lo > len)
-		*lo = len;
-	if (*hi > len)
-		*hi = len;
+#ifdef MORI_HIP
+	return mori_load_once16((const mori_vec16 *)p);
+#else
+	return __ldcg((const uint4 *)p);
+#endif
+}
+template <typename T> MORI_DEVICE T ldg(const T *p)
+{
+#ifdef MORI_HIP
+	return __builtin_nontemporal_load(p);
+#else
+	return __ldcg(p);
+#endif
 }
 
+/* The block's ranges [lo, hi) of [0, len), len <= full, in units of `al` (elements per 16 bytes,
+ * or 16 bytes): tiles of T units, block b owning tiles b, b + G, b + 2G, ... (G the grid). T is
+ * `tu` (a.tile in those units: the grid sweeps the buffer together, few pages at a time), or with
+ * tu 0 the whole share ceil(full / G) (one contiguous range a block). Ownership depends on full, G
+ * and T only, the same in every chunk or round of a kernel, so a block owns the same scratch bytes
+ * throughout: its barrier (with the same block of its peers) is all that orders their reuse.
+ * The loop's condition depends on blockIdx alone: every thread of a block runs the same tiles. */
+MORI_DEVICE uint64_t tile_len(uint64_t full, uint64_t al, uint64_t tu)
+{
+	uint64_t per = tu ? tu : (full + gridDim.x - 1) / gridDim.x;
+	per = (per + al - 1) / al * al;
+	return per ? per : al;
+}
+#define FOR_TILES(full, len, al, tu, lo, hi)                                                                     \
+	for (uint64_t T_ = tile_len(full, al, tu), lo = T_ * blockIdx.x, hi = 0;                                      \
+	     lo < (len) && ((hi = lo + T_ < (len) ? lo + T_ : (len)), true); lo += T_ * gridDim.x)
+
+/* copy() and the reductions are calls of their own, not inlined into the kernel's one body:
+ * each gets its registers (inlined into every collective's path they spilled at 128). */
+#define COLL_CALL __device__ __noinline__
+
 /* ---- copies: the block's threads over [0, len) bytes ---- */
-MORI_DEVICE void copy(uint8_t *dst, const uint8_t *src, uint64_t len)
+COLL_CALL void copy(uint8_t *dst, const uint8_t *src, uint64_t len)
 {
 	if (dst == src || !len)
 		return;
@@ -99,52 +122,102 @@ MORI_DEVICE float rop(int op, float a, float b)
 	return op == MORI_COLL_OP_MAX ? fmaxf(a, b) : op == MORI_COLL_OP_MIN ? fminf(a, b) : a + b;
 }
 
-/* dst[i] = op over q < n of src_q[i], i in [0, m), src_q = srcs[q]; also to dst2 when non-NULL. */
-#define QB 8
-template <typename T>
-MORI_DEVICE void reduce(dev_t *d, int op, T *dst, T *dst2, const uint64_t *srcs, uint64_t m)
+/* V vectors of 16 bytes a thread, each from Q <= 8 sources (n <= Q), all V x Q loads issued before
+ * any is used: with few ranks a thread still has 8 loads in flight. */
+template <typename T, int V, int Q>
+COLL_CALL void reduce_vq(int op, int n, T *dst, T *dst2, const uint64_t *srcs, uint64_t soff, uint64_t nv)
 {
-	const int n = d->n;
 	const unsigned t = threadIdx.x, nt = blockDim.x;
-	const unsigned per = 16 / sizeof(T);
-	uintptr_t al = (uintptr_t)dst | (uintptr_t)dst2;
-	for (int q = 0; q < n; q++)
-		al |= (uintptr_t)srcs[q];
-	uint64_t i0 = 0;
-	if ((al & 15) == 0) {
-		uint64_t nv = m / per;
-		for (uint64_t j = t; j < nv; j += nt) {
-			float acc[16 / sizeof(T)];
-			/* up to QB sources' loads issued before any is used */
-			for (int q0 = 0; q0 < n; q0 += QB) {
-				mori_vec16 v[QB];
+	constexpr unsigned per = 16 / sizeof(T);
+	for (uint64_t j0 = t; j0 < nv; j0 += (uint64_t)V * nt) {
+		mori_vec16 v[V][Q];
 #pragma unroll
-				for (int u = 0; u < QB; u++)
-					if (q0 + u < n)
-						v[u] = ld16((const uint8_t *)srcs[q0 + u] + 16 * j);
+		for (int x = 0; x < V; x++)
 #pragma unroll
-				for (int u = 0; u < QB; u++) {
-					if (q0 + u >= n)
-						break;
-					const T *e = (const T *)&v[u];
-					for (unsigned k = 0; k < per; k++)
-						acc[k] = q0 + u ? rop(op, acc[k], cvt<T>::in(e[k])) : cvt<T>::in(e[k]);
-				}
+			for (int q = 0; q < Q; q++)
+				if (q < n && j0 + (uint64_t)x * nt < nv)
+					v[x][q] = ld16((const uint8_t *)srcs[q] + soff + 16 * (j0 + (uint64_t)x * nt));
+#pragma unroll
+		for (int x = 0; x < V; x++) {
+			uint64_t j = j0 + (uint64_t)x * nt;
+			if (j >= nv)
+				break;
+			float acc[per];
+#pragma unroll
+			for (int q = 0; q < Q; q++) {
+				if (q >= n)
+					break;
+				const T *e = (const T *)&v[x][q];
+#pragma unroll
+				for (unsigned k = 0; k < per; k++)
+					acc[k] = q ? rop(op, acc[k], cvt<T>::in(e[k])) : cvt<T>::in(e[k]);
 			}
 			mori_vec16 o;
 			T *oe = (T *)&o;
+#pragma unroll
 			for (unsigned k = 0; k < per; k++)
 				oe[k] = cvt<T>::out(acc[k]);
 			((mori_vec16 *)dst)[j] = o;
 			if (dst2)
 				((mori_vec16 *)dst2)[j] = o;
 		}
+	}
+}
+
+/* dst[i] = op over q < n of src_q[i], i in [0, m), src_q = srcs[q] + soff bytes; also to dst2 when
+ * non-NULL. v1: one vector a thread at a time whatever n (MORI_COLL_F_V1, to compare). */
+#define QB 8
+template <typename T>
+COLL_CALL void reduce(dev_t *d, int op, T *dst, T *dst2, const uint64_t *srcs, uint64_t soff, uint64_t m, bool v1)
+{
+	const int n = d->n;
+	const unsigned t = threadIdx.x, nt = blockDim.x;
+	const unsigned per = 16 / sizeof(T);
+	uintptr_t al = (uintptr_t)dst | (uintptr_t)dst2 | (uintptr_t)soff;
+	for (int q = 0; q < n; q++)
+		al |= (uintptr_t)srcs[q];
+	uint64_t i0 = 0;
+	if ((al & 15) == 0) {
+		uint64_t nv = m / per;
+		if (n <= 2 && !v1)
+			reduce_vq<T, 4, 2>(op, n, dst, dst2, srcs, soff, nv);
+		else if (n <= 4 && !v1)
+			reduce_vq<T, 2, 4>(op, n, dst, dst2, srcs, soff, nv);
+		else if (n <= 8)
+			reduce_vq<T, 1, 8>(op, n, dst, dst2, srcs, soff, nv);
+		else
+			for (uint64_t j = t; j < nv; j += nt) {
+				float acc[16 / sizeof(T)];
+				/* up to QB sources' loads issued before any is used */
+				for (int q0 = 0; q0 < n; q0 += QB) {
+					mori_vec16 v[QB];
+#pragma unroll
+					for (int u = 0; u < QB; u++)
+						if (q0 + u < n)
+							v[u] = ld16((const uint8_t *)srcs[q0 + u] + soff + 16 * j);
+#pragma unroll
+					for (int u = 0; u < QB; u++) {
+						if (q0 + u >= n)
+							break;
+						const T *e = (const T *)&v[u];
+						for (unsigned k = 0; k < per; k++)
+							acc[k] = q0 + u ? rop(op, acc[k], cvt<T>::in(e[k])) : cvt<T>::in(e[k]);
+					}
+				}
+				mori_vec16 o;
+				T *oe = (T *)&o;
+				for (unsigned k = 0; k < per; k++)
+					oe[k] = cvt<T>::out(acc[k]);
+				((mori_vec16 *)dst)[j] = o;
+				if (dst2)
+					((mori_vec16 *)dst2)[j] = o;
+			}
 		i0 = nv * per;
 	}
 	for (uint64_t i = i0 + t; i < m; i += nt) {
 		float acc = 0;
 		for (int q = 0; q < n; q++) {
-			float v = cvt<T>::in(cvt<T>::load((const T *)srcs[q] + i));
+			float v = cvt<T>::in(cvt<T>::load((const T *)((const uint8_t *)srcs[q] + soff) + i));
 			acc = q ? rop(op, acc, v) : v;
 		}
 		dst[i] = cvt<T>::out(acc);
@@ -157,19 +230,19 @@ MORI_DEVICE int esize(uint32_t dt) { return dt == MORI_COLL_DT_F32 ? 4 : 2; }
 
 template <typename T>
 MORI_DEVICE void reduce_dt(dev_t *d, const mori_coll_args &a, uint64_t dst, uint64_t dst2, const uint64_t *srcs,
-			   uint64_t m)
+			   uint64_t soff, uint64_t m)
 {
-	reduce<T>(d, (int)a.op, (T *)dst, (T *)dst2, srcs, m);
+	reduce<T>(d, (int)a.op, (T *)dst, (T *)dst2, srcs, soff, m, a.flags & MORI_COLL_F_V1);
 }
 MORI_DEVICE void reduce_any(dev_t *d, const mori_coll_args &a, uint64_t dst, uint64_t dst2, const uint64_t *srcs,
-			    uint64_t m)
+			    uint64_t soff, uint64_t m)
 {
 	if (a.dtype == MORI_COLL_DT_F32)
-		reduce_dt<float>(d, a, dst, dst2, srcs, m);
+		reduce_dt<float>(d, a, dst, dst2, srcs, soff, m);
 	else if (a.dtype == MORI_COLL_DT_F16)
-		reduce_dt<__half>(d, a, dst, dst2, srcs, m);
+		reduce_dt<__half>(d, a, dst, dst2, srcs, soff, m);
 	else
-		reduce_dt<bf16>(d, a, dst, dst2, srcs, m);
+		reduce_dt<bf16>(d, a, dst, dst2, srcs, soff, m);
 }
 
 /* ---- the collectives ---- */
@@ -180,27 +253,28 @@ struct ctx {
 	MORI_DEVICE int bar(void) { return rc = barrier(d, blockIdx.x, &gen); }
 };
 
-/* One-shot all-reduce: stage this block's slice of the chunk (unless src is a window), barrier,
- * reduce every rank's slice into dst, barrier (peers are done reading before the next chunk). */
+/* One-shot all-reduce: stage this block's tiles of the chunk (unless src is a window), barrier,
+ * reduce every rank's tiles into dst, barrier (peers are done reading before the next chunk). */
 MORI_DEVICE void ar_oneshot(ctx &c, const mori_coll_args &a)
 {
 	dev_t *d = c.d;
-	const uint64_t es = esize(a.dtype), al = 16 / es;
+	const uint64_t es = esize(a.dtype), al = 16 / es, tu = a.tile / es;
 	__shared__ uint64_t srcs[MORI_COLL_MAX_RANKS];
 	const uint64_t M = a.count < a.chunk ? a.count : a.chunk;
 	for (uint64_t c0 = 0; c0 < a.count && !c.rc; c0 += a.chunk) {
-		uint64_t m = a.count - c0 < a.chunk ? a.count - c0 : a.chunk, lo, hi;
-		slice(M, m, al, &lo, &hi);
+		uint64_t m = a.count - c0 < a.chunk ? a.count - c0 : a.chunk;
 		bool win = a.flags & MORI_COLL_F_SRC_WIN;
 		uint64_t base = win ? a.src + c0 * es : d->scratch;
 		if (!win)
-			copy((uint8_t *)(d->scratch + lo * es), (const uint8_t *)(a.src + (c0 + lo) * es), (hi - lo) * es);
+			FOR_TILES(M, m, al, tu, lo, hi)
+				copy((uint8_t *)(d->scratch + lo * es), (const uint8_t *)(a.src + (c0 + lo) * es), (hi - lo) * es);
 		if (c.bar())
 			return;
 		if (threadIdx.x < (unsigned)d->n)
-			srcs[threadIdx.x] = peer(d, base, threadIdx.x) + lo * es;
+			srcs[threadIdx.x] = peer(d, base, threadIdx.x);
 		__syncthreads();
-		reduce_any(d, a, a.dst + (c0 + lo) * es, 0, srcs, hi - lo);
+		FOR_TILES(M, m, al, tu, lo, hi)
+			reduce_any(d, a, a.dst + (c0 + lo) * es, 0, srcs, lo * es, hi - lo);
 		c.bar();
 	}
 }
@@ -212,7 +286,7 @@ MORI_DEVICE void ar_twoshot(ctx &c, const mori_coll_args &a)
 {
 	dev_t *d = c.d;
 	const int n = d->n, me = d->rank;
-	const uint64_t es = esize(a.dtype), al = 16 / es;
+	const uint64_t es = esize(a.dtype), al = 16 / es, tu = a.tile / es;
 	__shared__ uint64_t srcs[MORI_COLL_MAX_RANKS];
 	bool swin = a.flags & MORI_COLL_F_SRC_WIN, dwin = a.flags & MORI_COLL_F_DST_WIN;
 	const uint64_t M = a.count < a.chunk ? a.count : a.chunk;
@@ -223,34 +297,34 @@ MORI_DEVICE void ar_twoshot(ctx &c, const mori_coll_args &a)
 		if (!swin)
 			for (int r = 0; r < n; r++) {
 				PART(r, len);
-				uint64_t lo, hi;
-				slice(P, len, al, &lo, &hi);
-				uint64_t o = ((uint64_t)r * P + lo) * es;
-				copy((uint8_t *)(d->scratch + o), (const uint8_t *)(a.src + c0 * es + o), (hi - lo) * es);
+				FOR_TILES(P, len, al, tu, lo, hi) {
+					uint64_t o = ((uint64_t)r * P + lo) * es;
+					copy((uint8_t *)(d->scratch + o), (const uint8_t *)(a.src + c0 * es + o), (hi - lo) * es);
+				}
 			}
 		if (c.bar())
 			return;
 		uint64_t sbase = swin ? a.src + c0 * es : d->scratch;
 		PART(me, mlen);
-		uint64_t lo, hi;
-		slice(P, mlen, al, &lo, &hi);
-		uint64_t mo = ((uint64_t)me * P + lo) * es;
 		if (threadIdx.x < (unsigned)n)
-			srcs[threadIdx.x] = peer(d, sbase, threadIdx.x) + mo;
+			srcs[threadIdx.x] = peer(d, sbase, threadIdx.x);
 		__syncthreads();
-		/* the reduced part where peers gather it: dst (window) or my staging of it (scratch) */
-		uint64_t red2 = dwin ? 0 : d->scratch + mo;
-		reduce_any(d, a, a.dst + c0 * es + mo, red2, srcs, hi - lo);
-		if (c.bar())
+		FOR_TILES(P, mlen, al, tu, lo, hi) {
+			uint64_t mo = ((uint64_t)me * P + lo) * es;
+			/* the reduced part where peers gather it: dst (window) or my staging of it (scratch) */
+			uint64_t red2 = dwin ? 0 : d->scratch + mo;
+			reduce_any(d, a, a.dst + c0 * es + mo, red2, srcs, mo, hi - lo);
+		}
+		if (c.bar() || (a.flags & MORI_COLL_F_NO_GATHER))
 			return;
 		uint64_t rbase = dwin ? a.dst + c0 * es : d->scratch;
 		for (int k = 1; k < n; k++) {
 			int r = (me + k) % n;
 			PART(r, len);
-			uint64_t l2, h2;
-			slice(P, len, al, &l2, &h2);
-			uint64_t o = ((uint64_t)r * P + l2) * es;
-			copy((uint8_t *)(a.dst + c0 * es + o), (const uint8_t *)(peer(d, rbase, r) + o), (h2 - l2) * es);
+			FOR_TILES(P, len, al, tu, lo, hi) {
+				uint64_t o = ((uint64_t)r * P + lo) * es;
+				copy((uint8_t *)(a.dst + c0 * es + o), (const uint8_t *)(peer(d, rbase, r) + o), (hi - lo) * es);
+			}
 		}
 #undef PART
 		c.bar();
@@ -262,24 +336,25 @@ MORI_DEVICE void redscat(ctx &c, const mori_coll_args &a)
 {
 	dev_t *d = c.d;
 	const int n = d->n, me = d->rank;
-	const uint64_t es = esize(a.dtype), al = 16 / es;
+	const uint64_t es = esize(a.dtype), al = 16 / es, tu = a.tile / es;
 	__shared__ uint64_t srcs[MORI_COLL_MAX_RANKS];
 	bool swin = a.flags & MORI_COLL_F_SRC_WIN;
 	const uint64_t M = a.count < a.chunk ? a.count : a.chunk; /* the scratch's stride per rank */
 	for (uint64_t c0 = 0; c0 < a.count && !c.rc; c0 += a.chunk) {
-		uint64_t m = a.count - c0 < a.chunk ? a.count - c0 : a.chunk, lo, hi;
-		slice(M, m, al, &lo, &hi);
+		uint64_t m = a.count - c0 < a.chunk ? a.count - c0 : a.chunk;
 		if (!swin)
 			for (int r = 0; r < n; r++)
-				copy((uint8_t *)(d->scratch + ((uint64_t)r * M + lo) * es),
-				     (const uint8_t *)(a.src + ((uint64_t)r * a.count + c0 + lo) * es), (hi - lo) * es);
+				FOR_TILES(M, m, al, tu, lo, hi)
+					copy((uint8_t *)(d->scratch + ((uint64_t)r * M + lo) * es),
+					     (const uint8_t *)(a.src + ((uint64_t)r * a.count + c0 + lo) * es), (hi - lo) * es);
 		if (c.bar())
 			return;
 		if (threadIdx.x < (unsigned)n)
-			srcs[threadIdx.x] = swin ? peer(d, a.src, threadIdx.x) + ((uint64_t)me * a.count + c0 + lo) * es
-						 : peer(d, d->scratch, threadIdx.x) + ((uint64_t)me * M + lo) * es;
+			srcs[threadIdx.x] = swin ? peer(d, a.src, threadIdx.x) + ((uint64_t)me * a.count + c0) * es
+						 : peer(d, d->scratch, threadIdx.x) + (uint64_t)me * M * es;
 		__syncthreads();
-		reduce_any(d, a, a.dst + (c0 + lo) * es, 0, srcs, hi - lo);
+		FOR_TILES(M, m, al, tu, lo, hi)
+			reduce_any(d, a, a.dst + (c0 + lo) * es, 0, srcs, lo * es, hi - lo);
 		c.bar();
 	}
 }
@@ -333,12 +408,13 @@ MORI_DEVICE void pulls(ctx &c, const mori_coll_args &a)
 	for (uint64_t k0 = 0; (k0 < total || k0 == 0) && !c.rc; k0 += W) {
 		if (!win && sender)
 			for (int s = 0; s < nseg; s++) {
-				uint64_t off, len, lo, hi;
+				uint64_t off, len;
 				seg_send(a, n, s, &off, &len);
 				uint64_t full = len < W ? len : W;
 				len = len > k0 ? (len - k0 < W ? len - k0 : W) : 0;
-				slice(full, len, 16, &lo, &hi);
-				copy((uint8_t *)(d->scratch + (uint64_t)s * W + lo), (const uint8_t *)(a.src + off + k0 + lo), hi - lo);
+				FOR_TILES(full, len, 16, a.tile, lo, hi)
+					copy((uint8_t *)(d->scratch + (uint64_t)s * W + lo), (const uint8_t *)(a.src + off + k0 + lo),
+					     hi - lo);
 			}
 		if (c.bar())
 			return;
@@ -346,7 +422,7 @@ MORI_DEVICE void pulls(ctx &c, const mori_coll_args &a)
 			int r = (me + k) % n;
 			if (a.kind == MORI_COLL_K_BCAST && r != a.root)
 				continue;
-			uint64_t soff, len, doff, lo, hi;
+			uint64_t soff, len, doff;
 			if (a.kind == MORI_COLL_K_ALLTOALLV) {
 				len = a.rcount[r];
 				doff = a.rdispl[r];
@@ -358,19 +434,18 @@ MORI_DEVICE void pulls(ctx &c, const mori_coll_args &a)
 			}
 			uint64_t full = len < W ? len : W; /* as the sender slices it */
 			len = len > k0 ? (len - k0 < W ? len - k0 : W) : 0;
-			slice(full, len, 16, &lo, &hi);
-			uint64_t from = peer(d, win ? a.src : d->scratch, r) + soff + (win ? k0 : 0) + lo;
+			uint64_t from = peer(d, win ? a.src : d->scratch, r) + soff + (win ? k0 : 0);
 			if (r == me && win && a.src + soff + k0 == a.dst + doff + k0)
 				continue; /* in place */
-			copy((uint8_t *)(a.dst + doff + k0 + lo), (const uint8_t *)from, hi - lo);
+			FOR_TILES(full, len, 16, a.tile, lo, hi)
+				copy((uint8_t *)(a.dst + doff + k0 + lo), (const uint8_t *)(from + lo), hi - lo);
 		}
 		c.bar();
 	}
 }
 } // namespace mori_coll
 
-MORI_KERNEL void __launch_bounds__(MORI_COLL_THREADS, MORI_COLL_BLOCKS_PER_SM)
-	mori_coll_kernel(const struct mori_coll_dev *d, struct mori_coll_args a)
+MORI_DEVICE void mori_coll_body(const struct mori_coll_dev *d, const struct mori_coll_args &a)
 {
 	using namespace mori_coll;
 	__shared__ uint64_t gen_s;
@@ -397,4 +472,17 @@ MORI_KERNEL void __launch_bounds__(MORI_COLL_THREADS, MORI_COLL_BLOCKS_PER_SM)
 	}
 	if (threadIdx.x == 0)
 		gens[slot] = c.gen;
+}
+
+/* Two register budgets of one body: 2 blocks of 256 threads an SM (128 registers, no spills) and
+ * 4 (64 registers: twice the warps in flight; libmori picks it with MORI_COLL_BPS=4). */
+MORI_KERNEL void __launch_bounds__(MORI_COLL_THREADS, MORI_COLL_BLOCKS_PER_SM)
+	mori_coll_kernel(const struct mori_coll_dev *d, struct mori_coll_args a)
+{
+	mori_coll_body(d, a);
+}
+MORI_KERNEL void __launch_bounds__(MORI_COLL_THREADS, 2 * MORI_COLL_BLOCKS_PER_SM)
+	mori_coll_kernel_o4(const struct mori_coll_dev *d, struct mori_coll_args a)
+{
+	mori_coll_body(d, a);
 }

@@ -13,7 +13,9 @@
  *                                   reports it). One block a rank at a time uses it (slot
  *                                   MORI_COLL_SLOT_USER), in the same order on every rank.
  *   mori_coll_rank(d), mori_coll_size(d)
- * Not in MORI-IR's bitcode yet. */
+ * The same four are in MORI-IR's bitcode and its JSON table (kernels/shmem.cu instantiates
+ * MORI_COLL_API below as extern "C" functions: mori_coll_rank(uint64_t d), ..., the state and
+ * pointers as uint64_t addresses, kernels/ir-table.sh lists them). */
 #ifndef MORI_COLL_CUH
 #define MORI_COLL_CUH
 #include "mori_gpu.h"
@@ -35,24 +37,6 @@ MORI_DEVICE uint64_t now_ns(void)
 #endif
 }
 
-/* L2-coherent loads (never a stale L1 line from an earlier chunk or another rank's write). */
-MORI_DEVICE mori_vec16 ld16(const void *p)
-{
-#ifdef MORI_HIP
-	return mori_load_once16((const mori_vec16 *)p);
-#else
-	return __ldcg((const uint4 *)p);
-#endif
-}
-template <typename T> MORI_DEVICE T ldg(const T *p)
-{
-#ifdef MORI_HIP
-	return __builtin_nontemporal_load(p);
-#else
-	return __ldcg(p);
-#endif
-}
-
 MORI_DEVICE uint64_t peer(dev_t *d, uint64_t own, int q)
 {
 	return own - d->heap_base + d->peer_base[q];
@@ -66,7 +50,7 @@ MORI_DEVICE int status_code(dev_t *d)
 MORI_DEVICE void fail(dev_t *d, int code, int pe)
 {
 	struct mori_coll_status *s = (struct mori_coll_status *)d->status;
-	if (atomicCAS_system((int *)&s->code, 0, code) == 0)
+	if (atomicCAS_system((unsigned int *)&s->code, 0u, (unsigned int)code) == 0)
 		s->pe = pe;
 	mori_fence_data_before_host_signal();
 }
@@ -156,4 +140,16 @@ MORI_DEVICE int mori_coll_barrier_block(const struct mori_coll_dev *d)
 	__syncthreads();
 	return rc;
 }
+
+/* The device API as one table in MORI_SHMEM_API's row format (return type, name after mori_coll_,
+ * C++ parameters, ABI parameters with pointers as uint64_t, body): kernels/shmem.cu instantiates
+ * it as MORI-IR's extern "C" functions, which overload the C++ ones above by their uint64_t
+ * parameters; kernels/ir-table.sh puts the rows in the JSON table. */
+#define MORI_COLL_API(X)                                                                                     \
+	X(int, rank, (const struct mori_coll_dev *d), (uint64_t d), (mori_coll_rank((const struct mori_coll_dev *)d))) \
+	X(int, size, (const struct mori_coll_dev *d), (uint64_t d), (mori_coll_size((const struct mori_coll_dev *)d))) \
+	X(uint64_t, peer_ptr, (const struct mori_coll_dev *d, const void *p, int rank), (uint64_t d, uint64_t p, int rank), \
+	  ((uint64_t)(uintptr_t)mori_coll_peer_ptr((const struct mori_coll_dev *)d, (const void *)p, rank)))  \
+	X(int, barrier_block, (const struct mori_coll_dev *d), (uint64_t d),                                  \
+	  (mori_coll_barrier_block((const struct mori_coll_dev *)d)))
 #endif

@@ -23,12 +23,13 @@
 #include <stdint.h>
 
 #define MORI_COLL_KERNEL_NAME "mori_coll_kernel"        /* one entry point; a.kind says which */
+#define MORI_COLL_KERNEL_NAME_O4 "mori_coll_kernel_o4"  /* the same, 4 blocks an SM (64 registers) */
 #define MORI_COLL_THREADS 256
 #define MORI_COLL_BLOCKS_PER_SM 2                  /* up to 128 registers: no spills */
-#define MORI_COLL_SLOTS 64
-#define MORI_COLL_SLOT_BAR 63                      /* the barrier kernel's slot */
-#define MORI_COLL_SLOT_USER 62                     /* mori_coll_barrier_block (kernels/coll.cuh) */
-#define MORI_COLL_MAX_BLOCKS 62                    /* data kernels use slots 0..61 */
+#define MORI_COLL_SLOTS 1026
+#define MORI_COLL_SLOT_BAR 1025                    /* the barrier kernel's slot */
+#define MORI_COLL_SLOT_USER 1024                   /* mori_coll_barrier_block (kernels/coll.cuh) */
+#define MORI_COLL_MAX_BLOCKS 1024                  /* data kernels use slots 0..1023 */
 #define MORI_COLL_MAX_RANKS 64                     /* GPU communicators */
 #define MORI_COLL_POLL 256u
 #define MORI_COLL_MAGIC 0x4d43434cu                /* "MCCL" */
@@ -55,6 +56,9 @@ enum mori_coll_kind {
 /* a.flags */
 #define MORI_COLL_F_SRC_WIN 1u     /* peers read src in place (a window); no staging */
 #define MORI_COLL_F_DST_WIN 2u     /* two-shot: peers gather the reduced parts from dst in place */
+#define MORI_COLL_F_V1 4u          /* reductions: one 16-byte vector a thread at a time (to compare) */
+#define MORI_COLL_F_NO_GATHER 8u   /* two-shot, one chunk: end after the reduced parts' barrier (the
+				      copy engine gathers them: coll_gpu.c) */
 
 struct mori_coll_status {
 	volatile int32_t code;
@@ -88,6 +92,7 @@ struct mori_coll_args {
 	uint64_t src, dst;         /* this rank's buffers */
 	uint64_t count;            /* elements per rank (see mori_coll.h for each collective) */
 	uint64_t chunk;            /* reductions: elements per chunk; pulls: bytes per segment window */
+	uint64_t tile;             /* bytes a block takes at a time, blocks interleaved; 0: one range a block */
 	/* all-to-all-v, in bytes: */
 	uint64_t sdispl[MORI_COLL_MAX_RANKS], scount[MORI_COLL_MAX_RANKS];
 	uint64_t rdispl[MORI_COLL_MAX_RANKS], rcount[MORI_COLL_MAX_RANKS];

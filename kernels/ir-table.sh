@@ -13,10 +13,13 @@ set -eu
 CC=$1
 JSON=$2
 HDR=$3
-rows=$(printf '%s\n' '#define MORI_SHMEM_NO_CXX_API' '#include "mori_shmem.cuh"' \
-	'#define MORI_IR_ROW(ret, name, cxx, abi, body) @@ROW ret @ name @ abi @@' \
-	'MORI_SHMEM_API(MORI_IR_ROW)' | $CC -E -P -x c++ -Ikernels - | grep '@@ROW' | sed 's/@@ROW/\n@@ROW/g' |
-	sed -n 's/^@@ROW \(.*\) @@.*$/\1/p')
+# Rows: ret @ name @ abi @ prefix; MORI-CCL's MORI_COLL_API (kernels/coll.cuh) after the shmem
+# table, its functions named mori_coll_NAME (short name coll_NAME).
+rows=$(printf '%s\n' '#define MORI_SHMEM_NO_CXX_API' '#include "mori_shmem.cuh"' '#include "coll.cuh"' \
+	'#define MORI_IR_ROW(ret, name, cxx, abi, body) @@ROW ret @ name @ abi @ shmem @@' \
+	'#define MORI_IR_CROW(ret, name, cxx, abi, body) @@ROW ret @ name @ abi @ coll @@' \
+	'MORI_SHMEM_API(MORI_IR_ROW)' 'MORI_COLL_API(MORI_IR_CROW)' | $CC -E -P -x c++ -Ikernels - | grep '@@ROW' |
+	sed 's/@@ROW/\n@@ROW/g' | sed -n 's/^@@ROW \(.*\) @@.*$/\1/p')
 [ -n "$rows" ] || { echo "ir-table.sh: no rows of MORI_SHMEM_API found" >&2; exit 1; }
 consts=$(sed -n 's/^[[:space:]]*MORI_SHMEM_\(SIGNAL_[A-Z_]*\|ATOMIC_[A-Z_]*\|CMP_[A-Z_]*\)[[:space:]]*=[[:space:]]*\([0-9]*\),.*/\1 \2/p' \
 	common/shmem_layout.h)
@@ -53,7 +56,7 @@ BEGIN {
 	print "{"
 	print "  \"abi\": \"mori-ir\","
 	print "  \"abi_version\": 1,"
-	print "  \"generated_from\": \"kernels/mori_shmem.cuh: MORI_SHMEM_API\","
+	print "  \"generated_from\": \"kernels/mori_shmem.cuh: MORI_SHMEM_API; kernels/coll.cuh: MORI_COLL_API\","
 	print "  \"bitcode\": \"libmori_shmem_device.bc\","
 	print "  \"state_global\": \"mori_shmem_state_ptr\","
 	print "  \"constants\": {" cj "\n  },"
@@ -62,7 +65,8 @@ BEGIN {
 }
 {
 	split($0, f, "@")
-	ret = trim(f[1]); name = trim(f[2]); abi = trim(f[3])
+	ret = trim(f[1]); name = trim(f[2]); abi = trim(f[3]); pre = trim(f[4])
+	short = pre == "coll" ? "coll_" name : name
 	sub(/^\(/, "", abi); sub(/\)$/, "", abi)
 	na = abi == "" ? 0 : split(abi, a, ",")
 	types = ""; names = ""
@@ -74,9 +78,9 @@ BEGIN {
 		types = types sprintf("%s\"%s\"", i > 1 ? ", " : "", ty(at))
 		names = names sprintf("%s\"%s\"", i > 1 ? ", " : "", an)
 	}
-	printf "%s    {\"name\": \"mori_shmem_%s\", \"short\": \"%s\", \"ret\": \"%s\", \"args\": [%s], \"arg_names\": [%s]}", \
-		nf ? ",\n" : "", name, name, ty(ret), types, names
-	printf "__device__ %s mori_shmem_%s(%s);\n", ret, name, abi == "" ? "void" : abi > hdr
+	printf "%s    {\"name\": \"mori_%s_%s\", \"short\": \"%s\", \"ret\": \"%s\", \"args\": [%s], \"arg_names\": [%s]}", \
+		nf ? ",\n" : "", pre, name, short, ty(ret), types, names
+	printf "__device__ %s mori_%s_%s(%s);\n", ret, pre, name, abi == "" ? "void" : abi > hdr
 	nf++
 }
 END {

@@ -27,6 +27,7 @@ IR_CLANG  ?= $(shell command -v clang-16 2>/dev/null)
 IR_LLVMAS ?= $(shell command -v llvm-as-16 2>/dev/null)
 IR_SRC    := kernels/shmem.cu
 IR_DEPS   := $(IR_SRC) kernels/mori_gpu.h $(SHMEM_DEPS) kernels/ir.mk kernels/ir-table.sh kernels/ir-generic.sh
+IR_DEPS   += kernels/coll.cuh kernels/coll_kernels.h # MORI-CCL's device API (MORI_COLL_API), in the same exports
 IR_FLAGS  := -x cuda --cuda-device-only -nocudainc -nocudalib -Wno-unknown-cuda-version -O2 -std=c++17 \
              -DMORI_SHMEM_NO_KERNELS -Ikernels
 IR_OUT    := $(IR)/libmori_shmem_device.json $(IR)/mori_shmem_device.h

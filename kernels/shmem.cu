@@ -36,3 +36,13 @@ MORI_KERNEL void mori_shmem_quiet_on_stream(const struct mori_shmem_state *st, i
 MORI_SHMEM_API(MORI_SHMEM_ABI_FN)
 #undef MORI_SHMEM_ABI_FN
 #endif
+
+/* MORI-CCL's device API for fused kernels (kernels/coll.cuh's MORI_COLL_API: the communicator's
+ * state, from mori_comm_device_state(), as a uint64_t argument) in the same exports. */
+#include "coll.cuh"
+#ifndef MORI_SHMEM_NO_WRAPPERS
+#define MORI_COLL_ABI_FN(ret, name, cxx, abi, body)                                                        \
+	extern "C" __device__ __attribute__((visibility("default"))) ret mori_coll_##name abi { return body; }
+MORI_COLL_API(MORI_COLL_ABI_FN)
+#undef MORI_COLL_ABI_FN
+#endif

@@ -10,7 +10,8 @@
 #define DEF_SCRATCH (32ull << 20)
 #define DEF_ONESHOT_MAX (256ull << 10)
 #define DEF_KERNEL_MAX (4ull << 20)
-#define DEF_BLOCKS 62u /* MORI_COLL_MAX_BLOCKS; fewer under an MPS share (coll_gpu.c), the same on every rank */
+#define DEF_BLOCKS MORI_COLL_MAX_BLOCKS /* fewer under an MPS share (coll_gpu.c), the same on every rank */
+#define DEF_TILE (32ull << 10) /* a block's 256 threads x 8 loads of 16 bytes */
 
 static const char *const coll_names[CO_N] = {"allreduce", "allgather", "alltoall", "broadcast", "reducescatter"};
 static const char *const algo_names[] = {"auto", "oneshot", "twoshot", "kernel", "ce"};
@@ -150,6 +151,8 @@ int mori_comm_create(mori_group *g, const mori_comm_opts *opts, mori_comm **out)
 	k->max_blocks = eb && atoi(eb) > 0 ? (unsigned)atoi(eb) : DEF_BLOCKS;
 	if (k->max_blocks > MORI_COLL_MAX_BLOCKS)
 		k->max_blocks = MORI_COLL_MAX_BLOCKS;
+	const char *et = getenv("MORI_COLL_TILE");
+	k->tile = et && *et ? strtoull(et, NULL, 0) & ~15ull : DEF_TILE;
 	const char *spec = o.algo ? o.algo : getenv("MORI_COLL_ALGO");
 	if ((rc = coll_parse_algo(k, spec)))
 		goto fail;
@@ -210,10 +213,12 @@ int mori_comm_create(mori_group *g, const mori_comm_opts *opts, mori_comm **out)
 			rc = set_error(g->c, MORI_ENOMEM, "out of memory");
 			goto fail;
 		}
-		if (!(rc = exchange(k, k->max_blocks, 0, all)))
+		if (!(rc = exchange(k, k->max_blocks, k->tile, all))) {
 			for (int r = 0; r < k->n; r++)
 				if (all[2 * r] < k->max_blocks)
 					k->max_blocks = (unsigned)all[2 * r];
+			k->tile = all[1]; /* tiles are ownership: one size on every rank */
+		}
 		free(all);
 		if (rc)
 			goto fail;

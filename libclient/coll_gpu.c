@@ -20,6 +20,8 @@ struct coll_gpu {
 	gpu_dptr st_d;
 	struct mori_coll_dev host;        /* what dev holds */
 	struct mori_coll_args a;          /* the call being built (2 KiB: not on the stack) */
+	int v1;                           /* $MORI_COLL_VEC=1: reductions one vector a thread at a time */
+	int ce_gather;                    /* $MORI_COLL_AR_GATHER=ce: two-shot's gather by the copy engine */
 };
 
 static int push(mori_comm *k, struct coll_gpu *p)
@@ -48,10 +50,15 @@ int coll_gpu_init(mori_comm *k)
 	/* Data kernels' blocks wait for the same block of every peer: all of a grid should be resident
 	 * at once (MORI_COLL_BLOCKS_PER_SM an SM), on the SMs MPS gives this process; coll.c then
 	 * takes the smallest cap of all ranks (grids must be equal). */
-	const char *pct = getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
+	const char *pct = getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), *bps_e = getenv("MORI_COLL_BPS");
 	int usable = pct && atoi(pct) > 0 && atoi(pct) < 100 ? sm * atoi(pct) / 100 : sm;
-	if (usable >= 1 && (unsigned)(MORI_COLL_BLOCKS_PER_SM * usable) < k->max_blocks && !getenv("MORI_COLL_BLOCKS"))
-		k->max_blocks = (unsigned)(MORI_COLL_BLOCKS_PER_SM * usable);
+	int bps = bps_e && atoi(bps_e) == 2 * MORI_COLL_BLOCKS_PER_SM ? 2 * MORI_COLL_BLOCKS_PER_SM : MORI_COLL_BLOCKS_PER_SM;
+	if (usable >= 1 && (unsigned)(bps * usable) < k->max_blocks && !getenv("MORI_COLL_BLOCKS"))
+		k->max_blocks = (unsigned)(bps * usable);
+	const char *v1 = getenv("MORI_COLL_VEC");
+	p->v1 = v1 && atoi(v1) == 1;
+	const char *ag = getenv("MORI_COLL_AR_GATHER");
+	p->ce_gather = ag && !strcmp(ag, "ce");
 	struct mori_coll_dev *h = &p->host;
 	h->magic = MORI_COLL_MAGIC;
 	h->rank = k->rank;
@@ -100,8 +107,9 @@ int coll_gpu_init(mori_comm *k)
 	if (!rc)
 		rc = gpu_err(a->stream_synchronize(NULL), "upload the state", msg, sizeof(msg));
 	if (!rc)
-		rc = gpu_err(a->module_get_function(&p->fn, p->d->module, MORI_COLL_KERNEL_NAME), "cuModuleGetFunction", msg,
-			     sizeof(msg));
+		rc = gpu_err(a->module_get_function(&p->fn, p->d->module,
+						    bps == MORI_COLL_BLOCKS_PER_SM ? MORI_COLL_KERNEL_NAME : MORI_COLL_KERNEL_NAME_O4),
+			     "cuModuleGetFunction", msg, sizeof(msg));
 	gpu_pop(a);
 	if (rc)
 		return set_error(k->c, rc == MORI_EINVAL ? MORI_ENOKERNEL : rc, "coll: device state: %s", msg);
@@ -229,6 +237,24 @@ static int run_ce(mori_comm *k, struct coll_gpu *p, const struct coll_call *cc)
 	return rc;
 }
 
+/* Two-shot all-reduce whose gather is the copy engine's ($MORI_COLL_AR_GATHER=ce; src and dst
+ * windows, one chunk): the kernel reduces part r on rank r into dst and ends at the barrier after
+ * it, then one copy per peer of its reduced part from its dst, then a barrier kernel (peers are
+ * done reading my dst before the call is). Parts as the kernel cuts them. */
+static int twoshot_ce_gather(mori_comm *k, struct coll_gpu *p, const struct coll_call *cc)
+{
+	const struct mori_coll_dev *h = &p->host;
+	uint64_t n = (uint64_t)k->n, es = cc->es, al = 16 / es, m = cc->count;
+	uint64_t P = ((m + n - 1) / n + al - 1) / al * al, dst = (uint64_t)(uintptr_t)cc->dst;
+	int rc = MORI_OK;
+	for (uint64_t j = 1; j < n && !rc; j++) {
+		uint64_t r = ((uint64_t)k->rank + j) % n, o = r * P;
+		uint64_t len = o >= m ? 0 : m - o < P ? m - o : P;
+		rc = dtod(k, p, dst + o * es, dst - h->heap_base + h->peer_base[r] + o * es, len * es, cc->stream);
+	}
+	return rc ? rc : barrier_kernel(k, p, cc->stream);
+}
+
 int coll_gpu_run(mori_comm *k, const struct coll_call *cc)
 {
 	struct coll_gpu *p = k->gpu_priv;
@@ -245,7 +271,9 @@ int coll_gpu_run(mori_comm *k, const struct coll_call *cc)
 	a->kind = (uint32_t)cc->kind;
 	a->dtype = (uint32_t)cc->dtype;
 	a->op = (uint32_t)cc->op;
-	a->flags = (cc->src_win ? MORI_COLL_F_SRC_WIN : 0) | (cc->dst_win ? MORI_COLL_F_DST_WIN : 0);
+	a->flags = (cc->src_win ? MORI_COLL_F_SRC_WIN : 0) | (cc->dst_win ? MORI_COLL_F_DST_WIN : 0) |
+		   (p->v1 ? MORI_COLL_F_V1 : 0);
+	a->tile = k->tile;
 	a->src = (uint64_t)(uintptr_t)cc->src;
 	a->dst = (uint64_t)(uintptr_t)cc->dst;
 	a->root = cc->root;
@@ -285,7 +313,12 @@ int coll_gpu_run(mori_comm *k, const struct coll_call *cc)
 	}
 	if (!a->chunk)
 		a->chunk = 1;
+	int ce_gather = cc->kind == MORI_COLL_K_AR_TWOSHOT && cc->src_win && cc->dst_win && p->ce_gather && k->n > 1;
+	if (ce_gather)
+		a->flags |= MORI_COLL_F_NO_GATHER;
 	rc = launch(k, p, grid_for(k, work), cc->stream);
+	if (!rc && ce_gather)
+		rc = twoshot_ce_gather(k, p, cc);
 	gpu_pop(p->api);
 	return rc;
 }

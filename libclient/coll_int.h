@@ -45,6 +45,7 @@ struct mori_comm {
 	uint64_t oneshot_max, kernel_max; /* the size table's thresholds (bytes) */
 	int force[CO_N];        /* mori_coll_algo forced per collective, 0 none */
 	unsigned max_blocks;    /* data kernels' grid cap ($MORI_COLL_BLOCKS) */
+	uint64_t tile;          /* kernels' tile bytes ($MORI_COLL_TILE; rank 0's on every rank) */
 	struct mori_window *wins;
 	int failed;             /* host path: the first failure's code (sticks) */
 	void *gpu_priv;         /* coll_gpu.c */

@@ -8,6 +8,8 @@
 #   tests/device-ccl.sh run [PART ...]   there; PARTs (default: test bench)
 #       test   tests/test_gpu_coll ($MORI_COLL_SIZES, default 1 2 3 4 8)
 #       bench  mori-bench coll --pes "${CCL_BENCH_PES:-2 4 8}" --max ${CCL_BENCH_MAX:-1G}
+#       variants  the large all-reduce (${CCL_VAR_ONLY:-allreduce twoshot}, ${CCL_VAR_SIZE:-1G}) under
+#              each kernel setting of $CCL_VARIANTS (lines of NAME VAR=VALUE ...; default below)
 # Logs to $OUT/log (or /tmp/device-ccl/log); a summary ends the output.
 set -u
 cd "$(dirname "$0")/.."
@@ -61,7 +63,9 @@ for p in $parts; do
 	case $p in
 	test)
 		echo "== test_gpu_coll (sizes ${MORI_COLL_SIZES:-1 2 3 4 8})" | tee -a "$SUM"
-		B=$BIN MORI_COLL_HUGE=${MORI_COLL_HUGE-1} run "${CCL_TEST_SECS:-200}" "^coll gpu|[0-9]+%|Checks|skipped" "$BIN/test_gpu_coll"
+		huge=${MORI_COLL_HUGE-1} # MORI_COLL_HUGE= (empty): no 64 Mi-element cases
+		if [ -n "$huge" ]; then export MORI_COLL_HUGE=$huge; else unset MORI_COLL_HUGE; fi
+		B=$BIN run "${CCL_TEST_SECS:-200}" "^coll gpu|[0-9]+%|Checks|skipped" "$BIN/test_gpu_coll"
 		;;
 	bench)
 		RT=/tmp/mori-ccl-rt
@@ -72,6 +76,29 @@ for p in $parts; do
 		echo "== mori-bench coll" | tee -a "$SUM"
 		run "${CCL_BENCH_SECS:-150}" "^ |^#" "$BIN/mori-bench" coll --dir "$RT" --pes "${CCL_BENCH_PES:-2 4 8}" \
 			--max "${CCL_BENCH_MAX:-1073741824}" --iters "${CCL_BENCH_ITERS:-40}"
+		kill "$MPID" 2>/dev/null && wait "$MPID" 2>/dev/null
+		MPID=
+		;;
+	variants)
+		RT=/tmp/mori-ccl-rt
+		rm -rf "$RT" && mkdir -p "$RT"
+		"$BIN/morid" --foreground --runtime-dir "$RT" --log-level warn 2>> "$O/morid.log" &
+		MPID=$!
+		for _ in $(seq 200); do [ -S "$RT/morid.session" ] && break; sleep 0.05; done
+		V=${CCL_VARIANTS:-"default
+old MORI_COLL_TILE=0 MORI_COLL_VEC=1 MORI_COLL_BLOCKS=62
+contig MORI_COLL_TILE=0
+bps4 MORI_COLL_BPS=4
+waves MORI_COLL_BLOCKS=512
+cegather MORI_COLL_AR_GATHER=ce
+bps4-cegather MORI_COLL_BPS=4 MORI_COLL_AR_GATHER=ce"}
+		while read -r name envs; do
+			[ -n "$name" ] || continue
+			echo "== variant $name: ${envs:-(defaults)}" | tee -a "$SUM"
+			run "${CCL_VAR_SECS:-40}" "^ " env $envs "$BIN/mori-bench" coll --dir "$RT" --pes "${CCL_BENCH_PES:-2 4 8}" \
+				--only "${CCL_VAR_ONLY:-allreduce twoshot}" --min "${CCL_VAR_SIZE:-1073741824}" \
+				--max "${CCL_VAR_SIZE:-1073741824}" --iters 3
+		done <<< "$V"
 		kill "$MPID" 2>/dev/null && wait "$MPID" 2>/dev/null
 		MPID=
 		;;

@@ -25,13 +25,21 @@ BC=$IR/libmori_shmem_device.bc
 PY=$(command -v python3) || skip "python3 not installed"
 [ -f "$J" ] || fail "$J not built (make all B=$B_ARG)"
 
-# Rows of MORI_SHMEM_API, counted from the preprocessor's expansion with a mark per row.
-rows=$(printf '%s\n' '#define MORI_SHMEM_NO_CXX_API' '#include "mori_shmem.cuh"' \
-	'#define ROW(r, n, c, a, b) MORI_IR_ROW_MARK' 'MORI_SHMEM_API(ROW)' |
-	${CC:-cc} -E -P -x c++ -Ikernels - | grep -o MORI_IR_ROW_MARK | wc -l)
+# Rows of MORI_SHMEM_API and of MORI-CCL's MORI_COLL_API (kernels/coll.cuh), counted from the
+# preprocessor's expansion with a mark per row.
+count_rows() { # TABLE HEADER
+	printf '%s\n' '#define MORI_SHMEM_NO_CXX_API' "#include \"$2\"" \
+		'#define ROW(r, n, c, a, b) MORI_IR_ROW_MARK' "$1(ROW)" |
+		${CC:-cc} -E -P -x c++ -Ikernels - | grep -o MORI_IR_ROW_MARK | wc -l
+}
+rows=$(count_rows MORI_SHMEM_API mori_shmem.cuh)
+crows=$(count_rows MORI_COLL_API coll.cuh)
 nt=$("$PY" -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["functions"]))' "$J")
-[ "$rows" -gt 100 ] && [ "$rows" = "$nt" ] || fail "MORI_SHMEM_API has $rows rows, the table $nt functions"
-pass "table: $nt functions, every row of MORI_SHMEM_API"
+nc=$("$PY" -c 'import json,sys; print(sum(f["name"].startswith("mori_coll_") and f["short"] == f["name"][5:]
+     for f in json.load(open(sys.argv[1]))["functions"]))' "$J")
+[ "$rows" -gt 100 ] && [ "$crows" -ge 4 ] && [ "$((rows + crows))" = "$nt" ] && [ "$crows" = "$nc" ] ||
+	fail "MORI_SHMEM_API has $rows rows and MORI_COLL_API $crows, the table $nt functions ($nc mori_coll_*)"
+pass "table: $nt functions, every row of MORI_SHMEM_API ($rows) and MORI_COLL_API ($crows, as mori_coll_*)"
 
 # ROCm/mori's table: the reference list, or a checkout's ops.py when ROCM_MORI names one.
 REF=$T/rocm.txt
@@ -60,7 +68,7 @@ out=$("$PY" - "$J" "$REF" <<-'EOF'
 	print("both %d, differ %d, only ROCm/mori %d, only mori %d" % (len(set(ref) & set(mine)), len(bad), len(missing), len(extra)))
 	for b in bad: print("DIFF " + b)
 	for m in missing: print("MISSING " + m)
-	print("EXTRA " + " ".join(e[len("mori_shmem_"):] for e in extra))
+	print("EXTRA " + " ".join(e[len("mori_shmem_"):] if e.startswith("mori_shmem_") else e for e in extra))
 	sys.exit(1 if bad or missing else 0)
 	EOF
 ) || fail "against ROCm/mori's MORI_DEVICE_FUNCTIONS ($src): $out"
@@ -202,7 +210,7 @@ H=$IR/mori_shmem_device.h
 printf '#include "mori_gpu.h"\n#include "%s"\n' "$H" > "$T/h.cu"
 # shellcheck disable=SC2086
 clang-16 $IRF --cuda-gpu-arch=sm_80 -fsyntax-only -I"$IR" "$T/h.cu" || fail "$H does not compile"
-nd=$(grep -c '^__device__ .* mori_shmem_[a-z0-9_]*(' "$H")
+nd=$(grep -c '^__device__ .* mori_\(shmem\|coll\)_[a-z0-9_]*(' "$H")
 [ "$nd" = "$nt" ] || fail "$H declares $nd functions, the table has $nt"
 pass "header: $nd declarations, compiles"
 

@@ -17,7 +17,9 @@
  *   Overlap: every rank runs 2048^3 SGEMMs (tools/bench_coll_kernels.cu) alone, then beside a loop
  *   of 64 MiB all-gathers on a second stream, copy-engine and kernel forms: the GEMM's slowdown.
  *
- * mori-bench coll [--dir RUNTIME_DIR] [--pes "2 4 8"] [--max BYTES] [--iters N] */
+ * mori-bench coll [--dir RUNTIME_DIR] [--pes "2 4 8"] [--max BYTES] [--iters N] [--min BYTES] [--only LABEL]
+ *   --only: the rows whose label starts with LABEL (e.g. "allreduce twoshot") and no graph or overlap
+ *   rows; --min: sizes from BYTES (to compare kernel settings, $MORI_COLL_*, in one call). */
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -68,6 +70,8 @@ static const struct spec specs[] = {
 };
 
 static double *shared_t; /* [8]: each rank's copy time (the concurrent ceiling), MAP_SHARED */
+static const char *only;  /* --only LABEL */
+static uint64_t minb;     /* --min BYTES */
 
 struct rk {
 	int me, n;
@@ -341,7 +345,11 @@ static int one_rank(int me, int n, const char *dir, uint64_t maxb, int iters)
 	MOK(mori_shmem_barrier_all(r->grp));
 	for (size_t si = 0; si < sizeof(specs) / sizeof(specs[0]); si++) {
 		uint64_t lim = specs[si].coll == B_AR ? maxb : maxb / 4;
+		if (only && strncmp(specs[si].label, only, strlen(only)))
+			continue;
 		for (uint64_t S = 8; S <= lim; S *= 8) {
+			if (S < minb)
+				continue;
 			if (specs[si].coll != B_AR && specs[si].coll != B_BC && S < 4ull * (uint64_t)n)
 				continue;
 			int it = S <= (1u << 20) ? iters : S <= (64u << 20) ? 10 : 3;
@@ -349,7 +357,7 @@ static int one_rank(int me, int n, const char *dir, uint64_t maxb, int iters)
 				return 1;
 		}
 	}
-	if (graph_rows(r) || overlap(r))
+	if (!only && (graph_rows(r) || overlap(r)))
 		return 1;
 	MOK(mori_comm_window_deregister(r->k, wa));
 	MOK(mori_comm_window_deregister(r->k, wb));
@@ -373,8 +381,13 @@ int bench_coll_main(int argc, char **argv)
 			maxb = strtoull(argv[++i], NULL, 0);
 		else if (!strcmp(argv[i], "--iters") && i + 1 < argc)
 			iters = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--min") && i + 1 < argc)
+			minb = strtoull(argv[++i], NULL, 0);
+		else if (!strcmp(argv[i], "--only") && i + 1 < argc)
+			only = argv[++i];
 		else {
-			fprintf(stderr, "usage: mori-bench coll [--dir RUNTIME_DIR] [--pes \"2 4 8\"] [--max BYTES] [--iters N]\n");
+			fprintf(stderr, "usage: mori-bench coll [--dir RUNTIME_DIR] [--pes \"2 4 8\"] [--max BYTES] [--iters N] "
+					"[--min BYTES] [--only LABEL]\n");
 			return 2;
 		}
 	}
