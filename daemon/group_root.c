@@ -349,8 +349,9 @@ void root_join(struct morid *d, const Mori__PeerGroup *m)
 		tell_one(m, GE_REFUSED, MORI_ENOMEM, "morid is out of memory for the group", 0);
 		return;
 	}
-	struct rrank *k = &g->ranks[m->rank];
-	if (k->state == RR_JOINED && k->member_gid == m->member_gid && k->pid == m->pid) {
+	/* m->rank was checked against m's world size only: index the table once the sizes agree */
+	struct rrank *k = m->world_size == g->world ? &g->ranks[m->rank] : NULL;
+	if (k && k->state == RR_JOINED && k->member_gid == m->member_gid && k->pid == m->pid) {
 		/* the same join again: the peer request path delivers at least once (a lost reply is
 		 * resent), so a repeat is dropped, never taken for a second PE */
 		mlog_info("group", "group '%s': PE %d's join came twice; the repeat is dropped", g->name, m->rank);
@@ -362,6 +363,7 @@ void root_join(struct morid *d, const Mori__PeerGroup *m)
 		forming_fail(g, MORI_EINVAL, msg);
 		return;
 	}
+	k = &g->ranks[m->rank];
 	if (!(k->heap = malloc(m->heap.len))) {
 		tell_one(m, GE_REFUSED, MORI_ENOMEM, "morid is out of memory for the group", 0);
 		return;
