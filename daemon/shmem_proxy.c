@@ -40,6 +40,8 @@
 #define LOCAL_BOUNCE (1u << 20)
 #define PROXY_INLINE (16u << 10)       /* a put+signal batch of at most this many bytes travels in its signal's message */
 #define PROXY_WATCH_TICKS 20           /* links to the PEs' nodes checked every 20 ms */
+#define TURN_BYTES (4ull << 20)        /* a ring's share of one loop turn: bytes of its batches, */
+#define TURN_ENTRIES 256               /* and requests; then the next turn (the loop serves its sockets between) */
 
 struct target {                        /* another PE's heap, from its packed Handle */
 	int state;                     /* 0 not yet read, 1 remote, 2 this node, -1 unusable */
@@ -571,13 +573,17 @@ static int busy_with(const struct ppe *pp, int pe)
 }
 
 /* Serve what pp's ring holds: batches to different PEs go at once (up to PROXY_INFLIGHT), one
- * PE's in order; a quiet, a fence or a refused request waits for every batch before it. 1 when
- * a request was read. */
+ * PE's in order; a quiet, a fence or a refused request waits for every batch before it. At most
+ * TURN_BYTES / TURN_ENTRIES a call (a batch that starts under them runs whole): a ring kept full
+ * of local puts, copied right here, would otherwise hold the loop for good. 1 when a request was
+ * read. */
 static int pump(struct ppe *pp)
 {
 	int seen = 0;
+	uint64_t bytes = 0, start = pp->next;
 	struct mori_shmem_preq q;
-	while (!pp->gone && pp->nq < PROXY_INFLIGHT && peek(pp, pp->next, &q)) {
+	while (!pp->gone && pp->nq < PROXY_INFLIGHT && bytes < TURN_BYTES && pp->next - start < TURN_ENTRIES &&
+	       peek(pp, pp->next, &q)) {
 		seen = 1;
 		int rc = check(pp, &q);
 		if (rc || q.op == MORI_SHMEM_OP_QUIET || q.op == MORI_SHMEM_OP_FENCE) {
@@ -599,6 +605,7 @@ static int pump(struct ppe *pp)
 		bt->code = 0;
 		bt->xfer = 0;
 		gather(bt, &q);
+		bytes += batch_bytes(bt);
 		run_batch(bt); /* may end it at once */
 	}
 	return seen;
@@ -609,6 +616,11 @@ static void poll_all(void)
 	int seen = 0;
 	list_each(it, &X.pes)
 		seen |= pump(list_entry(it, struct ppe, link));
+	if (X.pes.next != &X.pes && X.pes.next->next != &X.pes) { /* round robin: the first ring goes last next turn */
+		struct list *first = X.pes.next;
+		list_del(first);
+		list_add(&X.pes, first);
+	}
 	uint64_t now = mori_now_us();
 	if (seen)
 		X.active_us = now;
