@@ -130,6 +130,7 @@ int mori_comm_create(mori_group *g, const mori_comm_opts *opts, mori_comm **out)
 {
 	if (!g || !out)
 		return g ? set_error(g->c, MORI_EINVAL, "comm create: NULL argument") : MORI_EINVAL;
+	if (shmem_check(g)) return MORI_ESTALE; /* a child after fork: the parent's */
 	*out = NULL;
 	mori_comm_opts o;
 	mori_comm_opts_init(&o);
@@ -239,6 +240,7 @@ void mori_comm_destroy(mori_comm *k)
 {
 	if (!k)
 		return;
+	if (shmem_check(k->g)) return; /* a child after fork: the parent's communicator stays */
 	if (k->gpu)
 		coll_gpu_fini(k);
 	while (k->wins) {
@@ -260,6 +262,7 @@ int mori_comm_status(mori_comm *k, int *pe)
 		*pe = -1;
 	if (!k)
 		return MORI_EINVAL;
+	if (shmem_check(k->g)) return MORI_ESTALE; /* a child after fork: the parent's */
 	if (k->gpu) {
 		int rc = coll_gpu_status(k, pe);
 		if (rc)
@@ -294,6 +297,7 @@ int mori_comm_window_register(mori_comm *k, void *ptr, size_t bytes, mori_window
 {
 	if (!k || !out)
 		return k ? set_error(k->c, MORI_EINVAL, "window register: NULL argument") : MORI_EINVAL;
+	if (shmem_check(k->g)) return MORI_ESTALE; /* a child after fork: the parent's */
 	*out = NULL;
 	int64_t off = mori_shmem_offset(k->g, ptr);
 	int bad = off < 0 || !bytes || (uint64_t)off + bytes > k->g->heap_size;
@@ -330,6 +334,7 @@ int mori_comm_window_deregister(mori_comm *k, mori_window *win)
 {
 	if (!k || !win)
 		return k ? set_error(k->c, MORI_EINVAL, "window deregister: NULL argument") : MORI_EINVAL;
+	if (shmem_check(k->g)) return MORI_ESTALE; /* a child after fork: the parent's */
 	struct mori_window **pp = &k->wins;
 	while (*pp && *pp != win)
 		pp = &(*pp)->next;
@@ -358,6 +363,7 @@ static int check(mori_comm *k, const void *src, void *dst, mori_dtype dt, int re
 {
 	if (!k)
 		return MORI_EINVAL;
+	if (shmem_check(k->g)) return MORI_ESTALE; /* a child after fork: the parent's */
 	if (!src || !dst)
 		return set_error(k->c, MORI_EINVAL, "collective: NULL buffer");
 	*es = mori_dtype_size(dt);

@@ -191,6 +191,7 @@ int mori_ep_create(mori_group *g, const mori_ep_config *cfg, mori_ep_handle **ou
 {
 	if (!g || !cfg || !out)
 		return set_error(g ? g->c : NULL, MORI_EINVAL, "EP create: NULL argument");
+	if (shmem_check(g)) return MORI_ESTALE; /* a child after fork: the parent's */
 	*out = NULL;
 	if (g->kind != MORI_MEM_VRAM)
 		return set_error(g->c, MORI_ENOTSUP, "EP create: group '%s' has a host heap; EP needs a VRAM heap", g->name);
@@ -249,6 +250,7 @@ int mori_ep_destroy(mori_ep_handle *h)
 {
 	if (!h)
 		return MORI_OK;
+	if (shmem_check(h->g)) return MORI_ESTALE; /* a child after fork: the parent's */
 	int rc = mori_shmem_barrier_all(h->g); /* no peer still writes our block */
 	live_leave(h);                          /* before the free: a later replay returns at once */
 	int frc = mori_shmem_free(h->g, h->block);
@@ -320,6 +322,7 @@ int mori_ep_dispatch(mori_ep_handle *h, const void *input, const float *weights,
 {
 	if (!h)
 		return MORI_EINVAL;
+	if (shmem_check(h->g)) return MORI_ESTALE; /* a child after fork: the parent's */
 	mori_client *c = h->g->c;
 	int rc = shmem_abort_status(h->g);
 	if (rc)
@@ -373,6 +376,7 @@ int mori_ep_combine(mori_ep_handle *h, int dtype, const void *expert_out, const 
 {
 	if (!h)
 		return MORI_EINVAL;
+	if (shmem_check(h->g)) return MORI_ESTALE; /* a child after fork: the parent's */
 	mori_client *c = h->g->c;
 	int rc = shmem_abort_status(h->g);
 	if (rc)
@@ -421,6 +425,7 @@ int mori_ep_get_dispatch_layout(mori_ep_handle *h, const int32_t *indices, int n
 {
 	if (!h)
 		return MORI_EINVAL;
+	if (shmem_check(h->g)) return MORI_ESTALE; /* a child after fork: the parent's */
 	if (num_tokens < 0 || num_tokens > h->cfg.max_num_inp_token_per_rank)
 		return set_error(h->g->c, MORI_EINVAL, "EP layout: %d tokens, more than max_num_inp_token_per_rank %d",
 				 num_tokens, h->cfg.max_num_inp_token_per_rank);
@@ -449,6 +454,7 @@ int mori_ep_status(mori_ep_handle *h, int clear)
 {
 	if (!h)
 		return MORI_EINVAL;
+	if (shmem_check(h->g)) return MORI_ESTALE; /* a child after fork: the parent's */
 	mori_client *c = h->g->c;
 	int32_t s[4] = {0};
 	int rc = push(h);

@@ -32,6 +32,15 @@ static int timeout_ms_of(const mori_group *g)
 
 /* ---- status ---- */
 
+int shmem_check(const mori_group *g)
+{
+	if (!g || !client_forked(g->c))
+		return MORI_OK;
+	return set_error(g->c, MORI_ESTALE, "group '%s' was joined by pid %d, used in pid %d: a child after fork "
+					     "must open its own client and join its own group", g->name, (int)g->c->pid,
+			 (int)getpid());
+}
+
 int shmem_abort_status(mori_group *g)
 {
 	uint32_t a = g->ctrl ? __atomic_load_n(&g->ctrl->abort, __ATOMIC_ACQUIRE) : 0;
@@ -51,6 +60,9 @@ int mori_shmem_status(const mori_group *g, int *pe)
 {
 	if (!g)
 		return MORI_EINVAL;
+	int rc = shmem_check(g);
+	if (rc)
+		return rc;
 	uint32_t a = __atomic_load_n(&g->ctrl->abort, __ATOMIC_ACQUIRE);
 	if (pe)
 		*pe = a ? g->ctrl->abort_pe : -1;
@@ -329,7 +341,10 @@ int mori_group_join(mori_client *c, const char *name, int rank, int world_size, 
 	if (!c || !out)
 		return set_error(c, MORI_EINVAL, "group_join: NULL argument");
 	*out = NULL;
-	int rc = join_check(c, name, rank, world_size, opts);
+	int rc = client_check(c);
+	if (rc)
+		return rc;
+	rc = join_check(c, name, rank, world_size, opts);
 	if (rc)
 		return rc;
 	mori_group *g = calloc(1, sizeof(*g));
@@ -451,10 +466,38 @@ static void unlink_group(mori_group *g)
 	pthread_mutex_unlock(&c->group_lock);
 }
 
+/* In a child after fork: drop the child's copies (the list entry, the heap and control-page
+ * mappings, the memory) and tell morid nothing, so the parent's group stays as it is. No lock:
+ * the child has one thread. The local peers' heap mappings are regions of the client, which
+ * a child lets go of with mori_client_close. */
+static void leave_in_child(mori_group *g)
+{
+	for (mori_group **pp = &g->c->groups; *pp; pp = &(*pp)->next)
+		if (*pp == g) {
+			*pp = g->next;
+			break;
+		}
+	if (g->heap_map)
+		munmap(g->heap_map, g->heap_size);
+	if (g->ctrl)
+		munmap(g->ctrl, g->ctrl_len);
+	free(g->gpu); /* device state of the parent's context: freed by the parent, not here */
+	free(g->own);
+	free(g->peers);
+	free(g->team);
+	free(g->state_peer_base);
+	free(g->state_team);
+	free(g);
+}
+
 void mori_group_leave(mori_group *g)
 {
 	if (!g)
 		return;
+	if (shmem_check(g)) {
+		leave_in_child(g);
+		return;
+	}
 	unlink_group(g);
 	send_leave(g);
 	group_free(g);
@@ -502,8 +545,11 @@ void *mori_shmem_ptr_p2p(const mori_group *g, const void *ptr, int pe)
 
 static int gcall(mori_group *g, uint32_t op, uint64_t size, uint64_t align, uint64_t offset, uint64_t *out)
 {
+	int rc = shmem_check(g);
+	if (rc)
+		return rc;
 	pthread_mutex_lock(&g->lock);
-	int rc = shmem_abort_status(g);
+	rc = shmem_abort_status(g);
 	if (rc) {
 		pthread_mutex_unlock(&g->lock);
 		return rc;

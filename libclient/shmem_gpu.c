@@ -135,8 +135,8 @@ void shmem_gpu_close(mori_group *g)
 
 void *mori_shmem_state(const mori_group *g)
 {
-	if (!g)
-		return NULL;
+	if (!g || shmem_check(g))
+		return NULL; /* a child after fork: the state is the parent's PE's */
 	if (g->kind == MORI_MEM_VRAM) {
 		const struct shm_gpu *s = g->gpu;
 		return s ? (void *)(uintptr_t)s->buf : NULL;
@@ -148,6 +148,8 @@ int mori_shmem_module_init(const mori_group *g, void *module)
 {
 	if (!g || !module)
 		return set_error(g ? g->c : NULL, MORI_EINVAL, "shmem module_init: NULL argument");
+	if (shmem_check(g))
+		return MORI_ESTALE;
 	if (g->kind != MORI_MEM_VRAM || !g->gpu)
 		return set_error(g->c, MORI_ENOTSUP, "group '%s' has a host heap: kernels need a VRAM heap", g->name);
 	const struct gpu_api *api;
@@ -232,6 +234,8 @@ static int launch(mori_group *g, void *stream, const char *name, unsigned thread
 {
 	if (!g)
 		return MORI_EINVAL;
+	if (shmem_check(g))
+		return MORI_ESTALE;
 	struct shm_gpu *s = g->gpu;
 	if (g->kind != MORI_MEM_VRAM || !s)
 		return set_error(g->c, MORI_ENOTSUP, "group '%s' has a host heap: stream operations need a VRAM heap",

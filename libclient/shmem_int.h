@@ -51,6 +51,11 @@ struct mori_group {
 };
 
 /* shmem.c */
+/* MORI_OK, or MORI_ESTALE (last_error naming the joiner's pid and ours) in a child after fork():
+ * a group, and every communicator and EP handle on it, belongs to the process that joined it,
+ * and a child's call would act as the parent's PE (its calls counted as the parent's, its
+ * leave tearing the parent's group down). Every group, CCL and EP entry point calls it first. */
+int shmem_check(const mori_group *g);
 /* The status of g from its control page: 0, or the abort's code with last_error set. */
 int shmem_abort_status(mori_group *g);
 

@@ -13,6 +13,9 @@ static int check(mori_group *g, const void *sym, size_t len, int pe, uint64_t *o
 {
 	if (!g)
 		return set_error(NULL, MORI_EINVAL, "%s: NULL group", what);
+	int rc = shmem_check(g);
+	if (rc)
+		return rc;
 	if (pe < 0 || pe >= g->n_pes)
 		return set_error(g->c, MORI_EINVAL, "%s: PE %d is out of range (the group has PEs 0..%d)", what, pe,
 				 g->n_pes - 1);

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 
 #include "harness.h"
+#include "mori_coll.h"
 #include "mori_shmem.h"
 
 static struct test_daemon D;
@@ -89,6 +90,54 @@ START_TEST(child_leave_is_local)
 }
 END_TEST
 
+/* The rest of the group's surface in the child: puts, status, a communicator on the group (CCL)
+ * and its destroy; the message names both pids. The parent's communicator works afterwards. */
+START_TEST(child_rma_and_ccl_refused)
+{
+	mori_client *c;
+	OK(mori_client_open(D.dir, "parent", &c));
+	mori_group *g = join1(c, "forkccl");
+	mori_comm *k = NULL;
+	OK(mori_comm_create(g, NULL, &k));
+	float *a = NULL, *b = NULL;
+	OK(mori_shmem_malloc(g, 64 * sizeof(float), 0, (void **)&a));
+	OK(mori_shmem_malloc(g, 64 * sizeof(float), 0, (void **)&b));
+	for (int i = 0; i < 64; i++)
+		a[i] = (float)i;
+	pid_t parent = getpid();
+	pid_t child = fork();
+	if (child == 0) {
+		float x = 1;
+		STALE(mori_shmem_putmem(g, b, &x, sizeof(x), 0), 20);
+		STALE(mori_shmem_status(g, NULL), 21);
+		STALE(mori_allreduce(k, a, b, 64, MORI_FLOAT32, MORI_SUM, NULL), 22);
+		char want[64];
+		snprintf(want, sizeof(want), "pid %d, used in pid %d", (int)parent, (int)getpid());
+		if (!strstr(mori_client_last_error(NULL), want)) {
+			fprintf(stderr, "child: message '%s' lacks '%s'\n", mori_client_last_error(NULL), want);
+			_exit(23);
+		}
+		mori_comm *k2 = NULL;
+		STALE(mori_comm_create(g, NULL, &k2), 24);
+		mori_comm_destroy(k); /* the child's copy only */
+		mori_group_leave(g);
+		_exit(0);
+	}
+	int st;
+	ck_assert_int_eq(waitpid(child, &st, 0), child);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child's RMA/CCL calls were not refused (exit %d)",
+		      WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	int rc = mori_allreduce(k, a, b, 64, MORI_FLOAT32, MORI_SUM, NULL);
+	ck_assert_msg(rc == MORI_OK, "parent's allreduce after the child: %s (%s)", mori_strerror(rc),
+		      mori_client_last_error(c));
+	for (int i = 0; i < 64; i++)
+		ck_assert_msg(b[i] == (float)i, "b[%d] = %g, want %d (one rank: the sum is the input)", i, b[i], i);
+	mori_comm_destroy(k);
+	mori_group_leave(g);
+	mori_client_close(c);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("shmem_fork");
@@ -97,6 +146,7 @@ int main(void)
 	tcase_set_timeout(t, 60);
 	tcase_add_test(t, child_calls_refused);
 	tcase_add_test(t, child_leave_is_local);
+	tcase_add_test(t, child_rma_and_ccl_refused);
 	suite_add_tcase(s, t);
 	SRunner *r = srunner_create(s);
 	srunner_run_all(r, CK_NORMAL);
