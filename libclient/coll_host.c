@@ -163,6 +163,10 @@ static int host_pulls(mori_comm *k, const struct coll_call *cc)
 	int nseg = kind == MORI_COLL_K_ALLTOALL || kind == MORI_COLL_K_ALLTOALLV ? n : 1;
 	uint64_t total = cc->count * es, W = (k->scratch_bytes / (uint64_t)nseg) & ~15ull;
 	int rc = MORI_OK;
+	if (!W) /* a chunk of 0 bytes would never finish: every rank refuses alike, before any barrier */
+		return set_error(k->c, MORI_EINVAL, "all-to-all: %llu bytes of scratch over %d ranks is under 16 bytes a "
+				 "rank: create the communicator with scratch_bytes >= %llu", (unsigned long long)k->scratch_bytes,
+				 nseg, 16ull * (unsigned long long)nseg);
 	if (kind == MORI_COLL_K_ALLTOALLV && (rc = a2av_meta(k, cc, &total))) {
 		bar(k); /* every rank finds the same mismatch, but still ends the call together */
 		return rc;
