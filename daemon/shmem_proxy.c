@@ -74,6 +74,7 @@ struct ppe {
 	uint64_t amo_seq;
 	struct target *t;              /* [n] */
 	int *watch, nwatch;            /* one rank per other node of its group (watch_nodes); nwatch -1: not yet */
+	uint64_t *wdown;               /* [nwatch]: that link's retry_at_us when the list was made */
 	uint64_t served, failed;
 };
 
@@ -170,12 +171,34 @@ static int dead_code(int code)
 		       ? MORI_EPEERDEAD : code;
 }
 
+static struct target *target(struct ppe *pp, int rank);
+
+/* PE rank of pp's group is gone (a batch to it failed so): every PE served here whose rank-th
+ * PE is that heap (the same group) has its waits aborted now, naming it. Else the first of them
+ * to give up on its ring could leave the group first, and the others would see that (TEARDOWN)
+ * as the reason rather than the dead PE; the first reason sticks in the abort word. */
+static void peer_dead(struct ppe *pp, int rank)
+{
+	heap_ctrl_abort(pp->ctrl, MORI_SHMEM_ABORT_PEER_DEAD, rank); /* its waits end too */
+	const struct target *t = &pp->t[rank];
+	if (t->state != 1)
+		return; /* a PE of this node: group.c aborts the group when it goes */
+	list_each(it, &X.pes) {
+		struct ppe *o = list_entry(it, struct ppe, link);
+		if (o == pp || o->gone || rank >= o->n)
+			continue;
+		const struct target *u = target(o, rank);
+		if (u->state == 1 && u->epoch == t->epoch && u->region == t->region && !strcmp(u->node, t->node))
+			heap_ctrl_abort(o->ctrl, MORI_SHMEM_ABORT_PEER_DEAD, rank);
+	}
+}
+
 /* bt completed (code: its first failure); `done` moves over the oldest completed batches. */
 static void batch_end(struct batch *bt, int code, int rank)
 {
 	struct ppe *pp = bt->pp;
 	if (code == MORI_EPEERDEAD && !pp->gone)
-		heap_ctrl_abort(pp->ctrl, MORI_SHMEM_ABORT_PEER_DEAD, rank); /* its waits end too */
+		peer_dead(pp, rank);
 	bt->code = code;
 	bt->phase = PH_DONE;
 	bt->xfer = 0;
@@ -376,6 +399,7 @@ static void ppe_release(struct ppe *pp)
 	if (--pp->held == 0 && pp->gone) {
 		free(pp->t);
 		free(pp->watch);
+		free(pp->wdown);
 		free(pp);
 	}
 }
@@ -644,8 +668,11 @@ static void watch_list(struct ppe *pp)
 		int seen = t->state != 1;
 		for (int i = 0; i < pp->nwatch && !seen; i++)
 			seen = !strcmp(pp->t[pp->watch[i]].node, t->node);
-		if (!seen)
+		if (!seen) {
+			struct peer *p = X.d->peers ? peer_get(X.d->peers, t->node, 1) : NULL;
+			pp->wdown[pp->nwatch] = p ? p->retry_at_us : 0;
 			pp->watch[pp->nwatch++] = r;
+		}
 	}
 }
 
@@ -664,9 +691,13 @@ static void watch_nodes(void)
 			int r = pp->watch[i];
 			struct target *t = target(pp, r);
 			struct peer *p = t->state == 1 ? peer_get(P, t->node, 1) : NULL;
+			/* down now, or down since the list was made: peer_down sets retry_at_us anew each time,
+			 * and a link is down only until its first redial (100 ms), which a loaded loop's
+			 * looks can miss, leaving it "connecting" for the next seconds */
+			int down = p && (p->state == PS_DOWN || p->retry_at_us != pp->wdown[i]);
 			if (p && p->state == PS_IDLE)
 				peer_use(p); /* its data streams up, even with nothing to carry: a node that dies breaks them */
-			else if (p && p->state == PS_DOWN) {
+			else if (down) {
 				mlog_notice("shmem", "PE %d: the link to %s (PE %d) is down: its waits are aborted", pp->rank,
 					    t->node, r);
 				heap_ctrl_abort(pp->ctrl, MORI_SHMEM_ABORT_PEER_DEAD, r);
@@ -707,12 +738,14 @@ static void pe_ready(void *arg, uint64_t id)
 	if (pp) {
 		pp->t = calloc((size_t)n, sizeof(*pp->t));
 		pp->watch = calloc((size_t)n, sizeof(*pp->watch));
+		pp->wdown = calloc((size_t)n, sizeof(*pp->wdown));
 		pp->nwatch = -1;
 	}
-	if (!pp || !pp->t || !pp->watch) {
+	if (!pp || !pp->t || !pp->watch || !pp->wdown) {
 		if (pp) {
 			free(pp->t);
 			free(pp->watch);
+			free(pp->wdown);
 		}
 		free(pp);
 		heap_ctrl_abort(k, MORI_SHMEM_ABORT_TEARDOWN, -1); /* nobody would serve its ring */
