@@ -11,9 +11,10 @@
  * `error`, what the kernel's proxy_wait returns) and nothing else happens.
  *
  * Polling: a kernel cannot ring an eventfd, so the loop polls the rings: every
- * PROXY_POLL_MS on a timer while PEs exist, and on every loop turn (an idle handle) for
- * PROXY_SPIN_US after the last request seen, so back-to-back requests wait a loop turn rather
- * than a timer tick. One loop and no thread: the rings, the transfers and pe_gone all run
+ * PROXY_POLL_MS on a timer while PEs exist (every PROXY_IDLE_POLL_MS once no ring carried a
+ * request for PROXY_IDLE_MS: idle PEs cost little, the first request after a pause waits up to
+ * that tick), and on every loop turn (an idle handle) for PROXY_SPIN_US after the last request
+ * seen, so back-to-back requests wait a loop turn rather than a timer tick. One loop and no thread: the rings, the transfers and pe_gone all run
  * there, so letting go of a PE needs no lock, and the proxy's latency floor is the daemons'
  * round trip, far above a loop turn. */
 #include "shmem_proxy.h"
@@ -39,7 +40,9 @@
 #define DEDUP_SLOTS 256                /* batches the target remembers (a resend comes within ~1 s) */
 #define LOCAL_BOUNCE (1u << 20)
 #define PROXY_INLINE (16u << 10)       /* a put+signal batch of at most this many bytes travels in its signal's message */
-#define PROXY_WATCH_TICKS 20           /* links to the PEs' nodes checked every 20 ms */
+#define PROXY_IDLE_MS 1000
+#define PROXY_IDLE_POLL_MS 10
+#define PROXY_WATCH_MS 20              /* links to the PEs' nodes checked this often */
 #define TURN_BYTES (4ull << 20)        /* a ring's share of one loop turn: bytes of its batches, */
 #define TURN_ENTRIES 256               /* and requests; then the next turn (the loop serves its sockets between) */
 
@@ -90,12 +93,14 @@ static struct {
 	struct list pes;
 	uv_timer_t timer;
 	uv_idle_t idle;
-	uint64_t active_us, ticks;
+	uint64_t active_us, watch_us;
+	int slow;                      /* the timer ticks every PROXY_IDLE_POLL_MS */
 	struct dedup *dd;              /* [DEDUP_SLOTS], the target side */
 } X;
 
 static void kick(void);
 static void on_idle(uv_idle_t *h);
+static void on_timer(uv_timer_t *h);
 
 /* ---- checking a request ---- */
 
@@ -648,6 +653,10 @@ static void poll_all(void)
 	uint64_t now = mori_now_us();
 	if (seen)
 		X.active_us = now;
+	if (seen && X.slow) {
+		X.slow = 0;
+		uv_timer_start(&X.timer, on_timer, PROXY_POLL_MS, PROXY_POLL_MS);
+	}
 	if (now - X.active_us < PROXY_SPIN_US) {
 		if (!uv_is_active((uv_handle_t *)&X.idle))
 			uv_idle_start(&X.idle, on_idle);
@@ -712,8 +721,15 @@ static void on_timer(uv_timer_t *h)
 {
 	(void)h;
 	poll_all();
-	if (++X.ticks % PROXY_WATCH_TICKS == 0)
+	uint64_t now = mori_now_us();
+	if (now - X.watch_us >= PROXY_WATCH_MS * 1000ull) {
+		X.watch_us = now;
 		watch_nodes();
+	}
+	if (!X.slow && now - X.active_us > PROXY_IDLE_MS * 1000ull) {
+		X.slow = 1;
+		uv_timer_start(&X.timer, on_timer, PROXY_IDLE_POLL_MS, PROXY_IDLE_POLL_MS);
+	}
 }
 
 /* Work may be waiting (a batch ended): serve on the next loop turn. */
@@ -760,8 +776,11 @@ static void pe_ready(void *arg, uint64_t id)
 	pp->done = pp->next = k->page->done;
 	pp->held = 1; /* the list's */
 	list_add(&X.pes, &pp->link);
-	if (!uv_is_active((uv_handle_t *)&X.timer))
+	X.active_us = mori_now_us(); /* a group that just formed polls fast a while: its first requests come soon */
+	if (!uv_is_active((uv_handle_t *)&X.timer) || X.slow) {
+		X.slow = 0;
 		uv_timer_start(&X.timer, on_timer, PROXY_POLL_MS, PROXY_POLL_MS);
+	}
 }
 
 static void ppe_drop(struct ppe *pp)
