@@ -143,7 +143,10 @@ int glink_send(struct morid *d, const char *node, Mori__PeerGroup *m)
 	snprintf(s->node, sizeof(s->node), "%s", node);
 	s->len = len;
 	mori__peer_group__pack(m, s->data);
-	if (!peer_rpc(p, &req, PEER_LOOKUP_TIMEOUT_MS, sent_done, s)) {
+	/* a join is sent as it starts: reaching the root is bounded by its deadline too */
+	uint32_t ms = m->kind == GL_JOIN && m->timeout_ms && m->timeout_ms < PEER_LOOKUP_TIMEOUT_MS ? m->timeout_ms
+											     : PEER_LOOKUP_TIMEOUT_MS;
+	if (!peer_rpc(p, &req, ms, sent_done, s)) {
 		free(s);
 		return MORI_ENOMEM;
 	}

@@ -12,6 +12,7 @@
 #include "harness.h"
 #include "ctl_harness.h"
 #include "mori_shmem.h"
+#include "wire.h"
 
 static struct test_daemon D;
 
@@ -81,6 +82,39 @@ START_TEST(smaller_world_later)
 }
 END_TEST
 
+/* A join whose root daemon cannot be reached ends by its deadline (2 s here), not at the peer
+ * request path's own 5 s (found by helper "tester": ECONN after 5.0 s for a 3 s deadline). */
+START_TEST(unreachable_root_within_deadline)
+{
+	struct test_daemon L;
+	char listen[64];
+	snprintf(listen, sizeof(listen), "127.0.0.1:%d", free_port());
+	const char *extra[] = {"--listen", listen, NULL};
+	ck_assert_int_eq(daemon_start(&L, extra), 0);
+	mori_client *c;
+	ck_assert_int_eq(mori_client_open(L.dir, "shape", &c), MORI_OK);
+	mori_group_opts o;
+	mori_group_opts_init(&o);
+	o.heap_size = 1u << 20;
+	o.timeout_us = 2000000;
+	o.root = "127.0.0.1:1"; /* nobody listens there */
+	mori_group *g = NULL;
+	uint64_t t0 = mori_now_us();
+	int rc = mori_group_join(c, "noroot", 1, 2, &o, &g);
+	uint64_t dt = mori_now_us() - t0;
+	char msg[512];
+	snprintf(msg, sizeof(msg), "%s", mori_client_last_error(c));
+	mori_client_close(c);
+	int st = daemon_stop(&L);
+	daemon_cleanup(&L);
+	ck_assert_msg(rc == MORI_ECONN || rc == MORI_ETIMEDOUT || rc == MORI_EUNREACH, "join: %s (%s)",
+		      mori_strerror(rc), msg);
+	ck_assert_msg(dt < 2900000, "the join with a 2 s deadline ended after %llu ms (%s)",
+		      (unsigned long long)dt / 1000, msg);
+	ck_assert_int_eq(st, 0);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("shmem_join_shape");
@@ -89,6 +123,7 @@ int main(void)
 	tcase_set_timeout(t, 60);
 	tcase_add_test(t, larger_world_later);
 	tcase_add_test(t, smaller_world_later);
+	tcase_add_test(t, unreachable_root_within_deadline);
 	suite_add_tcase(s, t);
 	SRunner *r = srunner_create(s);
 	srunner_run_all(r, CK_NORMAL);
