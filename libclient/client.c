@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -316,6 +318,56 @@ int mori_client_open(const char *runtime_dir, const char *name, mori_client **ou
 	return MORI_OK;
 }
 
+/* ---- morid's hang-up, for MORI-SHMEM ----
+ * A host thread idle between calls, or a kernel waiting on a VRAM heap, never reads the session,
+ * so a dead morid (kill -9) would leave the group's abort word unset and those waits without end:
+ * morid alone writes it. This thread polls the session for hang-up only (events 0: no reads, the
+ * replies stay for their callers) and then aborts the client's groups. It costs one sleeping
+ * thread per client with groups; a child after fork has none (threads are not inherited). */
+static void *hup_main(void *arg)
+{
+	mori_client *c = arg;
+	struct pollfd p[2] = {{.fd = c->sock, .events = 0}, {.fd = c->hup_efd, .events = POLLIN}};
+	for (;;) {
+		int n = poll(p, 2, -1);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 || p[1].revents)
+			return NULL; /* mori_client_close stops us */
+		if (p[0].revents & (POLLHUP | POLLERR | POLLNVAL)) {
+			shmem_session_lost(c);
+			return NULL;
+		}
+	}
+}
+
+int client_hup_watch(mori_client *c)
+{
+	if (c->hup_on)
+		return MORI_OK;
+	c->hup_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (c->hup_efd < 0)
+		return set_error(c, MORI_ESYS, "eventfd: %s", strerror(errno));
+	int e = pthread_create(&c->hup_thread, NULL, hup_main, c);
+	if (e) {
+		close(c->hup_efd);
+		return set_error(c, MORI_ESYS, "hang-up watcher thread: %s", strerror(e));
+	}
+	c->hup_on = 1;
+	return MORI_OK;
+}
+
+static void hup_stop(mori_client *c)
+{
+	if (!c->hup_on)
+		return;
+	uint64_t one = 1;
+	if (write(c->hup_efd, &one, sizeof(one)) == sizeof(one))
+		pthread_join(c->hup_thread, NULL);
+	close(c->hup_efd);
+	c->hup_on = 0;
+}
+
 void xfer_close_all(mori_client *c);
 
 /* In a child after fork: let go of the child's copies of the descriptors and mappings, and
@@ -324,8 +376,8 @@ static void close_in_child(mori_client *c)
 {
 	if (c->ring)
 		munmap(c->ring, c->lay.total);
-	int fds[] = {c->sock, c->ring_fd, c->sq_efd, c->cq_efd};
-	for (int i = 0; i < 4; i++)
+	int fds[] = {c->sock, c->ring_fd, c->sq_efd, c->cq_efd, c->hup_on ? c->hup_efd : -1};
+	for (int i = 0; i < 5; i++)
 		if (fds[i] >= 0)
 			close(fds[i]);
 }
@@ -338,6 +390,7 @@ void mori_client_close(mori_client *c)
 		close_in_child(c);
 		return;
 	}
+	hup_stop(c); /* before the goodbye and close: our own hang-up is no abort */
 	shmem_close_all(c); /* its groups first: they hold regions and transfers of their own */
 	xfer_close_all(c);
 	while (c->mems)

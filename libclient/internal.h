@@ -52,6 +52,10 @@ struct mori_client {
 	/* MORI-SHMEM groups this client is a PE of (shmem.c) */
 	pthread_mutex_t group_lock;
 	struct mori_group *groups;
+	/* the hang-up watcher (client.c), started with the first group: under group_lock */
+	int hup_on;
+	int hup_efd;              /* its stop signal */
+	pthread_t hup_thread;
 };
 
 struct mori_mem {
@@ -148,6 +152,13 @@ int mem_open_heap(mori_client *c, const Mori__Handle *h, mori_mem **out);
 void mem_take_handle(mori_mem *m, const Mori__Handle *h);
 /* shmem.c: leave every group of c (mori_client_close). */
 void shmem_close_all(mori_client *c);
+/* shmem.c: morid is gone (the session hung up): set each group's abort word (TEARDOWN, PE -1)
+ * unless it is set already, so that waits on it end. */
+void shmem_session_lost(mori_client *c);
+/* client.c: start c's hang-up watcher once (with its first group): one thread that polls the
+ * session for hang-up only, never reads it, and calls shmem_session_lost. Caller holds
+ * group_lock. 0, or MORI_ESYS. */
+int client_hup_watch(mori_client *c);
 
 /* copy.c: memcpy over several threads for large batches. */
 struct copy_pool *copy_pool_new(int threads);

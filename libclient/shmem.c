@@ -53,7 +53,21 @@ int shmem_abort_status(mori_group *g)
 		return set_error(g->c, MORI_ETIMEDOUT, "group '%s': a collective call timed out (PE %d never made it); the "
 						       "group is aborted", g->name, pe);
 	return set_error(g->c, MORI_ECANCELED, "group '%s' is torn down%s", g->name,
-			 pe >= 0 ? " (a PE left it)" : "");
+			 pe >= 0 ? " (a PE left it)" : " (its root daemon, or this node's morid, went away)");
+}
+
+void shmem_session_lost(mori_client *c)
+{
+	pthread_mutex_lock(&c->group_lock); /* a leaving group unlinks under it before it unmaps */
+	for (mori_group *g = c->groups; g; g = g->next) {
+		uint32_t none = MORI_SHMEM_ABORT_NONE;
+		if (!g->ctrl || __atomic_load_n(&g->ctrl->abort, __ATOMIC_ACQUIRE) != none)
+			continue; /* a reason morid gave stays */
+		g->ctrl->abort_pe = -1;
+		__atomic_compare_exchange_n(&g->ctrl->abort, &none, MORI_SHMEM_ABORT_TEARDOWN, 0, __ATOMIC_RELEASE,
+					    __ATOMIC_RELAXED);
+	}
+	pthread_mutex_unlock(&c->group_lock);
 }
 
 int mori_shmem_status(const mori_group *g, int *pe)
@@ -395,7 +409,14 @@ int mori_group_join(mori_client *c, const char *name, int rank, int world_size, 
 	pthread_mutex_lock(&c->group_lock);
 	g->next = c->groups;
 	c->groups = g;
+	rc = client_hup_watch(c);
 	pthread_mutex_unlock(&c->group_lock);
+	if (rc) {
+		char keep[512];
+		snprintf(keep, sizeof(keep), "group_join: %s", mori_client_last_error(c));
+		mori_group_leave(g); /* without the watcher a dead morid would go unnoticed */
+		return set_error(c, rc, "%s", keep);
+	}
 	*out = g;
 	return MORI_OK;
 }
