@@ -720,6 +720,18 @@ static void on_tick(uv_timer_t *t)
 			struct gpe *p = list_entry(pt, struct gpe, link);
 			if (!p->waiting)
 				continue;
+			uint32_t ab = p->ctrl.page ? __atomic_load_n(&p->ctrl.page->abort, __ATOMIC_ACQUIRE) : 0;
+			if (p->waiting == W_CALL && ab != MORI_SHMEM_ABORT_NONE) {
+				/* the proxy set it (a node of the group went down): the call ends now, with the
+				 * word's reason, not at the deadline with a second one */
+				char msg[400];
+				int32_t who = p->ctrl.page->abort_pe;
+				snprintf(msg, sizeof(msg), "group '%s': aborted (%s, PE %d) while PE %d waited for the root "
+					 "daemon %s", g->name, mori_strerror(glink_abort_code(ab)), who, p->rank,
+					 g->root[0] ? g->root : "(this one)");
+				lg_abort(g, ab, who, glink_abort_code(ab), msg);
+				break; /* it answered every waiting PE of g */
+			}
 			if (now < p->wait_deadline_us) {
 				busy = 1;
 				continue;

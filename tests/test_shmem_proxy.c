@@ -46,7 +46,7 @@ static void teardown(void)
 	 * socket closed with a request in flight (nng issue 1543; seen here in peers_stop, 1 stop in
 	 * ~10): that is a daemon bug outside this test, not what it checks. */
 	usleep(300000);
-	int a = node_stop(&NA), b = NB.pid > 0 ? node_stop(&NB) : 0;
+	int a = NA.pid > 0 ? node_stop(&NA) : 0, b = NB.pid > 0 ? node_stop(&NB) : 0;
 	if (a == 0 && b == 0) {
 		node_clean(&NA);
 		node_clean(&NB);
@@ -802,6 +802,65 @@ START_TEST(peer_killed_idle)
 }
 END_TEST
 
+/* ---- the root's morid killed under a pending barrier ---- */
+
+/* PE 1 (B) waits in a host barrier PE 0 (A, the root's node) never joins; morid A is killed: B's
+ * proxy sets PE 1's abort word (PEER_DEAD, PE 0) within ms, and the pending call must end with
+ * it then, not at its deadline (20 s) plus the 3 s backstop with another code (found by helper
+ * "tester"). */
+static int pe_root_killed(int pe, int n, void *arg)
+{
+	(void)arg;
+	struct pe e;
+	if (join(pe, n, "rootkill", &e))
+		return 1;
+	POK(pe, mori_shmem_barrier_all(e.g));
+	if (pe == 0) {
+		SH->stage = 1;
+		for (;;)
+			pause(); /* its morid dies under it */
+	}
+	int rc = mori_shmem_barrier_all(e.g);
+	uint64_t waited = SH->kill_us ? now_us() - SH->kill_us : 0;
+	int who = -2, st = mori_shmem_status(e.g, &who);
+	PCHECK(pe, SH->stage == 2, "the barrier ended (%s) before the kill", mori_strerror(rc));
+	PCHECK(pe, rc == MORI_EPEERDEAD, "the barrier ended with %s (%s)", mori_strerror(rc), mori_client_last_error(e.c));
+	PCHECK(pe, st == rc && who == 0, "status %s naming PE %d, the barrier %s", mori_strerror(st), who,
+	       mori_strerror(rc));
+	PCHECK(pe, waited < 3000000, "the barrier ended %llu ms after the kill", (unsigned long long)waited / 1000);
+	SH->figures[1] = waited;
+	mori_client_close(e.c);
+	return 0;
+}
+
+START_TEST(root_killed_ends_call)
+{
+	pid_t pids[2];
+	memset(SH->msg, 0, sizeof(SH->msg));
+	SH->stage = 0;
+	SH->kill_us = 0;
+	for (int i = 0; i < 2; i++)
+		if ((pids[i] = fork()) == 0) {
+			alarm(60);
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			_exit(pe_root_killed(i, 2, NULL) ? 1 : 0);
+		}
+	while (SH->stage == 0)
+		usleep(1000);
+	usleep(300000); /* PE 1's barrier is at the root */
+	SH->kill_us = now_us();
+	SH->stage = 2;
+	node_kill9(&NA);
+	kill(pids[0], SIGKILL);
+	int st;
+	ck_assert_int_eq(waitpid(pids[0], &st, 0), pids[0]);
+	ck_assert_int_eq(waitpid(pids[1], &st, 0), pids[1]);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "PE 1: %s", SH->msg[1]);
+	printf("root killed: PE 1's pending barrier ended with MORI_EPEERDEAD (PE 0) %.0f ms after morid A was killed\n",
+	       SH->figures[1] / 1000);
+}
+END_TEST
+
 static Suite *suite(void)
 {
 	Suite *s = suite_create("shmem_proxy");
@@ -816,6 +875,7 @@ static Suite *suite(void)
 	tcase_add_test(t, malformed);
 	tcase_add_test(t, peer_killed);
 	tcase_add_test(t, peer_killed_idle);
+	tcase_add_test(t, root_killed_ends_call);
 	suite_add_tcase(s, t);
 	return s;
 }
