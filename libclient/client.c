@@ -37,10 +37,13 @@ static __thread char last_error[512];
 int set_error(mori_client *c, int code, const char *fmt, ...)
 {
 	(void)c;
+	/* formatted aside first: callers wrap the previous message ("...: %s", last_error) */
+	char buf[sizeof(last_error)];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(last_error, sizeof(last_error), fmt, ap);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
 	va_end(ap);
+	memcpy(last_error, buf, sizeof(buf));
 	return code;
 }
 

@@ -460,8 +460,13 @@ int mori_shmem_init_uid(mori_client *c, const void *uid, size_t len, int rank, i
 	const char *root = (const char *)p + 8;
 	const char *end = memchr(root, 0, len - 8);
 	const char *name = end ? end + 1 : NULL;
-	if (magic != SHMEM_UID_MAGIC || ver != SHMEM_UID_VERSION || !name || !memchr(name, 0, len - (size_t)(name - (const char *)p)))
+	const char *nend = name ? memchr(name, 0, len - (size_t)(name - (const char *)p)) : NULL;
+	if (magic != SHMEM_UID_MAGIC || ver != SHMEM_UID_VERSION || !nend)
 		return set_error(c, MORI_EINVAL, "init_uid: not a unique id of mori_shmem_get_unique_id");
+	for (const char *q = nend + 1; q < (const char *)p + len; q++)
+		if (*q) /* zero padding (a fixed-size id buffer) is fine; other bytes are not ours */
+			return set_error(c, MORI_EINVAL, "init_uid: %zu bytes after the id's end at byte %zu",
+					 len - (size_t)(nend + 1 - (const char *)p), (size_t)(nend + 1 - (const char *)p));
 	mori_group_opts o;
 	if (opts)
 		o = *opts;
@@ -602,7 +607,8 @@ static int do_alloc(mori_group *g, uint32_t op, size_t size, size_t align, void 
 		return set_error(g ? g->c : NULL, MORI_EINVAL, "shmem malloc: NULL argument");
 	*out = NULL;
 	uint64_t off = 0;
-	int rc = gcall(g, op, size, align, 0, &off);
+	/* 0 means SHMEM_MIN_ALIGN: sent as that, so a mismatch names the alignment in effect */
+	int rc = gcall(g, op, size, align ? align : SHMEM_MIN_ALIGN, 0, &off);
 	if (rc)
 		return rc;
 	if (off && (off >= g->heap_size || size > g->heap_size - off))
