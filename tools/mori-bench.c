@@ -383,9 +383,9 @@ static const char *mem_name(int k) { return k == MORI_MEM_VRAM ? "vram" : "host"
 
 /* ---- the io benchmark ---- */
 
-static void usage(void)
+static void usage_exit(int code)
 {
-	fprintf(stderr,
+	fprintf(code ? stderr : stdout, /* --help: the usage is the answer, on stdout, exit 0 */
 		"usage: mori-bench io [--runtime-dir DIR] [--remote-runtime-dir DIR2 | --node HOST:PORT --name NAME --tcp HOST:PORT]\n"
 		"                     [--op read|write] [--block-min 4K] [--block-max 64M] [--batch 256]\n"
 		"                     [--iters 20] [--warmup 3] [--depth 1] [--region 1G] [--check] [--json]\n"
@@ -404,8 +404,10 @@ static void usage(void)
 		"--prep: each iteration submits all indices of a prepared list of the batch's descriptors.\n"
 		"--trace FILE: GPU copies run the MORI-VIZ traced kernel into FILE (mori-viz FILE -o trace.json);\n"
 		"--trace-off: the traced kernel with tracing off (what compiling the trace points in costs).\n");
-	exit(2);
+	exit(code);
 }
+
+static void usage(void) { usage_exit(2); }
 
 static void parse(int argc, char **argv, struct opts *o)
 {
@@ -832,6 +834,8 @@ int main(int argc, char **argv)
 	};
 	if (argc < 2)
 		usage();
+	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))
+		usage_exit(0);
 	signal(SIGPIPE, SIG_IGN);
 	if (!strcmp(argv[1], "io")) {
 		parse(argc, argv, &o);

@@ -193,9 +193,12 @@ static int parse_args(struct run *r, int argc, char **argv)
 	r->block = 16384, r->count = 65536, r->iters = 10, r->lat_iters = 2000;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-		if (!v) {
-			fprintf(stderr, "usage: mori-gpubench [--block B] [--count N] [--iters N] [--lat-iters N] "
+		int help = !strcmp(a, "--help") || !strcmp(a, "-h");
+		if (!v || help) {
+			fprintf(help ? stdout : stderr, "usage: mori-gpubench [--block B] [--count N] [--iters N] [--lat-iters N] "
 					"[--device N] [--runtime-dir DIR]\n");
+			if (help)
+				exit(0);
 			return 2;
 		}
 		if (!strcmp(a, "--block"))
