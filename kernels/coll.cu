@@ -165,10 +165,11 @@ COLL_CALL void reduce_vq(int op, int n, T *dst, T *dst2, const uint64_t *srcs, u
 }
 
 /* dst[i] = op over q < n of src_q[i], i in [0, m), src_q = srcs[q] + soff bytes; also to dst2 when
- * non-NULL. v1: one vector a thread at a time whatever n (MORI_COLL_F_V1, to compare). */
+ * non-NULL. One vector a thread at a time (8 sources' loads in flight), or with vec
+ * (MORI_COLL_F_VEC) several at 2 and 4 ranks: on the H200 that measured no better (docs/ccl.md). */
 #define QB 8
 template <typename T>
-COLL_CALL void reduce(dev_t *d, int op, T *dst, T *dst2, const uint64_t *srcs, uint64_t soff, uint64_t m, bool v1)
+COLL_CALL void reduce(dev_t *d, int op, T *dst, T *dst2, const uint64_t *srcs, uint64_t soff, uint64_t m, bool vec)
 {
 	const int n = d->n;
 	const unsigned t = threadIdx.x, nt = blockDim.x;
@@ -179,9 +180,9 @@ COLL_CALL void reduce(dev_t *d, int op, T *dst, T *dst2, const uint64_t *srcs, u
 	uint64_t i0 = 0;
 	if ((al & 15) == 0) {
 		uint64_t nv = m / per;
-		if (n <= 2 && !v1)
+		if (n <= 2 && vec)
 			reduce_vq<T, 4, 2>(op, n, dst, dst2, srcs, soff, nv);
-		else if (n <= 4 && !v1)
+		else if (n <= 4 && vec)
 			reduce_vq<T, 2, 4>(op, n, dst, dst2, srcs, soff, nv);
 		else if (n <= 8)
 			reduce_vq<T, 1, 8>(op, n, dst, dst2, srcs, soff, nv);
@@ -232,7 +233,7 @@ template <typename T>
 MORI_DEVICE void reduce_dt(dev_t *d, const mori_coll_args &a, uint64_t dst, uint64_t dst2, const uint64_t *srcs,
 			   uint64_t soff, uint64_t m)
 {
-	reduce<T>(d, (int)a.op, (T *)dst, (T *)dst2, srcs, soff, m, a.flags & MORI_COLL_F_V1);
+	reduce<T>(d, (int)a.op, (T *)dst, (T *)dst2, srcs, soff, m, a.flags & MORI_COLL_F_VEC);
 }
 MORI_DEVICE void reduce_any(dev_t *d, const mori_coll_args &a, uint64_t dst, uint64_t dst2, const uint64_t *srcs,
 			    uint64_t soff, uint64_t m)

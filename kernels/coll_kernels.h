@@ -56,7 +56,7 @@ enum mori_coll_kind {
 /* a.flags */
 #define MORI_COLL_F_SRC_WIN 1u     /* peers read src in place (a window); no staging */
 #define MORI_COLL_F_DST_WIN 2u     /* two-shot: peers gather the reduced parts from dst in place */
-#define MORI_COLL_F_V1 4u          /* reductions: one 16-byte vector a thread at a time (to compare) */
+#define MORI_COLL_F_VEC 4u         /* reductions: 2 or 4 vectors a thread at 4 or 2 ranks ($MORI_COLL_VEC) */
 #define MORI_COLL_F_NO_GATHER 8u   /* two-shot, one chunk: end after the reduced parts' barrier (the
 				      copy engine gathers them: coll_gpu.c) */
 

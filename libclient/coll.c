@@ -10,8 +10,11 @@
 #define DEF_SCRATCH (32ull << 20)
 #define DEF_ONESHOT_MAX (256ull << 10)
 #define DEF_KERNEL_MAX (4ull << 20)
-#define DEF_BLOCKS MORI_COLL_MAX_BLOCKS /* fewer under an MPS share (coll_gpu.c), the same on every rank */
-#define DEF_TILE (32ull << 10) /* a block's 256 threads x 8 loads of 16 bytes */
+/* Data kernels' grid cap, whatever the MPS share (the smallest of all ranks): on the H200 62 blocks
+ * beat a cap of 2 an SM of the share (30 at 8 ranks: 42 % against 8 % of the bound, docs/ccl.md);
+ * the blocks past what is resident run in waves, which the per-block barriers allow. */
+#define DEF_BLOCKS 62u
+#define DEF_TILE 0ull /* one range a block; tiles measured no better */
 
 static const char *const coll_names[CO_N] = {"allreduce", "allgather", "alltoall", "broadcast", "reducescatter"};
 static const char *const algo_names[] = {"auto", "oneshot", "twoshot", "kernel", "ce"};

@@ -20,7 +20,7 @@ struct coll_gpu {
 	gpu_dptr st_d;
 	struct mori_coll_dev host;        /* what dev holds */
 	struct mori_coll_args a;          /* the call being built (2 KiB: not on the stack) */
-	int v1;                           /* $MORI_COLL_VEC=1: reductions one vector a thread at a time */
+	int vec;                          /* $MORI_COLL_VEC=4: reductions several vectors a thread */
 	int ce_gather;                    /* $MORI_COLL_AR_GATHER=ce: two-shot's gather by the copy engine */
 };
 
@@ -47,16 +47,18 @@ int coll_gpu_init(mori_comm *k)
 	gpu_function copy_fn;
 	if ((rc = gpu_copy_kernel(k->c, ord, &copy_fn, &sm))) /* loads libmori's image on the device */
 		return rc;
-	/* Data kernels' blocks wait for the same block of every peer: all of a grid should be resident
-	 * at once (MORI_COLL_BLOCKS_PER_SM an SM), on the SMs MPS gives this process; coll.c then
-	 * takes the smallest cap of all ranks (grids must be equal). */
+	/* Data kernels' blocks wait for the same block of every peer. $MORI_COLL_RESIDENT=1 caps a
+	 * grid at what is resident at once (bps blocks an SM of the SMs MPS gives this process); by
+	 * default the cap is coll.c's, more than resident under small shares (waves: measured faster).
+	 * coll.c then takes the smallest cap of all ranks (grids must be equal). */
 	const char *pct = getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), *bps_e = getenv("MORI_COLL_BPS");
+	const char *res = getenv("MORI_COLL_RESIDENT");
 	int usable = pct && atoi(pct) > 0 && atoi(pct) < 100 ? sm * atoi(pct) / 100 : sm;
 	int bps = bps_e && atoi(bps_e) == 2 * MORI_COLL_BLOCKS_PER_SM ? 2 * MORI_COLL_BLOCKS_PER_SM : MORI_COLL_BLOCKS_PER_SM;
-	if (usable >= 1 && (unsigned)(bps * usable) < k->max_blocks && !getenv("MORI_COLL_BLOCKS"))
+	if (res && atoi(res) == 1 && usable >= 1 && (unsigned)(bps * usable) < k->max_blocks && !getenv("MORI_COLL_BLOCKS"))
 		k->max_blocks = (unsigned)(bps * usable);
-	const char *v1 = getenv("MORI_COLL_VEC");
-	p->v1 = v1 && atoi(v1) == 1;
+	const char *vec = getenv("MORI_COLL_VEC");
+	p->vec = vec && atoi(vec) > 1;
 	const char *ag = getenv("MORI_COLL_AR_GATHER");
 	p->ce_gather = ag && !strcmp(ag, "ce");
 	struct mori_coll_dev *h = &p->host;
@@ -272,7 +274,7 @@ int coll_gpu_run(mori_comm *k, const struct coll_call *cc)
 	a->dtype = (uint32_t)cc->dtype;
 	a->op = (uint32_t)cc->op;
 	a->flags = (cc->src_win ? MORI_COLL_F_SRC_WIN : 0) | (cc->dst_win ? MORI_COLL_F_DST_WIN : 0) |
-		   (p->v1 ? MORI_COLL_F_V1 : 0);
+		   (p->vec ? MORI_COLL_F_VEC : 0);
 	a->tile = k->tile;
 	a->src = (uint64_t)(uintptr_t)cc->src;
 	a->dst = (uint64_t)(uintptr_t)cc->dst;

@@ -95,7 +95,7 @@ bps4-cegather MORI_COLL_BPS=4 MORI_COLL_AR_GATHER=ce"}
 		while read -r name envs; do
 			[ -n "$name" ] || continue
 			echo "== variant $name: ${envs:-(defaults)}" | tee -a "$SUM"
-			run "${CCL_VAR_SECS:-40}" "^ " env $envs "$BIN/mori-bench" coll --dir "$RT" --pes "${CCL_BENCH_PES:-2 4 8}" \
+			run "${CCL_VAR_SECS:-40}" "^ |^# [0-9]" env $envs "$BIN/mori-bench" coll --dir "$RT" --pes "${CCL_BENCH_PES:-2 4 8}" \
 				--only "${CCL_VAR_ONLY:-allreduce twoshot}" --min "${CCL_VAR_SIZE:-1073741824}" \
 				--max "${CCL_VAR_SIZE:-1073741824}" --iters 3
 		done <<< "$V"
