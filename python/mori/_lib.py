@@ -164,7 +164,10 @@ def check(rc, what=""):
     """Raise MoriError for a negative return code, with libmori's detail message; else return rc."""
     if rc < 0:
         msg = last_error()
-        raise MoriError(rc, "%s: %s" % (what, msg) if what and msg else (msg or what))
+        # libmori's message often names the call already ("EP create: ..."): say it once
+        if what and msg and not msg.startswith(what):
+            msg = "%s: %s" % (what, msg)
+        raise MoriError(rc, msg or what)
     return rc
 
 
@@ -179,10 +182,12 @@ def version():
 def as_bytes(s, what):
     if s is None:
         return None
-    if isinstance(s, bytes):
-        return s
     if isinstance(s, str):
-        return s.encode()
+        s = s.encode()
+    if isinstance(s, bytes):
+        if b"\0" in s:  # C would see only the part before it
+            raise MoriError(MORI_EINVAL, "%s %r has an embedded NUL" % (what, s))
+        return s
     raise MoriError(MORI_EINVAL, "%s must be str or bytes, not %s" % (what, type(s).__name__))
 
 

@@ -87,7 +87,8 @@ def _dtype(dt):
 
 
 def _buf(x, dtype):
-    """(address, elements or None, dtype code, keepalive) of a tensor, array or int address."""
+    """(address, elements of the collective's dtype or None, dtype code, keepalive) of a tensor,
+    array or int address (None: an address, whose size nobody knows)."""
     if isinstance(x, int) and not isinstance(x, bool):
         if dtype is None:
             raise MoriError(MORI_EINVAL, "an int address needs dtype=")
@@ -95,14 +96,40 @@ def _buf(x, dtype):
     if hasattr(x, "data_ptr") and hasattr(x, "numel"):  # torch
         if not x.is_contiguous():
             raise MoriError(MORI_EINVAL, "tensor must be contiguous")
-        return x.data_ptr(), x.numel(), _dtype(dtype if dtype is not None else x.dtype), x
+        dt = _dtype(dtype if dtype is not None else x.dtype)
+        return x.data_ptr(), _elems(x.numel() * x.element_size(), dt), dt, x
     if hasattr(x, "__cuda_array_interface__"):  # cupy
         ai = x.__cuda_array_interface__
-        return ai["data"][0], int(x.size), _dtype(dtype if dtype is not None else x.dtype.name), x
+        dt = _dtype(dtype if dtype is not None else x.dtype.name)
+        return ai["data"][0], _elems(int(x.nbytes), dt), dt, x
     if hasattr(x, "__array_interface__"):  # numpy
         ai = x.__array_interface__
-        return ai["data"][0], int(x.size), _dtype(dtype if dtype is not None else x.dtype.name), x
+        if ai.get("strides") is not None and not x.flags.c_contiguous:
+            raise MoriError(MORI_EINVAL, "array must be contiguous")
+        dt = _dtype(dtype if dtype is not None else x.dtype.name)
+        return ai["data"][0], _elems(int(x.nbytes), dt), dt, x
     raise MoriError(MORI_EINVAL, "buffer must be a tensor, an array or an int address, not %s" % type(x).__name__)
+
+
+def _elems(nbytes, dt):
+    es = _L().mori_dtype_size(dt)
+    if not es:
+        raise MoriError(MORI_EINVAL, "dtype %r: MORI-CCL has uint8, int32, float16, float32, bfloat16" % (dt,))
+    return nbytes // es
+
+
+def _op(op):
+    if isinstance(op, int) and not isinstance(op, bool):
+        return op
+    if op in _OPS:
+        return _OPS[op]
+    raise MoriError(MORI_EINVAL, "op %r: MORI-CCL has %s" % (op, ", ".join(sorted(_OPS))))
+
+
+def _fits(what, name, have, need):
+    """MORI_EINVAL unless a buffer of `have` elements (None: an address, unknown) holds `need`."""
+    if have is not None and need > have:
+        raise MoriError(MORI_EINVAL, "%s: %s holds %d elements, the call needs %d" % (what, name, have, need))
 
 
 class Communicator:
@@ -176,40 +203,62 @@ class Communicator:
         _lib.check(_L().mori_comm_window_deregister(self._h(), w), "window deregister")
 
     # ---- collectives ----
-    def _args(self, src, dst, count, dtype, what):
+    def _args(self, src, dst, count, dtype, what, src_mul=1, dst_mul=1, default="src"):
+        """(src, dst, count, dtype) after checking that src holds count * src_mul elements and dst
+        count * dst_mul (the sizes an array or tensor knows; int addresses are the caller's)."""
         s, sn, sdt, _ = _buf(src, dtype)
         d, dn, ddt, _ = _buf(dst, dtype)
         if count is None:
-            count = sn if sn is not None else dn
-        if count is None:
-            raise MoriError(MORI_EINVAL, "%s: count= is needed with int addresses" % what)
-        return s, d, int(count), sdt
+            base, mul = (sn, src_mul) if default == "src" and sn is not None else (dn, dst_mul)
+            if base is None:
+                raise MoriError(MORI_EINVAL, "%s: count= is needed with int addresses" % what)
+            if base % mul:
+                raise MoriError(MORI_EINVAL, "%s: %d elements are not a multiple of the %d ranks" % (what, base, mul))
+            count = base // mul
+        if isinstance(count, bool) or int(count) < 0:
+            raise MoriError(MORI_EINVAL, "%s: count %r" % (what, count))
+        count = int(count)
+        _fits(what, "src", sn, count * src_mul)
+        _fits(what, "dst", dn, count * dst_mul)
+        return s, d, count, sdt
 
     def all_reduce(self, src, dst, count=None, op="sum", dtype=None, stream=None):
+        """count elements of src reduced into dst on every rank (ncclAllReduce). MORI_EINVAL when
+        src or dst holds fewer, or for an op other than "sum", "max", "min"."""
         s, d, n, dt = self._args(src, dst, count, dtype, "all_reduce")
-        _lib.check(_L().mori_allreduce(self._h(), s, d, n, dt, _OPS.get(op, op), _shmem._stream(stream)), "all_reduce")
+        _lib.check(_L().mori_allreduce(self._h(), s, d, n, dt, _op(op), _shmem._stream(stream)), "all_reduce")
 
     def all_gather(self, src, dst, count=None, dtype=None, stream=None):
-        s, d, n, dt = self._args(src, dst, count, dtype, "all_gather")
+        """count (src's) elements from every rank into dst, rank-major: dst holds count * size()."""
+        s, d, n, dt = self._args(src, dst, count, dtype, "all_gather", dst_mul=self.size())
         _lib.check(_L().mori_allgather(self._h(), s, d, n, dt, _shmem._stream(stream)), "all_gather")
 
     def reduce_scatter(self, src, dst, count=None, op="sum", dtype=None, stream=None):
-        """count: the output's elements (count = dst.numel())."""
-        s, d, _, dt = self._args(src, dst, 0, dtype, "reduce_scatter")
-        n = count if count is not None else _buf(dst, dtype)[1]
-        _lib.check(_L().mori_reducescatter(self._h(), s, d, int(n), dt, _OPS.get(op, op), _shmem._stream(stream)),
+        """count: the output's elements (count = dst.numel()); src holds count * size()."""
+        s, d, n, dt = self._args(src, dst, count, dtype, "reduce_scatter", src_mul=self.size(), default="dst")
+        _lib.check(_L().mori_reducescatter(self._h(), s, d, n, dt, _op(op), _shmem._stream(stream)),
                    "reduce_scatter")
 
     def all_to_all(self, src, dst, count=None, dtype=None, stream=None):
-        """count: elements per peer (default: src's elements / size)."""
-        s, d, n, dt = self._args(src, dst, count, dtype, "all_to_all")
-        if count is None:
-            n //= self.size()
+        """count: elements per peer (default: src's elements / size, which must divide evenly);
+        src and dst hold count * size()."""
+        k = self.size()
+        s, d, n, dt = self._args(src, dst, count, dtype, "all_to_all", src_mul=k, dst_mul=k)
         _lib.check(_L().mori_alltoall(self._h(), s, d, n, dt, _shmem._stream(stream)), "all_to_all")
 
     def all_to_allv(self, src, send_counts, send_displs, dst, recv_counts, recv_displs, dtype=None, stream=None):
-        s, _, dt, _ = _buf(src, dtype)
-        d = _buf(dst, dtype)[0]
+        """Counts and displacements in elements, one per rank; each [displ, displ + count) must lie
+        in src (send) or dst (receive) when their sizes are known."""
+        s, sn, dt, _ = _buf(src, dtype)
+        d, dn = _buf(dst, dtype)[:2]
+        k = self.size()
+        for name, v in (("send_counts", send_counts), ("send_displs", send_displs), ("recv_counts", recv_counts),
+                        ("recv_displs", recv_displs)):
+            if len(v) != k or any(int(x) < 0 for x in v):
+                raise MoriError(MORI_EINVAL, "all_to_allv: %s must be %d counts >= 0" % (name, k))
+        for r in range(k):
+            _fits("all_to_allv", "src (to rank %d)" % r, sn, int(send_displs[r]) + int(send_counts[r]))
+            _fits("all_to_allv", "dst (from rank %d)" % r, dn, int(recv_displs[r]) + int(recv_counts[r]))
         arr = lambda v: (_SZ * len(v))(*[int(x) for x in v])
         _lib.check(_L().mori_alltoallv(self._h(), s, arr(send_counts), arr(send_displs), d, arr(recv_counts),
                                        arr(recv_displs), dt, _shmem._stream(stream)), "all_to_allv")

@@ -36,7 +36,7 @@ import sys
 import threading
 
 from . import _lib
-from .errors import MoriError, MORI_EINVAL, MORI_ENOTSUP
+from .errors import MoriError, MORI_EINVAL, MORI_ENOTSUP, MORI_ERANGE
 
 MEM_HOST = _lib.MEM_HOST
 MEM_VRAM = _lib.MEM_VRAM
@@ -178,6 +178,25 @@ def _buffer_addr(src, what):
     return ctypes.addressof(buf), (buf, mv), len(mv)
 
 
+def _count(have, nbytes, what, name):
+    """nbytes for a put or get: the buffer's length by default; MORI_EINVAL past the buffer."""
+    if nbytes is None:
+        if have is None:
+            raise MoriError(MORI_EINVAL, "%s with an address as %s needs nbytes" % (what, name))
+        return have
+    if isinstance(nbytes, bool) or int(nbytes) < 0:
+        raise MoriError(MORI_EINVAL, "%s: nbytes %r" % (what, nbytes))
+    if have is not None and int(nbytes) > have:
+        raise MoriError(MORI_EINVAL, "%s: nbytes %d is more than %s's %d bytes" % (what, int(nbytes), name, have))
+    return int(nbytes)
+
+
+def _rank(v, what):
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise MoriError(MORI_EINVAL, "%s must be an int, not %s" % (what, type(v).__name__))
+    return v
+
+
 class Group:
     """One PE's membership of a MORI-SHMEM group (made by join() or init_uid()).
 
@@ -304,9 +323,7 @@ class Group:
         to the symmetric object `dest` (an address in this PE's heap) at PE pe. nbytes defaults
         to the buffer's length. MORI_ERANGE when the range leaves the heap (nothing written)."""
         a, keep, n = _buffer_addr(src, "src")
-        n = n if nbytes is None else int(nbytes)
-        if n is None:
-            raise MoriError(MORI_EINVAL, "putmem from an address needs nbytes")
+        n = _count(n, nbytes, "putmem", "src")
         _lib.check(_L().mori_shmem_putmem(self._h(), _int(dest, "dest"), a, n, int(pe)), "putmem to PE %d" % pe)
         del keep
 
@@ -321,9 +338,7 @@ class Group:
                 raise MoriError(MORI_EINVAL, "getmem: dest is read-only")
             keep = (ctypes.c_char * len(mv)).from_buffer(mv)
             a, n = ctypes.addressof(keep), len(mv)
-        n = n if nbytes is None else int(nbytes)
-        if n is None:
-            raise MoriError(MORI_EINVAL, "getmem into an address needs nbytes")
+        n = _count(n, nbytes, "getmem", "dest")
         _lib.check(_L().mori_shmem_getmem(self._h(), a, _int(src, "src"), n, int(pe)), "getmem from PE %d" % pe)
         del keep
 
@@ -362,6 +377,7 @@ class Group:
         the device is cuda:<the group's device> unless given."""
         if device is None and not self._host():
             device = "cuda:%d" % self.gpu_device
+        self._inside(addr, shape, __import__("torch").empty((), dtype=dtype).element_size(), "tensor")
         return tensor(addr, shape, dtype, device=device, host=self._host())
 
     def _host(self):
@@ -371,7 +387,18 @@ class Group:
         """A numpy array over a host heap's memory at addr (no copy). Host heaps only."""
         if not self._host():
             raise MoriError(MORI_ENOTSUP, "numpy views need a host heap; use tensor() for VRAM")
+        self._inside(addr, shape, __import__("numpy").dtype(dtype).itemsize, "numpy view")
         return numpy_view(addr, shape, dtype)
+
+    def _inside(self, addr, shape, itemsize, what):
+        """MORI_ERANGE unless [addr, addr + the view's bytes) lies in this PE's heap."""
+        if isinstance(shape, int):
+            shape = (shape,)
+        a, n = _int(addr, "addr"), _nbytes(tuple(shape), itemsize)
+        base, size = self.heap_base(), self.heap_size()
+        if a < base or a + n > base + size:
+            raise MoriError(MORI_ERANGE, "%s [%#x, +%d) leaves group %r's heap [%#x, +%d)" % (what, a, n, self.name,
+                                                                                               base, size))
 
 
 def join(name, rank, world_size, heap_size=0, heap_kind="host", gpu_device=-1, root=None, timeout_us=0,
@@ -385,9 +412,11 @@ def join(name, rank, world_size, heap_size=0, heap_kind="host", gpu_device=-1, r
     join and every later collective call (0: 30 s); runtime_dir: morid's (None: $MORI_RUNTIME_DIR,
     else /run/mori). MORI_EEXIST when a group of that name still lives; MORI_EINVAL when PEs disagree."""
     o = _opts(heap_size, heap_kind, gpu_device, root, timeout_us)
+    bname = _lib.as_bytes(name, "name")  # before the client: a bad name costs nothing
+    _rank(rank, "rank"), _rank(world_size, "world_size")
     c = _open_client(runtime_dir, "shmem:%s:%d" % (name, rank))
     g = ctypes.c_void_p()
-    rc = _L().mori_group_join(c, _lib.as_bytes(name, "name"), int(rank), int(world_size), ctypes.byref(o),
+    rc = _L().mori_group_join(c, bname, int(rank), int(world_size), ctypes.byref(o),
                               ctypes.byref(g))
     if rc < 0:
         msg = _lib.last_error()
@@ -414,6 +443,7 @@ def init_uid(uid, rank, world_size, heap_size=0, heap_kind="host", gpu_device=-1
     """join() by the unique id from get_unique_id (ROCm/mori ShmemInitAttr with a unique id)."""
     if not isinstance(uid, (bytes, bytearray)) or not 0 < len(uid) <= UID_BYTES:
         raise MoriError(MORI_EINVAL, "uid must be the 1..%d bytes get_unique_id returned" % UID_BYTES)
+    _rank(rank, "rank"), _rank(world_size, "world_size")
     o = _opts(heap_size, heap_kind, gpu_device, root, timeout_us)
     c = _open_client(runtime_dir, "shmem:uid:%d" % rank)
     g = ctypes.c_void_p()
