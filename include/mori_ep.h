@@ -225,7 +225,7 @@ MORI_API int mori_ep_layout_host(const mori_ep_config *cfg, const int32_t *indic
 MORI_API int mori_ep_status(mori_ep_handle *h, int clear);
 
 /* Kernels of a destroyed handle (a CUDA graph captured on it and replayed after mori_ep_destroy)
- * find the handle's generation retired in a process-wide table that is never freed, return at
+ * find the handle's generation retired in a per-device table that is never freed, return at
  * once without touching any buffer, and leave a record: this returns MORI_ESTALE naming the
  * generation (detail in mori_client_last_error(c); c may be NULL), or 0 when none ran. Scope:
  * this process, every handle; synchronise the replay's stream first; clear != 0 resets the record.

@@ -34,11 +34,12 @@
 #define MORI_EP_KMODE_LL 1     /* MORI_EP_LOW_LATENCY */
 #define MORI_EP_KDTYPE_BF16 1  /* MORI_EP_BF16 */
 
-/* The process-wide table of live handles (pinned host memory mapped into the GPU, allocated at the
- * first mori_ep_create and never freed, so a CUDA graph replayed after mori_ep_destroy still reads
- * valid memory): gen[slot] is the handle's generation while it lives, 0 after. Every EP kernel
- * reads its handle's entry first; on a mismatch it touches nothing else, records the generation
- * in late_gen / late_count (plain stores: host-mapped atomics are not portable) and returns. */
+/* The table of live handles, one per device in its memory (allocated at the device's first
+ * mori_ep_create in its primary context, which libmori keeps retained, and never freed, so a CUDA
+ * graph replayed after mori_ep_destroy still reads valid memory): gen[slot] is the handle's
+ * generation while it lives, 0 after (the host writes it). Every EP kernel reads its handle's
+ * entry first; on a mismatch it touches nothing else, records the generation in late_gen /
+ * late_count (plain stores, racing blocks may lose counts) and returns. */
 #define MORI_EP_LIVE_SLOTS 1024
 struct mori_ep_live {
 	uint64_t gen[MORI_EP_LIVE_SLOTS];

@@ -3,6 +3,7 @@
  * the data path: what it checks here is what it knows (shapes, token counts, call order, pointer
  * alignment); what only the GPU sees lands in the handle's status word (mori_ep_status). */
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,42 +84,70 @@ static int load_kernels(mori_ep_handle *h, int *sm)
 	return rc;
 }
 
-/* The live table (kernels/ep_kernels.h): process-lifetime, never freed, so kernels of a destroyed
- * handle (a replayed graph) read valid memory and return. Generations are never reused. */
+/* The live table (kernels/ep_kernels.h): one per device, in its memory (a kernel reads its word
+ * from L2; mapped host memory cost a PCIe read per block: LL dispatch at EP8 went from 117 to
+ * 1292 us on the H200), allocated at the device's first mori_ep_create in its primary context,
+ * which is retained for the process's life so the table is never freed. gen[] here is the host's
+ * copy (slots are shared by all devices); generations are never reused. */
+#define EP_LIVE_DEVS 64
 static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct mori_ep_live *live_host;
-static gpu_dptr live_dev;
+static struct live_dev {
+	gpu_dptr tab;                /* struct mori_ep_live on that device */
+	const struct gpu_api *api;
+	gpu_context ctx;             /* its primary context, retained, never released */
+} live_devs[EP_LIVE_DEVS];
+static uint64_t live_gen[MORI_EP_LIVE_SLOTS];
 static uint64_t live_next = 1;
+
+/* Word slot of h's device table := v, synchronously (visible to every later launch). */
+static int live_write(mori_ep_handle *h, int slot, uint64_t v)
+{
+	const struct live_dev *L = &live_devs[h->d->ordinal];
+	int rc = push(h);
+	if (rc)
+		return rc;
+	int r = h->api->memcpy_htod_async(L->tab + (gpu_dptr)slot * 8, &v, sizeof(v), NULL);
+	if (!r)
+		r = h->api->stream_synchronize(NULL);
+	gpu_pop(h->api);
+	char msg[200];
+	return (rc = gpu_err(r, "write the live table", msg, sizeof(msg))) ? set_error(h->g->c, rc, "EP: %s", msg) : 0;
+}
 
 static int live_enter(mori_ep_handle *h)
 {
 	mori_client *c = h->g->c;
 	char msg[200];
-	int rc = MORI_OK, r = 0;
+	int rc = MORI_OK, r = 0, ord = h->d ? h->d->ordinal : -1;
+	if (ord < 0 || ord >= EP_LIVE_DEVS)
+		return set_error(c, MORI_ENOTSUP, "EP create: device %d: at most %d devices", ord, EP_LIVE_DEVS);
 	pthread_mutex_lock(&live_mu);
-	if (!live_host && !(rc = push(h))) {
-		void *p = NULL;
-		r = h->api->mem_host_alloc(&p, sizeof(*live_host), GPU_MEMHOSTALLOC_PORTABLE | GPU_MEMHOSTALLOC_DEVICEMAP);
-		if (!r && (r = h->api->mem_host_get_device_pointer(&live_dev, p, 0)))
-			h->api->mem_free_host(p);
+	struct live_dev *L = &live_devs[ord];
+	if (!L->tab && !(rc = push(h))) {
+		gpu_context ctx = NULL;
+		gpu_dptr t = 0;
+		r = h->api->primary_ctx_retain(&ctx, h->d->dev);
+		if (!r && !(r = h->api->mem_alloc(&t, sizeof(struct mori_ep_live))))
+			r = h->api->memset_d8_async(t, 0, sizeof(struct mori_ep_live), NULL);
+		if (!r)
+			r = h->api->stream_synchronize(NULL);
 		gpu_pop(h->api);
-		if ((rc = gpu_err(r, "cuMemHostAlloc", msg, sizeof(msg))))
-			rc = set_error(c, rc, "EP create: the live table: %s", msg);
-		else {
-			memset(p, 0, sizeof(*live_host));
-			live_host = p;
-		}
+		if ((rc = gpu_err(r, "allocate the live table", msg, sizeof(msg))))
+			rc = set_error(c, rc, "EP create: %s", msg); /* a retained context or a block leaks: rare */
+		else
+			L->tab = t, L->api = h->api, L->ctx = ctx;
 	}
 	int slot = -1;
 	for (int i = 0; rc == MORI_OK && i < MORI_EP_LIVE_SLOTS && slot < 0; i++)
-		if (!live_host->gen[i])
+		if (!live_gen[i])
 			slot = i;
 	if (rc == MORI_OK && slot < 0)
 		rc = set_error(c, MORI_ENOMEM, "EP create: %d EP handles live in this process already", MORI_EP_LIVE_SLOTS);
 	if (rc == MORI_OK) {
 		h->live_slot = slot;
 		h->gen = live_next++;
-		__atomic_store_n(&live_host->gen[slot], h->gen, __ATOMIC_RELEASE);
+		if ((rc = live_write(h, slot, h->gen)) == MORI_OK)
+			live_gen[slot] = h->gen;
 	}
 	pthread_mutex_unlock(&live_mu);
 	return rc;
@@ -127,20 +156,40 @@ static int live_enter(mori_ep_handle *h)
 static void live_leave(mori_ep_handle *h)
 {
 	pthread_mutex_lock(&live_mu);
-	__atomic_store_n(&live_host->gen[h->live_slot], 0, __ATOMIC_SEQ_CST); /* later launches see it retired */
+	live_write(h, h->live_slot, 0); /* later launches see it retired */
+	live_gen[h->live_slot] = 0;
 	pthread_mutex_unlock(&live_mu);
 }
 
 int mori_ep_retired_status(mori_client *c, int clear)
 {
+	uint64_t g = 0, n = 0;
+	int err = 0;
 	pthread_mutex_lock(&live_mu);
-	uint64_t g = live_host ? __atomic_load_n(&live_host->late_gen, __ATOMIC_ACQUIRE) : 0;
-	uint64_t n = live_host ? __atomic_load_n(&live_host->late_count, __ATOMIC_ACQUIRE) : 0;
-	if (g && clear) {
-		__atomic_store_n(&live_host->late_gen, 0, __ATOMIC_RELEASE);
-		__atomic_store_n(&live_host->late_count, 0, __ATOMIC_RELEASE);
+	for (int d = 0; d < EP_LIVE_DEVS; d++) {
+		const struct live_dev *L = &live_devs[d];
+		uint64_t v[2] = {0, 0}; /* late_gen, late_count */
+		if (!L->tab || L->api->ctx_push_current(L->ctx))
+			continue;
+		gpu_dptr p = L->tab + offsetof(struct mori_ep_live, late_gen);
+		int r = L->api->memcpy_dtoh_async(v, p, sizeof(v), NULL);
+		if (!r)
+			r = L->api->stream_synchronize(NULL);
+		if (!r && clear && v[0])
+			r = L->api->memset_d8_async(p, 0, sizeof(v), NULL);
+		if (!r && clear && v[0])
+			r = L->api->stream_synchronize(NULL);
+		gpu_context tmp;
+		L->api->ctx_pop_current(&tmp);
+		err = err ? err : r;
+		if (v[0])
+			g = v[0], n += v[1];
 	}
 	pthread_mutex_unlock(&live_mu);
+	char msg[200];
+	int rc = gpu_err(err, "read the live table", msg, sizeof(msg));
+	if (rc)
+		return set_error(c, rc, "EP retired status: %s", msg);
 	if (!g)
 		return MORI_OK;
 	return set_error(c, MORI_ESTALE, "EP: kernels of destroyed handle generation %llu ran (%llu blocks; a graph "
@@ -298,7 +347,7 @@ static void fill(const mori_ep_handle *h, struct mori_ep_kargs *a, int slot, int
 	a->nblocks = h->cfg.block_num;
 	a->num_tokens = num_tokens;
 	a->scale_bytes = h->cfg.scale_dim * h->cfg.scale_type_size;
-	a->live = (uint64_t)live_dev;
+	a->live = (uint64_t)live_devs[h->d->ordinal].tab;
 	a->gen = h->gen;
 	a->live_slot = h->live_slot;
 }
