@@ -68,9 +68,16 @@ def main():
     if a.rank >= 0:
         pe(a)
         return 0
+    # each PE's output through its own pipe, printed in rank order (lines of processes sharing one
+    # pipe can interleave)
     procs = [subprocess.Popen([sys.executable, __file__, "--runtime-dir", a.runtime_dir, "--world-size",
-                               str(a.world_size), "--group", a.group, "--rank", str(r)]) for r in range(a.world_size)]
-    rcs = [q.wait(timeout=120) for q in procs]
+                               str(a.world_size), "--group", a.group, "--rank", str(r)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for r in range(a.world_size)]
+    outs = [q.communicate(timeout=120)[0] for q in procs]
+    rcs = [q.returncode for q in procs]
+    for out in outs:
+        sys.stdout.write(out if out.endswith("\n") or not out else out + "\n")
     print("example: %s" % ("ok" if not any(rcs) else "FAILED (exit codes %s)" % rcs))
     return 0 if not any(rcs) else 1
 
