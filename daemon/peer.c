@@ -5,18 +5,17 @@
  * in peer_client.c; transfer records in xfer.c; bytes in the transports (transport.h). */
 #include <errno.h>
 #include <nng/nng.h>
-#include <pthread.h>
 #include <nng/protocol/reqrep0/req.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "invariant.h"
 #include "log.h"
 #include "mstats.h"
 #include "peer_int.h"
+#include "svc/nng_close.h"
 
 static void rpc_kick(struct peer *p);
 static void peer_hello(struct peer *p);
@@ -320,88 +319,11 @@ static int peer_dial(struct peer *p)
 	return 0;
 }
 
-/* nng_close with a bound. nng 1.5.2 (Debian 12) now and then never returns from nng_close of a
- * socket whose pipe is being torn down (nng issues 1543, 1813: a missed wake-up in the pipe
- * close); seen about one stop in ten with proxy traffic. The close runs on a thread and the
- * caller waits at most PEER_CLOSE_WAIT_MS: a close stuck past that is left to finish (or to die
- * with the process at exit) and said once, rather than hanging the loop or a systemd stop. */
-#define PEER_CLOSE_WAIT_MS 1000
-struct nng_closer {
-	nng_socket s;
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	int done, refs; /* refs: the caller and the thread; the last to let go frees it */
-};
-
-static void closer_unref(struct nng_closer *c)
-{
-	pthread_mutex_lock(&c->lock);
-	int last = --c->refs == 0;
-	pthread_mutex_unlock(&c->lock);
-	if (last) {
-		pthread_mutex_destroy(&c->lock);
-		pthread_cond_destroy(&c->cond);
-		free(c);
-	}
-}
-
-static void *closer_run(void *arg)
-{
-	struct nng_closer *c = arg;
-	nng_close(c->s);
-	pthread_mutex_lock(&c->lock);
-	c->done = 1;
-	pthread_cond_signal(&c->cond);
-	pthread_mutex_unlock(&c->lock);
-	closer_unref(c);
-	return NULL;
-}
-
-void peer_nng_close(nng_socket s, const char *what)
-{
-	struct nng_closer *c = calloc(1, sizeof(*c));
-	pthread_t t;
-	pthread_condattr_t ca;
-	if (!c) {
-		nng_close(s); /* no memory for the bound: close unbounded */
-		return;
-	}
-	c->s = s;
-	c->refs = 2;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&c->cond, &ca);
-	pthread_condattr_destroy(&ca);
-	pthread_mutex_init(&c->lock, NULL);
-	if (pthread_create(&t, NULL, closer_run, c) != 0) {
-		c->refs = 1;
-		closer_unref(c);
-		nng_close(s);
-		return;
-	}
-	pthread_detach(t);
-	struct timespec until;
-	clock_gettime(CLOCK_MONOTONIC, &until);
-	until.tv_sec += PEER_CLOSE_WAIT_MS / 1000;
-	until.tv_nsec += (PEER_CLOSE_WAIT_MS % 1000) * 1000000L;
-	if (until.tv_nsec >= 1000000000L)
-		until.tv_sec++, until.tv_nsec -= 1000000000L;
-	pthread_mutex_lock(&c->lock);
-	while (!c->done && pthread_cond_timedwait(&c->cond, &c->lock, &until) != ETIMEDOUT)
-		;
-	int done = c->done;
-	pthread_mutex_unlock(&c->lock);
-	if (!done)
-		mlog_warn("peer", "closing %s: nng_close did not return within %d ms (nng 1.5.2's close deadlock, "
-			  "nng issue 1543); left behind", what, PEER_CLOSE_WAIT_MS);
-	closer_unref(c);
-}
-
 /* The request path closes with the peer (daemon stopping). */
 void peer_close_requests(struct peer *p)
 {
 	if (p->req_ok)
-		peer_nng_close(p->req, p->addr);
+		svc_nng_close(p->req, PEER_CLOSE_WAIT_MS, p->addr);
 	if (p->req_poll_on)
 		uv_close((uv_handle_t *)&p->req_poll, peer_poll_closed);
 	p->req_ok = p->req_poll_on = 0;

@@ -249,9 +249,8 @@ void peers_dirty(struct peers *P);   /* run the transports' flush before the loo
 void peer_unref(struct peer *p);
 /* Close p's request path (daemon stopping); its poll handle lets go of p when closed. */
 void peer_close_requests(struct peer *p);
-/* nng_close of s, waiting at most a second for it (nng 1.5.2 can deadlock in it); what names the
- * socket in the warning when it did not return. */
-void peer_nng_close(nng_socket s, const char *what);
+/* How long closing a peer socket may take (svc_nng_close: nng 1.5.2 can deadlock in nng_close). */
+#define PEER_CLOSE_WAIT_MS 1000
 /* A handle (a stream, a QP connection...) that holds P until its close callback. */
 void peers_hold(struct peers *P);
 void peers_release(struct peers *P);

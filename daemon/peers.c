@@ -10,6 +10,7 @@
 #include "mstats.h"
 #include "peer.h"
 #include "peer_int.h"
+#include "svc/nng_close.h"
 #include "region.h"
 
 static const char *state_name(enum pstate s)
@@ -348,7 +349,7 @@ void peers_stop(struct morid *d)
 	if (P->rep_ok) {
 		if (P->on)
 			uv_close((uv_handle_t *)&P->rep_poll, handle_closed);
-		peer_nng_close(P->rep, "the peer listener");
+		svc_nng_close(P->rep, PEER_CLOSE_WAIT_MS, "the peer listener");
 	}
 	P->on = 0;
 	peer_auth_stop(P);

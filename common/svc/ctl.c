@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "mori.h"
+#include "nng_close.h"
 
 void ctl_url(char *buf, size_t len, const char *runtime_dir)
 {
@@ -72,6 +73,8 @@ int ctl_call(const char *url, const Mori__Request *req, Mori__Reply **rep, int t
 	}
 	ret = MORI_OK;
 out:
-	nng_close(s);
+	/* bounded: a control client under load could otherwise hang in nng 1.5.2's close deadlock
+	 * after its answer came */
+	svc_nng_close(s, 1000, url);
 	return ret;
 }
