@@ -141,7 +141,7 @@ MORI_SHMEM_STATIC_ASSERT(sizeof(struct mori_shmem_preq) == 64, "proxy requests a
 struct mori_shmem_ctrl {
 	uint32_t magic;
 	uint32_t ring_entries;
-	volatile uint32_t abort;        /* enum mori_shmem_abort; written by morid only */
+	volatile uint32_t abort;        /* enum mori_shmem_abort; written by morid, and by libmori once when its session hangs up */
 	volatile int32_t abort_pe;      /* the PE that died, or -1 */
 	uint8_t pad0[48];
 	volatile uint64_t head;         /* next sequence the GPU claims (atomicAdd, system scope) */

@@ -126,8 +126,10 @@ MORI_API int mori_shmem_barrier_on_stream(mori_group *g, void *stream);
 MORI_API int mori_shmem_quiet_on_stream(mori_group *g, void *stream);
 
 /* 0 while the group is healthy; once the abort word is set: MORI_EPEERDEAD (a PE died: *pe names
- * it), MORI_ECANCELED (torn down: a PE left, *pe names it, or its root daemon or this node's
- * morid went away: -1; libmori sets that itself when its session hangs up) or
+ * it; also when a node holding PEs of the group, the root's included, goes down: *pe names one
+ * of its PEs), MORI_ECANCELED (torn down: a PE left, *pe names it, or a message to the root
+ * daemon failed or this node's morid went away: -1; libmori sets that itself when its session
+ * hangs up) or
  * MORI_ETIMEDOUT (a collective call missed its deadline: *pe names the first PE that never made
  * it). pe may be NULL (-1 while healthy). */
 MORI_API int mori_shmem_status(const mori_group *g, int *pe);
