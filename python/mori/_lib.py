@@ -15,7 +15,7 @@ import ctypes
 import os
 import threading
 
-from .errors import MoriError, MORI_EINVAL, MORI_ENOENT
+from .errors import MoriError, MORI_EINVAL, MORI_ENOENT, MORI_ENOTSUP
 
 _here = os.path.dirname(os.path.abspath(__file__))
 
@@ -146,6 +146,28 @@ def load():
             return lib
         raise MoriError(MORI_ENOENT, "libmori not found; tried: " + "; ".join(tried) +
                         " (set MORI_LIB to its path)")
+
+
+_bound = set()  # names of the prototype tables bind() has set on the loaded libmori
+
+
+def bind(what, protos):
+    """libmori with the prototypes of one module's table (name -> (restype, argtypes)) set, once
+    per table; MoriError(MORI_ENOTSUP) naming what the library lacks when it is older than the
+    module (`what`: the feature, e.g. "MORI-SHMEM")."""
+    lib = load()
+    if what in _bound:
+        return lib
+    with _lock:
+        if what not in _bound:
+            missing = [n for n in protos if not hasattr(lib, n)]
+            if missing:
+                raise MoriError(MORI_ENOTSUP, "%s has no %s (lacks %s)" % (_lib_path, what, ", ".join(missing)))
+            for name, (res, args) in protos.items():
+                f = getattr(lib, name)
+                f.restype, f.argtypes = res, args
+            _bound.add(what)
+    return lib
 
 
 def path():

@@ -60,21 +60,10 @@ _PROTOS = {
     "mori_broadcast": (_I, [_P, _P, _P, _SZ, _I, _I, _P]),
     "mori_dtype_size": (_SZ, [_I]),
 }
-_ready = False
 
 
 def _L():
-    global _ready
-    lib = _lib.load()
-    if not _ready:
-        missing = [n for n in _PROTOS if not hasattr(lib, n)]
-        if missing:
-            raise MoriError(-16, "%s has no MORI-CCL (lacks %s)" % (_lib.path(), ", ".join(missing)))
-        for name, (res, args) in _PROTOS.items():
-            f = getattr(lib, name)
-            f.restype, f.argtypes = res, args
-        _ready = True
-    return lib
+    return _lib.bind("MORI-CCL", _PROTOS)
 
 
 def _dtype(dt):

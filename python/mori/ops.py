@@ -21,7 +21,6 @@ Errors raise mori.MoriError with the MORI_E* code and libmori's message.
 import collections
 import ctypes
 import enum
-import threading
 from dataclasses import dataclass
 
 from . import _lib, shmem
@@ -93,25 +92,10 @@ _PROTOS = {
     "mori_ep_retired_status": (_I, [_P, _I]),
     "mori_ep_tuning_lookup": (_I, [ctypes.POINTER(_Config), ctypes.c_char_p, _I, ctypes.c_char_p, ctypes.c_size_t]),
 }
-_lock = threading.Lock()
-_ready = False
 
 
 def _L():
-    global _ready
-    lib = _lib.load()
-    if _ready:
-        return lib
-    with _lock:
-        if not _ready:
-            missing = [n for n in _PROTOS if not hasattr(lib, n)]
-            if missing:
-                raise MoriError(MORI_ENOTSUP, "%s has no MORI-EP (lacks %s)" % (_lib.path(), ", ".join(missing)))
-            for n, (res, args) in _PROTOS.items():
-                f = getattr(lib, n)
-                f.restype, f.argtypes = res, args
-            _ready = True
-    return lib
+    return _lib.bind("MORI-EP", _PROTOS)
 
 
 @dataclass

@@ -33,7 +33,6 @@ leave(): tensors made by tensor() must not outlive it.
 import ctypes
 import os
 import sys
-import threading
 
 from . import _lib
 from .errors import MoriError, MORI_EINVAL, MORI_ENOTSUP, MORI_ERANGE
@@ -83,27 +82,9 @@ _PROTOS = {
     "mori_shmem_module_init": (_I, [_P, _P]),
 }
 
-_lock = threading.Lock()
-_ready = False
-
-
 def _L():
     """libmori with this module's prototypes set (once)."""
-    global _ready
-    lib = _lib.load()
-    if _ready:
-        return lib
-    with _lock:
-        if not _ready:
-            missing = [n for n in _PROTOS if not hasattr(lib, n)]
-            if missing:
-                raise MoriError(MORI_ENOTSUP, "%s has no MORI-SHMEM (lacks %s)" % (_lib.path(), ", ".join(missing)))
-            for name, (res, args) in _PROTOS.items():
-                f = getattr(lib, name)
-                f.restype = res
-                f.argtypes = args
-            _ready = True
-    return lib
+    return _lib.bind("MORI-SHMEM", _PROTOS)
 
 
 def _kind(k):
