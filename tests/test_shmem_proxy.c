@@ -18,6 +18,7 @@
 
 #include "harness.h"
 #include "node_harness.h"
+#include "pe_harness.h"
 #include "mori.h"
 #include "mori_shmem.h"
 #include "shmem_layout.h"
@@ -57,7 +58,7 @@ static void teardown(void)
 /* ---- PEs: forked processes ---- */
 
 struct shared {
-	char msg[MAXPE][600];
+	char msg[MAXPE][PE_MSG_LEN];
 	uint8_t seen[MAXPE * 4096];   /* fetch-add: each value fetched once */
 	volatile int stage;
 	volatile uint64_t kill_us;    /* when the parent killed morid B (CLOCK_MONOTONIC) */
@@ -65,61 +66,14 @@ struct shared {
 	double figures[8];
 };
 static struct shared *SH;
-typedef int (*pe_fn)(int pe, int n, void *arg);
-
-#define PCHECK(pe, cond, ...)                                                                    \
-	do {                                                                                     \
-		if (!(cond)) {                                                                   \
-			int _o = snprintf(SH->msg[pe], sizeof(SH->msg[pe]), "PE %d line %d: %s: ", pe, \
-					  __LINE__, #cond);                                      \
-			snprintf(SH->msg[pe] + _o, sizeof(SH->msg[pe]) - (size_t)_o, __VA_ARGS__);     \
-			return __LINE__;                                                          \
-		}                                                                                \
-	} while (0)
-#define POK(pe, x)                                                                               \
-	do {                                                                                     \
-		int _r = (x);                                                                    \
-		PCHECK(pe, _r == MORI_OK, "%s (%s)", mori_strerror(_r), mori_client_last_error(NULL)); \
-	} while (0)
-
 static struct test_node *node_of(int pe) { return pe & 1 ? &NB : &NA; }
-
-static void run_pes(int n, pe_fn fn, void *arg, int timeout_s)
-{
-	pid_t pids[MAXPE];
-	memset(SH->msg, 0, sizeof(SH->msg));
-	for (int i = 0; i < n; i++) {
-		pids[i] = fork();
-		ck_assert_int_ge(pids[i], 0);
-		if (pids[i] == 0) {
-			alarm((unsigned)timeout_s);
-			prctl(PR_SET_PDEATHSIG, SIGKILL);
-			_exit(fn(i, n, arg) ? 1 : 0);
-		}
-	}
-	char why[3000] = "";
-	size_t o = 0;
-	int bad = 0;
-	for (int i = 0; i < n; i++) {
-		int st;
-		ck_assert_int_eq(waitpid(pids[i], &st, 0), pids[i]);
-		if (WIFEXITED(st) && WEXITSTATUS(st) == 0)
-			continue;
-		bad++;
-		o += (size_t)snprintf(why + o, sizeof(why) - o, "[PE %d %s %d: %s] ", i,
-				      WIFSIGNALED(st) ? "signal" : "exit", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st),
-				      SH->msg[i][0] ? SH->msg[i] : "-");
-		if (o >= sizeof(why))
-			o = sizeof(why) - 1;
-	}
-	ck_assert_msg(bad == 0, "%d of %d PEs failed: %s", bad, n, why);
-}
 
 static void shared_setup(void)
 {
 	SH = mmap(NULL, sizeof(*SH), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	ck_assert_ptr_ne(SH, MAP_FAILED);
 	memset(SH, 0, sizeof(*SH));
+	pe_msg = SH->msg; /* tests/pe_harness.h: where the PEs say why they failed */
 }
 
 struct pe {
@@ -331,7 +285,7 @@ static int pe_rma(int pe, int n, void *arg)
 
 START_TEST(puts_gets)
 {
-	run_pes(4, pe_rma, NULL, 120);
+	pe_run_all(4, pe_rma, NULL, 120, 0);
 	printf("puts/gets: 4 PEs on 2 morids, %d puts each (1 B..192 KiB) to the 3 others through a 64-entry ring, "
 	       "every byte checked: PE 0 at %.0f requests/s\n", NPUTS * 3, SH->figures[0]);
 }
@@ -412,7 +366,7 @@ static int pe_signal(int pe, int n, void *arg)
 
 START_TEST(put_signal)
 {
-	run_pes(2, pe_signal, NULL, 60);
+	pe_run_all(2, pe_signal, NULL, 60, 0);
 	printf("put+signal: %d rounds A -> B (1 B..24 KiB: in the signal's message and as transfers), SET and ADD, the round's bytes there whenever its signal was: "
 	       "%.1f us a round posted back to back\n", ROUNDS, SH->figures[1]);
 }
@@ -514,7 +468,7 @@ static int pe_amo(int pe, int n, void *arg)
 
 START_TEST(atomics)
 {
-	run_pes(4, pe_amo, NULL, 120);
+	pe_run_all(4, pe_amo, NULL, 120, 0);
 	printf("atomics: 3 PEs x %d fetch-adds (64- and 32-bit) and non-fetch adds on PE 1 (2 across the daemons, "
 	       "1 through morid's local path): exact totals, every value once; %d ops against a model; PE 0: %.0f us "
 	       "an atomic\n", NFADD, NSTEPS, SH->figures[2]);
@@ -581,7 +535,7 @@ static int pe_full(int pe, int n, void *arg)
 
 START_TEST(full_ring)
 {
-	run_pes(2, pe_full, NULL, 90);
+	pe_run_all(2, pe_full, NULL, 90, 0);
 	printf("full ring: %d puts of 8 B through a 64-entry ring (found full %.0f times), every one checked: %.0f "
 	       "requests/s; one put waited for: %.0f us back to back, %.0f us after 20 ms idle\n",
 	       SH->stage, SH->figures[5], SH->figures[4], SH->figures[6], SH->figures[7]);
@@ -658,7 +612,7 @@ static int pe_bad(int pe, int n, void *arg)
 START_TEST(malformed)
 {
 	for (int i = 0; i < NBAD; i++)
-		run_pes(2, pe_bad, (void *)&bads[i], 30);
+		pe_run_all(2, pe_bad, (void *)&bads[i], 30, 0);
 	printf("malformed: %d kinds of bad request, each answered with its code; the good requests after each "
 	       "still done; both morids stop cleanly\n", NBAD);
 }
