@@ -355,7 +355,7 @@ static int in_window(const mori_comm *k, const void *p, uint64_t len)
 	if (off < 0)
 		return 0;
 	for (const struct mori_window *w = k->wins; w; w = w->next)
-		if ((uint64_t)off >= w->off && (uint64_t)off + len <= w->off + w->bytes)
+		if ((uint64_t)off >= w->off && (uint64_t)off - w->off <= w->bytes && len <= w->bytes - ((uint64_t)off - w->off))
 			return 1;
 	return 0;
 }
@@ -395,14 +395,27 @@ static int extent(mori_comm *k, const void *p, uint64_t len, const char *what)
 	int64_t off = mori_shmem_offset(k->g, p);
 	if (off < 0)
 		return MORI_OK;
-	if ((uint64_t)off + len > k->g->heap_size)
-		return set_error(k->c, MORI_ERANGE, "collective: %s runs %llu bytes past the end of the heap", what,
-				 (unsigned long long)((uint64_t)off + len - k->g->heap_size));
+	if (len > k->g->heap_size - (uint64_t)off)
+		return set_error(k->c, MORI_ERANGE, "collective: %s (%llu bytes at heap offset %lld) runs past the end "
+						     "of the heap (%llu bytes)", what, (unsigned long long)len, (long long)off,
+				 (unsigned long long)k->g->heap_size);
 	for (const struct mori_window *w = k->wins; w; w = w->next)
-		if ((uint64_t)off >= w->off && (uint64_t)off < w->off + w->bytes && (uint64_t)off + len > w->off + w->bytes)
+		if ((uint64_t)off >= w->off && (uint64_t)off - w->off < w->bytes && len > w->bytes - ((uint64_t)off - w->off))
 			return set_error(k->c, MORI_ERANGE, "collective: %s (%llu bytes) runs past the end of its window "
 							     "(%llu bytes at heap offset %llu)", what, (unsigned long long)len,
 					 (unsigned long long)w->bytes, (unsigned long long)w->off);
+	return MORI_OK;
+}
+
+/* count elements of es bytes, times mult (the ranks), in bytes; MORI_ERANGE when that overflows
+ * (a count near SIZE_MAX must be refused, not wrap to a small length that passes the checks). */
+static int bytes_of(mori_comm *k, size_t count, size_t es, uint64_t mult, uint64_t *out, const char *what)
+{
+	uint64_t b;
+	if (__builtin_mul_overflow((uint64_t)count, (uint64_t)es, &b) || __builtin_mul_overflow(b, mult, out) ||
+	    *out > (uint64_t)INT64_MAX)
+		return set_error(k->c, MORI_ERANGE, "%s: count %zu of %zu-byte elements%s overflows a byte length", what,
+				 count, es, mult > 1 ? " times the ranks" : "");
 	return MORI_OK;
 }
 
@@ -412,8 +425,8 @@ static int run(mori_comm *k, struct coll_call *cc, uint64_t src_len, uint64_t ds
 	if (rc || (rc = extent(k, cc->dst, dst_len, "recvbuf")))
 		return rc;
 	/* peers read src in place when it is a window, unless this rank also writes over it */
-	const uint8_t *s = cc->src, *d = cc->dst;
-	int overlap = s < d + dst_len && d < s + src_len;
+	uintptr_t s = (uintptr_t)cc->src, d = (uintptr_t)cc->dst; /* integers: no pointer overflow on huge lengths */
+	int overlap = (s >= d && s - d < dst_len) || (d >= s && d - s < src_len);
 	/* (in place, all-gather's src sits at a different offset on each rank: staged) */
 	cc->src_win = in_window(k, cc->src, src_len) &&
 		      (!overlap || cc->kind == MORI_COLL_K_AR_TWOSHOT || cc->kind == MORI_COLL_K_REDSCAT ||
@@ -432,13 +445,14 @@ int mori_allreduce(mori_comm *k, const void *src, void *dst, size_t count, mori_
 {
 	size_t es;
 	int rc = check(k, src, dst, dt, 1, op, &es);
-	if (rc || !count)
+	uint64_t len = 0;
+	if (rc || !count || (rc = bytes_of(k, count, es, 1, &len, "allreduce")))
 		return rc;
-	int a = pick(k, CO_ALLREDUCE, (uint64_t)count * es);
+	int a = pick(k, CO_ALLREDUCE, len);
 	struct coll_call cc = {.kind = a == MORI_COLL_ONESHOT ? MORI_COLL_K_AR_ONESHOT : MORI_COLL_K_AR_TWOSHOT,
 			       .algo = a, .dtype = dt, .op = op, .es = es, .src = src, .dst = dst, .count = count,
 			       .stream = stream};
-	return run(k, &cc, count * es, count * es, CO_ALLREDUCE);
+	return run(k, &cc, len, len, CO_ALLREDUCE);
 }
 
 int mori_reducescatter(mori_comm *k, const void *src, void *dst, size_t count, mori_dtype dt, mori_redop op,
@@ -446,48 +460,54 @@ int mori_reducescatter(mori_comm *k, const void *src, void *dst, size_t count, m
 {
 	size_t es;
 	int rc = check(k, src, dst, dt, 1, op, &es);
-	if (rc || !count)
+	uint64_t len = 0, all = 0;
+	if (rc || !count || (rc = bytes_of(k, count, es, 1, &len, "reducescatter")) ||
+	    (rc = bytes_of(k, count, es, (uint64_t)k->n, &all, "reducescatter")))
 		return rc;
 	struct coll_call cc = {.kind = MORI_COLL_K_REDSCAT, .algo = MORI_COLL_KERNEL, .dtype = dt, .op = op, .es = es,
 			       .src = src, .dst = dst, .count = count, .stream = stream};
-	return run(k, &cc, count * es * (size_t)k->n, count * es, CO_REDSCAT);
+	return run(k, &cc, all, len, CO_REDSCAT);
 }
 
 int mori_allgather(mori_comm *k, const void *src, void *dst, size_t count, mori_dtype dt, void *stream)
 {
 	size_t es;
 	int rc = check(k, src, dst, dt, 0, MORI_SUM, &es);
-	if (rc || !count)
+	uint64_t len = 0, all = 0;
+	if (rc || !count || (rc = bytes_of(k, count, es, 1, &len, "allgather")) ||
+	    (rc = bytes_of(k, count, es, (uint64_t)k->n, &all, "allgather")))
 		return rc;
-	struct coll_call cc = {.kind = MORI_COLL_K_ALLGATHER, .algo = pick(k, CO_ALLGATHER, count * es * (uint64_t)k->n),
+	struct coll_call cc = {.kind = MORI_COLL_K_ALLGATHER, .algo = pick(k, CO_ALLGATHER, all),
 			       .dtype = dt, .es = es, .src = src, .dst = dst, .count = count, .stream = stream};
-	return run(k, &cc, count * es, count * es * (size_t)k->n, CO_ALLGATHER);
+	return run(k, &cc, len, all, CO_ALLGATHER);
 }
 
 int mori_alltoall(mori_comm *k, const void *src, void *dst, size_t count, mori_dtype dt, void *stream)
 {
 	size_t es;
 	int rc = check(k, src, dst, dt, 0, MORI_SUM, &es);
-	if (rc || !count)
+	uint64_t all = 0;
+	if (rc || !count || (rc = bytes_of(k, count, es, (uint64_t)k->n, &all, "alltoall")))
 		return rc;
-	struct coll_call cc = {.kind = MORI_COLL_K_ALLTOALL, .algo = pick(k, CO_ALLTOALL, count * es * (uint64_t)k->n),
+	struct coll_call cc = {.kind = MORI_COLL_K_ALLTOALL, .algo = pick(k, CO_ALLTOALL, all),
 			       .dtype = dt, .es = es, .src = src, .dst = dst, .count = count, .stream = stream};
-	return run(k, &cc, count * es * (size_t)k->n, count * es * (size_t)k->n, CO_ALLTOALL);
+	return run(k, &cc, all, all, CO_ALLTOALL);
 }
 
 int mori_broadcast(mori_comm *k, const void *src, void *dst, size_t count, mori_dtype dt, int root, void *stream)
 {
 	size_t es;
 	int rc = check(k, src ? src : dst, dst, dt, 0, MORI_SUM, &es);
-	if (rc || !count)
+	uint64_t len = 0;
+	if (rc || !count || (rc = bytes_of(k, count, es, 1, &len, "broadcast")))
 		return rc;
 	if (root < 0 || root >= k->n)
 		return set_error(k->c, MORI_EINVAL, "broadcast: root %d out of range (size %d)", root, k->n);
 	if (!src)
 		src = dst;
-	struct coll_call cc = {.kind = MORI_COLL_K_BCAST, .algo = pick(k, CO_BCAST, count * es), .dtype = dt, .es = es,
+	struct coll_call cc = {.kind = MORI_COLL_K_BCAST, .algo = pick(k, CO_BCAST, len), .dtype = dt, .es = es,
 			       .src = src, .dst = dst, .count = count, .root = root, .stream = stream};
-	return run(k, &cc, count * es, count * es, CO_BCAST);
+	return run(k, &cc, len, len, CO_BCAST);
 }
 
 int mori_alltoallv(mori_comm *k, const void *src, const size_t *scount, const size_t *sdispl, void *dst,
@@ -501,15 +521,19 @@ int mori_alltoallv(mori_comm *k, const void *src, const size_t *scount, const si
 		return set_error(k->c, MORI_EINVAL, "alltoallv: NULL count or displacement array");
 	uint64_t slen = 0, rlen = 0;
 	for (int r = 0; r < k->n; r++) {
-		if (sdispl[r] + scount[r] > slen)
-			slen = sdispl[r] + scount[r];
-		if (rdispl[r] + rcount[r] > rlen)
-			rlen = rdispl[r] + rcount[r];
+		uint64_t se, re;
+		if (__builtin_add_overflow((uint64_t)sdispl[r], (uint64_t)scount[r], &se) ||
+		    __builtin_add_overflow((uint64_t)rdispl[r], (uint64_t)rcount[r], &re))
+			return set_error(k->c, MORI_ERANGE, "alltoallv: rank %d's displacement plus count overflows", r);
+		slen = se > slen ? se : slen;
+		rlen = re > rlen ? re : rlen;
 	}
+	if ((rc = bytes_of(k, slen, es, 1, &slen, "alltoallv")) || (rc = bytes_of(k, rlen, es, 1, &rlen, "alltoallv")))
+		return rc;
 	if (src == dst)
 		return set_error(k->c, MORI_EINVAL, "alltoallv: in place is not supported");
 	struct coll_call cc = {.kind = MORI_COLL_K_ALLTOALLV, .algo = MORI_COLL_KERNEL, .dtype = dt, .es = es, .src = src,
 			       .dst = dst, .scount = scount, .sdispl = sdispl, .rcount = rcount, .rdispl = rdispl,
 			       .stream = stream};
-	return run(k, &cc, slen * es, rlen * es, CO_ALLTOALL);
+	return run(k, &cc, slen, rlen, CO_ALLTOALL);
 }

@@ -221,6 +221,21 @@ static int pe_faults(int pe, int n, void *arg)
 	PCHECK(pe, mori_allreduce(k, x, y, 16, MORI_FLOAT32, (mori_redop)1, NULL) == MORI_EINVAL, "op 1 accepted");
 	PCHECK(pe, mori_allreduce(k, NULL, y, 16, MORI_FLOAT32, MORI_SUM, NULL) == MORI_EINVAL, "NULL accepted");
 	PCHECK(pe, mori_broadcast(k, x, y, 16, MORI_FLOAT32, n, NULL) == MORI_EINVAL, "root %d accepted", n);
+	/* counts whose byte length overflows: refused, not wrapped to a small length */
+	PCHECK(pe, mori_allreduce(k, x, y, SIZE_MAX, MORI_FLOAT32, MORI_SUM, NULL) == MORI_ERANGE &&
+		       strstr(mori_client_last_error(c), "overflows"), "allreduce count SIZE_MAX: %s",
+	       mori_client_last_error(c));
+	PCHECK(pe, mori_allgather(k, x, y, SIZE_MAX / 4 + 1, MORI_UINT8, NULL) == MORI_ERANGE, "allgather x ranks wraps");
+	PCHECK(pe, mori_alltoall(k, x, y, (size_t)1 << 62, MORI_UINT8, NULL) == MORI_ERANGE, "alltoall x ranks wraps");
+	PCHECK(pe, mori_reducescatter(k, x, y, SIZE_MAX / 2, MORI_FLOAT16, MORI_SUM, NULL) == MORI_ERANGE,
+	       "reducescatter wraps");
+	PCHECK(pe, mori_broadcast(k, x, y, SIZE_MAX / 2 + 1, MORI_FLOAT16, 0, NULL) == MORI_ERANGE, "broadcast wraps");
+	{
+		size_t cnt[8] = {0}, dsp[8] = {0};
+		cnt[0] = 16, dsp[0] = SIZE_MAX - 8; /* displacement + count wraps past zero */
+		PCHECK(pe, mori_alltoallv(k, x, cnt, dsp, y, cnt, dsp, MORI_UINT8, NULL) == MORI_ERANGE,
+		       "alltoallv displacement wraps: %s", mori_client_last_error(c));
+	}
 	PCHECK(pe, mori_comm_set_algo(k, "allreduce=ce") == MORI_EINVAL, "allreduce=ce accepted");
 	PCHECK(pe, mori_comm_set_algo(k, "bogus=kernel") == MORI_EINVAL, "bogus accepted");
 	POK(pe, mori_allreduce(k, x, y, 16, MORI_FLOAT32, MORI_SUM, NULL));
