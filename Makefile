@@ -154,8 +154,9 @@ $(B)/tests/test_gpu_coll: $(B)/obj/tests/test_gpu_coll.o $(B)/obj/kernels/collte
 # mori-bench coll (tools/bench_coll.c: MORI-CCL, issue 15) and its GEMM kernel.
 $(B)/kernels/collbench_image.c: $(B)/kernels/mori_kernels.c ; @:
 $(B)/mori-bench: $(B)/obj/tools/bench_coll.o $(B)/obj/kernels/collbench_image.o
-# mori-bench shmem (tools/bench_shmem.c) and its kernels.
-$(B)/mori-bench: $(B)/obj/tools/mori-bench.o $(B)/obj/tools/bench_shmem.o $(B)/obj/kernels/shmembench_image.o \
+# mori-bench shmem (tools/bench_shmem.c) and its kernels; --proxy: tools/bench_shmem_proxy.c (no GPU).
+$(B)/mori-bench: $(B)/obj/tools/mori-bench.o $(B)/obj/tools/bench_shmem.o $(B)/obj/tools/bench_shmem_proxy.o \
+		$(B)/obj/kernels/shmembench_image.o \
 		$(B)/libmori-svc.a $(B)/libmori.a
 	@echo "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(B)/libmori-svc.a $(B)/libmori.a $(PKG_LIBS) -lm

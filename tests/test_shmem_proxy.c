@@ -22,6 +22,7 @@
 #include "mori.h"
 #include "mori_shmem.h"
 #include "shmem_layout.h"
+#include "shmem_ring_host.h"
 
 #define HEAP (8u << 20)
 #define MAXPE 4
@@ -100,98 +101,42 @@ static int join(int pe, int n, const char *name, struct pe *e)
 	return 0;
 }
 
-/* ---- the kernel's side of the ring, as kernels/mori_shmem.cuh does it ---- */
-
-static uint64_t now_us(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
+/* ---- the kernel's side of the ring: common/shmem_ring_host.h, as kernels/mori_shmem.cuh does it ---- */
 
 #define WAIT_US 15000000ull /* no wait of the test longer: the proxy must answer well before */
 
-/* A GPU's spin costs the host nothing; these PEs' spins must leave the 2 CPUs to the daemons. */
-static void backoff(unsigned *i)
-{
-	if (++*i < 64)
-		sched_yield();
-	else
-		usleep(20);
-}
+static uint64_t now_us(void) { return shmem_ring_now_us(); }
+static int aborted(const struct mori_shmem_ctrl *c) { return shmem_ring_aborted(c); }
 
-static int aborted(const struct mori_shmem_ctrl *c)
+static struct shmem_ring_pe ring_of(const struct pe *e)
 {
-	uint32_t a = __atomic_load_n(&c->abort, __ATOMIC_ACQUIRE);
-	return a == MORI_SHMEM_ABORT_NONE ? 0 : a == MORI_SHMEM_ABORT_PEER_DEAD ? MORI_EPEERDEAD
-						 : a == MORI_SHMEM_ABORT_TIMEOUT ? MORI_ETIMEDOUT : MORI_ECANCELED;
+	return (struct shmem_ring_pe){.ctrl = e->st->ctrl, .ring = e->st->ring, .heap = e->heap, .my_pe = e->st->my_pe,
+				      .wait_us = WAIT_US};
 }
 
 static int post(struct pe *e, uint16_t op, uint8_t amo, uint8_t width, int pe, uint64_t dst, uint64_t src, uint64_t len,
 		uint64_t sig, uint64_t value, uint64_t cmp, uint64_t *seq_out)
 {
-	struct mori_shmem_ctrl *c = e->st->ctrl;
-	uint32_t n = c->ring_entries;
-	*(volatile uint64_t *)(e->heap + MORI_SHMEM_OFF_PROXY_USED) = 1;
-	uint64_t seq = __atomic_fetch_add((uint64_t *)&c->head, 1, __ATOMIC_SEQ_CST);
-	uint64_t t0 = now_us();
-	unsigned spins = 0;
-	while (seq - __atomic_load_n(&c->done, __ATOMIC_RELAXED) >= n) {
-		int rc = aborted(c);
-		if (rc)
-			return rc;
-		if (now_us() - t0 > WAIT_US)
-			return MORI_ETIMEDOUT;
-		backoff(&spins);
-	}
-	__atomic_thread_fence(__ATOMIC_ACQUIRE);
-	volatile uint64_t *w = (volatile uint64_t *)&e->st->ring[seq & (n - 1)];
-	w[1] = (uint32_t)pe;
-	w[2] = dst;
-	w[3] = src;
-	w[4] = len;
-	w[5] = sig;
-	w[6] = value;
-	w[7] = cmp;
-	uint64_t first = (uint64_t)(uint32_t)(seq + 1) | (uint64_t)op << 32 | (uint64_t)amo << 48 | (uint64_t)width << 56;
-	__atomic_store_n((uint64_t *)w, first, __ATOMIC_RELEASE);
-	if (seq_out)
-		*seq_out = seq;
-	return 0;
+	struct shmem_ring_pe r = ring_of(e);
+	return shmem_ring_post(&r, op, amo, width, pe, dst, src, len, sig, value, cmp, seq_out);
 }
 
 static int wait_seq(struct pe *e, uint64_t seq)
 {
-	struct mori_shmem_ctrl *c = e->st->ctrl;
-	uint64_t t0 = now_us();
-	unsigned spins = 0;
-	while (__atomic_load_n(&c->done, __ATOMIC_ACQUIRE) <= seq) {
-		int rc = aborted(c);
-		if (rc)
-			return rc;
-		if (now_us() - t0 > WAIT_US)
-			return MORI_ETIMEDOUT;
-		backoff(&spins);
-	}
-	return c->error;
+	struct shmem_ring_pe r = ring_of(e);
+	return shmem_ring_wait(&r, seq);
 }
 
 static int quiet(struct pe *e)
 {
-	uint64_t seq;
-	int rc = post(e, MORI_SHMEM_OP_QUIET, 0, 0, e->st->my_pe, 0, 0, 0, 0, 0, 0, &seq);
-	return rc ? rc : wait_seq(e, seq);
+	struct shmem_ring_pe r = ring_of(e);
+	return shmem_ring_quiet(&r);
 }
 
-/* A fetching atomic through result slot `slot`, as amo_proxy_fetch does. */
 static int amo_fetch(struct pe *e, int code, int width, int pe, uint64_t off, uint64_t v, uint64_t cmp, uint64_t *old)
 {
-	uint64_t seq, src = MORI_SHMEM_OFF_AMO_VALUE;
-	int rc = post(e, MORI_SHMEM_OP_AMO, (uint8_t)(code | MORI_SHMEM_AMO_FETCH), (uint8_t)width, pe, off, src, 0, 0, v,
-		      cmp, &seq);
-	if (!rc && !(rc = wait_seq(e, seq)))
-		*old = __atomic_load_n((uint64_t *)(e->heap + src), __ATOMIC_ACQUIRE);
-	return rc;
+	struct shmem_ring_pe r = ring_of(e);
+	return shmem_ring_amo_fetch(&r, code, width, pe, off, v, cmp, old);
 }
 
 static uint8_t pattern(int from, int to, uint64_t off, uint64_t salt)

@@ -415,17 +415,23 @@ static void report(const struct results *r, int nv)
 	}
 }
 
+int bench_shmem_proxy_main(int argc, char **argv); /* tools/bench_shmem_proxy.c */
+
 int bench_shmem_main(int argc, char **argv)
 {
 	const char *nvshmem = NULL;
 	int reps = 200;
+	for (int i = 2; i < argc; i++)
+		if (!strcmp(argv[i], "--proxy"))
+			return bench_shmem_proxy_main(argc, argv); /* the proxy path, no GPU */
 	for (int i = 2; i < argc; i++) {
 		if (!strcmp(argv[i], "--nvshmem") && i + 1 < argc)
 			nvshmem = argv[++i];
 		else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
 			reps = atoi(argv[++i]);
 		else {
-			fprintf(stderr, "usage: mori-bench shmem [--nvshmem PATH/bench_nvshmem] [--reps 200]\n");
+			fprintf(stderr, "usage: mori-bench shmem [--nvshmem PATH/bench_nvshmem] [--reps 200]\n"
+					"       mori-bench shmem --proxy [--help]   (the proxy path, no GPU)\n");
 			return 2;
 		}
 	}
