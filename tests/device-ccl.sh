@@ -13,51 +13,22 @@
 # Logs to $OUT/log (or /tmp/device-ccl/log); a summary ends the output.
 set -u
 cd "$(dirname "$0")/.."
-BUNDLE=bundle/ccl
+. tests/devicelib.bash
+BUNDLE=${CCL_BUNDLE:-bundle/ccl}
 
 if [ "${1:-}" = bundle ]; then
 	set -e
 	B=${B:-build}
 	make -j2 B="$B" "$B/mori-bench" "$B/tests/test_gpu_coll" "$B/morid" >/dev/null
-	rm -rf "$BUNDLE"
-	/work/shared/tools/device-bundle "$BUNDLE" "$B/mori-bench" "$B/tests/test_gpu_coll" "$B/morid"
+	dev_bundle "$BUNDLE" "$B/mori-bench" "$B/tests/test_gpu_coll" "$B/morid"
 	du -sh "$BUNDLE"
 	exit 0
 fi
 [ "${1:-}" = run ] || { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 shift
 parts=${*:-test bench}
-export LD_LIBRARY_PATH=$PWD/$BUNDLE/lib
-BIN=$PWD/$BUNDLE/bin
-O=${OUT:-/tmp/device-ccl}
-mkdir -p "$O"
-exec > >(tee "$O/log") 2>&1
-SUM=$O/summary
-: > "$SUM"
-export NVSHMEM_DISABLE_NVLS=1 NCCL_NVLS_ENABLE=0 # never NVLink multicast
-MPS= MPID=
-mps_start() {
-	command -v nvidia-cuda-mps-control >/dev/null || { echo "MPS: no nvidia-cuda-mps-control" | tee -a "$SUM"; return 1; }
-	export CUDA_MPS_PIPE_DIRECTORY=/tmp/mori-ccl-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mori-ccl-mps-log
-	mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-	nvidia-cuda-mps-control -d && MPS=1 && echo "MPS: control daemon started" | tee -a "$SUM"
-}
-mps_stop() { [ -n "$MPS" ] && echo quit | nvidia-cuda-mps-control; MPS=; }
-cleanup() { [ -n "$MPID" ] && kill "$MPID" 2>/dev/null; mps_stop; }
-trap cleanup EXIT
-run() { # SECONDS KEEP CMD...: run with a timeout, keep matching lines in the summary
-	local secs=$1 keep=$2 t0
-	shift 2
-	t0=$(date +%s)
-	timeout -k 5 "$secs" "$@" > /tmp/device-ccl.step 2>&1
-	local rc=$?
-	cat /tmp/device-ccl.step
-	grep -E "$keep|FAIL|rc=|error|:F:|:E:" /tmp/device-ccl.step | head -60 >> "$SUM"
-	echo "rc=$rc ($(( $(date +%s) - t0 )) s)" | tee -a "$SUM"
-}
-
-date -u
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee -a "$SUM"
+dev_init ccl "$BUNDLE"
+run() { dev_run "$@"; } # SECONDS KEEP CMD...
 mps_start
 for p in $parts; do
 	case $p in
@@ -69,22 +40,15 @@ for p in $parts; do
 		;;
 	bench)
 		RT=/tmp/mori-ccl-rt
-		rm -rf "$RT" && mkdir -p "$RT"
-		"$BIN/morid" --foreground --runtime-dir "$RT" --log-level warn 2>> "$O/morid.log" &
-		MPID=$!
-		for _ in $(seq 200); do [ -S "$RT/morid.session" ] && break; sleep 0.05; done
+		morid_start "$RT" || continue
 		echo "== mori-bench coll" | tee -a "$SUM"
 		run "${CCL_BENCH_SECS:-150}" "^ |^#" "$BIN/mori-bench" coll --dir "$RT" --pes "${CCL_BENCH_PES:-2 4 8}" \
 			--max "${CCL_BENCH_MAX:-1073741824}" --iters "${CCL_BENCH_ITERS:-40}"
-		kill "$MPID" 2>/dev/null && wait "$MPID" 2>/dev/null
-		MPID=
+		morids_stop
 		;;
 	variants)
 		RT=/tmp/mori-ccl-rt
-		rm -rf "$RT" && mkdir -p "$RT"
-		"$BIN/morid" --foreground --runtime-dir "$RT" --log-level warn 2>> "$O/morid.log" &
-		MPID=$!
-		for _ in $(seq 200); do [ -S "$RT/morid.session" ] && break; sleep 0.05; done
+		morid_start "$RT" || continue
 		V=${CCL_VARIANTS:-"default
 old MORI_COLL_TILE=0 MORI_COLL_VEC=1 MORI_COLL_BLOCKS=62
 contig MORI_COLL_TILE=0
@@ -99,12 +63,9 @@ bps4-cegather MORI_COLL_BPS=4 MORI_COLL_AR_GATHER=ce"}
 				--only "${CCL_VAR_ONLY:-allreduce twoshot}" --min "${CCL_VAR_SIZE:-1073741824}" \
 				--max "${CCL_VAR_SIZE:-1073741824}" --iters 3
 		done <<< "$V"
-		kill "$MPID" 2>/dev/null && wait "$MPID" 2>/dev/null
-		MPID=
+		morids_stop
 		;;
 	*) echo "unknown part $p" ;;
 	esac
 done
-echo
-echo "================ summary ================"
-cat "$SUM"
+dev_summary

@@ -18,7 +18,8 @@
 # $IR_PES PEs (8). Logs to $OUT/log (or /tmp/device-ir/log); a summary ends the output.
 set -u
 cd "$(dirname "$0")/.."
-BUNDLE=bundle/ir
+. tests/devicelib.bash
+BUNDLE=${IR_BUNDLE:-bundle/ir}
 
 if [ "${1:-}" = bundle ]; then
 	set -e
@@ -26,8 +27,7 @@ if [ "${1:-}" = bundle ]; then
 	make -j2 all B="$B" > /dev/null
 	B=$B tests/run-all test_ir_bitcode > /dev/null || { cat "$B/test-logs/test_ir_bitcode.log"; exit 1; }
 	[ -x "$B/tests/ir_rdc_ring" ] || { echo "no $B/tests/ir_rdc_ring (nvcc?)"; exit 1; }
-	rm -rf "$BUNDLE"
-	/work/shared/tools/device-bundle "$BUNDLE" "$B/morid" "$B/libmori.so" "$B/tests/ir_rdc_ring"
+	dev_bundle "$BUNDLE" "$B/morid" "$B/libmori.so" "$B/tests/ir_rdc_ring"
 	cp -L "$B/libmori.so.0" "$BUNDLE/lib/" # ir_rdc_ring's soname (ldd here does not resolve it)
 	mkdir -p "$BUNDLE/ir"
 	cp "$B"/kernels/ir/libmori_shmem_device.bc "$B"/kernels/ir/libmori_shmem_device.json "$BUNDLE/ir/"
@@ -39,48 +39,17 @@ shift
 parts=${*:-rdc triton proxy}
 N=${IR_PES:-8}
 ROUNDS=${IR_ROUNDS:-1000}
-export LD_LIBRARY_PATH=$PWD/$BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export MORI_LIB=$PWD/$BUNDLE/lib/libmori.so MORI_IR_DIR=$PWD/$BUNDLE/ir PYTHONPATH=$PWD/python
+dev_init ir "$BUNDLE"
+export MORI_LIB=$DEV_BUNDLE/lib/libmori.so MORI_IR_DIR=$DEV_BUNDLE/ir PYTHONPATH=$PWD/python
 export PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
-export NVSHMEM_DISABLE_NVLS=1 NCCL_NVLS_ENABLE=0 # never NVLink multicast
-BIN=$PWD/$BUNDLE/bin
-O=${OUT:-/tmp/device-ir}
-mkdir -p "$O"
-exec > >(tee "$O/log") 2>&1
-SUM=$O/summary
-: > "$SUM"
-note() { echo "$*" | tee -a "$SUM"; }
-
-PIDS=()
-MPS=
 RUN=/tmp/mori-ir-run
 RUN2=/tmp/mori-ir-run2
 PORT=47611
 PORT2=47612
-stop_all() {
-	for p in "${PIDS[@]}"; do kill "$p" 2> /dev/null && wait "$p" 2> /dev/null; done
-	PIDS=()
-	[ -n "$MPS" ] && echo quit | nvidia-cuda-mps-control
-	MPS=
-}
-trap stop_all EXIT
-morid() { # DIR PORT: a morid with a loopback peer listener, waiting for its session socket
-	rm -rf "$1" && mkdir -p "$1"
-	"$BIN/morid" --foreground --runtime-dir "$1" --listen "127.0.0.1:$2" --log-level warn 2>> "$O/morid.log" &
-	PIDS+=($!)
-	for _ in $(seq 200); do [ -S "$1/morid.session" ] && { sleep 0.1; return 0; }; sleep 0.05; done
-	note "morid did not start: $(tail -5 "$O/morid.log")"
-	return 1
-}
 start() {
-	morid "$RUN" "$PORT" || return 1
+	morid_start "$RUN" --listen "127.0.0.1:$PORT" || return 1
 	export MORI_RUNTIME_DIR=$RUN
-	if command -v nvidia-cuda-mps-control > /dev/null; then
-		export CUDA_MPS_PIPE_DIRECTORY=/tmp/mori-ir-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mori-ir-mps-log
-		mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-		nvidia-cuda-mps-control -d && MPS=1
-	fi
-	if [ -n "$MPS" ]; then note "morid up; MPS on"; else note "morid up; MPS off (kernels of different processes may not run at once: the ring can stall)"; fi
+	if mps_start; then note "morid up; MPS on"; else note "morid up; MPS off (kernels of different processes may not run at once: the ring can stall)"; fi
 }
 # pes SECONDS NAME CMD...: CMD RANK N ROUNDS in N processes at once, each under the timeout; the PEs'
 # lines go to the summary, the rest to the log; a pass needs every PE to exit 0.
@@ -104,8 +73,6 @@ pes() {
 	note "$name: $((N - fails))/$N PEs passed ($(($(date +%s) - t0)) s)"
 }
 
-date -u
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$SUM"
 python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)' 2>&1 | tee -a "$SUM"
 start || exit 1
 for p in $parts; do
@@ -119,7 +86,7 @@ for p in $parts; do
 		pes 120 triton python3 tests/ir_triton_pe.py ;;
 	proxy)
 		note "== acceptance 3: the Triton patterns, $N PEs split over two morids (every hop through the proxy)"
-		morid "$RUN2" "$PORT2" || continue
+		morid_start "$RUN2" --listen "127.0.0.1:$PORT2" || continue
 		export TRITON_CACHE_DIR=/tmp/mori-ir-triton-cache
 		export IR_ROOT=127.0.0.1:$PORT
 		ROUNDS=${IR_PROXY_ROUNDS:-200} SPLIT=1 pes 45 rdc-proxy "$BIN/ir_rdc_ring"
@@ -128,7 +95,5 @@ for p in $parts; do
 	*) note "unknown part $p" ;;
 	esac
 done
-stop_all
-echo
-echo "================ summary ================"
-cat "$SUM"
+dev_cleanup
+dev_summary

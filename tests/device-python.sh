@@ -18,43 +18,27 @@
 #   run(command="tests/device-python.sh run", carry=["build/pybundle"], timeout_s=600)
 set -u
 cd "$(dirname "$0")/.."
+. tests/devicelib.bash
 B_DIR=${B:-build}
-BUNDLE=$B_DIR/pybundle
+BUNDLE=${PY_BUNDLE:-$B_DIR/pybundle}
 
 if [ "${1:-}" = bundle ]; then
 	set -e
 	make -j2 all B="$B_DIR" > /dev/null
 	ls "$B_DIR"/kernels/copy.fatbin > /dev/null # the CUDA kernels must be in libmori (nvcc here)
-	rm -rf "$BUNDLE"
-	/work/shared/tools/device-bundle "$BUNDLE" "$B_DIR"/morid "$B_DIR"/moractl "$B_DIR"/libmori.so
+	dev_bundle "$BUNDLE" "$B_DIR"/morid "$B_DIR"/moractl "$B_DIR"/libmori.so
 	du -sh "$BUNDLE"
 	echo "now: run(command=\"tests/device-python.sh run\", carry=[\"$BUNDLE\"], timeout_s=600)"
 	exit 0
 fi
 [ "${1:-}" = run ] || { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
-export LD_LIBRARY_PATH=$PWD/$BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export B=$PWD/$BUNDLE/bin MORI_LIB=$PWD/$BUNDLE/lib/libmori.so PYTHONPATH=$PWD/python
+[ -x "$BUNDLE/bin/morid" ] && [ -f "$BUNDLE/lib/libmori.so" ] || { echo "no bundle at $BUNDLE: run 'tests/device-python.sh bundle' here first and carry it"; exit 1; }
+dev_init python "$BUNDLE"
+export B=$BIN MORI_LIB=$DEV_BUNDLE/lib/libmori.so PYTHONPATH=$PWD/python
 export PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
-O=${OUT:-/tmp/device-python}
-mkdir -p "$O"
-exec > >(tee "$O/log") 2>&1
-SUM=$O/summary
-: > "$SUM"
-PIDS=()
-stop_all() { for p in "${PIDS[@]}"; do kill "$p" 2> /dev/null && wait "$p" 2> /dev/null; done; PIDS=(); }
-trap stop_all EXIT
-# start_morid DIR [ARGS...]: a morid on DIR, waiting for its session socket
-start_morid() {
-	local dir=$1
-	shift
-	rm -rf "$dir" && mkdir -p "$dir"
-	"$B/morid" --foreground --runtime-dir "$dir" --log-level warn "$@" 2>> "$O/morid.log" &
-	PIDS+=($!)
-	for _ in $(seq 200); do [ -S "$dir/morid.session" ] && { sleep 0.05; return 0; }; sleep 0.05; done
-	echo "morid did not start"; tail -n 20 "$O/morid.log"; return 1
-}
-note() { echo "$*" | tee -a "$SUM"; }
+start_morid() { morid_start "$@"; }
+stop_all() { morids_stop; }
 # outcome WHAT RC LOG: one summary line: the example's figures, or how it failed
 outcome() {
 	if [ "$2" = 0 ]; then
@@ -63,10 +47,6 @@ outcome() {
 		note "$1: FAILED (exit $2): $(tail -n 3 "$3" | cut -c1-400 | paste -sd ';' -)"
 	fi
 }
-[ -x "$B/morid" ] && [ -f "$MORI_LIB" ] || { echo "no bundle at $BUNDLE: run 'tests/device-python.sh bundle' here first and carry it"; exit 1; }
-
-date -u
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$SUM"
 python3 - << 'PY' 2>&1 | tee -a "$SUM"
 import sys, numpy, pytest
 try:
@@ -117,6 +97,4 @@ rc=$?
 cat "$O/example-xnode.log"
 outcome "example (two morids)" $rc "$O/example-xnode.log"
 stop_all
-echo
-echo "================ summary ================"
-cat "$SUM"
+dev_summary

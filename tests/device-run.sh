@@ -28,18 +28,17 @@
 # the output. Each step has its own timeout so that the whole call ends within 10 minutes.
 set -u
 cd "$(dirname "$0")/.."
-BUNDLE=bundle
+. tests/devicelib.bash
+BUNDLE=${RUN_BUNDLE:-bundle}
 
 if [ "${1:-}" = bundle ]; then
 	set -e
 	BLD=${BLD:-build}
 	make -j2 B="$BLD" >/dev/null
 	ls "$BLD"/kernels/copy.fatbin >/dev/null # the kernels must be in libmori (nvcc here)
-	rm -rf "$BUNDLE"
-	/work/shared/tools/device-bundle "$BUNDLE" "$BLD"/morid "$BLD"/moractl "$BLD"/mori-bench "$BLD"/mori-kvreplay \
+	dev_bundle "$BUNDLE" "$BLD"/morid "$BLD"/moractl "$BLD"/mori-bench "$BLD"/mori-kvreplay \
 		"$BLD"/mori-gpubench "$BLD"/mori-viz "$BLD"/tests/test_gpu_*
-	mkdir -p "$BUNDLE/bin/tests" "$BUNDLE/data"
-	mv "$BUNDLE"/bin/test_gpu_* "$BUNDLE/bin/tests/"
+	mkdir -p "$BUNDLE/data"
 	cp /work/shared/data/mooncake_conversation_trace.jsonl "$BUNDLE/data/"
 	du -sh "$BUNDLE"
 	exit 0
@@ -48,39 +47,15 @@ fi
 shift
 parts=${*:-io io2 lat gpubench kv tests}
 
-export LD_LIBRARY_PATH=$PWD/$BUNDLE/lib
-export B=$PWD/$BUNDLE/bin
-O=${OUT:-/tmp/device-run}
-mkdir -p "$O"
-exec > >(tee "$O/log") 2>&1
+dev_init run "$BUNDLE"
+export B=$BIN
 RT=$(mktemp -d /tmp/mori-rt.XXXXXX)
-SUM=$O/summary
-: > "$SUM"
-MPID=
-stop_morid() { [ -n "$MPID" ] && kill "$MPID" 2>/dev/null && wait "$MPID" 2>/dev/null; MPID=; }
-trap stop_morid EXIT
-start_morid() {
-	stop_morid
-	rm -rf "$RT" && mkdir -p "$RT"
-	"$B/morid" --foreground --runtime-dir "$RT" --log-level warn 2>> "$O/morid.log" &
-	MPID=$!
-	for _ in $(seq 200); do [ -S "$RT/morid.session" ] && return 0; sleep 0.05; done
-	echo "morid did not start"; cat "$O/morid.log"; return 1
-}
+stop_morid() { morids_stop; }
+start_morid() { morids_stop; morid_start "$RT"; }
 step() { echo; echo "== $*"; echo "== $*" >> "$SUM"; }
-# run CMD with a timeout, keep its output, and copy the lines matching KEEP into the summary
-run() {
-	local secs=$1 keep=$2; shift 2
-	local t0=$(date +%s)
-	timeout -k 5 "$secs" "$@" > /tmp/device-run.step 2>&1
-	local rc=$?
-	cat /tmp/device-run.step
-	grep -E "$keep|^mori-|MORI_E|FAIL|not ok" /tmp/device-run.step >> "$SUM"
-	echo "rc=$rc ($(( $(date +%s) - t0 )) s)" | tee -a "$SUM"
-}
+# run SECS KEEP CMD...: CMD with a timeout, its output kept, the lines matching KEEP copied into the summary
+run() { local secs=$1 keep=$2; shift 2; dev_run "$secs" "$keep|^mori-" "$@"; }
 
-date -u
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader | tee -a "$SUM"
 echo "$(nproc) cores, $(uname -r)" | tee -a "$SUM"
 start_morid || exit 1
 ROWS='^ +[0-9]+[KM]? |^#'
@@ -125,7 +100,7 @@ for p in $parts; do
 		run 150 "GB/s|p50|ceiling" "$B/mori-gpubench" --runtime-dir "$RT"
 		;;
 	kv)
-		TRACE=$PWD/$BUNDLE/data/mooncake_conversation_trace.jsonl
+		TRACE=$DEV_BUNDLE/data/mooncake_conversation_trace.jsonl
 		PAGE=$("$B/mori-kvreplay" --dry-run --synthetic --requests 1 --model llama3-8b --json 2>/dev/null |
 			sed -n 's/^[[:space:]]*"page_bytes":[[:space:]]*\([0-9]*\).*/\1/p' | head -n 1)
 		kvbench() {
@@ -147,11 +122,8 @@ for p in $parts; do
 		RT2=$(mktemp -d /tmp/mori-rt2.XXXXXX)
 		P1=$((20000 + RANDOM % 20000)); P2=$((P1 + 1))
 		stop_morid
-		"$B/morid" --foreground --runtime-dir "$RT" --listen 127.0.0.1:$P1 --log-level warn 2>> "$O/morid.log" &
-		MPID=$!
-		"$B/morid" --foreground --runtime-dir "$RT2" --listen 127.0.0.1:$P2 --log-level warn 2>> "$O/morid2.log" &
-		MPID2=$!
-		for _ in $(seq 200); do [ -S "$RT/morid.session" ] && [ -S "$RT2/morid.session" ] && break; sleep 0.05; done
+		morid_start "$RT" --listen 127.0.0.1:$P1
+		morid_start "$RT2" --listen 127.0.0.1:$P2
 		for kinds in "--mem vram" "--local-mem host --remote-mem vram" "--local-mem vram --remote-mem host" "--mem host"; do
 			for op in write read; do
 				step "xnode: $op, $kinds, 256 KiB..4 MiB, vs one TCP stream"
@@ -163,8 +135,7 @@ for p in $parts; do
 		run 120 "$ROWS|check" "$B/mori-bench" io --runtime-dir "$RT" --remote-runtime-dir "$RT2" --mem vram --op read \
 			--block 1M --batch 64 --iters 5 --check
 		"$B/moractl" --runtime-dir "$RT2" status | grep -E "vram|bytes" | tee -a "$SUM"
-		kill "$MPID2" 2>/dev/null; wait "$MPID2" 2>/dev/null
-		start_morid
+		start_morid # (stops both)
 		;;
 	hostio)
 		stop_morid
@@ -196,14 +167,12 @@ for p in $parts; do
 		"$B/moractl" --runtime-dir "$RT" topo --json > "$O/topo.json"
 		run 10 "topo json" python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('topo json:', {k: len(v) if isinstance(v, list) else v for k, v in d.items()})" "$O/topo.json"
 		run 60 "GPU|MPS|VMM|P2P|problem|warning" "$B/moractl" --runtime-dir "$RT" diagnose
-		export CUDA_MPS_PIPE_DIRECTORY=/tmp/mori-obs-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mori-obs-mps-log
-		mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-		if nvidia-cuda-mps-control -d; then
+		if mps_start; then
 			step "observe: moractl diagnose with MPS started (morid restarted with the same pipe directory)"
 			start_morid
 			run 60 "mps|problem" "$B/moractl" --runtime-dir "$RT" diagnose
 			stop_morid # an MPS client (diagnose touched the GPU): quit waits for its clients to go
-			echo quit | timeout 20 nvidia-cuda-mps-control
+			mps_stop
 		fi
 		unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
 		start_morid
@@ -242,6 +211,7 @@ PY
 	tests)
 		step "tests: GPU tests (make check-gpu)"
 		stop_morid
+		mkdir -p "$BIN/tests" && ln -sf "$BIN"/test_gpu_* "$BIN/tests/" # run-all's layout ($B/tests/NAME)
 		MORI_TEST_TIMEOUT=${TEST_TIMEOUT:-240} run 560 "^(ok|not ok|skip)|passed|failed|skipped" tests/run-gpu
 		cp "$B"/test-logs/*gpu*.log "$O/" 2>/dev/null
 		start_morid # for the parts after this one
@@ -250,6 +220,4 @@ PY
 	esac
 done
 stop_morid
-echo
-echo "================ summary ================"
-cat "$SUM"
+dev_summary

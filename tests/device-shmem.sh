@@ -4,7 +4,7 @@
 # wheel of its python3), MPS started for the multi-process parts.
 #
 #   tests/device-shmem.sh bundle     here: build (B, default build) and bundle the binaries and the
-#                                    libraries they need into bundle-shmem/ (name it in carry)
+#                                    libraries they need into bundle/shmem/ (name it in carry)
 #   tests/device-shmem.sh run [PART ...]   there; PARTs (default: all): test mp proxy heap bench
 #       test   tests/test_gpu_shmem_dev: the device API, N PEs as heaps of one process
 #       mp     tests/test_gpu_shmem: N processes as PEs of one group (its own MPS daemon)
@@ -16,17 +16,16 @@
 # Logs to $OUT/log (or /tmp/device-shmem/log); a summary ends the output.
 set -u
 cd "$(dirname "$0")/.."
-BUNDLE=${BUNDLE:-bundle-shmem} # or bundle/<you> (both git-ignored)
+. tests/devicelib.bash
+BUNDLE=${BUNDLE:-bundle/shmem} # or bundle/<you> (git-ignored)
 
 if [ "${1:-}" = bundle ]; then
 	set -e
 	B=${B:-build}
-	make -j2 B="$B" "$B/mori-bench" "$B/tests/test_gpu_shmem_dev" "$B/tests/test_gpu_heap" "$B/morid" >/dev/null
-	[ -f tests/test_gpu_shmem.c ] && make -j2 B="$B" "$B/tests/test_gpu_shmem" >/dev/null
-	[ -f tests/test_gpu_shmem_proxy.c ] && make -j2 B="$B" "$B/tests/test_gpu_shmem_proxy" >/dev/null
-	rm -rf "$BUNDLE"
-	/work/shared/tools/device-bundle "$BUNDLE" "$B/mori-bench" "$B/tests/test_gpu_shmem_dev" \
-		$(ls "$B/tests/test_gpu_shmem" "$B/tests/test_gpu_shmem_proxy" 2>/dev/null) "$B/tests/test_gpu_heap" "$B/morid"
+	make -j2 B="$B" "$B/mori-bench" "$B/tests/test_gpu_shmem_dev" "$B/tests/test_gpu_heap" "$B/tests/test_gpu_shmem" \
+		"$B/tests/test_gpu_shmem_proxy" "$B/morid" >/dev/null
+	dev_bundle "$BUNDLE" "$B/mori-bench" "$B/tests/test_gpu_shmem_dev" "$B/tests/test_gpu_shmem" \
+		"$B/tests/test_gpu_shmem_proxy" "$B/tests/test_gpu_heap" "$B/morid"
 	cp tools/bench_nvshmem.cu "$BUNDLE/"
 	du -sh "$BUNDLE"
 	exit 0
@@ -34,36 +33,8 @@ fi
 [ "${1:-}" = run ] || { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 shift
 parts=${*:-test mp proxy heap bench}
-export LD_LIBRARY_PATH=$PWD/$BUNDLE/lib
-BIN=$PWD/$BUNDLE/bin
-O=${OUT:-/tmp/device-shmem}
-mkdir -p "$O"
-exec > >(tee "$O/log") 2>&1
-SUM=$O/summary
-: > "$SUM"
-export NVSHMEM_DISABLE_NVLS=1 NCCL_NVLS_ENABLE=0 # never NVLink multicast
-MPS=
-mps_start() {
-	command -v nvidia-cuda-mps-control >/dev/null || { echo "MPS: no nvidia-cuda-mps-control" | tee -a "$SUM"; return 1; }
-	export CUDA_MPS_PIPE_DIRECTORY=/tmp/mori-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mori-mps-log
-	mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-	nvidia-cuda-mps-control -d && MPS=1 && echo "MPS: control daemon started" | tee -a "$SUM"
-}
-mps_stop() { [ -n "$MPS" ] && echo quit | nvidia-cuda-mps-control; MPS=; }
-trap mps_stop EXIT
-run() { # SECONDS KEEP CMD...: run with a timeout, keep matching lines in the summary
-	local secs=$1 keep=$2 t0
-	shift 2
-	t0=$(date +%s)
-	timeout -k 5 "$secs" "$@" > /tmp/device-shmem.step 2>&1
-	local rc=$?
-	cat /tmp/device-shmem.step
-	grep -E "$keep|FAIL|rc=|error" /tmp/device-shmem.step >> "$SUM"
-	echo "rc=$rc ($(( $(date +%s) - t0 )) s)" | tee -a "$SUM"
-}
-
-date -u
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader | tee -a "$SUM"
+dev_init shmem "$BUNDLE"
+run() { dev_run "$@"; } # SECONDS KEEP CMD...
 for p in $parts; do
 	case $p in
 	test)
@@ -95,7 +66,7 @@ for p in $parts; do
 			(cd "$NV" && find . -maxdepth 3 | sort | head -80) > "$O/nvshmem-files.txt"
 			grep -E "include/nvshmem.h|lib/" "$O/nvshmem-files.txt" | head -20 | tee -a "$SUM"
 			run 90 "error|warning: .*nvshmem" /usr/local/cuda/bin/nvcc -rdc=true -O3 -std=c++17 \
-				-gencode arch=compute_90,code=sm_90 -I"$NV/include" "$BUNDLE/bench_nvshmem.cu" \
+				-gencode arch=compute_90,code=sm_90 -I"$NV/include" "$DEV_BUNDLE/bench_nvshmem.cu" \
 				-L"$NV/lib" -l:libnvshmem_host.so.3 -lnvshmem_device -lcuda -o /tmp/bench_nvshmem &&
 				[ -x /tmp/bench_nvshmem ] && NVB=/tmp/bench_nvshmem
 			export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$NV/lib
@@ -109,6 +80,4 @@ for p in $parts; do
 	*) echo "unknown part $p" ;;
 	esac
 done
-echo
-echo "================ summary ================"
-cat "$SUM"
+dev_summary

@@ -1,0 +1,117 @@
+# tests/devicelib.bash: what the tests/device-*.sh scripts share, sourced by each of them.
+# On the GPU machine a script runs from a bundle (binaries and the libraries the bare image lacks,
+# made here by /work/shared/tools/device-bundle); everything it prints goes to $OUT/log, the lines
+# worth keeping to $OUT/summary, which ends the output. Every step has its own timeout, so a hung
+# step costs its timeout, not the whole device call; MPS and the morids it started are stopped on
+# exit (morids first: `quit` waits for MPS's clients to go).
+#
+#   dev_bundle DIR BIN...     here: bundle BINs into DIR (replacing it), debug info stripped
+#   dev_init NAME BUNDLE      there: LD_LIBRARY_PATH, $BIN, $O (=$OUT or /tmp/device-NAME), the log,
+#                             $SUM, NVLink multicast off, the exit trap
+#   note TEXT                 print TEXT and keep it in the summary
+#   dev_run SECS KEEP CMD...  CMD under a timeout of SECS; its output printed, its lines matching
+#                             KEEP (or a failure's marks) kept, then "rc=N (T s)"
+#   mps_start [PCT]           an MPS control daemon of this script's own (pipe and log dirs under
+#                             /tmp/mori-NAME-mps-*); says whether it runs. PCT: exported as
+#                             CUDA_MPS_ACTIVE_THREAD_PERCENTAGE when given
+#   mps_stop                  stop it (after the morids this script started)
+#   morid_start DIR [ARG...]  a morid on runtime dir DIR (emptied), waiting for its session socket
+#   morids_stop               stop every morid this script started
+#   dev_summary               print the summary
+[ -n "${DEVLIB_NAME:-}" ] && return 0
+
+dev_bundle() {
+	local dir=$1
+	shift
+	rm -rf "$dir"
+	mkdir -p "$(dirname "$dir")"
+	/work/shared/tools/device-bundle "$dir" "$@"
+	# debug info is a fifth of the bytes and the carry is capped (64 MiB); symbols stay for backtraces
+	strip --strip-debug "$dir"/bin/* "$dir"/lib/libmori* 2> /dev/null || true
+}
+
+DEV_PIDS=()
+DEV_MPS=
+dev_init() {
+	DEVLIB_NAME=$1
+	local bundle=$2
+	case $bundle in /*) ;; *) bundle=$PWD/$bundle ;; esac
+	DEV_BUNDLE=$bundle
+	export LD_LIBRARY_PATH=$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+	BIN=$bundle/bin
+	O=${OUT:-/tmp/device-$DEVLIB_NAME}
+	mkdir -p "$O"
+	exec > >(tee "$O/log") 2>&1
+	SUM=$O/summary
+	: > "$SUM"
+	export NVSHMEM_DISABLE_NVLS=1 NCCL_NVLS_ENABLE=0 # never NVLink multicast
+	trap dev_cleanup EXIT
+	date -u
+	if command -v nvidia-smi > /dev/null; then
+		nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader | tee -a "$SUM"
+	else
+		note "no nvidia-smi: no NVIDIA GPU here (the GPU tests skip)"
+	fi
+}
+
+note() { echo "$*" | tee -a "$SUM"; }
+
+dev_run() {
+	local secs=$1 keep=$2 t0 rc step=$O/.step
+	shift 2
+	t0=$(date +%s)
+	timeout -k 5 "$secs" "$@" > "$step" 2>&1
+	rc=$?
+	cat "$step"
+	grep -E "$keep|FAIL|:F:|:E:|^not ok|MORI_E[A-Z]+|[Ee]rror" "$step" | head -60 >> "$SUM"
+	[ $rc = 124 ] || [ $rc = 137 ] && echo "timed out after $secs s: $*" >> "$SUM"
+	echo "rc=$rc ($(($(date +%s) - t0)) s)" | tee -a "$SUM"
+	return $rc
+}
+
+mps_start() {
+	command -v nvidia-cuda-mps-control > /dev/null || { note "MPS: no nvidia-cuda-mps-control (kernels of different processes time-slice)"; return 1; }
+	export CUDA_MPS_PIPE_DIRECTORY=/tmp/mori-$DEVLIB_NAME-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mori-$DEVLIB_NAME-mps-log
+	mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+	[ -n "${1:-}" ] && export CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$1
+	if nvidia-cuda-mps-control -d; then
+		DEV_MPS=1
+		note "MPS: control daemon started${1:+ ($1% of the SMs a process)}"
+	else
+		note "MPS: could not start the control daemon"
+		return 1
+	fi
+}
+
+mps_stop() {
+	[ -n "$DEV_MPS" ] && echo quit | timeout 20 nvidia-cuda-mps-control
+	DEV_MPS=
+}
+
+morid_start() {
+	local dir=$1
+	shift
+	rm -rf "$dir" && mkdir -p "$dir"
+	"$BIN/morid" --foreground --runtime-dir "$dir" --log-level warn "$@" 2>> "$O/morid.log" &
+	DEV_PIDS+=($!)
+	for _ in $(seq 200); do [ -S "$dir/morid.session" ] && { sleep 0.05; return 0; }; sleep 0.05; done
+	note "morid on $dir did not start: $(tail -n 5 "$O/morid.log" | paste -sd ';' -)"
+	return 1
+}
+
+morids_stop() {
+	local p
+	for p in "${DEV_PIDS[@]}"; do kill "$p" 2> /dev/null && wait "$p" 2> /dev/null; done
+	DEV_PIDS=()
+}
+
+dev_cleanup() {
+	morids_stop
+	mps_stop
+}
+
+dev_summary() {
+	echo
+	echo "================ summary ================"
+	cat "$SUM"
+}
