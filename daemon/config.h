@@ -47,6 +47,7 @@ struct config {
 	int64_t rdma_busy_poll;    /* 1: spin on the CQ while transfers are in flight */
 	int64_t shmem_heap_size;   /* MORI-SHMEM: a PE's heap when its join names no size */
 	int64_t shmem_ring_entries; /* MORI-SHMEM: proxy ring entries per PE (power of two) */
+	int64_t shmem_proxy_spin_us; /* MORI-SHMEM: the proxy's busy-poll window after a request */
 
 	/* derived at validation */
 	uid_t uids[CFG_MAX_UIDS];

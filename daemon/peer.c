@@ -373,6 +373,39 @@ struct rpc *peer_rpc(struct peer *p, Mori__Request *req, uint32_t timeout_ms, rp
 	return q;
 }
 
+/* Like peer_rpc, on a transport's data path when p's is up (no nng thread on the way: MORI-SHMEM's
+ * proxy atomics and signals), else on the request path. Not for requests that must stay in order
+ * with the request path's (each path is in order on its own). */
+struct rpc *peer_rpc_fast(struct peer *p, Mori__Request *req, uint32_t timeout_ms, rpc_done_fn done, void *arg)
+{
+	struct peers *P = p->P;
+	for (int i = 0; i < TR_MAX && p->state == PS_UP; i++) {
+		uint32_t lanes;
+		const struct transport *t = P->tr[i];
+		if (!t || !t->rpc || !t->carries || !t->carries(p, &lanes))
+			continue;
+		struct rpc *q = calloc(1, sizeof(*q));
+		if (!q)
+			return NULL;
+		q->id = req->id = ++P->next_rpc;
+		q->len = mori__request__get_packed_size(req);
+		if (!(q->msg = malloc(q->len ? q->len : 1))) {
+			free(q);
+			return NULL;
+		}
+		mori__request__pack(req, q->msg);
+		q->timeout_ms = timeout_ms;
+		q->deadline_us = mori_now_us() + timeout_ms * 1000ull;
+		q->done = done;
+		q->arg = arg;
+		if (t->rpc(p, q))
+			return q;
+		free(q->msg);
+		free(q);
+	}
+	return peer_rpc(p, req, timeout_ms, done, arg);
+}
+
 /* ---- authentication of the request path (the exchange: auth.h, peer_auth.c) ---- */
 
 /* p did not prove the key, or refused ours: every request waiting for it fails, and so does p. */

@@ -280,6 +280,9 @@ struct rpc {
 /* Queue req (packed now; req->id is set here) to p's daemon, in order, one on the wire at a
  * time. Returns the request (owned by the queue until done runs), or NULL out of memory. */
 struct rpc *peer_rpc(struct peer *p, Mori__Request *req, uint32_t timeout_ms, rpc_done_fn done, void *arg);
+/* The same, on a transport's data path while p's is up (the loop drives it, no nng thread
+ * between), else as peer_rpc. For requests a data stream may carry (PeerShmemAmo). */
+struct rpc *peer_rpc_fast(struct peer *p, Mori__Request *req, uint32_t timeout_ms, rpc_done_fn done, void *arg);
 /* Drop p's requests not yet on the wire with the caller's tags kind and key (key -1: any key),
  * without calling done: a newer request made them void. */
 void peer_rpc_drop(struct peer *p, int kind, int64_t key);

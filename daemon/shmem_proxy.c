@@ -1,24 +1,33 @@
 /* MORI-SHMEM's proxy (shmem_proxy.h): morid serving each ready PE's proxy ring.
  *
- * A ring is served in order, one batch at a time: consecutive puts to one PE (up to a
- * put+signal, which ends its batch) go as one transfer, consecutive gets from one PE as one,
+ * A ring is served in order, one batch at a time per target PE: consecutive puts to one PE (up to
+ * a put+signal, which ends its batch) go as one transfer, consecutive gets from one PE as one,
  * consecutive atomics to one PE as one PeerShmemAmo message; a signal goes only after its
  * batch's data was acknowledged by the target, so it lands after the data, and every atomic
- * after every earlier request of the ring (barrier flags rely on it). `done` moves past a
- * batch once all of it completed, so quiet (OP_QUIET, or done reaching head) means every
- * earlier put is visible at its target. A request is copied out of shared memory, then checked
- * (the ring's writer is untrusted): a bad one completes with its error (the ring's sticky
- * `error`, what the kernel's proxy_wait returns) and nothing else happens.
+ * after every earlier request of the ring (barrier flags rely on it). Batches of plain puts to
+ * one PE may be in flight together (their bytes have no order until a fence); a batch that is
+ * not plain puts waits for every batch to its PE. `done` moves past a batch once all of it and
+ * all before it completed, so quiet (OP_QUIET, or done reaching head) means every earlier put is
+ * visible at its target. A request is copied out of shared memory, then checked (the ring's
+ * writer is untrusted): a bad one completes with its error (the ring's sticky `error`, what the
+ * kernel's proxy_wait returns) and nothing else happens.
  *
- * Polling: a kernel cannot ring an eventfd, so the loop polls the rings: every
- * PROXY_POLL_MS on a timer while PEs exist (every PROXY_IDLE_POLL_MS once no ring carried a
- * request for PROXY_IDLE_MS: idle PEs cost little, the first request after a pause waits up to
- * that tick), and on every loop turn (an idle handle) for PROXY_SPIN_US after the last request
- * seen, so back-to-back requests wait a loop turn rather than a timer tick. One loop and no thread: the rings, the transfers and pe_gone all run
- * there, so letting go of a PE needs no lock, and the proxy's latency floor is the daemons'
- * round trip, far above a loop turn. */
+ * Messages: atomics and signals (and put+signal batches of at most PROXY_INLINE bytes, data and
+ * signal in one message) travel on the transport's data path where it has one (peer_rpc_fast:
+ * TCP's MSG frames, which the loops write and read themselves), else on the request path (nng,
+ * whose threads cost a hand-off each way: 50-60 us a hop on the loaded 2-CPU VM).
+ *
+ * Polling: a kernel cannot ring an eventfd, so the loop polls the rings. Adaptive: on every loop
+ * turn (an idle handle: the loop does not sleep) for `shmem_proxy_spin_us` (config, default 2 ms)
+ * after the last request seen or batch ended, yielding the CPU on each turn that found nothing
+ * (on_idle); then every PROXY_POLL_MS on a timer while PEs exist; every PROXY_IDLE_POLL_MS once
+ * no ring carried a request for PROXY_IDLE_MS (an idle daemon costs ~0 % CPU: measured 0-0.5 %
+ * with 4 PEs joined). A burst of requests is served at loop-turn latency; the first request after
+ * a pause waits up to a timer tick. One loop and no thread: the rings, the transfers and pe_gone
+ * all run there, so letting go of a PE needs no lock. */
 #include "shmem_proxy.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,7 +44,6 @@
 #define PROXY_INFLIGHT 8               /* batches of one ring in flight at once (to different PEs) */
 #define PROXY_BATCH_BYTES (16ull << 20)
 #define PROXY_POLL_MS 1
-#define PROXY_SPIN_US 2000
 #define PROXY_TIMEOUT_MS 10000         /* each transfer and AMO message */
 #define DEDUP_SLOTS 256                /* batches the target remembers (a resend comes within ~1 s) */
 #define LOCAL_BOUNCE (1u << 20)
@@ -99,6 +107,7 @@ static struct {
 } X;
 
 static void kick(void);
+
 static void on_idle(uv_idle_t *h);
 static void on_timer(uv_timer_t *h);
 
@@ -519,7 +528,7 @@ static void send_amo(struct batch *bt, const struct target *t, int mode)
 	req.peer_shmem_amo = &m;
 	struct peer *p = X.d->peers ? peer_get(X.d->peers, t->node, 1) : NULL;
 	pp->held++;
-	if (!p || !peer_rpc(p, &req, PROXY_TIMEOUT_MS, amo_done, bt)) {
+	if (!p || !peer_rpc_fast(p, &req, PROXY_TIMEOUT_MS, amo_done, bt)) {
 		pp->held--;
 		batch_end(bt, p ? MORI_ENOMEM : MORI_ENOTSUP, bt->b[0].pe);
 		return;
@@ -538,8 +547,10 @@ static int same_class(const struct mori_shmem_preq *a, const struct mori_shmem_p
 	return (a->op == MORI_SHMEM_OP_GET || a->op == MORI_SHMEM_OP_AMO) && b->op == a->op;
 }
 
-/* The batch starting with q (read and checked): more of its kind as far as they are published. */
-static void gather(struct batch *bt, const struct mori_shmem_preq *q)
+/* The batch starting with q (read and checked): more of its kind as far as they are published.
+ * plain: puts only (earlier puts to that PE are still in flight, and a signal must come after
+ * every one of them: a put+signal starts a batch of its own once they are done). */
+static void gather(struct batch *bt, const struct mori_shmem_preq *q, int plain)
 {
 	struct ppe *pp = bt->pp;
 	uint64_t bytes = q->op == MORI_SHMEM_OP_AMO ? 0 : q->len;
@@ -548,7 +559,7 @@ static void gather(struct batch *bt, const struct mori_shmem_preq *q)
 	pp->next++;
 	while (bt->nb < PROXY_BATCH && bt->b[bt->nb - 1].op != MORI_SHMEM_OP_PUT_SIGNAL) {
 		struct mori_shmem_preq n;
-		if (!peek(pp, pp->next, &n) || !same_class(q, &n) || check(pp, &n) ||
+		if (!peek(pp, pp->next, &n) || !same_class(q, &n) || check(pp, &n) || (plain && n.op != q->op) ||
 		    (n.op != MORI_SHMEM_OP_AMO && bytes + n.len > PROXY_BATCH_BYTES))
 			break;
 		bytes += n.op == MORI_SHMEM_OP_AMO ? 0 : n.len;
@@ -590,15 +601,16 @@ static void run_batch(struct batch *bt)
 	}
 }
 
-/* A batch to PE pe in flight? */
+/* Batches to PE pe in flight: 0 none, 1 only put batches (each may end with a put+signal), 2 others too. */
 static int busy_with(const struct ppe *pp, int pe)
 {
+	int busy = 0;
 	for (int i = 0; i < pp->nq; i++) {
 		const struct batch *bt = &pp->q[(pp->head + i) % PROXY_INFLIGHT];
 		if (bt->phase == PH_RUN && bt->b[0].pe == pe)
-			return 1;
+			busy = bt->b[0].op == MORI_SHMEM_OP_PUT && busy < 2 ? 1 : 2;
 	}
-	return 0;
+	return busy;
 }
 
 /* Serve what pp's ring holds: batches to different PEs go at once (up to PROXY_INFLIGHT), one
@@ -625,7 +637,9 @@ static int pump(struct ppe *pp)
 			finish(pp, 1, rc);
 			continue;
 		}
-		if (busy_with(pp, q.pe))
+		/* a PE's batches in order, except plain puts (unordered until a fence), which overlap */
+		int busy = busy_with(pp, q.pe);
+		if (busy && (busy == 2 || q.op != MORI_SHMEM_OP_PUT))
 			break;
 		struct batch *bt = &pp->q[(pp->head + pp->nq) % PROXY_INFLIGHT];
 		pp->nq++;
@@ -633,14 +647,14 @@ static int pump(struct ppe *pp)
 		bt->phase = PH_RUN;
 		bt->code = 0;
 		bt->xfer = 0;
-		gather(bt, &q);
+		gather(bt, &q, busy);
 		bytes += batch_bytes(bt);
 		run_batch(bt); /* may end it at once */
 	}
 	return seen;
 }
 
-static void poll_all(void)
+static int poll_all(void)
 {
 	int seen = 0;
 	list_each(it, &X.pes)
@@ -657,12 +671,13 @@ static void poll_all(void)
 		X.slow = 0;
 		uv_timer_start(&X.timer, on_timer, PROXY_POLL_MS, PROXY_POLL_MS);
 	}
-	if (now - X.active_us < PROXY_SPIN_US) {
+	if (now - X.active_us < (uint64_t)X.d->cfg.shmem_proxy_spin_us) {
 		if (!uv_is_active((uv_handle_t *)&X.idle))
 			uv_idle_start(&X.idle, on_idle);
 	} else if (uv_is_active((uv_handle_t *)&X.idle)) {
 		uv_idle_stop(&X.idle);
 	}
+	return seen;
 }
 
 /* A node holding PEs of a served PE's group whose link went down: those PEs are gone for it (a
@@ -716,7 +731,17 @@ static void watch_nodes(void)
 	}
 }
 
-static void on_idle(uv_idle_t *h) { (void)h; poll_all(); }
+/* The spin: a loop turn that found nothing gives the CPU to whoever waits for it (the nng and
+ * GPU threads, other daemons, the PEs themselves on a small machine) and comes straight back when
+ * nobody does. Without the yield, two morids spinning on a 2-CPU machine took 1.7 ms a put+signal
+ * hop (the threads that carry the bytes waited for a time slice); with it 200 us (over nng),
+ * 20-35 us over the data streams (mori-bench shmem --proxy, docs/benchmarks.md). */
+static void on_idle(uv_idle_t *h)
+{
+	(void)h;
+	if (!poll_all())
+		sched_yield();
+}
 static void on_timer(uv_timer_t *h)
 {
 	(void)h;

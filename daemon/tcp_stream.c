@@ -287,6 +287,7 @@ static void on_stream_closed(uv_handle_t *h)
 	if (s->rx_pinned > 0)
 		stage_unpin(s->rxbuf);
 	free(s->rxbuf);
+	free(s->rx_mbuf);
 	free(s);
 	tcp_node_release(P);
 }
@@ -393,6 +394,15 @@ static int frame_begin(struct stream *s)
 		else
 			tcp_node(s->P)->on->abort(s);
 		return 0;
+	case F_MSG:
+	case F_MSGREP:
+		if ((h->type == F_MSGREP) != s->outgoing || !h->len || h->len > MSG_MAX)
+			return proto_error(s, "bad message frame");
+		free(s->rx_mbuf);
+		s->rx_mhave = 0;
+		if (!(s->rx_mbuf = malloc(h->len)))
+			return proto_error(s, "out of memory for a message frame");
+		break;
 	case F_RDATA:
 		if (!s->outgoing || h->len > CHUNK_MAX)
 			return proto_error(s, "bad data frame");
@@ -517,6 +527,15 @@ static void payload_end(struct stream *s)
 		s->rx_msg[s->rx_msglen] = 0;
 		tcp_node(s->P)->on->rdata_end(s);
 		break;
+	case F_MSG:
+	case F_MSGREP:
+		if (s->h.type == F_MSG)
+			tcp_node(s->P)->on->msg_in(s);
+		else
+			tcp_node(s->P)->on->msg_reply(s);
+		free(s->rx_mbuf);
+		s->rx_mbuf = NULL;
+		break;
 	}
 	if (s->rx_reg) {
 		region_put(s->rx_reg);
@@ -526,7 +545,10 @@ static void payload_end(struct stream *s)
 
 static void payload_piece(struct stream *s, const uint8_t *p, uint64_t n)
 {
-	if (s->rx_dst) {
+	if (s->rx_mbuf) { /* frame_begin sized it: n never runs past h.len */
+		memcpy(s->rx_mbuf + s->rx_mhave, p, n);
+		s->rx_mhave += (uint32_t)n;
+	} else if (s->rx_dst) {
 		memcpy(s->rx_dst, p, n);
 		s->rx_dst += n;
 	} else if (s->rx_copy && !s->rx_code) {

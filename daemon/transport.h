@@ -15,6 +15,7 @@ struct peers;
 struct peer;
 struct xfer;
 struct rctx;
+struct rpc;
 
 enum transport_id { TR_TCP = 0, TR_RDMA = 1, TR_MAX };
 
@@ -55,6 +56,11 @@ struct transport {
 	const char *(*refuses)(struct peers *P);
 	/* For moractl peers: does it carry p's transfers now, and over how many streams or QPs. */
 	int (*carries)(struct peer *p, uint32_t *lanes);
+	/* Carry request q of the request path (packed: q->msg, q->len; q->id, deadline set) on the
+	 * data path, which the loop drives itself: 1 when taken (q->done runs later, exactly once,
+	 * and frees nothing of q), 0 when it cannot now (peer_rpc_fast then uses the request path).
+	 * NULL: never. */
+	int (*rpc)(struct peer *p, struct rpc *q);
 };
 
 extern const struct transport transport_tcp, transport_rdma;

@@ -10,6 +10,7 @@
 
 #include "config.h"
 #include "log.h"
+#include "peer.h" /* peers_shmem_serve: MSG frames */
 #include "region.h"
 #include "tcp_int.h"
 
@@ -488,6 +489,94 @@ void inb_drop_epoch(struct peers *P, uint64_t src_epoch)
 				inb_free(P, b);
 		}
 }
+/* ---- messages on the data path (MSG / MSGREP) ----
+ * A short request of the request path (peer_rpc_fast) travels on a data stream: the loops write
+ * and read it themselves, where the request path hands each message to nng's threads and back
+ * (on the 2-CPU VM 50-60 us each way under load). The target serves only what a data stream may
+ * carry (PeerShmemAmo, whose handlers check the heap's secret as every data frame does); its
+ * stream authenticated before any frame was served. */
+
+/* The target: serve the MSG, answer on the same stream. */
+static void rx_msg_in(struct stream *s)
+{
+	struct peers *P = s->P;
+	Mori__Reply rep = MORI__REPLY__INIT;
+	struct rctx r = {0};
+	Mori__Request *req = mori__request__unpack(NULL, s->h.len, s->rx_mbuf);
+	if (!req)
+		reply_error(&rep, MORI_EPROTO, "malformed message on a data stream (%u bytes)", s->h.len);
+	else if (rep.id = req->id, req->body_case != MORI__REQUEST__BODY_PEER_SHMEM_AMO)
+		reply_error(&rep, MORI_EPROTO, "request %d is not served on data streams", (int)req->body_case);
+	else if (!peers_shmem_serve || !peers_shmem_serve(P, req, s->p ? s->p->addr : NULL, &rep, &r))
+		reply_error(&rep, MORI_ENOTSUP, "MORI-SHMEM's proxy is not served at %s", P->self);
+	size_t len = mori__reply__get_packed_size(&rep);
+	uint8_t *out = len <= MSG_MAX ? malloc(len ? len : 1) : NULL;
+	if (out) {
+		mori__reply__pack(&rep, out);
+		struct fhdr h = {.type = F_MSGREP, .xfer = s->h.xfer};
+		stream_frame(s, &h, out, (uint32_t)len);
+		free(out);
+	} /* else the initiator's deadline ends it */
+	rctx_free(&r);
+	if (req)
+		mori__request__free_unpacked(req, NULL);
+}
+
+static void msg_end(struct peer *p, struct rpc *q, const Mori__Reply *rep, int code, const char *msg)
+{
+	list_del(&q->link);
+	q->done(q, p, rep, code, msg);
+	free(q->msg);
+	free(q);
+}
+
+/* The initiator: the answer to one of ours. */
+static void rx_msg_reply(struct stream *s)
+{
+	struct tcp_peer *tp = s->p ? tcp_peer(s->p) : NULL;
+	if (!tp || s->conn_gen != tp->conn_gen)
+		return;
+	list_each(it, &tp->msgs) {
+		struct rpc *q = list_entry(it, struct rpc, link);
+		if (q->id != s->h.xfer)
+			continue;
+		Mori__Reply *rep = mori__reply__unpack(NULL, s->h.len, s->rx_mbuf);
+		char msg[300];
+		snprintf(msg, sizeof(msg), "peer %s: %s", s->p->addr, rep && rep->message ? rep->message : "malformed reply");
+		msg_end(s->p, q, rep, rep ? rep->code : MORI_EPROTO, msg);
+		if (rep)
+			mori__reply__free_unpacked(rep, NULL);
+		return;
+	}
+}
+
+/* Every message of p not answered ends with code (its streams went, or the daemon stops). */
+static void msgs_fail(struct peer *p, int code, const char *why)
+{
+	struct tcp_peer *tp = tcp_peer(p);
+	if (!tp)
+		return;
+	char msg[400];
+	snprintf(msg, sizeof(msg), "peer %s: %s", p->addr, why);
+	while (tp->msgs.next != &tp->msgs) /* one at a time: a callback may touch the list */
+		msg_end(p, list_entry(tp->msgs.next, struct rpc, link), NULL, code, msg);
+}
+
+/* Carry q (packed) on the least-loaded data stream of p: 1 taken, 0 no stream is up. */
+static int tcp_rpc(struct peer *p, struct rpc *q)
+{
+	struct tcp_peer *tp = tcp_peer(p);
+	struct stream *s = p->state == PS_UP && tp ? pick(p) : NULL;
+	if (!s || q->len > MSG_MAX || !q->len)
+		return 0;
+	struct fhdr h = {.type = F_MSG, .xfer = q->id, .deadline_ms = q->timeout_ms};
+	stream_frame(s, &h, q->msg, (uint32_t)q->len); /* lost only with the stream, or out of memory: the deadline */
+	q->sent = 1;
+	list_add(&tp->msgs, &q->link);
+	peers_kick(p->P); /* the deadline tick */
+	return 1;
+}
+
 /* ---- the transport ---- */
 
 static const struct tcp_frames frames = {
@@ -500,6 +589,8 @@ static const struct tcp_frames frames = {
 	.rdata_end = rx_rdata_end,
 	.read_served = rx_read_served,
 	.source_gone = inb_drop_epoch,
+	.msg_in = rx_msg_in,
+	.msg_reply = rx_msg_reply,
 };
 
 static struct tcp_peer *tcp_peer_get(struct peer *p)
@@ -507,6 +598,7 @@ static struct tcp_peer *tcp_peer_get(struct peer *p)
 	struct tcp_peer *tp = p->tp[TR_TCP];
 	if (!tp && (tp = calloc(1, sizeof(*tp)))) {
 		LIST_INIT(&tp->queue);
+		LIST_INIT(&tp->msgs);
 		p->tp[TR_TCP] = tp;
 	}
 	return tp;
@@ -560,6 +652,7 @@ static void tcp_stop(struct peers *P)
 	struct tcp_node *tn = tcp_node(P);
 	list_each(it, &P->peers) {
 		struct peer *p = list_entry(it, struct peer, link);
+		msgs_fail(p, MORI_ECANCELED, "daemon stopping");
 		close_out_streams(p);
 		free(p->tp[TR_TCP]);
 		p->tp[TR_TCP] = NULL;
@@ -620,6 +713,7 @@ static void tcp_cancel(struct xfer *x, int code)
 static void tcp_peer_down(struct peer *p)
 {
 	close_out_streams(p);
+	msgs_fail(p, MORI_ECONN, p->why[0] ? p->why : "its data streams went down");
 }
 
 static void tcp_flush(struct peers *P)
@@ -640,7 +734,31 @@ static int tcp_tick(struct peers *P, uint64_t now)
 	struct tcp_node *tn = tcp_node(P);
 	if (tn->inbound.n)
 		inb_expire(P, now);
-	return tn->inbound.n != 0;
+	int msgs = 0;
+	list_each(it, &P->peers) {
+		struct peer *p = list_entry(it, struct peer, link);
+		struct tcp_peer *tp = tcp_peer(p);
+		if (!tp)
+			continue;
+		struct list late;
+		LIST_INIT(&late);
+		list_each(jt, &tp->msgs) {
+			struct rpc *q = list_entry(jt, struct rpc, link);
+			if (now < q->deadline_us) {
+				msgs = 1;
+				continue;
+			}
+			list_del(&q->link);
+			list_add(&late, &q->link);
+		}
+		while (late.next != &late) { /* ended outside the walk: a callback may touch the list */
+			struct rpc *q = list_entry(late.next, struct rpc, link);
+			char m[300];
+			snprintf(m, sizeof(m), "peer daemon %s did not answer within %u ms", p->addr, q->timeout_ms);
+			msg_end(p, q, NULL, MORI_ETIMEDOUT, m);
+		}
+	}
+	return tn->inbound.n != 0 || msgs;
 }
 
 static int tcp_carries(struct peer *p, uint32_t *lanes)
@@ -662,4 +780,5 @@ const struct transport transport_tcp = {
 	.flush = tcp_flush,
 	.tick = tcp_tick,
 	.carries = tcp_carries,
+	.rpc = tcp_rpc,
 };
