@@ -23,10 +23,9 @@ static inline Mori__Reply *ctl_ask(const char *dir, const Mori__Request *req)
 /* moractl status's reply. */
 static inline Mori__Reply *ctl_status(const char *dir)
 {
-	Mori__Request req = MORI__REQUEST__INIT;
-	Mori__StatusRequest sr = MORI__STATUS_REQUEST__INIT;
-	req.body_case = MORI__REQUEST__BODY_STATUS;
-	req.status = &sr;
+	Mori__Request req;
+	ProtobufCMessage empty;
+	ctl_request_empty(&req, MORI__REQUEST__BODY_STATUS, &empty);
 	Mori__Reply *rep = ctl_ask(dir, &req);
 	ck_assert_int_eq(rep->body_case, MORI__REPLY__BODY_STATUS);
 	return rep;

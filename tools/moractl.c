@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "invariant.h"
 #include "moractl_obs.h"
 #include "svc/ctl.h"
 #include "mori.h"
@@ -120,12 +121,87 @@ static Mori__Reply *list_call(uint32_t what)
 	return call_for(&req, MORI__REPLY__BODY_LIST, "list");
 }
 
-static void print_json(cJSON *o)
+Mori__Reply *moractl_ask(const char *to, int ms, const Mori__Request *req, int body, char *err, size_t len)
+{
+	Mori__Reply *rep;
+	if (ctl_call(to, req, &rep, ms, err, len) != MORI_OK)
+		return NULL;
+	if (rep->code != 0 || (int)rep->body_case != body) {
+		snprintf(err, len, "daemon: %s (%s)", rep->code ? rep->message : "no answer of that kind",
+			 mori_strerror(rep->code ? rep->code : MORI_EPROTO));
+		mori__reply__free_unpacked(rep, NULL);
+		return NULL;
+	}
+	return rep;
+}
+
+void moractl_print_json(cJSON *o)
 {
 	char *s = cJSON_Print(o);
 	puts(s);
 	free(s);
 	cJSON_Delete(o);
+}
+
+void moractl_json_fields(cJSON *o, const ProtobufCMessage *m, const char *names)
+{
+	char list[512], *save = NULL;
+	MORI_REQUIRE(strlen(names) < sizeof(list), "field list of %s too long", m->descriptor->name);
+	memcpy(list, names, strlen(names) + 1);
+	for (char *key = strtok_r(list, " ", &save); key; key = strtok_r(NULL, " ", &save)) {
+		char *name = strchr(key, '=');
+		name = name ? (*name = 0, name + 1) : key;
+		const ProtobufCFieldDescriptor *f = protobuf_c_message_descriptor_get_field_by_name(m->descriptor, name);
+		MORI_REQUIRE(f && f->label == PROTOBUF_C_LABEL_NONE, "%s has no field %s", m->descriptor->name, name);
+		const void *v = (const char *)m + f->offset;
+		switch (f->type) {
+		case PROTOBUF_C_TYPE_STRING:
+			cJSON_AddStringToObject(o, key, *(char *const *)v);
+			break;
+		case PROTOBUF_C_TYPE_BOOL:
+			cJSON_AddBoolToObject(o, key, *(const protobuf_c_boolean *)v);
+			break;
+		case PROTOBUF_C_TYPE_INT32:
+			cJSON_AddNumberToObject(o, key, *(const int32_t *)v);
+			break;
+		case PROTOBUF_C_TYPE_UINT32:
+			cJSON_AddNumberToObject(o, key, *(const uint32_t *)v);
+			break;
+		case PROTOBUF_C_TYPE_UINT64:
+			cJSON_AddNumberToObject(o, key, (double)*(const uint64_t *)v);
+			break;
+		case PROTOBUF_C_TYPE_DOUBLE:
+			cJSON_AddNumberToObject(o, key, *(const double *)v);
+			break;
+		default:
+			MORI_REQUIRE(0, "%s.%s is of a type moractl does not print", m->descriptor->name, name);
+		}
+	}
+}
+
+cJSON *moractl_json_row(cJSON *arr, const ProtobufCMessage *m, const char *names)
+{
+	cJSON *o = cJSON_CreateObject();
+	moractl_json_fields(o, m, names);
+	cJSON_AddItemToArray(arr, o);
+	return o;
+}
+
+/* o[key]: {name: value} of counters. */
+static void json_counters(cJSON *o, const char *key, Mori__Counter *const *c, size_t n)
+{
+	cJSON *obj = cJSON_AddObjectToObject(o, key);
+	for (size_t i = 0; i < n; i++)
+		cJSON_AddNumberToObject(obj, c[i]->name, (double)c[i]->value);
+}
+
+/* call_for() on a request without arguments (ctl_request_empty). */
+static Mori__Reply *call_empty(Mori__Request__BodyCase kind, int body, const char *what)
+{
+	Mori__Request req;
+	ProtobufCMessage empty;
+	ctl_request_empty(&req, kind, &empty);
+	return call_for(&req, body, what);
 }
 
 static void fmt_bytes(char *buf, size_t len, uint64_t b)
@@ -143,19 +219,11 @@ static void fmt_bytes(char *buf, size_t len, uint64_t b)
 /* RDMA ports the daemon sees (issue 7). NULL when the daemon does not answer the request. */
 static Mori__Reply *nics_call(void)
 {
-	Mori__Request req = MORI__REQUEST__INIT;
-	Mori__NicsRequest nq = MORI__NICS_REQUEST__INIT;
-	req.body_case = MORI__REQUEST__BODY_NICS;
-	req.nics = &nq;
-	Mori__Reply *rep;
+	Mori__Request req;
+	ProtobufCMessage empty;
 	char err[512];
-	if (ctl_call(url, &req, &rep, time_left_ms(), err, sizeof(err)) != MORI_OK)
-		return NULL;
-	if (rep->code != 0 || rep->body_case != MORI__REPLY__BODY_NICS) {
-		mori__reply__free_unpacked(rep, NULL);
-		return NULL;
-	}
-	return rep;
+	ctl_request_empty(&req, MORI__REQUEST__BODY_NICS, &empty);
+	return moractl_ask(url, time_left_ms(), &req, MORI__REPLY__BODY_NICS, err, sizeof(err));
 }
 
 static void nics_count(unsigned *all, unsigned *usable)
@@ -173,28 +241,12 @@ static void nics_count(unsigned *all, unsigned *usable)
 
 static int cmd_status(void)
 {
-	Mori__Request req = MORI__REQUEST__INIT;
-	Mori__StatusRequest sr = MORI__STATUS_REQUEST__INIT;
-	req.body_case = MORI__REQUEST__BODY_STATUS;
-	req.status = &sr;
-	Mori__Reply *rep = call_for(&req, MORI__REPLY__BODY_STATUS, "status");
+	Mori__Reply *rep = call_empty(MORI__REQUEST__BODY_STATUS, MORI__REPLY__BODY_STATUS, "status");
 	Mori__StatusReply *s = rep->status;
 	if (json) {
 		cJSON *o = cJSON_CreateObject();
-		cJSON_AddStringToObject(o, "version", s->version);
-		cJSON_AddNumberToObject(o, "uptime_us", (double)s->uptime_us);
-		cJSON_AddNumberToObject(o, "pid", s->pid);
-		cJSON_AddStringToObject(o, "config_path", s->config_path);
-		cJSON_AddStringToObject(o, "runtime_dir", s->runtime_dir);
-		cJSON_AddNumberToObject(o, "clients", s->clients);
-		cJSON_AddNumberToObject(o, "regions", s->regions);
-		cJSON_AddNumberToObject(o, "registered_bytes", (double)s->registered_bytes);
-		cJSON_AddNumberToObject(o, "peers", s->peers);
-		cJSON_AddNumberToObject(o, "transfers_in_flight", s->transfers_in_flight);
-		cJSON_AddStringToObject(o, "gpu", s->gpu);
-		cJSON_AddStringToObject(o, "node", s->node);
-		cJSON_AddStringToObject(o, "peer_auth", s->peer_auth);
-		cJSON_AddBoolToObject(o, "peers_unauthenticated", s->peers_unauthenticated);
+		moractl_json_fields(o, &s->base, "version uptime_us pid config_path runtime_dir clients regions "
+			"registered_bytes peers transfers_in_flight gpu node peer_auth peers_unauthenticated");
 		unsigned na, nu;
 		nics_count(&na, &nu);
 		cJSON_AddNumberToObject(o, "nics", na);
@@ -202,10 +254,8 @@ static int cmd_status(void)
 		char ep[32];
 		snprintf(ep, sizeof(ep), "%016llx", (unsigned long long)s->epoch);
 		cJSON_AddStringToObject(o, "epoch", ep);
-		cJSON *c = cJSON_AddObjectToObject(o, "counters");
-		for (size_t i = 0; i < s->n_counters; i++)
-			cJSON_AddNumberToObject(c, s->counters[i]->name, (double)s->counters[i]->value);
-		print_json(o);
+		json_counters(o, "counters", s->counters, s->n_counters);
+		moractl_print_json(o);
 	} else {
 		char b[32];
 		uint64_t up = s->uptime_us / 1000000;
@@ -255,7 +305,7 @@ static int cmd_version(void)
 		cJSON_AddStringToObject(o, "moractl", MORI_VERSION);
 		cJSON_AddStringToObject(o, "morid", dv);
 		cJSON_AddNumberToObject(o, "protocol", pv);
-		print_json(o);
+		moractl_print_json(o);
 	} else {
 		printf("moractl %s\nmorid %s (protocol %u)\n", MORI_VERSION, dv, pv);
 	}
@@ -265,11 +315,7 @@ static int cmd_version(void)
 
 static int cmd_config(void)
 {
-	Mori__Request req = MORI__REQUEST__INIT;
-	Mori__ConfigRequest cr = MORI__CONFIG_REQUEST__INIT;
-	req.body_case = MORI__REQUEST__BODY_CONFIG;
-	req.config = &cr;
-	Mori__Reply *rep = call_for(&req, MORI__REPLY__BODY_CONFIG, "config");
+	Mori__Reply *rep = call_empty(MORI__REQUEST__BODY_CONFIG, MORI__REPLY__BODY_CONFIG, "config");
 	Mori__ConfigReply *c = rep->config;
 	if (json) {
 		cJSON *o = cJSON_CreateObject();
@@ -277,7 +323,7 @@ static int cmd_config(void)
 		cJSON *v = cJSON_AddObjectToObject(o, "values");
 		for (size_t i = 0; i < c->n_entries; i++)
 			cJSON_AddStringToObject(v, c->entries[i]->name, c->entries[i]->value);
-		print_json(o);
+		moractl_print_json(o);
 	} else {
 		printf("# %s\n", c->path);
 		for (size_t i = 0; i < c->n_entries; i++)
@@ -290,10 +336,9 @@ static int cmd_config(void)
 
 static int cmd_reload(void)
 {
-	Mori__Request req = MORI__REQUEST__INIT;
-	Mori__ReloadRequest rr = MORI__RELOAD_REQUEST__INIT;
-	req.body_case = MORI__REQUEST__BODY_RELOAD;
-	req.reload = &rr;
+	Mori__Request req;
+	ProtobufCMessage empty;
+	ctl_request_empty(&req, MORI__REQUEST__BODY_RELOAD, &empty);
 	Mori__Reply *rep = call(&req);
 	if (json)
 		puts("{\"reloaded\": true}");
@@ -305,130 +350,98 @@ static int cmd_reload(void)
 
 static const char *kind_name(uint32_t k) { return k == MORI_MEM_VRAM ? "vram" : "host"; }
 
-static int cmd_list(int what)
+/* The rows of a listing: a table on stdout, or objects appended to arr for --json. */
+static void list_clients(const Mori__ListReply *l, cJSON *arr)
 {
-	Mori__Reply *rep = list_call((uint32_t)what);
-	Mori__ListReply *l = rep->list;
-	cJSON *arr = cJSON_CreateArray();
+	char b[32];
+	if (!json)
+		printf("%-6s %-8s %-6s %-20s %-8s %-12s\n", "ID", "PID", "UID", "NAME", "REGIONS", "BYTES");
+	for (size_t i = 0; i < l->n_clients; i++) {
+		Mori__ClientInfo *c = l->clients[i];
+		if (json) {
+			moractl_json_row(arr, &c->base, "id pid uid name regions bytes");
+		} else {
+			fmt_bytes(b, sizeof(b), c->bytes);
+			printf("%-6llu %-8d %-6u %-20s %-8u %-12s\n", (unsigned long long)c->id, c->pid,
+			       c->uid, c->name, c->regions, b);
+		}
+	}
+}
+
+static void list_regions(const Mori__ListReply *l, cJSON *arr)
+{
+	char b[32];
+	if (!json)
+		printf("%-19s %-8s %-5s %-12s %-6s %-9s %-24s %s\n", "ID", "OWNER", "KIND", "BYTES", "OPENS", "INFLIGHT",
+		       "NAME", "ACCESS");
+	for (size_t i = 0; i < l->n_regions; i++) {
+		Mori__RegionInfo *g = l->regions[i];
+		if (json) {
+			cJSON *o = moractl_json_row(arr, &g->base, "id owner_pid");
+			cJSON_AddStringToObject(o, "kind", kind_name(g->kind));
+			moractl_json_fields(o, &g->base, "bytes name opens inflight access");
+		} else {
+			fmt_bytes(b, sizeof(b), g->bytes);
+			printf("%-19llu %-8d %-5s %-12s %-6u %-9u %-24s %s\n", (unsigned long long)g->id,
+			       g->owner_pid, kind_name(g->kind), b, g->opens, g->inflight, g->name[0] ? g->name : "-",
+			       g->access[0] ? g->access : "-");
+		}
+	}
+}
+
+static void list_peers(const Mori__ListReply *l, cJSON *arr)
+{
 	char b[32], b2[32];
-	if (what == 1) {
-		if (!json)
-			printf("%-6s %-8s %-6s %-20s %-8s %-12s\n", "ID", "PID", "UID", "NAME", "REGIONS", "BYTES");
-		for (size_t i = 0; i < l->n_clients; i++) {
-			Mori__ClientInfo *c = l->clients[i];
-			if (json) {
-				cJSON *o = cJSON_CreateObject();
-				cJSON_AddNumberToObject(o, "id", (double)c->id);
-				cJSON_AddNumberToObject(o, "pid", c->pid);
-				cJSON_AddNumberToObject(o, "uid", c->uid);
-				cJSON_AddStringToObject(o, "name", c->name);
-				cJSON_AddNumberToObject(o, "regions", c->regions);
-				cJSON_AddNumberToObject(o, "bytes", (double)c->bytes);
-				cJSON_AddItemToArray(arr, o);
+	/* the daemon's state is "down (why)": the word in its column, the reason last, so that a
+	 * long one cannot push the columns after it */
+	if (!json)
+		printf("%-22s %-10s %-9s %-8s %-12s %-12s %-10s %-7s %-20s %s\n", "ADDRESS", "STATE", "TRANSPORT",
+		       "STREAMS", "SENT", "RECEIVED", "TRANSFERS", "ERRORS", "AUTHENTICATED", "REASON");
+	for (size_t i = 0; i < l->n_peers; i++) {
+		Mori__PeerInfo *p = l->peers[i];
+		if (json) {
+			moractl_json_row(arr, &p->base, "address state transport streams bytes_sent bytes_received transfers "
+				 "errors authenticated=auth");
+		} else {
+			fmt_bytes(b, sizeof(b), p->bytes_sent);
+			fmt_bytes(b2, sizeof(b2), p->bytes_received);
+			const char *why = strstr(p->state, " (");
+			int wl = why ? (int)(why - p->state) : (int)strlen(p->state);
+			printf("%-22s %-10.*s %-9s %-8u %-12s %-12s %-10llu %-7llu ", p->address, wl, p->state,
+			       p->transport, p->streams, b, b2, (unsigned long long)p->transfers,
+			       (unsigned long long)p->errors);
+			if (why) { /* "down (reason)": the reason without its parentheses */
+				int rl = (int)strlen(why + 2);
+				printf("%-20s %.*s\n", p->auth, rl && why[rl + 1] == ')' ? rl - 1 : rl, why + 2);
 			} else {
-				fmt_bytes(b, sizeof(b), c->bytes);
-				printf("%-6llu %-8d %-6u %-20s %-8u %-12s\n", (unsigned long long)c->id, c->pid,
-				       c->uid, c->name, c->regions, b);
-			}
-		}
-	} else if (what == 2) {
-		if (!json)
-			printf("%-19s %-8s %-5s %-12s %-6s %-9s %-24s %s\n", "ID", "OWNER", "KIND", "BYTES", "OPENS", "INFLIGHT",
-			       "NAME", "ACCESS");
-		for (size_t i = 0; i < l->n_regions; i++) {
-			Mori__RegionInfo *g = l->regions[i];
-			if (json) {
-				cJSON *o = cJSON_CreateObject();
-				cJSON_AddNumberToObject(o, "id", (double)g->id);
-				cJSON_AddNumberToObject(o, "owner_pid", g->owner_pid);
-				cJSON_AddStringToObject(o, "kind", kind_name(g->kind));
-				cJSON_AddNumberToObject(o, "bytes", (double)g->bytes);
-				cJSON_AddStringToObject(o, "name", g->name);
-				cJSON_AddNumberToObject(o, "opens", g->opens);
-				cJSON_AddNumberToObject(o, "inflight", g->inflight);
-				cJSON_AddStringToObject(o, "access", g->access);
-				cJSON_AddItemToArray(arr, o);
-			} else {
-				fmt_bytes(b, sizeof(b), g->bytes);
-				printf("%-19llu %-8d %-5s %-12s %-6u %-9u %-24s %s\n", (unsigned long long)g->id,
-				       g->owner_pid, kind_name(g->kind), b, g->opens, g->inflight, g->name[0] ? g->name : "-",
-				       g->access[0] ? g->access : "-");
-			}
-		}
-	} else if (what == 3) {
-		/* the daemon's state is "down (why)": the word in its column, the reason last, so that a
-		 * long one cannot push the columns after it */
-		if (!json)
-			printf("%-22s %-10s %-9s %-8s %-12s %-12s %-10s %-7s %-20s %s\n", "ADDRESS", "STATE", "TRANSPORT",
-			       "STREAMS", "SENT", "RECEIVED", "TRANSFERS", "ERRORS", "AUTHENTICATED", "REASON");
-		for (size_t i = 0; i < l->n_peers; i++) {
-			Mori__PeerInfo *p = l->peers[i];
-			if (json) {
-				cJSON *o = cJSON_CreateObject();
-				cJSON_AddStringToObject(o, "address", p->address);
-				cJSON_AddStringToObject(o, "state", p->state);
-				cJSON_AddStringToObject(o, "transport", p->transport);
-				cJSON_AddNumberToObject(o, "streams", p->streams);
-				cJSON_AddNumberToObject(o, "bytes_sent", (double)p->bytes_sent);
-				cJSON_AddNumberToObject(o, "bytes_received", (double)p->bytes_received);
-				cJSON_AddNumberToObject(o, "transfers", (double)p->transfers);
-				cJSON_AddNumberToObject(o, "errors", (double)p->errors);
-				cJSON_AddStringToObject(o, "authenticated", p->auth);
-				cJSON_AddItemToArray(arr, o);
-			} else {
-				fmt_bytes(b, sizeof(b), p->bytes_sent);
-				fmt_bytes(b2, sizeof(b2), p->bytes_received);
-				const char *why = strstr(p->state, " (");
-				int wl = why ? (int)(why - p->state) : (int)strlen(p->state);
-				printf("%-22s %-10.*s %-9s %-8u %-12s %-12s %-10llu %-7llu ", p->address, wl, p->state,
-				       p->transport, p->streams, b, b2, (unsigned long long)p->transfers,
-				       (unsigned long long)p->errors);
-				if (why) { /* "down (reason)": the reason without its parentheses */
-					int rl = (int)strlen(why + 2);
-					printf("%-20s %.*s\n", p->auth, rl && why[rl + 1] == ')' ? rl - 1 : rl, why + 2);
-				} else {
-					printf("%s\n", p->auth);
-				}
-			}
-		}
-	} else {
-		if (!json)
-			printf("%-8s %-6s %-22s %-5s %-12s %-12s %s\n", "ID", "CLIENT", "PEER", "OP", "BYTES", "DONE", "AGE_MS");
-		for (size_t i = 0; i < l->n_xfers; i++) {
-			Mori__XferInfo *x = l->xfers[i];
-			if (json) {
-				cJSON *o = cJSON_CreateObject();
-				cJSON_AddNumberToObject(o, "id", (double)x->id);
-				cJSON_AddNumberToObject(o, "client", (double)x->client);
-				cJSON_AddStringToObject(o, "peer", x->peer);
-				cJSON_AddStringToObject(o, "op", x->op);
-				cJSON_AddNumberToObject(o, "bytes", (double)x->bytes);
-				cJSON_AddNumberToObject(o, "bytes_done", (double)x->bytes_done);
-				cJSON_AddNumberToObject(o, "age_us", (double)x->age_us);
-				cJSON_AddItemToArray(arr, o);
-			} else {
-				fmt_bytes(b, sizeof(b), x->bytes);
-				fmt_bytes(b2, sizeof(b2), x->bytes_done);
-				printf("%-8llu %-6llu %-22s %-5s %-12s %-12s %llu\n", (unsigned long long)x->id,
-				       (unsigned long long)x->client, x->peer, x->op, b, b2,
-				       (unsigned long long)x->age_us / 1000);
+				printf("%s\n", p->auth);
 			}
 		}
 	}
-	if (json)
-		print_json(arr);
-	else
-		cJSON_Delete(arr);
-	mori__reply__free_unpacked(rep, NULL);
-	return 0;
+}
+
+static void list_xfers(const Mori__ListReply *l, cJSON *arr)
+{
+	char b[32], b2[32];
+	if (!json)
+		printf("%-8s %-6s %-22s %-5s %-12s %-12s %s\n", "ID", "CLIENT", "PEER", "OP", "BYTES", "DONE", "AGE_MS");
+	for (size_t i = 0; i < l->n_xfers; i++) {
+		Mori__XferInfo *x = l->xfers[i];
+		if (json) {
+			moractl_json_row(arr, &x->base, "id client peer op bytes bytes_done age_us");
+		} else {
+			fmt_bytes(b, sizeof(b), x->bytes);
+			fmt_bytes(b2, sizeof(b2), x->bytes_done);
+			printf("%-8llu %-6llu %-22s %-5s %-12s %-12s %llu\n", (unsigned long long)x->id,
+			       (unsigned long long)x->client, x->peer, x->op, b, b2,
+			       (unsigned long long)x->age_us / 1000);
+		}
+	}
 }
 
 /* MORI-SHMEM groups (issue 11): those this daemon is the root of (every rank) or holds PEs of. */
-static int cmd_groups(void)
+static void list_groups(const Mori__ListReply *l, cJSON *arr)
 {
-	Mori__Reply *rep = list_call(5);
-	Mori__ListReply *l = rep->list;
-	cJSON *arr = cJSON_CreateArray();
 	if (!json)
 		printf("%-24s %-11s %-8s %-9s %-10s %-5s %-10s %-7s %-8s %s\n", "NAME", "ROLE", "STATE", "PES", "HEAP", "KIND",
 		       "USED", "ALLOCS", "CALLS", "ROOT");
@@ -438,19 +451,10 @@ static int cmd_groups(void)
 		fmt_bytes(heap, sizeof(heap), g->heap_size);
 		fmt_bytes(used, sizeof(used), g->heap_used);
 		snprintf(pes, sizeof(pes), "%u/%d", g->joined, g->world_size);
-		cJSON *o = cJSON_CreateObject(), *ranks = cJSON_CreateArray(), *nodes = cJSON_CreateArray();
-		cJSON_AddStringToObject(o, "name", g->name);
-		cJSON_AddStringToObject(o, "role", g->role);
-		cJSON_AddStringToObject(o, "root", g->root);
-		cJSON_AddStringToObject(o, "state", g->state);
-		cJSON_AddNumberToObject(o, "world_size", g->world_size);
-		cJSON_AddNumberToObject(o, "joined", g->joined);
-		cJSON_AddNumberToObject(o, "heap_size", (double)g->heap_size);
+		cJSON *o = moractl_json_row(arr, &g->base, "name role root state world_size joined heap_size");
+		cJSON *ranks = cJSON_CreateArray(), *nodes = cJSON_CreateArray();
 		cJSON_AddStringToObject(o, "heap_kind", kind_name(g->heap_kind));
-		cJSON_AddNumberToObject(o, "heap_used", (double)g->heap_used);
-		cJSON_AddNumberToObject(o, "allocations", g->allocations);
-		cJSON_AddNumberToObject(o, "calls", (double)g->calls);
-		cJSON_AddNumberToObject(o, "age_us", (double)g->age_us);
+		moractl_json_fields(o, &g->base, "heap_used allocations calls age_us");
 		if (!json)
 			printf("%-24s %-11s %-8.8s %-9s %-10s %-5s %-10s %-7u %-8llu %s\n", g->name, g->role, g->state, pes, heap,
 			       kind_name(g->heap_kind), g->role[0] == 'r' ? used : "-", g->allocations,
@@ -459,12 +463,7 @@ static int cmd_groups(void)
 			printf("  state: %s\n", g->state);
 		for (size_t k = 0; k < g->n_ranks; k++) {
 			Mori__GroupRankInfo *r = g->ranks[k];
-			cJSON *ro = cJSON_CreateObject();
-			cJSON_AddNumberToObject(ro, "rank", r->rank);
-			cJSON_AddStringToObject(ro, "node", r->node);
-			cJSON_AddNumberToObject(ro, "pid", r->pid);
-			cJSON_AddStringToObject(ro, "state", r->state);
-			cJSON_AddItemToArray(ranks, ro);
+			moractl_json_row(ranks, &r->base, "rank node pid state");
 			int seen = 0;
 			for (size_t j = 0; j < k; j++)
 				seen |= !strcmp(g->ranks[j]->node, r->node);
@@ -475,10 +474,19 @@ static int cmd_groups(void)
 		}
 		cJSON_AddItemToObject(o, "ranks", ranks);
 		cJSON_AddItemToObject(o, "nodes", nodes);
-		cJSON_AddItemToArray(arr, o);
 	}
+}
+
+/* moractl clients, memory, peers, transfers, groups: list_call(what)'s rows, a table or one JSON array. */
+static int cmd_list(uint32_t what)
+{
+	static void (*const rows[])(const Mori__ListReply *, cJSON *) = {
+		NULL, list_clients, list_regions, list_peers, list_xfers, list_groups};
+	Mori__Reply *rep = list_call(what);
+	cJSON *arr = cJSON_CreateArray();
+	rows[what](rep->list, arr);
 	if (json)
-		print_json(arr);
+		moractl_print_json(arr);
 	else
 		cJSON_Delete(arr);
 	mori__reply__free_unpacked(rep, NULL);
@@ -487,49 +495,16 @@ static int cmd_groups(void)
 
 static int cmd_nics(void)
 {
-	Mori__Request req = MORI__REQUEST__INIT;
-	Mori__NicsRequest nq = MORI__NICS_REQUEST__INIT;
-	req.body_case = MORI__REQUEST__BODY_NICS;
-	req.nics = &nq;
-	Mori__Reply *rep = call_for(&req, MORI__REPLY__BODY_NICS, "device list");
+	Mori__Reply *rep = call_empty(MORI__REQUEST__BODY_NICS, MORI__REPLY__BODY_NICS, "device list");
 	Mori__NicsReply *l = rep->nics;
 	if (json) {
-		cJSON *arr = cJSON_CreateArray();
-		for (size_t i = 0; i < l->n_nics; i++) {
-			Mori__NicInfo *e = l->nics[i];
-			cJSON *o = cJSON_CreateObject();
-			cJSON_AddStringToObject(o, "device", e->device);
-			cJSON_AddNumberToObject(o, "port", e->port);
-			cJSON_AddStringToObject(o, "state", e->state);
-			cJSON_AddStringToObject(o, "link_layer", e->link_layer);
-			cJSON_AddNumberToObject(o, "active_mtu", e->active_mtu);
-			cJSON_AddNumberToObject(o, "max_mtu", e->max_mtu);
-			cJSON_AddStringToObject(o, "speed", e->speed);
-			cJSON_AddNumberToObject(o, "gbps", e->gbps);
-			cJSON_AddNumberToObject(o, "max_msg", e->max_msg);
-			cJSON_AddNumberToObject(o, "max_qp_wr", e->max_qp_wr);
-			cJSON_AddNumberToObject(o, "gid_index", e->gid_index);
-			cJSON_AddStringToObject(o, "gid", e->gid);
-			cJSON_AddStringToObject(o, "gid_type", e->gid_type);
-			cJSON_AddStringToObject(o, "address", e->address);
-			cJSON_AddStringToObject(o, "netdev", e->netdev);
-			cJSON_AddNumberToObject(o, "numa_node", e->numa_node);
-			cJSON_AddStringToObject(o, "pci", e->pci);
-			cJSON_AddStringToObject(o, "pci_path", e->pci_path);
-			cJSON_AddStringToObject(o, "fw", e->fw);
-			cJSON_AddBoolToObject(o, "usable", e->usable);
-			cJSON_AddStringToObject(o, "reason", e->reason);
-			cJSON_AddItemToArray(arr, o);
-		}
-		cJSON *o = cJSON_CreateObject();
-		cJSON_AddItemToObject(o, "nics", arr);
-		cJSON_AddStringToObject(o, "note", l->note);
-		cJSON_AddStringToObject(o, "transport", l->transport);
-		cJSON_AddStringToObject(o, "in_use", l->in_use);
-		cJSON *c = cJSON_AddObjectToObject(o, "rdma_counters");
-		for (size_t i = 0; i < l->n_counters; i++)
-			cJSON_AddNumberToObject(c, l->counters[i]->name, (double)l->counters[i]->value);
-		print_json(o);
+		cJSON *o = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(o, "nics");
+		for (size_t i = 0; i < l->n_nics; i++)
+			moractl_json_row(arr, &l->nics[i]->base, "device port state link_layer active_mtu max_mtu speed gbps max_msg "
+				 "max_qp_wr gid_index gid gid_type address netdev numa_node pci pci_path fw usable reason");
+		moractl_json_fields(o, &l->base, "note transport in_use");
+		json_counters(o, "rdma_counters", l->counters, l->n_counters);
+		moractl_print_json(o);
 	} else if (l->n_nics == 0) {
 		printf("%s\n", l->note[0] ? l->note : "no RDMA devices");
 	} else {
@@ -710,7 +685,7 @@ int main(int argc, char **argv)
 	if (!strcmp(cmd, "nics"))
 		return cmd_nics();
 	if (!strcmp(cmd, "groups"))
-		return cmd_groups();
+		return cmd_list(5);
 	fprintf(stderr, "moractl: unknown command '%s' (try --help)\n", cmd);
 	return 2;
 }

@@ -10,26 +10,25 @@
 #include "mori.h"
 #include "svc/ctl.h"
 
-static Mori__Reply *ask(const char *url, int timeout_ms, Mori__Request *req, int body, char *err, size_t len)
+/* A request without arguments (ctl_request_empty) and its reply (moractl_ask), or NULL with the
+ * reason in err. */
+static Mori__Reply *ask(const char *url, int timeout_ms, Mori__Request__BodyCase kind, int body, char *err,
+			size_t len)
 {
-	Mori__Reply *rep;
-	if (ctl_call(url, req, &rep, timeout_ms, err, len) != MORI_OK)
-		return NULL;
-	if (rep->code != 0 || (int)rep->body_case != body) {
-		snprintf(err, len, "daemon: %s (%s)", rep->code ? rep->message : "no answer of that kind",
-			 mori_strerror(rep->code ? rep->code : MORI_EPROTO));
-		mori__reply__free_unpacked(rep, NULL);
-		return NULL;
-	}
-	return rep;
+	Mori__Request req;
+	ProtobufCMessage empty;
+	ctl_request_empty(&req, kind, &empty);
+	return moractl_ask(url, timeout_ms, &req, body, err, len);
 }
 
-static void emit(cJSON *o)
+/* ask(), saying why on stderr when it gets no answer. */
+static Mori__Reply *ask_or_say(const char *url, int timeout_ms, Mori__Request__BodyCase kind, int body)
 {
-	char *s = cJSON_Print(o);
-	puts(s);
-	free(s);
-	cJSON_Delete(o);
+	char err[512];
+	Mori__Reply *rep = ask(url, timeout_ms, kind, body, err, sizeof(err));
+	if (!rep)
+		fprintf(stderr, "moractl: %s\n", err);
+	return rep;
 }
 
 /* ---- topo ---- */
@@ -50,55 +49,20 @@ static const char *numa_cpus(const Mori__TopoReply *t, int numa)
 static void topo_json(const Mori__TopoReply *t)
 {
 	cJSON *o = cJSON_CreateObject(), *g = cJSON_AddArrayToObject(o, "gpus"), *n = cJSON_AddArrayToObject(o, "nics");
-	for (size_t i = 0; i < t->n_gpus; i++) {
-		cJSON *e = cJSON_CreateObject();
-		cJSON_AddNumberToObject(e, "index", t->gpus[i]->index);
-		cJSON_AddStringToObject(e, "name", t->gpus[i]->name);
-		cJSON_AddStringToObject(e, "arch", t->gpus[i]->arch);
-		cJSON_AddStringToObject(e, "pci", t->gpus[i]->pci);
-		cJSON_AddNumberToObject(e, "numa_node", t->gpus[i]->numa_node);
-		cJSON_AddNumberToObject(e, "memory_bytes", (double)t->gpus[i]->memory_bytes);
-		cJSON_AddItemToArray(g, e);
-	}
-	for (size_t i = 0; i < t->n_nics; i++) {
-		cJSON *e = cJSON_CreateObject();
-		cJSON_AddStringToObject(e, "device", t->nics[i]->device);
-		cJSON_AddNumberToObject(e, "port", t->nics[i]->port);
-		cJSON_AddStringToObject(e, "pci", t->nics[i]->pci);
-		cJSON_AddNumberToObject(e, "numa_node", t->nics[i]->numa_node);
-		cJSON_AddNumberToObject(e, "gbps", t->nics[i]->gbps);
-		cJSON_AddBoolToObject(e, "usable", t->nics[i]->usable);
-		cJSON_AddStringToObject(e, "state", t->nics[i]->state);
-		cJSON_AddStringToObject(e, "netdev", t->nics[i]->netdev);
-		cJSON_AddItemToArray(n, e);
-	}
+	for (size_t i = 0; i < t->n_gpus; i++)
+		moractl_json_row(g, &t->gpus[i]->base, "index name arch pci numa_node memory_bytes");
+	for (size_t i = 0; i < t->n_nics; i++)
+		moractl_json_row(n, &t->nics[i]->base, "device port pci numa_node gbps usable state netdev");
 	cJSON *m = cJSON_AddArrayToObject(o, "numa");
-	for (size_t i = 0; i < t->n_numa; i++) {
-		cJSON *e = cJSON_CreateObject();
-		cJSON_AddNumberToObject(e, "id", t->numa[i]->id);
-		cJSON_AddStringToObject(e, "cpus", t->numa[i]->cpus);
-		cJSON_AddNumberToObject(e, "memory_bytes", (double)t->numa[i]->memory_bytes);
-		cJSON_AddItemToArray(m, e);
-	}
+	for (size_t i = 0; i < t->n_numa; i++)
+		moractl_json_row(m, &t->numa[i]->base, "id cpus memory_bytes");
 	cJSON_AddNumberToObject(o, "cpus", t->cpus);
 	const struct { const char *key; Mori__TopoLink **v; size_t n; } mats[] = {
 		{"gpu_gpu", t->gpu_gpu, t->n_gpu_gpu}, {"gpu_nic", t->gpu_nic, t->n_gpu_nic}};
 	for (int k = 0; k < 2; k++) {
 		cJSON *a = cJSON_AddArrayToObject(o, mats[k].key);
-		for (size_t i = 0; i < mats[k].n; i++) {
-			const Mori__TopoLink *l = mats[k].v[i];
-			cJSON *e = cJSON_CreateObject();
-			cJSON_AddNumberToObject(e, k ? "gpu" : "a", l->a);
-			cJSON_AddNumberToObject(e, k ? "nic" : "b", l->b);
-			cJSON_AddStringToObject(e, "kind", l->kind);
-			cJSON_AddNumberToObject(e, "hops", l->hops);
-			if (!k) {
-				cJSON_AddNumberToObject(e, "p2p", l->p2p);
-				cJSON_AddNumberToObject(e, "p2p_rank", l->p2p_rank);
-				cJSON_AddNumberToObject(e, "atomics", l->atomics);
-			}
-			cJSON_AddItemToArray(a, e);
-		}
+		for (size_t i = 0; i < mats[k].n; i++)
+			moractl_json_row(a, &mats[k].v[i]->base, k ? "gpu=a nic=b kind hops" : "a b kind hops p2p p2p_rank atomics");
 	}
 	cJSON *r = cJSON_AddArrayToObject(o, "ranking");
 	for (size_t i = 0; i < t->n_ranking; i++) {
@@ -110,10 +74,8 @@ static void topo_json(const Mori__TopoReply *t)
 		cJSON_AddNumberToObject(e, "chosen", k->chosen);
 		cJSON_AddItemToArray(r, e);
 	}
-	cJSON_AddStringToObject(o, "gpu_note", t->gpu_note);
-	cJSON_AddStringToObject(o, "nic_note", t->nic_note);
-	cJSON_AddStringToObject(o, "rdma_in_use", t->rdma_in_use);
-	emit(o);
+	moractl_json_fields(o, &t->base, "gpu_note nic_note rdma_in_use");
+	moractl_print_json(o);
 }
 
 static const Mori__TopoLink *cell(Mori__TopoLink **v, size_t n, int a, int b)
@@ -223,16 +185,9 @@ static void topo_human(const Mori__TopoReply *t)
 
 int moractl_topo(const char *url, int timeout_ms, int json)
 {
-	Mori__Request req = MORI__REQUEST__INIT;
-	Mori__TopoRequest tq = MORI__TOPO_REQUEST__INIT;
-	req.body_case = MORI__REQUEST__BODY_TOPO;
-	req.topo = &tq;
-	char err[512];
-	Mori__Reply *rep = ask(url, timeout_ms, &req, MORI__REPLY__BODY_TOPO, err, sizeof(err));
-	if (!rep) {
-		fprintf(stderr, "moractl: %s\n", err);
+	Mori__Reply *rep = ask_or_say(url, timeout_ms, MORI__REQUEST__BODY_TOPO, MORI__REPLY__BODY_TOPO);
+	if (!rep)
 		return 1;
-	}
 	if (json)
 		topo_json(rep->topo);
 	else
@@ -274,12 +229,8 @@ static Mori__DiagCheck *shell_memlock(char *detail, size_t dl)
 
 int moractl_diagnose(const char *url, int timeout_ms, int json)
 {
-	Mori__Request req = MORI__REQUEST__INIT;
-	Mori__DiagnoseRequest dq = MORI__DIAGNOSE_REQUEST__INIT;
-	req.body_case = MORI__REQUEST__BODY_DIAGNOSE;
-	req.diagnose = &dq;
 	char err[512], detail[600], sd[300];
-	Mori__Reply *rep = ask(url, timeout_ms, &req, MORI__REPLY__BODY_DIAGNOSE, err, sizeof(err));
+	Mori__Reply *rep = ask(url, timeout_ms, MORI__REQUEST__BODY_DIAGNOSE, MORI__REPLY__BODY_DIAGNOSE, err, sizeof(err));
 	Mori__DiagCheck none = MORI__DIAG_CHECK__INIT, *daemon = &none;
 	Mori__DiagCheck *list[64];
 	size_t n = 0;
@@ -301,18 +252,15 @@ int moractl_diagnose(const char *url, int timeout_ms, int json)
 	if (json) {
 		cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "checks");
 		for (size_t i = 0; i < n; i++) {
-			cJSON *e = cJSON_CreateObject();
-			cJSON_AddStringToObject(e, "name", list[i]->name);
+			cJSON *e = moractl_json_row(a, &list[i]->base, "name");
 			cJSON_AddStringToObject(e, "verdict", verdict_name(list[i]->verdict));
-			cJSON_AddStringToObject(e, "detail", list[i]->detail);
-			cJSON_AddStringToObject(e, "remedy", list[i]->remedy);
-			cJSON_AddItemToArray(a, e);
+			moractl_json_fields(e, &list[i]->base, "detail remedy");
 		}
 		cJSON_AddNumberToObject(o, "ok", count[0]);
 		cJSON_AddNumberToObject(o, "warnings", count[1]);
 		cJSON_AddNumberToObject(o, "problems", count[2]);
 		cJSON_AddNumberToObject(o, "skipped", count[3]);
-		emit(o);
+		moractl_print_json(o);
 	} else {
 		printf("%-15s %-8s %s\n", "CHECK", "VERDICT", "DETAIL");
 		for (size_t i = 0; i < n; i++) {
@@ -331,21 +279,14 @@ int moractl_diagnose(const char *url, int timeout_ms, int json)
 
 int moractl_metrics(const char *url, int timeout_ms, int json)
 {
-	Mori__Request req = MORI__REQUEST__INIT;
-	Mori__MetricsRequest mq = MORI__METRICS_REQUEST__INIT;
-	req.body_case = MORI__REQUEST__BODY_METRICS;
-	req.metrics = &mq;
-	char err[512];
-	Mori__Reply *rep = ask(url, timeout_ms, &req, MORI__REPLY__BODY_METRICS, err, sizeof(err));
-	if (!rep) {
-		fprintf(stderr, "moractl: %s\n", err);
+	Mori__Reply *rep = ask_or_say(url, timeout_ms, MORI__REQUEST__BODY_METRICS, MORI__REPLY__BODY_METRICS);
+	if (!rep)
 		return 1;
-	}
 	if (json) {
 		cJSON *o = cJSON_CreateObject();
 		cJSON_AddStringToObject(o, "format", "prometheus-text-0.0.4");
 		cJSON_AddStringToObject(o, "text", rep->metrics->text);
-		emit(o);
+		moractl_print_json(o);
 	} else {
 		fputs(rep->metrics->text, stdout);
 	}

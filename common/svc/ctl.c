@@ -9,8 +9,24 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "invariant.h"
 #include "mori.h"
 #include "nng_close.h"
+
+void ctl_request_empty(Mori__Request *req, Mori__Request__BodyCase kind, ProtobufCMessage *body)
+{
+	/* A oneof case is its field's number: the request's descriptor names the body's message
+	 * and where req keeps the pointer to it, so one function serves every such kind. */
+	const ProtobufCFieldDescriptor *f =
+		protobuf_c_message_descriptor_get_field(&mori__request__descriptor, (unsigned)kind);
+	const ProtobufCMessageDescriptor *d = f && f->type == PROTOBUF_C_TYPE_MESSAGE ? f->descriptor : NULL;
+	MORI_REQUIRE(d && d->n_fields == 0 && d->sizeof_message == sizeof(*body), "request kind %d has arguments",
+		     (int)kind);
+	*req = (Mori__Request)MORI__REQUEST__INIT;
+	protobuf_c_message_init(d, body);
+	req->body_case = kind;
+	*(ProtobufCMessage **)((char *)req + f->offset) = body;
+}
 
 void ctl_url(char *buf, size_t len, const char *runtime_dir)
 {
