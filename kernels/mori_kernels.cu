@@ -3,4 +3,5 @@
 #include "copy.cu"
 #include "shmem.cu"
 #include "ep.cu"
+#include "ep_internode.cu" // MORI-EP across nodes (issue 14): uses ep.cu's helpers
 #include "coll.cu"
