@@ -102,6 +102,26 @@ static int run_until(struct pair *p, struct res *r, int n, int max_steps)
 	return -1;
 }
 
+/* One transfer of d between m's regions, started and run until it ends (within max_steps);
+ * its result in *r. */
+static void run_one(struct pair *p, struct mem *m, int read, const mori_desc *d, struct res *r, uint64_t deadline,
+		    int max_steps)
+{
+	struct rdma_xfer_args a = args(m, read, d, 1, r, deadline);
+	start(p, &a);
+	ck_assert_int_eq(run_until(p, r, 1, max_steps), 0);
+}
+
+/* After a failure: the pair reconnects within connect_steps and a new write of d, with
+ * deadline_in of time, succeeds. */
+static void works_again(struct pair *p, struct mem *m, const mori_desc *d, int connect_steps, uint64_t deadline_in)
+{
+	ck_assert_int_eq(pair_connect(p, connect_steps), 0);
+	struct res r = {0};
+	run_one(p, m, 0, d, &r, p->now + deadline_in, 100000);
+	ck_assert_int_eq(r.code, 0);
+}
+
 /* ---- random verified traffic ---- */
 struct notif_check {
 	struct mem *m;
@@ -409,17 +429,13 @@ START_TEST(bad_rkey)
 	ck_assert_int_eq(pair_connect(p, 1000), 0);
 	/* region deregistered on the far side: its key no longer matches */
 	fake_dereg_key(&p->fab, m.kb);
-	struct rdma_xfer_args a3 = args(&m, 1, &d3, 1, &r[2], p->now + 10000000);
-	start(p, &a3);
-	ck_assert_int_eq(run_until(p, &r[2], 1, 100000), 0);
+	run_one(p, &m, 1, &d3, &r[2], p->now + 10000000, 100000);
 	ck_assert_int_eq(r[2].code, MORI_EPERM);
 	/* registered again: works */
 	m.kb = fake_reg(&p->fab, m.b, MEM);
 	struct res r4 = {0};
-	struct rdma_xfer_args a4 = args(&m, 1, &d3, 1, &r4, p->now + 10000000);
 	memset(m.b + 400000, 0x5a, 5000);
-	start(p, &a4);
-	ck_assert_int_eq(run_until(p, &r4, 1, 100000), 0);
+	run_one(p, &m, 1, &d3, &r4, p->now + 10000000, 100000);
 	ck_assert_msg(r4.code == 0, "%s", r4.msg);
 	ck_assert(memcmp(m.a + 400000, m.b + 400000, 5000) == 0);
 	rig_free(p, &m);
@@ -438,20 +454,13 @@ START_TEST(lost_completion_deadline)
 	mori_desc d = {0, 0, 10000};
 	struct res r = {0};
 	uint64_t deadline = p->now + 500000;
-	struct rdma_xfer_args a = args(&m, 0, &d, 1, &r, deadline);
-	start(p, &a);
-	ck_assert_int_eq(run_until(p, &r, 1, 1000000), 0);
+	run_one(p, &m, 0, &d, &r, deadline, 1000000);
 	ck_assert_int_eq(r.code, MORI_ETIMEDOUT);
 	ck_assert_ptr_nonnull(strstr(r.msg, "deadline expired"));
 	ck_assert_uint_ge(r.at, deadline);
 	ck_assert_uint_le(r.at, deadline + 100);
 	ck_assert_uint_eq(rdma_eng_stats(p->a)->timeouts, 1);
-	ck_assert_int_eq(pair_connect(p, 1000), 0);
-	struct res r2 = {0};
-	struct rdma_xfer_args a2 = args(&m, 0, &d, 1, &r2, p->now + 500000);
-	start(p, &a2);
-	ck_assert_int_eq(run_until(p, &r2, 1, 100000), 0);
-	ck_assert_int_eq(r2.code, 0);
+	works_again(p, &m, &d, 1000, 500000);
 	rig_free(p, &m);
 }
 END_TEST
@@ -573,9 +582,7 @@ START_TEST(retry_exceeded)
 	fq_by_qpn(&p->fab, rdma_conn_qp(p->cb, 0)->qpn)->state = QPS_RESET;
 	mori_desc d = {0, 0, 1000};
 	struct res r = {0};
-	struct rdma_xfer_args a = args(&m, 0, &d, 1, &r, p->now + 10000000);
-	start(p, &a);
-	ck_assert_int_eq(run_until(p, &r, 1, 100000), 0);
+	run_one(p, &m, 0, &d, &r, p->now + 10000000, 100000);
 	ck_assert_msg(r.code == 0, "%s", r.msg);
 	ck_assert(memcmp(m.a, m.b, 1000) == 0);
 	ck_assert_uint_ge(rdma_eng_stats(p->a)->requeued, 1);
@@ -585,19 +592,12 @@ START_TEST(retry_exceeded)
 	p->ctl.drop = 1;
 	struct res r2 = {0};
 	uint64_t deadline = p->now + 2000000;
-	struct rdma_xfer_args a2 = args(&m, 0, &d, 1, &r2, deadline);
-	start(p, &a2);
-	ck_assert_int_eq(run_until(p, &r2, 1, 1000000), 0);
+	run_one(p, &m, 0, &d, &r2, deadline, 1000000);
 	ck_assert_int_eq(r2.code, MORI_ETIMEDOUT);
 	ck_assert_msg(strstr(r2.msg, "last QP error: retry exceeded") != NULL, "%s", r2.msg);
 	ck_assert_uint_le(r2.at, deadline + 100);
 	p->ctl.drop = 0;
-	ck_assert_int_eq(pair_connect(p, 100000), 0);
-	struct res r3 = {0};
-	struct rdma_xfer_args a3 = args(&m, 0, &d, 1, &r3, p->now + 10000000);
-	start(p, &a3);
-	ck_assert_int_eq(run_until(p, &r3, 1, 100000), 0);
-	ck_assert_int_eq(r3.code, 0);
+	works_again(p, &m, &d, 100000, 10000000);
 	rig_free(p, &m);
 }
 END_TEST
