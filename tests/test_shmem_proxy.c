@@ -590,12 +590,17 @@ static int pe_killed(int pe, int n, void *arg)
 		mori_client_close(e.c);
 		return 0;
 	}
-	/* stream puts (each waited for now and then) until one fails */
-	uint64_t seq = 0;
+	/* stream puts (each waited for now and then) until one fails; with arg, fetching atomics,
+	 * each waited for (they travel as messages on the data streams, not as transfers) */
+	uint64_t seq = 0, old = 0;
 	int rc = 0;
 	for (int k = 0; k < 1000000 && !rc; k++) {
 		if (k == 200)
 			SH->stage = 1; /* the parent kills B now */
+		if (arg) {
+			rc = amo_fetch(&e, MORI_SHMEM_AMO_ADD, 8, 1, AREA_OFF, 1, 0, &old);
+			continue;
+		}
 		rc = post(&e, MORI_SHMEM_OP_PUT, 0, 0, 1, AREA_OFF + 8ull * (k % 1000), SRC_OFF, 4096, 0, 0, 0, &seq);
 		if (!rc && k % 16 == 0)
 			rc = wait_seq(&e, seq);
@@ -605,6 +610,9 @@ static int pe_killed(int pe, int n, void *arg)
 	PCHECK(pe, rc == MORI_EPEERDEAD || rc == MORI_ETIMEDOUT || rc == MORI_ECONN || rc == MORI_ECANCELED,
 	       "ended with %s", mori_strerror(rc));
 	PCHECK(pe, waited < 12000000, "the error took %llu us after the kill", (unsigned long long)waited);
+	/* a message on the dead node's data stream ends when the stream does, not at its deadline */
+	PCHECK(pe, !arg || (rc == MORI_EPEERDEAD && waited < 2000000), "atomics ended with %s %llu us after the kill",
+	       mori_strerror(rc), (unsigned long long)waited);
 	SH->figures[0] = waited;
 	SH->figures[1] = rc;
 	for (int i = 0; i < 5000 && !SH->idle_done; i++)
@@ -613,7 +621,7 @@ static int pe_killed(int pe, int n, void *arg)
 	return 0;
 }
 
-START_TEST(peer_killed)
+static void run_killed(void *amo)
 {
 	pid_t pids[3];
 	memset(SH->msg, 0, sizeof(SH->msg));
@@ -624,7 +632,7 @@ START_TEST(peer_killed)
 		if ((pids[i] = fork()) == 0) {
 			alarm(60);
 			prctl(PR_SET_PDEATHSIG, SIGKILL);
-			_exit(pe_killed(i, 3, NULL) ? 1 : 0);
+			_exit(pe_killed(i, 3, amo) ? 1 : 0);
 		}
 	while (SH->stage == 0)
 		usleep(1000);
@@ -638,10 +646,16 @@ START_TEST(peer_killed)
 	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "PE 0: %s", SH->msg[0]);
 	ck_assert_int_eq(waitpid(pids[2], &st, 0), pids[2]);
 	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "PE 2: %s", SH->msg[2]);
-	printf("peer killed: morid B killed mid-stream; PE 0's ring ended with %s %.0f ms after the kill; PE 2 (posting "
-	       "nothing) saw the abort word (PEER_DEAD, PE 1) %.0f ms after it\n",
-	       mori_strerror((int)SH->figures[1]), SH->figures[0] / 1000, SH->figures[2] / 1000);
+	printf("peer killed: morid B killed mid-stream of %s; PE 0's ring ended with %s %.0f ms after the kill; PE 2 "
+	       "(posting nothing) saw the abort word (PEER_DEAD, PE 1) %.0f ms after it\n",
+	       amo ? "fetching atomics" : "puts", mori_strerror((int)SH->figures[1]), SH->figures[0] / 1000,
+	       SH->figures[2] / 1000);
 }
+
+START_TEST(peer_killed) { run_killed(NULL); }
+END_TEST
+
+START_TEST(peer_killed_amo) { run_killed((void *)1); }
 END_TEST
 
 /* ---- the peer morid killed while nothing flows ---- */
@@ -773,6 +787,7 @@ static Suite *suite(void)
 	tcase_add_test(t, full_ring);
 	tcase_add_test(t, malformed);
 	tcase_add_test(t, peer_killed);
+	tcase_add_test(t, peer_killed_amo);
 	tcase_add_test(t, peer_killed_idle);
 	tcase_add_test(t, root_killed_ends_call);
 	suite_add_tcase(s, t);
