@@ -4,7 +4,8 @@
  * experts' outputs back at the token's home rank (combine). The EP ranks are the PEs of one
  * MORI-SHMEM group (include/mori_shmem.h) with a VRAM heap: rank = mori_shmem_my_pe, world size =
  * mori_shmem_n_pes (1..MORI_EP_MAX_WORLD). Expert e lives on rank e / num_experts_per_rank.
- * Kernels write peers' heaps directly (same node: every heap is mapped into every PE).
+ * Kernels write peers' heaps directly (same node: every heap is mapped into every PE); ranks on
+ * other nodes are reached through the proxy (MORI_EP_INTERNODE*, picked when the group spans nodes).
  *
  * Mirrors ROCm/mori's MORI-EP (EpDispatchCombineConfig, EpDispatchCombineHandle,
  * EpDispatchCombineOp.dispatch / combine, kernel types IntraNode and low-latency) with DeepEP's
@@ -55,6 +56,14 @@ enum mori_ep_dtype {
 enum mori_ep_kernel_type {
 	MORI_EP_NORMAL = 0,
 	MORI_EP_LOW_LATENCY = 1,
+	/* Across nodes (ROCm/mori's InterNode kinds): the same layouts and semantics as NORMAL and
+	 * LOW_LATENCY; ranks of this node are written directly, ranks of other nodes through the
+	 * proxy (one chunk per destination rank and call, docs/ep.md). mori_ep_create picks them for a
+	 * group that spans nodes when NORMAL / LOW_LATENCY is asked (the resolved type is the one
+	 * compared across ranks); the caller may force them on one node too. They take more heap than
+	 * the intranode types: size it with mori_ep_heap_bytes of the internode type. */
+	MORI_EP_INTERNODE = 2,
+	MORI_EP_INTERNODE_LL = 3,
 };
 
 /* The handle's configuration (ROCm/mori's EpDispatchCombineConfig; field names theirs). Every

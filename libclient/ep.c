@@ -8,23 +8,34 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../kernels/ep_internode.h"
 #include "../kernels/ep_kernels.h"
 #include "ep_int.h"
 #include "ep_tune.h"
 #include "gpu_int.h"
 #include "shmem_int.h"
 
-_Static_assert(MORI_EP_KMODE_LL == MORI_EP_LOW_LATENCY && MORI_EP_KDTYPE_BF16 == MORI_EP_BF16,
-	       "kernels/ep_kernels.h restates mori_ep.h's values");
+_Static_assert(MORI_EP_KMODE_LL == MORI_EP_LOW_LATENCY && MORI_EP_KDTYPE_BF16 == MORI_EP_BF16 &&
+		       MORI_EP_MAX_WORLD_K == MORI_EP_MAX_WORLD,
+	       "kernels/ep_kernels.h and ep_internode.h restate mori_ep.h's values");
 
-enum { K_LAYOUT, K_DSEND, K_DRECV, K_CSEND, K_CREDUCE, K_QUERY, K_N };
+/* The intranode kernels, then (K_INTRA..K_N, loaded for the internode types only) the internode ones
+ * (kernels/ep_internode.cu). */
+enum { K_LAYOUT, K_DSEND, K_DRECV, K_CSEND, K_CREDUCE, K_QUERY, K_INTRA,
+       K_XLAYOUT = K_INTRA, K_XPREFIX, K_XDSEND, K_XDPOST, K_XDRECV, K_XDCOPY, K_XCSEND, K_XCPOST, K_XCREDUCE, K_N };
 static const char *const knames[K_N] = {MORI_EP_K_LAYOUT, MORI_EP_K_DISPATCH_SEND, MORI_EP_K_DISPATCH_RECV,
-					MORI_EP_K_COMBINE_SEND, MORI_EP_K_COMBINE_REDUCE, MORI_EP_K_QUERY};
+					MORI_EP_K_COMBINE_SEND, MORI_EP_K_COMBINE_REDUCE, MORI_EP_K_QUERY,
+					MORI_EPX_K_LAYOUT, MORI_EPX_K_PREFIX, MORI_EPX_K_DSEND, MORI_EPX_K_DPOST,
+					MORI_EPX_K_DRECV, MORI_EPX_K_DCOPY, MORI_EPX_K_CSEND, MORI_EPX_K_CPOST,
+					MORI_EPX_K_CREDUCE};
 
 struct mori_ep_handle {
 	mori_group *g;
 	mori_ep_config cfg;        /* defaults resolved */
 	struct mori_ep_layout L;
+	struct mori_epx_layout X;  /* the internode parts (kernel types MORI_EP_INTERNODE*) */
+	int xnode;                 /* cfg.kernel_type is an internode one */
+	uint64_t slot_bytes;       /* one slot: L.total, or X.end for the internode types */
 	uint8_t *block;            /* the symmetric block in this PE's heap (device address) */
 	uint64_t st;               /* the PE's device state */
 	struct gpu_dev *d;
@@ -38,7 +49,7 @@ struct mori_ep_handle {
 };
 
 /* Slot s's part of the block; the slot the next combine takes (or, none waiting, the next dispatch). */
-static uint8_t *slot_base(const mori_ep_handle *h, int s) { return h->block + (size_t)s * h->L.total; }
+static uint8_t *slot_base(const mori_ep_handle *h, int s) { return h->block + (size_t)s * h->slot_bytes; }
 static int next_slot(const mori_ep_handle *h)
 {
 	return (int)((h->ndisp > h->ncomb ? h->ncomb : h->ndisp) % (uint64_t)h->nslots);
@@ -75,7 +86,7 @@ static int load_kernels(mori_ep_handle *h, int *sm)
 	if ((rc = push(h)))
 		return rc;
 	char msg[200];
-	for (int i = 0; i < K_N && rc == MORI_OK; i++)
+	for (int i = 0; i < (h->xnode ? K_N : K_INTRA) && rc == MORI_OK; i++)
 		if (gpu_err(h->api->module_get_function(&h->fn[i], h->d->module, knames[i]), "cuModuleGetFunction", msg,
 			    sizeof(msg)))
 			rc = set_error(c, MORI_ENOKERNEL, "libmori's GPU image has no kernel %s (built without kernels/ep.cu?): %s",
@@ -244,14 +255,16 @@ int mori_ep_create(mori_group *g, const mori_ep_config *cfg, mori_ep_handle **ou
 	*out = NULL;
 	if (g->kind != MORI_MEM_VRAM)
 		return set_error(g->c, MORI_ENOTSUP, "EP create: group '%s' has a host heap; EP needs a VRAM heap", g->name);
-	if (g->team_n != g->n_pes)
-		return set_error(g->c, MORI_ENOTSUP, "EP create: group '%s' spans nodes (%d of %d PEs here); EP runs on one "
-						     "node", g->name, g->team_n, g->n_pes);
 	mori_ep_handle *h = calloc(1, sizeof(*h));
 	if (!h)
 		return set_error(g->c, MORI_ENOMEM, "out of memory");
 	h->g = g;
 	struct xchg mine = {.cfg = *cfg}, *all = calloc((size_t)g->n_pes, sizeof(*all));
+	/* a group that spans nodes takes the internode kernels of the asked layout (every rank sees the
+	 * same group, so every rank resolves alike; the exchange below compares the result) */
+	if (g->team_n != g->n_pes && (cfg->kernel_type == MORI_EP_NORMAL || cfg->kernel_type == MORI_EP_LOW_LATENCY))
+		mine.cfg.kernel_type = cfg->kernel_type == MORI_EP_NORMAL ? MORI_EP_INTERNODE : MORI_EP_INTERNODE_LL;
+	h->xnode = ep_xnode(mine.cfg.kernel_type);
 	if (!all) {
 		free(h);
 		return set_error(g->c, MORI_ENOMEM, "out of memory");
@@ -280,9 +293,12 @@ int mori_ep_create(mori_group *g, const mori_ep_config *cfg, mori_ep_handle **ou
 	if (rc == MORI_OK) {
 		h->cfg = mine.cfg;
 		ep_layout(&h->cfg, &h->L);
+		if (h->xnode)
+			epx_layout(&h->cfg, &h->L, &h->X);
+		h->slot_bytes = ep_slot_bytes(&h->cfg);
 		h->nslots = ep_in_flight(&h->cfg);
 		/* zeroed on every PE, then a barrier: no rank writes a peer's block before it is zero */
-		rc = mori_shmem_calloc(g, h->L.total * (uint64_t)h->nslots, 256, (void **)&h->block);
+		rc = mori_shmem_calloc(g, h->slot_bytes * (uint64_t)h->nslots, 256, (void **)&h->block);
 		if (rc)
 			live_leave(h);
 	}
@@ -316,8 +332,7 @@ static void recv_of(const mori_ep_handle *h, int slot, mori_ep_recv *o)
 	o->scales = h->cfg.scale_dim ? b + h->L.scale : NULL;
 	o->src_pos = (int32_t *)(b + h->L.src);
 	o->count = (int32_t *)(b + h->L.count);
-	o->max_recv = h->cfg.kernel_type == MORI_EP_LOW_LATENCY ? h->L.recv_slots / h->cfg.num_experts_per_rank
-								 : h->L.recv_slots;
+	o->max_recv = ep_ll(h->cfg.kernel_type) ? h->L.recv_slots / h->cfg.num_experts_per_rank : h->L.recv_slots;
 	o->combine_input = b + h->L.cin;
 	o->slot = slot;
 }
@@ -343,7 +358,7 @@ static void fill(const mori_ep_handle *h, struct mori_ep_kargs *a, int slot, int
 	a->max_tok = h->cfg.max_num_inp_token_per_rank;
 	a->epr = h->cfg.num_experts_per_rank;
 	a->topk = h->cfg.num_experts_per_token;
-	a->mode = h->cfg.kernel_type;
+	a->mode = ep_ll(h->cfg.kernel_type) ? MORI_EP_KMODE_LL : 0; /* the layout; internode: h->xnode */
 	a->nblocks = h->cfg.block_num;
 	a->num_tokens = num_tokens;
 	a->scale_bytes = h->cfg.scale_dim * h->cfg.scale_type_size;
@@ -365,6 +380,36 @@ static int launch(mori_ep_handle *h, int k, unsigned grid, unsigned threads, voi
 }
 
 static int misaligned(const void *p) { return ((uintptr_t)p & 15) != 0; }
+
+/* The internode kernels (kernels/ep_internode.cu), in stream order: dispatch is layout, prefix
+ * (grid 1), send, post (grid 1, a thread per rank: headers and signals, the proxy for ranks of
+ * other nodes), recv (grid 1: waits, bases, counts, epoch), copy (the landed records into the
+ * receive slots); combine is send, post, reduce. */
+static int xdispatch(mori_ep_handle *h, const struct mori_ep_kargs *a, unsigned lthr, void *stream)
+{
+	struct mori_epx_kargs x = {.a = *a, .X = h->X};
+	void *params[] = {&x};
+	unsigned grid = (unsigned)h->cfg.block_num, thr = (unsigned)h->cfg.warp_num_per_block * 32;
+	int rc;
+	if ((rc = launch(h, K_XLAYOUT, (unsigned)h->L.bins, lthr, stream, params)) ||
+	    (rc = launch(h, K_XPREFIX, 1, 256, stream, params)) || (rc = launch(h, K_XDSEND, grid, thr, stream, params)) ||
+	    (rc = launch(h, K_XDPOST, 1, 32, stream, params)) || (rc = launch(h, K_XDRECV, 1, 256, stream, params)) ||
+	    (rc = launch(h, K_XDCOPY, grid, thr, stream, params)))
+		return rc;
+	return MORI_OK;
+}
+
+static int xcombine(mori_ep_handle *h, const struct mori_ep_kargs *a, void *stream)
+{
+	struct mori_epx_kargs x = {.a = *a, .X = h->X};
+	void *params[] = {&x};
+	unsigned grid = (unsigned)h->cfg.block_num, thr = (unsigned)h->cfg.warp_num_per_block * 32;
+	int rc;
+	if ((rc = launch(h, K_XCSEND, grid, thr, stream, params)) || (rc = launch(h, K_XCPOST, 1, 32, stream, params)) ||
+	    (rc = launch(h, K_XCREDUCE, grid, thr, stream, params)))
+		return rc;
+	return MORI_OK;
+}
 
 int mori_ep_dispatch(mori_ep_handle *h, const void *input, const float *weights, const void *scales,
 		     const int32_t *indices, int num_tokens, void *stream, mori_ep_recv *out)
@@ -403,7 +448,10 @@ int mori_ep_dispatch(mori_ep_handle *h, const void *input, const float *weights,
 	a.quant = h->cfg.quant_type;
 	void *params[] = {&a};
 	unsigned lthr = num_tokens > 256 ? MORI_EP_LAYOUT_THREADS : 256; /* a block scans the tokens */
-	if ((rc = launch(h, K_LAYOUT, (unsigned)h->L.bins, lthr, stream, params)) ||
+	if (h->xnode) {
+		if ((rc = xdispatch(h, &a, lthr, stream)))
+			return rc;
+	} else if ((rc = launch(h, K_LAYOUT, (unsigned)h->L.bins, lthr, stream, params)) ||
 	    (rc = launch(h, K_DSEND, (unsigned)h->cfg.block_num, (unsigned)h->cfg.warp_num_per_block * 32, stream,
 			 params)) ||
 	    (rc = launch(h, K_DRECV, 1, 256, stream, params)))
@@ -462,7 +510,10 @@ int mori_ep_combine(mori_ep_handle *h, int dtype, const void *expert_out, const 
 	a.pull = expert_out == (const void *)(slot_base(h, slot) + h->L.cin); /* the rows are read where they are */
 	void *params[] = {&a};
 	unsigned grid = (unsigned)h->cfg.block_num, thr = (unsigned)h->cfg.warp_num_per_block * 32;
-	if ((rc = launch(h, K_CSEND, a.pull ? 1 : grid, a.pull ? 64 : thr, stream, params)) ||
+	if (h->xnode) {
+		if ((rc = xcombine(h, &a, stream)))
+			return rc;
+	} else if ((rc = launch(h, K_CSEND, a.pull ? 1 : grid, a.pull ? 64 : thr, stream, params)) ||
 	    (rc = launch(h, K_CREDUCE, grid, thr, stream, params)))
 		return rc;
 	h->ncomb++;
@@ -538,9 +589,21 @@ int mori_ep_status(mori_ep_handle *h, int clear)
 		return set_error(c, s[0], "EP combine: token %d slot %d: indices has %d, not dispatch's routing (the sums "
 					  "follow dispatch's)", s[2] / K, s[2] % K, s[3]);
 	case MORI_EP_ERR_TIMEOUT:
+		if (s[2] >= MORI_EPX_W_DPOST) /* the internode kernels' */
+			return set_error(c, s[0], "EP (internode): %s rank %d passed the %lld us deadline (no abort was seen)",
+					 s[2] == MORI_EPX_W_DRECV ? "dispatch's wait for the chunk of" : "combine's wait for the chunk of",
+					 s[3], (long long)h->cfg.timeout_us);
 		return set_error(c, s[0], "EP: a wait of kernel %d on rank %d passed the %lld us deadline", s[2], s[3],
 				 (long long)h->cfg.timeout_us);
 	default:
+		if (s[2] >= MORI_EPX_W_DPOST) { /* the internode kernels' */
+			static const char *const what[] = {"dispatch's proxy post to", "dispatch's wait for the chunk of",
+							   "combine's proxy post to", "combine's wait for the chunk of",
+							   "a malformed chunk (epoch or counts) from"};
+			int i = s[2] - MORI_EPX_W_DPOST;
+			return set_error(c, s[0], "EP (internode): %s rank %d ended: %s (the group's abort word or the proxy)",
+					 i >= 0 && i < 5 ? what[i] : "a wait on", s[3], mori_strerror(s[0]));
+		}
 		return set_error(c, s[0], "EP: kernel %d's wait on rank %d ended: %s", s[2], s[3], mori_strerror(s[0]));
 	}
 }

@@ -8,6 +8,7 @@
 #include "mori_ep.h"
 
 struct mori_ep_layout;
+struct mori_epx_layout;
 
 #define EP_DEFAULT_TIMEOUT_US 10000000 /* device-side waits: 10 s */
 #define EP_MAX_EXPERTS_PER_RANK 1024
@@ -23,6 +24,13 @@ int ep_dtype_size(int dtype);
 static inline int ep_in_flight(const mori_ep_config *cfg) { return cfg->num_in_flight ? cfg->num_in_flight : 1; }
 /* The block layout of a valid cfg (MORI_EINVAL otherwise). */
 int ep_layout(const mori_ep_config *cfg, struct mori_ep_layout *L);
+/* The receive layout is low-latency's (expert-major) / the kernels are the internode ones. */
+static inline int ep_ll(int kernel_type) { return kernel_type == MORI_EP_LOW_LATENCY || kernel_type == MORI_EP_INTERNODE_LL; }
+static inline int ep_xnode(int kernel_type) { return kernel_type == MORI_EP_INTERNODE || kernel_type == MORI_EP_INTERNODE_LL; }
+/* The internode parts of a valid internode cfg's slot, after L's (MORI_EINVAL for another type). */
+int epx_layout(const mori_ep_config *cfg, const struct mori_ep_layout *L, struct mori_epx_layout *X);
+/* Bytes of one slot (one in-flight dispatch's buffers) of a valid cfg; 0 when invalid. */
+uint64_t ep_slot_bytes(const mori_ep_config *cfg);
 
 struct ep_field {
 	const char *name;

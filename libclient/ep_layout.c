@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../kernels/ep_internode.h"
 #include "../kernels/ep_kernels.h"
 #include "ep_int.h"
 
@@ -63,8 +64,9 @@ int mori_ep_config_check(const mori_ep_config *c, char *msg, size_t cap)
 	if (!es)
 		return bad(msg, cap, "data_type %d is none of bf16 (%d), fp32 (%d), fp8 e4m3 (%d)", c->data_type,
 			   MORI_EP_BF16, MORI_EP_FP32, MORI_EP_FP8_E4M3);
-	if (c->kernel_type != MORI_EP_NORMAL && c->kernel_type != MORI_EP_LOW_LATENCY)
-		return bad(msg, cap, "kernel_type %d is neither normal (0) nor low-latency (1)", c->kernel_type);
+	if (c->kernel_type < MORI_EP_NORMAL || c->kernel_type > MORI_EP_INTERNODE_LL)
+		return bad(msg, cap, "kernel_type %d is none of normal (0), low-latency (1), internode (2), internode "
+			   "low-latency (3)", c->kernel_type);
 	if (c->max_token_type_size != 1 && c->max_token_type_size != 2 && c->max_token_type_size != 4)
 		return bad(msg, cap, "max_token_type_size %d is not 1, 2 or 4 bytes", c->max_token_type_size);
 	if (es > c->max_token_type_size)
@@ -115,7 +117,7 @@ int ep_layout(const mori_ep_config *c, struct mori_ep_layout *L)
 	memset(L, 0, sizeof(*L));
 	const uint64_t W = (uint64_t)c->world_size, M = (uint64_t)c->max_num_inp_token_per_rank,
 		       K = (uint64_t)c->num_experts_per_token, epr = (uint64_t)c->num_experts_per_rank;
-	const int ll = c->kernel_type == MORI_EP_LOW_LATENCY;
+	const int ll = ep_ll(c->kernel_type);
 	L->bins = (int32_t)(ll ? W * epr : W);
 	L->bins_local = (int32_t)(ll ? epr : 1);
 	L->pos_cols = (int32_t)(ll ? K : W);
@@ -146,10 +148,57 @@ int ep_layout(const mori_ep_config *c, struct mori_ep_layout *L)
 	return MORI_OK;
 }
 
-uint64_t mori_ep_heap_bytes(const mori_ep_config *cfg)
+/* The internode kernel types' parts, after the intranode ones in the same slot (ep_internode.h):
+ * landing and staging areas of one chunk per rank in each direction, and the local tables. */
+int epx_layout(const mori_ep_config *c, const struct mori_ep_layout *L, struct mori_epx_layout *X)
+{
+	memset(X, 0, sizeof(*X));
+	if (!ep_xnode(c->kernel_type))
+		return MORI_EINVAL;
+	const uint64_t W = (uint64_t)c->world_size, M = (uint64_t)c->max_num_inp_token_per_rank,
+		       K = (uint64_t)c->num_experts_per_token, epr = (uint64_t)c->num_experts_per_rank;
+	/* records one source sends one rank: each token once (normal), or once per distinct expert of
+	 * that rank among its top-k (low-latency) */
+	const uint64_t rows = ep_ll(c->kernel_type) ? M * (K < epr ? K : epr) : M;
+	X->rows_cap = (int32_t)rows;
+	X->hdr = (int32_t)up(16 + 4 * (uint64_t)L->bins_local);
+	X->rec_w = L->token_stride;
+	X->rec_idx = X->rec_w + (int32_t)(4 * K);
+	X->rec_scale = X->rec_idx + (int32_t)(4 * K);
+	X->rec_src = X->rec_scale + L->scale_stride;
+	X->rec = (X->rec_src + 12 + 15) & ~15; /* src_pos, bin, position */
+	X->cap = up((uint64_t)X->hdr + rows * (uint64_t)X->rec);
+	X->ccap = up(MORI_EPX_CHDR + rows * (uint64_t)L->token_stride);
+	uint64_t o = L->total;
+	X->xsig = o, o = up(o + 8 * W);
+	X->xcsig = o, o = up(o + 8 * W);
+	X->land = o, o += W * X->cap;
+	X->cland = o, o += W * X->ccap;
+	X->stage = o, o += W * X->cap;
+	X->cstage = o, o += W * X->ccap;
+	X->xcnt = o, o = up(o + 4 * (uint64_t)L->bins);
+	X->xoff = o, o = up(o + 4 * (uint64_t)L->bins);
+	X->xtot = o, o = up(o + 4 * W);
+	X->xbase = o, o = up(o + 4 * (uint64_t)L->bins_local * W);
+	X->xpre = o, o = up(o + 4 * (uint64_t)L->bins_local * W);
+	X->xrows = o, o = up(o + 4 * W);
+	X->end = o;
+	return MORI_OK;
+}
+
+uint64_t ep_slot_bytes(const mori_ep_config *cfg)
 {
 	struct mori_ep_layout L;
-	return ep_layout(cfg, &L) ? 0 : L.total * (uint64_t)ep_in_flight(cfg) + EP_XCHG_BYTES;
+	struct mori_epx_layout X;
+	if (ep_layout(cfg, &L))
+		return 0;
+	return ep_xnode(cfg->kernel_type) && !epx_layout(cfg, &L, &X) ? X.end : L.total;
+}
+
+uint64_t mori_ep_heap_bytes(const mori_ep_config *cfg)
+{
+	uint64_t s = ep_slot_bytes(cfg);
+	return s ? s * (uint64_t)ep_in_flight(cfg) + EP_XCHG_BYTES : 0;
 }
 
 int mori_ep_layout_host(const mori_ep_config *cfg, const int32_t *indices, int num_tokens, int32_t *per_rank,

@@ -87,7 +87,9 @@ void ep_tune_resolve(mori_ep_config *cfg, const char *arch, int sm, const struct
 			snprintf(which, cap, "%s rule %d", r[i].file, r[i].index);
 		else
 			snprintf(which, cap, "built-in default (no rule for %s %s)", arch ? arch : "?",
-				 cfg->kernel_type == MORI_EP_LOW_LATENCY ? "IntraNodeLL" : "IntraNode");
+				 cfg->kernel_type == MORI_EP_LOW_LATENCY ? "IntraNodeLL"
+				 : cfg->kernel_type == MORI_EP_INTERNODE ? "InterNode"
+				 : cfg->kernel_type == MORI_EP_INTERNODE_LL ? "InterNodeLL" : "IntraNode");
 	}
 }
 

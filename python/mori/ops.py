@@ -28,9 +28,12 @@ from .errors import MoriError, MORI_EINVAL, MORI_ENOTSUP
 
 
 class EpDispatchCombineKernelType(enum.IntEnum):
-    """ROCm/mori's kernel types; IntraNode is the normal mode, LowLatency DeepEP's layout."""
+    """ROCm/mori's kernel types; IntraNode is the normal mode, LowLatency DeepEP's layout; InterNode and
+    InterNodeLL the same layouts across nodes (picked by libmori when the group spans nodes)."""
     IntraNode = 0
     LowLatency = 1
+    InterNode = 2
+    InterNodeLL = 3
 
     def __str__(self):
         return self.name
@@ -247,7 +250,7 @@ class EpDispatchCombineOp:
 
     def _views(self, r):
         torch, c = self._torch, self.config
-        ll = c.kernel_type == EpDispatchCombineKernelType.LowLatency
+        ll = c.kernel_type in (EpDispatchCombineKernelType.LowLatency, EpDispatchCombineKernelType.InterNodeLL)
         slots = (c.num_experts_per_rank if ll else 1) * r.max_recv
         g, H, K = self.group, c.hidden_dim, c.num_experts_per_token
         rows = g.tensor(r.tokens, (slots, H * c.max_token_type_size), torch.uint8)
@@ -272,7 +275,7 @@ class EpDispatchCombineOp:
         float32; rows H x max_token_type_size bytes apart). Experts that write their outputs here and
         pass it to combine save a copy: the home ranks read the rows in place."""
         torch, c, r = self._torch, self.config, self._recv
-        ll = c.kernel_type == EpDispatchCombineKernelType.LowLatency
+        ll = c.kernel_type in (EpDispatchCombineKernelType.LowLatency, EpDispatchCombineKernelType.InterNodeLL)
         slots = (c.num_experts_per_rank if ll else 1) * r.max_recv
         es = torch.empty((), dtype=dtype).element_size()
         if es > c.max_token_type_size:
