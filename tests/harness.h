@@ -3,6 +3,7 @@
 #ifndef MORI_TEST_HARNESS_H
 #define MORI_TEST_HARNESS_H
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -207,5 +208,36 @@ static inline uint64_t local_hash(const uint8_t *base, const mori_desc *d, const
 		hv = test_hash(hv, base + e->local_offset, e->length);
 	}
 	return hv;
+}
+
+/* What a process holds, to see that a daemon does not grow under a fuzzer: its resident memory
+ * (VmRSS, KiB) and its open descriptors; -1 when /proc cannot say. */
+static inline long proc_rss_kib(pid_t pid)
+{
+	char path[64], line[256];
+	long kib = -1;
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
+			break;
+	fclose(f);
+	return kib;
+}
+
+static inline int proc_fds(pid_t pid)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	DIR *d = opendir(path);
+	if (!d)
+		return -1;
+	int n = 0;
+	for (struct dirent *e; (e = readdir(d));)
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
 }
 #endif

@@ -7,7 +7,6 @@
  * a small bound, and it still exits 0 on SIGTERM (under ASan: with no leak report).
  * The seed is printed; MORI_FUZZ_SEED=N repeats a run. */
 #include <check.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -27,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "harness.h"
 #include "mori.h"
 #include "mori.pb-c.h"
 #include "wire.h"
@@ -72,37 +72,6 @@ static uint64_t now_ms(void)
 }
 
 /* ---- the daemon under test ---- */
-
-static long proc_rss_kib(pid_t pid)
-{
-	char path[64], line[256];
-	long kib = -1;
-	snprintf(path, sizeof(path), "/proc/%d/status", pid);
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
-			break;
-	fclose(f);
-	return kib;
-}
-
-static int proc_fds(pid_t pid)
-{
-	char path[64];
-	snprintf(path, sizeof(path), "/proc/%d/fd", pid);
-	DIR *d = opendir(path);
-	if (!d)
-		return -1;
-	int n = 0;
-	struct dirent *e;
-	while ((e = readdir(d)))
-		if (e->d_name[0] != '.')
-			n++;
-	closedir(d);
-	return n;
-}
 
 static void print_log_tail(void)
 {

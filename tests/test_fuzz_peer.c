@@ -8,7 +8,6 @@
  * are back within a bound, the refusals were counted, and it exits 0 on SIGTERM (under ASan: no
  * leak report). The seed is printed; MORI_TEST_SEED=N repeats a run. */
 #include <check.h>
-#include <dirent.h>
 #include <poll.h>
 #include <sys/prctl.h>
 
@@ -40,33 +39,6 @@ static void rnd_bytes(uint8_t *p, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
 		p[i] = (uint8_t)rnd();
-}
-
-static long rss_kib(pid_t pid)
-{
-	char path[64], line[256];
-	long kib = -1;
-	snprintf(path, sizeof(path), "/proc/%d/status", pid);
-	FILE *f = fopen(path, "r");
-	while (f && fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
-			break;
-	if (f)
-		fclose(f);
-	return kib;
-}
-
-static int nfds(pid_t pid)
-{
-	char path[64];
-	snprintf(path, sizeof(path), "/proc/%d/fd", pid);
-	DIR *d = opendir(path);
-	int n = 0;
-	for (struct dirent *e; d && (e = readdir(d));)
-		n += e->d_name[0] != '.';
-	if (d)
-		closedir(d);
-	return n;
 }
 
 static uint64_t counter(struct test_daemon *t, const char *name) { return ctl_counter(t->dir, name); }
@@ -372,8 +344,8 @@ START_TEST(fuzz_peer)
 	dport = pctl_data_port(&pc, NULL);
 	ck_assert_uint_ne(dport, 0);
 	pctl_close(&pc);
-	long rss0 = rss_kib(T.pid);
-	int fds0 = nfds(T.pid);
+	long rss0 = proc_rss_kib(T.pid);
+	int fds0 = proc_fds(T.pid);
 	uint64_t refused0 = counter(&T, "peer_auth_refused");
 	int ans_unauth, ans_auth, st_unauth, st_auth;
 	fuzz_listener(0, &ans_unauth);
@@ -382,8 +354,8 @@ START_TEST(fuzz_peer)
 	fuzz_data(1, &st_auth);
 	usleep(300000 * SLOW);
 	uint64_t refused = counter(&T, "peer_auth_refused") - refused0;
-	long rss1 = rss_kib(T.pid);
-	int fds1 = nfds(T.pid);
+	long rss1 = proc_rss_kib(T.pid);
+	int fds1 = proc_fds(T.pid);
 	fprintf(stderr, "# peer listener: %d/%d answered unauthenticated, %d/%d authenticated; data port: %d streams "
 		"unauthenticated, %d authenticated; %llu refusals counted; RSS %ld -> %ld KiB, fds %d -> %d\n",
 		ans_unauth, N_EACH, ans_auth, N_EACH, st_unauth, st_auth, (unsigned long long)refused, rss0, rss1, fds0,

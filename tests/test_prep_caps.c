@@ -57,20 +57,6 @@ static void stop_pair(void)
 	daemon_cleanup(&B);
 }
 
-static long rss_kib(pid_t pid)
-{
-	char path[64], line[256];
-	long kib = -1;
-	snprintf(path, sizeof(path), "/proc/%d/status", pid);
-	FILE *f = fopen(path, "r");
-	while (f && fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
-			break;
-	if (f)
-		fclose(f);
-	return kib;
-}
-
 struct side {
 	mori_client *c, *ct;
 	mori_mem *l, *r, *rr;
@@ -226,7 +212,7 @@ START_TEST(default_caps_refuse)
 	struct side s;
 	side_open(&s);
 	int fd = desc_memfd(BIG_DESCS, 0);
-	long rss0 = rss_kib(A.pid);
+	long rss0 = proc_rss_kib(A.pid);
 	uint64_t t0 = mori_now_us(), id, list;
 	char msg[300];
 	for (int i = 0; i < 8; i++)
@@ -237,7 +223,7 @@ START_TEST(default_caps_refuse)
 			      mori_strerror(rc), msg);
 	}
 	uint64_t dt = mori_now_us() - t0;
-	long rss1 = rss_kib(A.pid);
+	long rss1 = proc_rss_kib(A.pid);
 	fprintf(stderr, "# default caps: eight 384 MiB preps refused in %llu us; morid RSS %ld -> %ld KiB\n",
 		(unsigned long long)dt, rss0, rss1);
 	ck_assert_uint_lt(dt, 500000 * SLOW);
@@ -269,7 +255,7 @@ START_TEST(big_lists_keep_latency)
 		ck_assert_msg(rc == MORI_OK, "prep %d: %s %s", i, mori_strerror(rc), msg);
 	}
 	uint64_t dt = mori_now_us() - t0;
-	long rss = rss_kib(A.pid);
+	long rss = proc_rss_kib(A.pid);
 	p->stop = 1;
 	pthread_join(th, NULL);
 	for (size_t i = 0; i < p->n; i++)
@@ -290,7 +276,7 @@ START_TEST(big_lists_keep_latency)
 	OK(mori_xfer_prep(s.l, s.rr, &d, 1, &pl));
 	for (int i = 0; i < 8; i++)
 		unprep(&s, lists[i]);
-	long after = rss_kib(A.pid);
+	long after = proc_rss_kib(A.pid);
 	fprintf(stderr, "# after unprep: morid RSS %ld MiB\n", after / 1024);
 	ck_assert_int_lt(after, rss - 2 * 1024 * 1024); /* the 3 GiB went */
 	mori_xfer_list_free(pl);
