@@ -242,4 +242,83 @@ static void rand_distinct(uint64_t *s, uint32_t *idx, size_t n, uint32_t slots)
 		idx[i] = v;
 	}
 }
+
+/* The random_batches tests (test_io same node, test_xnode across nodes): BATCH_SLOTS slots of
+ * up to 64 KiB, at the same offsets on both sides, for prepared lists. */
+enum { BATCH_SLOTS = 512, BATCH_SLOT = 64 << 10 };
+static void rand_slots(uint64_t *s, mori_desc slots[BATCH_SLOTS])
+{
+	for (int i = 0; i < BATCH_SLOTS; i++)
+		slots[i] = (mori_desc){(uint64_t)i * BATCH_SLOT, (uint64_t)i * BATCH_SLOT, 1 + test_rand(s) % BATCH_SLOT};
+}
+
+/* One random transfer of theirs: form 0 a single read or write, 1 a batch of up to 8
+ * descriptors, 2 up to 64 of the slots through a prepared list. */
+struct rand_xfer {
+	int op, form;
+	size_t n;
+	mori_desc d[8];
+	uint32_t idx[64];
+	const mori_desc *dd; /* what it moves: d, or the slots idx names */
+	const uint32_t *ii;
+	mori_xfer_opts o;
+};
+
+/* Draw x, to the target's region `which` from a local region of lsz bytes; a notification on
+ * a quarter of them (of the writes alone unless notify_reads). */
+static void rand_xfer_draw(uint64_t *s, struct rand_xfer *x, int which, int notify_reads, const mori_desc *slots,
+			   uint64_t lsz)
+{
+	x->op = (test_rand(s) & 1) ? MORI_OP_WRITE : MORI_OP_READ;
+	x->form = (int)(test_rand(s) % 3);
+	x->o = (mori_xfer_opts){0};
+	if ((notify_reads || x->op == MORI_OP_WRITE) && (test_rand(s) & 3) == 0) {
+		x->o.has_notif = 1;
+		x->o.notif_tag = test_rand(s);
+	}
+	x->dd = x->d;
+	x->ii = NULL;
+	if (x->form == 2) {
+		x->n = 1 + test_rand(s) % 64;
+		rand_distinct(s, x->idx, x->n, BATCH_SLOTS);
+		x->dd = slots;
+		x->ii = x->idx;
+	} else {
+		x->n = rand_batch(s, x->d, x->form == 0 ? 1 : 1 + test_rand(s) % 8, lsz, which ? REGION_B : REGION_A);
+	}
+}
+
+/* Submit x from l to r (list: l's prepared list of the slots to r, for form 2). */
+static void rand_xfer_submit(struct rand_xfer *x, mori_mem *l, mori_mem *r, mori_xfer_list *list, mori_xfer **out)
+{
+	const mori_desc *d = &x->d[0];
+	if (x->form == 2)
+		OK(mori_xfer_submit(list, x->op, x->idx, x->n, &x->o, out));
+	else if (x->form == 0 && x->op == MORI_OP_WRITE)
+		OK(mori_write(l, d->local_offset, r, d->remote_offset, d->length, &x->o, out));
+	else if (x->form == 0)
+		OK(mori_read(l, d->local_offset, r, d->remote_offset, d->length, &x->o, out));
+	else
+		OK(mori_xfer_batch(x->op, l, r, x->d, x->n, &x->o, out));
+}
+
+/* The hash of x's ranges on the side it reads from (dst 0) or writes to (dst 1): the target's
+ * region `which`, or local memory at lp. Equal before and after: the bytes arrived. */
+static uint64_t rand_xfer_hash(struct target *t, int which, const uint8_t *lp, const struct rand_xfer *x, int dst)
+{
+	if ((x->op == MORI_OP_WRITE) == dst)
+		return ask_hash(t, (uint32_t)which, x->dd, x->ii, x->n);
+	return local_hash(lp, x->dd, x->ii, x->n);
+}
+
+/* Stop the target once the notifications (they arrive after their data) had settle_us more:
+ * it must have received notifs of them, with tags summing to tagsum. */
+static void target_end_expect(struct target *t, useconds_t settle_us, uint64_t notifs, uint64_t tagsum)
+{
+	uint64_t got_n, got_sum;
+	usleep(settle_us);
+	target_end(t, &got_n, &got_sum);
+	ck_assert_uint_eq(got_n, notifs);
+	ck_assert_uint_eq(got_sum, tagsum);
+}
 #endif

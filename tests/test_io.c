@@ -48,67 +48,35 @@ START_TEST(random_batches)
 	ck_assert_uint_eq(mori_mem_size(ra), REGION_A);
 
 	/* prepared lists: 512 disjoint slots of up to 64 KiB */
-	enum { SLOTS = 512, SLOT = 64 << 10 };
-	mori_desc slots[SLOTS];
-	for (int i = 0; i < SLOTS; i++)
-		slots[i] = (mori_desc){(uint64_t)i * SLOT, (uint64_t)i * SLOT, 1 + test_rand(&seed) % SLOT};
+	mori_desc slots[BATCH_SLOTS];
+	rand_slots(&seed, slots);
 	mori_xfer_list *la, *lb;
-	OK(mori_xfer_prep(l, ra, slots, SLOTS, &la));
-	OK(mori_xfer_prep(l, rb, slots, SLOTS, &lb));
+	OK(mori_xfer_prep(l, ra, slots, BATCH_SLOTS, &la));
+	OK(mori_xfer_prep(l, rb, slots, BATCH_SLOTS, &lb));
 
 	const char *env = getenv("MORI_TEST_BATCHES");
 	int batches = env ? atoi(env) : 10000;
 	uint64_t bytes = 0, notifs = 0, tagsum = 0;
-	mori_desc d[8];
-	uint32_t idx[64];
 	for (int it = 0; it < batches; it++) {
 		int which = (int)(test_rand(&seed) & 1);
-		mori_mem *r = which ? rb : ra;
-		int op = (test_rand(&seed) & 1) ? MORI_OP_WRITE : MORI_OP_READ;
-		int form = (int)(test_rand(&seed) % 3);
-		mori_xfer_opts o = {0};
-		if (op == MORI_OP_WRITE && (test_rand(&seed) & 3) == 0) {
-			o.has_notif = 1;
-			o.notif_tag = test_rand(&seed);
-		}
+		struct rand_xfer rx;
+		rand_xfer_draw(&seed, &rx, which, 0, slots, LOCAL_SZ);
+		uint64_t before = rand_xfer_hash(&t, which, lp, &rx, 0);
 		mori_xfer *x;
-		const mori_desc *dd = d;
-		const uint32_t *ii = NULL;
-		size_t n;
-		if (form == 2) {
-			n = 1 + test_rand(&seed) % 64;
-			rand_distinct(&seed, idx, n, SLOTS);
-			dd = slots;
-			ii = idx;
-		} else {
-			n = rand_batch(&seed, d, form == 0 ? 1 : 1 + test_rand(&seed) % 8, LOCAL_SZ,
-				       which ? REGION_B : REGION_A);
-		}
-		uint64_t before = op == MORI_OP_WRITE ? local_hash(lp, dd, ii, n) : ask_hash(&t, (uint32_t)which, dd, ii, n);
-		if (form == 2)
-			OK(mori_xfer_submit(which ? lb : la, op, idx, n, &o, &x));
-		else if (form == 0 && op == MORI_OP_WRITE)
-			OK(mori_write(l, d[0].local_offset, r, d[0].remote_offset, d[0].length, &o, &x));
-		else if (form == 0)
-			OK(mori_read(l, d[0].local_offset, r, d[0].remote_offset, d[0].length, &o, &x));
-		else
-			OK(mori_xfer_batch(op, l, r, d, n, &o, &x));
+		rand_xfer_submit(&rx, l, which ? rb : ra, which ? lb : la, &x);
 		OK(mori_xfer_wait(x, 5000000));
 		bytes += mori_xfer_bytes(x);
 		mori_xfer_free(x);
-		uint64_t after = op == MORI_OP_WRITE ? ask_hash(&t, (uint32_t)which, dd, ii, n) : local_hash(lp, dd, ii, n);
-		ck_assert_msg(before == after, "batch %d (op %d form %d region %d n %zu): contents differ", it, op, form, which, n);
-		if (o.has_notif) {
+		uint64_t after = rand_xfer_hash(&t, which, lp, &rx, 1);
+		ck_assert_msg(before == after, "batch %d (op %d form %d region %d n %zu): contents differ", it, rx.op,
+			      rx.form, which, rx.n);
+		if (rx.o.has_notif) {
 			notifs++;
-			tagsum += o.notif_tag;
+			tagsum += rx.o.notif_tag;
 		}
 	}
 	/* The target counts the notifications it received; they arrive after their data. */
-	usleep(20000);
-	uint64_t got[2];
-	target_end(&t, &got[0], &got[1]);
-	ck_assert_uint_eq(got[0], notifs);
-	ck_assert_uint_eq(got[1], tagsum);
+	target_end_expect(&t, 20000, notifs, tagsum);
 	fprintf(stderr, "# %d batches, %llu bytes, %llu notifications verified\n", batches,
 		(unsigned long long)bytes, (unsigned long long)notifs);
 	mori_xfer_list_free(la);

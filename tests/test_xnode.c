@@ -103,74 +103,41 @@ START_TEST(random_batches)
 	ck_assert_uint_eq(mori_mem_size(ra), REGION_A);
 	ck_assert_uint_eq(mori_mem_size(rb), REGION_B);
 
-	enum { SLOTS = 512, SLOT = 64 << 10 };
-	mori_desc slots[SLOTS];
-	for (int i = 0; i < SLOTS; i++)
-		slots[i] = (mori_desc){(uint64_t)i * SLOT, (uint64_t)i * SLOT, 1 + test_rand(&seed) % SLOT};
+	mori_desc slots[BATCH_SLOTS];
+	rand_slots(&seed, slots);
 	mori_xfer_list *lists[2][2];
 	mori_mem *locals[2] = {lm, lc}, *remotes[2] = {ra, rb};
 	for (int i = 0; i < 2; i++)
 		for (int j = 0; j < 2; j++)
-			OK(mori_xfer_prep(locals[i], remotes[j], slots, SLOTS, &lists[i][j]));
+			OK(mori_xfer_prep(locals[i], remotes[j], slots, BATCH_SLOTS, &lists[i][j]));
 
 	const char *env = getenv("MORI_TEST_BATCHES");
 	int batches = env ? atoi(env) : 10000;
 	uint64_t bytes = 0, notifs = 0, tagsum = 0;
-	mori_desc d[8];
-	uint32_t idx[64];
 	for (int it = 0; it < batches; it++) {
 		int which = (int)(test_rand(&seed) & 1), li = (int)(test_rand(&seed) & 1);
-		mori_mem *r = remotes[which], *l = locals[li];
 		uint8_t *lp = li ? cp : mori_mem_ptr(lm);
-		int op = (test_rand(&seed) & 1) ? MORI_OP_WRITE : MORI_OP_READ;
-		int form = (int)(test_rand(&seed) % 3);
-		mori_xfer_opts o = {0};
-		if ((test_rand(&seed) & 3) == 0) {
-			o.has_notif = 1;
-			o.notif_tag = test_rand(&seed);
-		}
-		const mori_desc *dd = d;
-		const uint32_t *ii = NULL;
-		size_t n;
-		if (form == 2) {
-			n = 1 + test_rand(&seed) % 64;
-			rand_distinct(&seed, idx, n, SLOTS);
-			dd = slots;
-			ii = idx;
-		} else {
-			n = rand_batch(&seed, d, form == 0 ? 1 : 1 + test_rand(&seed) % 8, LOCAL_SZ,
-				       which ? REGION_B : REGION_A);
-		}
-		uint64_t before = op == MORI_OP_WRITE ? local_hash(lp, dd, ii, n) : ask_hash(&t, (uint32_t)which, dd, ii, n);
+		struct rand_xfer rx;
+		rand_xfer_draw(&seed, &rx, which, 1, slots, LOCAL_SZ);
+		uint64_t before = rand_xfer_hash(&t, which, lp, &rx, 0);
 		mori_xfer *x;
-		if (form == 2)
-			OK(mori_xfer_submit(lists[li][which], op, idx, n, &o, &x));
-		else if (form == 0 && op == MORI_OP_WRITE)
-			OK(mori_write(l, d[0].local_offset, r, d[0].remote_offset, d[0].length, &o, &x));
-		else if (form == 0)
-			OK(mori_read(l, d[0].local_offset, r, d[0].remote_offset, d[0].length, &o, &x));
-		else
-			OK(mori_xfer_batch(op, l, r, d, n, &o, &x));
+		rand_xfer_submit(&rx, locals[li], remotes[which], lists[li][which], &x);
 		int rc = mori_xfer_wait(x, 10000000);
 		const char *msg = "";
 		mori_xfer_status(x, &msg);
 		ck_assert_msg(rc == MORI_OK, "batch %d: %s (%s)", it, mori_strerror(rc), msg);
 		bytes += mori_xfer_bytes(x);
 		mori_xfer_free(x);
-		uint64_t after = op == MORI_OP_WRITE ? ask_hash(&t, (uint32_t)which, dd, ii, n) : local_hash(lp, dd, ii, n);
+		uint64_t after = rand_xfer_hash(&t, which, lp, &rx, 1);
 		ck_assert_msg(before == after, "batch %d (op %d form %d local %d region %d n %zu): contents differ",
-			      it, op, form, li, which, n);
-		if (o.has_notif) {
+			      it, rx.op, rx.form, li, which, rx.n);
+		if (rx.o.has_notif) {
 			notifs++;
-			tagsum += o.notif_tag;
+			tagsum += rx.o.notif_tag;
 		}
 	}
 	/* Notifications reach the target's client after their data; give the last one a moment. */
-	usleep(50000);
-	uint64_t got_n, got_sum;
-	target_end(&t, &got_n, &got_sum);
-	ck_assert_uint_eq(got_n, notifs);
-	ck_assert_uint_eq(got_sum, tagsum);
+	target_end_expect(&t, 50000, notifs, tagsum);
 	/* moractl peers: node A knows B as up, with the bytes it moved */
 	Mori__Reply *rep = node_list(&NA, 3);
 	ck_assert_uint_ge(rep->list->n_peers, 1);
