@@ -12,6 +12,7 @@
 #include <math.h>
 
 #include "../kernels/ep_fp8.h"
+#include "../kernels/ep_internode.h"
 #include "../kernels/ep_kernels.h"
 #include "../libclient/ep_int.h"
 #include "harness.h"
@@ -64,8 +65,8 @@ START_TEST(config_checks)
 	refused(c, "data_type 7");
 	c = base_cfg(), c.data_type = MORI_EP_FP32; /* 4-byte elements, max_token_type_size 2 */
 	refused(c, "max_token_type_size");
-	c = base_cfg(), c.kernel_type = 2;
-	refused(c, "kernel_type 2");
+	c = base_cfg(), c.kernel_type = 4;
+	refused(c, "kernel_type 4");
 	c = base_cfg(), c.max_num_inp_token_per_rank = 0;
 	refused(c, "max_num_inp_token_per_rank 0");
 	c = base_cfg(), c.num_experts_per_rank = 0;
@@ -146,6 +147,52 @@ START_TEST(heap_sizes)
 		if (i)
 			ck_assert_uint_ge(parts[i], parts[i - 1]);
 	}
+}
+END_TEST
+
+/* The internode kernel types (issue 14): the intranode layout unchanged at the slot's start, the
+ * internode parts after it, disjoint, aligned, large enough for the most records a source can
+ * send one rank (normal: every token once; low-latency: once per distinct local expert), each
+ * chunk within its area, and mori_ep_heap_bytes of the internode type covering all of it. */
+START_TEST(internode_sizes)
+{
+	for (int ll = 0; ll < 2; ll++)
+		for (int K = 1; K <= 32; K *= 4) {
+			mori_ep_config c = base_cfg(), x;
+			c.kernel_type = ll ? MORI_EP_LOW_LATENCY : MORI_EP_NORMAL;
+			c.max_num_inp_token_per_rank = 128, c.num_experts_per_token = K, c.num_experts_per_rank = 4;
+			c.scale_dim = 56;
+			x = c, x.kernel_type += 2;
+			ck_assert_int_eq(mori_ep_config_check(&x, NULL, 0), MORI_OK);
+			struct mori_ep_layout L, LX;
+			struct mori_epx_layout X;
+			ck_assert_int_eq(ep_layout(&c, &L), MORI_OK);
+			ck_assert_int_eq(ep_layout(&x, &LX), MORI_OK);
+			ck_assert_int_eq(memcmp(&L, &LX, sizeof(L)), 0); /* the same receive layout */
+			ck_assert_int_eq(epx_layout(&c, &L, &X), MORI_EINVAL); /* an intranode type has none */
+			ck_assert_int_eq(epx_layout(&x, &LX, &X), MORI_OK);
+			const uint64_t W = 8, rows = ll ? 128u * (uint64_t)(K < 4 ? K : 4) : 128u;
+			ck_assert_int_eq(X.rows_cap, (int)rows);
+			ck_assert_int_ge(X.rec_w, L.token_stride);
+			ck_assert_int_ge(X.rec_scale, X.rec_idx + 4 * K);
+			ck_assert_int_ge(X.rec, X.rec_src + 12);
+			ck_assert_int_eq(X.rec % 16, 0);
+			ck_assert_int_ge(X.hdr, 16 + 4 * L.bins_local);
+			ck_assert_uint_ge(X.cap, (uint64_t)X.hdr + rows * X.rec);
+			ck_assert_uint_ge(X.ccap, MORI_EPX_CHDR + rows * (uint64_t)L.token_stride);
+			uint64_t parts[] = {L.total, X.xsig, X.xcsig, X.land, X.cland, X.stage, X.cstage, X.xcnt, X.xoff,
+					    X.xtot, X.xbase, X.xpre, X.xrows, X.end};
+			uint64_t need[] = {0, 8 * W, 8 * W, W * X.cap, W * X.ccap, W * X.cap, W * X.ccap, 4 * (uint64_t)L.bins,
+					   4 * (uint64_t)L.bins, 4 * W, 4 * W * L.bins_local, 4 * W * L.bins_local, 4 * W, 0};
+			for (size_t i = 1; i < sizeof(parts) / sizeof(parts[0]); i++) {
+				ck_assert_uint_eq(parts[i] % 256, 0);
+				ck_assert_uint_ge(parts[i], parts[i - 1] + need[i - 1]);
+			}
+			ck_assert_uint_eq(mori_ep_heap_bytes(&x), X.end + EP_XCHG_BYTES);
+			ck_assert_uint_gt(mori_ep_heap_bytes(&x), mori_ep_heap_bytes(&c));
+			x.num_in_flight = 3;
+			ck_assert_uint_eq(mori_ep_heap_bytes(&x), 3 * X.end + EP_XCHG_BYTES);
+		}
 }
 END_TEST
 
@@ -318,6 +365,7 @@ int main(void)
 	tcase_add_test(t, config_checks);
 	tcase_add_test(t, config_differences_named);
 	tcase_add_test(t, heap_sizes);
+	tcase_add_test(t, internode_sizes);
 	tcase_add_test(t, layout_against_reference);
 	tcase_add_test(t, layout_refusals);
 	tcase_add_test(t, create_refused_on_host_heap);
