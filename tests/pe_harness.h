@@ -1,11 +1,13 @@
 /* PEs as forked processes, for the MORI-SHMEM tests (test_shmem, test_gpu_heap, test_gpu_shmem):
  * each runs a function; a failed check in it writes where and why into a shared page and ends
- * the PE; the parent waits for all and fails the test naming each PE that failed. Include after
- * check.h and harness.h. */
+ * the PE; the parent waits for all and fails the test naming each PE that failed. Also
+ * join_alone, a group of one PE. Include after check.h and harness.h. */
 #ifndef MORI_TEST_PE_HARNESS_H
 #define MORI_TEST_PE_HARNESS_H
 #include <sys/prctl.h>
 #include <time.h>
+
+#include "mori_shmem.h"
 
 #define PE_MSG_LEN 600
 
@@ -77,5 +79,18 @@ static inline double pe_run_all(int n, pe_fn fn, void *arg, int timeout_s, int l
 	ck_assert_msg(bad == 0, "%d of %d PEs failed: %s", bad, n, why);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	return (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+}
+
+/* A MORI-SHMEM group of one PE (rank 0 of 1) with a host heap of heap_size bytes; must be
+ * joined within 5 s. */
+static inline mori_group *join_alone(mori_client *c, const char *name, uint64_t heap_size)
+{
+	mori_group_opts o;
+	mori_group_opts_init(&o);
+	o.heap_size = heap_size;
+	o.timeout_us = 5000000;
+	mori_group *g = NULL;
+	OK(mori_group_join(c, name, 0, 1, &o, &g));
+	return g;
 }
 #endif

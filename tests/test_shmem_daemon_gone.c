@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "harness.h"
+#include "pe_harness.h"
 #include "mori_shmem.h"
 
 static struct test_daemon D;
@@ -26,23 +27,12 @@ static uint64_t now_ms(void)
 	return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
 }
 
-static mori_group *join1(mori_client *c, const char *name)
-{
-	mori_group_opts o;
-	mori_group_opts_init(&o);
-	o.heap_size = 1u << 20;
-	o.timeout_us = 5000000;
-	mori_group *g = NULL;
-	OK(mori_group_join(c, name, 0, 1, &o, &g));
-	return g;
-}
-
 START_TEST(kill9_sets_abort)
 {
 	mori_client *c;
 	OK(mori_client_open(D.dir, "gone", &c));
-	mori_group *g = join1(c, "gone1");
-	mori_group *g2 = join1(c, "gone2");
+	mori_group *g = join_alone(c, "gone1", 1u << 20);
+	mori_group *g2 = join_alone(c, "gone2", 1u << 20);
 	int pe = -2;
 	ck_assert_int_eq(mori_shmem_status(g, &pe), MORI_OK);
 	ck_assert_int_eq(pe, -1);
@@ -74,8 +64,8 @@ START_TEST(alive_no_abort)
 	mori_client *c, *c2;
 	OK(mori_client_open(D.dir, "alive", &c));
 	OK(mori_client_open(D.dir, "other", &c2));
-	mori_group *g = join1(c, "alive1");
-	mori_group *h = join1(c2, "alive2");
+	mori_group *g = join_alone(c, "alive1", 1u << 20);
+	mori_group *h = join_alone(c2, "alive2", 1u << 20);
 	mori_client_close(c2); /* leaves h and stops c2's watcher */
 	usleep(200000);
 	int pe = -2;

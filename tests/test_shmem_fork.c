@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 
 #include "harness.h"
+#include "pe_harness.h"
 #include "mori_coll.h"
 #include "mori_shmem.h"
 
@@ -18,17 +19,6 @@ static void teardown(void)
 {
 	daemon_stop(&D);
 	daemon_cleanup(&D);
-}
-
-static mori_group *join1(mori_client *c, const char *name)
-{
-	mori_group_opts o;
-	mori_group_opts_init(&o);
-	o.heap_size = 4u << 20;
-	o.timeout_us = 5000000;
-	mori_group *g = NULL;
-	OK(mori_group_join(c, name, 0, 1, &o, &g));
-	return g;
 }
 
 /* In the child: the call must fail with MORI_ESTALE; else exit with `code`. */
@@ -46,7 +36,7 @@ START_TEST(child_calls_refused)
 {
 	mori_client *c;
 	OK(mori_client_open(D.dir, "parent", &c));
-	mori_group *g = join1(c, "forkcalls");
+	mori_group *g = join_alone(c, "forkcalls", 4u << 20);
 	pid_t child = fork();
 	if (child == 0) {
 		void *p;
@@ -71,7 +61,7 @@ START_TEST(child_leave_is_local)
 {
 	mori_client *c;
 	OK(mori_client_open(D.dir, "parent", &c));
-	mori_group *g = join1(c, "forkleave");
+	mori_group *g = join_alone(c, "forkleave", 4u << 20);
 	pid_t child = fork();
 	if (child == 0) {
 		mori_group_leave(g); /* the child's copy only */
@@ -96,7 +86,7 @@ START_TEST(child_rma_and_ccl_refused)
 {
 	mori_client *c;
 	OK(mori_client_open(D.dir, "parent", &c));
-	mori_group *g = join1(c, "forkccl");
+	mori_group *g = join_alone(c, "forkccl", 4u << 20);
 	mori_comm *k = NULL;
 	OK(mori_comm_create(g, NULL, &k));
 	float *a = NULL, *b = NULL;
