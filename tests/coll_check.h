@@ -221,4 +221,54 @@ static int cc_case(int me, int n, mori_comm *k, struct cc_io *io, int coll, mori
 	free(tmp);
 	return 0;
 }
+
+/* The case matrix both tests run through io: every collective, dtype and count (1000003 only
+ * when big), in place and out, all-reduce under both algorithms. algos: two settings of the
+ * data-movement collectives to run each of those under (NULL: the daemon's choice, once);
+ * big_f32_minmax: the largest count reduces with max and min on f32 alone (sum on every float
+ * dtype). *cases counts the cases passed. Returns 0, or 1 with the failure in the PE's message. */
+static inline int cc_all_cases(int pe, int n, mori_comm *k, struct cc_io *io, int big, const char *const algos[2],
+			       int big_f32_minmax, int *cases)
+{
+	static const size_t counts[] = {1, 7, 1023, 4096, 1000003};
+	static const mori_dtype fdt[] = {MORI_FLOAT32, MORI_FLOAT16, MORI_BFLOAT16};
+	static const mori_dtype mdt[] = {MORI_UINT8, MORI_FLOAT16, MORI_INT32};
+	char what[200];
+	uint32_t seed = 1;
+	for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++) {
+		size_t cnt = counts[ci];
+		if (cnt > 5000 && !big)
+			continue;
+		for (int ip = 0; ip < 2; ip++) {
+			for (int d = 0; d < 3; d++)
+				for (int op = 0; op < 3; op++) {
+					if (cnt > 5000 && op && d && big_f32_minmax)
+						continue;
+					mori_redop o = op == 0 ? MORI_SUM : op == 1 ? MORI_MAX : MORI_MIN;
+					for (int alg = 0; alg < 2; alg++) {
+						POK(pe, mori_comm_set_algo(k, alg ? "allreduce=twoshot" : "allreduce=oneshot"));
+						if (cc_case(pe, n, k, io, CC_AR, fdt[d], o, cnt, ip, seed++, what, sizeof(what)))
+							return 1;
+						(*cases)++;
+					}
+					if (cc_case(pe, n, k, io, CC_RS, fdt[d], o, cnt, ip, seed++, what, sizeof(what)))
+						return 1;
+					(*cases)++;
+				}
+			for (int d = 0; d < 3; d++)
+				for (int alg = 0; alg < (algos ? 2 : 1); alg++) {
+					if (algos)
+						POK(pe, mori_comm_set_algo(k, algos[alg]));
+					for (int coll = CC_AG; coll < CC_NCOLL; coll++) {
+						if (coll == CC_RS || (coll == CC_A2AV && (ip || alg)))
+							continue;
+						if (cc_case(pe, n, k, io, coll, mdt[d], MORI_SUM, cnt, ip, seed++, what, sizeof(what)))
+							return 1;
+						(*cases)++;
+					}
+				}
+		}
+	}
+	return 0;
+}
 #endif

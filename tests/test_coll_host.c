@@ -110,46 +110,10 @@ static int open_pe(int pe, int n, const char *name, int64_t timeout_us, mori_cli
 	return 0;
 }
 
-static const size_t counts[] = {1, 7, 1023, 4096, 1000003};
-static const mori_dtype fdt[] = {MORI_FLOAT32, MORI_FLOAT16, MORI_BFLOAT16};
-static const mori_dtype mdt[] = {MORI_UINT8, MORI_FLOAT16, MORI_INT32};
-
-/* Every collective, dtype, count, in place and out, through io; returns 0 or the failed line. */
+/* Every collective, dtype, count, in place and out, through io; returns 0 or 1. */
 static int all_cases(int pe, int n, mori_comm *k, struct cc_io *io, int big)
 {
-	char what[200];
-	uint32_t seed = 1;
-	for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++) {
-		size_t cnt = counts[ci];
-		if (cnt > 5000 && !big)
-			continue;
-		for (int ip = 0; ip < 2; ip++) {
-			for (int d = 0; d < 3; d++)
-				for (int op = 0; op < 3; op++) {
-					if (cnt > 5000 && op && d)
-						continue; /* the largest count: max and min on f32 only */
-					mori_redop o = op == 0 ? MORI_SUM : op == 1 ? MORI_MAX : MORI_MIN;
-					for (int alg = 0; alg < 2; alg++) {
-						POK(pe, mori_comm_set_algo(k, alg ? "allreduce=twoshot" : "allreduce=oneshot"));
-						if (cc_case(pe, n, k, io, CC_AR, fdt[d], o, cnt, ip, seed++, what, sizeof(what)))
-							return 1;
-						SH->cases[pe]++;
-					}
-					if (cc_case(pe, n, k, io, CC_RS, fdt[d], o, cnt, ip, seed++, what, sizeof(what)))
-						return 1;
-					SH->cases[pe]++;
-				}
-			for (int d = 0; d < 3; d++)
-				for (int coll = CC_AG; coll < CC_NCOLL; coll++) {
-					if (coll == CC_RS || (coll == CC_A2AV && ip))
-						continue;
-					if (cc_case(pe, n, k, io, coll, mdt[d], MORI_SUM, cnt, ip, seed++, what, sizeof(what)))
-						return 1;
-					SH->cases[pe]++;
-				}
-		}
-	}
-	return 0;
+	return cc_all_cases(pe, n, k, io, big, NULL, 1, &SH->cases[pe]);
 }
 
 static int pe_all(int pe, int n, void *arg)
