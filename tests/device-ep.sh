@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # MORI-EP on the GPU machine, in one call: tests/test_gpu_ep (N processes on the one GPU as N ranks),
-# then `mori-bench ep` for world sizes 2 4 8, under one MPS control daemon started here.
+# tests/test_gpu_ep_xnode (the ranks split over morids on loopback), then `mori-bench ep` for world
+# sizes 2 4 8, under one MPS control daemon started here.
 #
 #   tests/device-ep.sh bundle        here: build (B, default build-ep) and bundle the binaries and the
 #                                    libraries they need into bundle/ep/ (name it in carry)
-#   tests/device-ep.sh run [PART ...]   there; PARTs (default: test bench)
+#   tests/device-ep.sh run [PART ...]   there; PARTs (default: test xnode bench)
 #       test    tests/test_gpu_ep ($MORI_EP_ITERS, $MORI_EP_WORLDS, $MORI_EP_CASES pass through)
+#       xnode   tests/test_gpu_ep_xnode ($MORI_EPX_ITERS, $MORI_EPX_LAYOUTS, $MORI_EPX_CASES pass through)
 #       bench   mori-bench ep --pes "2 4 8" against a morid started here ($EP_BENCH_ITERS, default 30;
 #               $EP_BENCH_PES); benchq the same with --quant (bf16 quantised to fp8 by dispatch)
 # Logs to $OUT/log (or /tmp/device-ep/log); a summary ends the output.
@@ -17,14 +19,14 @@ BUNDLE=${EP_BUNDLE:-bundle/ep} # bundle/<helper> for a helper of its own
 if [ "${1:-}" = bundle ]; then
 	set -e
 	B=${B:-build-ep}
-	make -j2 B="$B" "$B/mori-bench" "$B/tests/test_gpu_ep" "$B/morid" >/dev/null
-	dev_bundle "$BUNDLE" "$B/mori-bench" "$B/tests/test_gpu_ep" "$B/morid"
+	make -j2 B="$B" "$B/mori-bench" "$B/tests/test_gpu_ep" "$B/tests/test_gpu_ep_xnode" "$B/morid" >/dev/null
+	dev_bundle "$BUNDLE" "$B/mori-bench" "$B/tests/test_gpu_ep" "$B/tests/test_gpu_ep_xnode" "$B/morid"
 	du -sh "$BUNDLE"
 	exit 0
 fi
-[ "${1:-}" = run ] || { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ "${1:-}" = run ] || { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 shift
-parts=${*:-test bench}
+parts=${*:-test xnode bench}
 dev_init ep "$BUNDLE"
 run() { dev_run "$@"; } # SECONDS KEEP CMD...
 mps_start
@@ -34,6 +36,11 @@ for p in $parts; do
 		echo "== test_gpu_ep (iters ${MORI_EP_ITERS:-200}, worlds ${MORI_EP_WORLDS:-1 2 3 5 8})" | tee -a "$SUM"
 		B=$BIN run "${EP_TEST_SECS:-300}" "^MORI-EP|^reference|^deepep|^graph|^inflight|^faults|[0-9]+%|Checks|skipped" \
 			"$BIN/test_gpu_ep"
+		;;
+	xnode)
+		echo "== test_gpu_ep_xnode (iters ${MORI_EPX_ITERS:-100}, layouts ${MORI_EPX_LAYOUTS:-1x4 2x4 2x1 3x2})" | tee -a "$SUM"
+		B=$BIN run "${EP_XNODE_SECS:-240}" "^MORI-EP|^reference|^graph|^faults|[0-9]+%|Checks|skipped" \
+			"$BIN/test_gpu_ep_xnode"
 		;;
 	bench|benchq)
 		q=; [ "$p" = benchq ] && q=--quant
