@@ -14,8 +14,9 @@
  * device memory of the group's device. A host-heap communicator (machines without a GPU) runs
  * the same algorithms on the calling thread, `stream` ignored, buffers host memory, and returns
  * when done; peers this process does not map (other nodes) are read through morid
- * (mori_shmem_getmem). GPU communicators need every member mapped (one node): MORI_ENOTSUP
- * otherwise.
+ * (mori_shmem_getmem). A GPU communicator with members on other nodes (heaps not mapped here)
+ * runs a simpler gather form (docs/ccl.md) whose bytes to those members go through morid's proxy;
+ * all-to-all-v has no such form there (MORI_ENOTSUP).
  *
  * Buffers and windows. Any buffer works: input is staged through the heap scratch. A buffer
  * registered as a window (mori_comm_window_register: a range of the heap, the same offset and
@@ -33,8 +34,8 @@
  * detail). Checked on the host before anything is enqueued, nothing changed then: MORI_EINVAL (NULL
  * communicator or buffer, unknown dtype or op, a dtype/op pair that does not exist such as max on
  * uint8, a root out of range), MORI_ERANGE (a buffer that starts in a window or the heap and whose
- * count runs past its end: the only buffers whose size the library knows), MORI_ENOTSUP (a GPU
- * communicator over PEs it does not map). Buffers outside the heap are the caller's to size: they
+ * count runs past its end: the only buffers whose size the library knows), MORI_ENOTSUP (all-to-
+ * all-v on a GPU communicator across nodes). Buffers outside the heap are the caller's to size: they
  * must hold what the shapes below say, and be device memory for a GPU communicator, host memory
  * for a host one. Found while running:
  * a rank that does not call the collective makes its peers' waits end at the communicator's
@@ -129,8 +130,8 @@ MORI_API int mori_comm_status(mori_comm *comm, int *pe);
 /* The device address of this rank's communicator state (struct mori_coll_dev, kernels/
  * coll_kernels.h) for fused kernels built with kernels/coll.cuh (mori_coll_peer_ptr,
  * mori_coll_barrier_block: NCCL's device API's peer pointer and barrier); pass it as a kernel
- * argument. Valid until destroy. NULL for a host-heap communicator (no kernel can use it) or NULL
- * comm. */
+ * argument. Valid until destroy. NULL for a host-heap communicator (no kernel can use it), for a
+ * GPU communicator across nodes (that API reaches peers by mapping only), or NULL comm. */
 MORI_API void *mori_comm_device_state(const mori_comm *comm);
 
 /* ---- windows (ncclCommWindowRegister / ncclCommWindowDeregister) ----

@@ -24,6 +24,11 @@
 
 #define MORI_COLL_KERNEL_NAME "mori_coll_kernel"        /* one entry point; a.kind says which */
 #define MORI_COLL_KERNEL_NAME_O4 "mori_coll_kernel_o4"  /* the same, 4 blocks an SM (64 registers) */
+/* Communicators with a rank whose heap is not mapped here (another node): kernels/coll_xnode.cu,
+ * (dev, a, const struct mori_shmem_state *st), grid 1; a.count is then the bytes each rank sends
+ * each peer, a.chunk the bytes of a scratch slot. void *params[] = {&dev, &a, &st}. */
+#define MORI_COLL_XNODE_KERNEL_NAME "mori_coll_xnode_kernel"
+#define MORI_COLL_XNODE_SLOT_MAX (4ull << 20) /* one proxied put at most (morid takes 16 MiB) */
 #define MORI_COLL_THREADS 256
 #define MORI_COLL_BLOCKS_PER_SM 2                  /* up to 128 registers: no spills */
 #define MORI_COLL_SLOTS 1026

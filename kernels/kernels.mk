@@ -25,7 +25,7 @@ DEPS   := $(SRC) kernels/copy.cu kernels/shmem.cu kernels/mori_gpu.h kernels/mor
           kernels/kernels.mk kernels/embed.sh kernels/probe-gpucc.sh
 DEPS   += kernels/ep.cu kernels/ep_kernels.h kernels/ep_fp8.h include/mori_ep.h # MORI-EP (issue 13)
 DEPS   += kernels/ep_internode.cu kernels/ep_internode.h # MORI-EP across nodes (issue 14)
-DEPS   += kernels/coll.cu kernels/coll_kernels.h # MORI-CCL (issue 15)
+DEPS   += kernels/coll.cu kernels/coll_xnode.cu kernels/coll_kernels.h # MORI-CCL (issue 15)
 # Kernels of GPU tests and benchmarks, not part of libmori: one image each, embedded alike as
 # mori_kernels_<name>_image (empty without nvcc: the test or bench then says so and skips).
 #   shmemtest:  tests/shmem_dev_kernels.cu (tests/test_gpu_shmem_dev.c)

@@ -5,3 +5,4 @@
 #include "ep.cu"
 #include "ep_internode.cu" // MORI-EP across nodes (issue 14): uses ep.cu's helpers
 #include "coll.cu"
+#include "coll_xnode.cu" // after shmem.cu and coll.cu: it uses both

@@ -217,11 +217,17 @@ int mori_comm_create(mori_group *g, const mori_comm_opts *opts, mori_comm **out)
 			rc = set_error(g->c, MORI_ENOMEM, "out of memory");
 			goto fail;
 		}
-		if (!(rc = exchange(k, k->max_blocks, k->tile, all))) {
-			for (int r = 0; r < k->n; r++)
+		/* tile's low bit (tiles are 16-byte multiples): this rank has a peer it does not map */
+		if (!(rc = exchange(k, k->max_blocks, k->tile | (uint64_t)coll_gpu_unmapped(k), all))) {
+			int xnode = 0;
+			for (int r = 0; r < k->n; r++) {
 				if (all[2 * r] < k->max_blocks)
 					k->max_blocks = (unsigned)all[2 * r];
-			k->tile = all[1]; /* tiles are ownership: one size on every rank */
+				xnode |= (int)(all[2 * r + 1] & 1);
+			}
+			k->tile = all[1] & ~15ull; /* tiles are ownership: one size on every rank */
+			if (xnode) /* across nodes: every rank on coll_xnode.cu's path */
+				rc = coll_gpu_xnode(k);
 		}
 		free(all);
 		if (rc)

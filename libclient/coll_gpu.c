@@ -1,8 +1,10 @@
 /* libmori MORI-CCL on the GPU (issue 15): the rank's device state (struct mori_coll_dev in device
  * memory, the status word in mapped host memory), and each collective as launches on the caller's
  * stream: kernels/coll.cu's mori_coll_kernel, or for the copy-engine forms cuMemcpyDtoDAsync
- * between peer-mapped heap addresses between two one-block barrier kernels. Nothing here waits
- * for the GPU: a stream capture records the same launches. */
+ * between peer-mapped heap addresses between two one-block barrier kernels. A communicator with
+ * a rank whose heap is not mapped here (another node) runs kernels/coll_xnode.cu's one kernel
+ * instead, for every collective (run_xnode); the paths above are then never launched. Nothing
+ * here waits for the GPU: a stream capture records the same launches. */
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +24,10 @@ struct coll_gpu {
 	struct mori_coll_args a;          /* the call being built (2 KiB: not on the stack) */
 	int vec;                          /* $MORI_COLL_VEC=4: reductions several vectors a thread */
 	int ce_gather;                    /* $MORI_COLL_AR_GATHER=ce: two-shot's gather by the copy engine */
+	int unmapped;                     /* some rank's heap is not mapped here (another node) */
+	int xnode;                        /* the cross-node path (coll_gpu_xnode): kernels/coll_xnode.cu */
+	gpu_function fn_x;
+	gpu_dptr sst;                     /* the group's device API state (mori_shmem_state) */
 };
 
 static int push(mori_comm *k, struct coll_gpu *p)
@@ -73,14 +79,14 @@ int coll_gpu_init(mori_comm *k)
 	h->meta = base + k->off_meta;
 	h->scratch = base + k->off_scratch;
 	h->scratch_bytes = k->scratch_bytes;
+	/* a rank whose heap is not mapped here (another node) keeps peer_base 0: the cross-node path */
 	for (int r = 0; r < k->n; r++) {
 		void *pb = mori_shmem_ptr_p2p(g, (void *)(uintptr_t)g->base, k->pe_of[r]);
-		if (!pb)
-			return set_error(k->c, MORI_ENOTSUP, "coll: rank %d (PE %d) is on another node: GPU communicators "
-							     "need every rank's heap mapped (use the node team)", r, k->pe_of[r]);
+		p->unmapped |= !pb;
 		h->peer_base[r] = (uint64_t)(uintptr_t)pb;
 		h->pe_of[r] = k->pe_of[r];
 	}
+	p->sst = (gpu_dptr)(uintptr_t)mori_shmem_state(g);
 	if ((rc = push(k, p)))
 		return rc;
 	char msg[160] = "";
@@ -118,6 +124,35 @@ int coll_gpu_init(mori_comm *k)
 	return MORI_OK;
 }
 
+int coll_gpu_unmapped(const mori_comm *k)
+{
+	const struct coll_gpu *p = k->gpu_priv;
+	return p && p->unmapped;
+}
+
+/* Every rank takes the cross-node path when any rank has a peer it does not map (coll.c asks all
+ * ranks): the kernels of both paths cannot meet. */
+int coll_gpu_xnode(mori_comm *k)
+{
+	struct coll_gpu *p = k->gpu_priv;
+	if (p->xnode)
+		return MORI_OK;
+	if (!p->sst)
+		return set_error(k->c, MORI_ENOTSUP, "coll: a communicator across nodes needs the group's device state");
+	int rc = push(k, p);
+	if (rc)
+		return rc;
+	char msg[160] = "";
+	rc = gpu_err(p->api->module_get_function(&p->fn_x, p->d->module, MORI_COLL_XNODE_KERNEL_NAME),
+		     "cuModuleGetFunction", msg, sizeof(msg));
+	gpu_pop(p->api);
+	if (rc)
+		return set_error(k->c, rc == MORI_EINVAL ? MORI_ENOKERNEL : rc, "coll: %s: %s", MORI_COLL_XNODE_KERNEL_NAME,
+				 msg);
+	p->xnode = 1;
+	return MORI_OK;
+}
+
 void coll_gpu_fini(mori_comm *k)
 {
 	struct coll_gpu *p = k->gpu_priv;
@@ -137,7 +172,8 @@ void coll_gpu_fini(mori_comm *k)
 void *mori_comm_device_state(const mori_comm *k)
 {
 	const struct coll_gpu *p = k && k->gpu ? k->gpu_priv : NULL;
-	return p ? (void *)(uintptr_t)p->dev : NULL;
+	/* coll.cuh's device API reaches peers through their mappings only: none across nodes */
+	return p && !p->xnode ? (void *)(uintptr_t)p->dev : NULL;
 }
 
 int coll_gpu_status(mori_comm *k, int *pe)
@@ -257,12 +293,48 @@ static int twoshot_ce_gather(mori_comm *k, struct coll_gpu *p, const struct coll
 	return rc ? rc : barrier_kernel(k, p, cc->stream);
 }
 
+/* The cross-node form (kernels/coll_xnode.cu): whatever the algorithm table picked, one launch
+ * of one block; inputs always staged through the scratch (windows change nothing here). Slots
+ * of W bytes: n receive slots, and n send slots for all-to-all and reduce-scatter. */
+static int run_xnode(mori_comm *k, struct coll_gpu *p, const struct coll_call *cc)
+{
+	if (cc->kind == MORI_COLL_K_ALLTOALLV)
+		return set_error(k->c, MORI_ENOTSUP, "alltoallv: not written for a communicator across nodes (ranks "
+						     "whose heaps are not mapped here); alltoall is");
+	struct mori_coll_args *a = &p->a;
+	memset(a, 0, sizeof(*a));
+	a->kind = (uint32_t)cc->kind;
+	a->dtype = (uint32_t)cc->dtype;
+	a->op = (uint32_t)cc->op;
+	a->root = cc->root;
+	a->src = (uint64_t)(uintptr_t)cc->src;
+	a->dst = (uint64_t)(uintptr_t)cc->dst;
+	a->count = cc->count * cc->es; /* coll.c checked that this does not overflow */
+	uint64_t slots = (uint64_t)k->n * (cc->kind == MORI_COLL_K_ALLTOALL || cc->kind == MORI_COLL_K_REDSCAT ? 2 : 1);
+	uint64_t W = (k->scratch_bytes / slots) & ~15ull;
+	a->chunk = W > MORI_COLL_XNODE_SLOT_MAX ? MORI_COLL_XNODE_SLOT_MAX : W;
+	if (!a->chunk)
+		return set_error(k->c, MORI_ENOMEM, "coll: %llu bytes of scratch leave no slot for %d ranks",
+				 (unsigned long long)k->scratch_bytes, k->n);
+	char msg[160];
+	gpu_dptr dev = p->dev, sst = p->sst;
+	void *params[] = {&dev, a, &sst};
+	int rc = gpu_err(p->api->launch_kernel(p->fn_x, 1, 1, 1, MORI_COLL_THREADS, 1, 1, 0, cc->stream, params, NULL),
+			 "launch " MORI_COLL_XNODE_KERNEL_NAME, msg, sizeof(msg));
+	return rc ? set_error(k->c, rc, "coll: %s", msg) : MORI_OK;
+}
+
 int coll_gpu_run(mori_comm *k, const struct coll_call *cc)
 {
 	struct coll_gpu *p = k->gpu_priv;
 	int rc = push(k, p);
 	if (rc)
 		return rc;
+	if (p->xnode) {
+		rc = run_xnode(k, p, cc);
+		gpu_pop(p->api);
+		return rc;
+	}
 	if (cc->algo == MORI_COLL_CE) {
 		rc = run_ce(k, p, cc);
 		gpu_pop(p->api);

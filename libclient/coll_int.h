@@ -59,6 +59,8 @@ int coll_gpu_init(mori_comm *k);
 void coll_gpu_fini(mori_comm *k);
 int coll_gpu_run(mori_comm *k, const struct coll_call *cc);
 int coll_gpu_status(mori_comm *k, int *pe);
+int coll_gpu_unmapped(const mori_comm *k); /* some rank's heap is not mapped here */
+int coll_gpu_xnode(mori_comm *k);          /* take the cross-node path (every rank, when any must) */
 
 /* coll_host.c */
 int coll_host_run(mori_comm *k, const struct coll_call *cc);

@@ -7,6 +7,8 @@
 #                                  libraries they need into bundle/ccl/ (name it in carry)
 #   tests/device-ccl.sh run [PART ...]   there; PARTs (default: test bench)
 #       test   tests/test_gpu_coll ($MORI_COLL_SIZES, default 1 2 3 4 8)
+#       xnode  tests/test_gpu_coll_xnode: two morids on loopback, ranks 4 + 4, 1 + 1, 2 + 1
+#              ($MORI_COLL_XNODE_SIZES, default 8 2 3): the cross-node path
 #       bench  mori-bench coll --pes "${CCL_BENCH_PES:-2 4 8}" --max ${CCL_BENCH_MAX:-1G}
 #       variants  the large all-reduce (${CCL_VAR_ONLY:-allreduce twoshot}, ${CCL_VAR_SIZE:-1G}) under
 #              each kernel setting of $CCL_VARIANTS (lines of NAME VAR=VALUE ...; default below)
@@ -19,12 +21,12 @@ BUNDLE=${CCL_BUNDLE:-bundle/ccl}
 if [ "${1:-}" = bundle ]; then
 	set -e
 	B=${B:-build}
-	make -j2 B="$B" "$B/mori-bench" "$B/tests/test_gpu_coll" "$B/morid" >/dev/null
-	dev_bundle "$BUNDLE" "$B/mori-bench" "$B/tests/test_gpu_coll" "$B/morid"
+	make -j2 B="$B" "$B/mori-bench" "$B/tests/test_gpu_coll" "$B/tests/test_gpu_coll_xnode" "$B/morid" >/dev/null
+	dev_bundle "$BUNDLE" "$B/mori-bench" "$B/tests/test_gpu_coll" "$B/tests/test_gpu_coll_xnode" "$B/morid"
 	du -sh "$BUNDLE"
 	exit 0
 fi
-[ "${1:-}" = run ] || { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ "${1:-}" = run ] || { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 shift
 parts=${*:-test bench}
 dev_init ccl "$BUNDLE"
@@ -37,6 +39,10 @@ for p in $parts; do
 		huge=${MORI_COLL_HUGE-1} # MORI_COLL_HUGE= (empty): no 64 Mi-element cases
 		if [ -n "$huge" ]; then export MORI_COLL_HUGE=$huge; else unset MORI_COLL_HUGE; fi
 		B=$BIN run "${CCL_TEST_SECS:-200}" "^coll gpu|[0-9]+%|Checks|skipped" "$BIN/test_gpu_coll"
+		;;
+	xnode)
+		echo "== test_gpu_coll_xnode (sizes ${MORI_COLL_XNODE_SIZES:-8 2 3}, two morids)" | tee -a "$SUM"
+		B=$BIN run "${CCL_XNODE_SECS:-170}" "^coll gpu|[0-9]+%|Checks|skipped" "$BIN/test_gpu_coll_xnode"
 		;;
 	bench)
 		RT=/tmp/mori-ccl-rt

@@ -7,7 +7,7 @@
 #                                    bundle/pass/ (about 47 MiB; name it in carry)
 #   tests/device-pass.sh run N       there, N in order of what matters most:
 #       1  MORI-EP: test_gpu_ep, test_gpu_ep_xnode (ranks over morids on loopback), mori-bench ep
-#       2  MORI-CCL test_gpu_coll; MORI-SHMEM's device API and 8 processes as PEs
+#       2  MORI-CCL test_gpu_coll and test_gpu_coll_xnode; MORI-SHMEM's device API and 8 processes as PEs
 #       3  the SHMEM proxy over two morids; MORI-IR (rdc, Triton, proxy); the GPU tests (check-gpu)
 #       4  benchmarks: mori-bench shmem (with NVSHMEM), coll, io (VRAM) and the 4 KiB latency
 #       5  the Python package with torch (tests/device-python.sh)
@@ -52,7 +52,7 @@ case ${2:-} in
 	EP_TEST_SECS=280 EP_XNODE_SECS=160 EP_BENCH_SECS=120 EP_BENCH_ITERS=20 sub ep device-ep.sh test xnode bench
 	;;
 2)
-	CCL_TEST_SECS=200 sub ccl device-ccl.sh test
+	CCL_TEST_SECS=200 CCL_XNODE_SECS=170 sub ccl device-ccl.sh test xnode
 	sub shmem device-shmem.sh test mp
 	;;
 3)
