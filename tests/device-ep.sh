@@ -10,6 +10,8 @@
 #       xnode   tests/test_gpu_ep_xnode ($MORI_EPX_ITERS, $MORI_EPX_LAYOUTS, $MORI_EPX_CASES pass through)
 #       bench   mori-bench ep --pes "2 4 8" against a morid started here ($EP_BENCH_ITERS, default 30;
 #               $EP_BENCH_PES); benchq the same with --quant (bf16 quantised to fp8 by dispatch)
+#       benchx  mori-bench ep --nodes 2: the ranks over two morids started here ($EP_BENCHX_PES, default 8;
+#               intra / cross / mixed routing, the TCP stream baseline)
 # Logs to $OUT/log (or /tmp/device-ep/log); a summary ends the output.
 set -u
 cd "$(dirname "$0")/.."
@@ -24,7 +26,7 @@ if [ "${1:-}" = bundle ]; then
 	du -sh "$BUNDLE"
 	exit 0
 fi
-[ "${1:-}" = run ] || { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ "${1:-}" = run ] || { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 shift
 parts=${*:-test xnode bench}
 dev_init ep "$BUNDLE"
@@ -49,6 +51,15 @@ for p in $parts; do
 		echo "== mori-bench ep" | tee -a "$SUM"
 		run "${EP_BENCH_SECS:-200}" "^ |^#" "$BIN/mori-bench" ep --dir "$RT" --pes "${EP_BENCH_PES:-2 4 8}" \
 			--iters "${EP_BENCH_ITERS:-30}" $q
+		morids_stop
+		;;
+	benchx)
+		RA=/tmp/mori-ep-rt-a RB=/tmp/mori-ep-rt-b PA=${EP_BENCHX_PORT:-7461}
+		morid_start "$RA" --listen "127.0.0.1:$PA" || continue
+		morid_start "$RB" --listen "127.0.0.1:$((PA + 1))" || { morids_stop; continue; }
+		echo "== mori-bench ep --nodes 2" | tee -a "$SUM"
+		run "${EP_BENCHX_SECS:-200}" "^ |^#" "$BIN/mori-bench" ep --nodes 2 --dirs "$RA $RB" --root "127.0.0.1:$PA" \
+			--pes "${EP_BENCHX_PES:-8}" --iters "${EP_BENCH_ITERS:-30}"
 		morids_stop
 		;;
 	*) echo "unknown part $p" ;;

@@ -16,7 +16,15 @@
  *
  *   --quant: bf16 input quantised to fp8 by dispatch itself (quant_type; rows "nrm-q" / "ll-q").
  *
- * mori-bench ep [--dir RUNTIME_DIR] [--pes "2 4 8"] [--mode normal|ll|both] [--iters 30] [--quant] */
+ *   --nodes K --dirs "DIR_A DIR_B ..." --root HOST:PORT (issue 14): the ranks split over K morids
+ *   (rank r on node r / (N / K); the group's root is the first), so the internode kernels run: each
+ *   shape three times, with every token's experts drawn from its own node only ("intra": the
+ *   intranode part's bandwidth), from the other nodes only ("cross": the part that goes through the
+ *   proxy), and from all ("mixed"). Baseline in the same run beside the copy ceiling: a TCP stream
+ *   over loopback between two processes (1 GiB in 4 MiB writes), what the daemons' streams ride on.
+ *
+ * mori-bench ep [--dir RUNTIME_DIR] [--pes "2 4 8"] [--mode normal|ll|both] [--iters 30] [--quant]
+ *               [--nodes K --dirs "DIR ..." --root HOST:PORT] */
 #include <dlfcn.h>
 #include <math.h>
 #include <signal.h>
@@ -24,8 +32,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -50,10 +60,17 @@ struct rank_res {
 struct shared {
 	struct rank_res r[MAXPE];
 	double ceiling_gbs;
+	double tcp_gbs; /* --nodes: the TCP stream baseline */
 	char desc[256];
 };
 static struct shared *SH;
 static int QUANT; /* --quant */
+#define MAXNODE 4
+static int NODES = 1;            /* --nodes */
+static const char *DIRS[MAXNODE], *ROOT; /* --dirs, --root */
+enum { ROUTE_ALL, ROUTE_INTRA, ROUTE_CROSS };
+static int ROUTE;                /* with --nodes: where a token's experts are drawn from */
+static const char *const route_name[] = {"mixed", "intra", "cross"};
 
 static int cmp_d(const void *a, const void *b)
 {
@@ -117,19 +134,23 @@ static int one_rank(int me, int n, int ll, int iters, const char *dir)
 	f.num_experts_per_rank = NEXP / n, f.num_experts_per_token = TOPK, f.data_type = MORI_EP_FP8_E4M3;
 	f.max_token_type_size = 2, f.scale_dim = H / 128, f.scale_type_size = 4;
 	f.kernel_type = ll ? MORI_EP_LOW_LATENCY : MORI_EP_NORMAL;
+	if (NODES > 1) /* what mori_ep_create picks for a group over several nodes; the heap is sized for it */
+		f.kernel_type = ll ? MORI_EP_INTERNODE_LL : MORI_EP_INTERNODE;
+	const int per = n / NODES, node = me / per, span = NEXP / NODES; /* the experts of one node */
 	if (QUANT)
 		f.data_type = MORI_EP_BF16, f.quant_type = MORI_EP_QUANT_FP8_BLOCK128;
 	const size_t in_es = QUANT ? 2 : 1;
 	mori_client *c;
-	MOK(mori_client_open(dir, "bench-ep", &c));
+	MOK(mori_client_open(NODES > 1 ? DIRS[node] : dir, "bench-ep", &c));
 	mori_group_opts o;
 	mori_group_opts_init(&o);
 	o.heap_kind = MORI_MEM_VRAM;
 	o.heap_size = (mori_ep_heap_bytes(&f) + (8u << 20) + (2u << 20) - 1) & ~(uint64_t)((2u << 20) - 1);
 	o.gpu_device = 0;
 	o.timeout_us = 120000000;
+	o.root = NODES > 1 ? ROOT : NULL;
 	char name[64];
-	snprintf(name, sizeof(name), "bench-ep-%d-%s-%d", n, ll ? "ll" : "normal", (int)getppid());
+	snprintf(name, sizeof(name), "bench-ep-%d-%s-%d-%d", n, ll ? "ll" : "normal", ROUTE, (int)getppid());
 	mori_group *grp;
 	MOK(mori_group_join(c, name, me, n, &o, &grp));
 	mori_ep_handle *h;
@@ -154,6 +175,11 @@ static int one_rank(int me, int n, int ll, int iters, const char *dir)
 			uint64_t r = mix((uint64_t)me << 32 | (uint64_t)(t * TOPK + k));
 			do {
 				v = (int)(r % NEXP);
+				if (ROUTE == ROUTE_INTRA) /* an expert of this node */
+					v = node * span + (int)(r % (uint64_t)span);
+				else if (ROUTE == ROUTE_CROSS) /* an expert of another node */
+					v = (node + 1 + (int)(r % (uint64_t)(NODES - 1))) % NODES * span +
+					    (int)((r >> 16) % (uint64_t)span);
 				r = mix(r);
 				dup = 0;
 				for (int j = 0; j < k; j++)
@@ -270,6 +296,54 @@ static int ceiling(void)
 	return 0;
 }
 
+/* The TCP baseline (--nodes): GB/s of a 1 GiB stream in 4 MiB writes between two processes over
+ * loopback (what the daemons' TCP streams ride on). 0 when it could not be measured. */
+static double tcp_stream(void)
+{
+	int l = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t al = sizeof(a);
+	setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (l < 0 || bind(l, (struct sockaddr *)&a, sizeof(a)) || listen(l, 1) || getsockname(l, (struct sockaddr *)&a, &al))
+		return 0;
+	const size_t chunk = 4u << 20, total = 1ull << 30;
+	pid_t p = fork();
+	if (p == 0) { /* the sender */
+		int s = socket(AF_INET, SOCK_STREAM, 0);
+		char *buf = calloc(1, chunk);
+		if (s < 0 || !buf || connect(s, (struct sockaddr *)&a, sizeof(a)))
+			_exit(1);
+		for (size_t o = 0; o < total;) {
+			ssize_t w = write(s, buf, chunk);
+			if (w <= 0)
+				_exit(1);
+			o += (size_t)w;
+		}
+		close(s);
+		_exit(0);
+	}
+	int c = accept(l, NULL, NULL);
+	char *buf = malloc(chunk);
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	size_t got = 0;
+	while (c >= 0 && buf && got < total) {
+		ssize_t r = read(c, buf, chunk);
+		if (r <= 0)
+			break;
+		got += (size_t)r;
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	int st;
+	waitpid(p, &st, 0);
+	free(buf);
+	if (c >= 0)
+		close(c);
+	close(l);
+	double dt = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+	return got == total && dt > 0 ? (double)total / dt / 1e9 : 0;
+}
+
 static int run_procs(int n, int ll, int iters, const char *dir)
 {
 	pid_t pids[MAXPE];
@@ -324,15 +398,21 @@ static void report(int n, int ll, int iters)
 		cbw += (double)r->recv[0] * H * 2 / (c50 * 1e-6) / 1e9 / n;
 	}
 	double ad = pct(agg_d, iters, 0.5), ac = pct(agg_c, iters, 0.5);
+	char label[32];
+	snprintf(label, sizeof(label), "%s%s%s", ll ? (QUANT ? "ll-q" : "ll") : (QUANT ? "nrm-q" : "normal"),
+		 NODES > 1 ? "/" : "", NODES > 1 ? route_name[ROUTE] : "");
 	printf("  %-6s %5d %6d %8lld %9.1f %8.1f %9.1f %9.1f %8.1f %9.1f %9.1f %9.1f %6.0f%% %6.0f%% %9.1f %9.1f\n",
-	       ll ? (QUANT ? "ll-q" : "ll") : (QUANT ? "nrm-q" : "normal"), n, T, recv / n, dmax50, dmax99, dbw, cmax50, cmax99, cbw, ad, ac,
+	       label, n, T, recv / n, dmax50, dmax99, dbw, cmax50, cmax99, cbw, ad, ac,
 	       100 * ad / SH->ceiling_gbs, 100 * ac / SH->ceiling_gbs, gmax50, pmax50);
+	if (NODES > 1 && ROUTE == ROUTE_CROSS && SH->tcp_gbs > 0)
+		printf("  %-6s cross-node part: aggregate dispatch %.2f GB/s, combine %.2f GB/s = %.0f%% / %.0f%% of the "
+		       "TCP stream (%.2f GB/s)\n", label, ad, ac, 100 * ad / SH->tcp_gbs, 100 * ac / SH->tcp_gbs, SH->tcp_gbs);
 	fflush(stdout);
 }
 
 int bench_ep_main(int argc, char **argv)
 {
-	const char *dir = getenv("MORI_RUNTIME_DIR"), *pes = "2 4 8", *mode = "both";
+	const char *dir = getenv("MORI_RUNTIME_DIR"), *pes = "2 4 8", *mode = "both", *dirs = NULL;
 	int iters = 30;
 	for (int i = 2; i < argc; i++) {
 		if (!strcmp(argv[i], "--dir") && i + 1 < argc)
@@ -345,11 +425,26 @@ int bench_ep_main(int argc, char **argv)
 			QUANT = 1;
 		else if (!strcmp(argv[i], "--iters") && i + 1 < argc)
 			iters = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--nodes") && i + 1 < argc)
+			NODES = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--dirs") && i + 1 < argc)
+			dirs = argv[++i];
+		else if (!strcmp(argv[i], "--root") && i + 1 < argc)
+			ROOT = argv[++i];
 		else {
 			fprintf(stderr, "usage: mori-bench ep [--dir RUNTIME_DIR] [--pes \"2 4 8\"] [--mode normal|ll|both] "
-					"[--iters 30] [--quant]\n");
+					"[--iters 30] [--quant] [--nodes K --dirs \"DIR ...\" --root HOST:PORT]\n");
 			return 2;
 		}
+	}
+	static char dirbuf[1024];
+	int nd = 0;
+	snprintf(dirbuf, sizeof(dirbuf), "%s", dirs ? dirs : "");
+	for (char *tok = strtok(dirbuf, " "); tok && nd < MAXNODE; tok = strtok(NULL, " "))
+		DIRS[nd++] = tok;
+	if (NODES < 1 || NODES > MAXNODE || (NODES > 1 && (nd != NODES || !ROOT))) {
+		fprintf(stderr, "mori-bench ep: --nodes %d needs --dirs with %d runtime dirs and --root\n", NODES, NODES);
+		return 2;
 	}
 	if (iters < 1 || iters > MAXIT)
 		iters = 30;
@@ -372,6 +467,14 @@ int bench_ep_main(int argc, char **argv)
 	       "routing, %d iterations\n", H, TOPK, NEXP, QUANT ? "bf16 input quantised to fp8 e4m3 by dispatch" :
 	       "fp8 e4m3 dispatch", H / 128, iters);
 	printf("# copy ceiling (same run): cuMemcpyDtoD 1 GiB, one process: %.0f GB/s\n", SH->ceiling_gbs);
+	if (NODES > 1) {
+		SH->tcp_gbs = tcp_stream();
+		printf("# %d nodes (morids %s, root %s): rank r on node r / (ranks / %d); rows per route: intra (experts of "
+		       "the token's own node: the intranode part), cross (other nodes only: the proxy part), mixed (all)\n",
+		       NODES, dirs, ROOT, NODES);
+		printf("# TCP stream (same run): 1 GiB over loopback between two processes, 4 MiB writes: %.2f GB/s\n",
+		       SH->tcp_gbs);
+	}
 	printf("# latency us: slowest rank's p50/p99; GB/s/rank: ROCm/mori's recv tokens x H x elem / p50, mean of "
 	       "ranks;\n# aggregate: all ranks' received bytes / slowest rank's time (combine: x2 for bf16), p50 over "
 	       "iterations; graph: one replay of dispatch+combine, p50\n# comb: the experts' outputs in the registered combine "
@@ -388,13 +491,17 @@ int bench_ep_main(int argc, char **argv)
 		memcpy(b2, buf, sizeof(b2));
 		for (char *tok = strtok(b2, " "); tok; tok = strtok(NULL, " ")) {
 			int n = atoi(tok);
-			if (n < 1 || n > MAXPE || NEXP % n)
+			if (n < 1 || n > MAXPE || NEXP % n || n % NODES || (NODES > 1 && n < NODES))
 				continue;
-			if (run_procs(n, m, iters, dir)) {
-				bad = 1;
-				continue;
+			static const int routes[] = {ROUTE_INTRA, ROUTE_CROSS, ROUTE_ALL};
+			for (int ri = NODES > 1 ? 0 : 2; ri < 3; ri++) { /* one node: uniform routing only, as before */
+				ROUTE = routes[ri];
+				if (run_procs(n, m, iters, dir)) {
+					bad = 1;
+					continue;
+				}
+				report(n, m, iters);
 			}
-			report(n, m, iters);
 		}
 	}
 	return bad;
