@@ -207,7 +207,7 @@ def tuning_lookup(config, arch, sm_count, rules=None):
     bn = pick.get("block_num", 0) if pick else 0
     bn = bn or min((pick.get("blocks_per_sm", 0) if pick else 4) * max(sm_count, 1), 1024)
     which = ("%s rule %d" % (pick["file"], pick["index"]) if pick else
-             "built-in default (no rule for %s %s)" % (arch, "IntraNodeLL" if kt else "IntraNode"))
+             "built-in default (no rule for %s %s)" % (arch, ("IntraNode", "IntraNodeLL", "InterNode", "InterNodeLL")[kt]))
     return (config.warp_num_per_block or wpb, config.block_num or bn, which)
 
 

@@ -1,6 +1,6 @@
 """MORI-EP's launch tuning table from Python (issue 13): mori.ops reads kernels/ep_tuning/*.json
 itself and must pick what libmori's compiled copy picks (mori_ep_tuning_lookup) for every shape of
-a grid (architectures exact, of a family and unknown; both kernel types; ep sizes 1..16; tokens,
+a grid (architectures exact, of a family and unknown; every kernel type; ep sizes 1..16; tokens,
 hidden sizes and dtypes around and between the rules'), and keep the caller's non-zero values."""
 import ctypes
 import itertools
@@ -31,7 +31,7 @@ def test_python_and_c_pick_the_same():
         c = cfg(kt, W, M, H, dt)
         assert ops.tuning_lookup(c, arch, sm) == c_lookup(c, arch, sm), (arch, kt, W, M, H, dt, sm)
         n += 1
-    assert n == 5 * 2 * 6 * 5 * 3 * 2 * 2
+    assert n == 5 * len(ops.EpDispatchCombineKernelType) * 6 * 5 * 3 * 2 * 2
 
 
 def test_h200_rules_and_override():
