@@ -230,8 +230,9 @@ static int frame_one(int s, int authenticated)
 {
 	uint8_t payload[8192];
 	struct fhdr h = {0};
-	static const uint16_t types[] = {F_WRITE, F_READ, F_ABORT, F_HELLO, F_AUTH, F_DONE, F_RDATA, F_HELLO_ACK, 0, 99};
-	h.type = types[below(authenticated ? 10 : 5) < 4 ? below(3) : below(10)];
+	static const uint16_t types[] = {F_WRITE, F_READ, F_ABORT, F_HELLO, F_AUTH,   F_DONE,
+					 F_RDATA, F_HELLO_ACK, 0,     99,      F_MSG, F_MSGREP};
+	h.type = types[below(authenticated ? 10 : 5) < 4 ? below(3) : below(12)];
 	h.xfer = below(4) ? below(64) + 1 : rnd();
 	h.region = below(3) ? region_id : rnd();
 	h.gen = below(3) ? region_gen : (uint32_t)rnd();
