@@ -73,6 +73,15 @@ static struct pair *rig(int nqp, const struct rdma_cfg *cfg, struct mem *m)
 	return p;
 }
 
+/* rig() with the stall watchdog at stall_us. */
+static struct pair *rig_stall(int nqp, uint64_t stall_us, struct mem *m)
+{
+	struct rdma_cfg cfg;
+	rdma_cfg_defaults(&cfg);
+	cfg.stall_us = stall_us;
+	return rig(nqp, &cfg, m);
+}
+
 static void rig_free(struct pair *p, struct mem *m)
 {
 	pair_free(p);
@@ -509,11 +518,8 @@ END_TEST
  * deadline. */
 START_TEST(stalled_qp_reset)
 {
-	struct rdma_cfg cfg;
-	rdma_cfg_defaults(&cfg);
-	cfg.stall_us = 200000;
 	struct mem m;
-	struct pair *p = rig(2, &cfg, &m);
+	struct pair *p = rig_stall(2, 200000, &m);
 	fq_by_qpn(&p->fab, rdma_conn_qp(p->ca, 0)->qpn)->stuck = 1;
 	fq_by_qpn(&p->fab, rdma_conn_qp(p->ca, 1)->qpn)->stuck = 1;
 	mori_desc d = {0, 0, 100000};
@@ -543,11 +549,8 @@ END_TEST
  * each notification once. */
 START_TEST(notif_once_after_lost_ack)
 {
-	struct rdma_cfg cfg;
-	rdma_cfg_defaults(&cfg);
-	cfg.stall_us = 100000;
 	struct mem m;
-	struct pair *p = rig(1, &cfg, &m);
+	struct pair *p = rig_stall(1, 100000, &m);
 	struct notif_check nc;
 	notif_check_init(p, &nc, &m);
 	for (int round = 0; round < 5; round++) {
