@@ -121,6 +121,8 @@ static Mori__Reply *list_call(uint32_t what)
 	return call_for(&req, MORI__REPLY__BODY_LIST, "list");
 }
 
+/* The helpers moractl_obs.h declares, shared with moractl_obs.c. (to, ms: not url, timeout_ms,
+ * which are this file's globals.) */
 Mori__Reply *moractl_ask(const char *to, int ms, const Mori__Request *req, int body, char *err, size_t len)
 {
 	Mori__Reply *rep;
@@ -143,6 +145,8 @@ void moractl_print_json(cJSON *o)
 	cJSON_Delete(o);
 }
 
+/* By the message's protobuf-c descriptor: the JSON keys have always been the proto field names,
+ * so a list of names replaces a cJSON call per field and its cast. */
 void moractl_json_fields(cJSON *o, const ProtobufCMessage *m, const char *names)
 {
 	char list[512], *save = NULL;
