@@ -325,9 +325,16 @@ int config_validate(struct config *cfg, char *err, size_t errlen)
 	strcpy(buf, cfg->allow_uids);
 	for (char *save, *tok = strtok_r(buf, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
 		char *end;
-		long v = strtol(tok, &end, 10);
-		if (*end || v < 0 || cfg->nuids >= CFG_MAX_UIDS) {
-			snprintf(err, errlen, "allow_uids: '%s' is not a uid (or more than %d)", tok, CFG_MAX_UIDS);
+		errno = 0;
+		long long v = strtoll(tok, &end, 10);
+		/* uid_t is 32 bits and (uid_t)-1 means "no uid": a larger value must not wrap to a
+		 * real one (2^32 once became root) */
+		if (*end || errno || v < 0 || v >= (long long)UINT32_MAX) {
+			snprintf(err, errlen, "allow_uids: '%s' is not a uid (0..%u)", tok, UINT32_MAX - 1);
+			return -1;
+		}
+		if (cfg->nuids >= CFG_MAX_UIDS) {
+			snprintf(err, errlen, "allow_uids: more than %d uids", CFG_MAX_UIDS);
 			return -1;
 		}
 		cfg->uids[cfg->nuids++] = (uid_t)v;

@@ -346,7 +346,10 @@ START_TEST(allow_uids)
 	ck_assert_int_eq(c.nuids, 1);
 	ck_assert(!config_uid_allowed(&c, 0) || getuid() == 99);
 
-	const char *bad[] = {"abc", "-1", "12x", "1,,two"};
+	/* 2^32 and above are not uids: they once wrapped (2^32 became root, 2^32+12345 uid 12345);
+	 * 4294967295 is (uid_t)-1, "no uid" to setuid and chown */
+	const char *bad[] = {"abc", "-1", "12x", "1,,two", "4294967296", "4294979641", "4294967295",
+			     "99999999999999999999999"};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		config_defaults(&c);
 		ck_assert_int_eq(config_set(&c, "allow_uids", bad[i], err, sizeof(err)), 0);
