@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ini.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -171,23 +172,47 @@ struct parse_ctx {
 	size_t errlen;
 	int line;      /* lines read so far: the handler runs on the line just read */
 	int failed;    /* line of the first rejected key or over-long line; 0 if none */
+	long bytes;    /* read so far: at most CONFIG_FILE_MAX */
 	int seen[NOPTS]; /* the line that set each option, 0 if none yet: a second one is an error */
 };
 
 /* inih's ini_parse() hides line numbers from the handler and keeps going after an error, so a
  * later bad key could be reported with an earlier syntax error's line. Reading the lines
- * ourselves tells us where the handler is, and stops at the first rejected line. */
+ * ourselves tells us where the handler is, and stops at the first rejected line. Bytes are read
+ * one at a time, not with fgets, so that a NUL byte is seen (fgets + strlen would end the line
+ * there and take a zero-filled file for an empty one), and the whole file is bounded. */
 static char *read_line(char *str, int num, void *stream)
 {
 	struct parse_ctx *p = stream;
-	if (p->failed || !fgets(str, num, p->f))
+	if (p->failed)
 		return NULL;
+	int n = 0, ch = EOF;
+	while (n < num - 1 && (ch = getc(p->f)) != EOF) {
+		if (++p->bytes > CONFIG_FILE_MAX) {
+			snprintf(p->err, p->errlen, "file longer than %d bytes", CONFIG_FILE_MAX);
+			p->failed = p->line + 1;
+			return NULL;
+		}
+		if (ch == 0) {
+			snprintf(p->err, p->errlen, "NUL byte (not a text file)");
+			p->failed = p->line + 1;
+			return NULL;
+		}
+		str[n++] = (char)ch;
+		if (ch == '\n')
+			break;
+	}
+	if (n == 0)
+		return NULL;
+	str[n] = 0;
 	p->line++;
-	size_t n = strlen(str);
-	if ((int)n == num - 1 && str[n - 1] != '\n' && !feof(p->f)) {
-		snprintf(p->err, p->errlen, "line longer than %d bytes", num - 2);
-		p->failed = p->line;
-		return NULL;
+	if (n == num - 1 && str[n - 1] != '\n') {
+		int next = getc(p->f);
+		if (next != EOF) {
+			snprintf(p->err, p->errlen, "line longer than %d bytes", num - 2);
+			p->failed = p->line;
+			return NULL;
+		}
 	}
 	return str;
 }
@@ -221,13 +246,33 @@ int config_load_file(struct config *cfg, const char *path, char *err, size_t err
 	char why[200] = "";
 	struct parse_ctx p = {.cfg = cfg, .err = why, .errlen = sizeof(why)};
 	struct stat st;
-	if (!(p.f = fopen(path, "re"))) {
+	/* O_NONBLOCK: opening a FIFO must not wait for a writer (this also runs at SIGHUP, on the
+	 * event loop); only a regular file is read, so /dev/zero and the like never reach the parser */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	if (fd < 0) {
 		snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
 		return -1;
 	}
-	if (fstat(fileno(p.f), &st) == 0 && S_ISDIR(st.st_mode)) {
-		snprintf(err, errlen, "%s: is a directory, not a configuration file", path);
-		fclose(p.f);
+	if (fstat(fd, &st) != 0) {
+		snprintf(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
+		close(fd);
+		return -1;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		snprintf(err, errlen, "%s: is %s, not a configuration file", path,
+			 S_ISDIR(st.st_mode) ? "a directory" : "not a regular file");
+		close(fd);
+		return -1;
+	}
+	if (st.st_size > CONFIG_FILE_MAX) {
+		snprintf(err, errlen, "%s: %lld bytes, more than a configuration file's %d", path,
+			 (long long)st.st_size, CONFIG_FILE_MAX);
+		close(fd);
+		return -1;
+	}
+	if (fcntl(fd, F_SETFL, 0) != 0 || !(p.f = fdopen(fd, "r"))) {
+		snprintf(err, errlen, "%s: cannot read: %s", path, strerror(errno));
+		close(fd);
 		return -1;
 	}
 	int rc = ini_parse_stream(read_line, &p, on_kv, &p);

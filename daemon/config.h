@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #define CFG_MAX_UIDS 32
+#define CONFIG_FILE_MAX (1 << 20) /* bytes: a configuration file is text of a few KiB */
 #define CFG_MAX_PEERS 32
 
 struct config {

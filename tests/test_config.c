@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../daemon/config.h"
@@ -255,6 +256,79 @@ START_TEST(file_unknown_section)
 }
 END_TEST
 
+/* Write n bytes (NULs allowed) to a fresh temporary file; its path goes to `path`. */
+static const char *conf_bytes(const char *bytes, size_t n)
+{
+	strcpy(path, "/tmp/mori-test-conf-XXXXXX");
+	int fd = mkstemp(path);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, bytes, n), (ssize_t)n);
+	close(fd);
+	return path;
+}
+
+static void expect_bytes_error(const char *bytes, size_t n, int line, const char *reason)
+{
+	struct config c;
+	char err[400], want[128];
+	config_defaults(&c);
+	const char *p = conf_bytes(bytes, n);
+	ck_assert_int_eq(config_load_file(&c, p, err, sizeof(err)), -1);
+	snprintf(want, sizeof(want), "%s:%d: ", p, line);
+	ck_assert_msg(strncmp(err, want, strlen(want)) == 0, "error '%s' does not start with '%s'", err, want);
+	ck_assert_msg(strstr(err, reason) != NULL, "error '%s' does not say '%s'", err, reason);
+	unlink_conf();
+}
+
+/* NUL bytes are refused with their line (tester's defect 11: fgets + strlen ended a line at a
+ * NUL, so a zero-filled file, what a crash can leave, read as all defaults, and the text after
+ * a NUL was dropped). */
+START_TEST(file_nul_bytes)
+{
+	static char zeros[8192];
+	expect_bytes_error(zeros, sizeof(zeros), 1, "NUL byte");
+	static const char mid[] = "[morid]\nmax_clients = 5\0garbage here\nring_entries = 128\n";
+	expect_bytes_error(mid, sizeof(mid) - 1, 2, "NUL byte");
+	static const char last[] = "[morid]\nmax_clients = 5\n\n# c\n\0";
+	expect_bytes_error(last, sizeof(last) - 1, 5, "NUL byte");
+}
+END_TEST
+
+/* Only a regular file of at most CONFIG_FILE_MAX bytes is read: /dev/zero was read forever and
+ * a FIFO blocked in fopen (both on the event loop at SIGHUP). */
+START_TEST(file_not_regular_or_huge)
+{
+	struct config c;
+	char err[400];
+	config_defaults(&c);
+	ck_assert_int_eq(config_load_file(&c, "/dev/zero", err, sizeof(err)), -1);
+	ck_assert_msg(strstr(err, "/dev/zero: is not a regular file"), "%s", err);
+	char fifo[] = "/tmp/mori-test-fifo-XXXXXX";
+	ck_assert_ptr_nonnull(mkdtemp(fifo));
+	char fp[64];
+	snprintf(fp, sizeof(fp), "%s/f", fifo);
+	ck_assert_int_eq(mkfifo(fp, 0600), 0);
+	ck_assert_int_eq(config_load_file(&c, fp, err, sizeof(err)), -1); /* no writer: must not block */
+	ck_assert_msg(strstr(err, "is not a regular file"), "%s", err);
+	unlink(fp);
+	rmdir(fifo);
+	/* CONFIG_FILE_MAX + 1 bytes of comment lines */
+	size_t n = CONFIG_FILE_MAX + 1;
+	char *big = malloc(n);
+	ck_assert_ptr_nonnull(big);
+	for (size_t i = 0; i < n; i++)
+		big[i] = i % 64 == 63 ? '\n' : '#';
+	const char *p = conf_bytes(big, n);
+	ck_assert_int_eq(config_load_file(&c, p, err, sizeof(err)), -1);
+	ck_assert_msg(strstr(err, "more than a configuration file's 1048576"), "%s", err);
+	unlink_conf();
+	/* exactly CONFIG_FILE_MAX is fine */
+	p = conf_bytes(big, n - 1);
+	ck_assert_msg(config_load_file(&c, p, err, sizeof(err)) == 0, "%s", err);
+	free(big);
+}
+END_TEST
+
 START_TEST(file_missing)
 {
 	struct config c;
@@ -396,6 +470,8 @@ int main(void)
 	tcase_add_test(tf, file_long_line);
 	tcase_add_test(tf, file_inline_comment);
 	tcase_add_test(tf, file_missing);
+	tcase_add_test(tf, file_nul_bytes);
+	tcase_add_test(tf, file_not_regular_or_huge);
 	suite_add_tcase(s, tf);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
