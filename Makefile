@@ -200,7 +200,12 @@ install: $(B)/morid $(addprefix $(B)/,$(TOOLS)) $(B)/libmori.so $(B)/libmori.a
 	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libmori.so
 	install -m 644 $(B)/libmori.a $(DESTDIR)$(PREFIX)/lib/
 	sed $(PC_SED) libclient/mori.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/mori.pc
-	install -m 644 conf/morid.conf $(DESTDIR)/etc/mori/
+	@# an existing morid.conf is the admin's (cluster key, listen, ...): a reinstall never
+	@# overwrites it; the shipped one goes beside it as morid.conf.new when they differ
+	@if [ ! -e $(DESTDIR)/etc/mori/morid.conf ]; then install -m 644 conf/morid.conf $(DESTDIR)/etc/mori/; \
+	elif cmp -s conf/morid.conf $(DESTDIR)/etc/mori/morid.conf; then :; \
+	else install -m 644 conf/morid.conf $(DESTDIR)/etc/mori/morid.conf.new && \
+	  echo "install: $(DESTDIR)/etc/mori/morid.conf exists and is kept; the shipped one is morid.conf.new"; fi
 	sed 's|@PREFIX@|$(PREFIX)|g' systemd/morid.service > $(DESTDIR)$(PREFIX)/lib/systemd/system/morid.service
 	@# MORI-IR (kernels/ir.mk), what of it was built: bitcode, table, device header (apart from
 	@# include/: it shares four names with mori_shmem.h), static device library

@@ -43,6 +43,23 @@ grep -q '^prefix=/usr$' "$D/usr/lib/pkgconfig/mori.pc" || fail "mori.pc prefix i
 "$D/usr/bin/morid" --version | grep -q '^morid ' || fail "installed morid --version"
 pass "make install PREFIX=/usr DESTDIR=... installed every file"
 
+# A reinstall keeps the admin's morid.conf (it once overwrote it, dropping cluster_key_file,
+# listen, ...): the shipped one goes beside it as morid.conf.new, and make says so.
+printf '\n# the admin'"'"'s edit\nmax_clients = 7\n' >> "$D/etc/mori/morid.conf"
+cp "$D/etc/mori/morid.conf" "$T/admin.conf"
+out=$(make --no-print-directory -C "$ROOT" install B="$B_ARG" PREFIX=/usr DESTDIR="$D" \
+	SANITIZE="$SAN" OPT="$OPTV" 2>&1) || fail "second make install failed: $out"
+cmp -s "$T/admin.conf" "$D/etc/mori/morid.conf" || fail "a reinstall overwrote the existing /etc/mori/morid.conf"
+cmp -s "$ROOT/conf/morid.conf" "$D/etc/mori/morid.conf.new" || fail "a reinstall did not leave the shipped morid.conf as morid.conf.new"
+grep -q 'morid.conf exists and is kept' <<< "$out" || fail "a reinstall did not say it kept morid.conf: $out"
+# An unchanged one is left alone, with no .new beside it.
+rm "$D/etc/mori/morid.conf.new"
+cp "$ROOT/conf/morid.conf" "$D/etc/mori/morid.conf"
+make --no-print-directory -C "$ROOT" install B="$B_ARG" PREFIX=/usr DESTDIR="$D" SANITIZE="$SAN" OPT="$OPTV" > /dev/null 2>&1 ||
+	fail "third make install failed"
+[ ! -e "$D/etc/mori/morid.conf.new" ] || fail "morid.conf.new left beside an unchanged morid.conf"
+pass "a reinstall keeps an edited /etc/mori/morid.conf and leaves the shipped one as morid.conf.new"
+
 # Exactly the functions of the public headers (include/mori.h, include/mori_shmem.h) are exported.
 # The names come from the headers themselves (preprocessed with MORI_API empty, each declaration
 # `... mori_name(...)`), so a function declared without MORI_API, or left out of
