@@ -1,6 +1,7 @@
 /* libmori MORI-CCL (issue 15): communicators over a group (or its node team), windows, the
  * algorithm table and its overrides, the checks every collective makes before anything runs, and
  * the dispatch to the GPU path (coll_gpu.c) or the host path (coll_host.c). */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,9 +70,11 @@ int coll_parse_algo(mori_comm *k, const char *spec)
 		const char *v = eq + 1;
 		if (!strcmp(it, "allreduce.oneshot_max") || !strcmp(it, "kernel_max")) {
 			char *end;
+			errno = 0;
 			unsigned long long x = strtoull(v, &end, 0);
-			if (!*v || *end)
-				return set_error(k->c, MORI_EINVAL, "coll algo: %s=%s is not a byte count", it, v);
+			/* strtoull takes "-1" as ULLONG_MAX and saturates on overflow: neither is a byte count */
+			if (!*v || *end || strchr(v, '-') || errno == ERANGE || x > (unsigned long long)INT64_MAX)
+				return set_error(k->c, MORI_EINVAL, "coll algo: %s=%s is not a byte count (0 .. 2^63-1)", it, v);
 			*(it[0] == 'a' ? &om : &km) = x;
 			continue;
 		}
@@ -189,6 +192,11 @@ int mori_comm_create(mori_group *g, const mori_comm_opts *opts, mori_comm **out)
 	k->off_exch = k->off_meta + 16ull * nn;
 	k->off_scratch = (k->off_exch + 64 + 4095) & ~4095ull;
 	uint64_t free_heap = g->heap_size > MORI_SHMEM_RESERVED ? g->heap_size - MORI_SHMEM_RESERVED : 0;
+	if (o.scratch_bytes > free_heap) { /* also keeps off_scratch + scratch_bytes from wrapping */
+		rc = set_error(g->c, MORI_ENOMEM, "comm create: scratch_bytes %llu is more than the heap's %llu free bytes",
+			       (unsigned long long)o.scratch_bytes, (unsigned long long)free_heap);
+		goto fail;
+	}
 	k->scratch_bytes = o.scratch_bytes ? o.scratch_bytes : DEF_SCRATCH;
 	if (!o.scratch_bytes && k->scratch_bytes > free_heap / 4)
 		k->scratch_bytes = free_heap / 4 & ~4095ull;
@@ -309,12 +317,15 @@ int mori_comm_window_register(mori_comm *k, void *ptr, size_t bytes, mori_window
 	if (shmem_check(k->g)) return MORI_ESTALE; /* a child after fork: the parent's */
 	*out = NULL;
 	int64_t off = mori_shmem_offset(k->g, ptr);
-	int bad = off < 0 || !bytes || (uint64_t)off + bytes > k->g->heap_size;
+	int bad = off < 0 || !bytes || bytes > k->g->heap_size - (uint64_t)off;
 	uint64_t *all = calloc((size_t)k->n, 16);
 	if (!all)
 		return set_error(k->c, MORI_ENOMEM, "out of memory");
 	/* a bad range is still exchanged (as size 0) so every rank refuses together */
 	int rc = exchange(k, bad ? UINT64_MAX : (uint64_t)off, bad ? 0 : bytes, all);
+	if (!rc && bad) /* this rank's own range first: the caller's error to fix */
+		rc = set_error(k->c, MORI_ERANGE, "window register: rank %d's range [%p, +%zu) is not inside its heap",
+			       k->rank, ptr, bytes);
 	for (int r = 0; r < k->n && !rc; r++) {
 		if (all[2 * r] == UINT64_MAX)
 			rc = set_error(k->c, r == k->rank ? MORI_ERANGE : MORI_EINVAL,

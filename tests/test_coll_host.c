@@ -154,6 +154,10 @@ static int pe_windows(int pe, int n, void *arg)
 	char want[32];
 	snprintf(want, sizeof(want), "rank %d gave", n - 1);
 	PCHECK(pe, rc == MORI_EINVAL && strstr(m, want), "mismatched window: %s (%s)", mori_strerror(rc), m);
+	/* a window whose size wraps past the end of the address space: refused by every rank */
+	rc = mori_comm_window_register(k, a.base, SIZE_MAX, &w);
+	PCHECK(pe, rc == MORI_ERANGE && strstr(mori_client_last_error(c), "not inside its heap"),
+	       "window of SIZE_MAX bytes: %s (%s)", mori_strerror(rc), mori_client_last_error(c));
 	/* a count larger than the window: refused before anything runs */
 	POK(pe, mori_comm_window_register(k, a.base, 4096, &w));
 	rc = mori_allreduce(k, a.base, a.base + 8192, 2048, MORI_FLOAT32, MORI_SUM, NULL);
@@ -199,6 +203,18 @@ static int pe_faults(int pe, int n, void *arg)
 		cnt[0] = 16, dsp[0] = SIZE_MAX - 8; /* displacement + count wraps past zero */
 		PCHECK(pe, mori_alltoallv(k, x, cnt, dsp, y, cnt, dsp, MORI_UINT8, NULL) == MORI_ERANGE,
 		       "alltoallv displacement wraps: %s", mori_client_last_error(c));
+	}
+	PCHECK(pe, mori_comm_set_algo(k, "kernel_max=-1") == MORI_EINVAL, "kernel_max=-1 accepted");
+	PCHECK(pe, mori_comm_set_algo(k, "allreduce.oneshot_max=99999999999999999999") == MORI_EINVAL,
+	       "an over-range byte count accepted");
+	{ /* scratch that would wrap the communicator's area: refused on every rank, nothing allocated */
+		mori_comm_opts co;
+		mori_comm_opts_init(&co);
+		co.scratch_bytes = UINT64_MAX - 255;
+		mori_comm *k2 = NULL;
+		int rc = mori_comm_create(g, &co, &k2);
+		PCHECK(pe, rc == MORI_ENOMEM && !k2 && strstr(mori_client_last_error(c), "scratch_bytes"),
+		       "scratch_bytes near 2^64: %s (%s)", mori_strerror(rc), mori_client_last_error(c));
 	}
 	PCHECK(pe, mori_comm_set_algo(k, "allreduce=ce") == MORI_EINVAL, "allreduce=ce accepted");
 	PCHECK(pe, mori_comm_set_algo(k, "bogus=kernel") == MORI_EINVAL, "bogus accepted");
