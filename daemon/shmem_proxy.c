@@ -1,6 +1,6 @@
 /* MORI-SHMEM's proxy (shmem_proxy.h): morid serving each ready PE's proxy ring.
  *
- * A ring is served in order, one batch at a time per target PE: consecutive puts to one PE (up to
+ * A ring is served in order, in batches: consecutive puts to one PE (up to
  * a put+signal, which ends its batch) go as one transfer, consecutive gets from one PE as one,
  * consecutive atomics to one PE as one PeerShmemAmo message; a signal goes only after its
  * batch's data was acknowledged by the target, so it lands after the data, and every atomic
@@ -21,7 +21,7 @@
  * turn (an idle handle: the loop does not sleep) for `shmem_proxy_spin_us` (config, default 2 ms)
  * after the last request seen or batch ended, yielding the CPU on each turn that found nothing
  * (on_idle); then every PROXY_POLL_MS on a timer while PEs exist; every PROXY_IDLE_POLL_MS once
- * no ring carried a request for PROXY_IDLE_MS (an idle daemon costs ~0 % CPU: measured 0-0.5 %
+ * no ring carried a request for PROXY_IDLE_MS (an idle daemon costs ~0 % CPU: measured 0-1 %
  * with 4 PEs joined). A burst of requests is served at loop-turn latency; the first request after
  * a pause waits up to a timer tick. One loop and no thread: the rings, the transfers and pe_gone
  * all run there, so letting go of a PE needs no lock. */
