@@ -133,8 +133,8 @@ enum mori_mem_kind {
  *   daemon maps its client's VRAM on the owner's device ordinal: run morid with the same
  *   CUDA_VISIBLE_DEVICES view as its clients).
  * Errors: MORI_EINVAL (size 0, bad kind, MORI_GPU_DEVICE not a device of this process),
- * MORI_ENOGPU (VRAM without a GPU runtime or device), MORI_ENOMEM (host or GPU memory),
- * MORI_ESYS. Free with mori_mem_deregister, which also unmaps and frees the memory. */
+ * MORI_ENOGPU (VRAM without a GPU runtime or device), MORI_ENOMEM (host or GPU memory, or a size
+ * past INT64_MAX), MORI_ESYS. Free with mori_mem_deregister, which also unmaps and frees the memory. */
 MORI_API int mori_mem_alloc(mori_client *c, size_t size, int kind, mori_mem **out);
 
 /* Register `len` bytes at `ptr` that the caller allocated.
@@ -218,7 +218,8 @@ typedef struct mori_access {
 MORI_API int mori_mem_publish_access(mori_mem *mem, const char *name, const mori_access *access);
 
 /* Open the region published as `name` at node `node_address` ("host:port" of that node's daemon
- * peer listener; NULL or "" for this node). Errors: MORI_EUNREACH (not published there),
+ * peer listener; NULL or "" for this node). Errors: MORI_EINVAL (node_address not host:port with
+ * a port 1..65535), MORI_EUNREACH (not published there),
  * MORI_EPERM (its access list does not name this uid or node, or the peer daemon refused this
  * node's authentication), MORI_ECONN (peer daemon unreachable), MORI_ETIMEDOUT. Close with
  * mori_mem_deregister. */
@@ -232,6 +233,11 @@ MORI_API int mori_mem_open_remote(mori_client *c, const char *node_address, cons
  * region. `remote` is a handle from mori_mem_unpack/mori_mem_open_remote (or another local
  * region of this node). Offsets and lengths are bytes and are checked against both regions:
  * MORI_ERANGE when outside, MORI_EINVAL for a zero length or an empty batch.
+ * Overlap: when one descriptor's source and destination bytes overlap (a host region used as
+ * both sides, or its own published name opened again) it is copied as memmove copies, as if
+ * through a temporary buffer. The descriptors of one batch are copied in no set order and in
+ * parallel, so one descriptor's destination overlapping another's source or destination leaves
+ * those bytes undefined (as in NIXL). VRAM copies follow the GPU runtime's copy rules.
  */
 typedef struct mori_xfer mori_xfer;
 typedef struct mori_xfer_list mori_xfer_list;

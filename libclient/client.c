@@ -53,7 +53,7 @@ const char *mori_client_last_error(mori_client *c)
 	return last_error;
 }
 
-const char *mori_client_node(mori_client *c) { return c->node; }
+const char *mori_client_node(mori_client *c) { return c ? c->node : NULL; } /* NULL as the other getters */
 
 int client_check(mori_client *c)
 {

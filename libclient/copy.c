@@ -102,8 +102,33 @@ void copy_pool_free(struct copy_pool *p)
 	free(p);
 }
 
+/* Whether an op's source and destination bytes intersect (a region used as both sides, or a
+ * process's own published region opened again). */
+static int overlaps(const struct copy_op *o)
+{
+	uintptr_t d = (uintptr_t)o->dst, s = (uintptr_t)o->src;
+	return o->len && (d < s ? s - d : d - s) < o->len;
+}
+
+/* One thread, in order, memmove for an op whose sides overlap: split across threads, a chunk
+ * would read bytes another chunk already overwrote. */
+static void run_serial(const struct copy_op *ops, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (overlaps(&ops[i]))
+			memmove(ops[i].dst, ops[i].src, ops[i].len);
+		else
+			memcpy(ops[i].dst, ops[i].src, ops[i].len);
+	}
+}
+
 void copy_pool_run(struct copy_pool *p, const struct copy_op *ops, size_t n, uint64_t total)
 {
+	for (size_t i = 0; i < n; i++)
+		if (overlaps(&ops[i])) {
+			run_serial(ops, n);
+			return;
+		}
 	int parts = p ? p->nthreads + 1 : 1;
 	if ((uint64_t)parts > total / MIN_SPLIT)
 		parts = (int)(total / MIN_SPLIT);

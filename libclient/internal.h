@@ -164,6 +164,8 @@ int client_hup_watch(mori_client *c);
 struct copy_pool *copy_pool_new(int threads);
 void copy_pool_free(struct copy_pool *p);
 struct copy_op { uint8_t *dst; const uint8_t *src; uint64_t len; };
+/* Copy every op (total: their bytes), split across the pool's threads; a batch with an op whose
+ * sides overlap runs on the caller's thread, in order, with memmove for that op (mori.h). */
 void copy_pool_run(struct copy_pool *p, const struct copy_op *ops, size_t n, uint64_t total);
 
 /* gpu_*.c: GPU memory and copies; MORI_ENOGPU where no runtime is present. */

@@ -99,6 +99,8 @@ int mori_mem_alloc(mori_client *c, size_t size, int kind, mori_mem **out)
 		return crc;
 	if (kind != MORI_MEM_HOST && kind != MORI_MEM_VRAM)
 		return set_error(c, MORI_EINVAL, "mem_alloc: unknown kind %d", kind);
+	if (size > (size_t)INT64_MAX) /* past off_t: ftruncate would say EINVAL, read as MORI_ESYS */
+		return set_error(c, MORI_ENOMEM, "mem_alloc: %zu bytes is more than a process can map", size);
 	mori_mem *m = calloc(1, sizeof(*m));
 	if (!m)
 		return set_error(c, MORI_ENOMEM, "out of memory");
@@ -479,6 +481,11 @@ int mori_mem_publish_access(mori_mem *m, const char *name, const mori_access *ac
 		return set_error(m->c, MORI_EINVAL, "mem_publish: only local regions can be published");
 	if (access && ((access->n_uids && !access->uids) || (access->n_nodes && !access->nodes)))
 		return set_error(m->c, MORI_EINVAL, "mem_publish: access list with NULL arrays");
+	if (access && (access->n_uids > 256 || access->n_nodes > 256)) /* mori.h's limit; morid checks again */
+		return set_error(m->c, MORI_EINVAL, "mem_publish: at most 256 uids and 256 nodes");
+	for (size_t i = 0; access && i < access->n_nodes; i++)
+		if (!access->nodes[i]) /* protobuf-c would pack it as a string and crash */
+			return set_error(m->c, MORI_EINVAL, "mem_publish: access list node %zu is NULL", i);
 	Mori__Request req = MORI__REQUEST__INIT;
 	Mori__MemPublish p = MORI__MEM_PUBLISH__INIT;
 	Mori__Reply *rep;
@@ -499,6 +506,19 @@ int mori_mem_publish_access(mori_mem *m, const char *name, const mori_access *ac
 	return rc;
 }
 
+/* "host:port" with a port 1..65535 (host possibly "[v6]"): morid's config_split_addr rule, checked
+ * here too so that a malformed address is MORI_EINVAL whatever the daemon's configuration (a
+ * morid without a peer listener answers MORI_ECONN before it looks at the address). */
+static int is_host_port(const char *a)
+{
+	const char *colon = strrchr(a, ':');
+	if (!colon || colon == a || !colon[1] || strlen(a) >= 256)
+		return 0;
+	char *end;
+	long v = strtol(colon + 1, &end, 10);
+	return !*end && colon[1] != '-' && colon[1] != '+' && v > 0 && v <= 65535;
+}
+
 int mori_mem_open_remote(mori_client *c, const char *node, const char *name, mori_mem **out)
 {
 	if (!c || !name || !out)
@@ -506,6 +526,8 @@ int mori_mem_open_remote(mori_client *c, const char *node, const char *name, mor
 	int crc = client_check(c);
 	if (crc != MORI_OK)
 		return crc;
+	if (node && node[0] && !is_host_port(node))
+		return set_error(c, MORI_EINVAL, "mem_open_remote: node '%.200s' is not host:port (port 1..65535)", node);
 	Mori__Request req = MORI__REQUEST__INIT;
 	Mori__MemLookup l = MORI__MEM_LOOKUP__INIT;
 	l.name = (char *)name;
