@@ -72,7 +72,11 @@ MORI_API int mori_shmem_init_uid(mori_client *c, const void *uid, size_t len, in
 /* Leave the group (not collective): the group is torn down for the PEs still in it (their abort
  * word becomes MORI_SHMEM_ABORT_TEARDOWN with abort_pe this PE; waits end, their later calls on
  * the group fail with MORI_ECANCELED); their mappings of this PE's heap stay valid until they
- * leave too: the heaps of a node are released when its last PE has left. Frees g. */
+ * leave too: the heaps of a node are released when its last PE has left. Frees g.
+ * Destroy g's communicators (mori_comm_destroy) and EP handles (mori_ep_destroy) first: those are
+ * collective and free their heap memory. Any left alive stay valid as handles: every call on them
+ * then fails with MORI_ESTALE ("this PE has left"), and their destroy frees them, not collectively
+ * (their heap memory went with the group). A second leave of g is a no-op while they live. */
 MORI_API void mori_group_leave(mori_group *g);
 
 /* ---- queries (local, no daemon round trip) ---- */

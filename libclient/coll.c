@@ -241,6 +241,7 @@ int mori_comm_create(mori_group *g, const mori_comm_opts *opts, mori_comm **out)
 		if (rc)
 			goto fail;
 	}
+	shmem_hold(g); /* g's struct outlives a leave while k lives (shmem_int.h) */
 	*out = k;
 	return MORI_OK;
 fail:
@@ -257,17 +258,21 @@ void mori_comm_destroy(mori_comm *k)
 {
 	if (!k)
 		return;
-	if (shmem_check(k->g)) return; /* a child after fork: the parent's communicator stays */
-	if (k->gpu)
+	mori_group *g = k->g;
+	int left = shmem_left(g); /* the group left first: the heap (our area) went with it */
+	if (!left && shmem_check(g)) return; /* a child after fork: the parent's communicator stays */
+	if (k->gpu && left != SHMEM_LEFT_CHILD)
 		coll_gpu_fini(k);
 	while (k->wins) {
 		struct mori_window *w = k->wins;
 		k->wins = w->next;
 		free(w);
 	}
-	mori_shmem_free(k->g, k->area);
+	if (!left)
+		mori_shmem_free(g, k->area);
 	free(k->pe_of);
 	free(k);
+	shmem_release(g);
 }
 
 int mori_comm_rank(const mori_comm *k) { return k ? k->rank : -1; }

@@ -307,6 +307,7 @@ int mori_ep_create(mori_group *g, const mori_ep_config *cfg, mori_ep_handle **ou
 		return rc;
 	}
 	h->st = (uint64_t)(uintptr_t)mori_shmem_state(g);
+	shmem_hold(g); /* g's struct outlives a leave while h lives (shmem_int.h) */
 	*out = h; /* the caller's until mori_ep_destroy */
 	return MORI_OK;
 }
@@ -315,11 +316,21 @@ int mori_ep_destroy(mori_ep_handle *h)
 {
 	if (!h)
 		return MORI_OK;
-	if (shmem_check(h->g)) return MORI_ESTALE; /* a child after fork: the parent's */
-	int rc = mori_shmem_barrier_all(h->g); /* no peer still writes our block */
-	live_leave(h);                          /* before the free: a later replay returns at once */
-	int frc = mori_shmem_free(h->g, h->block);
+	mori_group *g = h->g;
+	int left = shmem_left(g);
+	if (left) { /* the group left first: its heap (our block) went with it; not collective now */
+		if (left == SHMEM_LEFT)
+			live_leave(h); /* a later replay returns at once */
+		free(h);
+		shmem_release(g);
+		return MORI_OK;
+	}
+	if (shmem_check(g)) return MORI_ESTALE; /* a child after fork: the parent's */
+	int rc = mori_shmem_barrier_all(g); /* no peer still writes our block */
+	live_leave(h);                       /* before the free: a later replay returns at once */
+	int frc = mori_shmem_free(g, h->block);
 	free(h);
+	shmem_release(g);
 	return rc ? rc : frc;
 }
 

@@ -34,6 +34,9 @@ static int timeout_ms_of(const mori_group *g)
 
 int shmem_check(const mori_group *g)
 {
+	if (g && shmem_left(g))
+		return set_error(NULL, MORI_ESTALE, "group '%s': this PE has left it; a communicator or EP handle on it can "
+						    "only be destroyed", g->name);
 	if (!g || !client_forked(g->c))
 		return MORI_OK;
 	return set_error(g->c, MORI_ESTALE, "group '%s' was joined by pid %d, used in pid %d: a child after fork "
@@ -110,10 +113,49 @@ static int daemon_heap_size(mori_client *c, uint64_t *out)
 	return rc;
 }
 
-static void group_free(mori_group *g)
+/* ---- holds (communicators and EP handles on a group) ---- */
+
+static pthread_mutex_t hold_mu = PTHREAD_MUTEX_INITIALIZER; /* holds and left of every group */
+
+void shmem_hold(mori_group *g)
 {
-	if (!g)
-		return;
+	pthread_mutex_lock(&hold_mu);
+	g->holds++;
+	pthread_mutex_unlock(&hold_mu);
+}
+
+void shmem_release(mori_group *g)
+{
+	pthread_mutex_lock(&hold_mu);
+	int last = --g->holds == 0 && g->left;
+	pthread_mutex_unlock(&hold_mu);
+	if (last)
+		free(g); /* the shell: everything else went at the leave */
+}
+
+int shmem_left(const mori_group *g)
+{
+	return __atomic_load_n(&g->left, __ATOMIC_ACQUIRE);
+}
+
+/* After g's resources are gone: free it, or, while communicators or EP handles hold it, keep it
+ * as a shell that says how it left. */
+static void free_or_shell(mori_group *g, int how)
+{
+	pthread_mutex_lock(&hold_mu);
+	int keep = g->holds > 0;
+	if (keep) {
+		g->c = NULL; /* the client may close next; nothing on a shell reaches it */
+		__atomic_store_n(&g->left, how, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&hold_mu);
+	if (!keep)
+		free(g);
+}
+
+/* Everything of g but the struct itself. */
+static void group_close(mori_group *g)
+{
 	shmem_rma_close(g);
 	shmem_gpu_close(g);
 	for (int i = 0; g->peers && i < g->n_pes; i++)
@@ -134,6 +176,15 @@ static void group_free(mori_group *g)
 	free(g->state_team);
 	pthread_mutex_destroy(&g->lock);
 	pthread_mutex_destroy(&g->rma_lock);
+	g->own = NULL, g->heap_map = NULL, g->ctrl = NULL, g->peers = NULL, g->team = NULL;
+	g->state_peer_base = NULL, g->state_team = NULL;
+}
+
+static void group_free(mori_group *g)
+{
+	if (!g)
+		return;
+	group_close(g);
 	free(g);
 }
 
@@ -513,20 +564,23 @@ static void leave_in_child(mori_group *g)
 	free(g->team);
 	free(g->state_peer_base);
 	free(g->state_team);
-	free(g);
+	g->gpu = NULL, g->own = NULL, g->peers = NULL, g->team = NULL, g->state_peer_base = NULL, g->state_team = NULL;
+	g->heap_map = NULL, g->ctrl = NULL;
+	free_or_shell(g, SHMEM_LEFT_CHILD);
 }
 
 void mori_group_leave(mori_group *g)
 {
-	if (!g)
-		return;
+	if (!g || shmem_left(g))
+		return; /* a shell (left already, kept for its communicators): nothing more to do */
 	if (shmem_check(g)) {
 		leave_in_child(g);
 		return;
 	}
 	unlink_group(g);
 	send_leave(g);
-	group_free(g);
+	group_close(g);
+	free_or_shell(g, SHMEM_LEFT);
 }
 
 void shmem_close_all(mori_client *c)

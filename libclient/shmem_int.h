@@ -48,7 +48,15 @@ struct mori_group {
 	uint64_t *state_peer_base; /* HOST heaps: the host arrays it points at */
 	int32_t *state_team;
 	void *gpu;                 /* VRAM heaps: shmem_gpu.c's part (device copies, pinned ctrl) */
+	/* Communicators and EP handles on g (shmem_hold): while any lives, mori_group_leave frees
+	 * everything but this struct, which stays as a shell with left set, so that their calls
+	 * fail with MORI_ESTALE and their destroy frees them; the last release frees the shell. */
+	int holds;
+	int left;                  /* 0; SHMEM_LEFT (left), SHMEM_LEFT_CHILD (left in a child after fork) */
 };
+
+#define SHMEM_LEFT 1
+#define SHMEM_LEFT_CHILD 2
 
 /* shmem.c */
 /* MORI_OK, or MORI_ESTALE (last_error naming the joiner's pid and ours) in a child after fork():
@@ -58,6 +66,14 @@ struct mori_group {
 int shmem_check(const mori_group *g);
 /* The status of g from its control page: 0, or the abort's code with last_error set. */
 int shmem_abort_status(mori_group *g);
+/* A communicator or EP handle made on g holds it (after its creation succeeded) and releases it
+ * at its destroy. shmem_left: 0 while g is joined; else SHMEM_LEFT or SHMEM_LEFT_CHILD, and g is
+ * a shell (no heap, no client): the destroy frees only the object's own memory (the GPU's too
+ * for SHMEM_LEFT; none in a child after fork, whose GPU state is the parent's), then releases.
+ * shmem_check returns MORI_ESTALE for a left g. */
+void shmem_hold(mori_group *g);
+void shmem_release(mori_group *g);
+int shmem_left(const mori_group *g);
 
 /* shmem_rma.c */
 void shmem_rma_close(mori_group *g);

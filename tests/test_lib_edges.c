@@ -6,11 +6,16 @@
  *   - mori_client_node(NULL) dereferenced NULL; mori_mem_publish_access with a NULL node entry
  *     crashed in protobuf-c's packer (now MORI_EINVAL, and nothing published);
  *   - mori_mem_open_remote(c, "no-port", ...) said MORI_ECONN (now MORI_EINVAL: not host:port);
- *     mori_mem_alloc(c, SIZE_MAX, HOST) said MORI_ESYS (now MORI_ENOMEM). */
+ *     mori_mem_alloc(c, SIZE_MAX, HOST) said MORI_ESYS (now MORI_ENOMEM);
+ *   - (defect 6) a communicator used or destroyed after its group left read the freed group (ASan:
+ *     heap-use-after-free in shmem_check); now its calls say MORI_ESTALE and its destroy frees it,
+ *     also after the client closed (run this test under ASan for the memory half). */
 #include <check.h>
 #include <stdint.h>
 
 #include "harness.h"
+#include "mori_coll.h"
+#include "mori_shmem.h"
 
 static struct test_daemon D;
 
@@ -100,6 +105,49 @@ START_TEST(null_and_bad_arguments)
 }
 END_TEST
 
+START_TEST(comm_after_leave)
+{
+	mori_client *c;
+	OK(mori_client_open(D.dir, "leave", &c));
+	mori_group_opts o;
+	mori_group_opts_init(&o);
+	o.heap_size = 8u << 20;
+	o.timeout_us = 5000000;
+	mori_group *g;
+	OK(mori_group_join(c, "lib-edges-leave", 0, 1, &o, &g));
+	mori_comm_opts co;
+	mori_comm_opts_init(&co);
+	co.scratch_bytes = 1u << 20;
+	mori_comm *k1, *k2, *k3;
+	OK(mori_comm_create(g, &co, &k1));
+	OK(mori_comm_create(g, &co, &k2));
+	OK(mori_comm_create(g, &co, &k3));
+	float x[4] = {1, 2, 3, 4}, y[4] = {0};
+	OK(mori_allreduce(k1, x, y, 4, MORI_FLOAT32, MORI_SUM, NULL));
+	ck_assert(y[3] == 4.0f);
+	mori_comm_destroy(k3); /* destroyed before the leave: as ever */
+	mori_group_leave(g);
+	y[3] = 0;
+	ck_assert_int_eq(mori_allreduce(k1, x, y, 4, MORI_FLOAT32, MORI_SUM, NULL), MORI_ESTALE);
+	ck_assert_msg(strstr(mori_client_last_error(c), "has left"), "%s", mori_client_last_error(c));
+	ck_assert(y[3] == 0.0f);
+	int pe = 7;
+	ck_assert_int_eq(mori_comm_status(k1, &pe), MORI_ESTALE);
+	mori_window *w = NULL;
+	ck_assert_int_eq(mori_comm_window_register(k1, x, sizeof(x), &w), MORI_ESTALE);
+	ck_assert_ptr_null(w);
+	mori_group_leave(g); /* a second leave while communicators live: nothing */
+	mori_comm_destroy(k1);
+	mori_client_close(c);
+	mori_comm_destroy(k2); /* after the client too; the last one frees the group's shell */
+	/* the name is free again: a new group of it forms (the daemon saw the leave) */
+	OK(mori_client_open(D.dir, "leave2", &c));
+	OK(mori_group_join(c, "lib-edges-leave", 0, 1, &o, &g));
+	mori_group_leave(g);
+	mori_client_close(c);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("lib_edges");
@@ -108,6 +156,7 @@ int main(void)
 	tcase_set_timeout(t, 60);
 	tcase_add_test(t, overlap_is_memmove);
 	tcase_add_test(t, null_and_bad_arguments);
+	tcase_add_test(t, comm_after_leave);
 	suite_add_tcase(s, t);
 	SRunner *r = srunner_create(s);
 	srunner_run_all(r, CK_NORMAL);
