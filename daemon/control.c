@@ -113,7 +113,7 @@ static void do_config(struct morid *d, Mori__Reply *rep, struct rctx *r)
 	rep->config = cr;
 }
 
-static void do_list(struct morid *d, Mori__ListRequest *lq, Mori__Reply *rep, struct rctx *r)
+static void do_list(struct morid *d, uid_t uid, Mori__ListRequest *lq, Mori__Reply *rep, struct rctx *r)
 {
 	Mori__ListReply *lr = rctx_alloc(r, sizeof(*lr));
 	if (!lr) {
@@ -176,7 +176,7 @@ static void do_list(struct morid *d, Mori__ListRequest *lq, Mori__Reply *rep, st
 		peer_list_transfers(d, lr, r);
 		return;
 	case 5:
-		group_list(d, lr, r);
+		group_list(d, lr, r, uid);
 		return;
 	default:
 		reply_error(rep, MORI_EINVAL, "list: unknown table %u (1 clients, 2 memory, 3 peers, 4 transfers, 5 groups)",
@@ -205,7 +205,7 @@ int dispatch(struct morid *d, struct client *c, uid_t uid, Mori__Request *req, M
 		break;
 	}
 	case MORI__REQUEST__BODY_LIST:
-		do_list(d, req->list, rep, r);
+		do_list(d, uid, req->list, rep, r);
 		break;
 	case MORI__REQUEST__BODY_MEM_REGISTER:
 	case MORI__REQUEST__BODY_MEM_DEREGISTER:

@@ -67,6 +67,7 @@ struct lgroup {
 	uint64_t heap_size;
 	uint32_t kind;
 	uint32_t timeout_ms;
+	uid_t uid;                 /* its owner: the uid of the PE whose join made it */
 	enum lgstate state;
 	uint32_t abort;
 	int32_t abort_pe;
@@ -270,7 +271,8 @@ static int name_ok(const char *n)
 /* The member group a join goes into: the one still joining under this name and root with the
  * same shape, else a new one (a PE that disagrees gets a member group of its own here, and the
  * root refuses them all, naming the disagreement). */
-static struct lgroup *lg_for_join(const Mori__GroupJoin *j, const char *root, uint64_t heap_size)
+static struct lgroup *lg_for_join(const struct client *c, const Mori__GroupJoin *j, const char *root,
+				 uint64_t heap_size)
 {
 	list_each(it, &G.groups) {
 		struct lgroup *g = list_entry(it, struct lgroup, link);
@@ -287,6 +289,7 @@ static struct lgroup *lg_for_join(const Mori__GroupJoin *j, const char *root, ui
 	g->world = j->world_size;
 	g->heap_size = heap_size;
 	g->kind = j->heap_kind;
+	g->uid = c->uid;
 	g->timeout_ms = j->timeout_ms ? j->timeout_ms : SHMEM_DEFAULT_TIMEOUT_MS;
 	g->abort_pe = -1;
 	g->created_us = mori_now_us();
@@ -342,6 +345,16 @@ static int join_check(struct client *c, const Mori__GroupJoin *j, int fd, uint64
 		struct lgroup *g = list_entry(it, struct lgroup, link);
 		if (strcmp(g->name, j->name))
 			continue;
+		/* A PE maps every heap of its group: only the owner's uid (and root) may join it
+		 * (tester's defect 1: another allowed uid joined a forming group as its missing rank).
+		 * The root daemon decides (root_join); this is the early answer on the node. A member
+		 * group root made here does not refuse: root may join a user's group first. */
+		if (c->uid != g->uid && c->uid != 0 && g->uid != 0) {
+			reply_error(rep, MORI_EPERM,
+				    "join of '%s': the group belongs to uid %u on this node; uid %u may not join it "
+				    "(only its owner's uid and root may)", j->name, (unsigned)g->uid, (unsigned)c->uid);
+			return MORI_EPERM;
+		}
 		list_each(pt, &g->pes) {
 			struct gpe *p = list_entry(pt, struct gpe, link);
 			if (p->c == c && p->state != PE_GONE) {
@@ -412,7 +425,7 @@ static int do_join(struct client *c, const Mori__Request *req, Mori__Reply *rep,
 		heap_size = j->heap_size; /* the PE's allocation: granularity-rounded already */
 	else if (fd >= 0)
 		close(fd), fd = -1;
-	struct lgroup *g = lg_for_join(j, root, heap_size);
+	struct lgroup *g = lg_for_join(c, j, root, heap_size);
 	if (!g) {
 		if (fd >= 0)
 			close(fd);
@@ -443,6 +456,7 @@ static int do_join(struct client *c, const Mori__Request *req, Mori__Reply *rep,
 	m.heap_size = heap_size;
 	m.heap_kind = j->heap_kind;
 	m.pid = c->pid;
+	m.uid = (uint32_t)c->uid;
 	m.heap.data = hb;
 	m.heap.len = hl;
 	m.timeout_ms = g->timeout_ms;
@@ -762,7 +776,20 @@ static void tick_arm(void)
 
 /* ---- listings ---- */
 
-void group_list(struct morid *d, Mori__ListReply *lr, struct rctx *r)
+/* Root sees every group; another uid those it owns or has a PE in. */
+static int lg_listed_for(struct lgroup *g, uid_t uid)
+{
+	if (uid == 0 || uid == g->uid)
+		return 1;
+	list_each(it, &g->pes) {
+		struct gpe *p = list_entry(it, struct gpe, link);
+		if (p->state != PE_GONE && p->c && p->c->uid == uid)
+			return 1;
+	}
+	return 0;
+}
+
+void group_list(struct morid *d, Mori__ListReply *lr, struct rctx *r, uid_t uid)
 {
 	if (!G.on)
 		return;
@@ -771,9 +798,11 @@ void group_list(struct morid *d, Mori__ListReply *lr, struct rctx *r)
 		cap++;
 	if (!cap || !(lr->groups = rctx_alloc(r, sizeof(void *) * cap)))
 		return;
-	root_list(d, lr, r, cap);
+	root_list(d, lr, r, cap, uid);
 	list_each(it, &G.groups) {
 		struct lgroup *g = list_entry(it, struct lgroup, link);
+		if (!lg_listed_for(g, uid))
+			continue; /* another uid's: its name would let this one try to join */
 		if (!g->root[0] && g->root_gid && root_has(d, g->root_gid))
 			continue; /* the root's entry lists every rank, ours included */
 		Mori__GroupInfo *gi = rctx_alloc(r, sizeof(*gi));

@@ -24,8 +24,9 @@ int group_handle_request(struct morid *d, struct client *c, Mori__Request *req, 
 /* c's session closed: each of its PEs dies (peers' abort words set, the root told). Called before
  * c's regions are removed. */
 void group_client_gone(struct morid *d, struct client *c);
-/* moractl groups (ListRequest what = 5). */
-void group_list(struct morid *d, Mori__ListReply *lr, struct rctx *r);
+/* moractl groups (ListRequest what = 5) for a caller of uid `uid`: root sees every group, any
+ * other uid only the groups its own uid owns (a group's name is what a join needs). */
+void group_list(struct morid *d, Mori__ListReply *lr, struct rctx *r, uid_t uid);
 
 /* ---- for the proxy (morid serving each PE's ring; a file above this one, to come) ----
  * A PE of this node is named by its id (GroupJoinReply.group_id). hooks: called on the loop when

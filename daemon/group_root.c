@@ -38,6 +38,7 @@ struct rgroup {
 	uint64_t heap_size;
 	uint32_t kind;
 	uint32_t timeout_ms;
+	uint32_t uid;             /* its owner: the uid of its first join */
 	enum rstate state;
 	int joined, live;
 	uint64_t created_us, deadline_us;
@@ -320,6 +321,7 @@ static struct rgroup *forming_new(const Mori__PeerGroup *m)
 	g->heap_size = m->heap_size;
 	g->kind = m->heap_kind;
 	g->timeout_ms = m->timeout_ms ? m->timeout_ms : SHMEM_DEFAULT_TIMEOUT_MS;
+	g->uid = m->uid;
 	g->created_us = mori_now_us();
 	g->deadline_us = g->created_us + g->timeout_ms * 1000ull;
 	g->abort_pe = -1;
@@ -347,6 +349,17 @@ void root_join(struct morid *d, const Mori__PeerGroup *m)
 	}
 	if (!g && !(g = forming_new(m))) {
 		tell_one(m, GE_REFUSED, MORI_ENOMEM, "morid is out of memory for the group", 0);
+		return;
+	}
+	/* Only the owner's uid and root join; an intruder is refused alone, the group forms on
+	 * (refusing them all, as for a shape mismatch, would let any uid tear a job down) */
+	if (m->uid != g->uid && m->uid != 0) {
+		snprintf(msg, sizeof(msg), "group '%s' belongs to uid %u; uid %u may not join it (only its owner's uid "
+			 "and root may)", g->name, g->uid, m->uid);
+		mlog_warn("group", "group '%s': join as PE %d by uid %u (pid %d%s%s) refused: the group is uid %u's",
+			  g->name, m->rank, m->uid, m->pid, m->node && m->node[0] ? " on " : "", m->node ? m->node : "",
+			  g->uid);
+		tell_one(m, GE_REFUSED, MORI_EPERM, msg, 0);
 		return;
 	}
 	/* m->rank was checked against m's world size only: index the table once the sizes agree */
@@ -618,12 +631,14 @@ static const char *rank_state(const struct rgroup *g, const struct rrank *k)
 	return "?";
 }
 
-void root_list(struct morid *d, Mori__ListReply *lr, struct rctx *r, size_t cap)
+void root_list(struct morid *d, Mori__ListReply *lr, struct rctx *r, size_t cap, uid_t uid)
 {
 	if (!R.on)
 		return;
 	list_each(it, &R.groups) {
 		struct rgroup *g = list_entry(it, struct rgroup, link);
+		if (uid != 0 && uid != g->uid)
+			continue; /* another uid's (group_list) */
 		Mori__GroupInfo *gi = rctx_alloc(r, sizeof(*gi));
 		Mori__GroupRankInfo **rs = rctx_alloc(r, sizeof(*rs) * (size_t)g->world);
 		if (!gi || !rs || lr->n_groups >= cap)

@@ -20,6 +20,6 @@ int root_tick(struct morid *d, uint64_t now);
 /* Is group gid one of this daemon's (a member daemon on the root's node lists it once)? */
 int root_has(struct morid *d, uint64_t gid);
 /* moractl groups: append the groups this daemon is the root of. */
-void root_list(struct morid *d, Mori__ListReply *lr, struct rctx *r, size_t cap);
+void root_list(struct morid *d, Mori__ListReply *lr, struct rctx *r, size_t cap, uid_t uid);
 uint32_t root_count(struct morid *d);
 #endif
