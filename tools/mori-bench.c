@@ -33,6 +33,7 @@
 
 #define MAX_TOTAL (1ull << 30) /* bytes per batch cap: large blocks get smaller batches */
 #define MAX_WINDOWS 64         /* host rows rotate over up to this many batch-sized windows */
+#define BATCH_MAX (1u << 20)   /* descriptors per batch: its windows' array is 1.5 GiB at most */
 
 struct opts {
 	const char *rundir, *remote_rundir, *node, *name, *tcp;
@@ -65,6 +66,10 @@ static uint64_t parse_size(const char *s)
 	case 'g': case 'G': v *= 1024.0 * 1024 * 1024; break;
 	default: break;
 	}
+	if (!(v >= 0 && v <= (double)(1ull << 48))) { /* also NaN; a negative double cast to uint64_t is undefined */
+		fprintf(stderr, "mori-bench: size '%s' is not 0 .. 256T\n", s);
+		exit(2);
+	}
 	return (uint64_t)v;
 }
 
@@ -72,6 +77,18 @@ static void die(const char *what, int rc)
 {
 	fprintf(stderr, "mori-bench: %s: %s (%s)\n", what, mori_strerror(rc), mori_client_last_error(NULL));
 	exit(1);
+}
+
+/* n * size bytes, or exit 1 naming what could not be had (no size reaches here unchecked, but a
+ * machine may still lack the memory). */
+static void *xcalloc(size_t n, size_t size, const char *what)
+{
+	void *p = n && size ? calloc(n, size) : NULL;
+	if (!p && n && size) {
+		fprintf(stderr, "mori-bench: out of memory for %s (%zu x %zu bytes)\n", what, n, size);
+		exit(1);
+	}
+	return p;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -444,8 +461,17 @@ static void parse(int argc, char **argv, struct opts *o)
 	}
 	if (!o->block_min || o->block_max < o->block_min || !o->batch || o->iters < 1 || o->depth < 1)
 		usage();
-	if (o->batch > UINT32_MAX) {
-		fprintf(stderr, "mori-bench: --batch %zu is too large\n", o->batch);
+	if (o->block_min > o->region) { /* no row would fit: say so rather than print none and exit 0 */
+		fprintf(stderr, "mori-bench: --block-min %llu is larger than --region %llu\n",
+			(unsigned long long)o->block_min, (unsigned long long)o->region);
+		exit(2);
+	}
+	/* bounds far past any useful run, so that the arrays sized by them (batch x 64 windows of
+	 * descriptors, iters + warmup latencies) stay small enough to allocate */
+	if (o->batch > BATCH_MAX || o->prep_descs > BATCH_MAX * MAX_WINDOWS || o->iters > 100000000 ||
+	    o->warmup < 0 || o->warmup > 100000000 || o->depth > 4096) {
+		fprintf(stderr, "mori-bench: --batch at most %u, --prep-descs %u, --iters and --warmup 0..100000000, "
+				"--depth 1..4096\n", (unsigned)BATCH_MAX, (unsigned)(BATCH_MAX * MAX_WINDOWS));
 		exit(2);
 	}
 }
@@ -547,17 +573,16 @@ static void io_open(const struct opts *o, struct io_run *io)
 	/* what the TCP baseline sends: the local region, or host bytes of the same size for VRAM */
 	io->tsrc = io->lp;
 	if (io->cross && o->lmem == MORI_MEM_VRAM) {
-		if (!(io->tbuf = malloc(io->lsz)))
-			die("malloc", MORI_ENOMEM);
+		io->tbuf = xcalloc(1, io->lsz, "the TCP baseline's buffer");
 		memset(io->tbuf, 0x11, io->lsz);
 		io->tsrc = io->tbuf;
 	}
-	io->d = malloc(sizeof(*io->d) * o->batch * MAX_WINDOWS);
-	io->inflight = calloc((size_t)o->depth, sizeof(*io->inflight));
-	io->lat = malloc(sizeof(double) * (size_t)(o->iters + o->warmup));
-	io->t_sub = malloc(sizeof(double) * (size_t)o->depth);
+	io->d = xcalloc(o->batch * MAX_WINDOWS, sizeof(*io->d), "the descriptors");
+	io->inflight = xcalloc((size_t)o->depth, sizeof(*io->inflight), "the transfers in flight");
+	io->lat = xcalloc((size_t)o->iters + (size_t)o->warmup, sizeof(double), "the latencies");
+	io->t_sub = xcalloc((size_t)o->depth, sizeof(double), "the submission times");
 	if (o->prep) {
-		io->all = malloc(sizeof(*io->all) * o->batch * MAX_WINDOWS);
+		io->all = xcalloc(o->batch * MAX_WINDOWS, sizeof(*io->all), "the indices");
 		for (size_t i = 0; i < o->batch * MAX_WINDOWS; i++)
 			io->all[i] = (uint32_t)i;
 	}
@@ -729,8 +754,8 @@ static void io_prep_list(const struct opts *o, const struct io_run *io)
 	int rc;
 	size_t n = o->prep_descs;
 	uint64_t blk = o->region / n >= 4096 ? 4096 : (o->region / n ? o->region / n : 1);
-	mori_desc *pd = malloc(sizeof(*pd) * n);
-	uint32_t *idx = malloc(sizeof(*idx) * n);
+	mori_desc *pd = xcalloc(n, sizeof(*pd), "the prepared descriptors");
+	uint32_t *idx = xcalloc(n, sizeof(*idx), "the prepared indices");
 	for (size_t i = 0; i < n; i++) {
 		pd[i] = (mori_desc){i * blk, i * blk, blk};
 		idx[i] = (uint32_t)i;

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# mori-bench io's sizes (second tester's defect 15): --batch 100000000 segfaulted on an unchecked
+# malloc of batch x 64 descriptors (150 GB), and a --block-min larger than --region printed no
+# row and exited 0. Each absurd value is now refused before any daemon is needed: exit 2 and a
+# message naming the option. (No daemon: each case exits while parsing.)
+source "$(dirname "$0")/testlib.bash"
+MORI_RUNTIME_DIR=$RUN
+export MORI_RUNTIME_DIR
+refused() { # WANT_IN_MESSAGE ARGS...
+	local want=$1
+	shift
+	out=$(timeout 30 "$B/mori-bench" io "$@" 2>&1 > /dev/null)
+	rc=$?
+	[ "$rc" = 2 ] || fail "mori-bench io $*: exit $rc, want 2 ($out)"
+	grep -q -- "$want" <<< "$out" || fail "mori-bench io $*: message '$out' does not name $want"
+}
+refused --batch --batch 100000000 --block-min 4K --block-max 4K --iters 1 --region 1M
+refused --batch --batch -1 --iters 1
+refused --batch --batch 1048577 --iters 1
+refused --iters --iters 2000000000
+refused --warmup --warmup -5
+refused --depth --depth 100000
+refused --prep-descs --prep-descs 99999999999
+refused --region --block-min 8K --block-max 8K --region 4K --iters 1
+refused "size '-1'" --region -1
+pass "mori-bench io refuses absurd --batch, --iters, --warmup, --depth, --prep-descs, sizes and a block past the region: exit 2 with a message"
