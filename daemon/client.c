@@ -92,6 +92,29 @@ void client_post(struct client *c, const struct mori_cqe *e)
 	}
 }
 
+int client_post_notif(struct client *c, const struct mori_cqe *e, pid_t sender_pid)
+{
+	if (c->dying || !c->ring)
+		return MORI_ECONN;
+	if (c->backlog_n)
+		client_flush_backlog(c);
+	/* The other half of the backlog stays for the completions c caused itself: notifications
+	 * alone never reach client_max_backlog, the detach limit. */
+	if (c->backlog_n >= (size_t)c->d->cfg.client_max_backlog / 2) {
+		c->notifs_dropped++;
+		count(c->d, C_NOTIFS_DROPPED, 1);
+		if ((c->notifs_dropped & (c->notifs_dropped - 1)) == 0) /* 1, 2, 4, ...: bounded log */
+			mlog_warn("client", "client %llu (pid %d, %s): %llu notification%s dropped: its completion queue "
+				  "is full and %zu entries wait (half of client_max_backlog); the last from %s%d",
+				  (unsigned long long)c->id, c->pid, c->name, (unsigned long long)c->notifs_dropped,
+				  c->notifs_dropped == 1 ? "" : "s", c->backlog_n, sender_pid ? "pid " : "another node",
+				  sender_pid ? sender_pid : 0);
+		return MORI_EAGAIN;
+	}
+	client_post(c, e);
+	return MORI_OK;
+}
+
 /* ---- replies on the session socket ---- */
 
 void wire_reply(int sock, pid_t pid, Mori__Reply *rep, struct rctx *r)

@@ -23,7 +23,7 @@ enum counter {
 	C_REQUESTS, C_BAD_REQUESTS, C_DENIED, C_OVERSIZE, C_CLIENTS_TOTAL, C_CLIENTS_DIED,
 	C_REGIONS_TOTAL, C_NOTIFS, C_SQES, C_BAD_SQES, C_XFERS, C_XFER_ERRORS, C_BYTES_SENT,
 	C_BYTES_RECEIVED, C_RELOADS, C_RELOAD_FAILURES, C_CQ_OVERFLOWS,
-	C_VRAM_STAGED, C_PEER_AUTH_REFUSED, C_COUNT
+	C_VRAM_STAGED, C_PEER_AUTH_REFUSED, C_NOTIFS_DROPPED, C_COUNT
 };
 extern const char *const counter_names[C_COUNT];
 
@@ -73,6 +73,7 @@ struct client {
 	uint64_t xfers, xfer_bytes, xfer_errors; /* cross-node transfers ended (mstats.c) */
 	struct mori_cqe *cq_backlog; /* entries waiting for CQ space, FIFO */
 	size_t backlog_n, backlog_cap;
+	uint64_t notifs_dropped;     /* notifications to it refused: its queue was full (client_post_notif) */
 	struct list regions;         /* regions it owns */
 	uint32_t nregions;           /* their count (client_max_regions) */
 	struct list opens;           /* struct open_ref: regions of others it opened */
@@ -148,6 +149,11 @@ struct client *client_find(struct morid *d, uint64_t id);
 /* Queue a completion for the client; never dropped (backlog when the CQ is full; a client
  * whose backlog reaches client_max_backlog is detached through d->client_kill). */
 void client_post(struct client *c, const struct mori_cqe *e);
+/* Queue a notification for region owner c, from sender_pid (0: another node). Unlike
+ * client_post it never detaches c, which did not ask for it: once c's CQ is full and half of
+ * client_max_backlog waits behind it, the notification is dropped (counted, logged at warning)
+ * and MORI_EAGAIN returned, so that a flooding opener cannot get the owner detached. */
+int client_post_notif(struct client *c, const struct mori_cqe *e, pid_t sender_pid);
 /* Move backlogged completions into the CQ as it frees up. */
 void client_flush_backlog(struct client *c);
 /* Send a reply on the client's session socket (deferred replies); nothing once it closed. */

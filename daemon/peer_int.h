@@ -329,6 +329,7 @@ struct plist *peer_list_find(struct client *c, uint64_t id);
 /* Put msg in a CQE; CQE messages are short: the head of a longer one is kept. */
 void cqe_msg(struct mori_cqe *e, const char *msg);
 /* Post the target-side notification for region g (after its data landed, any transport). */
-void xfer_notify_target(struct morid *d, struct region *g, uint64_t tag);
+/* MORI_OK, or MORI_EAGAIN: the owner's queue is full (client_post_notif), MORI_ESTALE: no owner. */
+int xfer_notify_target(struct morid *d, struct region *g, uint64_t tag);
 
 #endif

@@ -100,8 +100,13 @@ void client_destroy(struct client *c, const char *why)
 		rctx_free(&r);
 	}
 	c->dying = 1;
-	mlog_info("client", "client %llu (pid %d, %s) gone: %s", (unsigned long long)c->id, c->pid,
-		  c->name, why);
+	/* morid's own decision to detach a client is worth a warning: the client cannot log it */
+	if (strcmp(why, "closed") && strcmp(why, "daemon stopping"))
+		mlog_warn("client", "client %llu (pid %d, %s) detached: %s", (unsigned long long)c->id, c->pid,
+			  c->name, why);
+	else
+		mlog_info("client", "client %llu (pid %d, %s) gone: %s", (unsigned long long)c->id, c->pid,
+			  c->name, why);
 	/* A session that ends without the client's goodbye (SIGKILL, a crash) is a death. */
 	if (c->attached && !d->stopping)
 		count(d, C_CLIENTS_DIED, strcmp(why, "closed") != 0 || !c->said_bye);
@@ -144,8 +149,8 @@ static void handle_sqe(struct client *c, const struct mori_sqe *e)
 			return;
 		}
 		struct mori_cqe n = {.type = CQE_NOTIF, .code = c->pid, .user_data = e->tag, .value = r->id};
-		client_post(r->owner, &n);
-		count(d, C_NOTIFS, 1);
+		if (client_post_notif(r->owner, &n, c->pid) == MORI_OK)
+			count(d, C_NOTIFS, 1);
 		return;
 	}
 	case SQE_REVOKE_ACK:

@@ -112,11 +112,13 @@ void xfers_expire(struct peers *P, uint64_t now)
 	P->next_deadline_us = next;
 }
 
-void xfer_notify_target(struct morid *d, struct region *g, uint64_t tag)
+int xfer_notify_target(struct morid *d, struct region *g, uint64_t tag)
 {
 	if (!g || g->dead || !g->owner)
-		return;
+		return MORI_ESTALE;
 	struct mori_cqe n = {.type = CQE_NOTIF, .code = 0, .user_data = tag, .value = g->id};
-	client_post(g->owner, &n);
-	count(d, C_NOTIFS, 1);
+	int rc = client_post_notif(g->owner, &n, 0);
+	if (rc == MORI_OK)
+		count(d, C_NOTIFS, 1);
+	return rc;
 }

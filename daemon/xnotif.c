@@ -63,6 +63,9 @@ static void batch_done(struct rpc *r, struct peer *p, const Mori__Reply *rep, in
 			c = nr->codes[x->nidx];
 		if (code)
 			xfer_complete(x, c, "notification not delivered: %s", msg);
+		else if (c == MORI_EAGAIN)
+			xfer_complete(x, c, "peer %s dropped the notification: the receiver's completion queue is full "
+				      "(it is not taking its notifications)", p->addr);
 		else if (c)
 			xfer_complete(x, c, "peer %s refused the notification (region gone there?)", p->addr);
 		else
@@ -191,8 +194,7 @@ void xnotif_serve(struct peers *P, const Mori__PeerNotify *pn, Mori__Reply *rep,
 			codes[i] = MORI_ESTALE;
 			continue;
 		}
-		xfer_notify_target(d, g, e->tag);
-		codes[i] = 0;
+		codes[i] = xfer_notify_target(d, g, e->tag);
 	}
 	nr->n_codes = pn->n_notifs;
 	nr->codes = codes;

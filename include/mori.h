@@ -328,7 +328,14 @@ typedef struct mori_notif {
  * submitted the transfers, on the same node and across nodes (per initiating client and target
  * node: a notification waits until those submitted before it to the same node were delivered,
  * or their transfers failed). Across nodes a transfer with a notification completes once the
- * target's daemon has posted the notification (its status is the target's answer). */
+ * target's daemon has posted the notification (its status is the target's answer).
+ * A full receiver: notifications wait in this client's completion queue until it calls into
+ * libmori. Once the queue is full and half of morid's client_max_backlog waits behind it, morid
+ * drops further notifications to this client rather than detach it (any opener of a published
+ * region could otherwise get its owner detached by flooding): each drop is counted
+ * (notifications_dropped in moractl status) and logged at warning with the sender's pid. The
+ * data of such a transfer has landed; a same-node sender's transfer still succeeds, a
+ * cross-node sender's fails with MORI_EAGAIN ("the receiver's completion queue is full"). */
 MORI_API int mori_notif_poll(mori_client *c, mori_notif *out, size_t max, int64_t timeout_us);
 
 #ifdef __cplusplus
