@@ -10,12 +10,20 @@ The library is looked up, in order, at:
 
 Every function is called through ctypes.CDLL, which releases the GIL for the duration of the
 foreign call: a wait on a transfer or a notification never blocks other Python threads.
+
+Integers: ctypes keeps the low bits of a Python int too wide for its C type (2**32 passed as an
+int becomes 0). ival() is the one check: every integer the package hands to C (arguments,
+structure fields, arrays) goes through it, and every function of the prototype tables is wrapped
+so that an integer argument outside its C type raises MoriError(MORI_ERANGE) and a float, str or
+other non-integer one MoriError(MORI_EINVAL), instead of being truncated or raising ctypes'
+ArgumentError.
 """
 import ctypes
+import operator
 import os
 import threading
 
-from .errors import MoriError, MORI_EINVAL, MORI_ENOENT, MORI_ENOTSUP
+from .errors import MoriError, MORI_EINVAL, MORI_ENOENT, MORI_ENOTSUP, MORI_ERANGE
 
 _here = os.path.dirname(os.path.abspath(__file__))
 
@@ -85,6 +93,85 @@ _PROTOS = {
     "mori_notif_poll": (_I, [_P, ctypes.POINTER(Notif), _SZ, ctypes.c_int64]),
 }
 
+def _span(t):
+    bits = 8 * ctypes.sizeof(t)
+    return (0, (1 << bits) - 1) if t(-1).value > 0 else (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+
+
+# The integer C types of the prototype tables and their ranges; c_void_p: addresses (as ints).
+_RANGE = {t: _span(t) for t in (ctypes.c_int, ctypes.c_uint, ctypes.c_int32, ctypes.c_uint32, ctypes.c_int64,
+                                ctypes.c_uint64, ctypes.c_size_t, ctypes.c_ssize_t, ctypes.c_long,
+                                ctypes.c_ulong, ctypes.c_uint8, ctypes.c_int8, ctypes.c_uint16, ctypes.c_int16)}
+_RANGE[ctypes.c_void_p] = _span(ctypes.c_size_t)
+def _cname(t):
+    if t is ctypes.c_void_p:
+        return "an address"
+    a, b = _RANGE[t]
+    return "%sint%d" % ("u" if a == 0 else "", 8 * ctypes.sizeof(t))
+
+
+def ival(v, what, ctype=ctypes.c_uint64, lo=None, hi=None):
+    """v as a Python int that ctype holds (and lo <= v <= hi when given): MoriError(MORI_EINVAL)
+    unless v is an integer (int, numpy integer, anything with __index__; not bool, float, str or
+    None), MoriError(MORI_ERANGE) outside the range. `what` names it in the message."""
+    if type(v) is int:
+        n = v
+    else:
+        if isinstance(v, (bool, float)) or v is None:
+            raise MoriError(MORI_EINVAL, "%s must be an int, not %s %r" % (what, type(v).__name__, v))
+        try:
+            n = operator.index(v)
+        except TypeError:
+            raise MoriError(MORI_EINVAL, "%s must be an int, not %s" % (what, type(v).__name__)) from None
+    a, b = _RANGE[ctype]
+    a = a if lo is None else max(a, lo)
+    b = b if hi is None else min(b, hi)
+    if not a <= n <= b:
+        raise MoriError(MORI_ERANGE, "%s %d is outside %d..%d (%s)" % (what, n, a, b, _cname(ctype)))
+    return n
+
+
+def _guard(name, f, argtypes):
+    """f, or a wrapper of it that checks its integer and address arguments with ival (see the
+    module's docstring). Other arguments (None for an address, ctypes objects, byref, bytes) pass
+    as they are. The common case, an int in range, costs one type test and two compares."""
+    checks = tuple((i, t, t is ctypes.c_void_p) + _RANGE[t] for i, t in enumerate(argtypes or ()) if t in _RANGE)
+    if not checks:
+        return f
+
+    def slow(i, t, v):
+        if t is ctypes.c_void_p and (v is None or isinstance(v, (ctypes._SimpleCData, ctypes.Array, ctypes._Pointer,
+                                                                 bytes))):
+            return
+        if isinstance(v, ctypes._SimpleCData) and t is not ctypes.c_void_p:
+            return
+        if type(v).__name__ == "CArgObject":  # ctypes.byref(...)
+            return
+        ival(v, "%s: argument %d" % (name, i + 1), t)
+
+    def call(*args):
+        for i, t, ptr, a, b in checks:
+            v = args[i]
+            if v.__class__ is int:
+                if a <= v <= b:
+                    continue
+            elif v is None and ptr:
+                continue
+            slow(i, t, v)
+        return f(*args)
+    call.__name__ = name
+    call.raw = f
+    return call
+
+
+def _set_protos(lib, protos):
+    """Set the prototypes of `protos` on lib's functions, each wrapped by _guard."""
+    for name, (res, args) in protos.items():
+        f = lib[name]  # a fresh function object: the attribute may already be a wrapper
+        f.restype, f.argtypes = res, args
+        setattr(lib, name, _guard(name, f, args))
+
+
 _lock = threading.Lock()
 _lib = None
 _lib_path = None
@@ -137,10 +224,7 @@ def load():
             if missing:
                 tried.append("%s (lacks %s)" % (path, ", ".join(missing)))
                 continue
-            for name, (res, args) in _PROTOS.items():
-                f = getattr(lib, name)
-                f.restype = res
-                f.argtypes = args
+            _set_protos(lib, _PROTOS)
             _lib_path = path
             _lib = lib
             return lib
@@ -163,9 +247,7 @@ def bind(what, protos):
             missing = [n for n in protos if not hasattr(lib, n)]
             if missing:
                 raise MoriError(MORI_ENOTSUP, "%s has no %s (lacks %s)" % (_lib_path, what, ", ".join(missing)))
-            for name, (res, args) in protos.items():
-                f = getattr(lib, name)
-                f.restype, f.argtypes = res, args
+            _set_protos(lib, protos)
             _bound.add(what)
     return lib
 
@@ -194,7 +276,7 @@ def check(rc, what=""):
 
 
 def strerror(code):
-    return load().mori_strerror(int(code)).decode()
+    return load().mori_strerror(ival(code, "code", ctypes.c_int)).decode()
 
 
 def version():
@@ -213,5 +295,5 @@ def as_bytes(s, what):
     raise MoriError(MORI_EINVAL, "%s must be str or bytes, not %s" % (what, type(s).__name__))
 
 
-__all__ = ["load", "path", "candidates", "check", "last_error", "strerror", "version", "Desc",
+__all__ = ["load", "path", "candidates", "check", "last_error", "strerror", "version", "ival", "Desc",
            "XferOpts", "Notif"]

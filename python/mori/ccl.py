@@ -25,7 +25,7 @@ import ctypes
 
 from . import _lib
 from . import shmem as _shmem
-from .errors import MoriError, MORI_EINVAL  # noqa: F401 (MoriError re-exported)
+from .errors import MoriError, MORI_EINVAL, MORI_ESTALE  # noqa: F401 (MoriError re-exported)
 
 UINT8, INT32, FLOAT16, FLOAT32, BFLOAT16 = 1, 2, 6, 7, 9
 SUM, MAX, MIN = 0, 2, 3
@@ -67,37 +67,54 @@ def _L():
 
 
 def _dtype(dt):
-    if isinstance(dt, int):
-        return dt
+    if isinstance(dt, int) and not isinstance(dt, bool):
+        return _lib.ival(dt, "dtype", _I)
     s = str(dt).lower().replace("torch.", "").replace("numpy.", "").replace("<class '", "").replace("'>", "")
     if s in _DT:
         return _DT[s]
     raise MoriError(MORI_EINVAL, "dtype %r: MORI-CCL has uint8, int32, float16, float32, bfloat16" % (dt,))
 
 
-def _buf(x, dtype):
+def _buf(x, dtype, out=False):
     """(address, elements of the collective's dtype or None, dtype code, keepalive) of a tensor,
-    array or int address (None: an address, whose size nobody knows)."""
+    array or int address (None: an address, whose size nobody knows). out: x is written, so a
+    read-only array (a view of bytes, flags.writeable False) is refused."""
     if isinstance(x, int) and not isinstance(x, bool):
         if dtype is None:
             raise MoriError(MORI_EINVAL, "an int address needs dtype=")
-        return x, None, _dtype(dtype), None
+        return _shmem._int(x, "address"), None, _dtype(dtype), None
     if hasattr(x, "data_ptr") and hasattr(x, "numel"):  # torch
         if not x.is_contiguous():
             raise MoriError(MORI_EINVAL, "tensor must be contiguous")
         dt = _dtype(dtype if dtype is not None else x.dtype)
         return x.data_ptr(), _elems(x.numel() * x.element_size(), dt), dt, x
-    if hasattr(x, "__cuda_array_interface__"):  # cupy
-        ai = x.__cuda_array_interface__
-        dt = _dtype(dtype if dtype is not None else x.dtype.name)
-        return ai["data"][0], _elems(int(x.nbytes), dt), dt, x
-    if hasattr(x, "__array_interface__"):  # numpy
-        ai = x.__array_interface__
-        if ai.get("strides") is not None and not x.flags.c_contiguous:
+    ai = getattr(x, "__cuda_array_interface__", None)  # cupy
+    if ai is None:
+        ai = getattr(x, "__array_interface__", None)  # numpy
+        if ai is not None and ai.get("strides") is not None and not x.flags.c_contiguous:
             raise MoriError(MORI_EINVAL, "array must be contiguous")
+    if ai is not None:
+        if out and ai["data"][1]:  # (pointer, read-only)
+            raise MoriError(MORI_EINVAL, "the destination array is read-only")
         dt = _dtype(dtype if dtype is not None else x.dtype.name)
         return ai["data"][0], _elems(int(x.nbytes), dt), dt, x
     raise MoriError(MORI_EINVAL, "buffer must be a tensor, an array or an int address, not %s" % type(x).__name__)
+
+
+def _pair(src, dst, dtype, what):
+    """_buf of src and of dst (written) in one dtype: the call runs in one dtype, so a src and a
+    dst of different dtypes (a float32 src into a uint8 dst would get 4x its bytes) are refused
+    unless dtype= says how to read both (both are then sized in its elements, i.e. in bytes)."""
+    s = _buf(src, dtype)
+    d = _buf(dst, dtype, out=True)
+    if s[2] != d[2]:
+        raise MoriError(MORI_EINVAL, "%s: src is %s and dst is %s; MORI-CCL runs in one dtype (cast first, or give "
+                        "dtype= to read both as it)" % (what, _dtname(s[2]), _dtname(d[2])))
+    return s, d
+
+
+def _dtname(code):
+    return next((k for k, v in _DT.items() if v == code), str(code))
 
 
 def _elems(nbytes, dt):
@@ -109,8 +126,8 @@ def _elems(nbytes, dt):
 
 def _op(op):
     if isinstance(op, int) and not isinstance(op, bool):
-        return op
-    if op in _OPS:
+        return _lib.ival(op, "op", _I)
+    if isinstance(op, str) and op in _OPS:
         return _OPS[op]
     raise MoriError(MORI_EINVAL, "op %r: MORI-CCL has %s" % (op, ", ".join(sorted(_OPS))))
 
@@ -130,8 +147,10 @@ class Communicator:
             raise MoriError(MORI_EINVAL, "group must be a mori.shmem.Group")
         o = CommOpts()
         _L().mori_comm_opts_init(ctypes.byref(o))
-        o.node_team, o.scratch_bytes, o.timeout_us = int(bool(node_team)), int(scratch_bytes), int(timeout_us)
-        self._algo = algo.encode() if algo else None
+        o.node_team = int(bool(node_team))
+        o.scratch_bytes = _lib.ival(scratch_bytes, "scratch_bytes", ctypes.c_uint64)
+        o.timeout_us = _lib.ival(timeout_us, "timeout_us", ctypes.c_int64)
+        self._algo = _lib.as_bytes(algo, "algo") if algo else None
         o.algo = self._algo
         h = _P()
         _lib.check(_L().mori_comm_create(group._h(), ctypes.byref(o), ctypes.byref(h)), "comm create")
@@ -140,10 +159,14 @@ class Communicator:
     def _h(self):
         if self._k is None:
             raise MoriError(MORI_EINVAL, "communicator destroyed")
+        if self.group._g is None:  # libmori refuses too (MORI_ESTALE); say it here with the name
+            raise MoriError(MORI_ESTALE, "communicator: its group %r has left; only destroy() works on it"
+                            % (self.group.name,))
         return self._k
 
     def destroy(self):
-        """Collective; synchronise the streams that ran its collectives first."""
+        """Collective; synchronise the streams that ran its collectives first. After the group left,
+        only frees this process's part (the heap went with the group)."""
         if self._k is not None:
             _L().mori_comm_destroy(self._k)
             self._k = None
@@ -162,11 +185,16 @@ class Communicator:
 
     def set_algo(self, spec):
         """e.g. "allreduce=twoshot,allgather=ce" (the same on every rank)."""
-        _lib.check(_L().mori_comm_set_algo(self._h(), spec.encode()), "set_algo")
+        if spec is None:
+            raise MoriError(MORI_EINVAL, "set_algo: spec must be str, not None")
+        _lib.check(_L().mori_comm_set_algo(self._h(), _lib.as_bytes(spec, "set_algo: spec")), "set_algo")
 
     def algo(self, coll, nbytes):
+        if coll is None:
+            raise MoriError(MORI_EINVAL, "algo: coll must be str, not None")
         name = ctypes.c_char_p()
-        _L().mori_comm_algo(self._h(), coll.encode(), int(nbytes), ctypes.byref(name))
+        _L().mori_comm_algo(self._h(), _lib.as_bytes(coll, "algo: coll"), _lib.ival(nbytes, "algo: nbytes"),
+                            ctypes.byref(name))
         return name.value.decode() if name.value else None
 
     def status(self):
@@ -183,20 +211,24 @@ class Communicator:
     def register_window(self, addr, nbytes):
         """Register [addr, addr + nbytes) of the heap (Group.malloc) as a window (collective)."""
         w = _P()
-        _lib.check(_L().mori_comm_window_register(self._h(), int(addr), int(nbytes), ctypes.byref(w)), "window")
-        self._wins[int(addr)] = w
-        return int(addr)
+        addr = _shmem._int(addr, "register_window: addr")
+        _lib.check(_L().mori_comm_window_register(self._h(), addr, _lib.ival(nbytes, "register_window: nbytes", _SZ),
+                                                  ctypes.byref(w)), "window")
+        self._wins[addr] = w
+        return addr
 
     def deregister_window(self, addr):
-        w = self._wins.pop(int(addr))
+        addr = _shmem._int(addr, "deregister_window: addr")
+        if addr not in self._wins:
+            raise MoriError(MORI_EINVAL, "deregister_window: no window at %#x" % addr)
+        w = self._wins.pop(addr)
         _lib.check(_L().mori_comm_window_deregister(self._h(), w), "window deregister")
 
     # ---- collectives ----
     def _args(self, src, dst, count, dtype, what, src_mul=1, dst_mul=1, default="src"):
         """(src, dst, count, dtype) after checking that src holds count * src_mul elements and dst
         count * dst_mul (the sizes an array or tensor knows; int addresses are the caller's)."""
-        s, sn, sdt, _ = _buf(src, dtype)
-        d, dn, ddt, _ = _buf(dst, dtype)
+        (s, sn, sdt, _), (d, dn, _, _) = _pair(src, dst, dtype, what)
         if count is None:
             base, mul = (sn, src_mul) if default == "src" and sn is not None else (dn, dst_mul)
             if base is None:
@@ -204,9 +236,9 @@ class Communicator:
             if base % mul:
                 raise MoriError(MORI_EINVAL, "%s: %d elements are not a multiple of the %d ranks" % (what, base, mul))
             count = base // mul
-        if isinstance(count, bool) or int(count) < 0:
+        if type(count) is int and count < 0:
             raise MoriError(MORI_EINVAL, "%s: count %r" % (what, count))
-        count = int(count)
+        count = _lib.ival(count, "%s: count" % what, _SZ)
         _fits(what, "src", sn, count * src_mul)
         _fits(what, "dst", dn, count * dst_mul)
         return s, d, count, sdt
@@ -238,23 +270,31 @@ class Communicator:
     def all_to_allv(self, src, send_counts, send_displs, dst, recv_counts, recv_displs, dtype=None, stream=None):
         """Counts and displacements in elements, one per rank; each [displ, displ + count) must lie
         in src (send) or dst (receive) when their sizes are known."""
-        s, sn, dt, _ = _buf(src, dtype)
-        d, dn = _buf(dst, dtype)[:2]
+        (s, sn, dt, _), (d, dn, _, _) = _pair(src, dst, dtype, "all_to_allv")
         k = self.size()
+        lists = {}
         for name, v in (("send_counts", send_counts), ("send_displs", send_displs), ("recv_counts", recv_counts),
                         ("recv_displs", recv_displs)):
-            if len(v) != k or any(int(x) < 0 for x in v):
+            try:
+                v = list(v)
+            except TypeError:
+                raise MoriError(MORI_EINVAL, "all_to_allv: %s must be a list of %d counts, not %s"
+                                % (name, k, type(v).__name__)) from None
+            if len(v) != k or any(type(x) is int and x < 0 for x in v):
                 raise MoriError(MORI_EINVAL, "all_to_allv: %s must be %d counts >= 0" % (name, k))
+            lists[name] = [_lib.ival(x, "all_to_allv: %s" % name, _SZ) for x in v]
+        sc, sd, rc, rd = (lists[n] for n in ("send_counts", "send_displs", "recv_counts", "recv_displs"))
         for r in range(k):
-            _fits("all_to_allv", "src (to rank %d)" % r, sn, int(send_displs[r]) + int(send_counts[r]))
-            _fits("all_to_allv", "dst (from rank %d)" % r, dn, int(recv_displs[r]) + int(recv_counts[r]))
-        arr = lambda v: (_SZ * len(v))(*[int(x) for x in v])
-        _lib.check(_L().mori_alltoallv(self._h(), s, arr(send_counts), arr(send_displs), d, arr(recv_counts),
-                                       arr(recv_displs), dt, _shmem._stream(stream)), "all_to_allv")
+            _fits("all_to_allv", "src (to rank %d)" % r, sn, sd[r] + sc[r])
+            _fits("all_to_allv", "dst (from rank %d)" % r, dn, rd[r] + rc[r])
+        arr = lambda v: (_SZ * len(v))(*v)
+        _lib.check(_L().mori_alltoallv(self._h(), s, arr(sc), arr(sd), d, arr(rc), arr(rd), dt,
+                                       _shmem._stream(stream)), "all_to_allv")
 
     def broadcast(self, src, dst, count=None, root=0, dtype=None, stream=None):
         s, d, n, dt = self._args(src, dst, count, dtype, "broadcast")
-        _lib.check(_L().mori_broadcast(self._h(), s, d, n, dt, int(root), _shmem._stream(stream)), "broadcast")
+        root = _lib.ival(root, "broadcast: root", _I)
+        _lib.check(_L().mori_broadcast(self._h(), s, d, n, dt, root, _shmem._stream(stream)), "broadcast")
 
 
 class _Sdma:

@@ -401,9 +401,11 @@ def _opts(engine, uid, notify, timeout_ms, stream):
         notify = engine._config.enable_notification
     if notify:
         o.has_notif = 1
-        o.notif_tag = uid & 0xFFFFFFFFFFFFFFFF
+        o.notif_tag = _lib.ival(uid, "transfer_uid", ctypes.c_uint64)
     t = engine._config.timeout_ms if timeout_ms is None else timeout_ms
-    o.timeout_us = int(t * 1000) if t and t > 0 else 0
+    if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float))):
+        raise MoriError(MORI_EINVAL, "timeout_ms must be a number, not %s" % type(t).__name__)
+    o.timeout_us = _lib.ival(int(t * 1000), "timeout_ms * 1000", ctypes.c_int64) if t and t > 0 else 0
     if stream is not None:
         o.stream = getattr(stream, "cuda_stream", stream)
     return o
@@ -598,44 +600,65 @@ def _lib_code_name(rc):
 # Descriptor and index arrays, built without a Python loop where numpy is there
 
 
+def _length(v, what):
+    try:
+        return len(v)
+    except TypeError:
+        raise MoriError(MORI_EINVAL, "%s must be a list of ints, not %s" % (what, type(v).__name__)) from None
+
+
+def _u64_column(np, v, what):
+    """v (a sequence of ints or an integer numpy array) as a flat uint64 array: MORI_EINVAL for
+    non-integers (floats, bools: numpy would truncate them), MORI_ERANGE outside 0..2^64-1."""
+    a = np.asarray(v)
+    if a.dtype.kind in "iu" and a.ndim == 1:
+        if a.dtype.kind == "i" and a.size and a.min() < 0:
+            raise MoriError(MORI_ERANGE, "negative offset or size in %s" % what)
+        return a.astype(np.uint64, copy=False)
+    if a.dtype.kind == "O" or a.size == 0:  # ints past int64/uint64 (each checked), or nothing
+        return np.array([_lib.ival(x, what) for x in a.reshape(-1)], dtype=np.uint64)
+    raise MoriError(MORI_EINVAL, "%s must be ints, not %s" % (what, a.dtype if a.ndim == 1 else "a %d-d array" % a.ndim))
+
+
 def _desc_array(local_offsets, remote_offsets, sizes):
-    """(keep-alive object, address, n) of a mori_desc array."""
+    """(keep-alive object, address, n) of a mori_desc array. Every value through _lib.ival's rule:
+    integers only, 0..2^64-1 (MORI_EINVAL / MORI_ERANGE)."""
     np = _numpy()
-    n = len(local_offsets)
-    if len(remote_offsets) != n or (not isinstance(sizes, int) and len(sizes) != n):
+    one = not hasattr(sizes, "__len__")  # one size for all
+    if one:
+        sizes = _lib.ival(sizes, "size")
+    n = _length(local_offsets, "local_offsets")
+    if _length(remote_offsets, "remote_offsets") != n or (not one and _length(sizes, "sizes") != n):
         raise MoriError(MORI_EINVAL, "offsets and sizes differ in length (%d local, %d remote, %s sizes)" % (
-            n, len(remote_offsets), sizes if isinstance(sizes, int) else len(sizes)))
+            n, len(remote_offsets), sizes if one else len(sizes)))
     if n == 0:
         return None, None, 0
     if np is not None:
-        a = np.empty((n, 3), dtype=np.int64)
-        a[:, 0] = local_offsets
-        a[:, 1] = remote_offsets
-        a[:, 2] = sizes
-        if a.min() < 0:
-            raise MoriError(MORI_ERANGE, "negative offset or size")
-        a = a.view(np.uint64)
+        a = np.empty((n, 3), dtype=np.uint64)
+        a[:, 0] = _u64_column(np, local_offsets, "local_offsets")
+        a[:, 1] = _u64_column(np, remote_offsets, "remote_offsets")
+        a[:, 2] = sizes if one else _u64_column(np, sizes, "sizes")
         return a, a.ctypes.data, n
-    sz = [sizes] * n if isinstance(sizes, int) else list(sizes)
+    sz = [sizes] * n if one else list(sizes)
     arr = (Desc * n)()
     for i, (lo, ro, s) in enumerate(zip(local_offsets, remote_offsets, sz)):
-        if lo < 0 or ro < 0 or s < 0:
-            raise MoriError(MORI_ERANGE, "negative offset or size")
-        arr[i] = Desc(lo, ro, s)
+        arr[i] = Desc(_lib.ival(lo, "local offset"), _lib.ival(ro, "remote offset"), _lib.ival(s, "size"))
     return arr, ctypes.addressof(arr), n
 
 
 def _index_array(indices):
     np = _numpy()
     if np is not None:
-        a = np.asarray(indices, dtype=np.int64).reshape(-1)
+        a = np.asarray(indices).reshape(-1)
+        if a.size and a.dtype.kind not in "iu":  # numpy would truncate floats and bools
+            if a.dtype.kind != "O":
+                raise MoriError(MORI_EINVAL, "indices must be ints, not %s" % a.dtype)
+            a = np.array([_lib.ival(i, "index", ctypes.c_uint32) for i in a], dtype=np.int64)
         if a.size and (a.min() < 0 or a.max() > 0xFFFFFFFF):
             raise MoriError(MORI_ERANGE, "index outside 0..2^32-1")
         a = np.ascontiguousarray(a, dtype=np.uint32)
         return a, (a.ctypes.data if a.size else None), int(a.size)
-    idx = list(indices)
-    if any(i < 0 or i > 0xFFFFFFFF for i in idx):
-        raise MoriError(MORI_ERANGE, "index outside 0..2^32-1")
+    idx = [_lib.ival(i, "index", ctypes.c_uint32) for i in indices]
     arr = (ctypes.c_uint32 * len(idx))(*idx)
     return arr, (ctypes.addressof(arr) if idx else None), len(idx)
 
@@ -831,8 +854,9 @@ class IOEngine:
     def _register(self, ptr, size, loc, device_id, keep):
         c = self._client()
         loc = _location(loc)
-        if not isinstance(size, int) or size <= 0:
+        if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
             raise MoriError(MORI_EINVAL, "register: size must be a positive int, not %r" % (size,))
+        size, ptr = _lib.ival(size, "register: size", ctypes.c_size_t), _lib.ival(ptr, "register: ptr", ctypes.c_void_p)
         out = ctypes.c_void_p()
         _lib.check(_lib.load().mori_mem_register(c, ctypes.c_void_p(ptr), size, _kind(loc), ctypes.byref(out)),
                    "register %d bytes at %#x" % (size, ptr))
@@ -909,7 +933,8 @@ class IOEngine:
         loc = _location(loc)
         out = ctypes.c_void_p()
         lib = _lib.load()
-        _lib.check(lib.mori_mem_alloc(c, int(size), _kind(loc), ctypes.byref(out)), "allocate %s bytes" % size)
+        size = _lib.ival(size, "allocate: size", ctypes.c_size_t)
+        _lib.check(lib.mori_mem_alloc(c, size, _kind(loc), ctypes.byref(out)), "allocate %s bytes" % size)
         ptr = lib.mori_mem_ptr(out.value) or 0
         dev = int(os.environ.get("MORI_GPU_DEVICE", "0") or 0) if loc == MemoryLocationType.GPU else -1
         return self._local_desc(out.value, ptr, lib.mori_mem_size(out.value), loc, dev, None)
@@ -1033,9 +1058,9 @@ class IOEngine:
             uid = self.allocate_transfer_uid()
         o = _opts(self, uid, notify, timeout_ms, stream)
         lib = _lib.load()
-        if isinstance(local_offsets, int):
-            if local_offsets < 0 or remote_offsets < 0 or sizes < 0:
-                raise MoriError(MORI_ERANGE, "negative offset or size")
+        if not hasattr(local_offsets, "__len__"):  # one range: ints (numpy's too), 0..2^64-1
+            local_offsets = _lib.ival(local_offsets, "local_offset")
+            remote_offsets, sizes = _lib.ival(remote_offsets, "remote_offset"), _lib.ival(sizes, "size")
             f = lib.mori_read if op == OP_READ else lib.mori_write
             return self._submit(lambda out: f(lm.ptr, local_offsets, rm.ptr, remote_offsets, sizes,
                                               ctypes.byref(o), out), lm, rm, None, uid)

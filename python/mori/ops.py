@@ -24,7 +24,7 @@ import enum
 from dataclasses import dataclass
 
 from . import _lib, shmem
-from .errors import MoriError, MORI_EINVAL, MORI_ENOTSUP
+from .errors import MoriError, MORI_EINVAL, MORI_ENOTSUP, MORI_ESTALE
 
 
 class EpDispatchCombineKernelType(enum.IntEnum):
@@ -130,11 +130,11 @@ class EpDispatchCombineConfig:
         for f in ("rank", "world_size", "hidden_dim", "scale_dim", "scale_type_size", "max_token_type_size",
                   "max_num_inp_token_per_rank", "num_experts_per_rank", "num_experts_per_token",
                   "warp_num_per_block", "block_num", "num_in_flight", "quant_type"):
-            setattr(c, f, int(getattr(self, f)))
+            setattr(c, f, _lib.ival(getattr(self, f), f, ctypes.c_int))
         c.data_type = _dtype_code(self.data_type)
-        c.kernel_type = int(self.kernel_type)
+        c.kernel_type = _lib.ival(self.kernel_type, "kernel_type", ctypes.c_int)
         if self.timeout_us:
-            c.timeout_us = int(self.timeout_us)
+            c.timeout_us = _lib.ival(self.timeout_us, "timeout_us", ctypes.c_int64)
         return c
 
     def check(self):
@@ -243,6 +243,8 @@ class EpDispatchCombineOp:
     def _handle(self):
         if self._hd is None:
             raise MoriError(MORI_EINVAL, "the op is destroyed")
+        if self.group._g is None:  # libmori refuses too (MORI_ESTALE); say it here with the name
+            raise MoriError(MORI_ESTALE, "EP op: its group %r has left; only destroy() works on it" % (self.group.name,))
         return self._hd
 
     def _stream(self, stream):

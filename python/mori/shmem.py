@@ -101,16 +101,16 @@ def _kind(k):
 def _opts(heap_size, heap_kind, gpu_device, root, timeout_us):
     o = GroupOpts()
     _L().mori_group_opts_init(ctypes.byref(o))
-    o.heap_size = int(heap_size)
+    o.heap_size = _lib.ival(heap_size, "heap_size", ctypes.c_uint64)
     o.heap_kind = _kind(heap_kind)
-    o.gpu_device = int(gpu_device)
+    o.gpu_device = _lib.ival(gpu_device, "gpu_device", ctypes.c_int)
     o.root = _lib.as_bytes(root, "root")
-    o.timeout_us = int(timeout_us)
+    o.timeout_us = _lib.ival(timeout_us, "timeout_us", ctypes.c_int64)
     return o
 
 
 def _ordinal(d):
-    d = int(d)
+    d = _lib.ival(d, "gpu_device", ctypes.c_int)
     return d if d >= 0 else int(os.environ.get("MORI_GPU_DEVICE") or 0)
 
 
@@ -125,12 +125,7 @@ def _int(addr, what):
     """An address argument: an int, or None/0 for NULL."""
     if addr is None:
         return 0
-    if isinstance(addr, bool) or not isinstance(addr, int):
-        try:
-            return int(addr)
-        except (TypeError, ValueError):
-            raise MoriError(MORI_EINVAL, "%s must be an address (int), not %s" % (what, type(addr).__name__))
-    return addr
+    return _lib.ival(addr, what, ctypes.c_void_p)
 
 
 def _stream(s):
@@ -140,15 +135,19 @@ def _stream(s):
         return 0
     for attr in ("cuda_stream", "ptr"):
         if hasattr(s, attr):
-            return int(getattr(s, attr))
+            return _int(getattr(s, attr), "stream")
     return _int(s, "stream")
 
 
 def _buffer_addr(src, what):
     """(address, keepalive, length) of src: an int address, or a buffer-protocol object."""
     if isinstance(src, int) and not isinstance(src, bool):
-        return src, None, None
-    mv = memoryview(src)
+        return _int(src, what), None, None
+    try:
+        mv = memoryview(src)
+    except TypeError:
+        raise MoriError(MORI_EINVAL, "%s must be an address (int) or a buffer, not %s" % (what, type(src).__name__)) \
+            from None
     if not mv.contiguous:
         raise MoriError(MORI_EINVAL, "%s must be contiguous" % what)
     mv = mv.cast("B")
@@ -165,17 +164,16 @@ def _count(have, nbytes, what, name):
         if have is None:
             raise MoriError(MORI_EINVAL, "%s with an address as %s needs nbytes" % (what, name))
         return have
-    if isinstance(nbytes, bool) or int(nbytes) < 0:
+    if type(nbytes) is int and nbytes < 0:
         raise MoriError(MORI_EINVAL, "%s: nbytes %r" % (what, nbytes))
-    if have is not None and int(nbytes) > have:
-        raise MoriError(MORI_EINVAL, "%s: nbytes %d is more than %s's %d bytes" % (what, int(nbytes), name, have))
-    return int(nbytes)
+    n = _lib.ival(nbytes, "%s: nbytes" % what, _SZ)
+    if have is not None and n > have:
+        raise MoriError(MORI_EINVAL, "%s: nbytes %d is more than %s's %d bytes" % (what, n, name, have))
+    return n
 
 
 def _rank(v, what):
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise MoriError(MORI_EINVAL, "%s must be an int, not %s" % (what, type(v).__name__))
-    return v
+    return _lib.ival(v, what, ctypes.c_int)
 
 
 class Group:
@@ -256,7 +254,7 @@ class Group:
         """The address (int) at which this process loads and stores the object at `addr` (in its
         own heap) of PE `pe`, when it maps that PE's heap (same node); None when it does not, or
         addr is outside the heap or pe out of range (ROCm/mori ShmemPtrP2p, nvshmem_ptr)."""
-        return _L().mori_shmem_ptr_p2p(self._h(), _int(addr, "addr"), int(pe)) or None
+        return _L().mori_shmem_ptr_p2p(self._h(), _int(addr, "addr"), _lib.ival(pe, "pe", _I)) or None
 
     def offset(self, addr):
         """The heap offset (bytes) of addr in this PE's heap; MoriError(MORI_EINVAL) outside it."""
@@ -280,7 +278,8 @@ class Group:
     # ---- symmetric allocation (collective) ----
     def _alloc(self, fn, size, align, what):
         out = ctypes.c_void_p()
-        _lib.check(getattr(_L(), fn)(self._h(), int(size), int(align), ctypes.byref(out)),
+        size, align = _lib.ival(size, "%s: size" % what, _SZ), _lib.ival(align, "%s: align" % what, _SZ)
+        _lib.check(getattr(_L(), fn)(self._h(), size, align, ctypes.byref(out)),
                    "%s(%d) in group %r" % (what, size, self.name))
         return out.value or 0
 
@@ -305,27 +304,36 @@ class Group:
         to the buffer's length. MORI_ERANGE when the range leaves the heap (nothing written)."""
         a, keep, n = _buffer_addr(src, "src")
         n = _count(n, nbytes, "putmem", "src")
-        _lib.check(_L().mori_shmem_putmem(self._h(), _int(dest, "dest"), a, n, int(pe)), "putmem to PE %d" % pe)
+        pe = _lib.ival(pe, "putmem: pe", _I)
+        _lib.check(_L().mori_shmem_putmem(self._h(), _int(dest, "dest"), a, n, pe), "putmem to PE %d" % pe)
         del keep
 
     def getmem(self, dest, src, pe, nbytes=None):
         """Blocking get: nbytes of the symmetric object `src` at PE pe into dest (an address, or a
         writable contiguous buffer such as a bytearray; nbytes defaults to its length)."""
         if isinstance(dest, int) and not isinstance(dest, bool):
-            a, keep, n = dest, None, None
+            a, keep, n = _int(dest, "dest"), None, None
         else:
-            mv = memoryview(dest).cast("B")
+            try:
+                mv = memoryview(dest)
+            except TypeError:
+                raise MoriError(MORI_EINVAL, "getmem: dest must be an address (int) or a writable buffer, not %s"
+                                % type(dest).__name__) from None
+            if not mv.contiguous:
+                raise MoriError(MORI_EINVAL, "getmem: dest must be contiguous")
+            mv = mv.cast("B")
             if mv.readonly:
                 raise MoriError(MORI_EINVAL, "getmem: dest is read-only")
             keep = (ctypes.c_char * len(mv)).from_buffer(mv)
             a, n = ctypes.addressof(keep), len(mv)
         n = _count(n, nbytes, "getmem", "dest")
-        _lib.check(_L().mori_shmem_getmem(self._h(), a, _int(src, "src"), n, int(pe)), "getmem from PE %d" % pe)
+        pe = _lib.ival(pe, "getmem: pe", _I)
+        _lib.check(_L().mori_shmem_getmem(self._h(), a, _int(src, "src"), n, pe), "getmem from PE %d" % pe)
         del keep
 
     def get_bytes(self, src, nbytes, pe):
         """nbytes of the symmetric object src at PE pe, as bytes."""
-        b = bytearray(int(nbytes))
+        b = bytearray(_lib.ival(nbytes, "get_bytes: nbytes", _SZ, hi=1 << 48))
         if nbytes:
             self.getmem(b, src, pe)
         return bytes(b)
@@ -358,7 +366,7 @@ class Group:
         the device is cuda:<the group's device> unless given."""
         if device is None and not self._host():
             device = "cuda:%d" % self.gpu_device
-        self._inside(addr, shape, __import__("torch").empty((), dtype=dtype).element_size(), "tensor")
+        self._inside(addr, shape, _itemsize_torch(dtype), "tensor")
         return tensor(addr, shape, dtype, device=device, host=self._host())
 
     def _host(self):
@@ -368,14 +376,12 @@ class Group:
         """A numpy array over a host heap's memory at addr (no copy). Host heaps only."""
         if not self._host():
             raise MoriError(MORI_ENOTSUP, "numpy views need a host heap; use tensor() for VRAM")
-        self._inside(addr, shape, __import__("numpy").dtype(dtype).itemsize, "numpy view")
+        self._inside(addr, shape, _np_dtype(dtype).itemsize, "numpy view")
         return numpy_view(addr, shape, dtype)
 
     def _inside(self, addr, shape, itemsize, what):
         """MORI_ERANGE unless [addr, addr + the view's bytes) lies in this PE's heap."""
-        if isinstance(shape, int):
-            shape = (shape,)
-        a, n = _int(addr, "addr"), _nbytes(tuple(shape), itemsize)
+        a, n = _int(addr, "addr"), _nbytes(_shape(shape), itemsize)
         base, size = self.heap_base(), self.heap_size()
         if a < base or a + n > base + size:
             raise MoriError(MORI_ERANGE, "%s [%#x, +%d) leaves group %r's heap [%#x, +%d)" % (what, a, n, self.name,
@@ -394,11 +400,12 @@ def join(name, rank, world_size, heap_size=0, heap_kind="host", gpu_device=-1, r
     else /run/mori). MORI_EEXIST when a group of that name still lives; MORI_EINVAL when PEs disagree."""
     o = _opts(heap_size, heap_kind, gpu_device, root, timeout_us)
     bname = _lib.as_bytes(name, "name")  # before the client: a bad name costs nothing
-    _rank(rank, "rank"), _rank(world_size, "world_size")
+    if bname is None:
+        raise MoriError(MORI_EINVAL, "name must be str or bytes, not None")
+    rank, world_size = _rank(rank, "rank"), _rank(world_size, "world_size")
     c = _open_client(runtime_dir, "shmem:%s:%d" % (name, rank))
     g = ctypes.c_void_p()
-    rc = _L().mori_group_join(c, bname, int(rank), int(world_size), ctypes.byref(o),
-                              ctypes.byref(g))
+    rc = _L().mori_group_join(c, bname, rank, world_size, ctypes.byref(o), ctypes.byref(g))
     if rc < 0:
         msg = _lib.last_error()
         _L().mori_client_close(c)
@@ -424,12 +431,12 @@ def init_uid(uid, rank, world_size, heap_size=0, heap_kind="host", gpu_device=-1
     """join() by the unique id from get_unique_id (ROCm/mori ShmemInitAttr with a unique id)."""
     if not isinstance(uid, (bytes, bytearray)) or not 0 < len(uid) <= UID_BYTES:
         raise MoriError(MORI_EINVAL, "uid must be the 1..%d bytes get_unique_id returned" % UID_BYTES)
-    _rank(rank, "rank"), _rank(world_size, "world_size")
+    rank, world_size = _rank(rank, "rank"), _rank(world_size, "world_size")
     o = _opts(heap_size, heap_kind, gpu_device, root, timeout_us)
     c = _open_client(runtime_dir, "shmem:uid:%d" % rank)
     g = ctypes.c_void_p()
     u = ctypes.create_string_buffer(bytes(uid), len(uid))
-    rc = _L().mori_shmem_init_uid(c, u, len(uid), int(rank), int(world_size), ctypes.byref(o), ctypes.byref(g))
+    rc = _L().mori_shmem_init_uid(c, u, len(uid), rank, world_size, ctypes.byref(o), ctypes.byref(g))
     if rc < 0:
         msg = _lib.last_error()
         _L().mori_client_close(c)
@@ -445,17 +452,40 @@ class _CudaBuffer:
 
     def __init__(self, addr, nbytes):
         # no "stream" key: the memory is not tied to a stream, consumers need not synchronise
-        self.__cuda_array_interface__ = {"data": (int(addr), False), "shape": (int(nbytes),), "typestr": "|u1",
+        self.__cuda_array_interface__ = {"data": (_int(addr, "addr"), False), "shape": (_lib.ival(nbytes, "nbytes"),),
+                                         "typestr": "|u1",
                                          "strides": None, "version": 3}
+
+
+def _shape(shape):
+    """A shape as a tuple of ints: an int, or a sequence of them (MORI_EINVAL otherwise)."""
+    if not isinstance(shape, (list, tuple)):
+        return (_lib.ival(shape, "shape", ctypes.c_int64),)
+    return tuple(_lib.ival(d, "shape %r: dimension" % (shape,), ctypes.c_int64) for d in shape)
 
 
 def _nbytes(shape, itemsize):
     n = itemsize
     for d in shape:
-        if int(d) < 0:
+        if d < 0:
             raise MoriError(MORI_EINVAL, "negative dimension in shape %r" % (shape,))
-        n *= int(d)
+        n *= d
     return n
+
+
+def _np_dtype(dtype):
+    np = __import__("numpy")
+    try:
+        return np.dtype(dtype)
+    except TypeError:
+        raise MoriError(MORI_EINVAL, "dtype %r is not a numpy dtype" % (dtype,)) from None
+
+
+def _itemsize_torch(dtype):
+    torch = __import__("torch")
+    if not isinstance(dtype, torch.dtype):
+        raise MoriError(MORI_EINVAL, "dtype %r is not a torch dtype" % (dtype,))
+    return torch.empty((), dtype=dtype).element_size()
 
 
 def tensor(addr, shape, dtype, device=None, host=False):
@@ -464,13 +494,11 @@ def tensor(addr, shape, dtype, device=None, host=False):
     or host memory (host=True) through numpy. The caller keeps the memory alive (the group) as long as
     the tensor. torch is imported here, not at module import."""
     import torch
-    if isinstance(shape, int):
-        shape = (shape,)
-    shape = tuple(int(d) for d in shape)
+    shape = _shape(shape)
     addr = _int(addr, "addr")
     if not addr:
         raise MoriError(MORI_EINVAL, "tensor of a NULL address")
-    item = torch.empty((), dtype=dtype).element_size()
+    item = _itemsize_torch(dtype)
     nbytes = _nbytes(shape, item)
     if addr % item:
         raise MoriError(MORI_EINVAL, "address %#x is not aligned to %s's %d bytes" % (addr, dtype, item))
@@ -485,9 +513,8 @@ def tensor(addr, shape, dtype, device=None, host=False):
 def numpy_view(addr, shape, dtype):
     """A numpy array of shape/dtype over host memory at addr (no copy; the caller keeps it alive)."""
     np = __import__("numpy")
-    if isinstance(shape, int):
-        shape = (shape,)
-    dt = np.dtype(dtype)
+    shape = _shape(shape)
+    dt = _np_dtype(dtype)
     nbytes = _nbytes(shape, dt.itemsize)
     addr = _int(addr, "addr")
     if not addr:
