@@ -6,5 +6,5 @@ const char *const counter_names[C_COUNT] = {
 	"regions_total", "notifications", "submissions", "bad_submissions", "transfers",
 	"transfer_errors", "bytes_sent", "bytes_received", "reloads", "reload_failures",
 	"cq_overflows", "vram_bytes_staged", "peer_auth_refused",
-	"notifications_dropped",
+	"notifications_dropped", "data_handshakes_dropped",
 };

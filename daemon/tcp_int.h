@@ -138,6 +138,7 @@ struct stream {
 	uint32_t conn_gen;
 	uint64_t src_epoch;       /* accepted: initiator's epoch, once it authenticated */
 	int hs;                   /* accepted: 0 waiting for HELLO, 1 for AUTH, 2 serving */
+	uint64_t accepted_us;     /* accepted: when; it must reach hs 2 by HS_DEADLINE_MS after */
 	uint64_t hello_epoch;     /* accepted: the epoch its HELLO claimed */
 	uint8_t nonce[AUTH_NONCE_BYTES], peer_nonce[AUTH_NONCE_BYTES];
 	char hello_node[128];     /* accepted: the node its HELLO named */
@@ -187,6 +188,13 @@ int stream_listen(struct peers *P, const char *host);
 void streams_connect(struct peer *p, const struct sockaddr *sa);
 void streams_flush_dirty(struct peers *P);
 void stream_close(struct stream *s);
+/* Accepted streams that have not authenticated (hs < 2) get HS_DEADLINE_MS, and at most
+ * HS_MAX_PENDING of them are held (the oldest goes for a new one): a data port reachable by
+ * anyone must not let idle connections pile up to morid's descriptor limit. Closes the late
+ * ones; returns how many still wait (the tick runs while any does). */
+#define HS_DEADLINE_MS 5000
+#define HS_MAX_PENDING 128
+int streams_expire_handshakes(struct peers *P, uint64_t now);
 void stream_frame(struct stream *s, const struct fhdr *h, const void *payload, uint32_t len);
 /* Add a frame whose payload stays in region g's memory until written (holds a reference). */
 int stream_frame_data(struct stream *s, const struct fhdr *h, struct region *g, uint64_t off,

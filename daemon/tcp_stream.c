@@ -729,6 +729,33 @@ void streams_connect(struct peer *p, const struct sockaddr *sa)
 
 /* ---- accepting ---- */
 
+static void handshake_dropped(struct stream *s, int evicted)
+{
+	count(s->P->d, C_DATA_HANDSHAKES_DROPPED, 1);
+	if (evicted)
+		mlog_ratelimited(MLOG_WARN, "peer", "closed an unauthenticated data connection: %d were waiting to "
+				 "authenticate", HS_MAX_PENDING);
+	else
+		mlog_ratelimited(MLOG_WARN, "peer", "closed an unauthenticated data connection: no authenticated hello "
+				 "within %d ms", HS_DEADLINE_MS);
+	stream_close(s);
+}
+
+int streams_expire_handshakes(struct peers *P, uint64_t now)
+{
+	int waiting = 0;
+	list_each(it, &tcp_node(P)->accepted) {
+		struct stream *s = list_entry(it, struct stream, link);
+		if (s->hs == 2 || s->closing)
+			continue;
+		if (now - s->accepted_us >= HS_DEADLINE_MS * 1000ull)
+			handshake_dropped(s, 0);
+		else
+			waiting++;
+	}
+	return waiting;
+}
+
 static void on_connection(uv_stream_t *server, int status)
 {
 	struct peers *P = server->data;
@@ -737,12 +764,25 @@ static void on_connection(uv_stream_t *server, int status)
 	struct stream *s = stream_new(P);
 	if (!s)
 		return;
+	/* the oldest unauthenticated stream goes when too many wait (accepted is oldest first): a
+	 * real peer's handshake takes a round trip, an idle one stays until its deadline */
+	int waiting = 0;
+	struct stream *oldest = NULL;
+	list_each(it, &tcp_node(P)->accepted) {
+		struct stream *q = list_entry(it, struct stream, link);
+		if (q->hs != 2 && !q->closing && !waiting++)
+			oldest = q;
+	}
+	if (waiting >= HS_MAX_PENDING && oldest)
+		handshake_dropped(oldest, 1);
 	list_add(&tcp_node(P)->accepted, &s->link);
+	s->accepted_us = mori_now_us();
 	if (uv_accept(server, (uv_stream_t *)&s->tcp) != 0) {
 		stream_close(s);
 		return;
 	}
 	stream_setup(s);
+	peers_kick(P); /* the tick enforces the deadline */
 }
 
 int stream_listen(struct peers *P, const char *host)

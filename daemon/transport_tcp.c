@@ -734,7 +734,7 @@ static int tcp_tick(struct peers *P, uint64_t now)
 	struct tcp_node *tn = tcp_node(P);
 	if (tn->inbound.n)
 		inb_expire(P, now);
-	int msgs = 0;
+	int msgs = streams_expire_handshakes(P, now) > 0;
 	list_each(it, &P->peers) {
 		struct peer *p = list_entry(it, struct peer, link);
 		struct tcp_peer *tp = tcp_peer(p);
