@@ -81,7 +81,7 @@ static const struct opt opts[] = {
 	{"rdma_qps_per_peer", T_INT, S(rdma_qps_per_peer), 1, 16, "2", 0, "RDMA queue pairs per peer daemon (transfers striped over them)"},
 	{"client_max_regions", T_INT, S(client_max_regions), 1, 1 << 20, "16384", 1, "regions one client may have registered at once"},
 	{"client_max_lists", T_INT, S(client_max_lists), 1, 1 << 20, "4096", 1, "prepared cross-node descriptor lists one client may hold"},
-	{"client_max_backlog", T_INT, S(client_max_backlog), 1024, 1 << 26, "1048576", 1, "completions held for a client whose completion queue is full; beyond it the client is detached"},
+	{"client_max_backlog", T_INT, S(client_max_backlog), 1024, 1 << 26, "1048576", 1, "completions held for a client whose completion queue is full; beyond it the client is detached (notifications from others: dropped past half of it)"},
 	{"client_max_list_descs", T_INT, S(client_max_list_descs), 1, 1 << 24, "1048576", 1, "descriptors in one prepared cross-node list (24 bytes each)"},
 	{"client_max_list_bytes", T_INT, S(client_max_list_bytes), 4096, 1ll << 40, "268435456", 1, "bytes of prepared-list descriptors one client may make morid hold, all its lists together"},
 	{"cluster_key_file", T_STR, S(cluster_key_file), 0, 0, "", 0, "cluster key (64 hex digits, mode 0600; moractl keygen makes one): peers authenticate with it; empty: peers are not authenticated"},
