@@ -1,0 +1,111 @@
+/* A region owner that does not take its notifications, notified from another node (tester's
+ * defect 3, the cross-node side): morid on the owner's node keeps its completion queue and half
+ * of client_max_backlog, drops the rest and answers the sending daemon MORI_EAGAIN, so the
+ * initiator's transfer fails naming the full queue; the owner is never detached, gets the kept
+ * notifications in order, and is notified again once it has room. Two morids on loopback with
+ * one cluster key; the owner's has client_max_backlog 1024 and 64-entry rings. */
+#include <check.h>
+
+#include "harness.h"
+#include "ctl_harness.h"
+#include "node_harness.h"
+#include "peer_harness.h"
+#include "mori.h"
+
+enum { CQ = 64, BACKLOG = 1024, KEPT = CQ + BACKLOG / 2, SENT = KEPT + 100 };
+
+static struct test_node NA, NB;
+static char kpath[64];
+static struct auth_key K;
+static const char *args[] = {"--cluster-key-file", kpath, NULL};
+static const char *owner_args[] = {"--client-max-backlog", "1024", "--ring-entries", "64", NULL};
+
+static void setup(void)
+{
+	snprintf(kpath, sizeof(kpath), "/tmp/mori-notif-key-%d", (int)getpid());
+	ck_assert_int_eq(key_write(kpath, &K), 0);
+	node_init(&NA, "notif", NULL, NULL, 7100);
+	node_init(&NB, "notif", NULL, NULL, 7100);
+	NA.args = NB.args = args;
+	ck_assert_int_eq(node_start(&NA, NULL), 0);
+	ck_assert_int_eq(node_start(&NB, owner_args), 0);
+}
+
+static void teardown(void)
+{
+	int a = node_stop(&NA), b = node_stop(&NB);
+	node_clean(&NA);
+	node_clean(&NB);
+	unlink(kpath);
+	ck_assert_msg(a == 0 && b == 0, "morid did not stop cleanly (exit %d, %d)", a, b);
+}
+
+START_TEST(owner_not_detached)
+{
+	mori_client *owner, *c;
+	mori_mem *mb, *l, *r;
+	OK(mori_client_open(NB.dir, "owner", &owner));
+	OK(mori_mem_alloc(owner, 4096, MORI_MEM_HOST, &mb));
+	OK(mori_mem_publish(mb, "owner/kv"));
+	OK(mori_client_open(NA.dir, "flooder", &c));
+	OK(mori_mem_alloc(c, 4096, MORI_MEM_HOST, &l));
+	OK(mori_mem_open_remote(c, NB.addr, "owner/kv", &r));
+	mori_xfer_opts o = {.has_notif = 1};
+	int ok = 0, again = 0;
+	char msg[300] = "";
+	for (int i = 0; i < SENT; i++) {
+		mori_xfer *x;
+		o.notif_tag = (uint64_t)i;
+		OK(mori_write(l, 0, r, 0, 64, &o, &x));
+		int rc = mori_xfer_wait(x, 5000000);
+		const char *why = "";
+		mori_xfer_status(x, &why);
+		if (rc == MORI_EAGAIN && !again++)
+			snprintf(msg, sizeof(msg), "%s", why ? why : "");
+		ok += rc == MORI_OK;
+		ck_assert_msg(rc == MORI_OK || rc == MORI_EAGAIN, "write %d: %s (%s)", i, mori_strerror(rc), why ? why : "");
+		mori_xfer_free(x);
+	}
+	ck_assert_int_eq(ok, KEPT);
+	ck_assert_int_eq(again, SENT - KEPT);
+	ck_assert_msg(strstr(msg, "completion queue is full"), "the sender was told: %s", msg);
+	ck_assert_uint_eq(ctl_counter(NB.dir, "notifications_dropped"), SENT - KEPT);
+	/* the owner is attached and gets the kept ones, in order */
+	static mori_notif n[SENT];
+	int got = 0, k;
+	uint64_t t0 = mori_now_us();
+	while (got < KEPT && mori_now_us() - t0 < 5000000)
+		if ((k = mori_notif_poll(owner, n + got, (size_t)(SENT - got), 100000)) > 0)
+			got += k;
+		else
+			ck_assert_msg(k == 0, "owner's poll: %s (%s)", mori_strerror(k), mori_client_last_error(owner));
+	ck_assert_int_eq(got, KEPT);
+	for (int i = 0; i < KEPT; i++)
+		ck_assert_uint_eq(n[i].tag, (uint64_t)i);
+	/* with room again, a notification goes through */
+	mori_xfer *x;
+	o.notif_tag = 4242;
+	OK(mori_write(l, 0, r, 0, 64, &o, &x));
+	OK(mori_xfer_wait(x, 5000000));
+	mori_xfer_free(x);
+	ck_assert_int_eq(mori_notif_poll(owner, n, 1, 5000000), 1);
+	ck_assert_uint_eq(n[0].tag, 4242);
+	mori_client_close(c);
+	mori_client_close(owner);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("notif_full");
+	TCase *t = tcase_create("notif_full");
+	tcase_add_checked_fixture(t, setup, teardown);
+	tcase_set_timeout(t, 120);
+	tcase_add_test(t, owner_not_detached);
+	suite_add_tcase(s, t);
+	SRunner *r = srunner_create(s);
+	srunner_run_all(r, CK_NORMAL);
+	int failed = srunner_ntests_failed(r);
+	srunner_free(r);
+	return failed ? 1 : 0;
+}
