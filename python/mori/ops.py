@@ -144,7 +144,8 @@ class EpDispatchCombineConfig:
             raise MoriError(MORI_EINVAL, msg.value.decode())
 
     def heap_bytes(self):
-        """Heap bytes one op of this config takes on every PE (size the group's heap with it)."""
+        """Heap bytes one op of this config takes on every PE (size the group's heap with it). A group
+        over several nodes takes the internode kind's (kernel_type InterNode / InterNodeLL), more."""
         return int(_L().mori_ep_heap_bytes(ctypes.byref(self._c())))
 
 
