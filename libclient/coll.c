@@ -193,7 +193,8 @@ int mori_comm_create(mori_group *g, const mori_comm_opts *opts, mori_comm **out)
 	k->off_scratch = (k->off_exch + 64 + 4095) & ~4095ull;
 	uint64_t free_heap = g->heap_size > MORI_SHMEM_RESERVED ? g->heap_size - MORI_SHMEM_RESERVED : 0;
 	if (o.scratch_bytes > free_heap) { /* also keeps off_scratch + scratch_bytes from wrapping */
-		rc = set_error(g->c, MORI_ENOMEM, "comm create: scratch_bytes %llu is more than the heap's %llu free bytes",
+		rc = set_error(g->c, MORI_ENOMEM, "comm create: a heap of %llu bytes leaves no room for scratch_bytes %llu "
+						  "(%llu bytes free)", (unsigned long long)g->heap_size,
 			       (unsigned long long)o.scratch_bytes, (unsigned long long)free_heap);
 		goto fail;
 	}
