@@ -49,7 +49,8 @@ uint64_t rdma_count_chunks(const mori_desc *d, uint32_t n, uint64_t max);
  * IBV_WC_SUCCESS maps to MORI_OK. Unknown values map to MORI_EIO. msg is static storage. */
 int rdma_wc_error(int wc_status, const char **msg);
 /* Is the status a failure of the path (flushed behind another failure, peer QP gone, receiver
- * not ready, device hiccup) rather than of the request itself (bad key, bad length)? The
+ * not ready, the two ends' QP state out of step, device hiccup) rather than of the request
+ * itself (bad key, bad local length)? The
  * engine re-posts the former on a new QP, bounded by RDMA_MAX_REQUEUES and the deadline, and
  * fails the transfer at once on the latter. */
 int rdma_wc_transient(int wc_status);

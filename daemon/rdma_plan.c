@@ -59,6 +59,14 @@ int rdma_wc_transient(int st)
 	case IBV_WC_BAD_RESP_ERR:
 	case IBV_WC_FATAL_ERR:
 	case IBV_WC_GENERAL_ERR:
+	/* The responder saw a request it calls invalid (bad opcode sequence or length for the
+	 * message it thinks is under way). The engine builds only well-formed requests (sizes cut
+	 * to the port's largest message, notifications that fit the receive buffers, access flags
+	 * set on every QP), so this is the two ends' QP state disagreeing, as BAD_RESP is the
+	 * other way round: Soft-RoCE under load does it to plain 1 MiB writes after QP resets, and
+	 * the same writes land when re-posted on a new pair. A request that is really invalid
+	 * still fails, after RDMA_MAX_REQUEUES resets, with this reason. */
+	case IBV_WC_REM_INV_REQ_ERR:
 		return 1;
 	default:
 		return 0;

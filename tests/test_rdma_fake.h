@@ -25,6 +25,9 @@ struct fake_dev {
 	int poll_error;          /* poll returns -1 */
 	int fail_create;         /* qp_create fails */
 	int fail_modify_to;      /* qp_modify to this state fails once (0: never) */
+	int inv_req;             /* the next n RDMA WRITEs of this device's QPs are refused by the
+				  * responder as invalid (a Soft-RoCE responder under load does this to
+				  * well-formed writes): NAK, both ends' QPs in error */
 	int overfilled;          /* a post exceeded a send queue: the engine broke its promise */
 	uint32_t max_occupancy;
 	int nmods;
@@ -327,6 +330,14 @@ static inline int fq_exec(struct fake_fab *f, struct fake_qp *q, struct fwr *r)
 			q->sq_ack = ++q->sq_exec;
 			fq_error(q);
 			fq_error(p); /* the responder's QP goes to error too */
+			return -1;
+		}
+		if (w->op == RDMA_WRITE && q->dev->inv_req > 0) {
+			q->dev->inv_req--;
+			fcq_push(q->dev, w->wr_id, q->qpn, IBV_WC_REM_INV_REQ_ERR, 0, 0);
+			q->sq_ack = ++q->sq_exec;
+			fq_error(q);
+			fq_error(p);
 			return -1;
 		}
 		if (w->op == RDMA_WRITE)

@@ -182,6 +182,7 @@ START_TEST(wc_mapping)
 	ck_assert(rdma_wc_transient(IBV_WC_WR_FLUSH_ERR));
 	ck_assert(rdma_wc_transient(IBV_WC_RETRY_EXC_ERR));
 	ck_assert(rdma_wc_transient(IBV_WC_RNR_RETRY_EXC_ERR));
+	ck_assert(rdma_wc_transient(IBV_WC_REM_INV_REQ_ERR)); /* QP state, not the request */
 	ck_assert(!rdma_wc_transient(IBV_WC_REM_ACCESS_ERR));
 	ck_assert(!rdma_wc_transient(IBV_WC_LOC_PROT_ERR));
 	ck_assert(!rdma_wc_transient(IBV_WC_LOC_LEN_ERR));
