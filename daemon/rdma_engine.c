@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "rdma_eng_int.h"
 
@@ -102,6 +104,22 @@ static void derive(struct rdma_cfg *c)
 	}
 }
 
+/* A seed when the kernel has none to give yet (getrandom fails before its pool is ready: a VM
+ * early in boot, as the Soft-RoCE test guest is). The engine's address alone is the same in
+ * two processes forked from one (test_rdma_verbs' A and B drew the same PSNs and connection
+ * nonces), so the pid and both clocks go in too, mixed (splitmix64's finaliser). */
+static uint64_t fallback_seed(const void *e)
+{
+	struct timespec rt, mt;
+	clock_gettime(CLOCK_REALTIME, &rt);
+	clock_gettime(CLOCK_MONOTONIC, &mt);
+	uint64_t x = (uint64_t)(uintptr_t)e ^ (uint64_t)getpid() << 40 ^ (uint64_t)rt.tv_nsec ^
+		     (uint64_t)rt.tv_sec << 30 ^ ((uint64_t)mt.tv_nsec << 20 | (uint64_t)mt.tv_sec);
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
 struct rdma_eng *rdma_eng_new(const struct rdma_ops *ops, void *ctx, const struct rdma_cfg *cfg)
 {
 	struct rdma_eng *e = calloc(1, sizeof(*e));
@@ -117,7 +135,7 @@ struct rdma_eng *rdma_eng_new(const struct rdma_ops *ops, void *ctx, const struc
 	e->next_id = 1;
 	e->next_deadline = UINT64_MAX;
 	if (getrandom(&e->rng, sizeof(e->rng), GRND_NONBLOCK) != (ssize_t)sizeof(e->rng))
-		e->rng = (uint64_t)(uintptr_t)e ^ 0x9e3779b97f4a7c15ull;
+		e->rng = fallback_seed(e);
 	e->rng |= 1; /* xorshift must not start at 0 */
 	return e;
 }
