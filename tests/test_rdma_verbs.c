@@ -174,7 +174,12 @@ static void cb_send_connect(void *arg, struct rdma_conn *c, int idx, const struc
 static void cb_event(void *arg, struct rdma_conn *c, int idx, const char *what, const char *why)
 {
 	struct side *s = arg;
-	if (getenv("VERBOSE") || strcmp(what, "up"))
+	const struct rdma_qp *q = rdma_conn_qp(c, idx);
+	if (getenv("VERBOSE")) /* the QP ends too: what a reset or a re-pairing went through */
+		fprintf(stderr, "  [%s] %.3f qp %d %s%s%s (qpn 0x%x psn 0x%x inc %u, peer qpn 0x%x psn 0x%x)\n",
+			s->who, now_us() / 1e6, idx, what, why[0] ? ": " : "", why, q->qpn, q->psn, q->inc,
+			q->remote.qpn, q->remote.psn);
+	else if (strcmp(what, "up"))
 		fprintf(stderr, "  [%s] qp %d %s%s%s\n", s->who, idx, what, why[0] ? ": " : "", why);
 }
 
