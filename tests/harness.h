@@ -177,6 +177,18 @@ static inline uint64_t test_hash(uint64_t h, const void *p, size_t n)
 			      mori_client_last_error(NULL));                                    \
 	} while (0)
 
+#ifdef CHECK_H
+/* A test binary's main: run the suite, exit 1 if any test failed. */
+static inline int run_suite(Suite *s)
+{
+	SRunner *r = srunner_create(s);
+	srunner_run_all(r, CK_NORMAL);
+	int failed = srunner_ntests_failed(r);
+	srunner_free(r);
+	return failed ? 1 : 0;
+}
+#endif
+
 /* 4 KiB writes from l to r, one after another, until one fails (r's owner died: its handle goes
  * stale) or within_us passed. The failing code, MORI_OK if none failed. */
 static inline int write_until_refused(mori_mem *l, mori_mem *r, uint64_t within_us)

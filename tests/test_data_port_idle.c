@@ -119,9 +119,5 @@ int main(void)
 	tcase_set_timeout(t, 60);
 	tcase_add_test(t, idle_connections_are_bounded);
 	suite_add_tcase(su, t);
-	SRunner *r = srunner_create(su);
-	srunner_run_all(r, CK_NORMAL);
-	int failed = srunner_ntests_failed(r);
-	srunner_free(r);
-	return failed ? 1 : 0;
+	return run_suite(su);
 }

@@ -185,9 +185,5 @@ int main(void)
 	tcase_set_timeout(t, 150);
 	tcase_add_test(t, chunks_whole_at_their_signal);
 	suite_add_tcase(s, t);
-	SRunner *r = srunner_create(s);
-	srunner_run_all(r, CK_NORMAL);
-	int failed = srunner_ntests_failed(r);
-	srunner_free(r);
-	return failed ? 1 : 0;
+	return run_suite(s);
 }

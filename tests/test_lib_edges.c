@@ -158,9 +158,5 @@ int main(void)
 	tcase_add_test(t, null_and_bad_arguments);
 	tcase_add_test(t, comm_after_leave);
 	suite_add_tcase(s, t);
-	SRunner *r = srunner_create(s);
-	srunner_run_all(r, CK_NORMAL);
-	int failed = srunner_ntests_failed(r);
-	srunner_free(r);
-	return failed ? 1 : 0;
+	return run_suite(s);
 }

@@ -213,9 +213,5 @@ int main(void)
 	tcase_add_test(t, local_join_refused);
 	tcase_add_test(t, remote_join_refused_by_root);
 	suite_add_tcase(s, t);
-	SRunner *r = srunner_create(s);
-	srunner_run_all(r, CK_NORMAL);
-	int failed = srunner_ntests_failed(r);
-	srunner_free(r);
-	return failed ? 1 : 0;
+	return run_suite(s);
 }
