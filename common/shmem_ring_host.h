@@ -50,6 +50,23 @@ static inline int shmem_ring_aborted(const struct mori_shmem_ctrl *c)
 						 : a == MORI_SHMEM_ABORT_TIMEOUT ? MORI_ETIMEDOUT : MORI_ECANCELED;
 }
 
+/* The one wait all three use: until the 64-bit word at w reads >= v (acquire), bounded by
+ * e->wait_us (MORI_ETIMEDOUT) and ended early by the abort word. */
+static inline int shmem_ring_wait_word(const struct shmem_ring_pe *e, const uint64_t *w, uint64_t v)
+{
+	uint64_t t0 = shmem_ring_now_us();
+	unsigned spins = 0;
+	while (__atomic_load_n(w, __ATOMIC_ACQUIRE) < v) {
+		int rc = shmem_ring_aborted(e->ctrl);
+		if (rc)
+			return rc;
+		if (shmem_ring_now_us() - t0 > e->wait_us)
+			return MORI_ETIMEDOUT;
+		shmem_ring_backoff(&spins);
+	}
+	return 0;
+}
+
 /* proxy_post: publish one request; its sequence in *seq_out (may be NULL). */
 static inline int shmem_ring_post(const struct shmem_ring_pe *e, uint16_t op, uint8_t amo, uint8_t width, int pe,
 				  uint64_t dst, uint64_t src, uint64_t len, uint64_t sig, uint64_t value, uint64_t cmp,
@@ -59,16 +76,10 @@ static inline int shmem_ring_post(const struct shmem_ring_pe *e, uint16_t op, ui
 	uint32_t n = c->ring_entries;
 	*(volatile uint64_t *)(e->heap + MORI_SHMEM_OFF_PROXY_USED) = 1;
 	uint64_t seq = __atomic_fetch_add((uint64_t *)&c->head, 1, __ATOMIC_SEQ_CST);
-	uint64_t t0 = shmem_ring_now_us();
-	unsigned spins = 0;
-	while (seq - __atomic_load_n(&c->done, __ATOMIC_RELAXED) >= n) {
-		int rc = shmem_ring_aborted(c);
-		if (rc)
-			return rc;
-		if (shmem_ring_now_us() - t0 > e->wait_us)
-			return MORI_ETIMEDOUT;
-		shmem_ring_backoff(&spins);
-	}
+	/* room when seq - done < n, i.e. done >= seq + 1 - n */
+	int rc = shmem_ring_wait_word(e, (const uint64_t *)&c->done, seq + 1 > n ? seq + 1 - n : 0);
+	if (rc)
+		return rc;
 	__atomic_thread_fence(__ATOMIC_ACQUIRE); /* morid copied the old entry out before we overwrite it */
 	volatile uint64_t *w = (volatile uint64_t *)&e->ring[seq & (n - 1)];
 	w[1] = (uint32_t)pe;
@@ -89,17 +100,8 @@ static inline int shmem_ring_post(const struct shmem_ring_pe *e, uint16_t op, ui
 static inline int shmem_ring_wait(const struct shmem_ring_pe *e, uint64_t seq)
 {
 	struct mori_shmem_ctrl *c = e->ctrl;
-	uint64_t t0 = shmem_ring_now_us();
-	unsigned spins = 0;
-	while (__atomic_load_n(&c->done, __ATOMIC_ACQUIRE) <= seq) {
-		int rc = shmem_ring_aborted(c);
-		if (rc)
-			return rc;
-		if (shmem_ring_now_us() - t0 > e->wait_us)
-			return MORI_ETIMEDOUT;
-		shmem_ring_backoff(&spins);
-	}
-	return c->error;
+	int rc = shmem_ring_wait_word(e, (const uint64_t *)&c->done, seq + 1);
+	return rc ? rc : c->error;
 }
 
 /* quiet_proxy: an OP_QUIET, waited for. */
@@ -126,16 +128,6 @@ static inline int shmem_ring_amo_fetch(const struct shmem_ring_pe *e, int code, 
  * API's wait_until(GE) on this PE's own heap. */
 static inline int shmem_ring_wait_ge(const struct shmem_ring_pe *e, uint64_t off, uint64_t v)
 {
-	uint64_t t0 = shmem_ring_now_us();
-	unsigned spins = 0;
-	while (__atomic_load_n((uint64_t *)(e->heap + off), __ATOMIC_ACQUIRE) < v) {
-		int rc = shmem_ring_aborted(e->ctrl);
-		if (rc)
-			return rc;
-		if (shmem_ring_now_us() - t0 > e->wait_us)
-			return MORI_ETIMEDOUT;
-		shmem_ring_backoff(&spins);
-	}
-	return 0;
+	return shmem_ring_wait_word(e, (const uint64_t *)(e->heap + off), v);
 }
 #endif
