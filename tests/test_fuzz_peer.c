@@ -347,7 +347,7 @@ START_TEST(fuzz_peer)
 	pctl_close(&pc);
 	long rss0 = proc_rss_kib(T.pid);
 	int fds0 = proc_fds(T.pid);
-	uint64_t refused0 = counter(&T, "peer_auth_refused");
+	uint64_t refused0 = counter(&T, "peer_auth_refused"), dropped0 = counter(&T, "data_handshakes_dropped");
 	int ans_unauth, ans_auth, st_unauth, st_auth;
 	fuzz_listener(0, &ans_unauth);
 	fuzz_listener(1, &ans_auth);
@@ -355,15 +355,19 @@ START_TEST(fuzz_peer)
 	fuzz_data(1, &st_auth);
 	usleep(300000 * SLOW);
 	uint64_t refused = counter(&T, "peer_auth_refused") - refused0;
+	/* a slow daemon (ASan) holds at most 128 unauthenticated streams: the oldest are dropped,
+	 * counted as data_handshakes_dropped, before their early frame is refused */
+	uint64_t dropped = counter(&T, "data_handshakes_dropped") - dropped0;
 	long rss1 = proc_rss_kib(T.pid);
 	int fds1 = proc_fds(T.pid);
 	fprintf(stderr, "# peer listener: %d/%d answered unauthenticated, %d/%d authenticated; data port: %d streams "
-		"unauthenticated, %d authenticated; %llu refusals counted; RSS %ld -> %ld KiB, fds %d -> %d\n",
-		ans_unauth, N_EACH, ans_auth, N_EACH, st_unauth, st_auth, (unsigned long long)refused, rss0, rss1, fds0,
-		fds1);
+		"unauthenticated, %d authenticated; %llu refusals and %llu unauthenticated streams dropped counted; RSS "
+		"%ld -> %ld KiB, fds %d -> %d\n",
+		ans_unauth, N_EACH, ans_auth, N_EACH, st_unauth, st_auth, (unsigned long long)refused,
+		(unsigned long long)dropped, rss0, rss1, fds0, fds1);
 	ck_assert_int_ge(ans_unauth, N_EACH * 95 / 100);
 	ck_assert_int_ge(ans_auth, N_EACH * 95 / 100);
-	ck_assert_uint_ge(refused, N_EACH); /* every unauthenticated request, every early frame */
+	ck_assert_uint_ge(refused + dropped, N_EACH); /* every unauthenticated request, every early frame */
 	ck_assert_msg(rss1 - rss0 < RSS_BOUND_KIB, "RSS grew by %ld KiB", rss1 - rss0);
 	ck_assert_msg(fds1 <= fds0 + 4, "fds %d -> %d", fds0, fds1);
 	/* still serving: a real peer's verified transfer, with its notification */
