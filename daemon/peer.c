@@ -338,12 +338,13 @@ static void rpc_end(struct peer *p, struct rpc *q, const Mori__Reply *rep, int c
 	free(q);
 }
 
-static struct rpc *rpc_new(struct peer *p, Mori__Request *req, uint32_t timeout_ms, rpc_done_fn done, void *arg)
+/* q for req (packed now, its id and deadline set), on no queue yet. */
+static struct rpc *rpc_alloc(struct peers *P, Mori__Request *req, uint32_t timeout_ms, rpc_done_fn done, void *arg)
 {
 	struct rpc *q = calloc(1, sizeof(*q));
 	if (!q)
 		return NULL;
-	q->id = req->id = ++p->P->next_rpc;
+	q->id = req->id = ++P->next_rpc;
 	q->len = mori__request__get_packed_size(req);
 	if (!(q->msg = malloc(q->len ? q->len : 1))) {
 		free(q);
@@ -354,23 +355,40 @@ static struct rpc *rpc_new(struct peer *p, Mori__Request *req, uint32_t timeout_
 	q->deadline_us = mori_now_us() + timeout_ms * 1000ull;
 	q->done = done;
 	q->arg = arg;
+	return q;
+}
+
+/* q is for the request path: dial p if need be (a failed dial fails q at the next tick, with the reason). */
+static void rpc_dial(struct peer *p, struct rpc *q)
+{
 	if (peer_dial(p) != 0) {
 		mlog_warn("peer", "%s: %s", p->addr, p->why);
-		q->deadline_us = 0; /* fails at the next tick, with the reason */
+		q->deadline_us = 0;
 	}
+}
+
+static struct rpc *rpc_new(struct peer *p, Mori__Request *req, uint32_t timeout_ms, rpc_done_fn done, void *arg)
+{
+	struct rpc *q = rpc_alloc(p->P, req, timeout_ms, done, arg);
+	if (q)
+		rpc_dial(p, q);
+	return q;
+}
+
+/* q at the end of p's request path queue. */
+static struct rpc *rpc_queue(struct peer *p, struct rpc *q)
+{
+	list_add(&p->rpcs, &q->link);
+	peers_kick(p->P);
+	if (p->rpcs.next == &q->link)
+		rpc_kick(p);
 	return q;
 }
 
 struct rpc *peer_rpc(struct peer *p, Mori__Request *req, uint32_t timeout_ms, rpc_done_fn done, void *arg)
 {
 	struct rpc *q = rpc_new(p, req, timeout_ms, done, arg);
-	if (!q)
-		return NULL;
-	list_add(&p->rpcs, &q->link);
-	peers_kick(p->P);
-	if (p->rpcs.next == &q->link)
-		rpc_kick(p);
-	return q;
+	return q ? rpc_queue(p, q) : NULL;
 }
 
 /* Like peer_rpc, on a transport's data path when p's is up (no nng thread on the way: MORI-SHMEM's
@@ -379,31 +397,17 @@ struct rpc *peer_rpc(struct peer *p, Mori__Request *req, uint32_t timeout_ms, rp
 struct rpc *peer_rpc_fast(struct peer *p, Mori__Request *req, uint32_t timeout_ms, rpc_done_fn done, void *arg)
 {
 	struct peers *P = p->P;
+	struct rpc *q = rpc_alloc(P, req, timeout_ms, done, arg);
+	if (!q)
+		return NULL;
 	for (int i = 0; i < TR_MAX && p->state == PS_UP; i++) {
 		uint32_t lanes;
 		const struct transport *t = P->tr[i];
-		if (!t || !t->rpc || !t->carries || !t->carries(p, &lanes))
-			continue;
-		struct rpc *q = calloc(1, sizeof(*q));
-		if (!q)
-			return NULL;
-		q->id = req->id = ++P->next_rpc;
-		q->len = mori__request__get_packed_size(req);
-		if (!(q->msg = malloc(q->len ? q->len : 1))) {
-			free(q);
-			return NULL;
-		}
-		mori__request__pack(req, q->msg);
-		q->timeout_ms = timeout_ms;
-		q->deadline_us = mori_now_us() + timeout_ms * 1000ull;
-		q->done = done;
-		q->arg = arg;
-		if (t->rpc(p, q))
+		if (t && t->rpc && t->carries && t->carries(p, &lanes) && t->rpc(p, q))
 			return q;
-		free(q->msg);
-		free(q);
 	}
-	return peer_rpc(p, req, timeout_ms, done, arg);
+	rpc_dial(p, q); /* no data path took it (a declining transport keeps nothing of q) */
+	return rpc_queue(p, q);
 }
 
 /* ---- authentication of the request path (the exchange: auth.h, peer_auth.c) ---- */
