@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -118,6 +119,17 @@ static inline void daemon_kill9(struct test_daemon *t)
 		waitpid(t->pid, NULL, 0);
 		t->pid = 0;
 	}
+}
+
+/* First call in a test's forked child (a PE, a flooder): end it alone after secs seconds, and
+ * with SIGKILL when the test process dies. Check's SIGALRM handler, inherited through fork,
+ * would otherwise SIGKILL the whole test's process group and report only "signal 9", hiding
+ * which child hung. */
+static inline void child_deadline(unsigned secs)
+{
+	signal(SIGALRM, SIG_DFL);
+	alarm(secs);
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
 }
 
 /* xorshift64*: the tests' own random numbers, seeded from MORI_TEST_SEED or the clock. */

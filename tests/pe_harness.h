@@ -4,7 +4,6 @@
  * join_alone, a group of one PE. Include after check.h and harness.h. */
 #ifndef MORI_TEST_PE_HARNESS_H
 #define MORI_TEST_PE_HARNESS_H
-#include <sys/prctl.h>
 #include <time.h>
 
 #include "mori_shmem.h"
@@ -55,8 +54,7 @@ static inline double pe_run_all(int n, pe_fn fn, void *arg, int timeout_s, int l
 		pids[i] = fork();
 		ck_assert_int_ge(pids[i], 0);
 		if (pids[i] == 0) {
-			alarm((unsigned)timeout_s);
-			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			child_deadline((unsigned)timeout_s);
 			_exit(fn(i, n, arg) ? 1 : 0);
 		}
 	}

@@ -309,8 +309,7 @@ START_TEST(daemon_killed_ends_waits)
 	int na = (NPES + 1) / 2;
 	for (int i = 0; i < NPES; i++)
 		if ((pids[i] = fork()) == 0) {
-			alarm(60);
-			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			child_deadline(60);
 			_exit(pe_daemon_gone(i, NPES, NULL) ? 1 : 0);
 		}
 	double t0 = now_s();

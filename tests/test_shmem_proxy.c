@@ -630,8 +630,7 @@ static void run_killed(void *amo)
 	SH->idle_done = 0;
 	for (int i = 0; i < 3; i++)
 		if ((pids[i] = fork()) == 0) {
-			alarm(60);
-			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			child_deadline(60);
 			_exit(pe_killed(i, 3, amo) ? 1 : 0);
 		}
 	while (SH->stage == 0)
@@ -693,8 +692,7 @@ START_TEST(peer_killed_idle)
 	SH->kill_us = 0;
 	for (int i = 0; i < 3; i++)
 		if ((pids[i] = fork()) == 0) {
-			alarm(60);
-			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			child_deadline(60);
 			_exit(pe_idle_kill(i, 3, NULL) ? 1 : 0);
 		}
 	uint64_t t0 = now_us();
@@ -754,8 +752,7 @@ START_TEST(root_killed_ends_call)
 	SH->kill_us = 0;
 	for (int i = 0; i < 2; i++)
 		if ((pids[i] = fork()) == 0) {
-			alarm(60);
-			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			child_deadline(60);
 			_exit(pe_root_killed(i, 2, NULL) ? 1 : 0);
 		}
 	while (SH->stage == 0)

@@ -79,8 +79,7 @@ START_TEST(control_answers_during_local_flood)
 	memset((void *)sh, 0, sizeof(*sh));
 	pid_t pe = fork();
 	if (pe == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		alarm(60);
+		child_deadline(60);
 		_exit(flood(sh));
 	}
 	for (int i = 0; i < 1000 && !sh->ready; i++)
