@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "host_port.h"
 #include "log.h"
 
 enum opt_type { T_STR, T_INT };
@@ -29,7 +30,7 @@ static int check_addr(const char *name, const char *value, char *err, size_t err
 {
 	char host[256];
 	int port;
-	if (value[0] && config_split_addr(value, host, sizeof(host), &port) != 0) {
+	if (value[0] && host_port_split(value, host, sizeof(host), &port) != 0) {
 		snprintf(err, errlen, "%s: '%s' is not host:port (port 1..65535)", name, value);
 		return -1;
 	}
@@ -289,29 +290,6 @@ int config_load_file(struct config *cfg, const char *path, char *err, size_t err
 	return -1;
 }
 
-int config_split_addr(const char *addr, char *host, size_t hlen, int *port)
-{
-	const char *colon = strrchr(addr, ':');
-	if (!colon || colon == addr || !colon[1])
-		return -1;
-	char *end;
-	long v = strtol(colon + 1, &end, 10);
-	if (*end || v <= 0 || v > 65535)
-		return -1;
-	const char *h = addr;
-	size_t n = (size_t)(colon - addr);
-	if (h[0] == '[' && n >= 2 && h[n - 1] == ']') {
-		h++;
-		n -= 2;
-	}
-	if (n == 0 || n >= hlen)
-		return -1;
-	memcpy(host, h, n);
-	host[n] = 0;
-	*port = (int)v;
-	return 0;
-}
-
 int config_validate(struct config *cfg, char *err, size_t errlen)
 {
 	if (mori_log_level_parse(cfg->log_level) < 0) {
@@ -342,7 +320,7 @@ int config_validate(struct config *cfg, char *err, size_t errlen)
 		char host[256];
 		int port;
 		const char *a = addrs[i][1];
-		if (a[0] && config_split_addr(a, host, sizeof(host), &port) != 0) {
+		if (a[0] && host_port_split(a, host, sizeof(host), &port) != 0) {
 			snprintf(err, errlen, "%s: '%s' is not host:port (port 1..65535)", addrs[i][0], a);
 			return -1;
 		}
@@ -351,7 +329,7 @@ int config_validate(struct config *cfg, char *err, size_t errlen)
 		char host[256];
 		int port;
 		struct in_addr a4;
-		config_split_addr(cfg->listen, host, sizeof(host), &port);
+		host_port_split(cfg->listen, host, sizeof(host), &port);
 		int loopback = !strcmp(host, "localhost") || !strcmp(host, "::1") ||
 			       (inet_pton(AF_INET, host, &a4) == 1 && (ntohl(a4.s_addr) >> 24) == 127);
 		if (!loopback) {

@@ -20,6 +20,7 @@
 #include "group_link.h"
 #include "group_root.h"
 #include "heap.h"
+#include "host_port.h"
 #include "log.h"
 #include "region.h"
 #include "shmem_layout.h"
@@ -320,7 +321,7 @@ static int join_check(struct client *c, const Mori__GroupJoin *j, int fd, uint64
 	}
 	char host[128];
 	int port;
-	if ((*root)[0] && config_split_addr(*root, host, sizeof(host), &port) != 0) {
+	if ((*root)[0] && host_port_split(*root, host, sizeof(host), &port) != 0) {
 		reply_error(rep, MORI_EINVAL, "join of '%s': root '%s' is not host:port", j->name, *root);
 		return MORI_EINVAL;
 	}

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "host_port.h"
 #include "log.h"
 #include "metrics.h"
 #include "morid.h"
@@ -336,7 +337,7 @@ int metrics_start(struct morid *d)
 	int port, rc;
 	if (!d->cfg.metrics_listen[0])
 		return 0;
-	if (config_split_addr(d->cfg.metrics_listen, host, sizeof(host), &port) != 0) {
+	if (host_port_split(d->cfg.metrics_listen, host, sizeof(host), &port) != 0) {
 		mlog_err("metrics", "metrics_listen '%s' is not host:port", d->cfg.metrics_listen);
 		return -1;
 	}

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "host_port.h"
 #include "invariant.h"
 #include "log.h"
 #include "mstats.h"
@@ -108,7 +109,7 @@ struct peer *peer_get(struct peers *P, const char *addr, int create)
 	}
 	char host[128];
 	int port;
-	if (strlen(addr) >= sizeof(((struct peer *)0)->addr) || config_split_addr(addr, host, sizeof(host), &port) != 0)
+	if (strlen(addr) >= sizeof(((struct peer *)0)->addr) || host_port_split(addr, host, sizeof(host), &port) != 0)
 		return NULL;
 	struct peer *p = calloc(1, sizeof(*p));
 	if (!p)

@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "host_port.h"
 #include "internal.h"
 
 #define DEREG_WAIT_US 1000000
@@ -506,19 +507,6 @@ int mori_mem_publish_access(mori_mem *m, const char *name, const mori_access *ac
 	return rc;
 }
 
-/* "host:port" with a port 1..65535 (host possibly "[v6]"): morid's config_split_addr rule, checked
- * here too so that a malformed address is MORI_EINVAL whatever the daemon's configuration (a
- * morid without a peer listener answers MORI_ECONN before it looks at the address). */
-static int is_host_port(const char *a)
-{
-	const char *colon = strrchr(a, ':');
-	if (!colon || colon == a || !colon[1] || strlen(a) >= 256)
-		return 0;
-	char *end;
-	long v = strtol(colon + 1, &end, 10);
-	return !*end && colon[1] != '-' && colon[1] != '+' && v > 0 && v <= 65535;
-}
-
 int mori_mem_open_remote(mori_client *c, const char *node, const char *name, mori_mem **out)
 {
 	if (!c || !name || !out)
@@ -526,7 +514,12 @@ int mori_mem_open_remote(mori_client *c, const char *node, const char *name, mor
 	int crc = client_check(c);
 	if (crc != MORI_OK)
 		return crc;
-	if (node && node[0] && !is_host_port(node))
+	/* morid's own "host:port" rule (common/host_port.h), checked here too so that a malformed
+	 * address is MORI_EINVAL whatever the daemon's configuration (a morid without a peer
+	 * listener answers MORI_ECONN before it looks at the address) */
+	char host[HOST_PORT_MAX + 1];
+	int port;
+	if (node && node[0] && host_port_split(node, host, sizeof(host), &port) != 0)
 		return set_error(c, MORI_EINVAL, "mem_open_remote: node '%.200s' is not host:port (port 1..65535)", node);
 	Mori__Request req = MORI__REQUEST__INIT;
 	Mori__MemLookup l = MORI__MEM_LOOKUP__INIT;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "../daemon/config.h"
+#include "host_port_cases.h"
 
 static char path[64];
 
@@ -445,6 +446,46 @@ START_TEST(allow_uids)
 }
 END_TEST
 
+/* tests/host_port_cases.h's table through host_port_split and morid's option checks (listen is set
+ * and validated; peers, a comma list of them, holds the long ones). */
+START_TEST(host_port_table)
+{
+	struct config c;
+	char err[512], host[256];
+	for (size_t i = 0; i < HOST_PORT_NCASES; i++) {
+		const struct host_port_case *k = &host_port_cases[i];
+		int port = -1, rc = host_port_split(k->addr, host, sizeof(host), &port);
+		ck_assert_msg(rc == (k->host ? 0 : -1), "'%s': host_port_split %d", k->addr, rc);
+		if (k->host) {
+			ck_assert_str_eq(host, k->host);
+			ck_assert_int_eq(port, k->port);
+		}
+		if (!k->addr[0])
+			continue; /* an empty listen is "no listener" */
+		config_defaults(&c);
+		c.insecure_peers = 1; /* not the loopback rule's business here */
+		rc = config_set(&c, "listen", k->addr, err, sizeof(err));
+		if (rc == 0)
+			rc = config_validate(&c, err, sizeof(err));
+		ck_assert_msg(rc == (k->host ? 0 : -1), "listen '%s': %d (%s)", k->addr, rc, rc ? err : "");
+		if (!k->host)
+			ck_assert_msg(strstr(err, "is not host:port"), "listen '%s': %s", k->addr, err);
+	}
+	/* HOST_PORT_MAX characters and no more; a host longer than the caller's buffer */
+	char addr[HOST_PORT_MAX + 2];
+	int port;
+	ck_assert_int_eq(host_port_split(host_port_long(addr, HOST_PORT_MAX), host, sizeof(host), &port), 0);
+	ck_assert_int_eq(strlen(host), HOST_PORT_MAX - 5);
+	ck_assert_int_eq(host_port_split(host_port_long(addr, HOST_PORT_MAX + 1), host, sizeof(host), &port), -1);
+	ck_assert_int_eq(host_port_split("abcdefgh:1", host, 9, &port), 0);
+	ck_assert_int_eq(host_port_split("abcdefghi:1", host, 9, &port), -1);
+	config_defaults(&c);
+	ck_assert_int_eq(config_set(&c, "peers", host_port_long(addr, HOST_PORT_MAX), err, sizeof(err)), 0);
+	ck_assert_int_eq(config_set(&c, "peers", host_port_long(addr, HOST_PORT_MAX + 1), err, sizeof(err)), -1);
+	ck_assert_msg(strstr(err, "is not host:port"), "%s", err);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("config");
@@ -457,6 +498,7 @@ int main(void)
 	tcase_add_test(tc, dashes_and_underscores);
 	tcase_add_test(tc, reload_rules);
 	tcase_add_test(tc, allow_uids);
+	tcase_add_test(tc, host_port_table);
 	suite_add_tcase(s, tc);
 	TCase *tf = tcase_create("file");
 	tcase_set_timeout(tf, 10);
