@@ -34,8 +34,17 @@ struct peer_xfer_args {
 	uint32_t timeout_ms;
 	void (*done)(void *arg, int code, const char *msg);
 	void *arg;
+	/* A write may end with a signal the target applies once all its bytes landed, before it
+	 * answers (done then means both): 0 none, 1 SET, 2 ADD of sig_value at sig_off of the remote
+	 * region (8 bytes, aligned). Only where peer_xfer_signals says so. */
+	int sig;
+	uint64_t sig_off, sig_value;
 };
 int peer_xfer_start(struct morid *d, const struct peer_xfer_args *a, uint64_t *id);
+/* 1 when a write from local to node would go by a transport that carries its signal after the
+ * data (TCP; not RDMA, which takes host memory where it reaches the peer): peer_xfer_start may
+ * be given one. 0: send the signal apart once the write is done. */
+int peer_xfer_signals(struct morid *d, const char *node, const struct region *local);
 /* End transfer id (from peer_xfer_start) with MORI_ECANCELED now, done included; none: nothing. */
 void peer_xfer_cancel(struct morid *d, uint64_t id);
 /* Fail and forget everything of c's. */
@@ -58,6 +67,10 @@ extern int (*peers_group_serve)(struct peers *P, const Mori__Request *req, const
  * by the layer above while it runs; 1 when it answered rep. */
 extern int (*peers_shmem_serve)(struct peers *P, const Mori__Request *req, const char *from, Mori__Reply *rep,
 				struct rctx *r);
+/* A transfer's signal after the data (peer_xfer_args.sig) at the target: the 8-byte SET (add 0)
+ * or ADD of value at off of g (checked: inside g, aligned), applied as the proxy applies its
+ * atomics; set by daemon/shmem_proxy.c while it runs (NULL: such transfers are refused). */
+extern int (*peers_signal_apply)(struct region *g, int add, uint64_t off, uint64_t value);
 /* How peers are authenticated here, for moractl status; *unauth: 1 when a listener runs
  * without a cluster key (said loudly). */
 const char *peer_auth_status(struct morid *d, int *unauth);

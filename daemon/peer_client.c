@@ -529,6 +529,10 @@ void peer_client_gone(struct morid *d, struct client *c)
 static int route(struct peers *P, struct xfer *x)
 {
 	const struct transport *tcp = P->tr[TR_TCP], *rdma = P->tr[TR_RDMA];
+	if (x->sig) { /* only a transport that applies the signal after the data (peer_xfer_signals) */
+		const struct transport *t = P->mode == TM_RDMA ? rdma : tcp;
+		return t && t->signals && t->take(x);
+	}
 	switch (P->mode) {
 	case TM_TCP:
 		return tcp && tcp->take(x);
@@ -795,10 +799,31 @@ int peer_xfer_start(struct morid *d, const struct peer_xfer_args *a, uint64_t *i
 	x->timeout_ms = a->timeout_ms;
 	x->on_done = a->done;
 	x->done_arg = a->arg;
+	if (!a->read && (a->sig == 1 || a->sig == 2)) {
+		x->sig = a->sig;
+		x->sig_off = a->sig_off;
+		x->sig_value = a->sig_value;
+	}
 	LIST_INIT(&x->nlink);
 	*id = x->id;
 	xfer_go(P, x); /* may end x (and call done) before it returns */
 	return MORI_OK;
+}
+
+int peer_xfer_signals(struct morid *d, const char *node, const struct region *local)
+{
+	struct peers *P = d->peers;
+	const struct transport *tcp = P ? P->tr[TR_TCP] : NULL, *rdma = P ? P->tr[TR_RDMA] : NULL;
+	struct peer *p = P && P->on ? peer_get(P, node, 1) : NULL;
+	uint32_t lanes;
+	if (!p || P->mode == TM_RDMA)
+		return rdma && rdma->signals && p;
+	/* auto: RDMA takes host memory once it carries the peer (route); that path keeps its speed
+	 * and the signal goes apart */
+	if (P->mode == TM_AUTO && rdma && local->kind == MORI_MEM_HOST && rdma->carries && rdma->carries(p, &lanes) &&
+	    !rdma->signals)
+		return 0;
+	return tcp && tcp->signals;
 }
 
 void peer_xfer_cancel(struct morid *d, uint64_t id)

@@ -128,6 +128,10 @@ struct xfer {
 	mori_desc *descs;         /* owned; a transport may take them (set NULL) when it outlives x */
 	uint32_t n;
 	uint64_t total, done;
+	/* A signal after the data (peer_xfer_args.sig): 0 none, 1 SET, 2 ADD of sig_value at sig_off
+	 * of the remote region; only a transport with `signals` runs x then. */
+	int sig;
+	uint64_t sig_off, sig_value;
 	uint64_t start_us, deadline_us;
 	uint32_t timeout_ms;
 	const struct transport *t; /* the one running it; NULL before it is taken */

@@ -36,6 +36,7 @@ static int transports_serve(struct peers *P, const Mori__Request *req, Mori__Rep
 
 /* ---- the listener side: requests from other daemons ---- */
 
+int (*peers_signal_apply)(struct region *g, int add, uint64_t off, uint64_t value);
 int (*peers_shmem_serve)(struct peers *P, const Mori__Request *req, const char *from, Mori__Reply *rep,
 			 struct rctx *r);
 int (*peers_group_serve)(struct peers *P, const Mori__Request *req, const char *from, Mori__Reply *rep,

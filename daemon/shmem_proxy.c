@@ -2,8 +2,11 @@
  *
  * A ring is served in order, in batches: consecutive puts to one PE (up to
  * a put+signal, which ends its batch) go as one transfer, consecutive gets from one PE as one,
- * consecutive atomics to one PE as one PeerShmemAmo message; a signal goes only after its
- * batch's data was acknowledged by the target, so it lands after the data, and every atomic
+ * consecutive atomics to one PE as one PeerShmemAmo message; a put+signal batch's signal lands
+ * only after its data: in the same message (at most PROXY_INLINE bytes), with the transfer
+ * where its transport applies a signal after the data (TCP's FF_SIGNAL: the target applies it
+ * once every byte landed, then answers; one round trip), else (RDMA) as a message once the
+ * transfer was acknowledged (two round trips). Every atomic lands
  * after every earlier request of the ring (barrier flags rely on it). Batches of plain puts to
  * one PE may be in flight together (their bytes have no order until a fence); a batch that is
  * not plain puts waits for every batch to its PE. `done` moves past a batch once all of it and
@@ -70,6 +73,7 @@ struct batch {                         /* requests to one PE that travel togethe
 	struct mori_shmem_preq b[PROXY_BATCH];
 	int nb, phase, code;
 	int nops;                      /* ops of its AMO message */
+	int sig_sent;                  /* its transfer carries its signal (peer_xfer_signals) */
 	uint64_t xfer;                 /* its transfer, 0 none */
 };
 
@@ -400,6 +404,13 @@ static void start_xfer(struct batch *bt, const struct target *t)
 	struct peer_xfer_args a = {.local = pp->heap, .node = t->node, .epoch = t->epoch, .region = t->region,
 				   .gen = t->gen, .secret = t->secret, .read = read, .descs = ds, .n = (uint32_t)k,
 				   .timeout_ms = PROXY_TIMEOUT_MS, .done = xfer_done, .arg = bt};
+	const struct mori_shmem_preq *last = &bt->b[bt->nb - 1];
+	bt->sig_sent = last->op == MORI_SHMEM_OP_PUT_SIGNAL && peer_xfer_signals(X.d, t->node, pp->heap);
+	if (bt->sig_sent) { /* one trip: the target applies it once all of the data landed */
+		a.sig = last->amo == MORI_SHMEM_SIGNAL_SET ? 1 : 2;
+		a.sig_off = last->sig;
+		a.sig_value = last->value;
+	}
 	pp->held++;
 	int rc = peer_xfer_start(X.d, &a, &bt->xfer);
 	if (rc) {
@@ -429,8 +440,10 @@ static void xfer_done(void *arg, int code, const char *msg)
 			mlog_info("shmem", "proxy of PE %d: %s of %d requests to PE %d failed: %s", pp->rank,
 				  bt->b[0].op == MORI_SHMEM_OP_GET ? "get" : "put", bt->nb, rank, msg);
 			batch_end(bt, dead_code(code), rank);
-		} else if (bt->b[bt->nb - 1].op == MORI_SHMEM_OP_PUT_SIGNAL) {
-			send_amo(bt, &pp->t[rank], AMO_SIGNAL); /* the data is there: now its signal */
+		} else if (bt->b[bt->nb - 1].op == MORI_SHMEM_OP_PUT_SIGNAL && !bt->sig_sent) {
+			/* the fallback where the transport carries no signal (RDMA): the data is there,
+			 * now its signal, a second round trip */
+			send_amo(bt, &pp->t[rank], AMO_SIGNAL);
 		} else {
 			batch_end(bt, 0, rank);
 		}
@@ -647,6 +660,7 @@ static int pump(struct ppe *pp)
 		bt->phase = PH_RUN;
 		bt->code = 0;
 		bt->xfer = 0;
+		bt->sig_sent = 0;
 		gather(bt, &q, busy);
 		bytes += batch_bytes(bt);
 		run_batch(bt); /* may end it at once */
@@ -900,6 +914,13 @@ static int serve_amo(struct peers *P, const Mori__Request *req, const char *from
 	return 1;
 }
 
+/* A transfer's signal after its data (peers_signal_apply; the TCP target checked the word). */
+static int signal_apply(struct region *g, int add, uint64_t off, uint64_t value)
+{
+	uint64_t old;
+	return amo_apply(g, add ? MORI_SHMEM_AMO_ADD : MORI_SHMEM_AMO_SET, 8, off, value, 0, &old);
+}
+
 /* ---- start, stop ---- */
 
 int shmem_proxy_start(struct morid *d)
@@ -914,6 +935,7 @@ int shmem_proxy_start(struct morid *d)
 	struct group_hooks h = {.pe_ready = pe_ready, .pe_gone = pe_gone, .arg = NULL};
 	group_set_hooks(&h);
 	peers_shmem_serve = serve_amo;
+	peers_signal_apply = signal_apply;
 	return 0;
 }
 
@@ -924,6 +946,7 @@ void shmem_proxy_stop(struct morid *d)
 		return;
 	group_set_hooks(NULL);
 	peers_shmem_serve = NULL;
+	peers_signal_apply = NULL;
 	list_each(it, &X.pes)
 		ppe_drop(list_entry(it, struct ppe, link));
 	X.on = 0;

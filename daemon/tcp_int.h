@@ -33,11 +33,11 @@
  * nothing before a valid AUTH (without a cluster key at either end the proofs are not checked:
  * a keyed end refuses an unkeyed one). Every frame naming a region carries its secret. */
 #define FRAME_MAGIC 0x4d4f5249u /* "MORI" */
-#define FRAME_VERSION 3 /* 3: MSG / MSGREP */
+#define FRAME_VERSION 4 /* 3: MSG / MSGREP; 4: FF_SIGNAL on WRITE */
 enum ftype {
 	F_HELLO = 1,     /* initiator -> target: xfer = epoch, code = version, payload = nonce, node */
 	F_HELLO_ACK = 2, /* target -> initiator: xfer = epoch, payload = nonce, proof, node */
-	F_WRITE = 3,     /* payload lands at region+offset; total = transfer bytes */
+	F_WRITE = 3,     /* payload lands at region+offset; total = transfer bytes; flags FF_SIGNAL or 0 */
 	F_DONE = 4,      /* target -> initiator: a write finished (code, payload = message) */
 	F_READ = 5,      /* ask for rlen bytes at region+offset, to land at the initiator's aux */
 	F_RDATA = 6,     /* answer to one F_READ: code 0 and the bytes, or code and a message */
@@ -47,10 +47,15 @@ enum ftype {
 	F_MSGREP = 10,   /* target -> initiator: payload = the packed Reply, xfer = the MSG's id */
 };
 #define MSG_MAX (64u << 10) /* largest MSG / MSGREP payload (a proxy message is at most ~20 KiB) */
-/* Frame flags: none since frame version 2. Version 1's FF_NOTIF_V1 (the target notifies its
- * region's owner after the data) is refused (MORI_EPROTO): notifications travel on the control
- * link from the initiator's daemon (xnotif.c), in order, naming the region with its secret. */
+/* Frame flags. Version 1's FF_NOTIF_V1 (the target notifies its region's owner after the data)
+ * is refused (MORI_EPROTO): notifications travel on the control link from the initiator's daemon
+ * (xnotif.c), in order, naming the region with its secret. FF_SIGNAL (version 4, WRITE frames
+ * only): the transfer ends with a signal the target applies once every byte of it landed and
+ * before its DONE: an 8-byte SET (pad = 1) or ADD (pad = 2) of `tag` at `aux` of the same region
+ * (MORI-SHMEM's put+signal in one trip). Every WRITE frame of such a transfer carries the same
+ * signal (the frames are striped over the streams: whichever comes first names it). */
 #define FF_NOTIF_V1 1u
+#define FF_SIGNAL 2u
 
 struct fhdr {
 	uint32_t magic;
@@ -63,11 +68,11 @@ struct fhdr {
 	uint32_t gen;
 	uint32_t rlen;        /* READ/RDATA: bytes asked for */
 	uint64_t offset;      /* WRITE/READ: target offset; RDATA: initiator's local offset */
-	uint64_t aux;         /* READ: initiator's local offset */
+	uint64_t aux;         /* READ: initiator's local offset; WRITE with FF_SIGNAL: the signal word's offset */
 	uint64_t total;       /* transfer bytes */
-	uint64_t tag;         /* zero (version 1: the notification's tag) */
+	uint64_t tag;         /* FF_SIGNAL: the signal's value; else zero (version 1: the notification's tag) */
 	uint32_t deadline_ms; /* time left at sending */
-	uint32_t pad;
+	uint32_t pad;         /* FF_SIGNAL: 1 SET, 2 ADD; else zero */
 	uint8_t key[REGION_SECRET_BYTES]; /* WRITE/READ: the region's secret */
 };
 _Static_assert(sizeof(struct fhdr) == 96, "frame header is 96 bytes");
@@ -180,6 +185,8 @@ struct inb {
 	int code;
 	uint64_t total, got;
 	uint64_t expire_us;
+	int sig;                  /* FF_SIGNAL: 1 SET, 2 ADD of sig_value at sig_off after the data; 0 none */
+	uint64_t sig_off, sig_value;
 	struct peer *p;           /* for counters; may be NULL */
 };
 

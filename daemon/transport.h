@@ -61,6 +61,11 @@ struct transport {
 	 * and frees nothing of q), 0 when it cannot now (peer_rpc_fast then uses the request path).
 	 * NULL: never. */
 	int (*rpc)(struct peer *p, struct rpc *q);
+	/* 1: it carries a transfer's signal after the data (x->sig: the target applies it once every
+	 * byte landed, before it answers; TCP's FF_SIGNAL). A transfer with a signal goes only to such
+	 * a transport (route in peer_client.c); the proxy sends its signal apart where none carries
+	 * the transfer (peer_xfer_signals). */
+	int signals;
 };
 
 extern const struct transport transport_tcp, transport_rdma;

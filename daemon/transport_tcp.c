@@ -90,6 +90,12 @@ void tcp_pump(struct peer *p)
 				.deadline_ms = x->deadline_us > now ? (uint32_t)((x->deadline_us - now) / 1000 + 1) : 1,
 			};
 			memcpy(h.key, x->rsecret, sizeof(h.key));
+			if (x->sig) { /* in every frame: the frames of one transfer land in any order */
+				h.flags = FF_SIGNAL;
+				h.aux = x->sig_off;
+				h.tag = x->sig_value;
+				h.pad = (uint32_t)x->sig;
+			}
 			if (x->read) {
 				h.aux = lo;
 				h.rlen = len;
@@ -276,10 +282,14 @@ static struct inb *inb_get(struct stream *s, int read)
 	struct peers *P = s->P;
 	struct fhdr *h = &s->h;
 	struct inb *b = inb_find(P, s->src_epoch, h->xfer);
+	int sig = h->flags == FF_SIGNAL ? (int)h->pad : 0;
 	if (b) {
-		/* every frame of a transfer names the same region, with its secret */
+		/* every frame of a transfer names the same region, with its secret, and the same signal */
 		if (b->r && (h->region != b->r->id || h->gen != b->r->gen || !region_secret_ok(b->r, h->key, sizeof(h->key))))
 			inb_fail(s, b, MORI_EPERM, "a frame of transfer %llu names another region",
+				 (unsigned long long)h->xfer);
+		else if (b->r && (sig != b->sig || (sig && (h->aux != b->sig_off || h->tag != b->sig_value))))
+			inb_fail(s, b, MORI_EPROTO, "a frame of transfer %llu names another signal",
 				 (unsigned long long)h->xfer);
 		return b;
 	}
@@ -300,18 +310,27 @@ static struct inb *inb_get(struct stream *s, int read)
 	struct region *g = region_find(P->d, h->region);
 	char why[300];
 	int code;
-	if (h->flags) {
+	if (h->flags && (read || h->flags != FF_SIGNAL)) {
 		inb_fail(s, b, MORI_EPROTO, "frame flags 0x%x refused at %s: %s", h->flags, P->self,
 			 h->flags & FF_NOTIF_V1 ? "notifications travel on the control link since frame version 2"
-						: "frame version 2 has none");
+						: "frame version 4 has only FF_SIGNAL, on writes");
+	} else if (h->flags && ((sig != 1 && sig != 2) || !peers_signal_apply)) {
+		inb_fail(s, b, MORI_EPROTO, "a signal after the data refused at %s: %s", P->self,
+			 sig != 1 && sig != 2 ? "unknown signal op" : "MORI-SHMEM's proxy is not served here");
 	} else if (!g || g->gen != h->gen || !region_secret_ok(g, h->key, sizeof(h->key))) {
 		inb_fail(s, b, MORI_ESTALE, "region %llu is no longer registered at %s",
 			 (unsigned long long)h->region, P->self);
+	} else if (sig && (g->size < 8 || h->aux > g->size - 8 || h->aux % 8)) {
+		inb_fail(s, b, MORI_ERANGE, "signal word at %llu outside region %llu (%llu bytes) or unaligned",
+			 (unsigned long long)h->aux, (unsigned long long)g->id, (unsigned long long)g->size);
 	} else if ((code = region_reach(g, why, sizeof(why))) != 0) {
 		inb_fail(s, b, code, "at %s: %s", P->self, why);
 	} else {
 		b->r = g;
 		g->inflight++;
+		b->sig = sig;
+		b->sig_off = h->aux;
+		b->sig_value = h->tag;
 	}
 	return b;
 }
@@ -324,8 +343,15 @@ static void inb_finish(struct stream *s, struct inb *b)
 		if (!g || g->dead) {
 			if (!b->read)
 				inb_fail(s, b, MORI_ESTALE, "region deregistered at %s during the transfer", P->self);
-		} else {
-			if (!b->read) {
+		} else if (!b->read) {
+			/* every byte landed (got == total, no failure, not aborted): only now its signal, and
+			 * DONE answers both; a transfer that fails or is cut off never gets here */
+			int rc = b->sig ? peers_signal_apply ? peers_signal_apply(g, b->sig == 2, b->sig_off, b->sig_value)
+							    : MORI_ENOTSUP
+					: 0;
+			if (rc) {
+				inb_fail(s, b, rc, "the signal after the data at %s: %s", P->self, mori_strerror(rc));
+			} else {
 				b->replied = 1;
 				send_done(s, b->xfer, 0, "");
 			}
@@ -395,7 +421,7 @@ static void rx_read_req(struct stream *s)
 		code = b->code ? b->code : MORI_ECANCELED;
 		snprintf(msg, sizeof(msg), "%s",
 			 b->code == MORI_ESTALE   ? "region no longer registered"
-			 : b->code == MORI_EPROTO ? "frame flags refused at the target (frame version 2 has none)"
+			 : b->code == MORI_EPROTO ? "frame flags refused at the target (reads take none)"
 						  : "failed at the target");
 	} else if (h->offset > b->r->size || h->rlen > b->r->size - h->offset || !h->rlen || h->rlen > CHUNK_MAX) {
 		code = MORI_ERANGE;
@@ -781,4 +807,5 @@ const struct transport transport_tcp = {
 	.tick = tcp_tick,
 	.carries = tcp_carries,
 	.rpc = tcp_rpc,
+	.signals = 1,
 };

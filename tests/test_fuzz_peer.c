@@ -243,6 +243,11 @@ static int frame_one(int s, int authenticated)
 	h.total = below(2) ? below(1 << 20) + 1 : rnd();
 	h.deadline_ms = below(2) ? 2000 : (uint32_t)rnd();
 	h.flags = (uint16_t)below(4);
+	if (h.flags & FF_SIGNAL) { /* frame version 4's signal after the data: its op, word and value */
+		h.pad = below(4) ? below(3) + 1 : (uint32_t)rnd();
+		h.aux = below(4) ? below((uint32_t)region_size / 8) * 8 : below(2) ? below((uint32_t)region_size) : rnd();
+		h.tag = rnd();
+	}
 	h.code = below(4) ? 0 : (int32_t)rnd();
 	uint32_t len = below(4) ? below(4096) : below(sizeof(payload));
 	if (h.type == F_READ) {

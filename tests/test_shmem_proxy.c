@@ -3,11 +3,12 @@
  * plays the kernel: it writes ring requests exactly as kernels/mori_shmem.cuh's proxy_post does
  * (claim on head, wait while the ring is full, the last 56 bytes, then `ready` with a release
  * store) and waits on `done` as proxy_wait does. Checked against independent models: puts and
- * gets of random sizes byte for byte, put+signal SET and ADD (the data of round v is there when
- * the signal shows v), fetch and non-fetch atomics (exact counts, every fetched value once, a
- * sequence of every op against a model), quiet, thousands of requests through a small ring kept
- * full, malformed requests answered with their error (morid unharmed), and a peer morid killed
- * mid-stream (the requests end with an error before a deadline). A PE of the same node reached
+ * gets of random sizes byte for byte, put+signal SET and ADD up to 4 MiB (the data of round v is
+ * there when the signal shows v), fetch and non-fetch atomics (exact counts, every fetched value
+ * once, every op against a model), quiet, thousands of requests through a small ring kept full,
+ * malformed requests answered with their error (morid unharmed), and a peer morid killed
+ * mid-stream, also under a 4 MiB put+signal (an error before a deadline; that signal never
+ * shows). A PE of the same node reached
  * through the ring (not through its mapping) exercises morid's local path. */
 #include <check.h>
 #include <sched.h>
@@ -314,6 +315,201 @@ START_TEST(put_signal)
 	pe_run_all(2, pe_signal, NULL, 60, 0);
 	printf("put+signal: %d rounds A -> B (1 B..24 KiB: in the signal's message and as transfers), SET and ADD, the round's bytes there whenever its signal was: "
 	       "%.1f us a round posted back to back\n", ROUNDS, SH->figures[1]);
+}
+END_TEST
+
+/* ---- large put+signal: the data as a transfer, the signal with it (one trip) or after it ---- */
+
+#define LB_OFF (1u << 20)           /* PE 1's landing area and PE 0's source, 4 MiB each */
+#define LB_MAX (4u << 20)
+#define LB_MIN (17u << 10)          /* more than the signal's own message carries */
+#define LSIG (SRC_OFF - 1536)       /* at PE 1: round r landed (SET r) */
+#define LACK (SRC_OFF - 1600)       /* at PE 0: PE 1 checked round r (SET r) */
+#define LROUNDS 40
+
+static void lround_shape(int r, uint64_t *off, uint64_t *len)
+{
+	uint64_t s = (uint64_t)r * 0x9E3779B97F4A7C15ull + 77;
+	s = test_rand(&s);
+	*len = r == 1 ? LB_MAX : r == 2 ? LB_MIN : LB_MIN + s % (LB_MAX - LB_MIN + 1);
+	*off = (s >> 24) % (LB_MAX - *len + 1);
+}
+
+/* PE 0 (A) sends round r's bytes (17 KiB..4 MiB at a random offset, every third round as a put and
+ * a put+signal in one batch) with signal SET r to PE 1 (B), which checks every byte at the signal
+ * and answers with an atomic; PE 0 reuses its source only then. */
+static int pe_lsignal(int pe, int n, void *arg)
+{
+	(void)arg;
+	struct pe e;
+	if (join(pe, n, "lsignal", &e))
+		return 1;
+	POK(pe, mori_shmem_barrier_all(e.g));
+	uint64_t t0 = now_us(), bytes = 0;
+	for (int r = 1; r <= LROUNDS; r++) {
+		uint64_t off, len;
+		lround_shape(r, &off, &len);
+		if (pe == 0) {
+			for (uint64_t i = 0; i < len; i++)
+				e.heap[LB_OFF + off + i] = pattern(0, 1, off + i, (uint64_t)r + 100);
+			uint64_t a = r % 3 == 0 ? len / 2 : 0; /* a plain put of the first part, in the same batch */
+			if (a)
+				POK(pe, post(&e, MORI_SHMEM_OP_PUT, 0, 0, 1, LB_OFF + off, LB_OFF + off, a, 0, 0, 0, NULL));
+			POK(pe, post(&e, MORI_SHMEM_OP_PUT_SIGNAL, MORI_SHMEM_SIGNAL_SET, 8, 1, LB_OFF + off + a, LB_OFF + off + a,
+				     len - a, LSIG, (uint64_t)r, 0, NULL));
+			struct shmem_ring_pe R = ring_of(&e);
+			POK(pe, shmem_ring_wait_ge(&R, LACK, (uint64_t)r));
+			bytes += len;
+		} else if (pe == 1) {
+			struct shmem_ring_pe R = ring_of(&e);
+			POK(pe, shmem_ring_wait_ge(&R, LSIG, (uint64_t)r));
+			uint64_t v = __atomic_load_n((uint64_t *)(e.heap + LSIG), __ATOMIC_ACQUIRE);
+			PCHECK(pe, v == (uint64_t)r, "round %d: signal %llu", r, (unsigned long long)v);
+			for (uint64_t i = 0; i < len; i++)
+				PCHECK(pe, e.heap[LB_OFF + off + i] == pattern(0, 1, off + i, (uint64_t)r + 100),
+				       "round %d (%llu bytes at %llu): byte %llu not there when its signal was", r,
+				       (unsigned long long)len, (unsigned long long)off, (unsigned long long)i);
+			POK(pe, post(&e, MORI_SHMEM_OP_AMO, MORI_SHMEM_AMO_SET, 8, 0, LACK, 0, 0, 0, (uint64_t)r, 0, NULL));
+		}
+	}
+	if (pe == 0) {
+		SH->figures[3] = (double)(now_us() - t0) / LROUNDS;
+		SH->figures[4] = (double)bytes;
+	}
+	PCHECK(pe, e.st->ctrl->error == 0, "ring error %d", e.st->ctrl->error);
+	POK(pe, quiet(&e));
+	POK(pe, mori_shmem_barrier_all(e.g));
+	mori_group_leave(e.g);
+	mori_client_close(e.c);
+	return 0;
+}
+
+START_TEST(put_signal_large)
+{
+	pe_run_all(2, pe_lsignal, NULL, 120, 0);
+	printf("large put+signal: %d rounds A -> B of 17 KiB..4 MiB at random offsets (%.0f MiB), every byte there "
+	       "when its signal was: %.0f us a round (with the check and the answer)\n",
+	       LROUNDS, SH->figures[4] / (1 << 20), SH->figures[3]);
+}
+END_TEST
+
+/* ---- morid B killed under a large put+signal ---- */
+
+#define LTRIES 8
+
+/* PE 0 sends 4 MiB put+signals (SET t) to PE 1 until one fails. PE 1 stops morid B (SIGSTOP: a
+ * frozen picture of what B applied) as soon as the first bytes of try t landed: if the signal is
+ * there, every byte must be (the transfer beat the stop; B goes on, next try); if not, the
+ * parent kills B. The last try stops B before PE 0 posts. PE 0's ring must end with
+ * MORI_EPEERDEAD within 2 s of the kill, and the signal of that try never shows at PE 1. */
+static int pe_lkilled(int pe, int n, void *arg)
+{
+	(void)arg;
+	struct pe e;
+	if (join(pe, n, "lkilled", &e))
+		return 1;
+	POK(pe, mori_shmem_barrier_all(e.g));
+	volatile uint64_t *sig = (volatile uint64_t *)(e.heap + LSIG);
+	for (int t = 1; t <= LTRIES; t++) {
+		if (pe == 0) {
+			for (uint64_t i = 0; i < LB_MAX; i++)
+				e.heap[LB_OFF + i] = pattern(0, 1, i, (uint64_t)t + 500);
+			while (t == LTRIES && SH->stage != 3)
+				usleep(1000); /* the last try: B stopped first */
+			uint64_t seq;
+			POK(pe, post(&e, MORI_SHMEM_OP_PUT_SIGNAL, MORI_SHMEM_SIGNAL_SET, 8, 1, LB_OFF, LB_OFF, LB_MAX, LSIG,
+				     (uint64_t)t, 0, &seq));
+			int rc = wait_seq(&e, seq);
+			if (!rc) {
+				PCHECK(pe, SH->stage == 0 || SH->stage == 3, "try %d done after the kill", t);
+				while (SH->stage == 0 && SH->figures[5] < t)
+					usleep(100); /* PE 1 looked at try t */
+				continue;
+			}
+			uint64_t waited = SH->kill_us ? now_us() - SH->kill_us : 0;
+			PCHECK(pe, SH->stage == 2, "try %d failed (%s) before the kill", t, mori_strerror(rc));
+			PCHECK(pe, rc == MORI_EPEERDEAD, "try %d ended with %s", t, mori_strerror(rc));
+			PCHECK(pe, waited < 2000000, "the error came %llu us after the kill", (unsigned long long)waited);
+			SH->figures[0] = waited;
+			SH->figures[1] = t;
+			mori_client_close(e.c);
+			return 0;
+		}
+		uint8_t first[8];
+		for (int i = 0; i < 8; i++)
+			first[i] = pattern(0, 1, (uint64_t)i, (uint64_t)t + 500);
+		if (t == LTRIES) {
+			kill(NB.pid, SIGSTOP);
+			SH->stage = 3;
+			usleep(300000); /* PE 0's proxy has taken it and sent what the sockets hold */
+		} else {
+			uint64_t t0 = now_us();
+			while (memcmp(e.heap + LB_OFF, first, 8) && *sig != (uint64_t)t && now_us() - t0 < WAIT_US)
+				;
+			kill(NB.pid, SIGSTOP);
+		}
+		uint64_t v = __atomic_load_n(sig, __ATOMIC_ACQUIRE);
+		if (v == (uint64_t)t) { /* it beat the stop: then it is whole */
+			for (uint64_t i = 0; i < LB_MAX; i++)
+				PCHECK(pe, e.heap[LB_OFF + i] == pattern(0, 1, i, (uint64_t)t + 500),
+				       "try %d: signal there, byte %llu not", t, (unsigned long long)i);
+			kill(NB.pid, SIGCONT);
+			SH->figures[5] = t;
+			continue;
+		}
+		uint64_t have = 0;
+		for (uint64_t i = 0; i < LB_MAX; i += 4096)
+			have += e.heap[LB_OFF + i] == pattern(0, 1, i, (uint64_t)t + 500);
+		SH->figures[6] = (double)have * 4096;
+		SH->stage = 1; /* the parent kills B now */
+		while (SH->stage != 2)
+			usleep(1000);
+		usleep(1500000);
+		PCHECK(pe, *sig != (uint64_t)t, "try %d: signal applied after the kill", t);
+		SH->figures[7] = t;
+		break;
+	}
+	PCHECK(pe, pe != 1 || SH->figures[7] > 0, "no try was caught in flight");
+	mori_client_close(e.c);
+	return 0;
+}
+
+START_TEST(peer_killed_put_signal)
+{
+	pid_t pids[2];
+	memset(SH->msg, 0, sizeof(SH->msg));
+	memset(SH->figures, 0, sizeof(SH->figures));
+	SH->stage = 0;
+	SH->kill_us = 0;
+	for (int i = 0; i < 2; i++)
+		if ((pids[i] = fork()) == 0) {
+			child_deadline(90);
+			_exit(pe_lkilled(i, 2, NULL) ? 1 : 0);
+		}
+	uint64_t t0 = now_us();
+	while (SH->stage != 1 && now_us() - t0 < 80000000) {
+		int st;
+		if (waitpid(pids[1], &st, WNOHANG) == pids[1]) { /* PE 1 failed */
+			pids[1] = -1;
+			break;
+		}
+		usleep(500);
+	}
+	SH->kill_us = now_us();
+	SH->stage = 2; /* before the kill: PE 0's error may come before node_kill9 returns */
+	node_kill9(&NB);
+	int st;
+	for (int i = 0; i < 2; i++) {
+		if (pids[i] < 0)
+			continue;
+		ck_assert_int_eq(waitpid(pids[i], &st, 0), pids[i]);
+		ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "PE %d: %s", i, SH->msg[i]);
+	}
+	ck_assert_msg(pids[1] > 0, "PE 1: %s", SH->msg[1]);
+	printf("peer killed under a 4 MiB put+signal: caught at try %.0f (of %d; %s), %.0f KiB of it had landed; PE 0's "
+	       "ring ended with MORI_EPEERDEAD %.0f ms after the kill; its signal never showed at PE 1\n", SH->figures[7],
+	       LTRIES, SH->figures[7] == LTRIES ? "B stopped before the post" : "B stopped once its first bytes landed",
+	       SH->figures[6] / 1024, SH->figures[0] / 1000);
 }
 END_TEST
 
@@ -780,11 +976,13 @@ static Suite *suite(void)
 	tcase_set_timeout(t, 180);
 	tcase_add_test(t, puts_gets);
 	tcase_add_test(t, put_signal);
+	tcase_add_test(t, put_signal_large);
 	tcase_add_test(t, atomics);
 	tcase_add_test(t, full_ring);
 	tcase_add_test(t, malformed);
 	tcase_add_test(t, peer_killed);
 	tcase_add_test(t, peer_killed_amo);
+	tcase_add_test(t, peer_killed_put_signal);
 	tcase_add_test(t, peer_killed_idle);
 	tcase_add_test(t, root_killed_ends_call);
 	suite_add_tcase(s, t);

@@ -696,13 +696,15 @@ static int data_connect(struct test_node *n, uint32_t port)
 
 static uint8_t frame_secret[REGION_SECRET_BYTES]; /* what send_frame names its region with */
 static uint16_t frame_flags;                         /* ... and its flags */
+static uint64_t frame_aux, frame_tag;                /* ... FF_SIGNAL's word and value */
+static uint32_t frame_pad;                           /* ... and its op */
 
 static void send_frame(int s, uint16_t type, int32_t code, uint64_t xfer, uint64_t region, uint32_t gen,
 		       uint64_t offset, uint32_t len, uint32_t rlen, uint64_t total, const void *payload)
 {
 	struct fhdr h = {.magic = FRAME_MAGIC, .type = type, .flags = frame_flags, .len = len, .code = code, .xfer = xfer,
-			 .region = region, .gen = gen, .rlen = rlen, .offset = offset, .total = total,
-			 .deadline_ms = 5000};
+			 .region = region, .gen = gen, .rlen = rlen, .offset = offset, .aux = frame_aux, .total = total,
+			 .tag = frame_tag, .deadline_ms = 5000, .pad = frame_pad};
 	memcpy(h.key, frame_secret, sizeof(h.key));
 	ck_assert(write(s, &h, sizeof(h)) == (ssize_t)sizeof(h));
 	if (len && payload)
@@ -810,6 +812,41 @@ START_TEST(misbehaving_peer)
 	ck_assert_int_eq(a.code, MORI_EPROTO);
 	frame_flags = 0;
 	ck_assert_uint_eq(ask_hash(&t, 0, &dn, NULL, 1), before);
+	/* frame version 4's signal after the data: a word outside the region, an unknown op, a read
+	 * with it: refused with their codes, nothing lands; a good one: the data, then the word, then
+	 * DONE */
+	frame_flags = FF_SIGNAL;
+	frame_pad = 1;
+	frame_tag = 0x5157u;
+	frame_aux = REGION_A;
+	send_frame(s, F_WRITE, 0, 13, region, gen, 4096, 100, 0, 100, junk);
+	ck_assert_int_eq(data_read(s, NULL, 0).code, MORI_ERANGE);
+	frame_aux = 8196; /* unaligned */
+	send_frame(s, F_WRITE, 0, 14, region, gen, 4096, 100, 0, 100, junk);
+	ck_assert_int_eq(data_read(s, NULL, 0).code, MORI_ERANGE);
+	frame_aux = 8192;
+	frame_pad = 3;
+	send_frame(s, F_WRITE, 0, 15, region, gen, 4096, 100, 0, 100, junk);
+	ck_assert_int_eq(data_read(s, NULL, 0).code, MORI_EPROTO);
+	frame_pad = 1;
+	send_frame(s, F_READ, 0, 16, region, gen, 64, 0, 8, 8, NULL);
+	a = data_read(s, NULL, 0);
+	ck_assert_int_eq(a.type, F_RDATA);
+	ck_assert_int_eq(a.code, MORI_EPROTO);
+	ck_assert_uint_eq(ask_hash(&t, 0, &dn, NULL, 1), before);
+	mori_desc dw = {0, 8192, 8};
+	uint64_t want = 0x5157u;
+	ck_assert_uint_ne(ask_hash(&t, 0, &dw, NULL, 1), local_hash((uint8_t *)&want, &dw, NULL, 1));
+	send_frame(s, F_WRITE, 0, 17, region, gen, 4096, 100, 0, 100, junk);
+	a = data_read(s, NULL, 0);
+	ck_assert_int_eq(a.type, F_DONE);
+	ck_assert_int_eq(a.code, 0);
+	ck_assert_uint_eq(ask_hash(&t, 0, &dw, NULL, 1), local_hash((uint8_t *)&want, &dw, NULL, 1));
+	mori_desc dj = {0, 4096, 100};
+	ck_assert_uint_eq(ask_hash(&t, 0, &dn, NULL, 1), local_hash(junk, &dj, NULL, 1));
+	frame_flags = 0;
+	frame_pad = 0;
+	frame_aux = frame_tag = 0;
 	send_frame(s, F_WRITE, 0, 8, region, gen, 0, CHUNK_MAX + 1, 0, CHUNK_MAX + 1, NULL); /* oversized */
 	ck_assert_int_eq(data_read(s, NULL, 0).type, 0);
 	close(s);
