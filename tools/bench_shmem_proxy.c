@@ -6,6 +6,10 @@
  *
  *   put+signal ping-pong, 8 bytes, PE 0 <-> PE 1: half the round trip, p50/p99/mean
  *     baseline: 8-byte TCP ping-pong between two local processes (TCP_NODELAY), half round trip
+ *   large put+signal ping-pong, 64 KiB / 1 MiB / 4 MiB each way (more than fits the signal's
+ *     message: a transfer, and its signal), PE 0 <-> PE 1: half the round trip p50/p99, GB/s
+ *     baselines: one mori_write of the same size between the same heaps, waited for (what a
+ *     put+signal costs at best: the data there and acknowledged), and the TCP stream's GB/s
  *   put bandwidth PE 0 -> PE 1, 4 KiB .. 16 MiB (puts back to back, then quiet)
  *     baselines: the same bytes as plain mori_write transfers between the same two heaps (what
  *     the proxy rides on: the daemons' transfer path), and a TCP stream between two processes
@@ -43,13 +47,15 @@ int bench_shmem_proxy_main(int argc, char **argv);
 #define PP_SIG (MORI_SHMEM_OFF_FREE)               /* ping-pong: the signal word each PE waits on */
 #define PP_BUF (MORI_SHMEM_OFF_FREE + 64)          /* ping-pong: the 8 bytes */
 #define CTR (MORI_SHMEM_OFF_FREE + 128)            /* fetch-add word */
+#define SB_SIG (MORI_SHMEM_OFF_FREE + 192)         /* large put+signal ping-pong: the signal word */
+#define NSB 3                                      /* its sizes: 64 KiB, 1 MiB, 4 MiB */
 #define DST_OFF (1ull << 20)                       /* puts land here, 16 MiB */
 #define SRC_OFF (DST_OFF + (16ull << 20))          /* puts' source, 16 MiB */
 #define SPAN (16ull << 20)
 #define NSIZES 7                                   /* 4 KiB .. 16 MiB, x4 */
 #define WAIT_US 20000000ull
 #define FADDS 1000
-enum { ONLY_PP = 1, ONLY_PUT = 2, ONLY_FADD = 4, ONLY_BAR = 8, ONLY_IDLE = 16, ONLY_ALL = 31 };
+enum { ONLY_PP = 1, ONLY_PUT = 2, ONLY_FADD = 4, ONLY_BAR = 8, ONLY_IDLE = 16, ONLY_SB = 32, ONLY_ALL = 63 };
 #define PP_PROF 4096                            /* rounds whose stages MORI_BENCH_PROF=FILE writes out */
 
 struct shared {
@@ -60,6 +66,8 @@ struct shared {
 	int iters, nsizes;
 	int only;                       /* bit mask of the phases to run (ONLY_*) */
 	double pp[3];                   /* put+signal half round trip p50 p99 mean, us */
+	double sb[NSB][3], sbw[NSB][3]; /* large put+signal half round trip / mori_write waited, p50 p99 mean, us */
+	int sb_n[NSB];
 	double put[NSIZES], wr[NSIZES]; /* GB/s */
 	int wr_ok;
 	double fadd_rate, fadd_us;
@@ -97,6 +105,7 @@ static void stats(double *v, int n, double out[3])
 	out[2] = s / n;
 }
 static uint64_t size_of(int i) { return 4096ull << (2 * i); }
+static const int sb_size_i[NSB] = {2, 4, 5}; /* size_of: 64 KiB, 1 MiB, 4 MiB */
 
 /* ---- the daemons ---- */
 
@@ -257,6 +266,75 @@ static int pe_pingpong(struct pe *e, int iters)
 	return shmem_ring_quiet(&e->r);
 }
 
+/* PEs 0 and 1: put+signal ping-pong of size_of(sb_size_i[i]) bytes each way (a transfer and its
+ * signal), the bytes' ends checked at each signal; then PE 0 alone: one mori_write of the same
+ * size between the same heaps, waited for, as many times. */
+static int pe_sigbig(struct pe *e, int iters)
+{
+	int me = e->me, peer = 1 - me;
+	uint64_t r = 0;
+	mori_mem *loc = NULL, *rem = NULL;
+	int wr = me == 0 && mori_mem_register(e->c, e->r.heap, HEAP, MORI_MEM_HOST, &loc) == 0 &&
+		 mori_mem_unpack(e->c, SH->blob[1], SH->blob_len[1], &rem) == 0;
+	for (int i = 0; i < NSB; i++) {
+		uint64_t b = size_of(sb_size_i[i]);
+		int n = iters / (b <= (64u << 10) ? 5 : b <= (1u << 20) ? 20 : 50), warm = 5;
+		n = n < 10 ? 10 : n;
+		double *v = malloc(sizeof(double) * (size_t)n), *w = malloc(sizeof(double) * (size_t)n);
+		if (!v || !w)
+			PFAIL(me, "out of memory");
+		for (int k = 0; k < warm + n; k++) {
+			uint64_t t0 = shmem_ring_now_us();
+			r++;
+			if (me == 1)
+				PCK(me, shmem_ring_wait_ge(&e->r, SB_SIG, r));
+			if (me == 1 || k > 0) { /* the peer's bytes of this round, both ends, as its source holds them */
+				const uint64_t *d = (const uint64_t *)(e->r.heap + DST_OFF);
+				uint64_t last = b / 8 - 1;
+				if (d[0] != (0 ^ (uint64_t)peer) || d[last] != ((last * 8) * 0x9E3779B97F4A7C15ull ^ (uint64_t)peer))
+					PFAIL(me, "round %llu: the %llu bytes not there at their signal", (unsigned long long)r,
+					      (unsigned long long)b);
+			}
+			PCK(me, shmem_ring_post(&e->r, MORI_SHMEM_OP_PUT_SIGNAL, MORI_SHMEM_SIGNAL_SET, 8, peer, DST_OFF, SRC_OFF, b,
+						SB_SIG, r, 0, NULL));
+			if (me == 0) {
+				PCK(me, shmem_ring_wait_ge(&e->r, SB_SIG, r));
+				if (k >= warm)
+					v[k - warm] = (double)(shmem_ring_now_us() - t0) / 2;
+			}
+		}
+		PCK(me, shmem_ring_quiet(&e->r));
+		if (me == 0) {
+			stats(v, n, SH->sb[i]);
+			SH->sb_n[i] = n;
+		}
+		for (int k = 0; wr && k < warm + n; k++) {
+			mori_desc d = {SRC_OFF, DST_OFF, b};
+			mori_xfer *x = NULL;
+			uint64_t t0 = shmem_ring_now_us();
+			PCK(0, mori_xfer_batch(MORI_OP_WRITE, loc, rem, &d, 1, NULL, &x));
+			PCK(0, mori_xfer_wait(x, 10000000));
+			mori_xfer_free(x);
+			if (k >= warm)
+				w[k - warm] = (double)(shmem_ring_now_us() - t0);
+		}
+		if (wr)
+			stats(w, n, SH->sbw[i]);
+		free(v);
+		free(w);
+		/* both PEs at this size's end before the next (PE 1 must not see the next size's first
+		 * signal with this size's bytes) */
+		if (me == 0)
+			PCK(me, shmem_ring_post(&e->r, MORI_SHMEM_OP_AMO, MORI_SHMEM_AMO_SET, 8, 1, SB_SIG + 8, 0, 0, 0, r, 0, NULL));
+		else
+			PCK(me, shmem_ring_wait_ge(&e->r, SB_SIG + 8, r));
+		PCK(me, shmem_ring_quiet(&e->r));
+	}
+	mori_mem_deregister(rem);
+	mori_mem_deregister(loc);
+	return 0;
+}
+
 /* PE 0's puts to PE 1, then the same bytes as mori_write transfers between the same heaps. */
 static int pe_put(struct pe *e)
 {
@@ -352,6 +430,9 @@ static int pe_main(int me)
 	}
 	PCK(me, mori_shmem_barrier_all(e.g));
 	if ((SH->only & ONLY_PP) && me < 2 && pe_pingpong(&e, SH->iters))
+		return 1;
+	PCK(me, mori_shmem_barrier_all(e.g));
+	if ((SH->only & ONLY_SB) && me < 2 && pe_sigbig(&e, SH->iters))
 		return 1;
 	PCK(me, mori_shmem_barrier_all(e.g));
 	if ((SH->only & ONLY_PUT) && me == 0 && pe_put(&e))
@@ -503,6 +584,21 @@ static void report(const struct shared *s, const double *tpp, const double *tbw,
 		printf("  proxy (put+signal through the rings) %8.1f %8.1f %8.1f\n", s->pp[0], s->pp[1], s->pp[2]);
 		printf("  baseline: TCP ping-pong, 2 processes %8.1f %8.1f %8.1f\n", tpp[0], tpp[1], tpp[2]);
 	}
+	if (s->only & ONLY_SB) {
+		printf("# large put+signal ping-pong, PE 0 (A) <-> PE 1 (B): each way one put+signal SET of the size (a transfer "
+		       "and its signal), half the round trip; baselines: one mori_write of the size between the same heaps, "
+		       "waited for; the TCP stream of the same run\n");
+		printf("#     size rounds  p50 us  p99 us  GB/s(p50) | mori_write p50 us  p99 us  GB/s(p50) | TCP stream GB/s\n");
+		for (int i = 0; i < NSB; i++) {
+			uint64_t b = size_of(sb_size_i[i]);
+			if (sb_size_i[i] >= s->nsizes)
+				continue;
+			printf("  %7llu%s %6d %7.0f %7.0f %10.3f | %17.0f %7.0f %10.3f | %15.3f\n",
+			       (unsigned long long)(b >= (1 << 20) ? b >> 20 : b >> 10), b >= (1 << 20) ? "M" : "K", s->sb_n[i],
+			       s->sb[i][0], s->sb[i][1], (double)b / s->sb[i][0] / 1e3, s->sbw[i][0], s->sbw[i][1],
+			       s->sbw[i][0] > 0 ? (double)b / s->sbw[i][0] / 1e3 : 0, tbw[sb_size_i[i]]);
+		}
+	}
 	if (s->only & ONLY_PUT) {
 		printf("# put bandwidth PE 0 (A) -> PE 1 (B), puts back to back then quiet (GB/s of payload; 8-32 MiB a trial, "
 		       "median of 3)\n");
@@ -533,7 +629,7 @@ static void report(const struct shared *s, const double *tpp, const double *tbw,
 static void usage_exit(int code)
 {
 	fprintf(code ? stderr : stdout,
-		"usage: mori-bench shmem --proxy [--iters 2000] [--max 16M] [--only pingpong,put,fadd,barrier,idle]\n"
+		"usage: mori-bench shmem --proxy [--iters 2000] [--max 16M] [--only pingpong,sigbig,put,fadd,barrier,idle]\n"
 		"                                [--morid PATH] [--morid-arg ARG]...\n"
 		"                                [--nodes DIR_A,DIR_B --root HOST:PORT]\n"
 		"Two morids on loopback (started here; or the two whose runtime dirs --nodes names, A's peer\n"
@@ -572,7 +668,7 @@ int bench_shmem_proxy_main(int argc, char **argv)
 		else if (!strcmp(a, "--only"))
 			only = (strstr(v, "pingpong") ? ONLY_PP : 0) | (strstr(v, "put") ? ONLY_PUT : 0) |
 			       (strstr(v, "fadd") ? ONLY_FADD : 0) | (strstr(v, "barrier") ? ONLY_BAR : 0) |
-			       (strstr(v, "idle") ? ONLY_IDLE : 0);
+			       (strstr(v, "idle") ? ONLY_IDLE : 0) | (strstr(v, "sigbig") ? ONLY_SB : 0);
 		else
 			usage_exit(2);
 	}
