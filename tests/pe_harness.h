@@ -1,9 +1,11 @@
 /* PEs as forked processes, for the MORI-SHMEM tests (test_shmem, test_gpu_heap, test_gpu_shmem):
  * each runs a function; a failed check in it writes where and why into a shared page and ends
- * the PE; the parent waits for all and fails the test naming each PE that failed. Also
- * join_alone, a group of one PE. Include after check.h and harness.h. */
+ * the PE; the parent waits for all and fails the test naming each PE that failed. Also the
+ * test's page shared with its PEs (pe_shared_map) and join_alone, a group of one PE. Include
+ * after check.h and harness.h. */
 #ifndef MORI_TEST_PE_HARNESS_H
 #define MORI_TEST_PE_HARNESS_H
+#include <sys/mman.h>
 #include <time.h>
 
 #include "mori_shmem.h"
@@ -13,6 +15,19 @@
 /* Where the PEs say why they failed: one message per PE, in memory the test maps MAP_SHARED
  * before forking (a field `char msg[MAXPE][PE_MSG_LEN]` of its shared page). */
 static char (*pe_msg)[PE_MSG_LEN];
+
+/* bytes of memory the PEs forked after this share with the test (MAP_SHARED; zero, as every
+ * anonymous mapping starts). */
+static inline void *pe_shared_alloc(size_t bytes)
+{
+	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	ck_assert_ptr_ne(p, MAP_FAILED);
+	return p;
+}
+/* The test's shared struct: sp = a fresh one, and pe_msg = its msg field; unmapped by
+ * pe_shared_unmap(sp). */
+#define pe_shared_map(sp) ((sp) = pe_shared_alloc(sizeof(*(sp))), pe_msg = (sp)->msg)
+#define pe_shared_unmap(sp) munmap((void *)(sp), sizeof(*(sp)))
 
 /* In a PE: a failed check records where and why, and ends the PE (returns the line). */
 #define PCHECK(pe, cond, ...)                                                                        \

@@ -28,47 +28,25 @@ struct shared {
 };
 static struct shared *SH;
 
-/* Inside namespaces the daemons listen off loopback without a cluster key (tests): they are told
- * so where this morid knows the option (issue 18). */
-static const char *const insecure_args[] = {"--insecure-peers", "1", NULL};
-static int has_insecure_peers(void)
-{
-	char cmd[600];
-	snprintf(cmd, sizeof(cmd), "'%s/morid' --help 2>&1 | grep -q insecure", build_dir());
-	return system(cmd) == 0;
-}
-
 static void setup(void)
 {
-	SH = mmap(NULL, sizeof(*SH), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	ck_assert_ptr_ne(SH, MAP_FAILED);
-	memset(SH, 0, sizeof(*SH));
-	pe_msg = SH->msg;
+	pe_shared_map(SH);
 	two_nodes = getenv("MORI_COLL_TWO") != NULL;
-	node_init(&NA, "coll", two_nodes ? "MORI_XNODE_NS_A" : NULL, two_nodes ? "MORI_XNODE_IP_A" : NULL,
-		  two_nodes ? 7300 : 0);
-	int insecure = two_nodes && getenv("MORI_XNODE_NS_A") && has_insecure_peers();
-	if (insecure)
-		NA.args = insecure_args;
-	ck_assert_int_eq(node_start(&NA, NULL), 0);
-	if (two_nodes) {
-		node_init(&NB, "coll", "MORI_XNODE_NS_B", "MORI_XNODE_IP_B", 7300);
-		if (insecure)
-			NB.args = insecure_args;
-		ck_assert_int_eq(node_start(&NB, NULL), 0);
+	if (!two_nodes) {
+		node_init(&NA, "coll", NULL, NULL, 0);
+		ck_assert_int_eq(node_start(&NA, NULL), 0);
+		return;
 	}
+	node_pair_init(&NA, &NB, "coll", 7300, 1);
+	node_pair_insecure_in_ns(&NA, &NB);
+	ck_assert_int_eq(node_pair_start(&NA, &NB, NULL), 0);
 }
 
 static void teardown(void)
 {
-	int a = node_stop(&NA), b = two_nodes ? node_stop(&NB) : 0;
-	if (!a && !b) {
-		node_clean(&NA);
-		if (two_nodes)
-			node_clean(&NB);
-	}
-	munmap(SH, sizeof(*SH));
-	ck_assert_msg(!a && !b, "morid did not stop cleanly (%d, %d)", a, b);
+	int rc = node_pair_stop(&NA, &NB); /* B: never started with one node */
+	pe_shared_unmap(SH);
+	ck_assert_msg(rc == 0, "morid did not stop cleanly (above: which, and its log)");
 }
 
 /* ---- host buffers ---- */

@@ -22,8 +22,7 @@ static void node_signal(struct test_node *n, int sig) { kill(n->pid, sig); }
 
 static void setup(void)
 {
-	node_init(&NA, "deadline", "MORI_XNODE_NS_A", "MORI_XNODE_IP_A", 7300);
-	node_init(&NB, "deadline", "MORI_XNODE_NS_B", "MORI_XNODE_IP_B", 7300);
+	node_pair_init(&NA, &NB, "deadline", 7300, 1);
 	snprintf(deadline_ms, sizeof(deadline_ms), "%d", DEADLINE_MS);
 	const char *key = getenv("MORI_XNODE_KEY");
 	int k = 2;
@@ -39,17 +38,11 @@ static void setup(void)
 	}
 	deadline_args[k] = NULL;
 	NA.args = NB.args = deadline_args;
-	ck_assert_int_eq(node_start(&NA, NULL), 0);
-	ck_assert_int_eq(node_start(&NB, NULL), 0);
+	ck_assert_int_eq(node_pair_start(&NA, &NB, NULL), 0);
 }
 
-static void teardown(void)
-{
-	node_stop(&NA);
-	node_stop(&NB);
-	node_clean(&NA);
-	node_clean(&NB);
-}
+/* (a morid that did not stop cleanly keeps its files, named; these tests do not judge that) */
+static void teardown(void) { node_pair_stop(&NA, &NB); }
 
 struct pair {
 	mori_client *ca, *cb;

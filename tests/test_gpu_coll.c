@@ -42,10 +42,7 @@ static struct shared *SH;
 
 static void setup(void)
 {
-	SH = mmap(NULL, sizeof(*SH), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	ck_assert_ptr_ne(SH, MAP_FAILED);
-	memset(SH, 0, sizeof(*SH));
-	pe_msg = SH->msg;
+	pe_shared_map(SH);
 	node_init(&NA, "gcoll", NULL, NULL, 0);
 	ck_assert_int_eq(node_start(&NA, NULL), 0);
 }
@@ -54,7 +51,7 @@ static void teardown(void)
 {
 	node_stop(&NA);
 	node_clean(&NA);
-	munmap(SH, sizeof(*SH));
+	pe_shared_unmap(SH);
 }
 
 /* ---- a PE: driver context, group with a VRAM heap, communicator, a stream ---- */

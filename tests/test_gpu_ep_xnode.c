@@ -61,10 +61,7 @@ static double now_s(void)
 
 static void setup(void)
 {
-	SH = mmap(NULL, sizeof(*SH), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	ck_assert_ptr_ne(SH, MAP_FAILED);
-	memset(SH, 0, sizeof(*SH));
-	pe_msg = SH->msg;
+	pe_shared_map(SH);
 	ep_checked = SH->checked;
 	for (int i = 0; i < MAXNODE; i++) {
 		node_init(&N[i], "epx", NULL, NULL, 7300);
@@ -78,7 +75,7 @@ static void teardown(void)
 			node_stop(&N[i]);
 		node_clean(&N[i]);
 	}
-	munmap(SH, sizeof(*SH));
+	pe_shared_unmap(SH);
 }
 
 /* PE me of the layout: a client of its node's morid; the group's root is node A. The heaps of

@@ -34,10 +34,7 @@ static struct shared *SH;
 
 static void setup(void)
 {
-	SH = mmap(NULL, sizeof(*SH), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	ck_assert_ptr_ne(SH, MAP_FAILED);
-	memset(SH, 0, sizeof(*SH));
-	pe_msg = SH->msg;
+	pe_shared_map(SH);
 	ck_assert_int_eq(daemon_start(&D, NULL), 0);
 }
 

@@ -62,10 +62,7 @@ static double now_s(void)
 
 static void setup(void)
 {
-	SH = mmap(NULL, sizeof(*SH), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	ck_assert_ptr_ne(SH, MAP_FAILED);
-	memset(SH, 0, sizeof(*SH));
-	pe_msg = SH->msg;
+	pe_shared_map(SH);
 	ck_assert_int_eq(daemon_start(&D, NULL), 0);
 }
 
@@ -73,7 +70,7 @@ static void teardown(void)
 {
 	daemon_stop(&D);
 	daemon_cleanup(&D);
-	munmap(SH, sizeof(*SH));
+	pe_shared_unmap(SH);
 }
 
 /* ---- one PE ---- */

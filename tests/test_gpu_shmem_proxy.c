@@ -70,24 +70,15 @@ static double now_s(void)
 
 static void setup(void)
 {
-	SH = mmap(NULL, sizeof(*SH), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	ck_assert_ptr_ne(SH, MAP_FAILED);
-	memset(SH, 0, sizeof(*SH));
-	pe_msg = SH->msg;
-	node_init(&NA, "gproxy", NULL, NULL, 7300);
-	node_init(&NB, "gproxy", NULL, NULL, 7300);
-	ck_assert_int_eq(node_start(&NA, NULL), 0);
-	ck_assert_int_eq(node_start(&NB, NULL), 0);
+	pe_shared_map(SH);
+	node_pair_init(&NA, &NB, "gproxy", 7300, 0);
+	ck_assert_int_eq(node_pair_start(&NA, &NB, NULL), 0);
 }
 
 static void teardown(void)
 {
-	node_stop(&NA);
-	if (NB.pid > 0)
-		node_stop(&NB);
-	node_clean(&NA);
-	node_clean(&NB);
-	munmap(SH, sizeof(*SH));
+	node_pair_stop(&NA, &NB); /* (a morid that did not stop cleanly keeps its files, named) */
+	pe_shared_unmap(SH);
 }
 
 /* ---- one PE ---- */

@@ -24,20 +24,16 @@ static void setup(void)
 {
 	snprintf(kpath, sizeof(kpath), "/tmp/mori-notif-key-%d", (int)getpid());
 	ck_assert_int_eq(key_write(kpath, &K), 0);
-	node_init(&NA, "notif", NULL, NULL, 7100);
-	node_init(&NB, "notif", NULL, NULL, 7100);
+	node_pair_init(&NA, &NB, "notif", 7100, 0);
 	NA.args = NB.args = args;
-	ck_assert_int_eq(node_start(&NA, NULL), 0);
-	ck_assert_int_eq(node_start(&NB, owner_args), 0);
+	ck_assert_int_eq(node_pair_start(&NA, &NB, owner_args), 0);
 }
 
 static void teardown(void)
 {
-	int a = node_stop(&NA), b = node_stop(&NB);
-	node_clean(&NA);
-	node_clean(&NB);
+	int rc = node_pair_stop(&NA, &NB);
 	unlink(kpath);
-	ck_assert_msg(a == 0 && b == 0, "morid did not stop cleanly (exit %d, %d)", a, b);
+	ck_assert_msg(rc == 0, "morid did not stop cleanly (above: which, and its log)");
 }
 
 START_TEST(owner_not_detached)

@@ -35,24 +35,6 @@
 static struct test_node NA, NB;
 static int two_nodes;
 
-/* Does this morid refuse a non-loopback listen address without a cluster key unless told
- * insecure_peers (issue 18)? Then the netns run tells it. */
-static int has_insecure_peers(void)
-{
-	char cmd[600];
-	snprintf(cmd, sizeof(cmd), "'%s/morid' --help 2>&1 | grep -q insecure", build_dir());
-	return system(cmd) == 0;
-}
-
-static const char *const insecure_args[] = {"--insecure-peers", "1", NULL};
-
-static void node_init_shmem(struct test_node *n, const char *nsvar, const char *ipvar)
-{
-	node_init(n, "shmem", nsvar, ipvar, 7100);
-	if (n->ns && has_insecure_peers()) /* not loopback, and no cluster key in tests (issue 18) */
-		n->args = insecure_args;
-}
-
 /* One node without a peer listener (the single-node tests). */
 static void setup1(void)
 {
@@ -65,22 +47,15 @@ static void setup1(void)
 static void setup2(void)
 {
 	two_nodes = 1;
-	node_init_shmem(&NA, "MORI_XNODE_NS_A", "MORI_XNODE_IP_A");
-	node_init_shmem(&NB, "MORI_XNODE_NS_B", "MORI_XNODE_IP_B");
-	ck_assert_int_eq(node_start(&NA, NULL), 0);
-	ck_assert_int_eq(node_start(&NB, NULL), 0);
+	node_pair_init(&NA, &NB, "shmem", 7100, 1);
+	node_pair_insecure_in_ns(&NA, &NB);
+	ck_assert_int_eq(node_pair_start(&NA, &NB, NULL), 0);
 }
 
 /* Both must exit 0 (every handle closed, nothing leaked); their files stay when one did not. */
 static void teardown(void)
 {
-	int a = node_stop(&NA), b = two_nodes ? node_stop(&NB) : 0;
-	if (a == 0 && b == 0) {
-		node_clean(&NA);
-		if (two_nodes)
-			node_clean(&NB);
-	}
-	ck_assert_msg(a == 0 && b == 0, "morid did not stop cleanly (exit %d, %d)", a, b);
+	ck_assert_msg(node_pair_stop(&NA, &NB) == 0, "morid did not stop cleanly (above: which, and its log)");
 }
 
 /* ---- PEs: forked processes ---- */
@@ -120,13 +95,7 @@ static int join(int pe, int n, const char *name, mori_client **c, mori_group **g
 	return 0;
 }
 
-static void shared_setup(void)
-{
-	SH = mmap(NULL, sizeof(*SH), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	ck_assert_ptr_ne(SH, MAP_FAILED);
-	memset(SH, 0, sizeof(*SH));
-	pe_msg = SH->msg;
-}
+static void shared_setup(void) { pe_shared_map(SH); }
 
 /* The groups a daemon lists (moractl groups' request), and its region count. */
 static size_t daemon_groups(struct test_node *n, uint32_t *regions)

@@ -36,29 +36,17 @@ static struct auth_key XKEY;
 static char xkey_path[64];
 static const char *xnode_args[] = {"--transfer-timeout-ms", "10000", "--cluster-key-file", xkey_path, NULL};
 
-static void node_init_xnode(struct test_node *n, const char *nsvar, const char *ipvar)
-{
-	node_init(n, "xnode", nsvar, ipvar, 7100);
-	if (!XKEY.on)
-		xnode_args[2] = NULL;
-	n->args = xnode_args;
-}
-
 static void setup(void)
 {
-	node_init_xnode(&NA, "MORI_XNODE_NS_A", "MORI_XNODE_IP_A");
-	node_init_xnode(&NB, "MORI_XNODE_NS_B", "MORI_XNODE_IP_B");
-	ck_assert_int_eq(node_start(&NA, NULL), 0);
-	ck_assert_int_eq(node_start(&NB, NULL), 0);
+	node_pair_init(&NA, &NB, "xnode", 7100, 1);
+	if (!XKEY.on)
+		xnode_args[2] = NULL;
+	NA.args = NB.args = xnode_args;
+	ck_assert_int_eq(node_pair_start(&NA, &NB, NULL), 0);
 }
 
-static void teardown(void)
-{
-	node_stop(&NA);
-	node_stop(&NB);
-	node_clean(&NA);
-	node_clean(&NB);
-}
+/* (a morid that did not stop cleanly keeps its files, named; these tests do not judge that) */
+static void teardown(void) { node_pair_stop(&NA, &NB); }
 
 /* A control-socket status field of a node. */
 static Mori__Reply *node_list(struct test_node *n, uint32_t what) { return ctl_list(n->dir, what); }
