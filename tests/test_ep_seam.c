@@ -42,26 +42,17 @@ static struct shared *SH;
 
 static void setup(void)
 {
-	SH = mmap(NULL, sizeof(*SH), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	ck_assert_ptr_ne(SH, MAP_FAILED);
-	memset(SH, 0, sizeof(*SH));
-	pe_msg = SH->msg;
-	node_init(&NA, "epseam", NULL, NULL, 7250);
-	node_init(&NB, "epseam", NULL, NULL, 7250);
-	ck_assert_int_eq(node_start(&NA, NULL), 0);
-	ck_assert_int_eq(node_start(&NB, NULL), 0);
+	pe_shared_map(SH);
+	node_pair_init(&NA, &NB, "epseam", 7250, 0);
+	ck_assert_int_eq(node_pair_start(&NA, &NB, NULL), 0);
 }
 
 static void teardown(void)
 {
 	usleep(300000); /* as test_shmem_proxy: the last group messages answered before the stop */
-	int a = NA.pid > 0 ? node_stop(&NA) : 0, b = NB.pid > 0 ? node_stop(&NB) : 0;
-	if (a == 0 && b == 0) {
-		node_clean(&NA);
-		node_clean(&NB);
-	}
-	munmap(SH, sizeof(*SH));
-	ck_assert_msg(a == 0 && b == 0, "morid did not stop cleanly (exit %d, %d)", a, b);
+	int rc = node_pair_stop(&NA, &NB);
+	pe_shared_unmap(SH);
+	ck_assert_msg(rc == 0, "morid did not stop cleanly (above: which, and its log)");
 }
 
 static uint64_t mix(uint64_t x)
