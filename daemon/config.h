@@ -6,8 +6,6 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "host_port.h"
-
 #define CFG_MAX_UIDS 32
 #define CONFIG_FILE_MAX (1 << 20) /* bytes: a configuration file is text of a few KiB */
 #define CFG_MAX_PEERS 32
@@ -64,12 +62,6 @@ void config_defaults(struct config *cfg);
 int config_load_file(struct config *cfg, const char *path, char *err, size_t errlen);
 /* Set one option by name ("ring_entries" or "ring-entries"). Returns 0, or -1 with reason. */
 int config_set(struct config *cfg, const char *name, const char *value, char *err, size_t errlen);
-/* common/host_port.h's host_port_split (the one "host:port" rule, libmori's too) by its old
- * name, for transport_tcp.c alone until that file (open in another change) calls it directly. */
-static inline int config_split_addr(const char *addr, char *host, size_t hlen, int *port)
-{
-	return host_port_split(addr, host, hlen, port);
-}
 /* Cross-field checks and derived values. */
 int config_validate(struct config *cfg, char *err, size_t errlen);
 /* Is a change from old to new allowed at reload? Names the first non-reloadable change. */

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "host_port.h"
 #include "log.h"
 #include "peer.h" /* peers_shmem_serve: MSG frames */
 #include "region.h"
@@ -647,7 +648,7 @@ static int tcp_start(struct peers *P)
 	int port;
 	if (!listen[0])
 		return 0;
-	if (config_split_addr(listen, host, sizeof(host), &port) != 0) {
+	if (host_port_split(listen, host, sizeof(host), &port) != 0) {
 		mlog_err("peer", "listen = '%s' is not host:port", listen);
 		return -1;
 	}
