@@ -36,11 +36,9 @@ static const char *const small_ring[] = {"--shmem-ring-entries", "64", NULL};
 
 static void setup(void)
 {
-	node_init(&NA, "proxy", NULL, NULL, 7200);
-	node_init(&NB, "proxy", NULL, NULL, 7200);
+	node_pair_init(&NA, &NB, "proxy", 7200, 0);
 	NA.args = NB.args = small_ring; /* the ring wraps and fills */
-	ck_assert_int_eq(node_start(&NA, NULL), 0);
-	ck_assert_int_eq(node_start(&NB, NULL), 0);
+	ck_assert_int_eq(node_pair_start(&NA, &NB, NULL), 0);
 }
 
 static void teardown(void)
@@ -49,12 +47,7 @@ static void teardown(void)
 	 * socket closed with a request in flight (nng issue 1543; seen here in peers_stop, 1 stop in
 	 * ~10): that is a daemon bug outside this test, not what it checks. */
 	usleep(300000);
-	int a = NA.pid > 0 ? node_stop(&NA) : 0, b = NB.pid > 0 ? node_stop(&NB) : 0;
-	if (a == 0 && b == 0) {
-		node_clean(&NA);
-		node_clean(&NB);
-	}
-	ck_assert_msg(a == 0 && b == 0, "morid did not stop cleanly (exit %d, %d)", a, b);
+	ck_assert_msg(node_pair_stop(&NA, &NB) == 0, "morid did not stop cleanly (above: which, and its log)");
 }
 
 /* ---- PEs: forked processes ---- */
@@ -70,13 +63,7 @@ struct shared {
 static struct shared *SH;
 static struct test_node *node_of(int pe) { return pe & 1 ? &NB : &NA; }
 
-static void shared_setup(void)
-{
-	SH = mmap(NULL, sizeof(*SH), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	ck_assert_ptr_ne(SH, MAP_FAILED);
-	memset(SH, 0, sizeof(*SH));
-	pe_msg = SH->msg; /* tests/pe_harness.h: where the PEs say why they failed */
-}
+static void shared_setup(void) { pe_shared_map(SH); } /* pe_msg: where the PEs say why they failed */
 
 struct pe {
 	mori_client *c;
