@@ -405,7 +405,7 @@ static int pe_fadd(struct pe *e)
 static int pe_main(int me)
 {
 	struct pe e = {.me = me};
-	char label[16];
+	char label[24];
 	prctl(PR_SET_TIMERSLACK, 1); /* a PE plays a kernel that polls: its 20 us naps stay 20 us (default slack 50 us) */
 	snprintf(label, sizeof(label), "bench%d", me);
 	PCK(me, mori_client_open(node_dir[me], label, &e.c));
