@@ -323,8 +323,9 @@ static void lround_shape(int r, uint64_t *off, uint64_t *len)
 }
 
 /* PE 0 (A) sends round r's bytes (17 KiB..4 MiB at a random offset, every third round as a put and
- * a put+signal in one batch) with signal SET r to PE 1 (B), which checks every byte at the signal
- * and answers with an atomic; PE 0 reuses its source only then. */
+ * a put+signal in one batch) with signal SET r (odd rounds) or ADD 1 (even: r then too) to PE 1
+ * (B), which checks every byte at the signal and answers with an atomic; PE 0 reuses its source
+ * only then. */
 static int pe_lsignal(int pe, int n, void *arg)
 {
 	(void)arg;
@@ -342,8 +343,8 @@ static int pe_lsignal(int pe, int n, void *arg)
 			uint64_t a = r % 3 == 0 ? len / 2 : 0; /* a plain put of the first part, in the same batch */
 			if (a)
 				POK(pe, post(&e, MORI_SHMEM_OP_PUT, 0, 0, 1, LB_OFF + off, LB_OFF + off, a, 0, 0, 0, NULL));
-			POK(pe, post(&e, MORI_SHMEM_OP_PUT_SIGNAL, MORI_SHMEM_SIGNAL_SET, 8, 1, LB_OFF + off + a, LB_OFF + off + a,
-				     len - a, LSIG, (uint64_t)r, 0, NULL));
+			POK(pe, post(&e, MORI_SHMEM_OP_PUT_SIGNAL, r % 2 ? MORI_SHMEM_SIGNAL_SET : MORI_SHMEM_SIGNAL_ADD, 8, 1,
+				     LB_OFF + off + a, LB_OFF + off + a, len - a, LSIG, r % 2 ? (uint64_t)r : 1, 0, NULL));
 			struct shmem_ring_pe R = ring_of(&e);
 			POK(pe, shmem_ring_wait_ge(&R, LACK, (uint64_t)r));
 			bytes += len;
