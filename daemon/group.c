@@ -68,7 +68,7 @@ struct lgroup {
 	uint64_t heap_size;
 	uint32_t kind;
 	uint32_t timeout_ms;
-	uid_t uid;                 /* its owner: the uid of the PE whose join made it */
+	uid_t uid;                 /* its owner: names are per uid, so only its uid's PEs are in it */
 	enum lgstate state;
 	uint32_t abort;
 	int32_t abort_pe;
@@ -192,6 +192,7 @@ static void lg_abort(struct lgroup *g, uint32_t why, int32_t pe, int code, const
 static void send_root(struct lgroup *g, Mori__PeerGroup *m)
 {
 	m->name = g->name;
+	m->uid = (uint32_t)g->uid; /* the root keys groups by (uid, name) */
 	m->root_gid = g->root_gid;
 	m->member_gid = g->id;
 	int rc = glink_send(G.d, g->root, m);
@@ -269,15 +270,15 @@ static int name_ok(const char *n)
 	return 1;
 }
 
-/* The member group a join goes into: the one still joining under this name and root with the
- * same shape, else a new one (a PE that disagrees gets a member group of its own here, and the
+/* The member group a join goes into: the one of c's uid still joining under this name and root
+ * with the same shape, else a new one (a PE that disagrees gets a member group of its own here, and the
  * root refuses them all, naming the disagreement). */
 static struct lgroup *lg_for_join(const struct client *c, const Mori__GroupJoin *j, const char *root,
 				 uint64_t heap_size)
 {
 	list_each(it, &G.groups) {
 		struct lgroup *g = list_entry(it, struct lgroup, link);
-		if (g->state == LG_JOINING && !strcmp(g->name, j->name) && !strcmp(g->root, root) &&
+		if (g->state == LG_JOINING && g->uid == c->uid && !strcmp(g->name, j->name) && !strcmp(g->root, root) &&
 		    g->world == j->world_size && g->heap_size == heap_size && g->kind == j->heap_kind)
 			return g;
 	}
@@ -344,18 +345,12 @@ static int join_check(struct client *c, const Mori__GroupJoin *j, int fd, uint64
 	*heap_size = (sz + (uint64_t)pg - 1) & ~(uint64_t)(pg - 1);
 	list_each(it, &G.groups) {
 		struct lgroup *g = list_entry(it, struct lgroup, link);
-		if (strcmp(g->name, j->name))
+		/* Names are per uid (tester3's D12: with one name space another uid could take a job's
+		 * name first and its PEs got MORI_EPERM): another uid's group of this name is another
+		 * group, root's included, and root joins only its own. A PE still maps only its own
+		 * uid's heaps (tester's defect 1). */
+		if (g->uid != c->uid || strcmp(g->name, j->name))
 			continue;
-		/* A PE maps every heap of its group: only the owner's uid (and root) may join it
-		 * (tester's defect 1: another allowed uid joined a forming group as its missing rank).
-		 * The root daemon decides (root_join); this is the early answer on the node. A member
-		 * group root made here does not refuse: root may join a user's group first. */
-		if (c->uid != g->uid && c->uid != 0 && g->uid != 0) {
-			reply_error(rep, MORI_EPERM,
-				    "join of '%s': the group belongs to uid %u on this node; uid %u may not join it "
-				    "(only its owner's uid and root may)", j->name, (unsigned)g->uid, (unsigned)c->uid);
-			return MORI_EPERM;
-		}
 		list_each(pt, &g->pes) {
 			struct gpe *p = list_entry(pt, struct gpe, link);
 			if (p->c == c && p->state != PE_GONE) {
@@ -457,7 +452,6 @@ static int do_join(struct client *c, const Mori__Request *req, Mori__Reply *rep,
 	m.heap_size = heap_size;
 	m.heap_kind = j->heap_kind;
 	m.pid = c->pid;
-	m.uid = (uint32_t)c->uid;
 	m.heap.data = hb;
 	m.heap.len = hl;
 	m.timeout_ms = g->timeout_ms;
@@ -777,17 +771,10 @@ static void tick_arm(void)
 
 /* ---- listings ---- */
 
-/* Root sees every group; another uid those it owns or has a PE in. */
+/* Root sees every group; another uid its own (every PE of a group is its owner's uid). */
 static int lg_listed_for(struct lgroup *g, uid_t uid)
 {
-	if (uid == 0 || uid == g->uid)
-		return 1;
-	list_each(it, &g->pes) {
-		struct gpe *p = list_entry(it, struct gpe, link);
-		if (p->state != PE_GONE && p->c && p->c->uid == uid)
-			return 1;
-	}
-	return 0;
+	return uid == 0 || uid == g->uid;
 }
 
 void group_list(struct morid *d, Mori__ListReply *lr, struct rctx *r, uid_t uid)
@@ -803,7 +790,7 @@ void group_list(struct morid *d, Mori__ListReply *lr, struct rctx *r, uid_t uid)
 	list_each(it, &G.groups) {
 		struct lgroup *g = list_entry(it, struct lgroup, link);
 		if (!lg_listed_for(g, uid))
-			continue; /* another uid's: its name would let this one try to join */
+			continue; /* another uid's: none of this one's business */
 		if (!g->root[0] && g->root_gid && root_has(d, g->root_gid))
 			continue; /* the root's entry lists every rank, ours included */
 		Mori__GroupInfo *gi = rctx_alloc(r, sizeof(*gi));
@@ -812,6 +799,7 @@ void group_list(struct morid *d, Mori__ListReply *lr, struct rctx *r, uid_t uid)
 			return;
 		mori__group_info__init(gi);
 		gi->name = g->name;
+		gi->uid = (uint32_t)g->uid;
 		gi->role = "member";
 		gi->root = g->root;
 		char st[440];

@@ -38,7 +38,7 @@ struct rgroup {
 	uint64_t heap_size;
 	uint32_t kind;
 	uint32_t timeout_ms;
-	uint32_t uid;             /* its owner: the uid of its first join */
+	uint32_t uid;             /* its owner: groups are keyed by (uid, name) */
 	enum rstate state;
 	int joined, live;
 	uint64_t created_us, deadline_us;
@@ -98,11 +98,13 @@ static struct rgroup *by_gid(uint64_t gid)
 	return NULL;
 }
 
-static struct rgroup *by_name(const char *name)
+/* Names are per uid: uid A's "job" and uid B's "job" are two groups (tester3's D12). uid is the
+ * PEs' uid as their daemon saw it (PeerGroup.uid). */
+static struct rgroup *by_name(uint32_t uid, const char *name)
 {
 	list_each(it, &R.groups) {
 		struct rgroup *g = list_entry(it, struct rgroup, link);
-		if (!strcmp(g->name, name))
+		if (g->uid == uid && !strcmp(g->name, name))
 			return g;
 	}
 	return NULL;
@@ -339,7 +341,7 @@ void root_join(struct morid *d, const Mori__PeerGroup *m)
 		tell_one(m, GE_REFUSED, MORI_EINVAL, msg, 0);
 		return;
 	}
-	struct rgroup *g = by_name(m->name);
+	struct rgroup *g = by_name(m->uid, m->name);
 	if (g && g->state != RG_FORMING) {
 		snprintf(msg, sizeof(msg),
 			 "group '%s' still lives (%s, %d PEs, %d still in it): a name is free again once every PE of the "
@@ -349,17 +351,6 @@ void root_join(struct morid *d, const Mori__PeerGroup *m)
 	}
 	if (!g && !(g = forming_new(m))) {
 		tell_one(m, GE_REFUSED, MORI_ENOMEM, "morid is out of memory for the group", 0);
-		return;
-	}
-	/* Only the owner's uid and root join; an intruder is refused alone, the group forms on
-	 * (refusing them all, as for a shape mismatch, would let any uid tear a job down) */
-	if (m->uid != g->uid && m->uid != 0) {
-		snprintf(msg, sizeof(msg), "group '%s' belongs to uid %u; uid %u may not join it (only its owner's uid "
-			 "and root may)", g->name, g->uid, m->uid);
-		mlog_warn("group", "group '%s': join as PE %d by uid %u (pid %d%s%s) refused: the group is uid %u's",
-			  g->name, m->rank, m->uid, m->pid, m->node && m->node[0] ? " on " : "", m->node ? m->node : "",
-			  g->uid);
-		tell_one(m, GE_REFUSED, MORI_EPERM, msg, 0);
 		return;
 	}
 	/* m->rank was checked against m's world size only: index the table once the sizes agree */
@@ -477,7 +468,7 @@ void root_call(struct morid *d, const Mori__PeerGroup *m)
 {
 	char msg[600];
 	struct rgroup *g = by_gid(m->root_gid);
-	if (!g || g->state == RG_FORMING || m->rank < 0 || m->rank >= g->world ||
+	if (!g || g->uid != m->uid || g->state == RG_FORMING || m->rank < 0 || m->rank >= g->world ||
 	    g->ranks[m->rank].member_gid != m->member_gid) {
 		snprintf(msg, sizeof(msg), "group '%s' (%llu) has no PE %d at this root", m->name,
 			 (unsigned long long)m->root_gid, m->rank);
@@ -535,8 +526,9 @@ static void rank_gone(struct rgroup *g, int rank, int dead, const char *why)
 
 void root_leave(struct morid *d, const Mori__PeerGroup *m)
 {
-	struct rgroup *g = m->root_gid ? by_gid(m->root_gid) : by_name(m->name);
-	if (!g || m->rank < 0 || m->rank >= g->world || g->ranks[m->rank].member_gid != m->member_gid)
+	struct rgroup *g = m->root_gid ? by_gid(m->root_gid) : by_name(m->uid, m->name);
+	if (!g || g->uid != m->uid || m->rank < 0 || m->rank >= g->world ||
+	    g->ranks[m->rank].member_gid != m->member_gid)
 		return;
 	if (g->state == RG_FORMING) {
 		struct rrank *k = &g->ranks[m->rank];
@@ -645,6 +637,7 @@ void root_list(struct morid *d, Mori__ListReply *lr, struct rctx *r, size_t cap,
 			return;
 		mori__group_info__init(gi);
 		gi->name = g->name;
+		gi->uid = g->uid;
 		gi->root = "";
 		char st[340];
 		snprintf(st, sizeof(st), "%s%s%s", g->state == RG_FORMING ? "joining" : g->state == RG_FORMED ? "formed" : "aborted (",

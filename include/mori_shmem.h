@@ -55,9 +55,9 @@ MORI_API void mori_group_opts_init(mori_group_opts *opts);
  * Refused on every PE (MORI_EINVAL with the reason) when ranks collide, or world sizes, heap
  * sizes or heap kinds disagree; MORI_EINVAL for a rank out of range; MORI_EEXIST when a group of
  * that name still lives (formed, or aborted with PEs still in it: a name is free again once every
- * PE of its group has left); MORI_EPERM (this PE alone; the group forms on) when the group
- * belongs to another uid: a group is its first PE's uid's, and only that uid and root may join
- * it; MORI_EBUSY when c already is a PE of a group of that name;
+ * PE of its group has left); MORI_EBUSY when c already is a PE of a group of that name. Names
+ * are per uid: a join meets only PEs of the caller's uid (root's too), so another uid's group of
+ * the same name is another group and can neither block nor join this one;
  * MORI_ENOTSUP for a remote root when this morid has no peer listener, or a VRAM heap without
  * VMM POSIX-fd allocations. One client may be a PE of several groups. The group is owned by the
  * caller until mori_group_leave (mori_client_close leaves the client's groups). */

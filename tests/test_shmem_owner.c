@@ -1,11 +1,15 @@
-/* MORI-SHMEM groups belong to a uid (tester's defect 1): a process of another allowed uid could
- * join a forming group as its missing rank, get every heap of the job mapped and read or write
- * it, and `moractl groups` showed every group's name (the unique-id form's random names too) to
- * every allowed uid. Now the uid of a group's first PE owns it: a join by another uid is refused
- * with MORI_EPERM naming the owner (on the joiner's node, and by the root daemon for a joiner on
- * another node, the group forming on), root may join any group, and a listing shows another
- * uid only its own groups. PEs are forked processes that drop to uids 65534 and 65533; the test
- * is skipped unless it runs as root. */
+/* MORI-SHMEM groups are per uid. Tester's defect 1: a process of another allowed uid could join
+ * a forming group as its missing rank, get every heap of the job mapped and read or write it, and
+ * `moractl groups` showed every group's name to every allowed uid. Then a group became its first
+ * PE's uid's, and tester3's D12 found the hole that left: names were still global to the node,
+ * so another uid could take a job's (predictable) name first and the job's PEs got MORI_EPERM.
+ * Now names are scoped by uid, on each node and at the root daemon (keyed by (uid, name), the uid
+ * as the joiner's daemon saw it): uid A's "job" and uid B's "job" are two groups that form side
+ * by side, with their own heaps and allocators; another uid's join (root's too) never reaches a
+ * group, and a listing shows another uid only its own groups (root sees all, with their uids).
+ * PEs are forked processes that drop to uids 65534 and 65533; the test is skipped unless it runs
+ * as root. The test process starts no threads before it forks (no nng here: listings go through
+ * moractl in a child). */
 #include <check.h>
 #include <grp.h>
 #include <sys/mman.h>
@@ -13,21 +17,24 @@
 #include <sys/wait.h>
 
 #include "harness.h"
-#include "ctl_harness.h"
 #include "mori_shmem.h"
 #include "wire.h"
 
 #define OWNER 65534
 #define OTHER 65533
+#define NRES 8
 
 static const char *const allow[] = {"--allow-uids", "0,65534,65533", "--socket-mode", "0666", NULL};
 
 struct result {
 	int rc;
 	int groups;        /* groups a listing showed */
+	int64_t off_a, off_b; /* pair(): offsets of its allocations (-1: none) */
+	int bad;           /* pair(): bytes of the peer's put that were not this uid's */
 	char msg[512];
 };
-static struct result *RES; /* [4], shared with the children */
+static struct result *RES; /* [NRES], shared with the children */
+static volatile int *READY, *GO; /* pair(): PEs formed and checked; the parent's go to leave */
 
 static void drop_to(uid_t uid)
 {
@@ -37,8 +44,8 @@ static void drop_to(uid_t uid)
 
 /* Join name as rank of 2 at the daemon of dir (root: the root daemon's address, or NULL); the
  * join's code and message into *res; when it succeeded, a barrier with the other PE, then leave. */
-static void join(const char *dir, const char *root, const char *name, int rank, int64_t timeout_us,
-		 struct result *res)
+static void join_n(const char *dir, const char *root, const char *name, int rank, int world, int64_t timeout_us,
+		   struct result *res)
 {
 	mori_client *c;
 	res->rc = mori_client_open(dir, "owner", &c);
@@ -52,7 +59,7 @@ static void join(const char *dir, const char *root, const char *name, int rank, 
 	o.timeout_us = timeout_us;
 	o.root = root;
 	mori_group *g = NULL;
-	res->rc = mori_group_join(c, name, rank, 2, &o, &g);
+	res->rc = mori_group_join(c, name, rank, world, &o, &g);
 	if (res->rc == MORI_OK) /* both PEs mapped each other's heap before either leaves */
 		res->rc = mori_shmem_barrier_all(g);
 	snprintf(res->msg, sizeof(res->msg), "%s", mori_client_last_error(c));
@@ -61,15 +68,76 @@ static void join(const char *dir, const char *root, const char *name, int rank, 
 	mori_client_close(c);
 }
 
-/* How many groups of name dir's daemon lists to this process. */
-static int listed(const char *dir, const char *name)
+static void join(const char *dir, const char *root, const char *name, int rank, int64_t timeout_us,
+		 struct result *res)
 {
-	Mori__Reply *rep = ctl_list(dir, 5);
-	int n = 0;
-	for (size_t i = 0; i < rep->list->n_groups; i++)
-		n += !strcmp(rep->list->groups[i]->name, name);
-	mori__reply__free_unpacked(rep, NULL);
-	return n;
+	join_n(dir, root, name, rank, 2, timeout_us, res);
+}
+
+static int uid_byte(uid_t uid)
+{
+	return (int)(uid & 0xff) ^ 0x5a;
+}
+
+/* PE rank of 2 of uid's group name: allocations that differ by uid (OWNER 4 KiB then 8 KiB, any
+ * other uid 8 KiB only: mixed into one allocator they would disagree, or land at one offset),
+ * rank 0 puts uid_byte(uid) over rank 1's 8 KiB, rank 1 counts the bytes that are not that; then
+ * it reports, waits for the parent's go (the groups stay while the parent lists them), leaves. */
+static void pair(const char *dir, const char *root, const char *name, int rank, uid_t uid, struct result *res)
+{
+	mori_client *c;
+	mori_group *g = NULL;
+	void *a = NULL, *b = NULL;
+	res->off_a = res->off_b = -1;
+	res->bad = -1;
+	if ((res->rc = mori_client_open(dir, "pair", &c)) != MORI_OK) {
+		snprintf(res->msg, sizeof(res->msg), "open: %s", mori_strerror(res->rc));
+		return;
+	}
+	mori_group_opts o;
+	mori_group_opts_init(&o);
+	o.heap_size = 1u << 20;
+	o.timeout_us = 20000000;
+	o.root = root;
+	res->rc = mori_group_join(c, name, rank, 2, &o, &g);
+	if (res->rc == MORI_OK && uid == OWNER && (res->rc = mori_shmem_malloc(g, 4096, 0, &a)) == MORI_OK)
+		res->off_a = mori_shmem_offset(g, a);
+	if (res->rc == MORI_OK && (res->rc = mori_shmem_malloc(g, 8192, 0, &b)) == MORI_OK) {
+		res->off_b = mori_shmem_offset(g, b);
+		memset(b, 0, 8192);
+		res->rc = mori_shmem_barrier_all(g);
+	}
+	if (res->rc == MORI_OK && rank == 0) {
+		static unsigned char src[8192];
+		memset(src, uid_byte(uid), sizeof(src));
+		res->rc = mori_shmem_putmem(g, b, src, sizeof(src), 1);
+	}
+	if (res->rc == MORI_OK)
+		res->rc = mori_shmem_barrier_all(g); /* rank 0's put is complete at rank 1 */
+	if (res->rc == MORI_OK) {
+		res->bad = 0;
+		for (int i = 0; i < 8192 && rank == 1; i++)
+			res->bad += ((unsigned char *)b)[i] != uid_byte(uid);
+	}
+	snprintf(res->msg, sizeof(res->msg), "%s", res->rc ? mori_client_last_error(c) : "");
+	__atomic_add_fetch(READY, 1, __ATOMIC_SEQ_CST);
+	while (!__atomic_load_n(GO, __ATOMIC_ACQUIRE))
+		usleep(5000); /* bounded by the child's deadline */
+	if (g)
+		mori_group_leave(g);
+	mori_client_close(c);
+}
+
+static pid_t pair_as(uid_t uid, const char *dir, const char *root, const char *name, int rank, struct result *res)
+{
+	pid_t p = fork();
+	if (p == 0) {
+		child_deadline(60);
+		drop_to(uid);
+		pair(dir, root, name, rank, uid, res);
+		_exit(0);
+	}
+	return p;
 }
 
 /* A child as uid that joins name as rank (dir, root as join()); returns its pid. */
@@ -78,6 +146,7 @@ static pid_t join_as(uid_t uid, const char *dir, const char *root, const char *n
 {
 	pid_t p = fork();
 	if (p == 0) {
+		child_deadline(60);
 		drop_to(uid);
 		join(dir, root, name, rank, timeout_us, res);
 		_exit(0);
@@ -96,6 +165,7 @@ static int listed_as(uid_t uid, const char *dir, const char *name)
 	snprintf(moractl, sizeof(moractl), "%s/moractl", build_dir());
 	pid_t p = fork();
 	if (p == 0) {
+		child_deadline(30);
 		drop_to(uid);
 		dup2(fd, 1);
 		execl(moractl, moractl, "--runtime-dir", dir, "--json", "groups", (char *)NULL);
@@ -127,9 +197,33 @@ static void wait_ok(pid_t p)
 /* Wait (5 s at most) until root sees the group forming at dir's daemon. */
 static void wait_listed(const char *dir, const char *name)
 {
-	for (int i = 0; i < 500 && listed(dir, name) == 0; i++)
+	for (int i = 0; i < 100 && listed_as(0, dir, name) == 0; i++)
+		usleep(50000);
+	ck_assert_int_ge(listed_as(0, dir, name), 1);
+}
+
+/* Until n pair() PEs reported (30 s at most). */
+static void wait_ready(int n)
+{
+	for (int i = 0; i < 3000 && __atomic_load_n(READY, __ATOMIC_ACQUIRE) < n; i++)
 		usleep(10000);
-	ck_assert_int_ge(listed(dir, name), 1);
+	ck_assert_int_eq(__atomic_load_n(READY, __ATOMIC_ACQUIRE), n);
+}
+
+/* Each uid's pair formed its own group: both succeeded, OWNER's second allocation sits after its
+ * first, the other uid's first at the same offset as OWNER's first (a fresh allocator each), and
+ * rank 1 of each saw only its own uid's bytes. */
+static void pairs_separate(const struct result *own, const struct result *oth)
+{
+	for (int i = 0; i < 2; i++) {
+		ck_assert_msg(own[i].rc == MORI_OK, "uid %d PE %d: %s (%s)", OWNER, i, mori_strerror(own[i].rc), own[i].msg);
+		ck_assert_msg(oth[i].rc == MORI_OK, "uid %d PE %d: %s (%s)", OTHER, i, mori_strerror(oth[i].rc), oth[i].msg);
+		ck_assert_int_ge(own[i].off_a, 0);
+		ck_assert_int_ge(own[i].off_b, own[i].off_a + 4096);
+		ck_assert_int_eq(oth[i].off_b, own[i].off_a);
+	}
+	ck_assert_int_eq(own[1].bad, 0);
+	ck_assert_int_eq(oth[1].bad, 0);
 }
 
 static void setup(void)
@@ -138,41 +232,96 @@ static void setup(void)
 		printf("skipped: needs root (PEs run as uids %d and %d)\n", OWNER, OTHER);
 		exit(77);
 	}
-	RES = mmap(NULL, 4 * sizeof(*RES), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	size_t len = NRES * sizeof(*RES) + 2 * sizeof(int);
+	RES = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	ck_assert_ptr_ne(RES, MAP_FAILED);
-	memset(RES, 0, 4 * sizeof(*RES));
+	memset(RES, 0, len);
+	READY = (volatile int *)(RES + NRES);
+	GO = READY + 1;
 }
 
-/* One node: uid 65534's forming group refuses uid 65533 and stays hidden from it; root joins. */
-START_TEST(local_join_refused)
+/* A child as uid that joins name as rank of world (join_n); returns its pid. */
+static pid_t join_n_as(uid_t uid, const char *dir, const char *root, const char *name, int rank, int world,
+		       int64_t timeout_us, struct result *res)
+{
+	pid_t p = fork();
+	if (p == 0) {
+		child_deadline(60);
+		drop_to(uid);
+		join_n(dir, root, name, rank, world, timeout_us, res);
+		_exit(0);
+	}
+	return p;
+}
+
+static void reset(void)
+{
+	memset(RES, 0, NRES * sizeof(*RES));
+	*READY = 0;
+	*GO = 0;
+}
+
+/* Both PEs of a world-size mismatch are refused, and the reason names the world sizes. */
+static void mismatch_refused(const struct result *r)
+{
+	for (int i = 0; i < 2; i++)
+		ck_assert_msg(r[i].rc == MORI_EINVAL && strstr(r[i].msg, "world size"),
+			      "PE %d of a world-size mismatch: %s (%s)", i, mori_strerror(r[i].rc), r[i].msg);
+}
+
+/* One node. uid 65533 takes the name "own" first (tester3's squat) and root joins "own" too:
+ * each is a group of its own uid, hidden from uid 65534, whose two PEs then form their "own".
+ * Meanwhile both uids form a "job" side by side, each with its own allocations and bytes. */
+START_TEST(same_name_per_uid)
 {
 	struct test_daemon D;
+	reset();
 	ck_assert_int_eq(daemon_start(&D, allow), 0);
 	ck_assert_int_eq(chmod(D.dir, 0755), 0);
-	pid_t a = join_as(OWNER, D.dir, NULL, "own", 0, 15000000, &RES[0]);
+	pid_t sq = join_as(OTHER, D.dir, NULL, "own", 0, 4000000, &RES[6]);
+	pid_t rt = join_as(0, D.dir, NULL, "own", 1, 4000000, &RES[7]);
 	wait_listed(D.dir, "own");
-	ck_assert_int_eq(listed_as(OTHER, D.dir, "own"), 0);
-	ck_assert_int_ge(listed_as(OWNER, D.dir, "own"), 1); /* the root's entry, and the member group's while forming */
-	pid_t b = join_as(OTHER, D.dir, NULL, "own", 1, 3000000, &RES[1]);
-	wait_ok(b);
-	ck_assert_msg(RES[1].rc == MORI_EPERM && strstr(RES[1].msg, "belongs to uid 65534"),
-		      "uid %d's join of uid %d's group: %s (%s)", OTHER, OWNER, mori_strerror(RES[1].rc), RES[1].msg);
-	/* the group is unharmed: root completes it */
-	join(D.dir, NULL, "own", 1, 10000000, &RES[2]);
-	wait_ok(a);
-	ck_assert_msg(RES[2].rc == MORI_OK, "root's join: %s (%s)", mori_strerror(RES[2].rc), RES[2].msg);
-	ck_assert_msg(RES[0].rc == MORI_OK, "the owner's join: %s (%s)", mori_strerror(RES[0].rc), RES[0].msg);
+	ck_assert_int_eq(listed_as(OWNER, D.dir, "own"), 0); /* the squatter's is not uid 65534's business */
+	pid_t p[6] = {pair_as(OWNER, D.dir, NULL, "job", 0, &RES[0]), pair_as(OTHER, D.dir, NULL, "job", 0, &RES[2]),
+		      pair_as(OTHER, D.dir, NULL, "job", 1, &RES[3]), pair_as(OWNER, D.dir, NULL, "job", 1, &RES[1]),
+		      join_as(OWNER, D.dir, NULL, "own", 0, 10000000, &RES[4]),
+		      join_as(OWNER, D.dir, NULL, "own", 1, 10000000, &RES[5])};
+	wait_ready(4);
+	ck_assert_int_eq(listed_as(0, D.dir, "job"), 2);     /* root sees both uids' */
+	ck_assert_int_eq(listed_as(OWNER, D.dir, "job"), 1); /* each uid its own */
+	ck_assert_int_eq(listed_as(OTHER, D.dir, "job"), 1);
+	*GO = 1;
+	for (int i = 0; i < 6; i++)
+		wait_ok(p[i]);
+	wait_ok(sq);
+	wait_ok(rt);
+	pairs_separate(&RES[0], &RES[2]);
+	for (int i = 4; i < 6; i++)
+		ck_assert_msg(RES[i].rc == MORI_OK, "uid %d's 'own' PE %d beside a squatter: %s (%s)", OWNER, i - 4,
+			      mori_strerror(RES[i].rc), RES[i].msg);
+	/* nobody of the squatter's uid or of root came: their groups never formed */
+	ck_assert_msg(RES[6].rc == MORI_ETIMEDOUT, "the squatter: %s (%s)", mori_strerror(RES[6].rc), RES[6].msg);
+	ck_assert_msg(RES[7].rc == MORI_ETIMEDOUT, "root's 'own': %s (%s)", mori_strerror(RES[7].rc), RES[7].msg);
+	reset();
+	pid_t m0 = join_n_as(OWNER, D.dir, NULL, "mis", 0, 2, 10000000, &RES[0]);
+	wait_listed(D.dir, "mis");
+	pid_t m1 = join_n_as(OWNER, D.dir, NULL, "mis", 1, 3, 10000000, &RES[1]);
+	wait_ok(m0);
+	wait_ok(m1);
+	mismatch_refused(RES);
 	int st = daemon_stop(&D);
 	daemon_cleanup(&D);
 	ck_assert_int_eq(st, 0);
 }
 END_TEST
 
-/* Two daemons: the intruder joins at B, where nothing of the group is; the root (A) refuses it. */
-START_TEST(remote_join_refused_by_root)
+/* Two daemons, A the root: both uids form "xjob" with a PE on each node at once; the root keys
+ * them by (uid, name), so both form, apart. A world-size mismatch across nodes names its reason. */
+START_TEST(same_name_per_uid_across_nodes)
 {
 	struct test_daemon A, B;
 	char la[64], lb[64], addr[64];
+	reset();
 	int pa = free_port(), pb = free_port();
 	while (pb == pa)
 		pb = free_port();
@@ -185,17 +334,22 @@ START_TEST(remote_join_refused_by_root)
 	ck_assert_int_eq(daemon_start(&B, eb), 0);
 	ck_assert_int_eq(chmod(A.dir, 0755), 0);
 	ck_assert_int_eq(chmod(B.dir, 0755), 0);
-	pid_t a = join_as(OWNER, A.dir, addr, "xown", 0, 20000000, &RES[0]);
-	wait_listed(A.dir, "xown");
-	pid_t b = join_as(OTHER, B.dir, addr, "xown", 1, 5000000, &RES[1]);
-	wait_ok(b);
-	ck_assert_msg(RES[1].rc == MORI_EPERM && strstr(RES[1].msg, "belongs to uid 65534"),
-		      "uid %d's join on another node: %s (%s)", OTHER, mori_strerror(RES[1].rc), RES[1].msg);
-	ck_assert_int_eq(listed_as(OTHER, A.dir, "xown"), 0);
-	join(B.dir, addr, "xown", 1, 15000000, &RES[2]);
-	wait_ok(a);
-	ck_assert_msg(RES[2].rc == MORI_OK, "root's join from B: %s (%s)", mori_strerror(RES[2].rc), RES[2].msg);
-	ck_assert_msg(RES[0].rc == MORI_OK, "the owner's join: %s (%s)", mori_strerror(RES[0].rc), RES[0].msg);
+	pid_t p[4] = {pair_as(OTHER, B.dir, addr, "xjob", 1, &RES[3]), pair_as(OWNER, A.dir, addr, "xjob", 0, &RES[0]),
+		      pair_as(OWNER, B.dir, addr, "xjob", 1, &RES[1]), pair_as(OTHER, A.dir, addr, "xjob", 0, &RES[2])};
+	wait_ready(4);
+	ck_assert_int_eq(listed_as(0, A.dir, "xjob"), 2);
+	ck_assert_int_eq(listed_as(OTHER, A.dir, "xjob"), 1);
+	*GO = 1;
+	for (int i = 0; i < 4; i++)
+		wait_ok(p[i]);
+	pairs_separate(&RES[0], &RES[2]);
+	reset();
+	pid_t m0 = join_n_as(OWNER, A.dir, addr, "xmis", 0, 2, 10000000, &RES[0]);
+	wait_listed(A.dir, "xmis");
+	pid_t m1 = join_n_as(OWNER, B.dir, addr, "xmis", 1, 3, 10000000, &RES[1]);
+	wait_ok(m0);
+	wait_ok(m1);
+	mismatch_refused(RES);
 	int sa = daemon_stop(&A), sb = daemon_stop(&B);
 	daemon_cleanup(&A);
 	daemon_cleanup(&B);
@@ -210,8 +364,8 @@ int main(void)
 	TCase *t = tcase_create("shmem_owner");
 	tcase_add_unchecked_fixture(t, setup, NULL);
 	tcase_set_timeout(t, 90);
-	tcase_add_test(t, local_join_refused);
-	tcase_add_test(t, remote_join_refused_by_root);
+	tcase_add_test(t, same_name_per_uid);
+	tcase_add_test(t, same_name_per_uid_across_nodes);
 	suite_add_tcase(s, t);
 	return run_suite(s);
 }

@@ -451,16 +451,21 @@ static void list_groups(const Mori__ListReply *l, cJSON *arr)
 		       "USED", "ALLOCS", "CALLS", "ROOT");
 	for (size_t i = 0; i < l->n_groups; i++) {
 		Mori__GroupInfo *g = l->groups[i];
-		char heap[32], used[32], pes[24];
+		char heap[32], used[32], pes[24], name[160];
+		/* names are per uid: another uid's (root sees every uid's) says whose it is */
+		if (g->uid != (uint32_t)getuid())
+			snprintf(name, sizeof(name), "%s (uid %u)", g->name, g->uid);
+		else
+			snprintf(name, sizeof(name), "%s", g->name);
 		fmt_bytes(heap, sizeof(heap), g->heap_size);
 		fmt_bytes(used, sizeof(used), g->heap_used);
 		snprintf(pes, sizeof(pes), "%u/%d", g->joined, g->world_size);
-		cJSON *o = moractl_json_row(arr, &g->base, "name role root state world_size joined heap_size");
+		cJSON *o = moractl_json_row(arr, &g->base, "name uid role root state world_size joined heap_size");
 		cJSON *ranks = cJSON_CreateArray(), *nodes = cJSON_CreateArray();
 		cJSON_AddStringToObject(o, "heap_kind", kind_name(g->heap_kind));
 		moractl_json_fields(o, &g->base, "heap_used allocations calls age_us");
 		if (!json)
-			printf("%-24s %-11s %-8.8s %-9s %-10s %-5s %-10s %-7u %-8llu %s\n", g->name, g->role, g->state, pes, heap,
+			printf("%-24s %-11s %-8.8s %-9s %-10s %-5s %-10s %-7u %-8llu %s\n", name, g->role, g->state, pes, heap,
 			       kind_name(g->heap_kind), g->role[0] == 'r' ? used : "-", g->allocations,
 			       (unsigned long long)g->calls, g->root[0] ? g->root : "(this daemon)");
 		if (!json && strlen(g->state) > 8)
