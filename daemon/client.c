@@ -22,7 +22,7 @@ struct client *client_new(struct morid *d, pid_t pid, uid_t uid, const char *nam
 		if ((unsigned char)*q < 0x20 || *q == 0x7f)
 			*q = '?'; /* names go into logs and moractl's table: no control characters */
 	c->created_us = mori_now_us();
-	c->ring_fd = c->sq_efd = c->cq_efd = c->sock = -1;
+	c->ring_fd = c->sq_efd = c->cq_efd = c->sock = c->pidfd = -1;
 	LIST_INIT(&c->regions);
 	LIST_INIT(&c->opens);
 	LIST_INIT(&c->lists);

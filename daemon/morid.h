@@ -61,8 +61,9 @@ struct client {
 	char name[64];
 	uint64_t created_us, attached_us;
 	int attached;
-	struct conn *conn;           /* its session socket: the client lives as long as it */
+	struct conn *conn;           /* its session socket: the client ends when it closes or the process exits */
 	int sock;                    /* that socket's fd while open, else -1 (client_reply) */
+	int pidfd;                   /* its process (session.c's, borrowed); -1: no pidfd_open */
 	/* rings */
 	int ring_fd, sq_efd, cq_efd;
 	void *ring;

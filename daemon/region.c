@@ -2,12 +2,14 @@
 #include "region.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include "gpu_stage.h"
+#include "log.h"
 
 /* One backend per kind of memory morid reaches. */
 struct backend {
@@ -67,12 +69,31 @@ static int cma_reach(struct region *g, char *msg, size_t len)
 	return MORI_ENOTSUP;
 }
 
+/* Is g's owner still the process that registered it? A bare pid is not enough: once that
+ * process exits and is reaped its pid goes to another process, which morid (root) would read
+ * and write. The owner's pidfd polls readable from its exit on, pid reused or not. Without a
+ * pidfd (no pidfd_open) the client's end is its socket's, as before. */
+static int cma_owner_alive(struct region *g)
+{
+	if (g->pidfd < 0)
+		return 1;
+	struct pollfd p = {.fd = g->pidfd, .events = POLLIN};
+	if (poll(&p, 1, 0) == 0)
+		return 1;
+	if (!g->pid_gone_logged++)
+		mlog_warn("region", "region %llu: its owner pid %d has exited: no cross-memory attach to that pid",
+			  (unsigned long long)g->id, (int)g->pid);
+	return 0;
+}
+
 static int cma_copy(struct region *g, uint64_t off, void *buf, uint64_t len, int write)
 {
 	uint64_t done = 0;
 	/* Once deregistered the owner may free or reuse those addresses: never touch them again. */
 	if (g->dead)
 		return MORI_ESTALE;
+	if (!cma_owner_alive(g))
+		return MORI_EPEERDEAD;
 	while (done < len) {
 		struct iovec l = {(char *)buf + done, len - done};
 		struct iovec r = {(void *)(uintptr_t)(g->addr + off + done), len - done};
@@ -82,6 +103,9 @@ static int cma_copy(struct region *g, uint64_t off, void *buf, uint64_t len, int
 			return g->dead ? MORI_ESTALE : MORI_EPEERDEAD;
 		done += (uint64_t)n;
 	}
+	/* a read that raced the owner's exit may hold another process's bytes: drop them */
+	if (!write && !cma_owner_alive(g))
+		return MORI_EPEERDEAD;
 	return MORI_OK;
 }
 

@@ -24,6 +24,8 @@ struct region {
 	uint64_t fd_offset;
 	uint64_t addr;            /* owner's address (cross-memory attach) */
 	pid_t pid;
+	int pidfd;                /* that process (the owner's, borrowed: valid while !dead); -1 none */
+	int pid_gone_logged;
 	uint32_t gpu_handle_type;
 	uint8_t gpu_ipc[GPU_IPC_MAX];
 	size_t gpu_ipc_len;

@@ -1,5 +1,6 @@
 /* Clients and their session sockets (AF_UNIX SEQPACKET): attach, requests with fds, the ring
- * pair, and clean-up when a client goes (its socket closing is its death certificate). */
+ * pair, and clean-up when a client goes: its socket closing, or its process exiting (a pidfd),
+ * whichever comes first, is its death certificate. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -8,6 +9,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -30,6 +32,11 @@ struct conn {
 	pid_t pid;
 	uv_poll_t poll;
 	uv_timer_t timer;
+	/* The connecting process (SO_PEERCRED's pid at connect): fork() copies the socket, so the
+	 * socket alone can outlive the process; this polls readable when the process exits.
+	 * -1 where the kernel has no pidfd_open (then the socket alone decides, as before). */
+	int pidfd;
+	uv_poll_t pid_poll;
 	int closing, handles;
 	uint8_t *buf;
 	struct list plink;       /* on pending until its hello */
@@ -241,6 +248,8 @@ static void conn_handle_closed(uv_handle_t *h)
 	if (--k->handles > 0)
 		return;
 	close(k->sock);
+	if (k->pidfd >= 0)
+		close(k->pidfd); /* after the client: its regions borrowed it (registry.h) */
 	free(k->buf);
 	free(k);
 }
@@ -260,6 +269,46 @@ static void conn_close(struct conn *k)
 	}
 	uv_close((uv_handle_t *)&k->poll, conn_handle_closed);
 	uv_close((uv_handle_t *)&k->timer, conn_handle_closed);
+	if (k->pidfd >= 0)
+		uv_close((uv_handle_t *)&k->pid_poll, conn_handle_closed);
+}
+
+/* The client's process exited while its session socket lives on elsewhere (a forked child
+ * inherited it, or it was passed on): the client ends now, exactly as if the socket closed,
+ * so its PEs abort their groups and nothing reaches its pid again. */
+static void conn_process_exited(uv_poll_t *p, int status, int events)
+{
+	struct conn *k = p->data;
+	if (k->closing)
+		return;
+	mlog_info("session", "pid %d exited; its session socket is still open in another process (a forked child?): "
+			     "ending its client", k->pid);
+	conn_close(k);
+}
+
+/* A pidfd for pid, or -1: -2 when the process is already gone. Logged once if the kernel has
+ * no pidfd_open (before Linux 5.3): clients then live as long as their socket (diagnose says so). */
+static int pidfd_of(pid_t pid)
+{
+	static int warned;
+#ifdef SYS_pidfd_open
+	int fd = (int)syscall(SYS_pidfd_open, pid, 0);
+	if (fd >= 0)
+		return fd; /* close-on-exec already */
+	if (errno == ESRCH)
+		return -2;
+	if (errno != ENOSYS) {
+		mlog_ratelimited(MLOG_WARN, "session", "pidfd_open(%d): %s: that client lives as long as its socket",
+				 (int)pid, strerror(errno));
+		return -1;
+	}
+#else
+	(void)pid;
+#endif
+	if (!warned++)
+		mlog_warn("session", "no pidfd_open in this kernel (Linux >= 5.3): a client lives as long as its session "
+				     "socket, so one whose forked child keeps the socket outlives its process");
+	return -1;
 }
 
 /* The first message on a session socket is the hello: it creates the client, whose life is
@@ -289,6 +338,7 @@ static int do_session_hello(struct conn *k, Mori__Hello *h, Mori__Reply *rep, st
 	c->attached_us = mori_now_us();
 	c->conn = k;
 	c->sock = k->sock;
+	c->pidfd = k->pidfd; /* borrowed: the conn closes it after the client is gone */
 	k->client = c;
 	pending_leave(k);
 	uv_timer_stop(&k->timer);
@@ -421,6 +471,14 @@ static void session_accept(uv_poll_t *p, int status, int events)
 			close(s);
 			continue;
 		}
+		int pidfd = pidfd_of(cred.pid);
+		if (pidfd == -2) {
+			/* it exited between connect and accept: nothing to serve */
+			free(k->buf);
+			free(k);
+			close(s);
+			continue;
+		}
 		if (npending >= PENDING_MAX) {
 			struct conn *old = list_entry(pending.next, struct conn, plink);
 			mlog_ratelimited(MLOG_WARN, "session", "more than %d sessions without a hello: closing the oldest (pid %d)",
@@ -433,7 +491,14 @@ static void session_accept(uv_poll_t *p, int status, int events)
 		k->sock = s;
 		k->uid = cred.uid;
 		k->pid = cred.pid;
+		k->pidfd = pidfd;
 		k->handles = 2;
+		if (pidfd >= 0) {
+			k->handles = 3;
+			uv_poll_init(d->loop, &k->pid_poll, pidfd);
+			k->pid_poll.data = k;
+			uv_poll_start(&k->pid_poll, UV_READABLE, conn_process_exited);
+		}
 		uv_poll_init(d->loop, &k->poll, s);
 		k->poll.data = k;
 		uv_timer_init(d->loop, &k->timer);

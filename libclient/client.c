@@ -24,7 +24,55 @@
 static _Atomic unsigned fork_gen;
 static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 
-static void on_fork_child(void) { atomic_fetch_add(&fork_gen, 1); }
+/* The open clients, for the child handler: a client's session socket and ring fds copied into a
+ * child would keep morid's client (its regions, names, PEs) alive after the parent exits, so the
+ * child lets go of them at once. Lock-free slots, since after fork() the child may not take a
+ * lock or allocate; past CLIENT_SLOTS open clients the rest are not closed in children (morid
+ * still ends such a client when its process exits, by pidfd). */
+#define CLIENT_SLOTS 64
+static mori_client *_Atomic client_slot[CLIENT_SLOTS];
+
+static void slot_add(mori_client *c)
+{
+	for (int i = 0; i < CLIENT_SLOTS; i++) {
+		mori_client *none = NULL;
+		if (atomic_compare_exchange_strong(&client_slot[i], &none, c))
+			return;
+	}
+}
+
+static void slot_remove(mori_client *c)
+{
+	for (int i = 0; i < CLIENT_SLOTS; i++) {
+		mori_client *me = c;
+		if (atomic_compare_exchange_strong(&client_slot[i], &me, NULL))
+			return;
+	}
+}
+
+/* In the child, only close() and plain stores: async-signal-safe after a fork of a threaded
+ * process. The child's copy of each client forgets the fds, so close_in_child later cannot
+ * close a number the child has since reused; the parent's fds are untouched (its own table). */
+static void on_fork_child(void)
+{
+	atomic_fetch_add(&fork_gen, 1);
+	for (int i = 0; i < CLIENT_SLOTS; i++) {
+		mori_client *c = atomic_load(&client_slot[i]);
+		if (!c)
+			continue;
+		atomic_store(&client_slot[i], NULL); /* the child's table; the parent keeps its own */
+		int *fds[] = {&c->sock, &c->ring_fd, &c->sq_efd, &c->cq_efd};
+		for (int j = 0; j < 4; j++)
+			if (*fds[j] >= 0) {
+				close(*fds[j]);
+				*fds[j] = -1;
+			}
+		if (c->hup_on) {
+			close(c->hup_efd); /* the watcher thread itself did not survive the fork */
+			c->hup_on = 0;
+		}
+	}
+}
 static void fork_watch(void) { pthread_atfork(NULL, NULL, on_fork_child); }
 
 int client_forked(const mori_client *c)
@@ -317,6 +365,7 @@ int mori_client_open(const char *runtime_dir, const char *name, mori_client **ou
 		memcpy(last_error, keep, sizeof(keep));
 		return rc;
 	}
+	slot_add(c);
 	*out = c;
 	return MORI_OK;
 }
@@ -393,6 +442,7 @@ void mori_client_close(mori_client *c)
 		close_in_child(c);
 		return;
 	}
+	slot_remove(c); /* first: a fork from here on leaves the child nothing to close */
 	hup_stop(c); /* before the goodbye and close: our own hang-up is no abort */
 	shmem_close_all(c); /* its groups first: they hold regions and transfers of their own */
 	xfer_close_all(c);

@@ -1,0 +1,262 @@
+/* A client lives as long as its process, not its session socket (tester3 D0, D0b): fork()
+ * copies the socket, and a copy kept by a child must not keep a dead client's PEs, regions and
+ * names alive (nor leave morid reaching a reused pid by cross-memory attach). The holder here
+ * is a raw clone (no atfork handlers, as a hostile or exotic child), so morid's pidfd alone
+ * must see the death; a plain fork() child must hold none of the client's descriptors. */
+#include <check.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+
+#include "harness.h"
+#include "ctl_harness.h"
+#include "mori_shmem.h"
+
+static struct test_daemon D;
+
+static void setup(void) { ck_assert_int_eq(daemon_start(&D, NULL), 0); }
+static void teardown(void)
+{
+	daemon_stop(&D);
+	daemon_cleanup(&D);
+}
+
+static double now_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* A process that keeps all its parent's descriptors (the session socket among them) and runs
+ * none of libmori's fork handling: a raw clone. It sleeps until killed, 30 s at most (alarm,
+ * not child_deadline: PDEATHSIG would end it with its parent, the very case under test). */
+static pid_t holder(void)
+{
+	pid_t h = (pid_t)syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0);
+	if (h == 0) {
+		signal(SIGALRM, SIG_DFL);
+		alarm(30);
+		for (;;)
+			pause();
+	}
+	return h;
+}
+
+static void daemon_counts(uint32_t *clients, uint32_t *regions)
+{
+	Mori__Reply *rep = ctl_status(D.dir);
+	*clients = rep->status->clients;
+	*regions = rep->status->regions;
+	mori__reply__free_unpacked(rep, NULL);
+}
+
+static int log_has(const char *what)
+{
+	static char buf[1 << 20];
+	int fd = open(D.log, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	buf[n > 0 ? n : 0] = 0;
+	return strstr(buf, what) != NULL;
+}
+
+/* D0b: PE 1 registers and publishes memory, leaves a holder of its socket behind and dies; PE 0's
+ * barrier ends with MORI_EPEERDEAD at once (not at the group's 20 s deadline), and morid lists
+ * neither the client nor its region and name any more, while the holder still has the socket. */
+START_TEST(pe_dies_while_socket_held)
+{
+	int pfd[2];
+	ck_assert_int_eq(pipe(pfd), 0);
+	mori_group_opts o;
+	mori_group_opts_init(&o);
+	o.heap_size = 1u << 20;
+	o.timeout_us = 20000000;
+	pid_t pe1 = fork();
+	if (pe1 == 0) {
+		child_deadline(30);
+		close(pfd[0]);
+		static char buf[65536];
+		mori_client *c;
+		mori_group *g;
+		mori_mem *m;
+		if (mori_client_open(D.dir, "pe1", &c) || mori_group_join(c, "pidfd", 1, 2, &o, &g))
+			_exit(10);
+		if (mori_mem_register(c, buf, sizeof(buf), MORI_MEM_HOST, &m) || mori_mem_publish(m, "pidfd/pe1"))
+			_exit(11);
+		pid_t h = holder();
+		if (h < 0 || write(pfd[1], &h, sizeof(h)) != sizeof(h))
+			_exit(12);
+		_exit(0); /* a death: no leave, no close */
+	}
+	close(pfd[1]);
+	mori_client *c;
+	mori_group *g;
+	OK(mori_client_open(D.dir, "pe0", &c));
+	OK(mori_group_join(c, "pidfd", 0, 2, &o, &g));
+	pid_t h = 0;
+	ck_assert_int_eq(read(pfd[0], &h, sizeof(h)), sizeof(h));
+	int st;
+	ck_assert_int_eq(waitpid(pe1, &st, 0), pe1);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "PE 1 failed before dying (exit %d)",
+		      WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	double t0 = now_s();
+	int rc = mori_shmem_barrier_all(g);
+	double dt = now_s() - t0;
+	int held = kill(h, 0) == 0; /* the socket really was still open elsewhere */
+	ck_assert_msg(rc == MORI_EPEERDEAD && dt < 3.0, "barrier: %s after %.1f s (%s); want MORI_EPEERDEAD within 3 s",
+		      mori_strerror(rc), dt, mori_client_last_error(c));
+	ck_assert_msg(held, "the holder %d was gone: the test proved nothing", (int)h);
+	mori_mem *m = NULL;
+	rc = mori_mem_open_remote(c, NULL, "pidfd/pe1", &m);
+	ck_assert_msg(rc != MORI_OK, "the dead PE's published name still opens");
+	mori_group_leave(g);
+	uint32_t clients = 9, regions = 9;
+	for (int i = 0; i < 100; i++) { /* its region goes with it; ours (the heap) went with leave */
+		daemon_counts(&clients, &regions);
+		if (clients == 1 && regions == 0)
+			break;
+		usleep(20000);
+	}
+	kill(h, SIGKILL);
+	ck_assert_msg(clients == 1 && regions == 0, "morid still lists %u clients, %u regions (want 1, 0)", clients,
+		      regions);
+	ck_assert_msg(log_has("its session socket is still open in another process"), "no log line for the exit");
+	mori_client_close(c);
+}
+END_TEST
+
+/* D0: an owner of memory reached by cross-memory attach (no fd) exits while a holder keeps its
+ * socket: its region is dropped then, so nothing reaches that pid again (after reuse it would be
+ * another process). Before, a read sees the owner's bytes; after, reads fail and the name is gone. */
+START_TEST(cma_owner_exits_while_socket_held)
+{
+	int up[2], go[2];
+	ck_assert_int_eq(pipe(up), 0);
+	ck_assert_int_eq(pipe(go), 0);
+	pid_t owner = fork();
+	if (owner == 0) {
+		child_deadline(30);
+		static uint8_t buf[65536];
+		for (size_t i = 0; i < sizeof(buf); i++)
+			buf[i] = (uint8_t)(i * 7 + 3);
+		mori_client *c;
+		mori_mem *m;
+		if (mori_client_open(D.dir, "owner", &c) ||
+		    mori_mem_register(c, buf, sizeof(buf), MORI_MEM_HOST, &m) || mori_mem_publish(m, "pidfd/cma"))
+			_exit(10);
+		pid_t h = holder();
+		char x;
+		if (h < 0 || write(up[1], &h, sizeof(h)) != sizeof(h) || read(go[0], &x, 1) != 1)
+			_exit(12);
+		_exit(0);
+	}
+	pid_t h = 0;
+	ck_assert_int_eq(read(up[0], &h, sizeof(h)), sizeof(h));
+	mori_client *c;
+	mori_mem *r, *l;
+	static uint8_t mine[4096];
+	OK(mori_client_open(D.dir, "reader", &c));
+	OK(mori_mem_register(c, mine, sizeof(mine), MORI_MEM_HOST, &l));
+	OK(mori_mem_open_remote(c, NULL, "pidfd/cma", &r));
+	mori_xfer *x;
+	OK(mori_read(l, 0, r, 100, sizeof(mine), NULL, &x));
+	OK(mori_xfer_wait(x, 5000000));
+	mori_xfer_free(x);
+	for (size_t i = 0; i < sizeof(mine); i++)
+		ck_assert_msg(mine[i] == (uint8_t)((i + 100) * 7 + 3), "byte %zu: %u", i, mine[i]);
+	ck_assert_int_eq(write(go[1], "x", 1), 1);
+	int st;
+	ck_assert_int_eq(waitpid(owner, &st, 0), owner);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "owner failed (exit %d)", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	uint32_t clients = 9, regions = 9;
+	for (int i = 0; i < 100; i++) {
+		daemon_counts(&clients, &regions);
+		if (clients == 1 && regions == 1)
+			break;
+		usleep(20000);
+	}
+	int held = kill(h, 0) == 0;
+	kill(h, SIGKILL);
+	ck_assert_msg(held, "the holder %d was gone: the test proved nothing", (int)h);
+	ck_assert_msg(clients == 1 && regions == 1, "morid still lists %u clients, %u regions (want 1, 1: ours)",
+		      clients, regions);
+	int rc = mori_read(l, 0, r, 0, sizeof(mine), NULL, &x);
+	if (rc == MORI_OK) {
+		rc = mori_xfer_wait(x, 5000000);
+		mori_xfer_free(x);
+	}
+	ck_assert_msg(rc == MORI_ESTALE || rc == MORI_EPEERDEAD, "read after the owner's exit: %s (%s)",
+		      mori_strerror(rc), mori_client_last_error(c));
+	mori_mem *again = NULL;
+	ck_assert_msg(mori_mem_open_remote(c, NULL, "pidfd/cma", &again) != MORI_OK, "the name still opens");
+	mori_mem_deregister(r);
+	mori_mem_deregister(l);
+	mori_client_close(c);
+}
+END_TEST
+
+/* libmori's fork handler: a plain fork() child holds none of the client's descriptors (socket,
+ * ring, doorbells), its calls stay MORI_ESTALE, and its mori_client_close closes nothing the
+ * child opened since (numbers reused); the parent's client works on. */
+START_TEST(fork_child_lets_go)
+{
+	enum { SCAN = 1024 };
+	static char before[SCAN];
+	for (int fd = 0; fd < SCAN; fd++)
+		before[fd] = fcntl(fd, F_GETFD) != -1;
+	mori_client *c;
+	OK(mori_client_open(D.dir, "parent", &c));
+	int mine[SCAN], n = 0;
+	for (int fd = 0; fd < SCAN; fd++)
+		if (!before[fd] && fcntl(fd, F_GETFD) != -1)
+			mine[n++] = fd;
+	ck_assert_msg(n >= 4, "the client holds %d descriptors, want at least 4 (socket, ring, 2 doorbells)", n);
+	pid_t child = fork();
+	if (child == 0) {
+		child_deadline(10);
+		for (int i = 0; i < n; i++)
+			if (fcntl(mine[i], F_GETFD) != -1)
+				_exit(20 + i);
+		mori_mem *m;
+		if (mori_mem_alloc(c, 4096, MORI_MEM_HOST, &m) != MORI_ESTALE)
+			_exit(30);
+		int p[2];
+		if (pipe(p) != 0)
+			_exit(31);
+		mori_client_close(c); /* the child's copy: must not close p (likely a reused number) */
+		if (fcntl(p[0], F_GETFD) == -1 || fcntl(p[1], F_GETFD) == -1)
+			_exit(32);
+		_exit(0);
+	}
+	int st;
+	ck_assert_int_eq(waitpid(child, &st, 0), child);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child: exit %d (20+i: descriptor i still open; 30: not "
+							 "ESTALE; 32: its close closed the child's own fds)",
+		      WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	mori_mem *m;
+	OK(mori_mem_alloc(c, 4096, MORI_MEM_HOST, &m));
+	uint32_t clients, regions;
+	daemon_counts(&clients, &regions);
+	ck_assert_msg(clients == 1 && regions == 1, "after the child: %u clients, %u regions (want 1, 1)", clients,
+		      regions);
+	mori_mem_deregister(m);
+	mori_client_close(c);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("client_pidfd");
+	TCase *t = tcase_create("client_pidfd");
+	tcase_add_checked_fixture(t, setup, teardown);
+	tcase_set_timeout(t, 60);
+	tcase_add_test(t, pe_dies_while_socket_held);
+	tcase_add_test(t, cma_owner_exits_while_socket_held);
+	tcase_add_test(t, fork_child_lets_go);
+	suite_add_tcase(s, t);
+	return run_suite(s);
+}
