@@ -84,6 +84,7 @@ static const struct opt opts[] = {
 	{"client_max_lists", T_INT, S(client_max_lists), 1, 1 << 20, "4096", 1, "prepared cross-node descriptor lists one client may hold"},
 	{"client_max_backlog", T_INT, S(client_max_backlog), 1024, 1 << 26, "1048576", 1, "completions held for a client whose completion queue is full; beyond it the client is detached (notifications from others: dropped past half of it)"},
 	{"client_max_list_descs", T_INT, S(client_max_list_descs), 1, 1 << 24, "1048576", 1, "descriptors in one prepared cross-node list (24 bytes each)"},
+	{"client_max_groups", T_INT, S(client_max_groups), 1, 1 << 16, "64", 1, "MORI-SHMEM groups one client may be a PE of at once (joining or joined; each host-heap PE holds 3 descriptors in morid)"},
 	{"client_max_list_bytes", T_INT, S(client_max_list_bytes), 4096, 1ll << 40, "268435456", 1, "bytes of prepared-list descriptors one client may make morid hold, all its lists together"},
 	{"cluster_key_file", T_STR, S(cluster_key_file), 0, 0, "", 0, "cluster key (64 hex digits, mode 0600; moractl keygen makes one): peers authenticate with it; empty: peers are not authenticated"},
 	{"insecure_peers", T_INT, S(insecure_peers), 0, 1, "0", 0, "1: allow a non-loopback listen address without cluster_key_file (anyone who reaches it can use published memory)"},

@@ -360,6 +360,21 @@ static int join_check(struct client *c, const Mori__GroupJoin *j, int fd, uint64
 			}
 		}
 	}
+	/* one client must not take morid's whole descriptor budget (tester3's D9: 6581 1-PE groups
+	 * of one client, then nobody could join anything) */
+	int mine = 0;
+	list_each(it, &G.groups) {
+		struct lgroup *g = list_entry(it, struct lgroup, link);
+		list_each(pt, &g->pes) {
+			struct gpe *p = list_entry(pt, struct gpe, link);
+			mine += p->c == c && p->state != PE_GONE;
+		}
+	}
+	if (mine >= d->cfg.client_max_groups) {
+		reply_error(rep, MORI_EBUSY, "join of '%s': this client already is a PE of %d groups (client_max_groups %lld)",
+			    j->name, mine, (long long)d->cfg.client_max_groups);
+		return MORI_EBUSY;
+	}
 	if (heap_fds_left(d, why, sizeof(why)) != MORI_OK) {
 		reply_error(rep, MORI_ENOMEM, "join of '%s': %s", j->name, why);
 		return MORI_ENOMEM;

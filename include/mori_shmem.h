@@ -55,7 +55,8 @@ MORI_API void mori_group_opts_init(mori_group_opts *opts);
  * Refused on every PE (MORI_EINVAL with the reason) when ranks collide, or world sizes, heap
  * sizes or heap kinds disagree; MORI_EINVAL for a rank out of range; MORI_EEXIST when a group of
  * that name still lives (formed, or aborted with PEs still in it: a name is free again once every
- * PE of its group has left); MORI_EBUSY when c already is a PE of a group of that name. Names
+ * PE of its group has left); MORI_EBUSY when c already is a PE of a group of that name, or of
+ * morid's client_max_groups groups (64 by default; the message names the option). Names
  * are per uid: a join meets only PEs of the caller's uid (root's too), so another uid's group of
  * the same name is another group and can neither block nor join this one;
  * MORI_ENOTSUP for a remote root when this morid has no peer listener, or a VRAM heap without

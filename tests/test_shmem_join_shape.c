@@ -115,6 +115,51 @@ START_TEST(unreachable_root_within_deadline)
 }
 END_TEST
 
+/* client_max_groups (tester3's D9: one client's 1-PE groups took all of morid's descriptors,
+ * then no client could join): with a cap of 3, a client's 4th join is MORI_EBUSY naming the
+ * option, another client still joins, and a leave makes room again. */
+static int join_one(mori_client *c, const char *name, mori_group **g)
+{
+	mori_group_opts o;
+	mori_group_opts_init(&o);
+	o.heap_size = 1u << 20;
+	o.timeout_us = 5000000;
+	*g = NULL;
+	return mori_group_join(c, name, 0, 1, &o, g);
+}
+
+START_TEST(client_group_cap)
+{
+	struct test_daemon L;
+	const char *extra[] = {"--client-max-groups", "3", NULL};
+	ck_assert_int_eq(daemon_start(&L, extra), 0);
+	mori_client *c, *c2;
+	mori_group *g[4], *o;
+	char name[32];
+	ck_assert_int_eq(mori_client_open(L.dir, "hog", &c), MORI_OK);
+	ck_assert_int_eq(mori_client_open(L.dir, "other", &c2), MORI_OK);
+	for (int i = 0; i < 3; i++) {
+		snprintf(name, sizeof(name), "cap%d", i);
+		ck_assert_msg(join_one(c, name, &g[i]) == MORI_OK, "join %d: %s", i, mori_client_last_error(c));
+	}
+	int rc = join_one(c, "cap3", &g[3]);
+	ck_assert_msg(rc == MORI_EBUSY && strstr(mori_client_last_error(c), "client_max_groups 3"), "4th join: %s (%s)",
+		      mori_strerror(rc), mori_client_last_error(c));
+	ck_assert_ptr_null(g[3]);
+	ck_assert_msg(join_one(c2, "cap3", &o) == MORI_OK, "another client: %s", mori_client_last_error(c2));
+	mori_group_leave(g[1]);
+	ck_assert_msg(join_one(c, "cap1", &g[1]) == MORI_OK, "after a leave: %s", mori_client_last_error(c));
+	for (int i = 0; i < 3; i++)
+		mori_group_leave(g[i]);
+	mori_group_leave(o);
+	mori_client_close(c2);
+	mori_client_close(c);
+	int st = daemon_stop(&L);
+	daemon_cleanup(&L);
+	ck_assert_int_eq(st, 0);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("shmem_join_shape");
@@ -124,6 +169,7 @@ int main(void)
 	tcase_add_test(t, larger_world_later);
 	tcase_add_test(t, smaller_world_later);
 	tcase_add_test(t, unreachable_root_within_deadline);
+	tcase_add_test(t, client_group_cap);
 	suite_add_tcase(s, t);
 	SRunner *r = srunner_create(s);
 	srunner_run_all(r, CK_NORMAL);
