@@ -57,7 +57,7 @@ void morid_stop(struct morid *d, const char *why)
 		return;
 	d->stopping = 1;
 	mlog_notice("main", "stopping: %s", why);
-	metrics_stop(d); /* first: its HTTP handlers wait for this loop */
+	metrics_stop(d); /* first: no scrape is answered while the rest stops */
 	sd_notify(0, "STOPPING=1");
 	session_stop(d);
 	shmem_proxy_stop(d); /* issue 11: lets go of the rings the PEs left */

@@ -1,13 +1,11 @@
-/* Prometheus metrics: rendering on the loop and the HTTP endpoint on nng's threads (see
- * metrics.h). Above the peer service (it lists peers), below control.c. */
+/* Prometheus metrics: rendering and the HTTP endpoint, both on the loop (see metrics.h). Above the peer service (it lists peers), below control.c. */
 #include <errno.h>
-#include <nng/nng.h>
-#include <nng/supplemental/http/http.h>
-#include <pthread.h>
+#include <netdb.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "host_port.h"
@@ -247,93 +245,179 @@ char *metrics_render(struct morid *d, size_t *len)
 
 /* ---- the HTTP endpoint ---- */
 
+/* Served on the loop by a small HTTP/1.1 responder of our own (one request per connection,
+ * then close), not nng's HTTP server: nng 1.5.2's has no idle deadline and no connection cap,
+ * and anyone who reaches the port could hold connections up to morid's descriptor limit
+ * (tester3's D1: 20 000 idle ones cut off moractl and every client). Here a connection has
+ * HTTP_DEADLINE_MS for its request and the reply, and at most HTTP_MAX_CONNS are open (a new
+ * one closes the oldest), as the data port does for unauthenticated streams (cc072a7). */
+#define HTTP_MAX_CONNS 64
+#define HTTP_DEADLINE_MS 5000
+#define HTTP_MAX_REQ 4096
+
+struct hconn {
+	struct list link; /* M.conns, oldest first */
+	uv_tcp_t tcp;
+	uv_timer_t timer;
+	uv_write_t wr;
+	int closing, handles; /* handles still open: freed when the last closes */
+	size_t len;
+	char req[HTTP_MAX_REQ];
+	char head[256];
+	char *body; /* the reply's body while it is written (ours) */
+};
+
 static struct {
 	int on;
 	struct morid *d;
-	nng_http_server *srv;
-	nng_http_handler *h;
-	uv_async_t async;
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	uint64_t asked, rendered; /* requests for a rendering, renderings done (under mu) */
-	char *text;               /* the latest rendering (under mu) */
-	size_t len;
-	int stopping;
-} M = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+	uv_tcp_t lsn;
+	struct list conns;
+	int nconns;
+} M;
 
-/* Loop thread: render what was asked for. */
-static void on_async(uv_async_t *a)
+static void hconn_closed(uv_handle_t *h)
 {
-	pthread_mutex_lock(&M.mu);
-	uint64_t want = M.asked;
-	pthread_mutex_unlock(&M.mu);
-	if (want == M.rendered)
-		return; /* coalesced wake-up */
-	size_t len = 0;
-	char *t = metrics_render(M.d, &len);
-	pthread_mutex_lock(&M.mu);
-	free(M.text);
-	M.text = t; /* M owns it from here; NULL: out of memory, answered 500 */
-	M.len = len;
-	M.rendered = want;
-	pthread_cond_broadcast(&M.cv);
-	pthread_mutex_unlock(&M.mu);
-}
-
-/* A response with body (copied), or NULL when out of memory. */
-static nng_http_res *make_res(uint16_t status, const char *type, const char *body, size_t len)
-{
-	nng_http_res *res;
-	if (nng_http_res_alloc(&res) != 0)
-		return NULL;
-	if (nng_http_res_set_status(res, status) != 0 || nng_http_res_set_header(res, "Content-Type", type) != 0 ||
-	    nng_http_res_copy_data(res, body, len) != 0) {
-		nng_http_res_free(res);
-		return NULL;
+	struct hconn *c = h->data;
+	if (--c->handles == 0) {
+		free(c->body);
+		free(c);
 	}
-	return res;
 }
 
-static void finish(nng_aio *aio, nng_http_res *res)
+static void hconn_close(struct hconn *c)
 {
-	if (!res) {
-		nng_aio_finish(aio, NNG_ENOMEM);
+	if (c->closing)
+		return;
+	c->closing = 1;
+	list_del(&c->link);
+	M.nconns--;
+	uv_close((uv_handle_t *)&c->timer, hconn_closed);
+	uv_close((uv_handle_t *)&c->tcp, hconn_closed);
+}
+
+static void hconn_dropped(struct hconn *c, int evicted)
+{
+	count(M.d, C_METRICS_CONNS_DROPPED, 1);
+	if (evicted)
+		mlog_ratelimited(MLOG_WARN, "metrics", "closed the oldest metrics connection: %d were open", HTTP_MAX_CONNS);
+	else
+		mlog_ratelimited(MLOG_WARN, "metrics", "closed a metrics connection: no complete request and reply "
+				 "within %d ms", HTTP_DEADLINE_MS);
+	hconn_close(c);
+}
+
+static void on_deadline(uv_timer_t *t)
+{
+	hconn_dropped(t->data, 0);
+}
+
+static void on_written(uv_write_t *w, int status)
+{
+	(void)status;
+	hconn_close(w->data); /* one request per connection: the reply said Connection: close */
+}
+
+static void reply(struct hconn *c, int status, const char *reason, const char *type, char *body, size_t len,
+		  int head_only)
+{
+	uv_read_stop((uv_stream_t *)&c->tcp);
+	c->body = body; /* c owns body from here */
+	int n = snprintf(c->head, sizeof(c->head),
+			 "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
+			 status, reason, type, len);
+	uv_buf_t b[2] = {uv_buf_init(c->head, (unsigned)n), uv_buf_init(body, head_only ? 0 : (unsigned)len)};
+	c->wr.data = c;
+	if (uv_write(&c->wr, (uv_stream_t *)&c->tcp, b, head_only || !len ? 1 : 2, on_written) != 0)
+		hconn_close(c);
+}
+
+static void reply_text(struct hconn *c, int status, const char *reason, const char *text)
+{
+	reply(c, status, reason, "text/plain; charset=utf-8", strdup(text), strlen(text), 0);
+}
+
+/* The request line of a complete head: GET (or HEAD) /metrics, a query string allowed. */
+static void serve(struct hconn *c)
+{
+	char *sp = memchr(c->req, ' ', c->len);
+	int get = sp && sp - c->req == 3 && !memcmp(c->req, "GET", 3);
+	int head = sp && sp - c->req == 4 && !memcmp(c->req, "HEAD", 4);
+	if (!get && !head) {
+		reply_text(c, 405, "Method Not Allowed", "only GET /metrics is served\n");
 		return;
 	}
-	nng_aio_set_output(aio, 0, res); /* nng owns res from here */
-	nng_aio_finish(aio, 0);
+	const char *path = sp + 1;
+	size_t plen = strcspn(path, " ?\r\n");
+	if (plen != 8 || memcmp(path, "/metrics", 8) != 0) {
+		reply_text(c, 404, "Not Found", "only GET /metrics is served\n");
+		return;
+	}
+	size_t len = 0;
+	char *t = metrics_render(M.d, &len);
+	if (!t) {
+		reply_text(c, 500, "Internal Server Error", "out of memory\n");
+		return;
+	}
+	reply(c, 200, "OK", "text/plain; version=0.0.4; charset=utf-8", t, len, head);
 }
 
-/* nng thread: ask the loop for a fresh rendering and wait for it (2 s at most). */
-static void on_http(nng_aio *aio)
+static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 {
-	static const char busy[] = "morid is stopping, or its loop did not answer in 2 s\n";
-	static const char oom[] = "out of memory\n";
-	static const char plain[] = "text/plain; charset=utf-8";
-	struct timespec until;
-	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += 2;
-	pthread_mutex_lock(&M.mu);
-	uint64_t mine = ++M.asked;
-	int rc = 0;
-	if (!M.stopping)
-		uv_async_send(&M.async); /* the one libuv call that is safe off the loop thread */
-	while (!M.stopping && M.rendered < mine && rc != ETIMEDOUT)
-		rc = pthread_cond_timedwait(&M.cv, &M.mu, &until);
-	nng_http_res *res;
-	if (M.stopping || M.rendered < mine)
-		res = make_res(503, plain, busy, sizeof(busy) - 1);
-	else if (!M.text)
-		res = make_res(500, plain, oom, sizeof(oom) - 1);
-	else /* copied under the lock: the loop may replace the text once we let go */
-		res = make_res(200, "text/plain; version=0.0.4; charset=utf-8", M.text, M.len);
-	pthread_mutex_unlock(&M.mu);
-	finish(aio, res);
+	(void)hint;
+	struct hconn *c = h->data;
+	*buf = uv_buf_init(c->req + c->len, (unsigned)(sizeof(c->req) - c->len));
+}
+
+static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
+{
+	(void)buf;
+	struct hconn *c = s->data;
+	if (c->closing)
+		return;
+	if (n < 0) {
+		hconn_close(c); /* EOF or error before a whole request */
+		return;
+	}
+	size_t from = c->len >= 3 ? c->len - 3 : 0;
+	c->len += (size_t)n;
+	for (size_t i = from; i + 1 < c->len; i++) /* the head ends at an empty line */
+		if ((c->req[i] == '\n' && c->req[i + 1] == '\n') ||
+		    (i + 3 < c->len && !memcmp(c->req + i, "\r\n\r\n", 4))) {
+			serve(c);
+			return;
+		}
+	if (c->len == sizeof(c->req))
+		reply_text(c, 431, "Request Header Fields Too Large", "request head over 4096 bytes\n");
+}
+
+static void on_connection(uv_stream_t *server, int status)
+{
+	if (status < 0) {
+		mlog_ratelimited(MLOG_WARN, "metrics", "accept: %s", uv_strerror(status));
+		return;
+	}
+	struct hconn *c = calloc(1, sizeof(*c));
+	if (!c)
+		return; /* libuv keeps it pending; it is accepted when memory is back or dropped with the listener */
+	if (M.nconns >= HTTP_MAX_CONNS) /* the oldest goes: a scraper's request takes a round trip */
+		hconn_dropped(list_entry(M.conns.next, struct hconn, link), 1);
+	uv_tcp_init(M.d->loop, &c->tcp);
+	uv_timer_init(M.d->loop, &c->timer);
+	c->tcp.data = c->timer.data = c;
+	c->handles = 2;
+	list_add(&M.conns, &c->link);
+	M.nconns++;
+	if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0 ||
+	    uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0) {
+		hconn_close(c);
+		return;
+	}
+	uv_timer_start(&c->timer, on_deadline, HTTP_DEADLINE_MS, 0);
 }
 
 int metrics_start(struct morid *d)
 {
-	char host[256], url[300];
+	char host[256], url[300], ports[16];
 	int port, rc;
 	if (!d->cfg.metrics_listen[0])
 		return 0;
@@ -342,52 +426,37 @@ int metrics_start(struct morid *d)
 		return -1;
 	}
 	snprintf(url, sizeof(url), strchr(host, ':') ? "http://[%s]:%d" : "http://%s:%d", host, port);
-	nng_url *u = NULL;
+	snprintf(ports, sizeof(ports), "%d", port);
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai;
+	if ((rc = getaddrinfo(host, ports, &hints, &ai)) != 0) { /* once, at start-up */
+		mlog_err("metrics", "%s: %s", url, gai_strerror(rc));
+		return -1;
+	}
 	M.d = d;
-	M.stopping = 0;
-	M.asked = M.rendered = 0;
-	if ((rc = nng_url_parse(&u, url)) != 0 || (rc = nng_http_server_hold(&M.srv, u)) != 0) {
-		mlog_err("metrics", "%s: %s", url, nng_strerror(rc));
-		if (u)
-			nng_url_free(u);
+	LIST_INIT(&M.conns);
+	M.nconns = 0;
+	uv_tcp_init(d->loop, &M.lsn);
+	M.lsn.data = &M;
+	if ((rc = uv_tcp_bind(&M.lsn, ai->ai_addr, 0)) != 0 || (rc = uv_listen((uv_stream_t *)&M.lsn, 128, on_connection)) != 0) {
+		freeaddrinfo(ai);
+		mlog_err("metrics", "cannot listen on %s: %s", url, uv_strerror(rc));
+		uv_close((uv_handle_t *)&M.lsn, NULL);
 		return -1;
 	}
-	nng_url_free(u);
-	if ((rc = nng_http_handler_alloc(&M.h, "/metrics", on_http)) != 0 ||
-	    (rc = nng_http_server_add_handler(M.srv, M.h)) != 0) {
-		if (M.h)
-			nng_http_handler_free(M.h); /* not added: still ours */
-		nng_http_server_release(M.srv);
-		mlog_err("metrics", "%s: %s", url, nng_strerror(rc));
-		return -1;
-	}
-	/* the server owns the handler from here */
-	uv_async_init(d->loop, &M.async, on_async);
-	if ((rc = nng_http_server_start(M.srv)) != 0) {
-		mlog_err("metrics", "cannot listen on %s: %s", url, nng_strerror(rc));
-		nng_http_server_release(M.srv);
-		uv_close((uv_handle_t *)&M.async, NULL);
-		return -1;
-	}
+	freeaddrinfo(ai);
 	M.on = 1;
-	mlog_notice("metrics", "Prometheus metrics on %s/metrics", url);
+	mlog_notice("metrics", "Prometheus metrics on %s/metrics (at most %d connections, %d ms each)", url,
+		    HTTP_MAX_CONNS, HTTP_DEADLINE_MS);
 	return 0;
 }
 
 void metrics_stop(struct morid *d)
 {
+	(void)d;
 	if (!M.on)
 		return;
 	M.on = 0;
-	pthread_mutex_lock(&M.mu);
-	M.stopping = 1; /* handlers waiting for the loop answer 503 now: the loop is busy here */
-	pthread_cond_broadcast(&M.cv);
-	pthread_mutex_unlock(&M.mu);
-	nng_http_server_stop(M.srv);
-	nng_http_server_release(M.srv);
-	uv_close((uv_handle_t *)&M.async, NULL);
-	pthread_mutex_lock(&M.mu);
-	free(M.text);
-	M.text = NULL;
-	pthread_mutex_unlock(&M.mu);
+	uv_close((uv_handle_t *)&M.lsn, NULL);
+	list_each(it, &M.conns)
+		hconn_close(list_entry(it, struct hconn, link));
 }
