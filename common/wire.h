@@ -10,6 +10,10 @@
 /* Most fds one message carries: a range of many VMM allocations travels in batches of this many
  * (one fd each; the kernel's own cap, SCM_MAX_FD, is 253). */
 #define WIRE_MAX_FDS 64
+/* Hello features a client announces. OWNER_PIDFD: it takes a pidfd of the owner with a
+ * cross-memory-attach open reply (MemOpenReply.has_owner_pidfd, fds[0]) and checks it before
+ * each copy, so it never reaches a pid that another process got after the owner exited. */
+#define WIRE_FEAT_OWNER_PIDFD (1ull << 0)
 /* Largest message on a session socket; the daemon's max_message_bytes caps it further. */
 #define WIRE_SEQPACKET_MAX (256 * 1024)
 

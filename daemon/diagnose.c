@@ -2,12 +2,14 @@
  * changes anything. Above the peer service (it reads the peer table) and the topology. */
 #include <dirent.h>
 #include <dlfcn.h>
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -307,6 +309,27 @@ static void check_ptrace(struct run *R)
 		    v, v >= 3 ? " (for good until reboot)" : "");
 }
 
+/* Does morid see a client's process exit (session.c takes a pidfd of each)? Without
+ * pidfd_open a client lives as long as its session socket, which a forked child can hold. */
+static void check_pidfd(struct run *R)
+{
+	int e = ENOSYS;
+#ifdef SYS_pidfd_open
+	int fd = (int)syscall(SYS_pidfd_open, getpid(), 0);
+	if (fd >= 0) {
+		close(fd);
+		add(R, "pidfd", DIAG_OK, "", "pidfd_open works: a client ends when its process exits");
+		return;
+	}
+	e = errno;
+#endif
+	add(R, "pidfd", DIAG_WARNING,
+	    "run Linux 5.3 or later; until then let no child of a client outlive it holding its session socket",
+	    "pidfd_open: %s: a client lives as long as its session socket, so one whose child keeps that socket "
+	    "outlives its process (regions, names and PEs stay; memory by cross-memory attach stays bound to a "
+	    "pid that can be reused)", strerror(e));
+}
+
 static void check_hugepages(struct run *R)
 {
 	char p[300], line[128];
@@ -457,6 +480,7 @@ int diagnose_run(struct morid *d, const char *sysroot, const char *procroot, str
 	check_memlock(&R);
 	check_client_memlock(&R, d);
 	check_ptrace(&R);
+	check_pidfd(&R);
 	check_rdma(&R);
 	check_dmabuf(&R);
 	check_peers(&R, d);

@@ -262,6 +262,17 @@ static void do_open(struct morid *d, struct client *c, struct region *g, Mori__R
 		o->has_fd = 1;
 	} else if (g->vmm_n && vmm_open_fill(g, o, 0, rep, r) != MORI_OK) {
 		return; /* the first batch of its VMM allocations (the opener asks for the rest) */
+	} else if (g->kind == MORI_MEM_HOST && g->addr && g->pidfd >= 0 && g->owner != c &&
+		   (c->features & WIRE_FEAT_OWNER_PIDFD)) {
+		/* the opener copies by cross-memory attach itself: the owner's pidfd lets it see the
+		 * owner exit (it grants nothing the pid does not; signals still need kill's rights) */
+		int fd = fcntl(g->pidfd, F_DUPFD_CLOEXEC, 0);
+		if (fd < 0) {
+			reply_error(rep, MORI_ESYS, "open: dup: %s", strerror(errno));
+			return;
+		}
+		r->fds[r->nfds++] = fd; /* closed by the reply's sender: see rctx_free */
+		o->has_owner_pidfd = 1;
 	}
 	if (g->owner != c && region_open(c, g) != MORI_OK) {
 		reply_error(rep, MORI_ENOMEM, "out of memory");

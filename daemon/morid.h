@@ -65,6 +65,7 @@ struct client {
 	struct conn *conn;           /* its session socket: the client ends when it closes or the process exits */
 	int sock;                    /* that socket's fd while open, else -1 (client_reply) */
 	int pidfd;                   /* its process (session.c's, borrowed); -1: no pidfd_open */
+	uint64_t features;           /* its hello's (WIRE_FEAT_*) */
 	/* rings */
 	int ring_fd, sq_efd, cq_efd;
 	void *ring;

@@ -339,6 +339,7 @@ static int do_session_hello(struct conn *k, Mori__Hello *h, Mori__Reply *rep, st
 	c->conn = k;
 	c->sock = k->sock;
 	c->pidfd = k->pidfd; /* borrowed: the conn closes it after the client is gone */
+	c->features = h->features;
 	k->client = c;
 	pending_leave(k);
 	uv_timer_stop(&k->timer);

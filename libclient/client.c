@@ -286,6 +286,7 @@ static int do_hello(mori_client *c, const char *name)
 	h.protocol_version = MORI_PROTOCOL_VERSION;
 	h.name = (char *)(name ? name : "");
 	h.pid = getpid();
+	h.features = WIRE_FEAT_OWNER_PIDFD;
 	req.body_case = MORI__REQUEST__BODY_HELLO;
 	req.hello = &h;
 	int rc = client_rpc(c, &req, NULL, 0, &rep, fds, &nfds);

@@ -77,6 +77,8 @@ struct mori_mem {
 	int owns_alloc;           /* mori_mem_alloc memory: unmap at deregister */
 	pid_t owner_pid;          /* CMA: process and address of the bytes */
 	uint64_t owner_addr;
+	int has_owner_pidfd;      /* CMA: owner_pidfd is that process (from morid), checked before copies */
+	int owner_pidfd;
 	int remote;               /* on another node: transfers go through the daemons */
 	uint64_t remote_ref;      /* daemon's id for it */
 	_Atomic int revoked;      /* the owner freed it (CQE_REVOKED) */

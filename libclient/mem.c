@@ -320,6 +320,8 @@ int mori_mem_deregister(mori_mem *m)
 		gpu_mem_close(c, m);
 	if (m->map_base)
 		munmap(m->map_base, m->map_len);
+	if (m->has_owner_pidfd)
+		close(m->owner_pidfd);
 	free(m);
 	return rc;
 }
@@ -377,8 +379,13 @@ static int open_from_reply(mori_client *c, mori_mem *m, const Mori__MemOpenReply
 	}
 	m->owner_pid = o->owner_pid;
 	m->owner_addr = o->owner_addr;
-	if (fd < 0)
+	if (fd >= 0 && o->has_owner_pidfd) {
+		m->has_owner_pidfd = 1;
+		m->owner_pidfd = fd; /* ours until deregister */
 		return MORI_OK; /* cross-memory attach */
+	}
+	if (fd < 0)
+		return MORI_OK; /* cross-memory attach (a morid without pidfds: the bare pid) */
 	long pg = sysconf(_SC_PAGESIZE);
 	uint64_t start = o->fd_offset & ~(uint64_t)(pg - 1);
 	uint64_t len = o->fd_offset - start + m->size;

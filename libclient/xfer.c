@@ -3,6 +3,7 @@
  * lists, and status, wait, cancel. */
 #include <errno.h>
 #include <limits.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -262,6 +263,14 @@ static int notify(mori_client *c, mori_mem *target, uint64_t tag)
 	return rc;
 }
 
+/* Has r's owner exited? Its pidfd (from morid) polls readable from the exit on, so a pid that
+ * went to another process is never copied to or from. Without one, the bare pid as before. */
+static int owner_exited(const mori_mem *r)
+{
+	struct pollfd p = {.fd = r->owner_pidfd, .events = POLLIN};
+	return r->has_owner_pidfd && poll(&p, 1, 0) != 0;
+}
+
 static int cma_batch(mori_client *c, int op, mori_mem *l, mori_mem *r, const mori_desc *d,
 		     const uint32_t *idx, size_t n)
 {
@@ -278,8 +287,15 @@ static int cma_batch(mori_client *c, int op, mori_mem *l, mori_mem *r, const mor
 			size_t want = 0;
 			for (size_t j = 0; j < k; j++)
 				want += liov[j].iov_len;
+			if (owner_exited(r))
+				return set_error(c, MORI_EPEERDEAD, "owner pid %d of region %llu has exited (the pid may be "
+						 "another process's now): not copying", r->owner_pid,
+						 (unsigned long long)r->region_id);
 			ssize_t got = op == MORI_OP_WRITE ? process_vm_writev(r->owner_pid, liov, k, riov, k, 0)
 							  : process_vm_readv(r->owner_pid, liov, k, riov, k, 0);
+			if (got >= 0 && op != MORI_OP_WRITE && owner_exited(r))
+				return set_error(c, MORI_EPEERDEAD, "owner pid %d of region %llu exited during the read: "
+						 "its bytes are dropped", r->owner_pid, (unsigned long long)r->region_id);
 			if (got < 0 && errno == ESRCH)
 				return set_error(c, MORI_EPEERDEAD, "owner pid %d of region %llu has exited",
 						 r->owner_pid, (unsigned long long)r->region_id);

@@ -2,7 +2,8 @@
  * copies the socket, and a copy kept by a child must not keep a dead client's PEs, regions and
  * names alive (nor leave morid reaching a reused pid by cross-memory attach). The holder here
  * is a raw clone (no atfork handlers, as a hostile or exotic child), so morid's pidfd alone
- * must see the death; a plain fork() child must hold none of the client's descriptors. */
+ * must see the death; a plain fork() child must hold none of the client's descriptors. A
+ * same-node opener of memory reached by cross-memory attach gets the owner's pidfd from morid. */
 #include <check.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -60,6 +61,33 @@ static int log_has(const char *what)
 		return 0;
 	ssize_t n = read(fd, buf, sizeof(buf) - 1);
 	close(fd);
+	buf[n > 0 ? n : 0] = 0;
+	return strstr(buf, what) != NULL;
+}
+
+/* Mark the open descriptors below FD_SCAN in open; with was, return the one open now that was
+ * not then (-1 if none). */
+#define FD_SCAN 1024
+static int fds_new(char *open, const char *was)
+{
+	int got = -1;
+	for (int fd = 0; fd < FD_SCAN; fd++) {
+		open[fd] = fcntl(fd, F_GETFD) != -1;
+		if (was && open[fd] && !was[fd])
+			got = fd;
+	}
+	return got;
+}
+
+static int fdinfo_has(int fd, const char *what)
+{
+	char p[64], buf[1024];
+	snprintf(p, sizeof(p), "/proc/self/fdinfo/%d", fd);
+	int f = open(p, O_RDONLY | O_CLOEXEC);
+	if (f < 0)
+		return 0;
+	ssize_t n = read(f, buf, sizeof(buf) - 1);
+	close(f);
 	buf[n > 0 ? n : 0] = 0;
 	return strstr(buf, what) != NULL;
 }
@@ -161,7 +189,15 @@ START_TEST(cma_owner_exits_while_socket_held)
 	static uint8_t mine[4096];
 	OK(mori_client_open(D.dir, "reader", &c));
 	OK(mori_mem_register(c, mine, sizeof(mine), MORI_MEM_HOST, &l));
+	static char was[FD_SCAN], now[FD_SCAN];
+	fds_new(was, NULL);
 	OK(mori_mem_open_remote(c, NULL, "pidfd/cma", &r));
+	/* the opener copies by cross-memory attach itself: morid gave it a pidfd of the owner */
+	int pfd = fds_new(now, was);
+	ck_assert_msg(pfd >= 0, "no descriptor came with the open reply");
+	char want[32];
+	snprintf(want, sizeof(want), "Pid:\t%d\n", (int)owner);
+	ck_assert_msg(fdinfo_has(pfd, want), "fd %d is not a pidfd of the owner %d", pfd, (int)owner);
 	mori_xfer *x;
 	OK(mori_read(l, 0, r, 100, sizeof(mine), NULL, &x));
 	OK(mori_xfer_wait(x, 5000000));
@@ -194,6 +230,7 @@ START_TEST(cma_owner_exits_while_socket_held)
 	mori_mem *again = NULL;
 	ck_assert_msg(mori_mem_open_remote(c, NULL, "pidfd/cma", &again) != MORI_OK, "the name still opens");
 	mori_mem_deregister(r);
+	ck_assert_msg(fcntl(pfd, F_GETFD) == -1, "the owner's pidfd %d stays open after the close", pfd);
 	mori_mem_deregister(l);
 	mori_client_close(c);
 }

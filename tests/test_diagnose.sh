@@ -22,7 +22,7 @@ d = json.load(open(sys.argv[1]))
 rc = int(sys.argv[2])
 checks = {c["name"]: c for c in d["checks"]}
 want = ["gpu", "vmm", "p2p", "mps", "memlock", "client_memlock", "ptrace_scope", "rdma", "ports", "roce_gid", "mtu",
-        "dmabuf", "peers", "clock_skew", "hugepages", "shell_memlock"]
+        "dmabuf", "peers", "clock_skew", "hugepages", "shell_memlock", "pidfd"]
 missing = [w for w in want if w not in checks]
 assert not missing, "missing checks: %s" % missing
 for c in d["checks"]:
@@ -36,6 +36,7 @@ for dep in ("vmm", "p2p", "mps", "dmabuf"):
 problems = sum(c["verdict"] == "problem" for c in d["checks"])
 assert problems == d["problems"], d
 assert rc == (1 if problems else 0), "exit %d with %d problems" % (rc, problems)
+assert checks["pidfd"]["verdict"] == "ok", checks["pidfd"]  # this kernel has pidfd_open (Linux >= 5.3)
 print("nic:", checks["rdma"]["verdict"], checks["rdma"]["detail"])
 EOF
 grep -q "remedy: install the NVIDIA driver" "$T/diag.txt" || fail "the human form has no remedy line for the GPU"
