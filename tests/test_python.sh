@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The Python package's tests: pytest on tests/python (mori.io between two processes on one node
-# and across two daemons, every error code, finalisers and the GIL, the NIXL adapter replaying
+# and across two daemons, every error code, finalisers and the GIL, views outliving their Group or
+# region (in child processes: a crash fails the case), the NIXL adapter replaying
 # vLLM's connector for one request; torch and CUDA cases skip, saying so, without torch or a
 # GPU), then `make install-python` into a scratch root and an import of what it installed.
 # Skips only without python3 or pytest (tools/install-deps installs both, and numpy).

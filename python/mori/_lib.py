@@ -19,6 +19,8 @@ other non-integer one MoriError(MORI_EINVAL), instead of being truncated or rais
 ArgumentError.
 """
 import ctypes
+import math
+import numbers
 import operator
 import os
 import threading
@@ -129,6 +131,28 @@ def ival(v, what, ctype=ctypes.c_uint64, lo=None, hi=None):
     if not a <= n <= b:
         raise MoriError(MORI_ERANGE, "%s %d is outside %d..%d (%s)" % (what, n, a, b, _cname(ctype)))
     return n
+
+
+def duration_us(v, what, unit_us):
+    """A timeout v given in seconds (unit_us=1000000) or milliseconds (1000), as integer
+    microseconds that int64 holds: MoriError(MORI_EINVAL) unless v is a real number (int, float,
+    numpy number; not bool, str or None) or when it is NaN, MORI_ERANGE when it is infinite or too
+    large. The caller gives negative values their meaning (usually: no limit)."""
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        raise MoriError(MORI_EINVAL, "%s must be a number, not %s %r" % (what, type(v).__name__, v))
+    if isinstance(v, numbers.Integral):
+        us = operator.index(v) * unit_us
+    else:
+        f = float(v)
+        if math.isnan(f):
+            raise MoriError(MORI_EINVAL, "%s is NaN" % what)
+        if math.isinf(f):
+            raise MoriError(MORI_ERANGE, "%s is infinite: give a finite number" % what)
+        us = int(f * unit_us)
+    a, b = _RANGE[ctypes.c_int64]
+    if not a <= us <= b:
+        raise MoriError(MORI_ERANGE, "%s %r is outside int64 microseconds" % (what, v))
+    return us
 
 
 def _guard(name, f, argtypes):
@@ -295,5 +319,20 @@ def as_bytes(s, what):
     raise MoriError(MORI_EINVAL, "%s must be str or bytes, not %s" % (what, type(s).__name__))
 
 
-__all__ = ["load", "path", "candidates", "check", "last_error", "strerror", "version", "ival", "Desc",
+def as_blob(b, what):
+    """A bytes-like object (bytes, bytearray, memoryview, a uint8 array) as bytes;
+    MoriError(MORI_EINVAL) for anything else: bytes() would encode a str, make an int that many
+    zero bytes, or raise TypeError."""
+    if isinstance(b, bytes):
+        return b
+    if not isinstance(b, (str, int)) and b is not None:
+        try:
+            return bytes(memoryview(b).cast("B"))
+        except (TypeError, ValueError):
+            pass
+    raise MoriError(MORI_EINVAL, "%s must be bytes, not %s" % (what, type(b).__name__))
+
+
+__all__ = ["load", "path", "candidates", "check", "last_error", "strerror", "version", "ival", "duration_us", "as_blob",
+           "Desc",
            "XferOpts", "Notif"]

@@ -167,9 +167,13 @@ class Communicator:
     def destroy(self):
         """Collective; synchronise the streams that ran its collectives first. After the group left,
         only frees this process's part (the heap went with the group)."""
-        if self._k is not None:
-            _L().mori_comm_destroy(self._k)
-            self._k = None
+        k, self._k = self._k, None
+        if k is None:
+            return
+        if self.group._g is None:  # left: after libmori's leave, which views may still defer
+            self.group._after_leave(lambda: _L().mori_comm_destroy(k))
+        else:
+            _L().mori_comm_destroy(k)
 
     def __enter__(self):
         return self

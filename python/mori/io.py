@@ -36,8 +36,10 @@ import collections
 import copy
 import ctypes
 import enum
+import errno
 import itertools
 import json
+import mmap
 import os
 import socket
 import struct
@@ -51,7 +53,7 @@ from . import _lib
 from ._lib import Desc, XferOpts, Notif, MEM_HOST, MEM_VRAM, OP_READ, OP_WRITE
 from .errors import (MoriError, Code, MORI_OK, MORI_EINVAL, MORI_ENOENT, MORI_ERANGE,
                      MORI_EINPROGRESS, MORI_ECANCELED, MORI_EPROTO, MORI_EBUSY, MORI_ETIMEDOUT,
-                     MORI_ENOTSUP)
+                     MORI_ENOTSUP, MORI_ENOMEM, MORI_ESYS)
 
 _exiting = False
 _now = time.monotonic
@@ -250,7 +252,7 @@ class EngineDesc:
 
     @staticmethod
     def unpack(b):
-        b = bytes(b)
+        b = _lib.as_blob(b, "EngineDesc.unpack: the packed desc")
         if not b.startswith(b"MORIENG1"):
             raise MoriError(MORI_EPROTO, "not a packed EngineDesc")
         try:
@@ -294,6 +296,8 @@ class _Mem:
         self.size = size
         self.keep = keep
         self.closed = False
+        self.alloc = False  # libmori's memory (allocate): its buffer() views map it themselves
+        self.dup = None     # weakref to the _Dup those views share
         self._pid = os.getpid()
 
     @property
@@ -311,6 +315,44 @@ class _Mem:
                 self.release()
             except Exception:
                 pass
+
+
+_libc_fns = None
+
+
+def _libc():
+    global _libc_fns
+    if _libc_fns is None:
+        libc = ctypes.CDLL(None, use_errno=True)  # an instance of our own: its prototypes are ours
+        libc.mremap.restype, libc.mremap.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_size_t,
+                                                                      ctypes.c_size_t, ctypes.c_int]
+        libc.munmap.restype, libc.munmap.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.c_size_t]
+        _libc_fns = libc
+    return _libc_fns
+
+
+class _Dup:
+    """A second mapping of an allocate()d region's pages, owned by that region's buffer() views
+    (each holds it; unmapped when the last is collected). libmori's mapping goes at
+    deregister_memory or engine.close(); this one stays, so a view used after them reads and
+    writes the same pages instead of unmapped memory (numpy-over-mmap semantics: the memory lives
+    while a view does). mremap with old_size 0 duplicates a shared mapping (mori_mem_alloc's is
+    a MAP_SHARED memfd)."""
+
+    def __init__(self, addr, size):
+        self.len = -(-size // mmap.PAGESIZE) * mmap.PAGESIZE
+        p = _libc().mremap(addr, 0, self.len, 1)  # MREMAP_MAYMOVE: anywhere
+        if p is None or p == ctypes.c_void_p(-1).value:
+            e = ctypes.get_errno()
+            raise MoriError(MORI_ENOMEM if e == errno.ENOMEM else MORI_ESYS,
+                            "buffer(): mapping the region for its view: %s" % os.strerror(e))
+        self.addr = p
+
+    def __del__(self):
+        try:
+            _libc().munmap(self.addr, self.len)  # in a forked child: the child's copy of it
+        except Exception:
+            pass  # interpreter exit: the process's end unmaps it
 
 
 _MD_MAGIC = b"MORIMD1"
@@ -348,12 +390,28 @@ class MemoryDesc:
         return self.data if self.is_local else 0
 
     def buffer(self):
-        """A writable memoryview over a local host region (valid until it is deregistered:
-        using it after that is undefined)."""
+        """A writable memoryview over a local host region. It keeps the memory alive: the
+        registered object (register), or for allocate() a mapping of the region's pages of its
+        own, so the view stays valid after deregister_memory or engine.close() (its bytes are
+        then this process's alone). Memory of register_memory(ptr) stays the caller's to keep."""
         if not self.is_local or self.loc != MemoryLocationType.CPU:
             raise MoriError(MORI_EINVAL, "buffer(): only a registered local host region has one")
-        arr = (ctypes.c_char * self.size).from_address(self.data)
-        arr._mori_mem = self._mem  # a live view keeps the registration from being collected
+        m = self._mem
+        e = m.engine
+        with e._lock:  # deregister and close mark m closed under it before libmori unmaps
+            if m.closed:
+                raise MoriError(MORI_ENOENT, "buffer(): %r was deregistered" % (self,))
+            if m.alloc:
+                dup = m.dup() if m.dup is not None else None
+                if dup is None:
+                    dup = _Dup(self.data, self.size)
+                    m.dup = weakref.ref(dup)
+                arr = (ctypes.c_char * self.size).from_address(dup.addr)
+                arr._mori_keep = dup
+            else:
+                arr = (ctypes.c_char * self.size).from_address(self.data)
+                arr._mori_keep = m.keep  # the registered object and its export: not freed, not resized
+        arr._mori_mem = m  # and a live view keeps the registration from being collected
         return memoryview(arr).cast("B")
 
     def pack(self):
@@ -364,7 +422,7 @@ class MemoryDesc:
 
     @staticmethod
     def unpack(b):
-        b = bytes(b)
+        b = _lib.as_blob(b, "MemoryDesc.unpack: the packed desc")
         try:
             if not b.startswith(_MD_MAGIC):
                 raise ValueError("no magic")
@@ -395,17 +453,26 @@ class MemoryDesc:
             self.engine_key, self.id, self.loc.name, self.size, ", local" if self.is_local else "")
 
 
+def _flag(v, what):
+    """A yes/no argument: a bool (numpy's too) or 0/1; anything else (a str, 2) is MORI_EINVAL
+    rather than silently true."""
+    np = sys.modules.get("numpy")
+    if isinstance(v, bool) or (np is not None and isinstance(v, np.bool_)):
+        return bool(v)
+    if isinstance(v, int) and v in (0, 1):
+        return bool(v)
+    raise MoriError(MORI_EINVAL, "%s must be True or False (or None for the default), not %r" % (what, v))
+
+
 def _opts(engine, uid, notify, timeout_ms, stream):
     o = XferOpts()
-    if notify is None:
-        notify = engine._config.enable_notification
+    notify = _flag(engine._config.enable_notification if notify is None else notify, "notify")
     if notify:
         o.has_notif = 1
         o.notif_tag = _lib.ival(uid, "transfer_uid", ctypes.c_uint64)
     t = engine._config.timeout_ms if timeout_ms is None else timeout_ms
-    if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float))):
-        raise MoriError(MORI_EINVAL, "timeout_ms must be a number, not %s" % type(t).__name__)
-    o.timeout_us = _lib.ival(int(t * 1000), "timeout_ms * 1000", ctypes.c_int64) if t and t > 0 else 0
+    us = 0 if t is None else _lib.duration_us(t, "timeout_ms", 1000)
+    o.timeout_us = us if us > 0 else 0
     if stream is not None:
         o.stream = getattr(stream, "cuda_stream", stream)
     return o
@@ -509,9 +576,10 @@ class TransferStatus:
         return None if rc in (MORI_OK, MORI_EINPROGRESS) else MoriError(rc, self._msg)
 
     def wait(self, timeout=None):
+        us = -1 if timeout is None else _lib.duration_us(timeout, "wait: timeout (s)", 1000000)
+        us = -1 if us < 0 else us
         if self._poll() != MORI_EINPROGRESS:
             return True
-        us = -1 if timeout is None or timeout < 0 else int(timeout * 1e6)
         with self._lock:
             if self._code is not None:
                 return True
@@ -582,7 +650,8 @@ class TransferStatus:
         self.wait()
 
     def WaitFor(self, timeout_ms=-1):
-        self.wait(None if timeout_ms < 0 else timeout_ms / 1000.0)
+        us = _lib.duration_us(timeout_ms, "WaitFor: timeout_ms", 1000)
+        self.wait(None if us < 0 else us / 1e6)
         return self.Code()
 
     def __repr__(self):
@@ -937,7 +1006,9 @@ class IOEngine:
         _lib.check(lib.mori_mem_alloc(c, size, _kind(loc), ctypes.byref(out)), "allocate %s bytes" % size)
         ptr = lib.mori_mem_ptr(out.value) or 0
         dev = int(os.environ.get("MORI_GPU_DEVICE", "0") or 0) if loc == MemoryLocationType.GPU else -1
-        return self._local_desc(out.value, ptr, lib.mori_mem_size(out.value), loc, dev, None)
+        d = self._local_desc(out.value, ptr, lib.mori_mem_size(out.value), loc, dev, None)
+        d._mem.alloc = True
+        return d
 
     def deregister_memory(self, desc):
         """Deregister a local region (waiting up to 1 s for its transfers, then cancelling them;
@@ -1179,7 +1250,8 @@ class IOEngine:
     def wait_all(self, statuses, timeout_ms=-1):
         """Wait for every status; SUCCESS if all succeeded, else the first failure's StatusCode,
         or IN_PROGRESS if the timeout expired first."""
-        deadline = None if timeout_ms < 0 else _now() + timeout_ms / 1000.0
+        us = _lib.duration_us(timeout_ms, "wait_all: timeout_ms", 1000)
+        deadline = None if us < 0 else _now() + us / 1e6
         first = StatusCode.SUCCESS
         for s in statuses:
             left = None if deadline is None else max(0.0, deadline - _now())
@@ -1210,10 +1282,13 @@ class IOEngine:
     def poll_notifications(self, timeout_ms=0, max=None):
         """Notifications addressed to this engine's regions, oldest first (at most `max`),
         waiting up to timeout_ms for the first when none is queued (0: don't wait)."""
+        us = _lib.duration_us(timeout_ms, "poll_notifications: timeout_ms", 1000)
+        if max is not None:
+            max = _lib.ival(max, "poll_notifications: max", ctypes.c_size_t)
         self._reap()
         with self._lock:
             queued = len(self._inbox)
-        self._drain(0 if queued else int(timeout_ms * 1000))
+        self._drain(0 if queued else us)
         with self._lock:
             k = len(self._inbox) if max is None else min(max, len(self._inbox))
             return [self._inbox.popleft() for _ in range(k)]

@@ -45,6 +45,7 @@ try:
 except ImportError:  # NIXL's API needs numpy too
     np = None
 
+from . import _lib
 from . import io as _io
 from .errors import (MoriError, MORI_EINVAL, MORI_ENOENT, MORI_ERANGE, MORI_ENOTSUP, MORI_EBUSY,
                      MORI_EPROTO, MORI_OK)
@@ -452,7 +453,7 @@ class nixl_agent:
     def add_remote_agent(self, metadata):
         """Load a peer's metadata; returns its name. Loading a name again replaces the old entry
         (its opened regions are closed)."""
-        metadata = bytes(metadata)
+        metadata = _lib.as_blob(metadata, "add_remote_agent: metadata")
         if not metadata.startswith(_MD_MAGIC):
             raise MoriError(MORI_EPROTO, "add_remote_agent: not mori agent metadata")
         try:

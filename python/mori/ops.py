@@ -356,5 +356,7 @@ class EpDispatchCombineOp:
     def destroy(self):
         """Collective: free the op's heap buffers."""
         h, self._hd = self._hd, None
-        if h is not None:
+        if h is not None and self.group._g is None:  # left: after libmori's leave (views may defer it)
+            self.group._after_leave(lambda: _L().mori_ep_destroy(h))
+        elif h is not None:
             _lib.check(_L().mori_ep_destroy(h), "EP destroy")

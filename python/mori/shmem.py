@@ -27,15 +27,20 @@ Every failure raises mori.MoriError with the MORI_E* code and libmori's message;
 aborts the group (later calls: MORI_EPEERDEAD).
 
 Ownership: a Group owns its libmori client and group handle; leave() (or a with-block, or the
-process's exit) releases both. Memory from malloc/calloc belongs to the group and is gone after
-leave(): tensors made by tensor() must not outlive it.
+process's exit) releases both. Memory from malloc/calloc belongs to the group. A view made by
+Group.numpy() or Group.tensor() holds its Group: the heap stays mapped while any view (or a
+view of it, a torch tensor over it) lives. leave() with views alive leaves at once for this
+object (its calls raise MoriError, its communicators' MORI_ESTALE) but libmori's leave, which
+tears the group down for the other PEs and unmaps the heap, waits for the last view to be
+collected (`live_views` counts them; `del` them first for an immediate teardown).
 """
 import ctypes
 import os
 import sys
+import threading
 
 from . import _lib
-from .errors import MoriError, MORI_EINVAL, MORI_ENOTSUP, MORI_ERANGE
+from .errors import MoriError, MORI_EINVAL, MORI_ENOMEM, MORI_ENOTSUP, MORI_ERANGE
 
 MEM_HOST = _lib.MEM_HOST
 MEM_VRAM = _lib.MEM_VRAM
@@ -189,6 +194,11 @@ class Group:
         self.heap_kind = heap_kind  # MEM_HOST or MEM_VRAM, as joined
         self.gpu_device = gpu_device  # the VRAM heap's ordinal, resolved as libmori does
         self._pid = os.getpid()
+        # a view's finaliser may run on any thread, or inside a critical section (a gc pass): reentrant
+        self._vlock = threading.RLock()
+        self._views = 0        # live _ViewHold objects (numpy()/tensor() views)
+        self._deferred = None  # (handle, client) left while views lived: libmori's leave waits for them
+        self._after = []       # destroys of communicators / EP ops that must follow that leave
 
     # ---- lifetime ----
     def _h(self):
@@ -198,8 +208,25 @@ class Group:
 
     def leave(self):
         """Leave the group (not collective: the PEs still in it see it torn down, their waits end
-        with MORI_ECANCELED) and close this PE's client. Idempotent. Heap memory is gone after it."""
-        g, c, self._g, self._c = self._g, self._c, None, None
+        with MORI_ECANCELED) and close this PE's client. Idempotent; every later call on the Group
+        raises MoriError. Heap memory is gone after it, except while views of it live: then
+        libmori's leave (the teardown and the unmap) runs when the last view is collected."""
+        with self._vlock:
+            g, c, self._g, self._c = self._g, self._c, None, None
+            if self._views and (g is not None or c is not None):
+                self._deferred = (g, c)
+                return
+        self._native_leave(g, c)
+
+    @property
+    def live_views(self):
+        """The numpy()/tensor() views of this Group alive now (each counts until it, and every
+        array or tensor made from it, is collected)."""
+        return self._views
+
+    def _native_leave(self, g, c):
+        with self._vlock:
+            after, self._after = self._after, []
         if os.getpid() != self._pid or sys.is_finalizing():
             return  # a forked child's copy belongs to the parent's session; at exit the process's end frees it
         lib = _L()
@@ -207,6 +234,31 @@ class Group:
             lib.mori_group_leave(g)
         if c is not None:
             lib.mori_client_close(c)
+        for f in after:  # now they free only their own part (the group is a shell)
+            f()
+
+    def _after_leave(self, f):
+        """Run f (a communicator's or EP op's destroy on a left group) after libmori's leave: at
+        once if that has run, else when the deferred leave does (before it, destroy would be a
+        collective call, made by this PE alone)."""
+        with self._vlock:
+            if self._deferred is not None:
+                self._after.append(f)
+                return
+        f()
+
+    def _view_born(self):
+        with self._vlock:
+            self._views += 1
+
+    def _view_died(self):
+        with self._vlock:
+            self._views -= 1
+            todo = self._deferred if self._views == 0 else None
+            if todo is not None:
+                self._deferred = None
+        if todo is not None:
+            self._native_leave(*todo)
 
     def __enter__(self):
         return self
@@ -333,7 +385,12 @@ class Group:
 
     def get_bytes(self, src, nbytes, pe):
         """nbytes of the symmetric object src at PE pe, as bytes."""
-        b = bytearray(_lib.ival(nbytes, "get_bytes: nbytes", _SZ, hi=1 << 48))
+        # at most the heap's size: more would leave it anyway (MORI_ERANGE), so never allocate it
+        n = _lib.ival(nbytes, "get_bytes: nbytes", _SZ, hi=self.heap_size())
+        try:
+            b = bytearray(n)
+        except MemoryError:
+            raise MoriError(MORI_ENOMEM, "get_bytes: no memory for %d bytes" % n) from None
         if nbytes:
             self.getmem(b, src, pe)
         return bytes(b)
@@ -367,25 +424,48 @@ class Group:
         if device is None and not self._host():
             device = "cuda:%d" % self.gpu_device
         self._inside(addr, shape, _itemsize_torch(dtype), "tensor")
-        return tensor(addr, shape, dtype, device=device, host=self._host())
+        return tensor(addr, shape, dtype, device=device, host=self._host(), owner=_ViewHold(self))
 
     def _host(self):
         return self.heap_kind == MEM_HOST
 
     def numpy(self, addr, shape, dtype):
-        """A numpy array over a host heap's memory at addr (no copy). Host heaps only."""
+        """A numpy array over a host heap's memory at addr (no copy): this PE's heap, or another
+        PE's at the address ptr_p2p gave. Host heaps only. The view holds the Group (see leave)."""
         if not self._host():
             raise MoriError(MORI_ENOTSUP, "numpy views need a host heap; use tensor() for VRAM")
         self._inside(addr, shape, _np_dtype(dtype).itemsize, "numpy view")
-        return numpy_view(addr, shape, dtype)
+        return numpy_view(addr, shape, dtype, owner=_ViewHold(self))
 
     def _inside(self, addr, shape, itemsize, what):
-        """MORI_ERANGE unless [addr, addr + the view's bytes) lies in this PE's heap."""
+        """MORI_ERANGE unless [addr, addr + the view's bytes) lies in this PE's heap, or in the
+        mapping of a PE's heap on this node (a ptr_p2p address: libmori unmaps those at leave too)."""
         a, n = _int(addr, "addr"), _nbytes(_shape(shape), itemsize)
         base, size = self.heap_base(), self.heap_size()
-        if a < base or a + n > base + size:
-            raise MoriError(MORI_ERANGE, "%s [%#x, +%d) leaves group %r's heap [%#x, +%d)" % (what, a, n, self.name,
-                                                                                               base, size))
+        if base <= a and a + n <= base + size:
+            return
+        for pe in self.team_node():
+            b = self.ptr_p2p(base, pe)
+            if b and b <= a and a + n <= b + size:
+                return
+        raise MoriError(MORI_ERANGE, "%s [%#x, +%d) leaves group %r's heap [%#x, +%d) and the PEs' heaps it maps"
+                        % (what, a, n, self.name, base, size))
+
+
+class _ViewHold:
+    """What the buffer under a Group's view holds (numpy's base chain, torch's storage keep the
+    buffer alive): a strong reference to the Group, so that the Group, and its heap, cannot be
+    collected while a view lives, and a count the Group's deferred leave waits on."""
+
+    def __init__(self, group):
+        group._h()  # a left group makes no views
+        group._view_born()
+        self._group = group
+
+    def __del__(self):
+        g, self._group = getattr(self, "_group", None), None
+        if g is not None:
+            g._view_died()
 
 
 def join(name, rank, world_size, heap_size=0, heap_kind="host", gpu_device=-1, root=None, timeout_us=0,
@@ -450,7 +530,8 @@ class _CudaBuffer:
     """An object exposing __cuda_array_interface__ (v3) over device bytes, for torch.as_tensor /
     cupy.asarray (ROCm/mori's MoriShmemBuffer does the same)."""
 
-    def __init__(self, addr, nbytes):
+    def __init__(self, addr, nbytes, owner=None):
+        self._owner = owner  # torch.as_tensor's storage holds this object, so the owner lives as long
         # no "stream" key: the memory is not tied to a stream, consumers need not synchronise
         self.__cuda_array_interface__ = {"data": (_int(addr, "addr"), False), "shape": (_lib.ival(nbytes, "nbytes"),),
                                          "typestr": "|u1",
@@ -476,9 +557,12 @@ def _nbytes(shape, itemsize):
 def _np_dtype(dtype):
     np = __import__("numpy")
     try:
-        return np.dtype(dtype)
-    except TypeError:
+        dt = np.dtype(dtype)
+    except (TypeError, ValueError):
         raise MoriError(MORI_EINVAL, "dtype %r is not a numpy dtype" % (dtype,)) from None
+    if dt.hasobject or dt.itemsize == 0:  # Python object pointers, or no bytes: not a view of memory
+        raise MoriError(MORI_EINVAL, "dtype %r cannot view heap memory" % (dtype,))
+    return dt
 
 
 def _itemsize_torch(dtype):
@@ -488,11 +572,12 @@ def _itemsize_torch(dtype):
     return torch.empty((), dtype=dtype).element_size()
 
 
-def tensor(addr, shape, dtype, device=None, host=False):
+def tensor(addr, shape, dtype, device=None, host=False, owner=None):
     """A torch tensor of `shape` and `dtype` viewing memory at addr (an int), without a copy: device
     memory through __cuda_array_interface__ (device: "cuda" or "cuda:N", default the current device),
-    or host memory (host=True) through numpy. The caller keeps the memory alive (the group) as long as
-    the tensor. torch is imported here, not at module import."""
+    or host memory (host=True) through numpy. The tensor holds `owner` (Group.tensor passes what
+    keeps its Group); otherwise the caller keeps the memory alive as long as the tensor. torch is
+    imported here, not at module import."""
     import torch
     shape = _shape(shape)
     addr = _int(addr, "addr")
@@ -504,14 +589,16 @@ def tensor(addr, shape, dtype, device=None, host=False):
         raise MoriError(MORI_EINVAL, "address %#x is not aligned to %s's %d bytes" % (addr, dtype, item))
     if host:
         np = __import__("numpy")
-        raw = numpy_view(addr, (nbytes,), np.uint8)
+        raw = numpy_view(addr, (nbytes,), np.uint8, owner=owner)
         return torch.from_numpy(raw).view(dtype).view(shape)
-    t = torch.as_tensor(_CudaBuffer(addr, nbytes), device=device or "cuda")
+    t = torch.as_tensor(_CudaBuffer(addr, nbytes, owner), device=device or "cuda")
     return t.view(dtype).view(shape)
 
 
-def numpy_view(addr, shape, dtype):
-    """A numpy array of shape/dtype over host memory at addr (no copy; the caller keeps it alive)."""
+def numpy_view(addr, shape, dtype, owner=None):
+    """A numpy array of shape/dtype over host memory at addr (no copy). The array, and every view
+    of it, holds `owner` (Group.numpy passes what keeps its Group); otherwise the caller keeps the
+    memory alive."""
     np = __import__("numpy")
     shape = _shape(shape)
     dt = _np_dtype(dtype)
@@ -520,7 +607,11 @@ def numpy_view(addr, shape, dtype):
     if not addr:
         raise MoriError(MORI_EINVAL, "view of a NULL address")
     buf = (ctypes.c_char * nbytes).from_address(addr)
-    return np.frombuffer(buf, dtype=dt, count=nbytes // dt.itemsize).reshape(shape)
+    buf._mori_owner = owner  # numpy's base chain holds buf: the owner lives as long as any view
+    try:
+        return np.frombuffer(buf, dtype=dt, count=nbytes // dt.itemsize).reshape(shape)
+    except (TypeError, ValueError) as e:
+        raise MoriError(MORI_EINVAL, "numpy view %r of %s: %s" % (shape, dt, e)) from None
 
 
 __all__ = ["Group", "GroupOpts", "join", "get_unique_id", "init_uid", "tensor", "numpy_view", "MEM_HOST",

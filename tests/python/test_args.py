@@ -215,3 +215,49 @@ def test_io_ints_not_truncated(daemon):
 def test_errors_are_documented_moerror(daemon):
     """docs/python.md: every failure is a MoriError; it subclasses Exception only."""
     assert MoriError.__mro__[1:] == (Exception, BaseException, object)
+
+
+def test_wrong_arguments_are_moerror(daemon):
+    """Third tester's D7: arguments that raised TypeError, OverflowError, ValueError or MemoryError,
+    or were silently taken (timeout NaN as the default, notify="hello" as True)."""
+    from mori.io import EngineDesc, MemoryDesc, StatusCode
+    nan, inf = float("nan"), float("inf")
+    e = IOEngine("pyargs-d7", IOEngineConfig(runtime_dir=daemon.run))
+    try:
+        src, dst = e.allocate(4096), e.allocate(4096)
+        for b in ("abc", 3, None, 2.5):  # bytes(3) was 3 zero bytes, bytes("abc") a TypeError
+            assert code_of(lambda: MemoryDesc.unpack(b)) == MORI_EINVAL, b
+            assert code_of(lambda: EngineDesc.unpack(b)) == MORI_EINVAL, b
+        assert MemoryDesc.unpack(bytearray(dst.pack())) == dst  # any bytes-like object is fine
+        assert MemoryDesc.unpack(memoryview(dst.pack())) == dst
+        for t, want in ((nan, MORI_EINVAL), (inf, MORI_ERANGE), (-inf, MORI_ERANGE), ("5", MORI_EINVAL),
+                        (True, MORI_EINVAL), (1e30, MORI_ERANGE)):
+            assert code_of(lambda: e.write(src, 0, dst, 0, 8, timeout_ms=t)) == want, t
+            assert code_of(lambda: e.poll_notifications(timeout_ms=t)) == want, t
+            assert code_of(lambda: e.wait_all([], timeout_ms=t)) == want, t
+        for n in ("hello", 2, -1, 2 ** 64, 1.0):
+            assert code_of(lambda: e.write(src, 0, dst, 0, 8, notify=n)) == MORI_EINVAL, n
+        assert code_of(lambda: e.poll_notifications(max="x")) == MORI_EINVAL
+        with IOEngine("pyargs-d7b", IOEngineConfig(runtime_dir=daemon.run, timeout_ms=nan)) as e2:
+            assert code_of(lambda: e2.write(e2.allocate(64), 0, dst, 0, 8)) == MORI_EINVAL  # the config's too
+        st = e.write(src, 0, dst, 0, 8, notify=np.bool_(False), timeout_ms=np.float64(2000.5))
+        # a finished transfer still checks its timeout argument (it used to return early)
+        assert st.wait(5)
+        for t, want in ((nan, MORI_EINVAL), (inf, MORI_ERANGE), ("x", MORI_EINVAL)):
+            assert code_of(lambda: st.wait(t)) == want, t
+            assert code_of(lambda: st.result(t)) == want, t
+            assert code_of(lambda: st.WaitFor(t)) == want, t
+        st.result(np.float32(1.5))
+        assert e.write(src, 0, dst, 0, 8, notify=1, timeout_ms=500).result(5) is None
+        assert e.wait_all([st], timeout_ms=-1) == StatusCode.SUCCESS
+    finally:
+        e.close()
+    with shmem.join("pyargs-d7", 0, 1, heap_size=HEAP, heap_kind="host", timeout_us=TMO, runtime_dir=daemon.run) as g:
+        p = g.calloc(64)
+        assert code_of(lambda: g.get_bytes(p, 2 ** 40, 0)) == MORI_ERANGE  # was MemoryError: never allocated now
+        assert code_of(lambda: g.get_bytes(p, g.heap_size() + 1, 0)) == MORI_ERANGE
+        assert code_of(lambda: g.get_bytes(p, g.heap_size(), 0)) == MORI_ERANGE  # from p, it leaves the heap
+        for dt in (object, [("a", np.int32), ("b", object)], "V0"):  # object was numpy's ValueError
+            assert code_of(lambda: g.numpy(p, (4,), dt)) == MORI_EINVAL, dt
+        assert g.live_views == 0  # refused views left no count behind
+        assert g.numpy(p, (2,), "<u4").tolist() == [0, 0]
