@@ -245,6 +245,21 @@ void group_client_gone(struct morid *d, struct client *c)
 	list_each(it, &G.groups) {
 		struct lgroup *g = list_entry(it, struct lgroup, link);
 		int last = 0;
+		if (d->stopping) {
+			/* morid stops, its PEs live on (tester3's D2: each then read 'PE n died' about
+			 * itself): this node's PEs see the teardown mori_shmem.h documents, ECANCELED with
+			 * PE -1. The first reason sticks, so pe_gone's PEER_DEAD below changes nothing
+			 * here; the root still hears of a dead PE (other nodes: EPEERDEAD, a node went down). */
+			list_each(pt, &g->pes) {
+				struct gpe *p = list_entry(pt, struct gpe, link);
+				if (p->c == c && p->state != PE_GONE) {
+					char msg[400];
+					snprintf(msg, sizeof(msg), "group '%s': this node's morid is stopping", g->name);
+					lg_abort(g, MORI_SHMEM_ABORT_TEARDOWN, -1, MORI_ECANCELED, msg);
+					break;
+				}
+			}
+		}
 		list_each(pt, &g->pes) {
 			struct gpe *p = list_entry(pt, struct gpe, link);
 			if (p->c != c || p->state == PE_GONE)

@@ -121,8 +121,10 @@ MORI_API int mori_shmem_putmem(mori_group *g, void *dst, const void *src, size_t
 MORI_API int mori_shmem_getmem(mori_group *g, void *dst, const void *src, size_t len, int pe);
 
 /* Every PE reaches the barrier, and every put a PE made before it is visible everywhere, before
- * any PE returns (OpenSHMEM barrier_all). MORI_ETIMEDOUT naming the missing ranks, or
- * MORI_EPEERDEAD. */
+ * any PE returns (OpenSHMEM barrier_all). MORI_ETIMEDOUT naming the missing ranks, or what
+ * mori_shmem_status says once the group aborted: MORI_EPEERDEAD, or MORI_ECANCELED (a PE left,
+ * or this node's morid went away, stopped or killed: never MORI_ECONN; status says so from the
+ * moment the call returns). */
 MORI_API int mori_shmem_barrier_all(mori_group *g);
 /* The same barrier enqueued on a CUDA/HIP stream (a kernel: no host synchronisation). VRAM
  * heaps only (MORI_ENOTSUP for host heaps); the call returns once the kernel is launched; if the

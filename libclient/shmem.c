@@ -647,6 +647,15 @@ static int gcall(mori_group *g, uint32_t op, uint64_t size, uint64_t align, uint
 	req.group_call = &q;
 	rc = client_rpc_timeout(g->c, &req, NULL, 0, &rep, NULL, NULL, timeout_ms_of(g) + RPC_GRACE_MS);
 	pthread_mutex_unlock(&g->lock);
+	if (rc && client_session_gone(g->c)) {
+		/* morid went away (tester3's D3: barrier said MORI_ECONN while status still read
+		 * healthy until the hang-up thread came round): the abort word is set here, now, and
+		 * the call returns what mori_shmem_status says (ECANCELED, PE -1, unless morid gave a
+		 * reason first) */
+		shmem_session_lost(g->c);
+		int a = shmem_abort_status(g);
+		return a ? a : rc;
+	}
 	if (rc)
 		return rc;
 	if (out)
