@@ -100,10 +100,8 @@ def test_leave_with_live_view(daemon):
     """)
 
 
-def test_with_block_and_torch_host_view(daemon):
-    """A view kept past its with-block (the block's leave is deferred, nothing raises), and the host
-    heap's torch view, which holds its Group the same way (torch.from_numpy of the numpy view; the
-    VRAM path's __cuda_array_interface__ object holds it too, checked on the GPU machine only)."""
+def test_with_block_keeps_view(daemon):
+    """A view kept past its with-block: the block's leave is deferred, nothing raises."""
     child(daemon, """
     with join("pyv-with") as g:
         p = g.calloc(64)
@@ -112,18 +110,25 @@ def test_with_block_and_torch_host_view(daemon):
     assert v.sum() == 4.0 and g.live_views == 1
     del v
     assert g.live_views == 0
-    try:
-        import torch
-    except ImportError:
-        print("no torch: torch view not checked")
-        print("ok")
-        sys.exit(0)
-    g = join("pyv-with")
+    with join("pyv-with"):
+        pass
+    print("ok")
+    """)
+
+
+def test_torch_host_view(daemon):
+    """A host heap's torch view holds its Group the same way (torch.from_numpy of the numpy view).
+    The VRAM path's __cuda_array_interface__ object, which torch's storage keeps, holds it too;
+    that runs on the GPU machine only."""
+    pytest.importorskip("torch", reason="torch not installed here: the torch view's hold is not checked")
+    child(daemon, """
+    import torch
+    g = join("pyv-torch")
     p = g.calloc(64)
-    t = g.tensor(p, (8,), torch.float32)
+    t = g.tensor(p, (8,), torch.float32)[2:]
     t[:] = 2.0
     g.leave()
-    assert g.live_views == 1 and float(t.sum()) == 16.0
+    assert g.live_views == 1 and float(t.sum()) == 12.0
     del t
     gc.collect()
     assert g.live_views == 0
