@@ -50,6 +50,26 @@ expect_error "bad page size" "page tokens 24 must divide 512" --page-tokens 24 -
 expect_error "pool smaller than a block" "no whole block" --pool-mib 10 --dry-run --synthetic
 expect_error "bad number" "bad value for --requests" --requests 12x --dry-run
 
+# tester3's D8: a trace that never ends or never starts is refused at once, not read without
+# bound (/dev/zero: 4.5 GB in 10 s) or waited on forever (a FIFO without a writer)
+mkfifo "$T/fifo.jsonl"
+for f in "$T/fifo.jsonl" /dev/zero "$T"; do
+	timeout 10 "$REPLAY" --trace "$f" --dry-run --model tiny > "$T/out" 2> "$T/err"
+	rc=$?
+	[ $rc = 2 ] || fail "trace $f: exit $rc, expected 2 at once (124: it hung): $(cat "$T/err")"
+	grep -q "cannot open trace $f: not a regular file" "$T/err" || fail "trace $f: $(cat "$T/err")"
+	pass "trace $f refused: $(head -n 1 "$T/err")"
+done
+# a line past TRACE_LINE_MAX (16 MiB) is refused naming file and line, even with --skip-bad-lines
+{ printf '%s\n' "$good"; head -c $((16 * 1024 * 1024 + 10)) /dev/zero | tr '\0' x; } > "$T/long.jsonl"
+expect_error "line over 16 MiB" "long\.jsonl:2: line longer than 16777216 bytes" --trace "$T/long.jsonl" --dry-run --model tiny
+expect_error "line over 16 MiB, skip-bad" "long\.jsonl:2: line longer than" --trace "$T/long.jsonl" --skip-bad-lines --dry-run --model tiny
+# the bytes near a malformed spot are printed escaped: no terminal escape sequence gets through
+printf '%s\n{"timestamp": x\033[2J\343\231 "y"}\n' "$good" > "$T/esc.jsonl"
+expect_error "malformed binary line, escaped" 'esc\.jsonl:2: malformed JSON at column 15, near "x\\x1b\[2J\\xe3\\x99 \\x22y\\x22\}"' --trace "$T/esc.jsonl" --dry-run --model tiny
+! grep -q $'\033' "$T/err" || fail "a raw ESC byte reached stderr: $(od -c "$T/err" | head -3)"
+pass "no raw byte of the trace in the message"
+
 # default trace absent (run from a directory without ../shared/data): synthetic, said so
 mkdir -p "$T/a/b"
 out=$(cd "$T/a/b" && "$REPLAY" --dry-run --model tiny --requests 300 2>&1) || fail "synthetic run failed: $out"

@@ -150,8 +150,10 @@ struct trace {
 };
 
 void trace_free(struct trace *t);
+#define TRACE_LINE_MAX (16 << 20) /* bytes of one trace line, newline included */
 /* Read up to max requests (0: all) from f. A bad line is an error naming it, unless skip_bad
- * (then counted in t->bad_lines). Blank lines are ignored. Returns 0, or -1 with err set. */
+ * (then counted in t->bad_lines), and so is a line longer than TRACE_LINE_MAX (always). Blank
+ * lines are ignored. Returns 0, or -1 with err set. */
 int trace_read(struct trace *t, FILE *f, const char *path, size_t max, int skip_bad, char *err,
 	       size_t errlen);
 /* The built-in workload with the real trace's statistics, n requests; deterministic. */

@@ -19,11 +19,13 @@
  * options and main.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "kvreplay.h"
@@ -249,15 +251,41 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	return -1;
 }
 
+/* path opened for reading if it is a regular file: a FIFO without a writer blocked the open
+ * forever, and /dev/zero never ends (tester3's D8). The open does not block (O_NONBLOCK,
+ * cleared once fstat said it is a regular file). NULL with errno set, *notreg when it exists
+ * but is not a regular file. */
+static FILE *open_trace(const char *path, int *notreg)
+{
+	struct stat st;
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	*notreg = 0;
+	if (fd < 0)
+		return NULL;
+	if (fstat(fd, &st) != 0 || (*notreg = !S_ISREG(st.st_mode)) || fcntl(fd, F_SETFL, 0) != 0) {
+		int e = errno;
+		close(fd);
+		errno = e;
+		return NULL;
+	}
+	FILE *f = fdopen(fd, "r");
+	if (!f)
+		close(fd);
+	return f;
+}
+
 /* The trace at --trace, or the synthetic workload (asked for, or the default trace absent).
  * source gets what the summary names. Returns 0, or 2 (said on stderr). */
 static int load_workload(const struct opts *o, struct trace *t, char *source, size_t len)
 {
 	char err[512];
-	FILE *f = o->force_synthetic ? NULL : fopen(o->trace_path, "r");
-	if (!f && !o->force_synthetic && (o->trace_explicit || errno != ENOENT)) {
+	int notreg = 0;
+	FILE *f = o->force_synthetic ? NULL : open_trace(o->trace_path, &notreg);
+	if (!f && !o->force_synthetic && (o->trace_explicit || notreg || errno != ENOENT)) {
 		fprintf(stderr, "mori-kvreplay: cannot open trace %s: %s\n", o->trace_path,
-			strerror(errno));
+			notreg ? "not a regular file (a FIFO or device may never end or never start; "
+				 "copy the trace to a file)"
+			       : strerror(errno));
 		return 2;
 	}
 	if (f) {

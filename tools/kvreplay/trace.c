@@ -38,6 +38,21 @@ static struct request *trace_push_req(struct trace *t)
 	return r;
 }
 
+/* At most n bytes of s for a message, every byte outside printable ASCII (and " and \\) as
+ * \xNN, so that a binary trace cannot write escape sequences to the terminal (tester3's D8). */
+static void escape_snippet(char *out, size_t cap, const char *s, size_t n)
+{
+	size_t o = 0;
+	for (size_t i = 0; i < n && s[i] && o + 5 < cap; i++) {
+		unsigned char ch = (unsigned char)s[i];
+		if (ch >= 0x20 && ch < 0x7f && ch != '"' && ch != '\\')
+			out[o++] = (char)ch;
+		else
+			o += (size_t)snprintf(out + o, cap - o, "\\x%02x", ch);
+	}
+	out[o] = 0;
+}
+
 /* A non-negative integer that fits max, from a JSON number. */
 static int json_uint(const cJSON *v, uint64_t max, uint64_t *out)
 {
@@ -59,9 +74,12 @@ static int trace_parse_line(struct trace *t, const char *line, char *err, size_t
 	const char *why = NULL;
 	if (!o) {
 		const char *at = cJSON_GetErrorPtr();
-		if (at && *at)
-			snprintf(err, errlen, "malformed JSON at column %zu, near \"%.24s\"",
-				 (size_t)(at - line) + 1, at);
+		char near[24 * 4 + 1];
+		if (at && *at) {
+			escape_snippet(near, sizeof(near), at, 24);
+			snprintf(err, errlen, "malformed JSON at column %zu, near \"%s\"",
+				 (size_t)(at - line) + 1, near);
+		}
 		else
 			snprintf(err, errlen, "malformed JSON: the line ends inside the object "
 					      "(truncated?)");
@@ -121,6 +139,30 @@ bad:
 	return -1;
 }
 
+/* One line of f (its newline kept) into *buf, at most TRACE_LINE_MAX bytes: getline would read an
+ * endless line (/dev/zero, a runaway writer) into memory without bound (tester3's D8: 4.5 GB in
+ * 10 s). Its length, -1 at the end of f, -2 when the line is longer than the cap. */
+static ssize_t read_line(FILE *f, char **buf, size_t *cap)
+{
+	size_t n = 0;
+	int ch = EOF;
+	while ((ch = getc(f)) != EOF) {
+		if (n >= TRACE_LINE_MAX)
+			return -2;
+		if (n + 2 > *cap) {
+			*cap = *cap ? *cap * 2 : 4096;
+			*buf = xrealloc(*buf, *cap);
+		}
+		(*buf)[n++] = (char)ch;
+		if (ch == '\n')
+			break;
+	}
+	if (n == 0)
+		return -1;
+	(*buf)[n] = 0;
+	return (ssize_t)n;
+}
+
 int trace_read(struct trace *t, FILE *f, const char *path, size_t max, int skip_bad,
 	       char *err, size_t errlen)
 {
@@ -128,8 +170,14 @@ int trace_read(struct trace *t, FILE *f, const char *path, size_t max, int skip_
 	size_t cap = 0, lineno = 0;
 	ssize_t len;
 	int rc = 0;
-	while ((max == 0 || t->n < max) && (len = getline(&line, &cap, f)) >= 0) {
+	while ((max == 0 || t->n < max) && (len = read_line(f, &line, &cap)) != -1) {
 		lineno++;
+		if (len == -2) { /* not even --skip-bad-lines goes on: where the next line starts is unknown */
+			snprintf(err, errlen, "%s:%zu: line longer than %d bytes (a Mooncake line is under 10 KB)",
+				 path, lineno, TRACE_LINE_MAX);
+			rc = -1;
+			break;
+		}
 		int complete = len > 0 && line[len - 1] == '\n';
 		while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
 			line[--len] = 0;
