@@ -286,11 +286,27 @@ static void conn_process_exited(uv_poll_t *p, int status, int events)
 	conn_close(k);
 }
 
-/* A pidfd for pid, or -1: -2 when the process is already gone. Logged once if the kernel has
- * no pidfd_open (before Linux 5.3): clients then live as long as their socket (diagnose says so). */
-static int pidfd_of(pid_t pid)
+#if !defined(SO_PEERPIDFD) && (defined(__x86_64__) || defined(__aarch64__) || defined(__i386__))
+#define SO_PEERPIDFD 77 /* asm-generic's; older libc headers lack it */
+#endif
+
+/* A pidfd of the process that connected socket s (SO_PEERCRED's pid), or -1; -2 when it is
+ * already gone. SO_PEERPIDFD (Linux >= 6.5) names the very process that connected; pidfd_open
+ * of the pid (>= 5.3) the one that has the pid at accept. Logged once if neither exists: clients
+ * then live as long as their socket (diagnose says so). */
+static int pidfd_of(int s, pid_t pid)
 {
 	static int warned;
+#ifdef SO_PEERPIDFD
+	int pfd = -1;
+	socklen_t pl = sizeof(pfd);
+	if (getsockopt(s, SOL_SOCKET, SO_PEERPIDFD, &pfd, &pl) == 0 && pfd >= 0)
+		return pfd; /* close-on-exec already (pidfd_prepare) */
+	if (errno == ESRCH)
+		return -2;
+#else
+	(void)s;
+#endif
 #ifdef SYS_pidfd_open
 	int fd = (int)syscall(SYS_pidfd_open, pid, 0);
 	if (fd >= 0)
@@ -472,7 +488,7 @@ static void session_accept(uv_poll_t *p, int status, int events)
 			close(s);
 			continue;
 		}
-		int pidfd = pidfd_of(cred.pid);
+		int pidfd = pidfd_of(s, cred.pid);
 		if (pidfd == -2) {
 			/* it exited between connect and accept: nothing to serve */
 			free(k->buf);
