@@ -35,13 +35,14 @@ void mori_log_write(int level, const char *subsys, const char *fmt, ...)
 
 /* Seconds on a monotonic clock, for mlog_ratelimited. */
 unsigned long long mori_log_now_s(void);
-/* At most one message a second from this call site, then how many were left out: for what a
- * flood (refused requests, connection storms) would otherwise log once per event. */
-#define mlog_ratelimited(level, subsys, ...)                                                        \
+/* At most one message every period_s seconds from this call site, then how many were left
+ * out: for what a flood (refused requests, connection storms, a peer retrying with the wrong
+ * key) would otherwise log once per event. */
+#define mlog_every(period_s, level, subsys, ...)                                                    \
 	do {                                                                                        \
 		static unsigned long long last_s_ = ~0ull, skipped_;                                \
 		unsigned long long now_s_ = mori_log_now_s();                                       \
-		if (now_s_ != last_s_) {                                                            \
+		if (last_s_ == ~0ull || now_s_ - last_s_ >= (unsigned long long)(period_s)) {       \
 			if (skipped_)                                                               \
 				mlog((level), (subsys), "(%llu similar messages left out)", skipped_); \
 			last_s_ = now_s_;                                                           \
@@ -51,5 +52,6 @@ unsigned long long mori_log_now_s(void);
 			skipped_++;                                                                 \
 		}                                                                                   \
 	} while (0)
+#define mlog_ratelimited(level, subsys, ...) mlog_every(1, level, subsys, __VA_ARGS__)
 
 #endif

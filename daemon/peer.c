@@ -55,6 +55,8 @@ void peers_dirty(struct peers *P)
 		uv_prepare_start(&P->prep, on_prep);
 }
 
+static void peers_expire(struct peers *P, uint64_t now);
+
 static void on_tick(uv_timer_t *t)
 {
 	struct peers *P = t->data;
@@ -74,6 +76,10 @@ static void on_tick(uv_timer_t *t)
 	}
 	if (P->xfers.n && now >= P->next_deadline_us)
 		xfers_expire(P, now);
+	if (now >= P->next_expire_us) {
+		P->next_expire_us = now + 1000000;
+		peers_expire(P, now);
+	}
 	for (int i = 0; i < TR_MAX; i++)
 		if (P->tr[i] && P->tr[i]->tick && P->tr[i]->tick(P, now))
 			busy = 1;
@@ -95,8 +101,11 @@ struct peer *peer_get(struct peers *P, const char *addr, int create)
 {
 	list_each(it, &P->peers) {
 		struct peer *p = list_entry(it, struct peer, link);
-		if (strcmp(p->addr, addr) == 0)
+		if (strcmp(p->addr, addr) == 0) {
+			if (create)
+				p->client_made = 0; /* named by morid itself now (a group, a peer, a transport) */
 			return p;
+		}
 	}
 	if (!create)
 		return NULL;
@@ -129,9 +138,85 @@ struct peer *peer_get(struct peers *P, const char *addr, int create)
 	return p;
 }
 
+static int hello_or_auth(const struct rpc *q);
+
+static void peer_free_client_made(struct peer *p)
+{
+	mlog_info("peer", "peer %s dropped: made for a client's open, never reached, unused for %d ms (%s)", p->addr,
+		  PEER_CLIENT_IDLE_MS, p->why[0] ? p->why : "no answer");
+	p->gone = 1;
+	peer_rpcs_stop(p); /* only its own hello or authentication (peer_expirable) */
+	peer_close_requests(p);
+	list_del(&p->link);
+	peer_unref(p); /* the table's reference */
+}
+
+/* A client-made peer nobody uses that never came up: no rref, transfer, notification, request
+ * of anyone's or transport state names it (those who keep a struct peer got it through
+ * peer_get, which made it no longer client-made). */
+static int peer_expirable(struct peer *p, uint64_t now)
+{
+	if (!p->client_made || p->ever_up || p->state == PS_UP || p->nxfers || p->resolving ||
+	    p->nqs.next != &p->nqs || p->nwire.next != &p->nwire || now - p->used_us < PEER_CLIENT_IDLE_MS * 1000ull)
+		return 0;
+	for (int i = 0; i < TR_MAX; i++)
+		if (p->tp[i])
+			return 0;
+	list_each(it, &p->rpcs)
+		if (!hello_or_auth(list_entry(it, struct rpc, link)))
+			return 0;
+	for (int i = 0; i < HBUCKETS; i++)
+		list_each(it, &p->P->refs.b[i])
+			if (list_entry(it, struct rref, hlink)->p == p)
+				return 0;
+	return 1;
+}
+
+static void peers_expire(struct peers *P, uint64_t now)
+{
+	list_each(it, &P->peers) {
+		struct peer *p = list_entry(it, struct peer, link);
+		if (peer_expirable(p, now))
+			peer_free_client_made(p);
+	}
+}
+
+static void peer_redial(struct peer *p);
+
+struct peer *peer_get_client(struct peers *P, const char *addr, int *code, char *why, size_t n)
+{
+	uint64_t now = mori_now_us();
+	struct peer *p = peer_get(P, addr, 0);
+	if (!p) {
+		uint32_t made = 0;
+		peers_expire(P, now);
+		list_each(it, &P->peers)
+			made += list_entry(it, struct peer, link)->client_made;
+		if (made >= (uint32_t)P->d->cfg.max_client_peers) {
+			*code = MORI_EBUSY;
+			snprintf(why, n, "%u peers made for clients' opens are not reached yet (max_client_peers): %s not "
+				 "added; each goes %d s after its last use", made, addr, PEER_CLIENT_IDLE_MS / 1000);
+			mlog_ratelimited(MLOG_WARN, "peer", "%s", why);
+			return NULL;
+		}
+		if (!(p = peer_get(P, addr, 1))) {
+			*code = MORI_EINVAL;
+			snprintf(why, n, "node '%s' is not host:port (or the peer table is full)", addr);
+			return NULL;
+		}
+		p->client_made = 1;
+	} else if (p->state == PS_DOWN && p->backoff_ms > PEER_BACKOFF_MIN_MS) {
+		peer_redial(p); /* a client waits now: not the background's backoff */
+	}
+	p->used_us = now;
+	return p;
+}
+
 void peer_up(struct peer *p)
 {
 	p->state = PS_UP;
+	p->ever_up = 1;
+	p->auth_fails = 0;
 	p->backoff_ms = PEER_BACKOFF_MIN_MS;
 	p->why[0] = 0;
 	mlog_notice("peer", "peer %s up (%s, epoch %llx)", p->addr, p->node, (unsigned long long)p->epoch);
@@ -300,12 +385,12 @@ static int peer_dial(struct peer *p)
 		return -1;
 	}
 	nng_socket_set_ms(p->req, NNG_OPT_RECONNMINT, PEER_BACKOFF_MIN_MS);
-	nng_socket_set_ms(p->req, NNG_OPT_RECONNMAXT, PEER_BACKOFF_MAX_MS);
+	nng_socket_set_ms(p->req, NNG_OPT_RECONNMAXT, PEER_BACKOFF_MAX_MS); /* its redials back off as ours do */
 	nng_socket_set_ms(p->req, NNG_OPT_REQ_RESENDTIME, 1000);
 	nng_socket_set_size(p->req, NNG_OPT_RECVMAXSZ, 1 << 20);
 	nng_socket_set_bool(p->req, NNG_OPT_TCP_KEEPALIVE, true);
 	/* Non-blocking: nng keeps redialling in the background with the backoff above. */
-	if ((rc = nng_dial(p->req, url, NULL, NNG_FLAG_NONBLOCK)) != 0 ||
+	if ((rc = nng_dial(p->req, url, &p->dialer, NNG_FLAG_NONBLOCK)) != 0 ||
 	    (rc = nng_socket_get_int(p->req, NNG_OPT_RECVFD, &fd)) != 0) {
 		snprintf(p->why, sizeof(p->why), "cannot dial %s: %s", url, nng_strerror(rc));
 		nng_close(p->req);
@@ -318,6 +403,21 @@ static int peer_dial(struct peer *p)
 	uv_poll_start(&p->req_poll, UV_READABLE, req_readable);
 	p->req_poll_on = 1;
 	return 0;
+}
+
+/* Dial p now, not at the end of its backoff (nng's dialer may wait up to PEER_BACKOFF_MAX_MS):
+ * a new dialer connects at once; the old one and its pipes close. */
+static void peer_redial(struct peer *p)
+{
+	char url[160];
+	p->retry_at_us = mori_now_us();
+	peers_kick(p->P);
+	if (!p->req_ok)
+		return;
+	snprintf(url, sizeof(url), "tcp://%s", p->addr);
+	nng_dialer_close(p->dialer);
+	if (nng_dial(p->req, url, &p->dialer, NNG_FLAG_NONBLOCK) != 0)
+		mlog_info("peer", "peer %s: cannot dial again", p->addr); /* the next peer_get_client tries */
 }
 
 /* The request path closes with the peer (daemon stopping). */
@@ -419,7 +519,14 @@ static void auth_fail(struct peer *p, const char *why)
 	char m[400];
 	snprintf(m, sizeof(m), "peer %s failed authentication: %s", p->addr, why);
 	count(p->P->d, C_PEER_AUTH_REFUSED, 1);
-	mlog_warn("peer", "%s", m);
+	/* the first at warning, then one line per PEER_AUTH_LOG_S with the count: it is retried
+	 * (with backoff) for as long as both run (tester3 D11) */
+	unsigned long long now_s = mori_log_now_s();
+	if (++p->auth_fails == 1 || now_s - p->auth_log_s >= PEER_AUTH_LOG_S) {
+		mlog_warn("peer", "%s (%u times since it was last up; retried with backoff up to %d s)", m, p->auth_fails,
+			  PEER_BACKOFF_MAX_MS / 1000);
+		p->auth_log_s = now_s;
+	}
 	p->auth = PA_NONE;
 	list_each(it, &p->rpcs) {
 		struct rpc *q = list_entry(it, struct rpc, link);
@@ -556,14 +663,20 @@ void peer_rpcs_tick(struct peer *p, uint64_t now)
 		char m[600];
 		if (q->sent)
 			snprintf(m, sizeof(m), "peer daemon %s did not answer within %u ms", p->addr, q->timeout_ms);
-		else
+		else /* the hello's own failure becomes p->why: not nested in itself (tester3 D10) */
 			snprintf(m, sizeof(m), "cannot reach peer daemon %s within %u ms%s%s", p->addr, q->timeout_ms,
-				 p->why[0] ? ": " : "", p->why);
+				 p->why[0] && !hello_or_auth(q) ? ": " : "", hello_or_auth(q) ? "" : p->why);
 		rpc_end(p, q, NULL, q->sent ? MORI_ETIMEDOUT : MORI_ECONN, m);
 		rpc_kick(p);
 	} else if (!q->sent && now - p->rpc_try_us >= RPC_RETRY_MS * 1000ull) {
 		rpc_kick(p);
 	}
+}
+
+/* q is p's own hello or an authentication step (no client waits for it). */
+static int hello_or_auth(const struct rpc *q)
+{
+	return q->done == hello_done || q->auth_step;
 }
 
 void peer_rpcs_stop(struct peer *p)

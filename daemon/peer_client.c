@@ -411,9 +411,11 @@ int peer_handle_request(struct morid *d, struct client *c, Mori__Request *req, M
 			reply_error(rep, MORI_EINVAL, "lookup: names are 1..127 bytes");
 			break;
 		}
-		struct peer *p = peer_get(P, node, 1);
+		char pwhy[300];
+		int pcode = MORI_EINVAL;
+		struct peer *p = peer_get_client(P, node, &pcode, pwhy, sizeof(pwhy));
 		if (!p) {
-			reply_error(rep, MORI_EINVAL, "node '%s' is not host:port", node);
+			reply_error(rep, pcode, "%s", pwhy);
 			break;
 		}
 		Mori__Request fw = MORI__REQUEST__INIT;

@@ -17,7 +17,9 @@
 
 #define PEER_LOOKUP_TIMEOUT_MS 5000   /* lookups, opens and hellos at another daemon */
 #define PEER_BACKOFF_MIN_MS 100       /* reconnect backoff, doubling */
-#define PEER_BACKOFF_MAX_MS 1000
+#define PEER_BACKOFF_MAX_MS 30000     /* a peer that stays away is redialled twice a minute, not every second */
+#define PEER_CLIENT_IDLE_MS 10000     /* a client-made peer never reached goes this long after its last use */
+#define PEER_AUTH_LOG_S 300           /* a peer failing authentication again: one line per 5 minutes */
 #define PEER_TICK_MS 10               /* deadline resolution */
 #define RPC_RETRY_MS 50               /* an unsent request (no connection yet) is retried this often */
 #define PEERS_MAX 1024                /* entries of the peer table */
@@ -106,6 +108,15 @@ struct peer {
 	int64_t clock_skew_us;
 	uint64_t clock_rtt_us, hello_wall_us;
 	int clock_known;
+	/* Made for a client's open or transfer (peer_get_client), not configured and not named by
+	 * anyone else: at most max_client_peers of them, and one that never came up goes
+	 * PEER_CLIENT_IDLE_MS after its last use (tester3 D10: every unreachable address a client
+	 * named stayed and was redialled forever). */
+	int client_made, ever_up;
+	uint64_t used_us;
+	uint32_t auth_fails;      /* authentication failures since it was last up (logging) */
+	uint64_t auth_log_s;
+	nng_dialer dialer;
 	int handles;              /* references: table entry, nng poll handle, address lookup */
 	int gone;                 /* out of the table (daemon stopping) */
 };
@@ -230,6 +241,7 @@ struct peers {
 	struct htab xfers, byuser, refs;
 	uint64_t next_xfer, next_ref, next_list, next_rpc;
 	uint64_t next_deadline_us;
+	uint64_t next_expire_us;      /* the next look for client-made peers to drop (peer.c) */
 	uint32_t data_port;           /* what our hello tells peers (the TCP transport's listener) */
 	struct auth_key key;          /* the cluster key (key.on 0: peers are not authenticated) */
 	struct pauth_table *pauth;
@@ -242,6 +254,10 @@ struct peers {
 
 /* ---- peer.c: the table and each peer's state ---- */
 struct peer *peer_get(struct peers *P, const char *addr, int create);
+/* The peer at addr for a client's open: an existing one, or a new client-made one (see struct
+ * peer) while fewer than max_client_peers exist; NULL with why set (MORI_EINVAL: not host:port,
+ * MORI_EBUSY: the cap) otherwise. A DOWN peer is dialled again now: a client waits for it. */
+struct peer *peer_get_client(struct peers *P, const char *addr, int *code, char *why, size_t n);
 /* The data path of p is up: transfers may flow. */
 void peer_up(struct peer *p);
 /* p failed (every transfer on it ends with code; reconnect with backoff). */
