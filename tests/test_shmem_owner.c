@@ -154,11 +154,11 @@ static pid_t join_as(uid_t uid, const char *dir, const char *root, const char *n
 	return p;
 }
 
-/* How many groups named name `moractl --json groups` shows to uid (a child execs moractl: nng,
- * which this process used, does not run in a forked child). */
-static int listed_as(uid_t uid, const char *dir, const char *name)
+/* How often want occurs in what `moractl [--json] groups` shows to uid (a child execs moractl:
+ * this process runs no nng, whose threads would be in its forks). */
+static int moractl_count(uid_t uid, const char *dir, int json, const char *want)
 {
-	char out[] = "/tmp/mori-test-owner-XXXXXX", moractl[512], want[128];
+	char out[] = "/tmp/mori-test-owner-XXXXXX", moractl[512];
 	int fd = mkstemp(out);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(fchmod(fd, 0666), 0);
@@ -168,7 +168,10 @@ static int listed_as(uid_t uid, const char *dir, const char *name)
 		child_deadline(30);
 		drop_to(uid);
 		dup2(fd, 1);
-		execl(moractl, moractl, "--runtime-dir", dir, "--json", "groups", (char *)NULL);
+		if (json)
+			execl(moractl, moractl, "--runtime-dir", dir, "--json", "groups", (char *)NULL);
+		else
+			execl(moractl, moractl, "--runtime-dir", dir, "groups", (char *)NULL);
 		_exit(127);
 	}
 	int st;
@@ -180,11 +183,18 @@ static int listed_as(uid_t uid, const char *dir, const char *name)
 	unlink(out);
 	ck_assert_int_ge(n, 0);
 	buf[n] = 0;
-	snprintf(want, sizeof(want), "\"%s\"", name);
 	int k = 0;
 	for (const char *q = buf; (q = strstr(q, want)); q++)
 		k++;
 	return k;
+}
+
+/* How many groups named name `moractl --json groups` shows to uid. */
+static int listed_as(uid_t uid, const char *dir, const char *name)
+{
+	char want[160];
+	snprintf(want, sizeof(want), "\"%s\"", name);
+	return moractl_count(uid, dir, 1, want);
 }
 
 static void wait_ok(pid_t p)
@@ -290,6 +300,11 @@ START_TEST(same_name_per_uid)
 	ck_assert_int_eq(listed_as(0, D.dir, "job"), 2);     /* root sees both uids' */
 	ck_assert_int_eq(listed_as(OWNER, D.dir, "job"), 1); /* each uid its own */
 	ck_assert_int_eq(listed_as(OTHER, D.dir, "job"), 1);
+	/* the table says whose a group is where it is not the caller's */
+	ck_assert_int_eq(moractl_count(0, D.dir, 0, "job (uid 65534)"), 1);
+	ck_assert_int_eq(moractl_count(0, D.dir, 0, "job (uid 65533)"), 1);
+	ck_assert_int_eq(moractl_count(OWNER, D.dir, 0, "(uid "), 0);
+	ck_assert_int_eq(moractl_count(OWNER, D.dir, 0, "job "), 1);
 	*GO = 1;
 	for (int i = 0; i < 6; i++)
 		wait_ok(p[i]);
