@@ -32,8 +32,19 @@ static inline const char *build_dir(void)
 	return b && b[0] ? b : "build";
 }
 
+/* Does something accept TCP connections at a (IPv4)? */
+static inline int tcp_accepts(const struct sockaddr_in *a)
+{
+	int s = socket(AF_INET, SOCK_STREAM, 0);
+	int ok = s >= 0 && connect(s, (const struct sockaddr *)a, sizeof(*a)) == 0;
+	if (s >= 0)
+		close(s);
+	return ok;
+}
+
 /* Start build/morid --runtime-dir <fresh dir> plus extra args (NULL-terminated). Waits up to
- * 5 s for its session socket. Returns 0 or -1. */
+ * 5 s for its session socket, and for its peer listener where extra has --listen IPv4:port.
+ * Returns 0 or -1. */
 static inline int daemon_start_in(struct test_daemon *t, const char *dir, const char *const *extra)
 {
 	char morid[512], sock[300];
@@ -63,9 +74,22 @@ static inline int daemon_start_in(struct test_daemon *t, const char *dir, const 
 		execv(morid, (char *const *)argv);
 		_exit(127);
 	}
+	/* morid opens its peer listener (--listen host:port) a little after its session socket:
+	 * a test that dials it at once must not race that */
+	struct sockaddr_in la = {.sin_family = AF_INET};
+	int want_listen = 0;
+	for (int i = 0; extra && extra[i] && extra[i + 1]; i++) {
+		char host[64];
+		int port;
+		if (!strcmp(extra[i], "--listen") && sscanf(extra[i + 1], "%63[0-9.]:%d", host, &port) == 2 &&
+		    inet_pton(AF_INET, host, &la.sin_addr) == 1) {
+			la.sin_port = htons((uint16_t)port);
+			want_listen = 1;
+		}
+	}
 	for (int i = 0; i < 500; i++) {
 		struct stat st;
-		if (stat(sock, &st) == 0)
+		if (stat(sock, &st) == 0 && (!want_listen || tcp_accepts(&la)))
 			return 0;
 		int status;
 		if (waitpid(t->pid, &status, WNOHANG) == t->pid) {
