@@ -333,7 +333,12 @@ static void reply(struct hconn *c, int status, const char *reason, const char *t
 
 static void reply_text(struct hconn *c, int status, const char *reason, const char *text)
 {
-	reply(c, status, reason, "text/plain; charset=utf-8", strdup(text), strlen(text), 0);
+	char *body = strdup(text);
+	if (!body) {
+		hconn_close(c); /* out of memory: no answer beats a wrong one */
+		return;
+	}
+	reply(c, status, reason, "text/plain; charset=utf-8", body, strlen(text), 0);
 }
 
 /* The request line of a complete head: GET (or HEAD) /metrics, a query string allowed. */
