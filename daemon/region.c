@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -69,12 +70,27 @@ static int cma_reach(struct region *g, char *msg, size_t len)
 	return MORI_ENOTSUP;
 }
 
-/* Is g's owner still the process that registered it? A bare pid is not enough: once that
- * process exits and is reaped its pid goes to another process, which morid (root) would read
- * and write. The owner's pidfd polls readable from its exit on, pid reused or not. Without a
- * pidfd (no pidfd_open) the client's end is its socket's, as before. */
-static int cma_owner_alive(struct region *g)
+/* Is g's owner still the process that registered it, running as the uid that registered it? A
+ * bare pid is not enough: once that process exits and is reaped its pid goes to another process,
+ * which morid (root) would read and write. The owner's pidfd polls readable from its exit on, pid
+ * reused or not. Without a pidfd (no pidfd_open) the client's end is its socket's, as before.
+ * The same process may also exec a setuid program (its socket kept open): then it runs as another
+ * effective uid (the owner of /proc/PID), and morid must not reach it with its own rights where
+ * the owner could not. Checked before the pidfd, so a pid reused in between is caught by it. */
+static int cma_owner_ok(struct region *g)
 {
+	if (g->owner_uid != 0) {
+		char path[32];
+		struct stat st;
+		snprintf(path, sizeof(path), "/proc/%d", (int)g->pid);
+		if (stat(path, &st) != 0 || st.st_uid != g->owner_uid) {
+			if (!g->pid_gone_logged++)
+				mlog_warn("region", "region %llu: its owner pid %d no longer runs as uid %u (exited, or exec'd a "
+					  "setuid program): no cross-memory attach to it",
+					  (unsigned long long)g->id, (int)g->pid, (unsigned)g->owner_uid);
+			return 0;
+		}
+	}
 	if (g->pidfd < 0)
 		return 1;
 	struct pollfd p = {.fd = g->pidfd, .events = POLLIN};
@@ -92,7 +108,7 @@ static int cma_copy(struct region *g, uint64_t off, void *buf, uint64_t len, int
 	/* Once deregistered the owner may free or reuse those addresses: never touch them again. */
 	if (g->dead)
 		return MORI_ESTALE;
-	if (!cma_owner_alive(g))
+	if (!cma_owner_ok(g))
 		return MORI_EPEERDEAD;
 	while (done < len) {
 		struct iovec l = {(char *)buf + done, len - done};
@@ -104,7 +120,7 @@ static int cma_copy(struct region *g, uint64_t off, void *buf, uint64_t len, int
 		done += (uint64_t)n;
 	}
 	/* a read that raced the owner's exit may hold another process's bytes: drop them */
-	if (!write && !cma_owner_alive(g))
+	if (!write && !cma_owner_ok(g))
 		return MORI_EPEERDEAD;
 	return MORI_OK;
 }

@@ -173,6 +173,7 @@ struct region *region_add(struct morid *d, struct client *owner, uint32_t kind, 
 	r->addr = addr;
 	r->pid = owner ? owner->pid : 0;
 	r->pidfd = owner ? owner->pidfd : -1;
+	r->owner_uid = owner ? owner->uid : 0;
 	r->gpu_device = -1;
 	LIST_INIT(&r->openers);
 	list_add(&d->reg->regions, &r->link);

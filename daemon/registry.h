@@ -26,6 +26,7 @@ struct region {
 	pid_t pid;
 	int pidfd;                /* that process (the owner's, borrowed: valid while !dead); -1 none */
 	int pid_gone_logged;
+	uid_t owner_uid;           /* the owner's uid at registration (cross-memory attach checks it) */
 	uint32_t gpu_handle_type;
 	uint8_t gpu_ipc[GPU_IPC_MAX];
 	size_t gpu_ipc_len;

@@ -7,11 +7,13 @@
 #include <check.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <grp.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 
 #include "harness.h"
 #include "ctl_harness.h"
+#include "node_harness.h"
 #include "mori_shmem.h"
 
 static struct test_daemon D;
@@ -285,6 +287,95 @@ START_TEST(fork_child_lets_go)
 }
 END_TEST
 
+/* A CMA owner of uid 65534 comes to run as root, as a setuid exec would make it (its socket kept
+ * open; here seteuid(0) with the saved uid root it was started with): morid, root with ptrace
+ * rights, must stop reaching it by cross-memory attach, since uid 65534 could not. A cross-node
+ * read (morid B copies from the owner) works, then fails. */
+START_TEST(cma_owner_changes_uid)
+{
+	if (geteuid() != 0) {
+		printf("# cma_owner_changes_uid: skipped: needs root (to drop the owner to uid 65534)\n");
+		return;
+	}
+	static const char *const allow[] = {"--allow-uids", "0,65534", "--socket-mode", "0666", NULL};
+	struct test_node A, B;
+	node_pair_init(&A, &B, "pidfd", 7100, 0);
+	A.args = B.args = allow;
+	ck_assert_int_eq(node_pair_start(&A, &B, NULL), 0);
+	ck_assert_int_eq(chmod(B.dir, 0755), 0); /* the owner's uid reaches B's socket */
+	int up[2], go[2];
+	ck_assert_int_eq(pipe(up), 0);
+	ck_assert_int_eq(pipe(go), 0);
+	pid_t owner = fork();
+	if (owner == 0) {
+		child_deadline(30);
+		if (setgroups(0, NULL) || setresgid(65534, 65534, 65534) || setresuid(65534, 65534, 0))
+			_exit(9);
+		static uint8_t buf[65536];
+		for (size_t i = 0; i < sizeof(buf); i++)
+			buf[i] = (uint8_t)(i * 5 + 1);
+		mori_client *c;
+		mori_mem *m;
+		if (mori_client_open(B.dir, "owner", &c) || mori_mem_register(c, buf, sizeof(buf), MORI_MEM_HOST, &m) ||
+		    mori_mem_publish(m, "pidfd/nd"))
+			_exit(10);
+		char x;
+		if (write(up[1], "r", 1) != 1 || read(go[0], &x, 1) != 1 || seteuid(0) != 0 ||
+		    write(up[1], "n", 1) != 1 || read(go[0], &x, 1) != 1)
+			_exit(11);
+		_exit(0);
+	}
+	close(up[1]);
+	close(go[0]);
+	char x;
+	if (read(up[0], &x, 1) != 1) {
+		int st = 0;
+		waitpid(owner, &st, 0);
+		ck_abort_msg("the owner (uid 65534) did not register: exit %d (9 setresuid, 10 client/register/publish)",
+			     WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	}
+	mori_client *c;
+	mori_mem *l, *r;
+	static uint8_t mine[4096];
+	OK(mori_client_open(A.dir, "reader", &c));
+	OK(mori_mem_register(c, mine, sizeof(mine), MORI_MEM_HOST, &l));
+	OK(mori_mem_open_remote(c, B.addr, "pidfd/nd", &r));
+	mori_xfer *t;
+	OK(mori_read(l, 0, r, 64, sizeof(mine), NULL, &t));
+	OK(mori_xfer_wait(t, 10000000));
+	mori_xfer_free(t);
+	for (size_t i = 0; i < sizeof(mine); i++)
+		ck_assert_msg(mine[i] == (uint8_t)((i + 64) * 5 + 1), "byte %zu: %u", i, mine[i]);
+	ck_assert_int_eq(write(go[1], "g", 1), 1);
+	ck_assert_int_eq(read(up[0], &x, 1), 1); /* the owner runs as root now, and lives */
+	memset(mine, 0, sizeof(mine));
+	int rc = mori_read(l, 0, r, 64, sizeof(mine), NULL, &t);
+	if (rc == MORI_OK) {
+		rc = mori_xfer_wait(t, 10000000);
+		mori_xfer_free(t);
+	}
+	int untouched = 1;
+	for (size_t i = 0; i < sizeof(mine); i++)
+		untouched &= mine[i] == 0;
+	ck_assert_int_eq(write(go[1], "e", 1), 1);
+	int st;
+	ck_assert_int_eq(waitpid(owner, &st, 0), owner);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "owner failed (exit %d)", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	ck_assert_msg(rc == MORI_EPEERDEAD, "read from the owner now root: %s (%s)", mori_strerror(rc),
+		      mori_client_last_error(c));
+	ck_assert_msg(untouched, "bytes of the owner now root arrived");
+	char line[128];
+	snprintf(line, sizeof(line), "no longer runs as uid 65534");
+	char cmd[700];
+	snprintf(cmd, sizeof(cmd), "grep -q '%s' '%s'", line, B.log);
+	ck_assert_msg(system(cmd) == 0, "morid B's log does not say why (%s)", B.log);
+	mori_mem_deregister(r);
+	mori_mem_deregister(l);
+	mori_client_close(c);
+	ck_assert_int_eq(node_pair_stop(&A, &B), 0);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("client_pidfd");
@@ -295,5 +386,9 @@ int main(void)
 	tcase_add_test(t, cma_owner_exits_while_socket_held);
 	tcase_add_test(t, fork_child_lets_go);
 	suite_add_tcase(s, t);
+	TCase *x = tcase_create("two nodes");
+	tcase_set_timeout(x, 60);
+	tcase_add_test(x, cma_owner_changes_uid);
+	suite_add_tcase(s, x);
 	return run_suite(s);
 }
