@@ -54,6 +54,13 @@ int morid_reload(struct morid *d, char *err, size_t errlen)
 		d->cfg = fresh; /* swap only after parse and validation succeeded */
 		apply_log(d);
 		peers_reload(d); /* connect peers newly listed in 'peers' */
+		/* allow_uids admits sessions, not only new ones: a reload that removes a uid detaches
+		 * its clients (their regions, names and PEs end as when they close) */
+		list_each(it, &d->clients) {
+			struct client *c = list_entry(it, struct client, link);
+			if (!c->dying && !config_uid_allowed(&d->cfg, c->uid))
+				d->client_kill(c, "its uid is no longer in allow_uids (reload)");
+		}
 		count(d, C_RELOADS, 1);
 		mlog_notice("config", "reloaded %s", d->config_from_file ? d->config_path : "(defaults)");
 	} else {
