@@ -346,8 +346,10 @@ void xfer_fallback(struct xfer *x, const char *why);
 void xfers_expire(struct peers *P, uint64_t now);
 struct rref *peer_ref_find(struct peers *P, struct client *c, uint64_t id);
 struct plist *peer_list_find(struct client *c, uint64_t id);
-/* Put msg in a CQE; CQE messages are short: the head of a longer one is kept. */
+/* Copy msg into a completion's 104 bytes; a longer one is cut at a word's end, with "...". */
 void cqe_msg(struct mori_cqe *e, const char *msg);
+/* "peer A: <text naming A again>" -> "<text>" in place (else unchanged). */
+void msg_drop_repeated_peer(char *msg, const char *addr);
 /* Post the target-side notification for region g (after its data landed, any transport). */
 /* MORI_OK, or MORI_EAGAIN: the owner's queue is full (client_post_notif), MORI_ESTALE: no owner. */
 int xfer_notify_target(struct morid *d, struct region *g, uint64_t tag);

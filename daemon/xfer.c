@@ -24,10 +24,30 @@ struct xfer *xfer_find(struct peers *P, uint64_t id)
 void cqe_msg(struct mori_cqe *e, const char *msg)
 {
 	size_t n = strlen(msg);
-	if (n >= sizeof(e->msg))
-		n = sizeof(e->msg) - 1;
+	if (n < sizeof(e->msg)) {
+		memcpy(e->msg, msg, n + 1);
+		return;
+	}
+	/* too long: cut at a word's end and say so, rather than mid-word (tester3 D5) */
+	size_t room = sizeof(e->msg) - 4;
+	n = room;
+	while (n > room / 2 && msg[n] != ' ')
+		n--;
+	if (msg[n] != ' ')
+		n = room;
+	while (n > 0 && (msg[n - 1] == ' ' || msg[n - 1] == ':' || msg[n - 1] == ','))
+		n--;
 	memcpy(e->msg, msg, n);
-	e->msg[n] = 0;
+	memcpy(e->msg + n, "...", 4);
+}
+
+/* "peer A: ... A ..." names A twice: drop the prefix, so the room goes to the cause */
+void msg_drop_repeated_peer(char *msg, const char *addr)
+{
+	size_t pl = strlen(addr);
+	if (pl && !strncmp(msg, "peer ", 5) && !strncmp(msg + 5, addr, pl) && !strncmp(msg + 5 + pl, ": ", 2) &&
+	    strstr(msg + 7 + pl, addr))
+		memmove(msg, msg + 7 + pl, strlen(msg + 7 + pl) + 1);
 }
 
 void xfer_complete(struct xfer *x, int code, const char *fmt, ...)
@@ -39,6 +59,7 @@ void xfer_complete(struct xfer *x, int code, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
+	msg_drop_repeated_peer(msg, x->p->addr);
 	if (x->t) {
 		const struct transport *t = x->t;
 		x->t = NULL; /* cancel must not find it running */
