@@ -38,9 +38,11 @@ D=$T/dest
 out=$(make --no-print-directory -C "$ROOT" install-python PREFIX=/usr DESTDIR="$D" PYTHON="$PY" 2>&1) ||
 	fail "make install-python: $out"
 site=$("$ROOT/tools/python-sitedir" /usr "$PY")
-[ -f "$D$site/mori/io.py" ] && [ -f "$D$site/mori/nixl_compat.py" ] || fail "not installed under $D$site: $out"
+for f in io.py io_types.py io_desc.py io_args.py nixl_compat.py; do
+	[ -f "$D$site/mori/$f" ] || fail "mori/$f not installed under $D$site: $out"
+done
 got=$(cd "$T" && PYTHONPATH=$D$site MORI_LIB=$B/libmori.so "$PY" -c \
-	'import mori, mori._installed as i; print(mori.__version__, i.LIBDIR, mori.lib_version(), mori.__file__)') ||
+	'import mori, mori.io, mori._installed as i; print(mori.__version__, i.LIBDIR, mori.lib_version(), mori.__file__)') ||
 	fail "the installed package does not import"
 read -r v libdir lv file <<< "$got"
 [ "$v" = "$lv" ] && [ "$libdir" = /usr/lib ] && [ "$file" = "$D$site/mori/__init__.py" ] ||
