@@ -17,7 +17,8 @@
 
 #define PEER_LOOKUP_TIMEOUT_MS 5000   /* lookups, opens and hellos at another daemon */
 #define PEER_BACKOFF_MIN_MS 100       /* reconnect backoff, doubling */
-#define PEER_BACKOFF_MAX_MS 30000     /* a peer that stays away is redialled twice a minute, not every second */
+#define PEER_BACKOFF_MAX_MS 2000      /* a peer away is redialled every 2 s: back within ~2 s of a restart (30 s made a
+                                         * restarted peer's transfers time out), few dials with max_client_peers */
 #define PEER_CLIENT_IDLE_MS 10000     /* a client-made peer never reached goes this long after its last use */
 #define PEER_AUTH_LOG_S 300           /* a peer failing authentication again: one line per 5 minutes */
 #define PEER_TICK_MS 10               /* deadline resolution */

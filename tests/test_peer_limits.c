@@ -4,7 +4,7 @@
  * another cluster key was re-authenticated once a second, with a warning each time at both
  * ends. Now: at most max_client_peers such peers wait to be reached (an open past it: MORI_EBUSY),
  * one never reached goes 10 s (PEER_CLIENT_IDLE_MS) after its last use, and every peer is
- * redialled with backoff (0.1 s doubling to 30 s), logging a refused key once per 5 minutes. */
+ * redialled with backoff (0.1 s doubling to 2 s), logging a refused key once per 5 minutes. */
 #include <check.h>
 #include <sys/wait.h>
 
@@ -136,9 +136,9 @@ START_TEST(refused_key_backs_off)
 	ck_assert_uint_ge(r0, 1);
 	sleep(watch_s);
 	uint64_t r1 = ctl_counter(C.dir, "peer_auth_refused");
-	/* doubling from 0.1 s: attempts at 0.1, 0.3, 0.7, 1.5, 3.1, 6.3 s after the first (and
-	 * 12.7): about 6 in 12 s; once a second it was 12 and more */
-	ck_assert_msg(r1 - r0 >= 2 && r1 - r0 <= 8, "%llu refusals in %d s after the first (backoff: about 6)",
+	/* doubling from 0.1 s to 2 s: attempts at 0.1, 0.3, 0.7, 1.5, 3.1, 5.1, 7.1, 9.1, 11.1 s after
+	 * the first: about 9 in 12 s; once a second (the 1 s cap before) it was 14, the tester saw 12+ */
+	ck_assert_msg(r1 - r0 >= 2 && r1 - r0 <= 11, "%llu refusals in %d s after the first (backoff: about 9)",
 		      (unsigned long long)(r1 - r0), watch_s);
 	char cmd[700];
 	snprintf(cmd, sizeof(cmd), "test $(grep -c 'warn .*failed authentication' %s) -eq 1", C.log);
