@@ -9,7 +9,6 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -17,6 +16,7 @@
 #include "gpu.h"
 #include "morid.h"
 #include "peer_int.h"
+#include "pidfd.h"
 #include "rdma.h"
 #include "topology.h"
 
@@ -313,16 +313,13 @@ static void check_ptrace(struct run *R)
  * pidfd_open a client lives as long as its session socket, which a forked child can hold. */
 static void check_pidfd(struct run *R)
 {
-	int e = ENOSYS;
-#ifdef SYS_pidfd_open
-	int fd = (int)syscall(SYS_pidfd_open, getpid(), 0);
+	int fd = pidfd_open_pid(getpid());
 	if (fd >= 0) {
 		close(fd);
 		add(R, "pidfd", DIAG_OK, "", "pidfd_open works: a client ends when its process exits");
 		return;
 	}
-	e = errno;
-#endif
+	int e = errno;
 	add(R, "pidfd", DIAG_WARNING,
 	    "run Linux 5.3 or later; until then let no child of a client outlive it holding its session socket",
 	    "pidfd_open: %s: a client lives as long as its session socket, so one whose child keeps that socket "

@@ -2,7 +2,6 @@
 #include "region.h"
 
 #include <errno.h>
-#include <poll.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -11,6 +10,7 @@
 
 #include "gpu_stage.h"
 #include "log.h"
+#include "pidfd.h"
 
 /* One backend per kind of memory morid reaches. */
 struct backend {
@@ -91,10 +91,7 @@ static int cma_owner_ok(struct region *g)
 			return 0;
 		}
 	}
-	if (g->pidfd < 0)
-		return 1;
-	struct pollfd p = {.fd = g->pidfd, .events = POLLIN};
-	if (poll(&p, 1, 0) == 0)
+	if (g->pidfd < 0 || !pidfd_exited(g->pidfd))
 		return 1;
 	if (!g->pid_gone_logged++)
 		mlog_warn("region", "region %llu: its owner pid %d has exited: no cross-memory attach to that pid",

@@ -9,7 +9,6 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -18,6 +17,7 @@
 #include "log.h"
 #include "morid.h"
 #include "peer.h"
+#include "pidfd.h"
 #include "registry.h"
 
 #define ATTACH_DEADLINE_MS 10000 /* a session must say hello within this */
@@ -307,8 +307,7 @@ static int pidfd_of(int s, pid_t pid)
 #else
 	(void)s;
 #endif
-#ifdef SYS_pidfd_open
-	int fd = (int)syscall(SYS_pidfd_open, pid, 0);
+	int fd = pidfd_open_pid(pid);
 	if (fd >= 0)
 		return fd; /* close-on-exec already */
 	if (errno == ESRCH)
@@ -318,9 +317,6 @@ static int pidfd_of(int s, pid_t pid)
 				 (int)pid, strerror(errno));
 		return -1;
 	}
-#else
-	(void)pid;
-#endif
 	if (!warned++)
 		mlog_warn("session", "no pidfd_open in this kernel (Linux >= 5.3): a client lives as long as its session "
 				     "socket, so one whose forked child keeps the socket outlives its process");

@@ -3,7 +3,6 @@
  * lists, and status, wait, cancel. */
 #include <errno.h>
 #include <limits.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +11,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "pidfd.h"
 
 #define DEFAULT_TIMEOUT_US 30000000ull
 #define SPIN_US 50                /* busy-poll this long before sleeping on the doorbell */
@@ -267,8 +267,7 @@ static int notify(mori_client *c, mori_mem *target, uint64_t tag)
  * went to another process is never copied to or from. Without one, the bare pid as before. */
 static int owner_exited(const mori_mem *r)
 {
-	struct pollfd p = {.fd = r->owner_pidfd, .events = POLLIN};
-	return r->has_owner_pidfd && poll(&p, 1, 0) != 0;
+	return r->has_owner_pidfd && pidfd_exited(r->owner_pidfd);
 }
 
 static int cma_batch(mori_client *c, int op, mori_mem *l, mori_mem *r, const mori_desc *d,
