@@ -253,12 +253,8 @@ static void do_open(struct morid *d, struct client *c, struct region *g, Mori__R
 	o->gpu_ipc.len = g->gpu_ipc_len;
 	o->gpu_device = g->gpu_device;
 	if (g->fd >= 0) {
-		int fd = fcntl(g->fd, F_DUPFD_CLOEXEC, 0);
-		if (fd < 0) {
-			reply_error(rep, MORI_ESYS, "open: dup: %s", strerror(errno));
+		if (rctx_dup_fd(r, rep, g->fd))
 			return;
-		}
-		r->fds[r->nfds++] = fd; /* closed by the reply's sender: see rctx_free */
 		o->has_fd = 1;
 	} else if (g->vmm_n && vmm_open_fill(g, o, 0, rep, r) != MORI_OK) {
 		return; /* the first batch of its VMM allocations (the opener asks for the rest) */
@@ -266,12 +262,8 @@ static void do_open(struct morid *d, struct client *c, struct region *g, Mori__R
 		   (c->features & WIRE_FEAT_OWNER_PIDFD)) {
 		/* the opener copies by cross-memory attach itself: the owner's pidfd lets it see the
 		 * owner exit (it grants nothing the pid does not; signals still need kill's rights) */
-		int fd = fcntl(g->pidfd, F_DUPFD_CLOEXEC, 0);
-		if (fd < 0) {
-			reply_error(rep, MORI_ESYS, "open: dup: %s", strerror(errno));
+		if (rctx_dup_fd(r, rep, g->pidfd))
 			return;
-		}
-		r->fds[r->nfds++] = fd; /* closed by the reply's sender: see rctx_free */
 		o->has_owner_pidfd = 1;
 	}
 	if (g->owner != c && region_open(c, g) != MORI_OK) {

@@ -51,6 +51,9 @@ struct rctx {
 };
 void *rctx_alloc(struct rctx *r, size_t size);
 char *rctx_strdup(struct rctx *r, const char *s);
+/* A close-on-exec dup of fd to travel with the reply (closed by rctx_free once sent): 0, or -1
+ * with rep made MORI_ESYS "open: dup: ...". */
+int rctx_dup_fd(struct rctx *r, Mori__Reply *rep, int fd);
 void rctx_free(struct rctx *r);
 
 struct client {

@@ -1,5 +1,7 @@
 /* Reply building: pieces of a reply allocated together and freed after it is packed, and the
  * error reply every request handler uses. */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +33,17 @@ char *rctx_strdup(struct rctx *r, const char *s)
 	if (p)
 		memcpy(p, s, n);
 	return p ? p : (char *)"";
+}
+
+int rctx_dup_fd(struct rctx *r, Mori__Reply *rep, int fd)
+{
+	int k = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	if (k < 0) {
+		reply_error(rep, MORI_ESYS, "open: dup: %s", strerror(errno));
+		return -1;
+	}
+	r->fds[r->nfds++] = k;
+	return 0;
 }
 
 void rctx_free(struct rctx *r)

@@ -160,14 +160,11 @@ int vmm_open_fill(struct region *g, Mori__MemOpenReply *o, uint32_t from, Mori__
 	}
 	int first = r->nfds;
 	for (uint32_t i = 0; i < cnt; i++) {
-		int fd = fcntl(g->vmm_fds[from + i], F_DUPFD_CLOEXEC, 0);
-		if (fd < 0) {
-			reply_error(rep, MORI_ESYS, "open: dup: %s", strerror(errno));
+		if (rctx_dup_fd(r, rep, g->vmm_fds[from + i])) {
 			while (r->nfds > first)
 				close(r->fds[--r->nfds]);
 			return MORI_ESYS;
 		}
-		r->fds[r->nfds++] = fd; /* closed by the reply's sender: see rctx_free */
 		mori__vmm_piece__init(&pv[i]);
 		pv[i].offset = g->vmm_off[from + i];
 		pv[i].size = g->vmm_len[from + i];
