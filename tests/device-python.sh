@@ -37,6 +37,8 @@ fi
 dev_init python "$BUNDLE"
 export B=$BIN MORI_LIB=$DEV_BUNDLE/lib/libmori.so PYTHONPATH=$PWD/python
 export PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+# several processes as ranks (test_gpu_torch_ops): their spinning kernels run side by side only under MPS
+mps_start
 start_morid() { morid_start "$@"; }
 stop_all() { morids_stop; }
 # outcome WHAT RC LOG: one summary line: the example's figures, or how it failed
@@ -67,7 +69,10 @@ timeout -k 10 420 python3 -m pytest -v -rsxX -p no:cacheprovider --basetemp /tmp
 rc=$?
 cat "$O/pytest.log"
 note "pytest: exit $rc: $(tail -n 1 "$O/pytest.log")"
-grep -E '^tests/python/test_torch.py::' "$O/pytest.log" | sed 's/ *\[ *[0-9]*%\]$//' >> "$SUM"
+# the ranks' own logs (test_gpu_torch_ops keeps them in pytest's tmp_path): a failure's detail
+# even when pytest is cut off before its report
+tar -C /tmp/device-python-pytest -czf "$O/pytest-tmp.tgz" . 2> /dev/null
+grep -E '^tests/python/test_(torch|gpu_torch_ops).py::|^# test_gpu_torch_ops:' "$O/pytest.log" | sed 's/ *\[ *[0-9]*%\]$//' >> "$SUM"
 grep -E '^(XFAIL|SKIPPED|FAILED|ERROR)' "$O/pytest.log" | cut -c1-400 >> "$SUM"
 
 RT=/tmp/device-python-rt
