@@ -286,6 +286,8 @@ static void on_stream_closed(uv_handle_t *h)
 	struct peers *P = s->P;
 	if (s->rx_pinned > 0)
 		stage_unpin(s->rxbuf);
+	if (s->rx_stage)
+		stage_put(s->rx_stage);
 	free(s->rxbuf);
 	free(s->rx_mbuf);
 	free(s);
@@ -357,6 +359,7 @@ static int frame_begin(struct stream *s)
 	s->rx_left = h->len;
 	s->rx_dst = NULL;
 	s->rx_copy = 0;
+	s->rx_flush = 0;
 	s->rx_code = 0;
 	s->rx_collect = 0;
 	s->rx_msglen = 0;
@@ -506,6 +509,9 @@ static void payload_end(struct stream *s)
 {
 	s->rx_payload = 0;
 	s->rx_big = s->h.len >= RX_DIRECT_MIN && s->rx_dst;
+	if (s->rx_flush && !s->rx_code) /* before the frame's end is acted on (write_end, FF_SIGNAL) */
+		s->rx_code = region_copy(s->P->d, s->rx_reg, s->rx_addr, s->rx_stage, s->h.len, 1);
+	s->rx_flush = 0;
 	switch (s->h.type) {
 	case F_HELLO:
 		on_hello_in(s);

@@ -157,12 +157,21 @@ static void rx_done(struct stream *s)
 	}
 }
 
-/* Where the payload now arriving on s goes: straight into g's mapping, or through region_copy
- * (cross-memory attach, or VRAM from the receive buffer, pinned for it once). */
+/* Where the payload now arriving on s goes: straight into g's mapping; for VRAM, whole into the
+ * stream's pinned frame buffer and then one copy at its end (payload_end): a copy per socket read
+ * (tens of KiB, each a synchronous GPU call) held the loop ~8x as long per frame; else through
+ * region_copy piece by piece (cross-memory attach; VRAM when no frame buffer could be had). */
 static void rx_into(struct stream *s, struct region *g, uint64_t off)
 {
 	if (g->map) {
 		s->rx_dst = (uint8_t *)g->map + off;
+		return;
+	}
+	if (g->kind == MORI_MEM_VRAM && s->h.len <= STAGE_BUF_BYTES &&
+	    (s->rx_stage || (s->rx_stage = stage_get(STAGE_BUF_BYTES)))) {
+		s->rx_dst = s->rx_stage;
+		s->rx_flush = 1;
+		s->rx_addr = off;
 		return;
 	}
 	s->rx_copy = 1;
