@@ -240,6 +240,7 @@ class EpDispatchCombineOp:
         self._recv = r
         self._dtype = config.data_type
         self._pending = collections.deque()  # num_tokens of each dispatch waiting for its combine
+        self._last = None  # the last dispatch's mori_ep_recv (get_dispatch_src_token_pos)
 
     def _handle(self):
         if self._hd is None:
@@ -303,7 +304,22 @@ class EpDispatchCombineOp:
                                          _ptr(scales, "scales"), _ptr(indices, "indices"), T,
                                          self._stream(stream), ctypes.byref(r)), "EP dispatch")
         self._pending.append(T)
+        self._last = r
         return self._views(r)
+
+    def get_dispatch_src_token_pos(self):
+        """ROCm/mori's get_dispatch_src_token_pos: where each slot of the last dispatch came from, an
+        int32 view of its receive buffers (no copy, no host synchronisation): normal mode [max_recv],
+        source rank x max_num_inp_token_per_rank + token index; low-latency mode [num_experts_per_rank,
+        max_recv], (source rank x max + token) x num_experts_per_token + the top-k slot. Slots below
+        dispatch's count hold values (ROCm/mori returns only those; read count for it). Valid until a
+        dispatch fills these buffers again. MoriError(MORI_EINVAL) before the first dispatch."""
+        r, c = self._last, self.config
+        if r is None:
+            raise MoriError(MORI_EINVAL, "get_dispatch_src_token_pos: no dispatch yet")
+        ll = c.kernel_type in (EpDispatchCombineKernelType.LowLatency, EpDispatchCombineKernelType.InterNodeLL)
+        shape = (c.num_experts_per_rank, r.max_recv) if ll else (r.max_recv,)
+        return self.group.tensor(r.src_pos, shape, self._torch.int32)
 
     def combine(self, input, weights, indices, stream=None):
         """input: the expert outputs in the receive layout (bfloat16 or float32) -> [T, H] of its dtype:

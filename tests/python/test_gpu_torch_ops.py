@@ -153,14 +153,12 @@ def _ep_rank(p):
 
 def _ep_iterations(op, g, me, W, epr, ll):
     from mori import MoriError, MORI_EINVAL
-    # dispatch returns no source positions (mori.ops has no get_dispatch_src_token_pos): read them
-    # where libmori's receive buffers have them (one buffer set: num_in_flight 1)
-    src_pos = g.tensor(op._recv.src_pos, (epr, op._recv.max_recv) if ll else (op._recv.max_recv,), torch.int32)
     per_call, pulled, refused = [], 0, False
     for it in range(EP_ITERS):
         data = [ep_inputs(it, s, W, W * epr) for s in range(W)]
         x, w, idx = data[me]
         tok, rw, _, ridx, count = op.dispatch(x, w, None, idx)
+        src_pos = op.get_dispatch_src_token_pos()
         pr, pe, ir = op.get_dispatch_layout(idx)
         torch.cuda.synchronize()
         op.status()
