@@ -5,6 +5,8 @@
 #define MORI_TEST_CTL_HARNESS_H
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "svc/ctl.h"
 
@@ -29,6 +31,32 @@ static inline Mori__Reply *ctl_status(const char *dir)
 	Mori__Reply *rep = ctl_ask(dir, &req);
 	ck_assert_int_eq(rep->body_case, MORI__REPLY__BODY_STATUS);
 	return rep;
+}
+
+/* Ask dir's daemon every 20 ms, within_ms at most, until its status lists exactly clients clients
+ * and, where regions >= 0, exactly that many regions. 1 when it did, 0 when the deadline came
+ * first; the last counts it listed go to *got_clients and *got_regions (either may be NULL), for
+ * the caller's message. */
+static inline int ctl_wait_clients(const char *dir, uint32_t clients, int64_t regions, unsigned within_ms,
+				   uint32_t *got_clients, uint32_t *got_regions)
+{
+	struct timespec t0, t;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		Mori__Reply *rep = ctl_status(dir);
+		uint32_t c = rep->status->clients, r = rep->status->regions;
+		mori__reply__free_unpacked(rep, NULL);
+		if (got_clients)
+			*got_clients = c;
+		if (got_regions)
+			*got_regions = r;
+		if (c == clients && (regions < 0 || r == regions))
+			return 1;
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		if ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 >= (long)within_ms)
+			return 0;
+		usleep(20000);
+	}
 }
 
 /* A listing (ListRequest.what: 1 clients, 2 regions, 3 peers, 4 transfers, 5 groups). */

@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
+#include <grp.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdint.h>
@@ -154,6 +155,47 @@ static inline void child_deadline(unsigned secs)
 	signal(SIGALRM, SIG_DFL);
 	alarm(secs);
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
+}
+
+/* Two pipes between a test and a child it forks: the child writes up[1] and reads go[0], the test
+ * reads up[0] and writes go[1]. */
+struct child_pipes {
+	int up[2], go[2];
+};
+
+/* fork() for a child of a test that starts with child_deadline(secs). With p, the two pipes are
+ * made first and each side closes the ends the other one uses. Returns as fork() does: the
+ * child's pid in the test, 0 in the child; -1 when a pipe or the fork failed. */
+static inline pid_t child_fork(unsigned secs, struct child_pipes *p)
+{
+	if (p && (pipe(p->up) != 0 || pipe(p->go) != 0))
+		return -1;
+	pid_t pid = fork();
+	if (pid == 0) {
+		child_deadline(secs);
+		if (p) {
+			close(p->up[0]);
+			close(p->go[1]);
+		}
+	} else if (pid > 0 && p) {
+		close(p->up[1]);
+		close(p->go[0]);
+	}
+	return pid;
+}
+
+#define CHILD_UID_EXIT 9 /* child_as_uid's child could not take its uid */
+
+/* child_fork() for a child that runs as uid (root only): no supplementary groups, gid and uid
+ * uid, its saved set-user-ID saved_uid (0 lets it seteuid(0) later, as a setuid exec would);
+ * the child _exits CHILD_UID_EXIT where it cannot. */
+static inline pid_t child_as_uid(uid_t uid, uid_t saved_uid, unsigned secs, struct child_pipes *p)
+{
+	pid_t pid = child_fork(secs, p);
+	if (pid == 0 &&
+	    (setgroups(0, NULL) != 0 || setresgid(uid, uid, uid) != 0 || setresuid(uid, uid, saved_uid) != 0))
+		_exit(CHILD_UID_EXIT);
+	return pid;
 }
 
 /* xorshift64*: the tests' own random numbers, seeded from MORI_TEST_SEED or the clock. */

@@ -7,7 +7,6 @@
 #include <check.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <grp.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 
@@ -94,6 +93,31 @@ static int fdinfo_has(int fd, const char *what)
 	return strstr(buf, what) != NULL;
 }
 
+/* In an owner's child: byte j of buf is j * mul + add; a client "owner" at dir's daemon registers
+ * buf and publishes it as name. Not 0 when a step failed. */
+static int publish_pattern(const char *dir, uint8_t *buf, size_t len, unsigned mul, unsigned add, const char *name)
+{
+	for (size_t i = 0; i < len; i++)
+		buf[i] = (uint8_t)(i * mul + add);
+	mori_client *c;
+	mori_mem *m;
+	return mori_client_open(dir, "owner", &c) || mori_mem_register(c, buf, len, MORI_MEM_HOST, &m) ||
+	       mori_mem_publish(m, name);
+}
+
+/* Read len bytes at off of r (publish_pattern's buffer, byte j being j * mul + add) into mine, the
+ * buffer of l, waiting wait_us at most; every byte must be the owner's. */
+static void read_checked(mori_mem *l, const uint8_t *mine, size_t len, mori_mem *r, uint64_t off, int64_t wait_us,
+			 unsigned mul, unsigned add)
+{
+	mori_xfer *x;
+	OK(mori_read(l, 0, r, off, len, NULL, &x));
+	OK(mori_xfer_wait(x, wait_us));
+	mori_xfer_free(x);
+	for (size_t i = 0; i < len; i++)
+		ck_assert_msg(mine[i] == (uint8_t)((i + off) * mul + add), "byte %zu: %u", i, mine[i]);
+}
+
 /* D0b: PE 1 registers and publishes memory, leaves a holder of its socket behind and dies; PE 0's
  * barrier ends with MORI_EPEERDEAD at once (not at the group's 20 s deadline), and morid lists
  * neither the client nor its region and name any more, while the holder still has the socket. */
@@ -144,16 +168,10 @@ START_TEST(pe_dies_while_socket_held)
 	rc = mori_mem_open_remote(c, NULL, "pidfd/pe1", &m);
 	ck_assert_msg(rc != MORI_OK, "the dead PE's published name still opens");
 	mori_group_leave(g);
-	uint32_t clients = 9, regions = 9;
-	for (int i = 0; i < 100; i++) { /* its region goes with it; ours (the heap) went with leave */
-		daemon_counts(&clients, &regions);
-		if (clients == 1 && regions == 0)
-			break;
-		usleep(20000);
-	}
+	uint32_t clients, regions; /* its region goes with it; ours (the heap) went with leave */
+	int gone = ctl_wait_clients(D.dir, 1, 0, 2000, &clients, &regions);
 	kill(h, SIGKILL);
-	ck_assert_msg(clients == 1 && regions == 0, "morid still lists %u clients, %u regions (want 1, 0)", clients,
-		      regions);
+	ck_assert_msg(gone, "morid still lists %u clients, %u regions (want 1, 0)", clients, regions);
 	ck_assert_msg(log_has("its session socket is still open in another process"), "no log line for the exit");
 	mori_client_close(c);
 }
@@ -164,28 +182,21 @@ END_TEST
  * another process). Before, a read sees the owner's bytes; after, reads fail and the name is gone. */
 START_TEST(cma_owner_exits_while_socket_held)
 {
-	int up[2], go[2];
-	ck_assert_int_eq(pipe(up), 0);
-	ck_assert_int_eq(pipe(go), 0);
-	pid_t owner = fork();
+	struct child_pipes P;
+	pid_t owner = child_fork(30, &P);
+	ck_assert_int_ge(owner, 0);
 	if (owner == 0) {
-		child_deadline(30);
 		static uint8_t buf[65536];
-		for (size_t i = 0; i < sizeof(buf); i++)
-			buf[i] = (uint8_t)(i * 7 + 3);
-		mori_client *c;
-		mori_mem *m;
-		if (mori_client_open(D.dir, "owner", &c) ||
-		    mori_mem_register(c, buf, sizeof(buf), MORI_MEM_HOST, &m) || mori_mem_publish(m, "pidfd/cma"))
+		if (publish_pattern(D.dir, buf, sizeof(buf), 7, 3, "pidfd/cma"))
 			_exit(10);
 		pid_t h = holder();
 		char x;
-		if (h < 0 || write(up[1], &h, sizeof(h)) != sizeof(h) || read(go[0], &x, 1) != 1)
+		if (h < 0 || write(P.up[1], &h, sizeof(h)) != sizeof(h) || read(P.go[0], &x, 1) != 1)
 			_exit(12);
 		_exit(0);
 	}
 	pid_t h = 0;
-	ck_assert_int_eq(read(up[0], &h, sizeof(h)), sizeof(h));
+	ck_assert_int_eq(read(P.up[0], &h, sizeof(h)), sizeof(h));
 	mori_client *c;
 	mori_mem *r, *l;
 	static uint8_t mine[4096];
@@ -200,28 +211,18 @@ START_TEST(cma_owner_exits_while_socket_held)
 	char want[32];
 	snprintf(want, sizeof(want), "Pid:\t%d\n", (int)owner);
 	ck_assert_msg(fdinfo_has(pfd, want), "fd %d is not a pidfd of the owner %d", pfd, (int)owner);
-	mori_xfer *x;
-	OK(mori_read(l, 0, r, 100, sizeof(mine), NULL, &x));
-	OK(mori_xfer_wait(x, 5000000));
-	mori_xfer_free(x);
-	for (size_t i = 0; i < sizeof(mine); i++)
-		ck_assert_msg(mine[i] == (uint8_t)((i + 100) * 7 + 3), "byte %zu: %u", i, mine[i]);
-	ck_assert_int_eq(write(go[1], "x", 1), 1);
+	read_checked(l, mine, sizeof(mine), r, 100, 5000000, 7, 3);
+	ck_assert_int_eq(write(P.go[1], "x", 1), 1);
 	int st;
 	ck_assert_int_eq(waitpid(owner, &st, 0), owner);
 	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "owner failed (exit %d)", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
-	uint32_t clients = 9, regions = 9;
-	for (int i = 0; i < 100; i++) {
-		daemon_counts(&clients, &regions);
-		if (clients == 1 && regions == 1)
-			break;
-		usleep(20000);
-	}
+	uint32_t clients, regions;
+	int gone = ctl_wait_clients(D.dir, 1, 1, 2000, &clients, &regions);
 	int held = kill(h, 0) == 0;
 	kill(h, SIGKILL);
 	ck_assert_msg(held, "the holder %d was gone: the test proved nothing", (int)h);
-	ck_assert_msg(clients == 1 && regions == 1, "morid still lists %u clients, %u regions (want 1, 1: ours)",
-		      clients, regions);
+	ck_assert_msg(gone, "morid still lists %u clients, %u regions (want 1, 1: ours)", clients, regions);
+	mori_xfer *x;
 	int rc = mori_read(l, 0, r, 0, sizeof(mine), NULL, &x);
 	if (rc == MORI_OK) {
 		rc = mori_xfer_wait(x, 5000000);
@@ -303,36 +304,25 @@ START_TEST(cma_owner_changes_uid)
 	A.args = B.args = allow;
 	ck_assert_int_eq(node_pair_start(&A, &B, NULL), 0);
 	ck_assert_int_eq(chmod(B.dir, 0755), 0); /* the owner's uid reaches B's socket */
-	int up[2], go[2];
-	ck_assert_int_eq(pipe(up), 0);
-	ck_assert_int_eq(pipe(go), 0);
-	pid_t owner = fork();
+	struct child_pipes P;
+	pid_t owner = child_as_uid(65534, 0, 30, &P);
+	ck_assert_int_ge(owner, 0);
 	if (owner == 0) {
-		child_deadline(30);
-		if (setgroups(0, NULL) || setresgid(65534, 65534, 65534) || setresuid(65534, 65534, 0))
-			_exit(9);
 		static uint8_t buf[65536];
-		for (size_t i = 0; i < sizeof(buf); i++)
-			buf[i] = (uint8_t)(i * 5 + 1);
-		mori_client *c;
-		mori_mem *m;
-		if (mori_client_open(B.dir, "owner", &c) || mori_mem_register(c, buf, sizeof(buf), MORI_MEM_HOST, &m) ||
-		    mori_mem_publish(m, "pidfd/nd"))
+		if (publish_pattern(B.dir, buf, sizeof(buf), 5, 1, "pidfd/nd"))
 			_exit(10);
 		char x;
-		if (write(up[1], "r", 1) != 1 || read(go[0], &x, 1) != 1 || seteuid(0) != 0 ||
-		    write(up[1], "n", 1) != 1 || read(go[0], &x, 1) != 1)
+		if (write(P.up[1], "r", 1) != 1 || read(P.go[0], &x, 1) != 1 || seteuid(0) != 0 ||
+		    write(P.up[1], "n", 1) != 1 || read(P.go[0], &x, 1) != 1)
 			_exit(11);
 		_exit(0);
 	}
-	close(up[1]);
-	close(go[0]);
 	char x;
-	if (read(up[0], &x, 1) != 1) {
+	if (read(P.up[0], &x, 1) != 1) {
 		int st = 0;
 		waitpid(owner, &st, 0);
-		ck_abort_msg("the owner (uid 65534) did not register: exit %d (9 setresuid, 10 client/register/publish)",
-			     WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+		ck_abort_msg("the owner (uid 65534) did not register: exit %d (%d setresuid, 10 client/register/"
+			     "publish)", WIFEXITED(st) ? WEXITSTATUS(st) : -1, CHILD_UID_EXIT);
 	}
 	mori_client *c;
 	mori_mem *l, *r;
@@ -340,15 +330,11 @@ START_TEST(cma_owner_changes_uid)
 	OK(mori_client_open(A.dir, "reader", &c));
 	OK(mori_mem_register(c, mine, sizeof(mine), MORI_MEM_HOST, &l));
 	OK(mori_mem_open_remote(c, B.addr, "pidfd/nd", &r));
-	mori_xfer *t;
-	OK(mori_read(l, 0, r, 64, sizeof(mine), NULL, &t));
-	OK(mori_xfer_wait(t, 10000000));
-	mori_xfer_free(t);
-	for (size_t i = 0; i < sizeof(mine); i++)
-		ck_assert_msg(mine[i] == (uint8_t)((i + 64) * 5 + 1), "byte %zu: %u", i, mine[i]);
-	ck_assert_int_eq(write(go[1], "g", 1), 1);
-	ck_assert_int_eq(read(up[0], &x, 1), 1); /* the owner runs as root now, and lives */
+	read_checked(l, mine, sizeof(mine), r, 64, 10000000, 5, 1);
+	ck_assert_int_eq(write(P.go[1], "g", 1), 1);
+	ck_assert_int_eq(read(P.up[0], &x, 1), 1); /* the owner runs as root now, and lives */
 	memset(mine, 0, sizeof(mine));
+	mori_xfer *t;
 	int rc = mori_read(l, 0, r, 64, sizeof(mine), NULL, &t);
 	if (rc == MORI_OK) {
 		rc = mori_xfer_wait(t, 10000000);
@@ -357,7 +343,7 @@ START_TEST(cma_owner_changes_uid)
 	int untouched = 1;
 	for (size_t i = 0; i < sizeof(mine); i++)
 		untouched &= mine[i] == 0;
-	ck_assert_int_eq(write(go[1], "e", 1), 1);
+	ck_assert_int_eq(write(P.go[1], "e", 1), 1);
 	int st;
 	ck_assert_int_eq(waitpid(owner, &st, 0), owner);
 	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "owner failed (exit %d)", WIFEXITED(st) ? WEXITSTATUS(st) : -1);

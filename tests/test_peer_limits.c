@@ -78,15 +78,9 @@ START_TEST(client_made_peers_are_capped_and_expire)
 	ck_assert_int_eq(conn, CAP);
 	/* the openers' own descriptors at morid (session, ring, doorbells, pidfd) go as morid sees
 	 * each exit: count the peers' alone */
-	uint32_t clients = 1;
-	for (int i = 0; i < 250 && clients; i++) {
-		Mori__Reply *rep = ctl_status(A.dir);
-		clients = rep->status->clients;
-		mori__reply__free_unpacked(rep, NULL);
-		if (clients)
-			usleep(20000);
-	}
-	ck_assert_msg(clients == 0, "morid still lists %u of the openers 5 s after they exited", clients);
+	uint32_t clients;
+	ck_assert_msg(ctl_wait_clients(A.dir, 0, -1, 5000, &clients, NULL),
+		      "morid still lists %u of the openers 5 s after they exited", clients);
 	int nested, fds1 = proc_fds(A.pid);
 	size_t n1 = npeers(A.dir, &nested);
 	ck_assert_uint_eq(n1, CAP);

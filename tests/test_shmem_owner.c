@@ -11,7 +11,6 @@
  * as root. The test process starts no threads before it forks (no nng here: listings go through
  * moractl in a child). */
 #include <check.h>
-#include <grp.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -35,12 +34,6 @@ struct result {
 };
 static struct result *RES; /* [NRES], shared with the children */
 static volatile int *READY, *GO; /* pair(): PEs formed and checked; the parent's go to leave */
-
-static void drop_to(uid_t uid)
-{
-	if (setgroups(0, NULL) != 0 || setresgid(uid, uid, uid) != 0 || setresuid(uid, uid, uid) != 0)
-		_exit(99);
-}
 
 /* Join name as rank of 2 at the daemon of dir (root: the root daemon's address, or NULL); the
  * join's code and message into *res; when it succeeded, a barrier with the other PE, then leave. */
@@ -66,12 +59,6 @@ static void join_n(const char *dir, const char *root, const char *name, int rank
 	if (g)
 		mori_group_leave(g);
 	mori_client_close(c);
-}
-
-static void join(const char *dir, const char *root, const char *name, int rank, int64_t timeout_us,
-		 struct result *res)
-{
-	join_n(dir, root, name, rank, 2, timeout_us, res);
 }
 
 static int uid_byte(uid_t uid)
@@ -130,25 +117,9 @@ static void pair(const char *dir, const char *root, const char *name, int rank, 
 
 static pid_t pair_as(uid_t uid, const char *dir, const char *root, const char *name, int rank, struct result *res)
 {
-	pid_t p = fork();
+	pid_t p = child_as_uid(uid, uid, 60, NULL);
 	if (p == 0) {
-		child_deadline(60);
-		drop_to(uid);
 		pair(dir, root, name, rank, uid, res);
-		_exit(0);
-	}
-	return p;
-}
-
-/* A child as uid that joins name as rank (dir, root as join()); returns its pid. */
-static pid_t join_as(uid_t uid, const char *dir, const char *root, const char *name, int rank, int64_t timeout_us,
-		     struct result *res)
-{
-	pid_t p = fork();
-	if (p == 0) {
-		child_deadline(60);
-		drop_to(uid);
-		join(dir, root, name, rank, timeout_us, res);
 		_exit(0);
 	}
 	return p;
@@ -163,10 +134,8 @@ static int moractl_count(uid_t uid, const char *dir, int json, const char *want)
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(fchmod(fd, 0666), 0);
 	snprintf(moractl, sizeof(moractl), "%s/moractl", build_dir());
-	pid_t p = fork();
+	pid_t p = child_as_uid(uid, uid, 30, NULL);
 	if (p == 0) {
-		child_deadline(30);
-		drop_to(uid);
 		dup2(fd, 1);
 		if (json)
 			execl(moractl, moractl, "--runtime-dir", dir, "--json", "groups", (char *)NULL);
@@ -254,14 +223,19 @@ static void setup(void)
 static pid_t join_n_as(uid_t uid, const char *dir, const char *root, const char *name, int rank, int world,
 		       int64_t timeout_us, struct result *res)
 {
-	pid_t p = fork();
+	pid_t p = child_as_uid(uid, uid, 60, NULL);
 	if (p == 0) {
-		child_deadline(60);
-		drop_to(uid);
 		join_n(dir, root, name, rank, world, timeout_us, res);
 		_exit(0);
 	}
 	return p;
+}
+
+/* A child as uid that joins name as rank of 2 (join_n_as); returns its pid. */
+static pid_t join_as(uid_t uid, const char *dir, const char *root, const char *name, int rank, int64_t timeout_us,
+		     struct result *res)
+{
+	return join_n_as(uid, dir, root, name, rank, 2, timeout_us, res);
 }
 
 static void reset(void)

@@ -2,7 +2,6 @@
  * uid's live clients (their calls end with MORI_ECONN naming the reason, their published names
  * go) and leaves the others alone. Root only (it drops a client to uid 65534). */
 #include <check.h>
-#include <grp.h>
 
 #include "harness.h"
 #include "mori.h"
@@ -23,32 +22,24 @@ START_TEST(reload_detaches_removed_uid)
 	struct test_daemon D;
 	ck_assert_int_eq(daemon_start(&D, extra), 0);
 	ck_assert_int_eq(chmod(D.dir, 0755), 0);
-	int up[2], go[2];
-	ck_assert_int_eq(pipe(up), 0);
-	ck_assert_int_eq(pipe(go), 0);
-	pid_t kid = fork();
+	struct child_pipes P;
+	pid_t kid = child_as_uid(65534, 65534, 30, &P);
+	ck_assert_int_ge(kid, 0);
 	if (kid == 0) {
-		child_deadline(30);
-		close(up[0]);
-		close(go[1]);
-		if (setgroups(0, NULL) || setresgid(65534, 65534, 65534) || setresuid(65534, 65534, 65534))
-			_exit(9);
 		mori_client *c;
 		mori_mem *m, *m2 = NULL;
 		char x;
 		if (mori_client_open(D.dir, "removed", &c) || mori_mem_alloc(c, 4096, MORI_MEM_HOST, &m) ||
 		    mori_mem_publish(m, "uidreload/a"))
 			_exit(10);
-		if (write(up[1], "r", 1) != 1 || read(go[0], &x, 1) != 1)
+		if (write(P.up[1], "r", 1) != 1 || read(P.go[0], &x, 1) != 1)
 			_exit(11);
 		int rc = mori_mem_alloc(c, 4096, MORI_MEM_HOST, &m2);
 		const char *why = mori_client_last_error(c);
 		_exit(rc == MORI_ECONN && strstr(why, "allow_uids") ? 0 : 12);
 	}
-	close(up[1]);
-	close(go[0]);
 	char x;
-	ck_assert_int_eq(read(up[0], &x, 1), 1);
+	ck_assert_int_eq(read(P.up[0], &x, 1), 1);
 	mori_client *me;
 	mori_mem *mine;
 	OK(mori_client_open(D.dir, "stays", &me));
@@ -69,7 +60,7 @@ START_TEST(reload_detaches_removed_uid)
 			gone = 1;
 		}
 	}
-	ck_assert_int_eq(write(go[1], "g", 1), 1);
+	ck_assert_int_eq(write(P.go[1], "g", 1), 1);
 	int st;
 	ck_assert_int_eq(waitpid(kid, &st, 0), kid);
 	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
