@@ -51,7 +51,9 @@ MORI_API void mori_group_opts_init(mori_group_opts *opts);
 
 /* Join group `name` (1..127 printable bytes, no space) as PE `rank` of `world_size` (1..1024).
  * Returns when all world_size PEs have joined (every heap is allocated and each local peer's heap
- * mapped here) or the deadline passed (MORI_ETIMEDOUT naming the ranks that never arrived).
+ * mapped here) or the deadline passed (MORI_ETIMEDOUT naming the ranks that never arrived). The
+ * join ends with a barrier: no PE returns before every PE has mapped its peers, so a PE may leave
+ * as soon as its join returns without failing a slower peer's join.
  * Refused on every PE (MORI_EINVAL with the reason) when ranks collide, or world sizes, heap
  * sizes or heap kinds disagree; MORI_EINVAL for a rank out of range; MORI_EEXIST when a group of
  * that name still lives (formed, or aborted with PEs still in it: a name is free again once every

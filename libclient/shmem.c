@@ -468,6 +468,15 @@ int mori_group_join(mori_client *c, const char *name, int rank, int world_size, 
 		mori_group_leave(g); /* without the watcher a dead morid would go unnoticed */
 		return set_error(c, rc, "%s", keep);
 	}
+	/* Every PE has mapped its peers before any returns: a PE that leaves as soon as its join
+	 * returns would otherwise take its heap away from a slower peer still mapping it (that
+	 * peer's join failed with MORI_ESTALE, "region no longer registered"). */
+	if ((rc = mori_shmem_barrier_all(g)) != MORI_OK) {
+		char keep[512];
+		snprintf(keep, sizeof(keep), "group_join: the barrier that ends the join: %s", mori_client_last_error(c));
+		mori_group_leave(g);
+		return set_error(c, rc, "%s", keep);
+	}
 	*out = g;
 	return MORI_OK;
 }

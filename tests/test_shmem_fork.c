@@ -48,7 +48,8 @@ START_TEST(child_calls_refused)
 	ck_assert_int_eq(waitpid(child, &st, 0), child);
 	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child's collective calls were not refused (exit %d)",
 		      WIFEXITED(st) ? WEXITSTATUS(st) : -1);
-	/* the parent's call sequence is its own: its first call is call #1 and works */
+	/* the parent's call sequence is its own: its first call after the join is call #2 (the
+	 * join's closing barrier is #1) and works */
 	void *p = NULL;
 	OK(mori_shmem_malloc(g, 4096, 0, &p));
 	OK(mori_shmem_barrier_all(g));
