@@ -119,6 +119,20 @@ def _ordinal(d):
     return d if d >= 0 else int(os.environ.get("MORI_GPU_DEVICE") or 0)
 
 
+_CLIENT_NAME_MAX = 63  # libmori's client name limit (bytes): the label is what moractl clients shows
+
+
+def _pe_label(name, rank):
+    """'shmem:NAME:RANK' for moractl clients, NAME shortened with '...' to fit the client name limit
+    (a group name may be up to 127 bytes; the label must not refuse what the join accepts)."""
+    n = name.decode("utf-8", "replace") if isinstance(name, (bytes, bytearray)) else str(name)
+    tail = ":%d" % rank
+    room = _CLIENT_NAME_MAX - len("shmem:") - len(tail)
+    if len(n.encode()) > room:
+        n = n.encode()[:room - 3].decode("utf-8", "ignore") + "..."
+    return "shmem:" + n + tail
+
+
 def _open_client(runtime_dir, label):
     c = ctypes.c_void_p()
     _lib.check(_L().mori_client_open(_lib.as_bytes(runtime_dir, "runtime_dir"), label.encode(), ctypes.byref(c)),
@@ -483,7 +497,7 @@ def join(name, rank, world_size, heap_size=0, heap_kind="host", gpu_device=-1, r
     if bname is None:
         raise MoriError(MORI_EINVAL, "name must be str or bytes, not None")
     rank, world_size = _rank(rank, "rank"), _rank(world_size, "world_size")
-    c = _open_client(runtime_dir, "shmem:%s:%d" % (name, rank))
+    c = _open_client(runtime_dir, _pe_label(name, rank))
     g = ctypes.c_void_p()
     rc = _L().mori_group_join(c, bname, rank, world_size, ctypes.byref(o), ctypes.byref(g))
     if rc < 0:

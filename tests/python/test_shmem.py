@@ -149,6 +149,25 @@ def test_errors(daemon):
                        "quiet": mori.MORI_ENOTSUP, "module": mori.MORI_ENOTSUP, "left": mori.MORI_EINVAL}, out
 
 
+def test_long_names(daemon):
+    """Every group name the C API takes (1..127 bytes) joins from Python, at any rank: the client's
+    label (64 bytes at most) is shortened, not refused (a 56-byte name failed at rank 0, a 55-byte
+    one at rank 10 while rank 9 waited); a 128-byte name gets the group name's own refusal."""
+    for rank, world in ((0, 1), (123456, 123457)):
+        lab = shmem._pe_label("\u00e9" * 63 + "x", rank)  # 127 bytes, multibyte: cut on a character
+        assert len(lab.encode()) <= 63 and lab.endswith("...:%d" % rank) and lab.startswith("shmem:"), lab
+    for n in (55, 56, 100, 127):
+        name = ("%d-" % n + "n" * n)[:n]
+
+        def pe(r):
+            with shmem.join(name, r, 2, heap_size=HEAP, timeout_us=TMO, runtime_dir=daemon.run) as g:
+                return (g.my_pe(), g.n_pes())
+        assert run_pes(2, pe) == [(0, 2), (1, 2)], n
+    with pytest.raises(MoriError) as e:
+        shmem.join("n" * 128, 0, 1, heap_size=HEAP, runtime_dir=daemon.run)
+    assert e.value.code == mori.MORI_EINVAL and "client name" not in e.value.message, e.value
+
+
 def test_views(daemon):
     """The zero-copy views: the __cuda_array_interface__ object describes the bytes asked for; a
     host heap's torch view (when torch is here) aliases the heap."""
