@@ -314,6 +314,7 @@ class EpDispatchCombineOp:
         max_recv], (source rank x max + token) x num_experts_per_token + the top-k slot. Slots below
         dispatch's count hold values (ROCm/mori returns only those; read count for it). Valid until a
         dispatch fills these buffers again. MoriError(MORI_EINVAL) before the first dispatch."""
+        self._handle()  # a destroyed op (or one whose group left) refuses, as every other call
         r, c = self._last, self.config
         if r is None:
             raise MoriError(MORI_EINVAL, "get_dispatch_src_token_pos: no dispatch yet")
@@ -372,6 +373,7 @@ class EpDispatchCombineOp:
     def destroy(self):
         """Collective: free the op's heap buffers."""
         h, self._hd = self._hd, None
+        self._last = None
         if h is not None and self.group._g is None:  # left: after libmori's leave (views may defer it)
             self.group._after_leave(lambda: _L().mori_ep_destroy(h))
         elif h is not None:
