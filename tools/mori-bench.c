@@ -79,6 +79,15 @@ static void die(const char *what, int rc)
 	exit(1);
 }
 
+/* A transfer that failed: its own reason (the client's last error is not about it). */
+static void die_xfer(const char *what, mori_xfer *x, int rc)
+{
+	const char *msg = NULL;
+	mori_xfer_status(x, &msg);
+	fprintf(stderr, "mori-bench: %s: %s (%s)\n", what, mori_strerror(rc), msg && *msg ? msg : "no reason given");
+	exit(1);
+}
+
 /* n * size bytes, or exit 1 naming what could not be had (no size reaches here unchecked, but a
  * machine may still lack the memory). */
 static void *xcalloc(size_t n, size_t size, const char *what)
@@ -125,8 +134,10 @@ static void stage_move(mori_mem *s, mori_mem *m, uint64_t off, uint64_t len, int
 {
 	mori_xfer *x;
 	int rc = op == MORI_OP_WRITE ? mori_write(s, 0, m, off, len, NULL, &x) : mori_read(s, 0, m, off, len, NULL, &x);
-	if (rc || (rc = mori_xfer_wait(x, 60000000)))
+	if (rc)
 		die("staging transfer", rc);
+	if ((rc = mori_xfer_wait(x, 60000000)))
+		die_xfer("staging transfer", x, rc);
 	mori_xfer_free(x);
 }
 
@@ -667,8 +678,10 @@ static void row_measure(const struct opts *o, struct io_run *io, struct io_row *
 	int warm = o->warmup > w->windows ? o->warmup : w->windows;
 	for (int k = 0; k < warm; k++) {
 		mori_xfer *x;
-		if ((rc = row_submit(o, io, w, xl, k, &x)) || (rc = mori_xfer_wait(x, 60000000)))
+		if ((rc = row_submit(o, io, w, xl, k, &x)))
 			die("warm-up transfer", rc);
+		if ((rc = mori_xfer_wait(x, 60000000)))
+			die_xfer("warm-up transfer", x, rc);
 		mori_xfer_free(x);
 	}
 	int nlat = 0, submitted = 0, done = 0;
@@ -683,7 +696,7 @@ static void row_measure(const struct opts *o, struct io_run *io, struct io_row *
 		}
 		int slot = done % o->depth;
 		if ((rc = mori_xfer_wait(io->inflight[slot], 60000000)))
-			die("xfer_wait", rc);
+			die_xfer("xfer_wait", io->inflight[slot], rc);
 		io->lat[nlat++] = (now_s() - io->t_sub[slot]) * 1e6;
 		mori_xfer_free(io->inflight[slot]);
 		done++;
@@ -773,7 +786,7 @@ static void io_prep_list(const struct opts *o, const struct io_run *io)
 		}
 		double reached = now_s() - t;
 		if ((rc = mori_xfer_wait(x, 60000000)))
-			die("xfer_wait (prepared list)", rc);
+			die_xfer("xfer_wait (prepared list)", x, rc);
 		double all = now_s() - t;
 		mori_xfer_free(x);
 		best = reached < best ? reached : best;
