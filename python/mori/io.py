@@ -560,6 +560,8 @@ class IOEngine:
         deadline = None if us < 0 else _now() + us / 1e6
         first = StatusCode.SUCCESS
         for s in statuses:
+            if not isinstance(s, TransferStatus):
+                raise MoriError(MORI_EINVAL, "wait_all: %r is not a TransferStatus" % (s,))
             left = None if deadline is None else max(0.0, deadline - _now())
             if not s.wait(left):
                 return StatusCode.IN_PROGRESS

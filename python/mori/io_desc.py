@@ -191,10 +191,14 @@ class MemoryDesc:
             o += 1 + blen
             nlen = b[o]
             name = b[o + 1:o + 1 + nlen].decode() or None
-            if len(blob) != blen or o + 1 + nlen != len(b) or not blen:
+            if len(blob) != blen or not blen or o + 1 + nlen > len(b):
                 raise ValueError("truncated")
+            if o + 1 + nlen != len(b):
+                raise ValueError("%d bytes past its end" % (len(b) - o - 1 - nlen))
             return MemoryDesc(key, 0, dev, data, size, MemoryLocationType(loc), blob, name=name)
-        except (ValueError, IndexError, struct.error, UnicodeDecodeError) as e:
+        except (IndexError, struct.error):  # read past the end: cut short
+            raise MoriError(MORI_EPROTO, "not a packed MemoryDesc (truncated)") from None
+        except (ValueError, UnicodeDecodeError) as e:
             raise MoriError(MORI_EPROTO, "not a packed MemoryDesc (%s)" % e)
 
     def __eq__(self, o):

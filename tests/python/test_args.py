@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from mori import _lib, ccl, shmem
-from mori.errors import MORI_EINVAL, MORI_ERANGE, MORI_ESTALE
+from mori.errors import MORI_EINVAL, MORI_EPROTO, MORI_ERANGE, MORI_ESTALE
 from mori.io import IOEngine, IOEngineConfig
 from mori.shmem import MoriError
 
@@ -250,6 +250,15 @@ def test_wrong_arguments_are_moerror(daemon):
         st.result(np.float32(1.5))
         assert e.write(src, 0, dst, 0, 8, notify=1, timeout_ms=500).result(5) is None
         assert e.wait_all([st], timeout_ms=-1) == StatusCode.SUCCESS
+        # not statuses: MoriError naming the item, not AttributeError (tester4)
+        for bad in ([1, 2, 3], [st, "x"], [None]):
+            assert code_of(lambda: e.wait_all(bad)) == MORI_EINVAL, bad
+        # a packed desc with bytes past its end says so, not "truncated"; a cut one says truncated
+        pk = dst.pack()
+        for blob, why in ((pk + b"xx", "2 bytes past its end"), (pk[:-1], "truncated")):
+            with pytest.raises(MoriError) as x:
+                MemoryDesc.unpack(blob)
+            assert x.value.code == MORI_EPROTO and why in x.value.message, (why, x.value)
     finally:
         e.close()
     with shmem.join("pyargs-d7", 0, 1, heap_size=HEAP, heap_kind="host", timeout_us=TMO, runtime_dir=daemon.run) as g:
