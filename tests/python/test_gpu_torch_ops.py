@@ -41,6 +41,7 @@ EP_ITERS = 20
 def run_ranks(tmp_path, daemon, role, world, **params):
     """Ranks 0..world-1 of `role` as processes running this file; their summaries in rank order."""
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    env.pop("PYTHONOPTIMIZE", None)  # the ranks' checks are plain asserts: -O would skip them all
     env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "python"), HERE, env.get("PYTHONPATH", "")])
     procs, logs = [], []
     for r in range(world):
@@ -306,6 +307,8 @@ def test_ccl_collectives(daemon, tmp_path, capsys, world):
 def _child(p):
     faulthandler.dump_traceback_later(DEADLINE - 15, exit=True)  # a stuck rank says where, then exits
     try:
+        if not __debug__:  # python -O: every check below is an assert and would not run
+            raise RuntimeError("asserts are off (python -O / PYTHONOPTIMIZE): the checks cannot run")
         torch.cuda.set_device(int(os.environ.get("MORI_GPU_DEVICE") or 0))  # the group's default device
         torch.zeros(1, device="cuda")  # CUDA's context exists before libmori's first call
         summary = {"ep": _ep_rank, "ccl": _ccl_rank}[p["role"]](p)
