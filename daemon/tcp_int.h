@@ -164,7 +164,8 @@ struct stream {
 	struct region *rx_reg;    /* inflight reference for the payload's duration */
 	int rx_copy;              /* destination reached by region_copy (CMA or VRAM), at rx_addr */
 	int rx_pinned;            /* rxbuf pinned for GPU copies: 1 yes, -1 tried and failed */
-	uint8_t *rx_stage;        /* a VRAM payload lands here whole (pinned, STAGE_BUF_BYTES), then one copy */
+	uint8_t *rx_stage;        /* a VRAM payload lands here whole (pinned, STAGE_BUF_BYTES), then one copy;
+	                           * from the stage pool for one frame (NULL between frames) */
 	int rx_flush;             /* at the payload's end: rx_stage -> rx_reg at rx_addr (payload_end) */
 	uint64_t rx_addr;
 	int rx_code;              /* nonzero: payload is discarded */

@@ -512,6 +512,10 @@ static void payload_end(struct stream *s)
 	if (s->rx_flush && !s->rx_code) /* before the frame's end is acted on (write_end, FF_SIGNAL) */
 		s->rx_code = region_copy(s->P->d, s->rx_reg, s->rx_addr, s->rx_stage, s->h.len, 1);
 	s->rx_flush = 0;
+	if (s->rx_stage) { /* back to the pool (rx_dst still says where the payload went: rx_big) */
+		stage_put(s->rx_stage);
+		s->rx_stage = NULL;
+	}
 	switch (s->h.type) {
 	case F_HELLO:
 		on_hello_in(s);

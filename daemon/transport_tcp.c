@@ -157,8 +157,9 @@ static void rx_done(struct stream *s)
 	}
 }
 
-/* Where the payload now arriving on s goes: straight into g's mapping; for VRAM, whole into the
- * stream's pinned frame buffer and then one copy at its end (payload_end): a copy per socket read
+/* Where the payload now arriving on s goes: straight into g's mapping; for VRAM, whole into a
+ * pinned frame buffer from the stage pool and then one copy at its end (payload_end, which gives
+ * the buffer back: a stream holds none between frames): a copy per socket read
  * (tens of KiB, each a synchronous GPU call) held the loop ~8x as long per frame; else through
  * region_copy piece by piece (cross-memory attach; VRAM when no frame buffer could be had). */
 static void rx_into(struct stream *s, struct region *g, uint64_t off)
@@ -167,8 +168,7 @@ static void rx_into(struct stream *s, struct region *g, uint64_t off)
 		s->rx_dst = (uint8_t *)g->map + off;
 		return;
 	}
-	if (g->kind == MORI_MEM_VRAM && s->h.len <= STAGE_BUF_BYTES &&
-	    (s->rx_stage || (s->rx_stage = stage_get(STAGE_BUF_BYTES)))) {
+	if (g->kind == MORI_MEM_VRAM && s->h.len <= STAGE_BUF_BYTES && (s->rx_stage = stage_get(STAGE_BUF_BYTES))) {
 		s->rx_dst = s->rx_stage;
 		s->rx_flush = 1;
 		s->rx_addr = off;
