@@ -26,6 +26,23 @@ sys.path.insert(0, HERE)
 
 
 def free_port():
+    """A loopback port that binds now, below the ephemeral range (tests/harness.h's free_port: a
+    port bind-to-0 gave could go to an outgoing connection before the daemon listens on it)."""
+    import random
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        lo = 32768
+    for _ in range(200 if lo > 11024 else 0):
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", random.randrange(10000, lo)))
+            return s.getsockname()[1]
+        except OSError:
+            continue
+        finally:
+            s.close()
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     p = s.getsockname()[1]
