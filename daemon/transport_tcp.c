@@ -158,10 +158,10 @@ static void rx_done(struct stream *s)
 }
 
 /* Where the payload now arriving on s goes: straight into g's mapping; for VRAM, whole into a
- * pinned frame buffer from the stage pool and then one copy at its end (payload_end, which gives
- * the buffer back: a stream holds none between frames): a copy per socket read
- * (tens of KiB, each a synchronous GPU call) held the loop ~8x as long per frame; else through
- * region_copy piece by piece (cross-memory attach; VRAM when no frame buffer could be had). */
+ * pinned frame buffer from the stage pool and then one synchronous GPU copy at its end
+ * (payload_end, which gives the buffer back: a stream holds none between frames) rather than one
+ * per socket read of tens of KiB; else through region_copy piece by piece (cross-memory attach;
+ * VRAM when no frame buffer could be had). */
 static void rx_into(struct stream *s, struct region *g, uint64_t off)
 {
 	if (g->map) {

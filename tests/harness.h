@@ -199,42 +199,6 @@ static inline pid_t child_as_uid(uid_t uid, uid_t saved_uid, unsigned secs, stru
 }
 
 /* xorshift64*: the tests' own random numbers, seeded from MORI_TEST_SEED or the clock. */
-/* A port nobody listens on right now (the kernel's pick), on loopback; -1 if none. */
-/* A loopback port that binds now, below the kernel's ephemeral range: a port the kernel handed
- * out (bind to 0) could be given again to an outgoing connection (the data streams of the very
- * daemons under test) before the daemon that was to listen on it starts, which then failed
- * "Address in use" (test_xnode under check-asan, 2026-12-03). Random, so that tests running at
- * once rarely pick alike; the bind check catches the rest. The ephemeral way if none binds. */
-static inline int free_port(void)
-{
-	int lo = 32768, hi = 60999, port = -1;
-	FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
-	if (f) {
-		if (fscanf(f, "%d %d", &lo, &hi) != 2)
-			lo = 32768;
-		fclose(f);
-	}
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	uint64_t r = (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 20);
-	for (int i = 0; i < 200 && port < 0; i++) {
-		r = r * 6364136223846793005ull + 1442695040888963407ull;
-		int want = lo > 11024 ? 10000 + (int)((r >> 33) % (uint64_t)(lo - 10000)) : 0;
-		struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
-					 .sin_port = htons((uint16_t)want)};
-		socklen_t l = sizeof(sa);
-		int s = socket(AF_INET, SOCK_STREAM, 0);
-		if (s >= 0 && bind(s, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
-		    getsockname(s, (struct sockaddr *)&sa, &l) == 0)
-			port = ntohs(sa.sin_port);
-		if (s >= 0)
-			close(s);
-		if (!want)
-			break; /* no room below the ephemeral range: the kernel's choice */
-	}
-	return port;
-}
-
 static inline uint64_t test_rand(uint64_t *s)
 {
 	*s ^= *s >> 12;
@@ -250,6 +214,43 @@ static inline uint64_t test_seed(void)
 	if (!e)
 		fprintf(stderr, "# MORI_TEST_SEED=%llu\n", (unsigned long long)s);
 	return s ? s : 1;
+}
+
+/* port on loopback if a socket binds to it now (0: the kernel's pick), else -1. */
+static inline int bind_loopback(int port)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+				 .sin_port = htons((uint16_t)port)};
+	socklen_t l = sizeof(sa);
+	int s = socket(AF_INET, SOCK_STREAM, 0), got = -1;
+	if (s >= 0 && bind(s, (struct sockaddr *)&sa, sizeof(sa)) == 0 && getsockname(s, (struct sockaddr *)&sa, &l) == 0)
+		got = ntohs(sa.sin_port);
+	if (s >= 0)
+		close(s);
+	return got;
+}
+
+/* A loopback port nobody listens on now, below the kernel's ephemeral range: a port the kernel
+ * hands out (bind to 0) can go to an outgoing connection (the data streams of the very daemons
+ * under test) before the daemon meant to listen on it starts, which then failed "Address in
+ * use" (test_xnode under check-asan, 2026-12-03). Random, so that tests running at once rarely
+ * pick alike; the bind catches the rest. The kernel's pick when none below the range binds;
+ * -1 if that fails too. */
+static inline int free_port(void)
+{
+	int lo = 32768, hi = 60999, port = -1;
+	FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+	if (f) {
+		if (fscanf(f, "%d %d", &lo, &hi) != 2)
+			lo = 32768;
+		fclose(f);
+	}
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	uint64_t r = ((uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 32)) | 1;
+	for (int i = 0; i < 200 && lo > 11024 && port < 0; i++)
+		port = bind_loopback(10000 + (int)(test_rand(&r) % (uint64_t)(lo - 10000)));
+	return port >= 0 ? port : bind_loopback(0);
 }
 
 /* A checksum independent of every mori code path: FNV-1a over 8-byte words, then the tail. */

@@ -249,12 +249,17 @@ class EpDispatchCombineOp:
             raise MoriError(MORI_ESTALE, "EP op: its group %r has left; only destroy() works on it" % (self.group.name,))
         return self._hd
 
+    def _low_latency(self):
+        """DeepEP's expert-major layout (LowLatency, InterNodeLL): buffers [experts per rank, max_recv, ...]."""
+        return self.config.kernel_type in (EpDispatchCombineKernelType.LowLatency,
+                                           EpDispatchCombineKernelType.InterNodeLL)
+
     def _stream(self, stream):
         return self._torch.cuda.current_stream().cuda_stream if stream is None else shmem._stream(stream)
 
     def _views(self, r):
         torch, c = self._torch, self.config
-        ll = c.kernel_type in (EpDispatchCombineKernelType.LowLatency, EpDispatchCombineKernelType.InterNodeLL)
+        ll = self._low_latency()
         slots = (c.num_experts_per_rank if ll else 1) * r.max_recv
         g, H, K = self.group, c.hidden_dim, c.num_experts_per_token
         rows = g.tensor(r.tokens, (slots, H * c.max_token_type_size), torch.uint8)
@@ -279,7 +284,7 @@ class EpDispatchCombineOp:
         float32; rows H x max_token_type_size bytes apart). Experts that write their outputs here and
         pass it to combine save a copy: the home ranks read the rows in place."""
         torch, c, r = self._torch, self.config, self._recv
-        ll = c.kernel_type in (EpDispatchCombineKernelType.LowLatency, EpDispatchCombineKernelType.InterNodeLL)
+        ll = self._low_latency()
         slots = (c.num_experts_per_rank if ll else 1) * r.max_recv
         es = torch.empty((), dtype=dtype).element_size()
         if es > c.max_token_type_size:
@@ -318,8 +323,7 @@ class EpDispatchCombineOp:
         r, c = self._last, self.config
         if r is None:
             raise MoriError(MORI_EINVAL, "get_dispatch_src_token_pos: no dispatch yet")
-        ll = c.kernel_type in (EpDispatchCombineKernelType.LowLatency, EpDispatchCombineKernelType.InterNodeLL)
-        shape = (c.num_experts_per_rank, r.max_recv) if ll else (r.max_recv,)
+        shape = (c.num_experts_per_rank, r.max_recv) if self._low_latency() else (r.max_recv,)
         return self.group.tensor(r.src_pos, shape, self._torch.int32)
 
     def combine(self, input, weights, indices, stream=None):
