@@ -74,7 +74,7 @@ for p in $parts; do
 		fi
 		mps_start
 		echo "== mori-bench shmem${NVB:+ --nvshmem $NVB}" | tee -a "$SUM"
-		run 170 "^ |^#" "$BIN/mori-bench" shmem ${NVB:+--nvshmem $NVB}
+		run 240 "^ |^#" "$BIN/mori-bench" shmem ${NVB:+--nvshmem $NVB}
 		mps_stop
 		;;
 	*) echo "unknown part $p" ;;

@@ -4,10 +4,12 @@
 // nvidia-nvshmem-cu13 wheel ships); tests/device-shmem.sh builds it there:
 //   nvcc -rdc=true -O3 -std=c++17 -arch=sm_90 -I$NV/include tools/bench_nvshmem.cu \
 //        -L$NV/lib -l:libnvshmem_host.so.3 -lnvshmem_device -lcuda -o bench_nvshmem
-// mori-bench shmem --nvshmem PATH starts it: `bench_nvshmem RANK NPES UID_FILE [reps]` per PE.
+// mori-bench shmem --nvshmem PATH starts it: `bench_nvshmem RANK NPES UID_FILE [reps [sms]]` per PE
+// (sms: the GPU's SMs as mori-bench sees them, for k_put_warp's grid; MPS may show fewer here).
 // Rank 0 makes the unique id and writes it to UID_FILE; the others read it. Each rank prints
 // lines "nvshmem <what> ..." on stdout that mori-bench shmem reads:
 //   nvshmem put_bw BYTES GBPS            (rank 0, two PEs: PE 0 -> PE 1, block scope)
+//   nvshmem put_warp WARPS_PER_SM BYTES GBPS (rank 0, two PEs: many messages, warp scope)
 //   nvshmem pingpong P50_US P99_US MEAN_US (rank 0, two PEs: put+signal, half the round trip)
 //   nvshmem fadd RANK NPES OPS START_NS END_NS (every rank: fetch-adds on PE 0's word; globaltimer)
 //   nvshmem barrier NPES P50_US P99_US   (rank 0: barrier_all_block)
@@ -41,6 +43,20 @@ __global__ void k_put(uint8_t *dst, const uint8_t *src, uint64_t bytes, int pe, 
 		uint64_t w = (uint64_t)r * bytes % span + off;
 		nvshmemx_putmem_nbi_block(dst + w, src + w, len, pe);
 	}
+	if (threadIdx.x == 0)
+		nvshmem_quiet();
+}
+
+/* as tools/bench_shmem_kernels.cu's b_put_warp */
+__global__ void k_put_warp(uint8_t *dst, const uint8_t *src, uint64_t bytes, int pe, int msgs, uint64_t lane)
+{
+	uint64_t wpb = blockDim.x / 32, nw = gridDim.x * wpb, w = blockIdx.x * wpb + threadIdx.x / 32;
+	uint64_t win = nw * lane;
+	for (int k = 0; k < msgs; k++) {
+		uint64_t o = (w * lane + (uint64_t)k * bytes) % win;
+		nvshmemx_putmem_nbi_warp(dst + o, src + o, bytes, pe);
+	}
+	__syncthreads();
 	if (threadIdx.x == 0)
 		nvshmem_quiet();
 }
@@ -162,6 +178,45 @@ static void put_bw(int me, cudaStream_t s, int reps)
 	nvshmem_free(src);
 }
 
+/* as tools/bench_shmem.c's put_warp: 8 and 32 warps per SM, messages 256 KiB apart, >= 1 GiB a kernel */
+static const uint64_t LANE = 256 << 10, MAXB = 64ull << 20;
+static uint64_t many_bytes(int sms)
+{
+	return (uint64_t)sms * 32 * LANE + MAXB;
+}
+static void put_warp(int me, cudaStream_t s, int sms)
+{
+	uint64_t len = many_bytes(sms);
+	uint8_t *dst = (uint8_t *)nvshmem_malloc(len), *src = (uint8_t *)nvshmem_malloc(len);
+	if (!dst || !src) {
+		fprintf(stderr, "bench_nvshmem: no %llu bytes of symmetric heap for put_warp\n", 2ull * len);
+		exit(1);
+	}
+	CK(cudaMemset(src, 0x5a, len));
+	CK(cudaDeviceSynchronize());
+	nvshmem_barrier_all();
+	for (int wps : {8, 32}) {
+		unsigned grid = (unsigned)(sms * wps / 8);
+		uint64_t nw = (uint64_t)grid * 8;
+		for (uint64_t b = 4096; b <= MAXB; b *= 4) {
+			int msgs = (int)(((1ull << 30) + nw * b - 1) / (nw * b)), runs = b >= (16u << 20) ? 4 : 6;
+			std::vector<double> t;
+			if (me == 0)
+				for (int it = 0; it < runs; it++)
+					t.push_back(time_ms(s, [&] { k_put_warp<<<grid, 256, 0, s>>>(dst, src, b, 1, msgs, LANE); }));
+			nvshmem_barrier_all();
+			if (me == 0) {
+				t.erase(t.begin()); /* warm-up */
+				printf("nvshmem put_warp %d %llu %.1f\n", wps, (unsigned long long)b,
+				       (double)b * msgs * nw / (pct(t, 0.5) * 1e-3) / 1e9);
+				fflush(stdout);
+			}
+		}
+	}
+	nvshmem_free(dst);
+	nvshmem_free(src);
+}
+
 /* microseconds per cycle, from the loop's totals (see k_pingpong) */
 static double us_per_cycle(const std::vector<long long> &c, int iters)
 {
@@ -246,8 +301,16 @@ int main(int argc, char **argv)
 	}
 	int rank = atoi(argv[1]), npes = atoi(argv[2]);
 	const char *uidf = argv[3];
-	int reps = argc > 4 ? atoi(argv[4]) : 200;
+	int reps = argc > 4 ? atoi(argv[4]) : 200, sms = argc > 5 ? atoi(argv[5]) : 0;
 	CK(cudaSetDevice(0));
+	if (sms <= 0)
+		CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+	if (npes == 2) { /* put_warp's two buffers; set before anything of NVSHMEM reads its options */
+		char v[32];
+		unsigned long long need = 2 * many_bytes(sms) + (256ull << 20); /* + NVSHMEM's own */
+		snprintf(v, sizeof(v), "%lluG", (need + (1ull << 30) - 1) >> 30);
+		setenv("NVSHMEM_SYMMETRIC_SIZE", v, 1);
+	}
 	nvshmemx_uniqueid_t id = NVSHMEMX_UNIQUEID_INITIALIZER;
 	if (rank == 0) {
 		nvshmemx_get_uniqueid(&id);
@@ -279,6 +342,7 @@ int main(int argc, char **argv)
 	CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
 	if (npes == 2) {
 		put_bw(me, s, reps);
+		put_warp(me, s, sms);
 		pingpong(me, s, 20000);
 	}
 	fadd(me, npes, s, 1000);

@@ -8,7 +8,10 @@
  * after the mori rows (several on one GPU: under MPS, each given 100/N percent of the SMs).
  *
  *   put bandwidth, block scope, PE 0 -> PE 1, 4 KiB..64 MiB, beside the copy ceiling (one
- *     cuMemcpyDtoDAsync of the same bytes between the same heaps, measured now)
+ *     cuMemcpyDtoDAsync of the same bytes between the same heaps, measured now): NVSHMEM
+ *     perftest's shape, one put split over the grid's blocks per rep (latency-bound below 16 MiB)
+ *   put bandwidth, many messages in flight: every warp of the grid puts whole messages of the
+ *     size at warp scope, 8 and 32 warps per SM (how ib_write_bw or NCCL measure a message size)
  *   put+signal ping-pong, 8 bytes, thread scope: half the round trip, p50/p99/mean
  *   fetch-add throughput: every PE's 4 x 256 threads on one word at PE 0
  *   barrier_all_block latency for 2, 4, 8 PEs: p50/p99/mean
@@ -35,11 +38,13 @@ int bench_shmem_main(int argc, char **argv);
 #define BUF_OFF MORI_SHMEM_RESERVED          /* put destination, 64 MiB */
 #define SRC_OFF (BUF_OFF + (64ull << 20))    /* put source, 64 MiB */
 #define WORD_OFF (SRC_OFF + (64ull << 20))   /* ping-pong buffer, signal, counter */
-enum { B_PUT, B_PINGPONG, B_FADD, B_BARRIER, B_N };
-static const char *const bnames[B_N] = {"b_put", "b_pingpong", "b_fadd", "b_barrier"};
+#define MANY_OFF HEAP /* b_put_warp's destination then source, many_bytes() each (2-PE rig only) */
+enum { B_PUT, B_PUT_WARP, B_PINGPONG, B_FADD, B_BARRIER, B_N };
+static const char *const bnames[B_N] = {"b_put", "b_put_warp", "b_pingpong", "b_fadd", "b_barrier"};
 
 static const struct gpu_api *g;
 static int (*get_global)(gpu_dptr *, size_t *, gpu_module, const char *);
+static int sms; /* the GPU's SMs: b_put_warp's grid */
 
 struct bpe {
 	gpu_module mod;
@@ -76,14 +81,15 @@ static double pct(double *v, size_t n, double p)
 	return v[i < n ? i : n - 1];
 }
 
-/* n PEs, every heap mapped by every PE; the control page gives the abort word (no proxy ring) */
-static void rig_open(struct brig *r, int n)
+/* n PEs of heap bytes each, every heap mapped by every PE; the control page gives the abort
+ * word (no proxy ring) */
+static void rig_open(struct brig *r, int n, uint64_t heap)
 {
 	memset(r, 0, sizeof(*r));
 	r->n = n;
 	for (int p = 0; p < n; p++) {
 		struct bpe *e = &r->pe[p];
-		CK(g->mem_alloc(&e->heap, HEAP));
+		CK(g->mem_alloc(&e->heap, heap));
 		CK(g->memset_d8_async(e->heap, 0, MORI_SHMEM_RESERVED, NULL));
 		CK(g->memset_d8_async(e->heap + SRC_OFF, 0x5a, 64ull << 20, NULL));
 		CK(g->mem_host_alloc(&e->ctrl, MORI_SHMEM_CTRL_BYTES, GPU_MEMHOSTALLOC_PORTABLE | GPU_MEMHOSTALLOC_DEVICEMAP));
@@ -106,7 +112,7 @@ static void rig_open(struct brig *r, int n)
 		CK(g->mem_alloc(&e->state, sizeof(struct mori_shmem_state)));
 		CK(g->memcpy_htod_async(e->peers, peers, sizeof(peers), NULL));
 		struct mori_shmem_state st = {
-			.magic = MORI_SHMEM_MAGIC, .my_pe = p, .n_pes = n, .node_pes = n, .heap_size = HEAP,
+			.magic = MORI_SHMEM_MAGIC, .my_pe = p, .n_pes = n, .node_pes = n, .heap_size = heap,
 			.heap_base = e->heap, .peer_base = (uint64_t *)(uintptr_t)e->peers,
 			.ctrl = (struct mori_shmem_ctrl *)(uintptr_t)e->ctrl_d,
 		};
@@ -144,8 +150,13 @@ static void launch(struct bpe *e, int k, unsigned grid, unsigned block, void **p
 
 #define NSIZES 8 /* 4 KiB .. 64 MiB, x4 */
 #define SPAN (64ull << 20) /* puts and copies rotate through this much of source and destination */
+#define NDEPTH 2 /* b_put_warp at 8 and 32 warps per SM */
+#define LANE (256ull << 10) /* b_put_warp: bytes between neighbouring warps' messages */
+#define MANY_TOTAL (1ull << 30) /* b_put_warp: at least this many bytes a kernel */
+static const int wps[NDEPTH] = {8, 32};
 struct results {
 	double put[NSIZES], ceil[NSIZES], nv_put[NSIZES], ceiling; /* ceiling: one 64 MiB copy */
+	double warp[NDEPTH][NSIZES], nv_warp[NDEPTH][NSIZES];
 	double pp[5][3], nv_pp[3];     /* [mode] p50 p99 mean, us (b_pingpong's modes) */
 	double fadd[3], nv_fadd[3];    /* M ops/s for 2, 4, 8 PEs */
 	double bar[3][3], nv_bar[3][3]; /* [npes 2 4 8][p50 p99 mean] */
@@ -186,6 +197,56 @@ static void put_bw(struct brig *r, struct results *res, int reps)
 		res->ceil[i] = (double)b * rr / (pct(c + 1, 5, 0.5) * 1e-3) / 1e9;
 	}
 	res->ceiling = res->ceil[NSIZES - 1];
+}
+
+/* b_put_warp's window at the deepest grid plus the largest message (tools/bench_nvshmem.cu alike) */
+static uint64_t many_bytes(void)
+{
+	return (uint64_t)sms * 32 * LANE + SPAN;
+}
+
+/* 16 bytes of PE 1's destination at off, all put? */
+static int put_landed(struct brig *r, uint64_t off)
+{
+	uint8_t h[16];
+	CK(g->memcpy_dtoh_async(h, r->pe[1].heap + MANY_OFF + off, sizeof(h), r->pe[0].s));
+	CK(g->stream_synchronize(r->pe[0].s));
+	for (size_t i = 0; i < sizeof(h); i++)
+		if (h[i] != 0x5a)
+			return 0;
+	return 1;
+}
+
+/* b_put_warp, blocks of 8 warps: GB/s of all messages over the kernel's time, median of the runs
+ * after a warm-up; the first and the last warp's last bytes checked at PE 1 */
+static void put_warp(struct brig *r, struct results *res)
+{
+	struct bpe *e = &r->pe[0];
+	uint64_t dst = e->heap + MANY_OFF, src = dst + many_bytes(), lane = LANE;
+	CK(g->memset_d8_async(src, 0x5a, many_bytes(), e->s));
+	for (int d = 0; d < NDEPTH; d++) {
+		unsigned grid = (unsigned)(sms * wps[d] / 8);
+		uint64_t nw = (uint64_t)grid * 8, win = nw * LANE;
+		for (int i = 0; i < NSIZES; i++) {
+			uint64_t b = 4096ull << (2 * i);
+			int msgs = (int)((MANY_TOTAL + nw * b - 1) / (nw * b)), pe = 1;
+			int runs = b >= (16u << 20) ? 4 : 6; /* 16 MiB: 8.6 GiB+ a kernel */
+			void *params[] = {&dst, &src, &b, &pe, &msgs, &lane};
+			double t[6];
+			CK(g->memset_d8_async(r->pe[1].heap + MANY_OFF, 0, many_bytes(), e->s));
+			for (int it = 0; it < runs; it++) {
+				CK(g->event_record(e->e0, e->s));
+				launch(e, B_PUT_WARP, grid, 256, params);
+				CK(g->event_record(e->e1, e->s));
+				t[it] = elapsed(e);
+			}
+			res->warp[d][i] = (double)b * msgs * nw / (pct(t + 1, (size_t)runs - 1, 0.5) * 1e-3) / 1e9;
+			uint64_t last = ((nw - 1) * LANE + (uint64_t)(msgs - 1) * b) % win + b - 16;
+			if (!put_landed(r, 0) || !put_landed(r, last))
+				fprintf(stderr, "mori-bench shmem: b_put_warp of %llu bytes: PE 1 lacks bytes it should have\n",
+					(unsigned long long)b);
+		}
+	}
 }
 
 /* per-iteration cycles -> us with the loop's own cycles/ns ratio; [p50 p99 mean] of v * scale */
@@ -293,6 +354,11 @@ static void nv_line(const char *l, struct results *res, double *fadd_ops, uint64
 		for (int i = 0; i < NSIZES; i++)
 			if (b == 4096ull << (2 * i))
 				res->nv_put[i] = x;
+	} else if (sscanf(l, "nvshmem put_warp %d %llu %lf", &np, &b, &x) == 3) {
+		for (int d = 0; d < NDEPTH; d++)
+			for (int i = 0; i < NSIZES; i++)
+				if (np == wps[d] && b == 4096ull << (2 * i))
+					res->nv_warp[d][i] = x;
 	} else if (sscanf(l, "nvshmem pingpong %lf %lf %lf", &x, &y, &z) == 3) {
 		res->nv_pp[0] = x, res->nv_pp[1] = y, res->nv_pp[2] = z;
 	} else if (sscanf(l, "nvshmem fadd %d %d %llu %llu %llu", &rank, &np, &ops, &t0, &t1) == 5) {
@@ -309,12 +375,13 @@ static void nv_line(const char *l, struct results *res, double *fadd_ops, uint64
 
 static int run_nvshmem(const char *path, int npes, int reps, struct results *res)
 {
-	char dir[] = "/tmp/mori-nvshmem.XXXXXX", uid[64], arg_r[16], arg_n[16], arg_reps[16], pctv[16];
+	char dir[] = "/tmp/mori-nvshmem.XXXXXX", uid[64], arg_r[16], arg_n[16], arg_reps[16], arg_sms[16], pctv[16];
 	if (!mkdtemp(dir))
 		return -1;
 	snprintf(uid, sizeof(uid), "%s/uid", dir);
 	snprintf(arg_n, sizeof(arg_n), "%d", npes);
 	snprintf(arg_reps, sizeof(arg_reps), "%d", reps);
+	snprintf(arg_sms, sizeof(arg_sms), "%d", sms); /* under MPS it may see fewer */
 	snprintf(pctv, sizeof(pctv), "%d", 100 / npes);
 	int fds[MAXPE];
 	pid_t pids[MAXPE];
@@ -330,7 +397,8 @@ static int run_nvshmem(const char *path, int npes, int reps, struct results *res
 			close(pp[1]);
 			setenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", pctv, 1);
 			setenv("NVSHMEM_DISABLE_NVLS", "1", 1); /* never NVLink multicast */
-			execlp("timeout", "timeout", "-k", "5", "45", path, arg_r, arg_n, uid, arg_reps, (char *)NULL);
+			execlp("timeout", "timeout", "-k", "5", "90", path, arg_r, arg_n, uid, arg_reps, arg_sms,
+			       (char *)NULL);
 			_exit(127);
 		}
 		close(pp[1]);
@@ -383,9 +451,23 @@ static void report(const struct results *r, int nv)
 		col(r->nv_put[i], "%8.1f");
 		if (r->nv_put[i] > 0)
 			printf(" %15.0f%%", 100 * r->nv_put[i] / r->ceiling);
-		col(r->nv_put[i], "%8.1f");
 		printf("\n");
 	}
+	printf("# put bandwidth, many messages in flight (warp scope, %d or %d warps): every warp puts whole messages of "
+	       "the size (mori_shmem_putmem_nbi_warp; nvshmemx_putmem_nbi_warp), 256 KiB apart, >= 1 GiB a kernel, "
+	       "then quiet. GB/s of payload over the kernel's time; ceiling as above\n",
+	       sms * wps[0], sms * wps[NDEPTH - 1]);
+	printf("#     size  warps/SM     mori  mori/ceiling  nvshmem  nvshmem/ceiling\n");
+	for (int d = 0; d < NDEPTH; d++)
+		for (int i = 0; i < NSIZES; i++) {
+			uint64_t b = 4096ull << (2 * i);
+			printf("  %7llu%s %9d %8.1f %12.0f%% ", (unsigned long long)(b >= (1 << 20) ? b >> 20 : b >> 10),
+			       b >= (1 << 20) ? "M" : "K", wps[d], r->warp[d][i], 100 * r->warp[d][i] / r->ceiling);
+			col(r->nv_warp[d][i], "%8.1f");
+			if (r->nv_warp[d][i] > 0)
+				printf(" %15.0f%%", 100 * r->nv_warp[d][i] / r->ceiling);
+			printf("\n");
+		}
 	printf("# put+signal ping-pong, 8 bytes, thread scope, PE 0 <-> PE 1: half the round trip (us)\n");
 	printf("#                                                   p50      p99     mean\n");
 	static const char *const modes[5] = {
@@ -442,6 +524,7 @@ int bench_shmem_main(int argc, char **argv)
 		printf("skipped: no GPU (%s)\n", g ? mori_client_last_error(&C) : gpu_unavailable_reason());
 		return 77;
 	}
+	sms = d->sm_count;
 	void *lib = dlopen(g->library, RTLD_NOW | RTLD_NOLOAD);
 	*(void **)&get_global = lib ? dlsym(lib, "cuModuleGetGlobal_v2") : NULL;
 	if (!mori_kernels_shmembench_image_len || !get_global) {
@@ -457,9 +540,10 @@ int bench_shmem_main(int argc, char **argv)
 	struct brig r;
 	for (int k = 0; k < 3; k++) {
 		int n = 2 << k;
-		rig_open(&r, n);
+		rig_open(&r, n, n == 2 ? HEAP + 2 * many_bytes() : HEAP);
 		if (n == 2) {
 			put_bw(&r, &res, reps);
+			put_warp(&r, &res);
 			pingpong(&r, &res, 20000);
 		}
 		fadd(&r, 100); /* warm-up */

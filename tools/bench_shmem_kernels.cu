@@ -24,6 +24,24 @@ extern "C" __global__ void b_put(uint64_t dst, uint64_t src, uint64_t bytes, int
 		mori_shmem_quiet_thread();
 }
 
+/* Many messages in flight (as ib_write_bw or NCCL measure a message size): each warp puts whole
+ * messages of `bytes` at warp scope, msgs of them one after another, then quiet. Warp w's message
+ * k starts at (w * lane + k * bytes) % win, win = warps * lane (the buffers hold win + bytes):
+ * the warps in flight work on bytes `lane` apart, and a byte is touched again only once every
+ * warp has moved `lane` further, i.e. after `win` bytes of traffic (win >> L2: no reuse). */
+extern "C" __global__ void b_put_warp(uint64_t dst, uint64_t src, uint64_t bytes, int pe, int msgs, uint64_t lane)
+{
+	uint64_t wpb = blockDim.x / 32, nw = gridDim.x * wpb, w = blockIdx.x * wpb + threadIdx.x / 32;
+	uint64_t win = nw * lane;
+	for (int k = 0; k < msgs; k++) {
+		uint64_t o = (w * lane + (uint64_t)k * bytes) % win;
+		mori_shmem_putmem_nbi_warp((void *)(dst + o), (const void *)(src + o), bytes, pe);
+	}
+	__syncthreads();
+	if (threadIdx.x == 0)
+		mori_shmem_quiet_thread();
+}
+
 /* One hop of the ping-pong: 8 bytes and a SET signal to peer. mode 0: the API. The others take
  * it apart to see what a hop costs (peer addresses from mori_shmem_ptr): 1 the same stores and
  * a release store at system scope, 2 the release at GPU scope (formally enough only when the peer
