@@ -332,6 +332,42 @@ MORI_DEVICE void ar_twoshot(ctx &c, const mori_coll_args &a)
 	}
 }
 
+/* The flat two-shot's two kernels (MORI_COLL_K_AR_PART, MORI_COLL_K_AR_GATHER): no barrier inside,
+ * so a grid as large as the memory wants (measured on the H200: 62 blocks of 256 threads move
+ * about 45 % of what 264 or more do under an MPS share; in-kernel per-block barriers made large
+ * grids slower). The barrier kernels between them order the ranks (coll_gpu.c). Parts as
+ * ar_twoshot cuts them. */
+MORI_DEVICE void ar_flat(dev_t *d, const mori_coll_args &a)
+{
+	const int n = d->n, me = d->rank;
+	const uint64_t es = esize(a.dtype), al = 16 / es, m = a.count;
+	const uint64_t P = ((m + n - 1) / n + al - 1) / al * al;
+	bool dwin = a.flags & MORI_COLL_F_DST_WIN;
+#define PART(r, plen) uint64_t plen = (uint64_t)(r) * P >= m ? 0 : m - (uint64_t)(r) * P < P ? m - (uint64_t)(r) * P : P
+	if (a.kind == MORI_COLL_K_AR_PART) {
+		__shared__ uint64_t srcs[MORI_COLL_MAX_RANKS];
+		if (threadIdx.x < (unsigned)n)
+			srcs[threadIdx.x] = peer(d, a.src, threadIdx.x);
+		__syncthreads();
+		PART(me, mlen);
+		FOR_TILES(P, mlen, al, 0, lo, hi) {
+			uint64_t mo = ((uint64_t)me * P + lo) * es;
+			reduce_any(d, a, a.dst + mo, dwin ? 0 : d->scratch + mo, srcs, mo, hi - lo);
+		}
+		return;
+	}
+	uint64_t rbase = dwin ? a.dst : d->scratch;
+	for (int k = 1; k < n; k++) {
+		int r = (me + k) % n;
+		PART(r, len);
+		FOR_TILES(P, len, al, 0, lo, hi) {
+			uint64_t o = ((uint64_t)r * P + lo) * es;
+			copy((uint8_t *)(a.dst + o), (const uint8_t *)(peer(d, rbase, r) + o), (hi - lo) * es);
+		}
+	}
+#undef PART
+}
+
 /* Reduce-scatter: rank r's output is part r (count elements) of every rank's input. */
 MORI_DEVICE void redscat(ctx &c, const mori_coll_args &a)
 {
@@ -449,6 +485,10 @@ MORI_DEVICE void pulls(ctx &c, const mori_coll_args &a)
 MORI_DEVICE void mori_coll_body(const struct mori_coll_dev *d, const struct mori_coll_args &a)
 {
 	using namespace mori_coll;
+	if (a.kind == MORI_COLL_K_AR_PART || a.kind == MORI_COLL_K_AR_GATHER) {
+		ar_flat(d, a); /* waits for nothing: no generation, no status read */
+		return;
+	}
 	__shared__ uint64_t gen_s;
 	__shared__ int failed_s;
 	unsigned slot = a.kind == MORI_COLL_K_BARRIER ? a.slot : blockIdx.x;

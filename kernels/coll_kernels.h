@@ -48,6 +48,11 @@ enum mori_coll_kind {
 	MORI_COLL_K_ALLTOALL = 6,
 	MORI_COLL_K_BCAST = 7,
 	MORI_COLL_K_ALLTOALLV = 8,
+	/* the flat two-shot all-reduce (coll_gpu.c twoshot_flat): kernels with no barrier inside, any
+	 * grid (ranks' grids may differ), between barrier kernels. a.count: the chunk's elements; a.src:
+	 * where every rank's input is (this rank's address: src window or scratch), a.dst the chunk's dst */
+	MORI_COLL_K_AR_PART = 9,   /* reduce part `rank` of every rank's input into dst (and scratch) */
+	MORI_COLL_K_AR_GATHER = 10, /* copy every other rank's reduced part from it (dst window or scratch) */
 };
 
 /* mori_dtype and mori_redop values (include/mori_coll.h: NCCL's numbers) the kernels reduce */

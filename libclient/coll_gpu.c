@@ -13,6 +13,10 @@
 #include "coll_int.h"
 #include "gpu_int.h"
 
+enum { FLAT_OFF, FLAT_KERNEL, FLAT_CE };
+#define FLAT_MAX_BLOCKS 1024u /* a block per FLAT_BLOCK_BYTES of a rank's work, at most */
+#define FLAT_BLOCK_BYTES (64u << 10)
+
 struct coll_gpu {
 	struct gpu_dev *d;
 	const struct gpu_api *api;
@@ -24,6 +28,8 @@ struct coll_gpu {
 	struct mori_coll_args a;          /* the call being built (2 KiB: not on the stack) */
 	int vec;                          /* $MORI_COLL_VEC=4: reductions several vectors a thread */
 	int ce_gather;                    /* $MORI_COLL_AR_GATHER=ce: two-shot's gather by the copy engine */
+	int flat;                         /* two-shot as flat kernels between barrier kernels: FLAT_* */
+	unsigned flat_max;                /* their grid cap ($MORI_COLL_FLAT_BLOCKS) */
 	int unmapped;                     /* some rank's heap is not mapped here (another node) */
 	int xnode;                        /* the cross-node path (coll_gpu_xnode): kernels/coll_xnode.cu */
 	gpu_function fn_x;
@@ -67,6 +73,11 @@ int coll_gpu_init(mori_comm *k)
 	p->vec = vec && atoi(vec) > 1;
 	const char *ag = getenv("MORI_COLL_AR_GATHER");
 	p->ce_gather = ag && !strcmp(ag, "ce");
+	/* $MORI_COLL_AR_FLAT: "kernel" (the default), "ce" (gather by the copy engine), "0" (the
+	 * one-kernel two-shot with per-block barriers, as before) */
+	const char *fl = getenv("MORI_COLL_AR_FLAT"), *fb = getenv("MORI_COLL_FLAT_BLOCKS");
+	p->flat = !fl || !strcmp(fl, "kernel") ? FLAT_KERNEL : !strcmp(fl, "ce") ? FLAT_CE : FLAT_OFF;
+	p->flat_max = fb && atoi(fb) > 0 && atoi(fb) <= 65535 ? (unsigned)atoi(fb) : FLAT_MAX_BLOCKS;
 	struct mori_coll_dev *h = &p->host;
 	h->magic = MORI_COLL_MAGIC;
 	h->rank = k->rank;
@@ -293,6 +304,66 @@ static int twoshot_ce_gather(mori_comm *k, struct coll_gpu *p, const struct coll
 	return rc ? rc : barrier_kernel(k, p, cc->stream);
 }
 
+/* The flat two-shot all-reduce: per chunk (the whole count between windows), the input staged
+ * into the scratch by the copy engine (none from a window), a barrier kernel, the reduce kernel
+ * (part `rank` of every rank's input into dst, and into the scratch when dst is not a window), a
+ * barrier kernel, the gather (a kernel, or one copy-engine copy per peer), a barrier kernel
+ * (peers are done reading before the next chunk or the caller's next write). Neither data kernel
+ * waits for a peer, so their grids need not match the peers' and may exceed what is resident. */
+static int twoshot_flat(mori_comm *k, struct coll_gpu *p, const struct coll_call *cc)
+{
+	const struct mori_coll_dev *h = &p->host;
+	const uint64_t n = (uint64_t)k->n, me = (uint64_t)k->rank, es = cc->es, al = 16 / es;
+	const int swin = cc->src_win, dwin = cc->dst_win;
+	const uint64_t chunk = swin && dwin ? cc->count : (k->scratch_bytes / es - n * al) / (n * al) * (n * al);
+	const uint64_t src = (uint64_t)(uintptr_t)cc->src, dst = (uint64_t)(uintptr_t)cc->dst;
+	int rc = MORI_OK;
+	for (uint64_t c0 = 0; c0 < cc->count && !rc; c0 += chunk) {
+		const uint64_t m = cc->count - c0 < chunk ? cc->count - c0 : chunk;
+		const uint64_t P = ((m + n - 1) / n + al - 1) / al * al;
+		if (!swin)
+			rc = dtod(k, p, h->scratch, src + c0 * es, m * es, cc->stream);
+		if (!rc)
+			rc = barrier_kernel(k, p, cc->stream);
+		struct mori_coll_args *a = &p->a;
+		memset(a, 0, offsetof(struct mori_coll_args, sdispl));
+		a->kind = MORI_COLL_K_AR_PART;
+		a->dtype = (uint32_t)cc->dtype;
+		a->op = (uint32_t)cc->op;
+		a->flags = (dwin ? MORI_COLL_F_DST_WIN : 0) | (p->vec ? MORI_COLL_F_VEC : 0);
+		a->count = m;
+		a->src = swin ? src + c0 * es : h->scratch;
+		a->dst = dst + c0 * es;
+		uint64_t g = P * es / FLAT_BLOCK_BYTES + 1;
+		unsigned grid = g > p->flat_max ? p->flat_max : (unsigned)g;
+		if (!rc)
+			rc = launch(k, p, grid, cc->stream);
+		if (!rc)
+			rc = barrier_kernel(k, p, cc->stream);
+		if (!rc && p->flat == FLAT_CE) {
+			uint64_t rbase = dwin ? dst + c0 * es : h->scratch;
+			for (uint64_t j = 1; j < n && !rc; j++) {
+				uint64_t r = (me + j) % n, o = r * P;
+				uint64_t len = o >= m ? 0 : m - o < P ? m - o : P;
+				rc = dtod(k, p, dst + (c0 + o) * es, rbase - h->heap_base + h->peer_base[r] + o * es, len * es,
+					  cc->stream);
+			}
+		} else if (!rc && n > 1) {
+			memset(a, 0, offsetof(struct mori_coll_args, sdispl)); /* barrier_kernel used it */
+			a->kind = MORI_COLL_K_AR_GATHER;
+			a->dtype = (uint32_t)cc->dtype;
+			a->flags = dwin ? MORI_COLL_F_DST_WIN : 0;
+			a->count = m;
+			a->dst = dst + c0 * es;
+			g = (n - 1) * P * es / FLAT_BLOCK_BYTES + 1;
+			rc = launch(k, p, g > p->flat_max ? p->flat_max : (unsigned)g, cc->stream);
+		}
+		if (!rc)
+			rc = barrier_kernel(k, p, cc->stream);
+	}
+	return rc;
+}
+
 /* The cross-node form (kernels/coll_xnode.cu): whatever the algorithm table picked, one launch
  * of one block; inputs always staged through the scratch (windows change nothing here). Slots
  * of W bytes: n receive slots, and n send slots for all-to-all and reduce-scatter. */
@@ -337,6 +408,11 @@ int coll_gpu_run(mori_comm *k, const struct coll_call *cc)
 	}
 	if (cc->algo == MORI_COLL_CE) {
 		rc = run_ce(k, p, cc);
+		gpu_pop(p->api);
+		return rc;
+	}
+	if (cc->kind == MORI_COLL_K_AR_TWOSHOT && p->flat != FLAT_OFF && k->n > 1) {
+		rc = twoshot_flat(k, p, cc);
 		gpu_pop(p->api);
 		return rc;
 	}

@@ -42,6 +42,9 @@ def run_ranks(tmp_path, daemon, role, world, **params):
     """Ranks 0..world-1 of `role` as processes running this file; their summaries in rank order."""
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     env.pop("PYTHONOPTIMIZE", None)  # the ranks' checks are plain asserts: -O would skip them all
+    # an equal share of the SMs under MPS (as the C GPU tests): without it one rank's spinning combine
+    # can hold every SM while a peer's torch kernels wait behind it, until the EP deadline fires
+    env.setdefault("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", str(max(1, 100 // world)))
     env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "python"), HERE, env.get("PYTHONPATH", "")])
     procs, logs = [], []
     for r in range(world):
