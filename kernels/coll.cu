@@ -332,42 +332,6 @@ MORI_DEVICE void ar_twoshot(ctx &c, const mori_coll_args &a)
 	}
 }
 
-/* The flat two-shot's two kernels (MORI_COLL_K_AR_PART, MORI_COLL_K_AR_GATHER): no barrier inside,
- * so a grid as large as the memory wants (measured on the H200: 62 blocks of 256 threads move
- * about 45 % of what 264 or more do under an MPS share; in-kernel per-block barriers made large
- * grids slower). The barrier kernels between them order the ranks (coll_gpu.c). Parts as
- * ar_twoshot cuts them. */
-MORI_DEVICE void ar_flat(dev_t *d, const mori_coll_args &a)
-{
-	const int n = d->n, me = d->rank;
-	const uint64_t es = esize(a.dtype), al = 16 / es, m = a.count;
-	const uint64_t P = ((m + n - 1) / n + al - 1) / al * al;
-	bool dwin = a.flags & MORI_COLL_F_DST_WIN;
-#define PART(r, plen) uint64_t plen = (uint64_t)(r) * P >= m ? 0 : m - (uint64_t)(r) * P < P ? m - (uint64_t)(r) * P : P
-	if (a.kind == MORI_COLL_K_AR_PART) {
-		__shared__ uint64_t srcs[MORI_COLL_MAX_RANKS];
-		if (threadIdx.x < (unsigned)n)
-			srcs[threadIdx.x] = peer(d, a.src, threadIdx.x);
-		__syncthreads();
-		PART(me, mlen);
-		FOR_TILES(P, mlen, al, 0, lo, hi) {
-			uint64_t mo = ((uint64_t)me * P + lo) * es;
-			reduce_any(d, a, a.dst + mo, dwin ? 0 : d->scratch + mo, srcs, mo, hi - lo);
-		}
-		return;
-	}
-	uint64_t rbase = dwin ? a.dst : d->scratch;
-	for (int k = 1; k < n; k++) {
-		int r = (me + k) % n;
-		PART(r, len);
-		FOR_TILES(P, len, al, 0, lo, hi) {
-			uint64_t o = ((uint64_t)r * P + lo) * es;
-			copy((uint8_t *)(a.dst + o), (const uint8_t *)(peer(d, rbase, r) + o), (hi - lo) * es);
-		}
-	}
-#undef PART
-}
-
 /* Reduce-scatter: rank r's output is part r (count elements) of every rank's input. */
 MORI_DEVICE void redscat(ctx &c, const mori_coll_args &a)
 {
@@ -485,10 +449,6 @@ MORI_DEVICE void pulls(ctx &c, const mori_coll_args &a)
 MORI_DEVICE void mori_coll_body(const struct mori_coll_dev *d, const struct mori_coll_args &a)
 {
 	using namespace mori_coll;
-	if (a.kind == MORI_COLL_K_AR_PART || a.kind == MORI_COLL_K_AR_GATHER) {
-		ar_flat(d, a); /* waits for nothing: no generation, no status read */
-		return;
-	}
 	__shared__ uint64_t gen_s;
 	__shared__ int failed_s;
 	unsigned slot = a.kind == MORI_COLL_K_BARRIER ? a.slot : blockIdx.x;
@@ -526,4 +486,113 @@ MORI_KERNEL void __launch_bounds__(MORI_COLL_THREADS, 2 * MORI_COLL_BLOCKS_PER_S
 	mori_coll_kernel_o4(const struct mori_coll_dev *d, struct mori_coll_args a)
 {
 	mori_coll_body(d, a);
+}
+
+/* ---- the flat two-shot all-reduce's kernels (coll_gpu.c twoshot_flat) ----
+ * An entry point of their own, every function inlined and a small argument block: inside
+ * mori_coll_kernel's one body the same loop ran at a third of what this one does (its calls
+ * spill hundreds of bytes a thread; standalone the reduce moved 4 TB/s on the H200 with 1024
+ * blocks). Neither kernel waits for a peer, so grids may differ between ranks and exceed what is
+ * resident; the barrier kernels around them order the ranks. Parts as ar_twoshot cuts them. */
+namespace mori_coll {
+template <typename T>
+MORI_DEVICE void flat_reduce(dev_t *d, const mori_coll_flat_args &f, uint64_t off, uint64_t m, const uint64_t *srcs)
+{
+	const int n = d->n;
+	constexpr unsigned per = 16 / sizeof(T);
+	T *dst = (T *)(f.dst + off), *dst2 = f.flags & MORI_COLL_F_DST_WIN ? nullptr : (T *)(d->scratch + off);
+	uintptr_t al = (uintptr_t)dst | (uintptr_t)dst2 | off;
+	for (int q = 0; q < n; q++)
+		al |= (uintptr_t)srcs[q];
+	const uint64_t nt = (uint64_t)gridDim.x * blockDim.x, t0 = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	uint64_t nv = (al & 15) ? 0 : m / per;
+	for (uint64_t j = t0; j < nv; j += nt) {
+		float acc[per];
+		for (int q0 = 0; q0 < n; q0 += 8) { /* up to 8 sources' loads in flight before any is used */
+			mori_vec16 v[8];
+#pragma unroll
+			for (int u = 0; u < 8; u++)
+				if (q0 + u < n)
+					v[u] = ld16((const uint8_t *)srcs[q0 + u] + off + 16 * j);
+#pragma unroll
+			for (int u = 0; u < 8; u++) {
+				if (q0 + u >= n)
+					break;
+				const T *e = (const T *)&v[u];
+#pragma unroll
+				for (unsigned k = 0; k < per; k++)
+					acc[k] = q0 + u ? rop((int)f.op, acc[k], cvt<T>::in(e[k])) : cvt<T>::in(e[k]);
+			}
+		}
+		mori_vec16 o;
+		T *oe = (T *)&o;
+#pragma unroll
+		for (unsigned k = 0; k < per; k++)
+			oe[k] = cvt<T>::out(acc[k]);
+		((mori_vec16 *)dst)[j] = o;
+		if (dst2)
+			((mori_vec16 *)dst2)[j] = o;
+	}
+	for (uint64_t i = nv * per + t0; i < m; i += nt) { /* the tail, or all of it when misaligned */
+		float x = 0;
+		for (int q = 0; q < n; q++) {
+			float v = cvt<T>::in(cvt<T>::load((const T *)((const uint8_t *)srcs[q] + off) + i));
+			x = q ? rop((int)f.op, x, v) : v;
+		}
+		dst[i] = cvt<T>::out(x);
+		if (dst2)
+			dst2[i] = dst[i];
+	}
+}
+
+MORI_DEVICE void flat_copy(uint8_t *dst, const uint8_t *src, uint64_t len)
+{
+	const uint64_t nt = (uint64_t)gridDim.x * blockDim.x, t0 = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	uint64_t nv = (((uintptr_t)dst | (uintptr_t)src) & 15) ? 0 : len / 16;
+	uint64_t j = t0;
+	for (; j + 3 * nt < nv; j += 4 * nt) { /* 4 loads in flight a thread */
+		mori_vec16 v[4];
+#pragma unroll
+		for (int u = 0; u < 4; u++)
+			v[u] = ld16(src + 16 * (j + u * nt));
+#pragma unroll
+		for (int u = 0; u < 4; u++)
+			((mori_vec16 *)dst)[j + u * nt] = v[u];
+	}
+	for (; j < nv; j += nt)
+		((mori_vec16 *)dst)[j] = ld16(src + 16 * j);
+	for (uint64_t i = nv * 16 + t0; i < len; i += nt)
+		dst[i] = ldg(src + i);
+}
+} // namespace mori_coll
+
+MORI_KERNEL void __launch_bounds__(MORI_COLL_THREADS, 3) /* up to 80 registers (64 spilled): 24 warps an SM */
+	mori_coll_flat_kernel(const struct mori_coll_dev *d, struct mori_coll_flat_args f)
+{
+	using namespace mori_coll;
+	const int n = d->n, me = d->rank;
+	const uint64_t es = esize(f.dtype), al = 16 / es, m = f.count;
+	const uint64_t P = ((m + n - 1) / n + al - 1) / al * al;
+#define PART(r) ((uint64_t)(r) * P >= m ? 0 : m - (uint64_t)(r) * P < P ? m - (uint64_t)(r) * P : P)
+	if (f.kind == MORI_COLL_K_AR_PART) {
+		__shared__ uint64_t srcs[MORI_COLL_MAX_RANKS];
+		if (threadIdx.x < (unsigned)n)
+			srcs[threadIdx.x] = peer(d, f.src, threadIdx.x);
+		__syncthreads();
+		const uint64_t off = (uint64_t)me * P * es, len = PART(me);
+		if (f.dtype == MORI_COLL_DT_F32)
+			flat_reduce<float>(d, f, off, len, srcs);
+		else if (f.dtype == MORI_COLL_DT_F16)
+			flat_reduce<__half>(d, f, off, len, srcs);
+		else
+			flat_reduce<bf16>(d, f, off, len, srcs);
+		return;
+	}
+	const uint64_t rbase = f.flags & MORI_COLL_F_DST_WIN ? f.dst : d->scratch;
+	for (int k = 1; k < n; k++) {
+		int r = (me + k) % n;
+		uint64_t o = (uint64_t)r * P * es;
+		flat_copy((uint8_t *)(f.dst + o), (const uint8_t *)(peer(d, rbase, r) + o), PART(r) * es);
+	}
+#undef PART
 }

@@ -48,11 +48,21 @@ enum mori_coll_kind {
 	MORI_COLL_K_ALLTOALL = 6,
 	MORI_COLL_K_BCAST = 7,
 	MORI_COLL_K_ALLTOALLV = 8,
-	/* the flat two-shot all-reduce (coll_gpu.c twoshot_flat): kernels with no barrier inside, any
-	 * grid (ranks' grids may differ), between barrier kernels. a.count: the chunk's elements; a.src:
-	 * where every rank's input is (this rank's address: src window or scratch), a.dst the chunk's dst */
+	/* mori_coll_flat_kernel's two (the flat two-shot all-reduce, coll_gpu.c twoshot_flat) */
 	MORI_COLL_K_AR_PART = 9,   /* reduce part `rank` of every rank's input into dst (and scratch) */
 	MORI_COLL_K_AR_GATHER = 10, /* copy every other rank's reduced part from it (dst window or scratch) */
+};
+
+/* The flat two-shot all-reduce's kernel: no barrier inside, any grid (ranks' grids may differ),
+ * launched between barrier kernels. void *params[] = {&dev, &f}. */
+#define MORI_COLL_FLAT_KERNEL_NAME "mori_coll_flat_kernel"
+struct mori_coll_flat_args {
+	uint32_t kind;             /* MORI_COLL_K_AR_PART or MORI_COLL_K_AR_GATHER */
+	uint32_t dtype, op;
+	uint32_t flags;            /* MORI_COLL_F_DST_WIN: the reduced parts are in dst (else the scratch) */
+	uint64_t src;              /* AR_PART: where every rank's input is (this rank's address: window or scratch) */
+	uint64_t dst;              /* the chunk's dst */
+	uint64_t count;            /* the chunk's elements */
 };
 
 /* mori_dtype and mori_redop values (include/mori_coll.h: NCCL's numbers) the kernels reduce */

@@ -21,6 +21,7 @@ struct coll_gpu {
 	struct gpu_dev *d;
 	const struct gpu_api *api;
 	gpu_function fn;
+	gpu_function fn_flat;             /* mori_coll_flat_kernel */
 	gpu_dptr dev;                     /* struct mori_coll_dev */
 	struct mori_coll_status *st;      /* mapped host memory */
 	gpu_dptr st_d;
@@ -128,6 +129,9 @@ int coll_gpu_init(mori_comm *k)
 	if (!rc)
 		rc = gpu_err(a->module_get_function(&p->fn, p->d->module,
 						    bps == MORI_COLL_BLOCKS_PER_SM ? MORI_COLL_KERNEL_NAME : MORI_COLL_KERNEL_NAME_O4),
+			     "cuModuleGetFunction", msg, sizeof(msg));
+	if (!rc)
+		rc = gpu_err(a->module_get_function(&p->fn_flat, p->d->module, MORI_COLL_FLAT_KERNEL_NAME),
 			     "cuModuleGetFunction", msg, sizeof(msg));
 	gpu_pop(a);
 	if (rc)
@@ -304,6 +308,19 @@ static int twoshot_ce_gather(mori_comm *k, struct coll_gpu *p, const struct coll
 	return rc ? rc : barrier_kernel(k, p, cc->stream);
 }
 
+/* mori_coll_flat_kernel with a block per FLAT_BLOCK_BYTES of the rank's work, at most flat_max */
+static int flat_launch(mori_comm *k, struct coll_gpu *p, struct mori_coll_flat_args *f, uint64_t work, void *stream)
+{
+	char msg[160];
+	uint64_t g = work / FLAT_BLOCK_BYTES + 1;
+	unsigned grid = g > p->flat_max ? p->flat_max : (unsigned)g;
+	gpu_dptr dev = p->dev;
+	void *params[] = {&dev, f};
+	int rc = gpu_err(p->api->launch_kernel(p->fn_flat, grid, 1, 1, MORI_COLL_THREADS, 1, 1, 0, stream, params, NULL),
+			 "launch " MORI_COLL_FLAT_KERNEL_NAME, msg, sizeof(msg));
+	return rc ? set_error(k->c, rc, "coll: %s", msg) : MORI_OK;
+}
+
 /* The flat two-shot all-reduce: per chunk (the whole count between windows), the input staged
  * into the scratch by the copy engine (none from a window), a barrier kernel, the reduce kernel
  * (part `rank` of every rank's input into dst, and into the scratch when dst is not a window), a
@@ -325,19 +342,11 @@ static int twoshot_flat(mori_comm *k, struct coll_gpu *p, const struct coll_call
 			rc = dtod(k, p, h->scratch, src + c0 * es, m * es, cc->stream);
 		if (!rc)
 			rc = barrier_kernel(k, p, cc->stream);
-		struct mori_coll_args *a = &p->a;
-		memset(a, 0, offsetof(struct mori_coll_args, sdispl));
-		a->kind = MORI_COLL_K_AR_PART;
-		a->dtype = (uint32_t)cc->dtype;
-		a->op = (uint32_t)cc->op;
-		a->flags = (dwin ? MORI_COLL_F_DST_WIN : 0) | (p->vec ? MORI_COLL_F_VEC : 0);
-		a->count = m;
-		a->src = swin ? src + c0 * es : h->scratch;
-		a->dst = dst + c0 * es;
-		uint64_t g = P * es / FLAT_BLOCK_BYTES + 1;
-		unsigned grid = g > p->flat_max ? p->flat_max : (unsigned)g;
+		struct mori_coll_flat_args f = {MORI_COLL_K_AR_PART, (uint32_t)cc->dtype, (uint32_t)cc->op,
+						dwin ? MORI_COLL_F_DST_WIN : 0u, swin ? src + c0 * es : h->scratch,
+						dst + c0 * es, m};
 		if (!rc)
-			rc = launch(k, p, grid, cc->stream);
+			rc = flat_launch(k, p, &f, P * es, cc->stream);
 		if (!rc)
 			rc = barrier_kernel(k, p, cc->stream);
 		if (!rc && p->flat == FLAT_CE) {
@@ -348,15 +357,9 @@ static int twoshot_flat(mori_comm *k, struct coll_gpu *p, const struct coll_call
 				rc = dtod(k, p, dst + (c0 + o) * es, rbase - h->heap_base + h->peer_base[r] + o * es, len * es,
 					  cc->stream);
 			}
-		} else if (!rc && n > 1) {
-			memset(a, 0, offsetof(struct mori_coll_args, sdispl)); /* barrier_kernel used it */
-			a->kind = MORI_COLL_K_AR_GATHER;
-			a->dtype = (uint32_t)cc->dtype;
-			a->flags = dwin ? MORI_COLL_F_DST_WIN : 0;
-			a->count = m;
-			a->dst = dst + c0 * es;
-			g = (n - 1) * P * es / FLAT_BLOCK_BYTES + 1;
-			rc = launch(k, p, g > p->flat_max ? p->flat_max : (unsigned)g, cc->stream);
+		} else if (!rc) {
+			f.kind = MORI_COLL_K_AR_GATHER;
+			rc = flat_launch(k, p, &f, (n - 1) * P * es, cc->stream);
 		}
 		if (!rc)
 			rc = barrier_kernel(k, p, cc->stream);
