@@ -72,6 +72,7 @@ static const struct spec specs[] = {
 static double *shared_t; /* [8]: each rank's copy time (the concurrent ceiling), MAP_SHARED */
 static const char *only;  /* --only LABEL */
 static uint64_t minb;     /* --min BYTES */
+uint64_t parse_size(const char *s); /* tools/mori-bench.c: 1G, 64K, or bytes */
 
 struct rk {
 	int me, n;
@@ -378,11 +379,11 @@ int bench_coll_main(int argc, char **argv)
 		else if (!strcmp(argv[i], "--pes") && i + 1 < argc)
 			pes = argv[++i];
 		else if (!strcmp(argv[i], "--max") && i + 1 < argc)
-			maxb = strtoull(argv[++i], NULL, 0);
+			maxb = parse_size(argv[++i]);
 		else if (!strcmp(argv[i], "--iters") && i + 1 < argc)
 			iters = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--min") && i + 1 < argc)
-			minb = strtoull(argv[++i], NULL, 0);
+			minb = parse_size(argv[++i]);
 		else if (!strcmp(argv[i], "--only") && i + 1 < argc)
 			only = argv[++i];
 		else {
@@ -393,8 +394,8 @@ int bench_coll_main(int argc, char **argv)
 	}
 	if (iters < 1 || iters > MAXIT)
 		iters = 40;
-	if (maxb < 4096)
-		maxb = 4096;
+	if (maxb < (1u << 20)) /* the graph rows' sizes (up to 1 MiB) must fit the windows */
+		maxb = 1u << 20;
 	printf("# mori-bench coll: MORI-CCL, N processes on one GPU as the ranks (MPS: %s), f32, heap windows\n",
 	       getenv("CUDA_MPS_PIPE_DIRECTORY") ? "on" : "off (kernels of the ranks time-slice)");
 	shared_t = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);

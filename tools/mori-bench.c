@@ -56,7 +56,8 @@ static double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static uint64_t parse_size(const char *s)
+/* "64K", "1M", "1G", or bytes; also for the subcommands (tools/bench_coll.c) */
+uint64_t parse_size(const char *s)
 {
 	char *e;
 	double v = strtod(s, &e);
