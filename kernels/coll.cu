@@ -121,6 +121,39 @@ MORI_DEVICE float rop(int op, float a, float b)
 {
 	return op == MORI_COLL_OP_MAX ? fmaxf(a, b) : op == MORI_COLL_OP_MIN ? fminf(a, b) : a + b;
 }
+/* acc = v's elements (first source) or acc op v's; then acc converted to T, stored at vector j of
+ * dst (and of dst2 when non-NULL). Inlined into every reduction loop. */
+template <typename T> MORI_DEVICE void fold16(int op, float *acc, const mori_vec16 &v, bool first)
+{
+	const T *e = (const T *)&v;
+#pragma unroll
+	for (unsigned k = 0; k < 16 / sizeof(T); k++)
+		acc[k] = first ? cvt<T>::in(e[k]) : rop(op, acc[k], cvt<T>::in(e[k]));
+}
+/* element i of the reduction, one at a time (tails, unaligned buffers) */
+template <typename T>
+MORI_DEVICE void reduce1(int op, int n, T *dst, T *dst2, const uint64_t *srcs, uint64_t soff, uint64_t i)
+{
+	float x = 0;
+	for (int q = 0; q < n; q++) {
+		float v = cvt<T>::in(cvt<T>::load((const T *)((const uint8_t *)srcs[q] + soff) + i));
+		x = q ? rop(op, x, v) : v;
+	}
+	dst[i] = cvt<T>::out(x);
+	if (dst2)
+		dst2[i] = dst[i];
+}
+template <typename T> MORI_DEVICE void store16(T *dst, T *dst2, uint64_t j, const float *acc)
+{
+	mori_vec16 o;
+	T *oe = (T *)&o;
+#pragma unroll
+	for (unsigned k = 0; k < 16 / sizeof(T); k++)
+		oe[k] = cvt<T>::out(acc[k]);
+	((mori_vec16 *)dst)[j] = o;
+	if (dst2)
+		((mori_vec16 *)dst2)[j] = o;
+}
 
 /* V vectors of 16 bytes a thread, each from Q <= 8 sources (n <= Q), all V x Q loads issued before
  * any is used: with few ranks a thread still has 8 loads in flight. */
@@ -147,19 +180,9 @@ COLL_CALL void reduce_vq(int op, int n, T *dst, T *dst2, const uint64_t *srcs, u
 			for (int q = 0; q < Q; q++) {
 				if (q >= n)
 					break;
-				const T *e = (const T *)&v[x][q];
-#pragma unroll
-				for (unsigned k = 0; k < per; k++)
-					acc[k] = q ? rop(op, acc[k], cvt<T>::in(e[k])) : cvt<T>::in(e[k]);
+				fold16<T>(op, acc, v[x][q], q == 0);
 			}
-			mori_vec16 o;
-			T *oe = (T *)&o;
-#pragma unroll
-			for (unsigned k = 0; k < per; k++)
-				oe[k] = cvt<T>::out(acc[k]);
-			((mori_vec16 *)dst)[j] = o;
-			if (dst2)
-				((mori_vec16 *)dst2)[j] = o;
+			store16<T>(dst, dst2, j, acc);
 		}
 	}
 }
@@ -200,31 +223,15 @@ COLL_CALL void reduce(dev_t *d, int op, T *dst, T *dst2, const uint64_t *srcs, u
 					for (int u = 0; u < QB; u++) {
 						if (q0 + u >= n)
 							break;
-						const T *e = (const T *)&v[u];
-						for (unsigned k = 0; k < per; k++)
-							acc[k] = q0 + u ? rop(op, acc[k], cvt<T>::in(e[k])) : cvt<T>::in(e[k]);
+						fold16<T>(op, acc, v[u], q0 + u == 0);
 					}
 				}
-				mori_vec16 o;
-				T *oe = (T *)&o;
-				for (unsigned k = 0; k < per; k++)
-					oe[k] = cvt<T>::out(acc[k]);
-				((mori_vec16 *)dst)[j] = o;
-				if (dst2)
-					((mori_vec16 *)dst2)[j] = o;
+				store16<T>(dst, dst2, j, acc);
 			}
 		i0 = nv * per;
 	}
-	for (uint64_t i = i0 + t; i < m; i += nt) {
-		float acc = 0;
-		for (int q = 0; q < n; q++) {
-			float v = cvt<T>::in(cvt<T>::load((const T *)((const uint8_t *)srcs[q] + soff) + i));
-			acc = q ? rop(op, acc, v) : v;
-		}
-		dst[i] = cvt<T>::out(acc);
-		if (dst2)
-			dst2[i] = dst[i];
-	}
+	for (uint64_t i = i0 + t; i < m; i += nt)
+		reduce1<T>(op, n, dst, dst2, srcs, soff, i);
 }
 
 MORI_DEVICE int esize(uint32_t dt) { return dt == MORI_COLL_DT_F32 ? 4 : 2; }
@@ -518,31 +525,13 @@ MORI_DEVICE void flat_reduce(dev_t *d, const mori_coll_flat_args &f, uint64_t of
 			for (int u = 0; u < 8; u++) {
 				if (q0 + u >= n)
 					break;
-				const T *e = (const T *)&v[u];
-#pragma unroll
-				for (unsigned k = 0; k < per; k++)
-					acc[k] = q0 + u ? rop((int)f.op, acc[k], cvt<T>::in(e[k])) : cvt<T>::in(e[k]);
+				fold16<T>((int)f.op, acc, v[u], q0 + u == 0);
 			}
 		}
-		mori_vec16 o;
-		T *oe = (T *)&o;
-#pragma unroll
-		for (unsigned k = 0; k < per; k++)
-			oe[k] = cvt<T>::out(acc[k]);
-		((mori_vec16 *)dst)[j] = o;
-		if (dst2)
-			((mori_vec16 *)dst2)[j] = o;
+		store16<T>(dst, dst2, j, acc);
 	}
-	for (uint64_t i = nv * per + t0; i < m; i += nt) { /* the tail, or all of it when misaligned */
-		float x = 0;
-		for (int q = 0; q < n; q++) {
-			float v = cvt<T>::in(cvt<T>::load((const T *)((const uint8_t *)srcs[q] + off) + i));
-			x = q ? rop((int)f.op, x, v) : v;
-		}
-		dst[i] = cvt<T>::out(x);
-		if (dst2)
-			dst2[i] = dst[i];
-	}
+	for (uint64_t i = nv * per + t0; i < m; i += nt) /* the tail, or all of it when misaligned */
+		reduce1<T>((int)f.op, n, dst, dst2, srcs, off, i);
 }
 
 MORI_DEVICE void flat_copy(uint8_t *dst, const uint8_t *src, uint64_t len)
