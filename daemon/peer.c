@@ -219,6 +219,7 @@ void peer_up(struct peer *p)
 	p->auth_fails = 0;
 	p->backoff_ms = PEER_BACKOFF_MIN_MS;
 	p->why[0] = 0;
+	p->probe_why[0] = 0;
 	mlog_notice("peer", "peer %s up (%s, epoch %llx)", p->addr, p->node, (unsigned long long)p->epoch);
 	peers_dirty(p->P);
 }
@@ -423,6 +424,7 @@ static void peer_redial(struct peer *p)
 /* The request path closes with the peer (daemon stopping). */
 void peer_close_requests(struct peer *p)
 {
+	peer_probe_stop(p);
 	if (p->req_ok)
 		svc_nng_close(p->req, PEER_CLOSE_WAIT_MS, p->addr);
 	if (p->req_poll_on)
@@ -664,12 +666,16 @@ void peer_rpcs_tick(struct peer *p, uint64_t now)
 		if (q->sent)
 			snprintf(m, sizeof(m), "peer daemon %s did not answer within %u ms", p->addr, q->timeout_ms);
 		else /* the hello's own failure becomes p->why: not nested in itself (tester3 D10) */
-			snprintf(m, sizeof(m), "cannot reach peer daemon %s within %u ms%s%s", p->addr, q->timeout_ms,
+			snprintf(m, sizeof(m), "cannot reach peer daemon %s within %u ms%s%s%s%s%s", p->addr,
+				 q->timeout_ms, p->probe_why[0] ? " (" : "", p->probe_why, p->probe_why[0] ? ")" : "",
 				 p->why[0] && !hello_or_auth(q) ? ": " : "", hello_or_auth(q) ? "" : p->why);
 		rpc_end(p, q, NULL, q->sent ? MORI_ETIMEDOUT : MORI_ECONN, m);
 		rpc_kick(p);
-	} else if (!q->sent && now - p->rpc_try_us >= RPC_RETRY_MS * 1000ull) {
-		rpc_kick(p);
+	} else if (!q->sent) {
+		if (now - p->rpc_try_us >= RPC_RETRY_MS * 1000ull)
+			rpc_kick(p);
+		if (!q->sent)
+			peer_probe(p, q->deadline_us - q->timeout_ms * 1000ull, now);
 	}
 }
 

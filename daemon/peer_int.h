@@ -98,6 +98,13 @@ struct peer {
 	uint32_t backoff_ms;
 	uv_getaddrinfo_t gai;
 	int resolving;
+	/* why the request path does not connect (peer_probe.c): nng's dialer does not say */
+	uv_getaddrinfo_t probe_gai;
+	uv_tcp_t probe_tcp;
+	uv_connect_t probe_conn;
+	int probing;              /* 0, resolving, connecting */
+	uint64_t probe_at_us;     /* the next probe not before; connecting: when it started */
+	char probe_why[160];      /* "connection refused", ...; empty: reachable or not probed */
 	/* transfers */
 	struct list xfers;        /* struct xfer.plink: all in flight */
 	uint32_t nxfers;
@@ -308,6 +315,11 @@ struct rpc *peer_rpc_fast(struct peer *p, Mori__Request *req, uint32_t timeout_m
  * without calling done: a newer request made them void. */
 void peer_rpc_drop(struct peer *p, int kind, int64_t key);
 void peer_rpcs_tick(struct peer *p, uint64_t now); /* deadlines and retries of p's requests */
+/* ---- peer_probe.c ---- */
+/* A request has waited for p's request path since `since` (us): find out once in a while (a
+ * TCP connect of our own to p->addr) why nng's dialer gets nowhere; into p->probe_why. */
+void peer_probe(struct peer *p, uint64_t since, uint64_t now);
+void peer_probe_stop(struct peer *p); /* p is leaving: end its probe (the callbacks let go of p) */
 void peer_rpcs_stop(struct peer *p);               /* daemon stopping: every request ends */
 int peer_listen(struct peers *P);                  /* the rep0 listener at `listen` */
 void peer_listen_stop(struct peers *P);
