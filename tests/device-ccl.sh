@@ -56,12 +56,10 @@ for p in $parts; do
 		RT=/tmp/mori-ccl-rt
 		morid_start "$RT" || continue
 		V=${CCL_VARIANTS:-"default
-old MORI_COLL_TILE=0 MORI_COLL_VEC=1 MORI_COLL_BLOCKS=62
-contig MORI_COLL_TILE=0
-bps4 MORI_COLL_BPS=4
-waves MORI_COLL_BLOCKS=512
-cegather MORI_COLL_AR_GATHER=ce
-bps4-cegather MORI_COLL_BPS=4 MORI_COLL_AR_GATHER=ce"}
+flat-ce MORI_COLL_AR_FLAT=ce
+flat-k264 MORI_COLL_FLAT_BLOCKS=264
+one-kernel MORI_COLL_AR_FLAT=0
+one-kernel-cegather MORI_COLL_AR_FLAT=0 MORI_COLL_AR_GATHER=ce"}
 		while read -r name envs; do
 			[ -n "$name" ] || continue
 			echo "== variant $name: ${envs:-(defaults)}" | tee -a "$SUM"
