@@ -189,7 +189,7 @@ int mori_comm_create(mori_group *g, const mori_comm_opts *opts, mori_comm **out)
 	k->off_flags = 0;
 	k->off_gens = k->off_flags + 8ull * MORI_COLL_SLOTS * nn;
 	k->off_meta = k->off_gens + 8ull * MORI_COLL_SLOTS;
-	k->off_exch = k->off_meta + 16ull * nn;
+	k->off_exch = k->off_meta + 24ull * nn; /* [n] (displacement, bytes) sent, then [n] bytes expected */
 	k->off_scratch = (k->off_exch + 64 + 4095) & ~4095ull;
 	uint64_t free_heap = g->heap_size > MORI_SHMEM_RESERVED ? g->heap_size - MORI_SHMEM_RESERVED : 0;
 	if (o.scratch_bytes > free_heap) { /* also keeps off_scratch + scratch_bytes from wrapping */

@@ -129,26 +129,36 @@ static int host_reduce(mori_comm *k, const struct coll_call *cc, float *acc, uin
 
 /* The all-to-all-v tables: every rank's (displacement, bytes) per destination, through the meta
  * area; the longest segment of any rank (the rounds), and this rank's receive sizes checked. */
+/* Every rank publishes what it sends (displacement, bytes) and what it expects from each rank,
+ * then reads every rank's tables: all ranks check every pair, so a mismatch anywhere is found by
+ * all, the same one first, and every rank returns MORI_EINVAL in step (a rank whose counts were
+ * right would otherwise go on and move bytes its peer does not expect). */
 static int a2av_meta(mori_comm *k, const struct coll_call *cc, uint64_t *total)
 {
+	const int n = k->n;
 	uint64_t *meta = (uint64_t *)(k->area + k->off_meta);
-	for (int r = 0; r < k->n; r++) {
+	for (int r = 0; r < n; r++) {
 		meta[2 * r] = cc->sdispl[r] * cc->es;
 		meta[2 * r + 1] = cc->scount[r] * cc->es;
+		meta[2 * n + r] = cc->rcount[r] * cc->es;
 	}
 	int rc = bar(k);
-	uint64_t *t = malloc(16 * (size_t)k->n);
+	uint64_t *t = malloc(24 * (size_t)n * (size_t)n);
 	if (!t)
 		return set_error(k->c, MORI_ENOMEM, "out of memory");
 	*total = 0;
-	for (int r = 0; r < k->n && !rc; r++) {
-		rc = rd(k, t, (const uint8_t *)meta, 16 * (size_t)k->n, r);
-		for (int d = 0; d < k->n && !rc; d++)
-			*total = t[2 * d + 1] > *total ? t[2 * d + 1] : *total;
-		if (!rc && t[2 * k->rank + 1] != cc->rcount[r] * cc->es)
-			rc = set_error(k->c, MORI_EINVAL, "alltoallv: rank %d sends %llu elements here, recvcounts[%d] is %zu",
-				       r, (unsigned long long)(t[2 * k->rank + 1] / cc->es), r, cc->rcount[r]);
-	}
+	for (int r = 0; r < n && !rc; r++) /* t + 3n r: rank r's tables */
+		rc = rd(k, t + 3 * (size_t)n * (size_t)r, (const uint8_t *)meta, 24 * (size_t)n, r);
+	for (int s = 0; s < n && !rc; s++)
+		for (int d = 0; d < n && !rc; d++) {
+			uint64_t sent = t[3 * (size_t)n * (size_t)s + 2 * (size_t)d + 1];
+			uint64_t want = t[3 * (size_t)n * (size_t)d + 2 * (size_t)n + (size_t)s];
+			*total = sent > *total ? sent : *total;
+			if (sent != want)
+				rc = set_error(k->c, MORI_EINVAL, "alltoallv: rank %d sends %llu elements to rank %d, whose "
+								  "recvcounts[%d] is %llu", s, (unsigned long long)(sent / cc->es), d, s,
+					       (unsigned long long)(want / cc->es));
+		}
 	free(t);
 	return rc;
 }
@@ -168,7 +178,7 @@ static int host_pulls(mori_comm *k, const struct coll_call *cc)
 				 "rank: create the communicator with scratch_bytes >= %llu", (unsigned long long)k->scratch_bytes,
 				 nseg, 16ull * (unsigned long long)nseg);
 	if (kind == MORI_COLL_K_ALLTOALLV && (rc = a2av_meta(k, cc, &total))) {
-		bar(k); /* every rank finds the same mismatch, but still ends the call together */
+		bar(k); /* every rank finds the same mismatch (a2av_meta), and ends the call together */
 		return rc;
 	}
 	for (uint64_t k0 = 0; (k0 < total || k0 == 0) && !rc; k0 += W) {

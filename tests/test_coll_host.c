@@ -196,6 +196,17 @@ static int pe_faults(int pe, int n, void *arg)
 	}
 	PCHECK(pe, mori_comm_set_algo(k, "allreduce=ce") == MORI_EINVAL, "allreduce=ce accepted");
 	PCHECK(pe, mori_comm_set_algo(k, "bogus=kernel") == MORI_EINVAL, "bogus accepted");
+	{ /* all-to-all-v whose counts disagree on one rank only (rank 1 expects 3 from rank 0, which
+	   * sends 4): every rank refuses, naming the pair, and the communicator stays in step (tester5) */
+		size_t sc[8], sd[8], rc[8], rd[8];
+		for (int r = 0; r < n; r++)
+			sc[r] = rc[r] = 4, sd[r] = rd[r] = 4 * (size_t)r;
+		if (pe == 1)
+			rc[0] = 3;
+		int rv = mori_alltoallv(k, x, sc, sd, y, rc, rd, MORI_UINT8, NULL);
+		PCHECK(pe, rv == MORI_EINVAL && strstr(mori_client_last_error(c), "rank 0 sends 4 elements to rank 1"),
+		       "a mismatch on rank 1 only: %s (%s)", mori_strerror(rv), mori_client_last_error(c));
+	}
 	POK(pe, mori_allreduce(k, x, y, 16, MORI_FLOAT32, MORI_SUM, NULL));
 	PCHECK(pe, y[0] == (float)n, "sum %g of %d ranks", y[0], n);
 	if (pe == n - 1) {
