@@ -110,6 +110,11 @@ static const struct opt *find(const char *name)
 	return NULL;
 }
 
+int config_known(const char *name)
+{
+	return find(name) != NULL;
+}
+
 int config_set(struct config *cfg, const char *name, const char *value, char *err, size_t errlen)
 {
 	const struct opt *o = find(name);

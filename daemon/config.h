@@ -64,6 +64,8 @@ void config_defaults(struct config *cfg);
 int config_load_file(struct config *cfg, const char *path, char *err, size_t errlen);
 /* Set one option by name ("ring_entries" or "ring-entries"). Returns 0, or -1 with reason. */
 int config_set(struct config *cfg, const char *name, const char *value, char *err, size_t errlen);
+/* 1 when name (with '-' or '_') is an option of the table */
+int config_known(const char *name);
 /* Cross-field checks and derived values. */
 int config_validate(struct config *cfg, char *err, size_t errlen);
 /* Is a change from old to new allowed at reload? Names the first non-reloadable change. */

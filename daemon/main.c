@@ -192,7 +192,12 @@ int main(int argc, char **argv)
 				return 2;
 			}
 		} else if (!strncmp(a, "--", 2)) {
-			char *eq = strchr(a, '=');
+			char *eq = strchr(a, '='), name[64];
+			snprintf(name, sizeof(name), "%.*s", eq ? (int)(eq - a - 2) : (int)strlen(a + 2), a + 2);
+			if (!config_known(name)) { /* before "needs a value": the name is the mistake */
+				fprintf(stderr, "morid: command line: unknown option '%s' (try --help)\n", name);
+				return 2;
+			}
 			if (eq) {
 				cli_names[cli_n] = strndup(a + 2, (size_t)(eq - a - 2));
 				cli_values[cli_n++] = eq + 1;

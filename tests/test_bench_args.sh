@@ -23,4 +23,34 @@ refused --depth --depth 100000
 refused --prep-descs --prep-descs 99999999999
 refused --region --block-min 8K --block-max 8K --region 4K --iters 1
 refused "size '-1'" --region -1
+refused "size 'abc'" --region abc
+refused "size '1Gfoo'" --region 1Gfoo
 pass "mori-bench io refuses absurd --batch, --iters, --warmup, --depth, --prep-descs, sizes and a block past the region: exit 2 with a message"
+
+# mori-bench coll (tester5): bad rank counts, iterations and sizes, refused before any rank forks
+coll_refused() { # WANT_IN_MESSAGE ARGS...
+	local want=$1
+	shift
+	out=$(timeout 30 "$B/mori-bench" coll "$@" 2>&1 > /dev/null)
+	rc=$?
+	[ "$rc" = 2 ] || fail "mori-bench coll $*: exit $rc, want 2 ($out)"
+	grep -q -- "$want" <<< "$out" || fail "mori-bench coll $*: message '$out' does not name $want"
+}
+coll_refused "--pes" --pes 0
+coll_refused "--pes" --pes 99
+coll_refused "--pes" --pes abc
+coll_refused "--pes" --pes "2 x"
+coll_refused "--pes" --pes ""
+coll_refused "--iters" --iters 0
+coll_refused "--iters" --iters abc
+coll_refused "--iters" --iters 100000
+coll_refused "size 'abc'" --max abc
+coll_refused "size '1X'" --max 1X
+coll_refused "above --max" --min 5G --max 1G
+out=$(timeout 60 "$B/mori-bench" coll --pes "2,4" --max 64K --only no-such-row 2>&1) # with a GPU: ranks made, no row run
+rc=$?
+case $rc in
+0 | 77 | 1) grep -q "raised to 1 MiB" <<< "$out" || fail "coll --max 64K: no word of the raise ($out)" ;;
+*) fail "coll --pes 2,4 --max 64K: exit $rc ($out)" ;;
+esac
+pass "mori-bench coll refuses bad --pes, --iters, --max and --min before forking (exit 2, naming the option) and says when it raises --max"

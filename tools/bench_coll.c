@@ -380,36 +380,70 @@ int bench_coll_main(int argc, char **argv)
 			pes = argv[++i];
 		else if (!strcmp(argv[i], "--max") && i + 1 < argc)
 			maxb = parse_size(argv[++i]);
-		else if (!strcmp(argv[i], "--iters") && i + 1 < argc)
-			iters = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--iters") && i + 1 < argc) {
+			char *e;
+			long v = strtol(argv[++i], &e, 10);
+			if (e == argv[i] || *e || v < 1 || v > MAXIT) {
+				fprintf(stderr, "mori-bench coll: --iters %s is not 1 .. %d\n", argv[i], MAXIT);
+				return 2;
+			}
+			iters = (int)v;
+		}
 		else if (!strcmp(argv[i], "--min") && i + 1 < argc)
 			minb = parse_size(argv[++i]);
 		else if (!strcmp(argv[i], "--only") && i + 1 < argc)
 			only = argv[++i];
 		else {
-			fprintf(stderr, "usage: mori-bench coll [--dir RUNTIME_DIR] [--pes \"2 4 8\"] [--max BYTES] [--iters N] "
-					"[--min BYTES] [--only LABEL]\n");
+			fprintf(stderr, "usage: mori-bench coll [--dir RUNTIME_DIR] [--pes \"2 4 8\"] [--max BYTES] [--iters 1..%d] "
+					"[--min BYTES] [--only LABEL]   (BYTES: 4096, 64K, 1G...)\n", MAXIT);
 			return 2;
 		}
 	}
-	if (iters < 1 || iters > MAXIT)
-		iters = 40;
-	if (maxb < (1u << 20)) /* the graph rows' sizes (up to 1 MiB) must fit the windows */
+	int ns[16], nn = 0; /* --pes: rank counts 1 .. 8, separated by spaces or commas */
+	for (const char *p = pes;;) {
+		while (*p == ' ' || *p == ',')
+			p++;
+		if (!*p)
+			break;
+		char *end;
+		long v = strtol(p, &end, 10);
+		if (end == p || (*end && *end != ' ' && *end != ',') || v < 1 || v > 8 || nn == 16) {
+			fprintf(stderr, "mori-bench coll: --pes \"%s\": rank counts 1 .. 8 (at most 16 of them), separated by "
+					"spaces or commas\n", pes);
+			return 2;
+		}
+		ns[nn++] = (int)v;
+		p = end;
+	}
+	if (!nn) {
+		fprintf(stderr, "mori-bench coll: --pes names no rank count\n");
+		return 2;
+	}
+	if (minb > maxb) {
+		fprintf(stderr, "mori-bench coll: --min %llu is above --max %llu\n", (unsigned long long)minb,
+			(unsigned long long)maxb);
+		return 2;
+	}
+	if (maxb < (1u << 20)) { /* the graph rows' sizes (up to 1 MiB) must fit the windows */
+		fprintf(stderr, "mori-bench coll: --max raised to 1 MiB (the windows hold the graph rows' sizes)\n");
 		maxb = 1u << 20;
+	}
+	/* the driver's library, without initialising it here (the ranks are forked from this process) */
+	void *drv = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+	if (!drv)
+		drv = dlopen("libamdhip64.so", RTLD_LAZY | RTLD_LOCAL);
+	if (!drv) {
+		printf("skipped: no GPU (neither libcuda.so.1 nor libamdhip64.so is installed)\n");
+		return 77;
+	}
 	printf("# mori-bench coll: MORI-CCL, N processes on one GPU as the ranks (MPS: %s), f32, heap windows\n",
 	       getenv("CUDA_MPS_PIPE_DIRECTORY") ? "on" : "off (kernels of the ranks time-slice)");
 	shared_t = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	if (shared_t == MAP_FAILED)
 		return 1;
 	int fails = 0;
-	for (const char *p = pes; *p;) {
-		char *end;
-		long n = strtol(p, &end, 10);
-		if (end == p)
-			break;
-		p = end;
-		if (n < 1 || n > 8)
-			continue;
+	for (int ni = 0; ni < nn; ni++) {
+		const int n = ns[ni];
 		fflush(stdout);
 		pid_t pids[8];
 		for (int i = 0; i < n; i++) {

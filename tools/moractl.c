@@ -28,7 +28,7 @@ static void usage(FILE *f)
 		"commands:\n"
 		"  status      version, uptime, pid, config, runtime dir, clients, memory, peers, counters\n"
 		"  version     moractl's and the daemon's versions\n"
-		"  config      effective configuration (reloadable options marked)\n"
+		"  config      effective configuration (options that need a restart marked)\n"
 		"  reload      re-read the configuration file (like SIGHUP); errors keep the old one\n"
 		"  topo        GPUs, NICs, CPUs, NUMA: a matrix like nvidia-smi topo -m, and each GPU's NIC ranking\n"
 		"  diagnose    checks with verdict (ok, warning, problem, skipped) and remedy; exit 1 on a problem\n"

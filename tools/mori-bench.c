@@ -61,14 +61,16 @@ uint64_t parse_size(const char *s)
 {
 	char *e;
 	double v = strtod(s, &e);
+	int bad = e == s; /* no number at all */
 	switch (*e) {
-	case 'k': case 'K': v *= 1024; break;
-	case 'm': case 'M': v *= 1024 * 1024; break;
-	case 'g': case 'G': v *= 1024.0 * 1024 * 1024; break;
+	case 'k': case 'K': v *= 1024; e++; break;
+	case 'm': case 'M': v *= 1024 * 1024; e++; break;
+	case 'g': case 'G': v *= 1024.0 * 1024 * 1024; e++; break;
+	case 't': case 'T': v *= 1024.0 * 1024 * 1024 * 1024; e++; break;
 	default: break;
 	}
-	if (!(v >= 0 && v <= (double)(1ull << 48))) { /* also NaN; a negative double cast to uint64_t is undefined */
-		fprintf(stderr, "mori-bench: size '%s' is not 0 .. 256T\n", s);
+	if (bad || *e || !(v >= 0 && v <= (double)(1ull << 48))) { /* also NaN; a negative double cast to uint64_t is undefined */
+		fprintf(stderr, "mori-bench: size '%s' is not a number of bytes from 0 to 256T (suffixes K, M, G, T)\n", s);
 		exit(2);
 	}
 	return (uint64_t)v;
@@ -424,7 +426,7 @@ static void usage_exit(int code)
 		"       mori-bench io-target --runtime-dir DIR [--name NAME] [--region 1G]\n"
 		"       mori-bench shmem [--nvshmem PATH/bench_nvshmem] [--reps 200]   (tools/bench_shmem.c)\n"
 		"       mori-bench shmem --proxy [--iters 2000] [--max 16M]   (the proxy path, no GPU: tools/bench_shmem_proxy.c)\n"
-		"       mori-bench coll [--dir RUNTIME_DIR] [--pes \"2 4 8\"] [--max 1G] [--iters 40]   (tools/bench_coll.c)\n"
+		"       mori-bench coll [--dir RUNTIME_DIR] [--pes \"2 4 8\"] [--max 1G] [--min 8] [--iters 40] [--only LABEL]   (tools/bench_coll.c)\n"
 		"       mori-bench ep [--dir RUNTIME_DIR] [--pes \"2 4 8\"] [--mode normal|ll|both] [--iters 30]   (tools/bench_ep.c)\n"
 		"Same node (default): a forked target process publishes a region on the same morid; baseline\n"
 		"memcpy of the same bytes. Cross node: the target is on another morid; baseline a plain TCP\n"

@@ -194,11 +194,14 @@ class Communicator:
         _lib.check(_L().mori_comm_set_algo(self._h(), _lib.as_bytes(spec, "set_algo: spec")), "set_algo")
 
     def algo(self, coll, nbytes):
+        """The algorithm the size table picks for collective `coll` ("allreduce", "allgather",
+        "alltoall", "broadcast", "reducescatter") of nbytes output bytes per rank (mori_comm_algo).
+        MoriError(MORI_EINVAL) for an unknown collective."""
         if coll is None:
             raise MoriError(MORI_EINVAL, "algo: coll must be str, not None")
         name = ctypes.c_char_p()
-        _L().mori_comm_algo(self._h(), _lib.as_bytes(coll, "algo: coll"), _lib.ival(nbytes, "algo: nbytes"),
-                            ctypes.byref(name))
+        _lib.check(_L().mori_comm_algo(self._h(), _lib.as_bytes(coll, "algo: coll"), _lib.ival(nbytes, "algo: nbytes"),
+                                       ctypes.byref(name)), "algo %r" % (coll,))
         return name.value.decode() if name.value else None
 
     def status(self):

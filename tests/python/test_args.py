@@ -92,7 +92,8 @@ def test_ccl_args(daemon):
                       lambda: c.broadcast(x, y, root="0"), lambda: c.broadcast(x, y, root=1.0),
                       lambda: c.all_to_allv(x, [8], [0], y, None, [0]), lambda: c.all_to_allv(x, [8.0], [0], y, [8], [0]),
                       lambda: c.register_window("a", 8), lambda: c.deregister_window(12345),
-                      lambda: c.set_algo(None), lambda: c.algo("allreduce", 1.5), lambda: c.algo(None, 8)):
+                      lambda: c.set_algo(None), lambda: c.algo("allreduce", 1.5), lambda: c.algo(None, 8),
+                      lambda: c.algo("bogus", 1)):  # libmori's refusal raised, not None (tester5)
                 assert code_of(f) == MORI_EINVAL
             assert code_of(lambda: c.all_reduce(x, y, count=2 ** 64)) == MORI_ERANGE
             assert code_of(lambda: c.algo("allreduce", -1)) == MORI_ERANGE
