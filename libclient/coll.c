@@ -422,6 +422,17 @@ static int extent(mori_comm *k, const void *p, uint64_t len, const char *what)
 		return set_error(k->c, MORI_ERANGE, "collective: %s (%llu bytes at heap offset %lld) runs past the end "
 						     "of the heap (%llu bytes)", what, (unsigned long long)len, (long long)off,
 				 (unsigned long long)k->g->heap_size);
+	/* the group's reserved area (barrier flags, signals) and this communicator's own area (its
+	 * flags, generations, tables, scratch) are not the caller's to hand in (tester5) */
+	int64_t a = mori_shmem_offset(k->g, k->area);
+	if ((uint64_t)off < MORI_SHMEM_RESERVED)
+		return set_error(k->c, MORI_ERANGE, "collective: %s at heap offset %lld lies in the group's reserved area "
+						     "(its first %llu bytes): pass memory from mori_shmem_malloc", what,
+				 (long long)off, (unsigned long long)MORI_SHMEM_RESERVED);
+	if (a >= 0 && (uint64_t)off < (uint64_t)a + k->area_bytes && (uint64_t)a < (uint64_t)off + len)
+		return set_error(k->c, MORI_ERANGE, "collective: %s (%llu bytes at heap offset %lld) overlaps the "
+						     "communicator's own area (%llu bytes at heap offset %lld: its flags and scratch)",
+				 what, (unsigned long long)len, (long long)off, (unsigned long long)k->area_bytes, (long long)a);
 	for (const struct mori_window *w = k->wins; w; w = w->next)
 		if ((uint64_t)off >= w->off && (uint64_t)off - w->off < w->bytes && len > w->bytes - ((uint64_t)off - w->off))
 			return set_error(k->c, MORI_ERANGE, "collective: %s (%llu bytes) runs past the end of its window "

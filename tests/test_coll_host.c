@@ -196,6 +196,15 @@ static int pe_faults(int pe, int n, void *arg)
 	}
 	PCHECK(pe, mori_comm_set_algo(k, "allreduce=ce") == MORI_EINVAL, "allreduce=ce accepted");
 	PCHECK(pe, mori_comm_set_algo(k, "bogus=kernel") == MORI_EINVAL, "bogus accepted");
+	{ /* the group's reserved area and the communicator's own (flags, scratch) are refused (tester5) */
+		uint8_t *hb = mori_shmem_heap_base(g);
+		int rv = mori_allreduce(k, x, hb + 4096, 16, MORI_FLOAT32, MORI_SUM, NULL);
+		PCHECK(pe, rv == MORI_ERANGE && strstr(mori_client_last_error(c), "reserved area"), "recvbuf in the reserved "
+		       "area: %s (%s)", mori_strerror(rv), mori_client_last_error(c));
+		rv = mori_allreduce(k, x, hb + 0x10000, 300000, MORI_FLOAT32, MORI_SUM, NULL);
+		PCHECK(pe, rv == MORI_ERANGE && strstr(mori_client_last_error(c), "communicator's own area"),
+		       "recvbuf over the communicator's area: %s (%s)", mori_strerror(rv), mori_client_last_error(c));
+	}
 	{ /* all-to-all-v whose counts disagree on one rank only (rank 1 expects 3 from rank 0, which
 	   * sends 4): every rank refuses, naming the pair, and the communicator stays in step (tester5) */
 		size_t sc[8], sd[8], rc[8], rd[8];
