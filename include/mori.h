@@ -165,8 +165,12 @@ MORI_API int mori_mem_register(mori_client *c, void *ptr, size_t len, int kind, 
  * client's in-flight transfers on it, then fails the cross-node ones with MORI_ECANCELED (their
  * handles stay valid; no later completion touches the region). Same-node copies still running
  * after a further second leave the region registered: MORI_EBUSY, call again once they finish.
- * Peers holding the region open see MORI_ESTALE on their next transfer. Also closes a handle
- * from mori_mem_unpack/mori_mem_open_remote. NULL is a no-op returning MORI_OK. */
+ * Peers holding the region open see MORI_ESTALE on their next transfer. Registered host memory
+ * (mori_mem_register) that same-node peers opened is read by them directly (cross-memory
+ * attach): the call then also waits until each of them confirms it has no copy running (their
+ * libraries answer from a watcher thread, within about 100 ms even when idle), at most 5 s
+ * (morid's deadline for a peer that is stopped or stuck). Also closes a handle from
+ * mori_mem_unpack/mori_mem_open_remote. NULL is a no-op returning MORI_OK. */
 MORI_API int mori_mem_deregister(mori_mem *mem);
 
 /* Local address and size of a local region (NULL for a remote handle). */

@@ -371,18 +371,27 @@ int mori_client_open(const char *runtime_dir, const char *name, mori_client **ou
 	return MORI_OK;
 }
 
-/* ---- morid's hang-up, for MORI-SHMEM ----
+/* ---- morid's hang-up, for MORI-SHMEM; revocations for idle openers ----
  * A host thread idle between calls, or a kernel waiting on a VRAM heap, never reads the session,
  * so a dead morid (kill -9) would leave the group's abort word unset and those waits without end:
  * morid alone writes it. This thread polls the session for hang-up only (events 0: no reads, the
  * replies stay for their callers) and then aborts the client's groups. It costs one sleeping
- * thread per client with groups; a child after fork has none (threads are not inherited). */
+ * thread per client with groups; a child after fork has none (threads are not inherited).
+ * A client that opened memory reached by cross-memory attach owes the owner an acknowledgement
+ * when it is freed (mem_revoked), which it sends when it reaps its completion queue: an opener
+ * idle between calls held every deregistration of that memory for morid's 5 s deadline
+ * (tester5). With hup_reap set, the thread reaps every 100 ms as well (client_reap takes the
+ * queue's lock with a trylock: a caller reaping at the same time does the work). */
 static void *hup_main(void *arg)
 {
 	mori_client *c = arg;
 	struct pollfd p[2] = {{.fd = c->sock, .events = 0}, {.fd = c->hup_efd, .events = POLLIN}};
 	for (;;) {
-		int n = poll(p, 2, -1);
+		int n = poll(p, 2, atomic_load(&c->hup_reap) ? 100 : -1);
+		if (n == 0) {
+			client_reap(c);
+			continue;
+		}
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0 || p[1].revents)

@@ -52,8 +52,10 @@ struct mori_client {
 	/* MORI-SHMEM groups this client is a PE of (shmem.c) */
 	pthread_mutex_t group_lock;
 	struct mori_group *groups;
-	/* the hang-up watcher (client.c), started with the first group: under group_lock */
+	/* the hang-up watcher (client.c), started with the first group or the first region opened by
+	 * cross-memory attach: under group_lock */
 	int hup_on;
+	_Atomic int hup_reap;     /* it also reaps the completion queue every 100 ms (revocations) */
 	int hup_efd;              /* its stop signal */
 	pthread_t hup_thread;
 };

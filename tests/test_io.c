@@ -475,6 +475,49 @@ START_TEST(silent_sessions)
 }
 END_TEST
 
+/* Deregistering memory that an idle peer opened by cross-memory attach (it read once, then makes
+ * no call): its library acknowledges from its watcher thread, so the owner does not wait for
+ * morid's 5 s deadline (tester5: 5.00 s for every such deregistration and close). */
+START_TEST(dereg_with_idle_cma_opener)
+{
+	mori_client *c;
+	mori_mem *m;
+	OK(mori_client_open(D.dir, "owner", &c));
+	static uint8_t buf[1 << 16];
+	OK(mori_mem_register(c, buf, sizeof(buf), MORI_MEM_HOST, &m));
+	OK(mori_mem_publish(m, "owner/idle"));
+	struct child_pipes cp;
+	pid_t child = child_fork(30, &cp);
+	ck_assert_int_ge(child, 0);
+	if (child == 0) {
+		mori_client *k;
+		mori_mem *l, *r;
+		mori_xfer *x;
+		if (mori_client_open(D.dir, "idle", &k) || mori_mem_alloc(k, 4096, MORI_MEM_HOST, &l) ||
+		    mori_mem_open_remote(k, NULL, "owner/idle", &r) || mori_read(l, 0, r, 0, 16, NULL, &x) ||
+		    mori_xfer_wait(x, 5000000))
+			_exit(1);
+		mori_xfer_free(x);
+		char go = 'g';
+		if (write(cp.up[1], &go, 1) != 1)
+			_exit(2);
+		(void)!read(cp.go[0], &go, 1); /* idle: no libmori call until the owner is done */
+		_exit(0);
+	}
+	char go;
+	ck_assert_int_eq(read(cp.up[0], &go, 1), 1);
+	uint64_t t0 = mori_now_us();
+	OK(mori_mem_deregister(m));
+	uint64_t took = mori_now_us() - t0;
+	ck_assert_int_eq(write(cp.go[1], &go, 1), 1);
+	int st;
+	ck_assert_int_eq(waitpid(child, &st, 0), child);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "opener: %d", st);
+	ck_assert_msg(took < 1000000, "deregister waited %llu us for an idle opener", (unsigned long long)took);
+	mori_client_close(c);
+}
+END_TEST
+
 /* Deregistering memory that a peer is writing by cross-memory attach: the call returns only
  * once the peer has no copy running, so no byte lands after it (no use-after-free). */
 START_TEST(dereg_during_cma_writes)
@@ -611,6 +654,7 @@ int main(void)
 	ADD(silent_sessions);
 	ADD(notifs_at_kill);
 	ADD(dereg_during_cma_writes);
+	ADD(dereg_with_idle_cma_opener);
 	ADD(owner_truncates);
 	ADD(no_daemon);
 	suite_add_tcase(s, t);
