@@ -6,14 +6,15 @@
 source "$(dirname "$0")/testlib.bash"
 MORI_RUNTIME_DIR=$RUN
 export MORI_RUNTIME_DIR
-refused() { # WANT_IN_MESSAGE ARGS...
-	local want=$1
-	shift
-	out=$(timeout 30 "$B/mori-bench" io "$@" 2>&1 > /dev/null)
+sub_refused() { # SUBCOMMAND WANT_IN_MESSAGE ARGS...
+	local sub=$1 want=$2
+	shift 2
+	out=$(timeout 30 "$B/mori-bench" "$sub" "$@" 2>&1 > /dev/null)
 	rc=$?
-	[ "$rc" = 2 ] || fail "mori-bench io $*: exit $rc, want 2 ($out)"
-	grep -q -- "$want" <<< "$out" || fail "mori-bench io $*: message '$out' does not name $want"
+	[ "$rc" = 2 ] || fail "mori-bench $sub $*: exit $rc, want 2 ($out)"
+	grep -q -- "$want" <<< "$out" || fail "mori-bench $sub $*: message '$out' does not name $want"
 }
+refused() { sub_refused io "$@"; }
 refused --batch --batch 100000000 --block-min 4K --block-max 4K --iters 1 --region 1M
 refused --batch --batch -1 --iters 1
 refused --batch --batch 1048577 --iters 1
@@ -28,14 +29,7 @@ refused "size '1Gfoo'" --region 1Gfoo
 pass "mori-bench io refuses absurd --batch, --iters, --warmup, --depth, --prep-descs, sizes and a block past the region: exit 2 with a message"
 
 # mori-bench coll (tester5): bad rank counts, iterations and sizes, refused before any rank forks
-coll_refused() { # WANT_IN_MESSAGE ARGS...
-	local want=$1
-	shift
-	out=$(timeout 30 "$B/mori-bench" coll "$@" 2>&1 > /dev/null)
-	rc=$?
-	[ "$rc" = 2 ] || fail "mori-bench coll $*: exit $rc, want 2 ($out)"
-	grep -q -- "$want" <<< "$out" || fail "mori-bench coll $*: message '$out' does not name $want"
-}
+coll_refused() { sub_refused coll "$@"; }
 coll_refused "--pes" --pes 0
 coll_refused "--pes" --pes 99
 coll_refused "--pes" --pes abc
