@@ -163,6 +163,30 @@ static int take_lock(struct morid *d)
 	return 0;
 }
 
+/* A configuration option on the command line, --name=value or --name value (argv[*i]; *i moves
+ * past a separate value). 0, or -1 after saying what is wrong. */
+static int cli_option(int argc, char **argv, int *i)
+{
+	char *a = argv[*i], *eq = strchr(a, '=');
+	char name[64];
+	snprintf(name, sizeof(name), "%.*s", eq ? (int)(eq - a - 2) : (int)strlen(a + 2), a + 2);
+	if (!config_known(name)) { /* before "needs a value": the name is the mistake */
+		fprintf(stderr, "morid: command line: unknown option '%s' (try --help)\n", name);
+		return -1;
+	}
+	if (eq) {
+		cli_names[cli_n] = strndup(a + 2, (size_t)(eq - a - 2));
+		cli_values[cli_n++] = eq + 1;
+	} else if (*i + 1 < argc) {
+		cli_names[cli_n] = strdup(a + 2);
+		cli_values[cli_n++] = argv[++*i];
+	} else {
+		fprintf(stderr, "morid: %s needs a value\n", a);
+		return -1;
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	static struct morid D;
@@ -192,22 +216,8 @@ int main(int argc, char **argv)
 				return 2;
 			}
 		} else if (!strncmp(a, "--", 2)) {
-			char *eq = strchr(a, '='), name[64];
-			snprintf(name, sizeof(name), "%.*s", eq ? (int)(eq - a - 2) : (int)strlen(a + 2), a + 2);
-			if (!config_known(name)) { /* before "needs a value": the name is the mistake */
-				fprintf(stderr, "morid: command line: unknown option '%s' (try --help)\n", name);
+			if (cli_option(argc, argv, &i))
 				return 2;
-			}
-			if (eq) {
-				cli_names[cli_n] = strndup(a + 2, (size_t)(eq - a - 2));
-				cli_values[cli_n++] = eq + 1;
-			} else if (i + 1 < argc) {
-				cli_names[cli_n] = strdup(a + 2);
-				cli_values[cli_n++] = argv[++i];
-			} else {
-				fprintf(stderr, "morid: %s needs a value\n", a);
-				return 2;
-			}
 		} else {
 			fprintf(stderr, "morid: unexpected argument '%s' (try --help)\n", a);
 			return 2;

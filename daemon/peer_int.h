@@ -66,6 +66,7 @@ enum pstate { PS_IDLE, PS_HELLO, PS_CONNECTING, PS_UP, PS_DOWN };
 enum pauth_state { PA_NONE, PA_BUSY, PA_DONE };
 
 struct nq;
+struct probe;
 
 struct peer {
 	struct list link;
@@ -99,11 +100,8 @@ struct peer {
 	uv_getaddrinfo_t gai;
 	int resolving;
 	/* why the request path does not connect (peer_probe.c): nng's dialer does not say */
-	uv_getaddrinfo_t probe_gai;
-	uv_tcp_t probe_tcp;
-	uv_connect_t probe_conn;
-	int probing;              /* 0, resolving, connecting */
-	uint64_t probe_at_us;     /* the next probe not before; connecting: when it started */
+	struct probe *probe;      /* the one running, or NULL */
+	uint64_t probe_at_us;     /* the next probe not before */
 	char probe_why[160];      /* "connection refused", ...; empty: reachable or not probed */
 	/* transfers */
 	struct list xfers;        /* struct xfer.plink: all in flight */
@@ -319,7 +317,7 @@ void peer_rpcs_tick(struct peer *p, uint64_t now); /* deadlines and retries of p
 /* A request has waited for p's request path since `since` (us): find out once in a while (a
  * TCP connect of our own to p->addr) why nng's dialer gets nowhere; into p->probe_why. */
 void peer_probe(struct peer *p, uint64_t since, uint64_t now);
-void peer_probe_stop(struct peer *p); /* p is leaving: end its probe (the callbacks let go of p) */
+void peer_probe_stop(struct peer *p); /* end p's probe (p is leaving, or it took too long) */
 void peer_rpcs_stop(struct peer *p);               /* daemon stopping: every request ends */
 int peer_listen(struct peers *P);                  /* the rep0 listener at `listen` */
 void peer_listen_stop(struct peers *P);

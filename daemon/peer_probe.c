@@ -4,8 +4,11 @@
  * opens a TCP connection of its own to it, at most every PROBE_EVERY_MS; what fails (the lookup,
  * or the connect: refused, unreachable, no answer) is kept in p->probe_why for the request's
  * error message and moractl. A connect that succeeds is closed at once (the peer's listener sees
- * a connection without a handshake, which nng drops). */
+ * a connection without a handshake, which nng drops). A probe is an object of its own: a peer
+ * that goes (peer_probe_stop) detaches from it, and its callbacks free it without touching the
+ * peer again, so it never holds a peer alive. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "host_port.h"
@@ -15,91 +18,112 @@
 #define PROBE_EVERY_MS 1000   /* and again at most this often */
 #define PROBE_CONNECT_MS 2000 /* a connect unanswered this long: a host that drops SYNs */
 
-enum { PR_IDLE, PR_RESOLVING, PR_CONNECTING };
+struct probe {
+	uv_getaddrinfo_t gai;
+	uv_tcp_t tcp;
+	uv_connect_t conn;
+	struct peer *p; /* NULL once the peer let go */
+	int connecting;
+	uint64_t started_us;
+};
+
+static void why(struct probe *pr, const char *fmt, const char *a, const char *b)
+{
+	if (pr->p)
+		snprintf(pr->p->probe_why, sizeof(pr->p->probe_why), fmt, a, b);
+}
 
 static void probe_closed(uv_handle_t *h)
 {
-	struct peer *p = h->data;
-	p->probing = PR_IDLE;
-	peer_unref(p);
+	struct probe *pr = h->data;
+	if (pr->p)
+		pr->p->probe = NULL;
+	free(pr);
 }
 
-static void probe_close(struct peer *p)
+static void probe_close(struct probe *pr)
 {
-	if (!uv_is_closing((uv_handle_t *)&p->probe_tcp))
-		uv_close((uv_handle_t *)&p->probe_tcp, probe_closed);
+	if (!uv_is_closing((uv_handle_t *)&pr->tcp))
+		uv_close((uv_handle_t *)&pr->tcp, probe_closed);
 }
 
 static void probe_connected(uv_connect_t *c, int status)
 {
-	struct peer *p = c->data;
+	struct probe *pr = c->data;
 	if (status == UV_ECANCELED)
-		return; /* closed by probe_close: its callback lets go */
+		return; /* closed by probe_close: probe_closed frees it */
 	if (status < 0)
-		snprintf(p->probe_why, sizeof(p->probe_why), "connect: %s", uv_strerror(status));
-	else
-		p->probe_why[0] = 0;
-	probe_close(p);
+		why(pr, "connect: %s%s", uv_strerror(status), "");
+	else if (pr->p)
+		pr->p->probe_why[0] = 0;
+	probe_close(pr);
 }
 
 static void probe_resolved(uv_getaddrinfo_t *g, int status, struct addrinfo *res)
 {
-	struct peer *p = g->data;
+	struct probe *pr = g->data;
 	int rc = status;
-	if (rc >= 0 && !p->gone && res && (rc = uv_tcp_init(p->P->d->loop, &p->probe_tcp)) == 0) {
-		p->probe_tcp.data = p;
-		p->probe_conn.data = p;
-		p->probing = PR_CONNECTING;
-		p->probe_at_us = mori_now_us(); /* the connect's start, for its deadline */
-		if ((rc = uv_tcp_connect(&p->probe_conn, &p->probe_tcp, res->ai_addr, probe_connected)) != 0) {
-			snprintf(p->probe_why, sizeof(p->probe_why), "connect: %s", uv_strerror(rc));
-			probe_close(p);
+	if (rc >= 0 && pr->p && res && (rc = uv_tcp_init(pr->p->P->d->loop, &pr->tcp)) == 0) {
+		pr->tcp.data = pr;
+		pr->conn.data = pr;
+		pr->connecting = 1;
+		pr->started_us = mori_now_us();
+		if ((rc = uv_tcp_connect(&pr->conn, &pr->tcp, res->ai_addr, probe_connected)) != 0) {
+			why(pr, "connect: %s%s", uv_strerror(rc), "");
+			probe_close(pr);
 		}
 		uv_freeaddrinfo(res);
-		return; /* the handle's close lets go of p */
+		return;
 	}
 	if (res)
 		uv_freeaddrinfo(res);
-	if (!p->gone && rc != UV_ECANCELED)
-		snprintf(p->probe_why, sizeof(p->probe_why), "cannot resolve %s: %s", p->host, uv_strerror(rc));
-	p->probe_at_us = mori_now_us() + PROBE_EVERY_MS * 1000ull;
-	p->probing = PR_IDLE;
-	peer_unref(p);
+	if (pr->p) {
+		if (rc != UV_ECANCELED)
+			why(pr, "cannot resolve %s: %s", pr->p->host, uv_strerror(rc));
+		pr->p->probe = NULL;
+	}
+	free(pr);
 }
 
 void peer_probe(struct peer *p, uint64_t since, uint64_t now)
 {
-	if (p->probing == PR_CONNECTING && now - p->probe_at_us > PROBE_CONNECT_MS * 1000ull &&
-	    !uv_is_closing((uv_handle_t *)&p->probe_tcp)) {
-		snprintf(p->probe_why, sizeof(p->probe_why), "connect: no answer within %d ms", PROBE_CONNECT_MS);
-		p->probe_at_us = now + PROBE_EVERY_MS * 1000ull;
-		probe_close(p);
+	struct probe *pr = p->probe;
+	if (pr) {
+		if (pr->connecting && now - pr->started_us > PROBE_CONNECT_MS * 1000ull) {
+			snprintf(p->probe_why, sizeof(p->probe_why), "connect: no answer within %d ms", PROBE_CONNECT_MS);
+			peer_probe_stop(p);
+		}
 		return;
 	}
-	if (p->probing || p->gone || now < p->probe_at_us || now - since < PROBE_AFTER_MS * 1000ull)
+	if (p->gone || now < p->probe_at_us || now - since < PROBE_AFTER_MS * 1000ull)
 		return;
-	char host[128];
+	char host[128], svc[16];
 	int port;
-	if (host_port_split(p->addr, host, sizeof(host), &port) != 0)
-		return; /* peer_get refused such an address already */
-	char svc[16];
+	if (host_port_split(p->addr, host, sizeof(host), &port) != 0 || !(pr = calloc(1, sizeof(*pr))))
+		return; /* peer_get refused such an address already; out of memory: no reason, as before */
 	snprintf(svc, sizeof(svc), "%d", port);
 	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
-	p->probe_gai.data = p;
+	pr->p = p;
+	pr->gai.data = pr;
 	p->probe_at_us = now + PROBE_EVERY_MS * 1000ull;
-	int rc = uv_getaddrinfo(p->P->d->loop, &p->probe_gai, probe_resolved, host, svc, &hints);
+	int rc = uv_getaddrinfo(p->P->d->loop, &pr->gai, probe_resolved, host, svc, &hints);
 	if (rc < 0) {
 		snprintf(p->probe_why, sizeof(p->probe_why), "cannot resolve %s: %s", host, uv_strerror(rc));
+		free(pr);
 		return;
 	}
-	p->probing = PR_RESOLVING;
-	p->handles++; /* let go when the lookup, or the connection's handle, is done */
+	p->probe = pr;
 }
 
 void peer_probe_stop(struct peer *p)
 {
-	if (p->probing == PR_RESOLVING)
-		uv_cancel((uv_req_t *)&p->probe_gai); /* its callback still comes, then lets go */
-	else if (p->probing == PR_CONNECTING)
-		probe_close(p);
+	struct probe *pr = p->probe;
+	if (!pr)
+		return;
+	pr->p = NULL;
+	p->probe = NULL;
+	if (pr->connecting)
+		probe_close(pr); /* probe_closed frees it */
+	else
+		uv_cancel((uv_req_t *)&pr->gai); /* probe_resolved still comes, then frees it */
 }
