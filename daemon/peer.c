@@ -656,6 +656,15 @@ static void rpc_kick(struct peer *p)
 	q->sent = 1;
 }
 
+/* A client waits for an answer from p (its request is queued): worth finding out why p is silent. */
+static int client_waits(struct peer *p)
+{
+	list_each(it, &p->rpcs)
+		if (list_entry(it, struct rpc, link)->c)
+			return 1;
+	return 0;
+}
+
 void peer_rpcs_tick(struct peer *p, uint64_t now)
 {
 	if (p->rpcs.next == &p->rpcs)
@@ -665,16 +674,19 @@ void peer_rpcs_tick(struct peer *p, uint64_t now)
 		char m[600];
 		if (q->sent)
 			snprintf(m, sizeof(m), "peer daemon %s did not answer within %u ms", p->addr, q->timeout_ms);
-		else /* the hello's own failure becomes p->why: not nested in itself (tester3 D10) */
+		else { /* the hello's own failure becomes p->why: not nested in itself (tester3 D10); the
+			* probe's reason once (p->why, the hello's failure, may carry it already) */
+			int pw = p->probe_why[0] && (hello_or_auth(q) || !strstr(p->why, p->probe_why));
 			snprintf(m, sizeof(m), "cannot reach peer daemon %s within %u ms%s%s%s%s%s", p->addr,
-				 q->timeout_ms, p->probe_why[0] ? " (" : "", p->probe_why, p->probe_why[0] ? ")" : "",
+				 q->timeout_ms, pw ? " (" : "", pw ? p->probe_why : "", pw ? ")" : "",
 				 p->why[0] && !hello_or_auth(q) ? ": " : "", hello_or_auth(q) ? "" : p->why);
+		}
 		rpc_end(p, q, NULL, q->sent ? MORI_ETIMEDOUT : MORI_ECONN, m);
 		rpc_kick(p);
 	} else if (!q->sent) {
 		if (now - p->rpc_try_us >= RPC_RETRY_MS * 1000ull)
 			rpc_kick(p);
-		if (!q->sent)
+		if (!q->sent && client_waits(p))
 			peer_probe(p, q->deadline_us - q->timeout_ms * 1000ull, now);
 	}
 }

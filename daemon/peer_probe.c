@@ -4,9 +4,12 @@
  * opens a TCP connection of its own to it, at most every PROBE_EVERY_MS; what fails (the lookup,
  * or the connect: refused, unreachable, no answer) is kept in p->probe_why for the request's
  * error message and moractl. A connect that succeeds is closed at once (the peer's listener sees
- * a connection without a handshake, which nng drops). A probe is an object of its own: a peer
- * that goes (peer_probe_stop) detaches from it, and its callbacks free it without touching the
- * peer again, so it never holds a peer alive. */
+ * a connection without a handshake, which nng drops). Only while a client waits for the peer
+ * (morid's own hellos to a peer that stays down would probe it every second for ever). A numeric
+ * address is connected to at once; a name is looked up first, in libuv's thread pool, which a
+ * stopping morid waits for (a lookup cannot be cancelled once it runs). A probe is an object of
+ * its own: a peer that goes (peer_probe_stop) detaches from it, and its callbacks free it
+ * without touching the peer again, so it never holds a peer alive. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,29 +62,41 @@ static void probe_connected(uv_connect_t *c, int status)
 	probe_close(pr);
 }
 
+/* Connect to sa; 0, or a libuv error with pr left to the caller (nothing started). */
+static int probe_connect(struct probe *pr, const struct sockaddr *sa)
+{
+	int rc = uv_tcp_init(pr->p->P->d->loop, &pr->tcp);
+	if (rc)
+		return rc;
+	pr->tcp.data = pr;
+	pr->conn.data = pr;
+	pr->connecting = 1;
+	pr->started_us = mori_now_us();
+	if ((rc = uv_tcp_connect(&pr->conn, &pr->tcp, sa, probe_connected)) != 0) {
+		why(pr, "connect: %s%s", uv_strerror(rc), "");
+		probe_close(pr); /* probe_closed frees it */
+	}
+	return 0;
+}
+
 static void probe_resolved(uv_getaddrinfo_t *g, int status, struct addrinfo *res)
 {
 	struct probe *pr = g->data;
 	int rc = status;
-	if (rc >= 0 && pr->p && res && (rc = uv_tcp_init(pr->p->P->d->loop, &pr->tcp)) == 0) {
-		pr->tcp.data = pr;
-		pr->conn.data = pr;
-		pr->connecting = 1;
-		pr->started_us = mori_now_us();
-		if ((rc = uv_tcp_connect(&pr->conn, &pr->tcp, res->ai_addr, probe_connected)) != 0) {
-			why(pr, "connect: %s%s", uv_strerror(rc), "");
-			probe_close(pr);
-		}
+	if (rc >= 0 && pr->p && res) {
+		rc = probe_connect(pr, res->ai_addr);
 		uv_freeaddrinfo(res);
-		return;
-	}
-	if (res)
-		uv_freeaddrinfo(res);
-	if (pr->p) {
-		if (rc != UV_ECANCELED)
+		if (rc == 0)
+			return;
+		why(pr, "socket: %s%s", uv_strerror(rc), "");
+	} else {
+		if (res)
+			uv_freeaddrinfo(res);
+		if (pr->p && rc != UV_ECANCELED)
 			why(pr, "cannot resolve %s: %s", pr->p->host, uv_strerror(rc));
-		pr->p->probe = NULL;
 	}
+	if (pr->p)
+		pr->p->probe = NULL;
 	free(pr);
 }
 
@@ -102,10 +117,21 @@ void peer_probe(struct peer *p, uint64_t since, uint64_t now)
 	if (host_port_split(p->addr, host, sizeof(host), &port) != 0 || !(pr = calloc(1, sizeof(*pr))))
 		return; /* peer_get refused such an address already; out of memory: no reason, as before */
 	snprintf(svc, sizeof(svc), "%d", port);
-	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
 	pr->p = p;
-	pr->gai.data = pr;
 	p->probe_at_us = now + PROBE_EVERY_MS * 1000ull;
+	struct sockaddr_storage ss;
+	if (uv_ip4_addr(host, port, (struct sockaddr_in *)&ss) == 0 || uv_ip6_addr(host, port, (struct sockaddr_in6 *)&ss) == 0) {
+		int rc = probe_connect(pr, (struct sockaddr *)&ss); /* numeric: no lookup */
+		if (rc) {
+			snprintf(p->probe_why, sizeof(p->probe_why), "socket: %s", uv_strerror(rc));
+			free(pr);
+		} else {
+			p->probe = pr; /* until probe_closed (already on its way when the connect failed at once) */
+		}
+		return;
+	}
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+	pr->gai.data = pr;
 	int rc = uv_getaddrinfo(p->P->d->loop, &pr->gai, probe_resolved, host, svc, &hints);
 	if (rc < 0) {
 		snprintf(p->probe_why, sizeof(p->probe_why), "cannot resolve %s: %s", host, uv_strerror(rc));

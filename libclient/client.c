@@ -394,6 +394,13 @@ static void *hup_main(void *arg)
 		}
 		if (n < 0 && errno == EINTR)
 			continue;
+		if (n > 0 && p[1].revents && !atomic_load(&c->hup_stopping)) {
+			uint64_t v; /* a wake to read hup_reap again (cma_watch), not a stop */
+			if (read(c->hup_efd, &v, sizeof(v)) < 0) {
+				/* EAGAIN: another wake took it */
+			}
+			continue;
+		}
 		if (n < 0 || p[1].revents)
 			return NULL; /* mori_client_close stops us */
 		if (p[0].revents & (POLLHUP | POLLERR | POLLNVAL)) {
@@ -416,6 +423,7 @@ int client_hup_watch(mori_client *c)
 		return set_error(c, MORI_ESYS, "hang-up watcher thread: %s", strerror(e));
 	}
 	c->hup_on = 1;
+	atomic_store(&c->hup_stopping, 0);
 	return MORI_OK;
 }
 
@@ -423,6 +431,7 @@ static void hup_stop(mori_client *c)
 {
 	if (!c->hup_on)
 		return;
+	atomic_store(&c->hup_stopping, 1);
 	uint64_t one = 1;
 	if (write(c->hup_efd, &one, sizeof(one)) == sizeof(one))
 		pthread_join(c->hup_thread, NULL);

@@ -56,6 +56,7 @@ struct mori_client {
 	 * cross-memory attach: under group_lock */
 	int hup_on;
 	_Atomic int hup_reap;     /* it also reaps the completion queue every 100 ms (revocations) */
+	_Atomic int hup_stopping; /* hup_efd then means stop; else a wake to read hup_reap again */
 	int hup_efd;              /* its stop signal */
 	pthread_t hup_thread;
 };

@@ -366,8 +366,12 @@ int mori_mem_pack(const mori_mem *m, void *blob, size_t cap, size_t *len)
 static int cma_watch(mori_client *c)
 {
 	pthread_mutex_lock(&c->group_lock);
-	if (client_hup_watch(c) == MORI_OK)
-		atomic_store(&c->hup_reap, 1);
+	if (client_hup_watch(c) == MORI_OK && !atomic_exchange(&c->hup_reap, 1)) {
+		uint64_t one = 1; /* a thread a group started sleeps in poll without a timeout: wake it */
+		if (write(c->hup_efd, &one, sizeof(one)) < 0) {
+			/* EAGAIN: the counter is full, so a wake is pending anyway */
+		}
+	}
 	pthread_mutex_unlock(&c->group_lock);
 	return MORI_OK;
 }

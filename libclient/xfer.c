@@ -352,6 +352,16 @@ static int submit(int op, mori_mem *l, mori_mem *r, const mori_desc *d, const ui
 	struct mori_xfer *x = xfer_new(c, l, r, o);
 	if (!x)
 		return set_error(c, MORI_ENOMEM, "out of memory");
+	/* The revocation check again, now that the transfer counts as in flight: the owner's
+	 * revocation (mem_revoked, maybe on the watcher thread) sets revoked, then reads inflight;
+	 * we raised inflight, then read revoked (both sequentially consistent), so either we see it
+	 * here or it sees us and waits for finish() to acknowledge (tester6). */
+	if (atomic_load(&r->revoked)) {
+		finish(x, MORI_ESTALE, "");
+		free(x);
+		return set_error(c, MORI_ESTALE, "transfer: remote region %llu was freed by its owner",
+				 (unsigned long long)r->region_id);
+	}
 	x->bytes = total;
 	int rc;
 	if (r->remote) {
