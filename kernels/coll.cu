@@ -298,10 +298,10 @@ MORI_DEVICE void ar_twoshot(ctx &c, const mori_coll_args &a)
 	__shared__ uint64_t srcs[MORI_COLL_MAX_RANKS];
 	bool swin = a.flags & MORI_COLL_F_SRC_WIN, dwin = a.flags & MORI_COLL_F_DST_WIN;
 	const uint64_t M = a.count < a.chunk ? a.count : a.chunk;
-	const uint64_t P = ((M + n - 1) / n + al - 1) / al * al; /* part length, 16-byte multiples */
+	const uint64_t P = MORI_COLL_PART_SIZE(M, (uint64_t)n, al);
 	for (uint64_t c0 = 0; c0 < a.count && !c.rc; c0 += a.chunk) {
 		uint64_t m = a.count - c0 < a.chunk ? a.count - c0 : a.chunk;
-#define PART(r, plen) uint64_t plen = (uint64_t)(r) * P >= m ? 0 : m - (uint64_t)(r) * P < P ? m - (uint64_t)(r) * P : P
+#define PART(r, plen) uint64_t plen = MORI_COLL_PART_LEN(r, P, m)
 		if (!swin)
 			for (int r = 0; r < n; r++) {
 				PART(r, len);
@@ -561,8 +561,8 @@ MORI_KERNEL void __launch_bounds__(MORI_COLL_THREADS, 3) /* up to 80 registers (
 	using namespace mori_coll;
 	const int n = d->n, me = d->rank;
 	const uint64_t es = esize(f.dtype), al = 16 / es, m = f.count;
-	const uint64_t P = ((m + n - 1) / n + al - 1) / al * al;
-#define PART(r) ((uint64_t)(r) * P >= m ? 0 : m - (uint64_t)(r) * P < P ? m - (uint64_t)(r) * P : P)
+	const uint64_t P = MORI_COLL_PART_SIZE(m, (uint64_t)n, al);
+#define PART(r) MORI_COLL_PART_LEN(r, P, m)
 	if (f.kind == MORI_COLL_K_AR_PART) {
 		__shared__ uint64_t srcs[MORI_COLL_MAX_RANKS];
 		if (threadIdx.x < (unsigned)n)

@@ -53,6 +53,13 @@ enum mori_coll_kind {
 	MORI_COLL_K_AR_GATHER = 10, /* copy every other rank's reduced part from it (dst window or scratch) */
 };
 
+/* Two-shot's parts of a chunk of m elements over n ranks: MORI_COLL_PART_SIZE elements each (a
+ * multiple of al, the elements in 16 bytes), part r at r x that, MORI_COLL_PART_LEN long (the last
+ * ones short or empty). libmori and the kernels cut chunks alike with these. */
+#define MORI_COLL_PART_SIZE(m, n, al) ((((m) + (n) - 1) / (n) + (al) - 1) / (al) * (al))
+#define MORI_COLL_PART_LEN(r, P, m)                                                                            \
+	((uint64_t)(r) * (P) >= (m) ? 0 : (m) - (uint64_t)(r) * (P) < (P) ? (m) - (uint64_t)(r) * (P) : (P))
+
 /* The flat two-shot all-reduce's kernel: no barrier inside, any grid (ranks' grids may differ),
  * launched between barrier kernels. void *params[] = {&dev, &f}. */
 #define MORI_COLL_FLAT_KERNEL_NAME "mori_coll_flat_kernel"

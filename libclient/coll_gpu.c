@@ -290,21 +290,30 @@ static int run_ce(mori_comm *k, struct coll_gpu *p, const struct coll_call *cc)
 	return rc;
 }
 
+/* Two-shot's gather by the copy engine: one copy per peer r of its reduced part r (of a chunk of
+ * m elements, parts of P) from rbase (an address in this rank's heap: the peers' copy of it)
+ * into dst, the chunk's output here. */
+static int ce_gather_parts(mori_comm *k, struct coll_gpu *p, uint64_t dst, uint64_t rbase, uint64_t m, uint64_t P,
+			   uint64_t es, void *stream)
+{
+	const struct mori_coll_dev *h = &p->host;
+	const uint64_t n = (uint64_t)k->n;
+	int rc = MORI_OK;
+	for (uint64_t j = 1; j < n && !rc; j++) {
+		uint64_t r = ((uint64_t)k->rank + j) % n, o = r * P * es;
+		rc = dtod(k, p, dst + o, rbase - h->heap_base + h->peer_base[r] + o, MORI_COLL_PART_LEN(r, P, m) * es, stream);
+	}
+	return rc;
+}
+
 /* Two-shot all-reduce whose gather is the copy engine's ($MORI_COLL_AR_GATHER=ce; src and dst
  * windows, one chunk): the kernel reduces part r on rank r into dst and ends at the barrier after
  * it, then one copy per peer of its reduced part from its dst, then a barrier kernel (peers are
  * done reading my dst before the call is). Parts as the kernel cuts them. */
 static int twoshot_ce_gather(mori_comm *k, struct coll_gpu *p, const struct coll_call *cc)
 {
-	const struct mori_coll_dev *h = &p->host;
-	uint64_t n = (uint64_t)k->n, es = cc->es, al = 16 / es, m = cc->count;
-	uint64_t P = ((m + n - 1) / n + al - 1) / al * al, dst = (uint64_t)(uintptr_t)cc->dst;
-	int rc = MORI_OK;
-	for (uint64_t j = 1; j < n && !rc; j++) {
-		uint64_t r = ((uint64_t)k->rank + j) % n, o = r * P;
-		uint64_t len = o >= m ? 0 : m - o < P ? m - o : P;
-		rc = dtod(k, p, dst + o * es, dst - h->heap_base + h->peer_base[r] + o * es, len * es, cc->stream);
-	}
+	uint64_t es = cc->es, m = cc->count, dst = (uint64_t)(uintptr_t)cc->dst;
+	int rc = ce_gather_parts(k, p, dst, dst, m, MORI_COLL_PART_SIZE(m, (uint64_t)k->n, 16 / es), es, cc->stream);
 	return rc ? rc : barrier_kernel(k, p, cc->stream);
 }
 
@@ -330,14 +339,14 @@ static int flat_launch(mori_comm *k, struct coll_gpu *p, struct mori_coll_flat_a
 static int twoshot_flat(mori_comm *k, struct coll_gpu *p, const struct coll_call *cc)
 {
 	const struct mori_coll_dev *h = &p->host;
-	const uint64_t n = (uint64_t)k->n, me = (uint64_t)k->rank, es = cc->es, al = 16 / es;
+	const uint64_t n = (uint64_t)k->n, es = cc->es, al = 16 / es;
 	const int swin = cc->src_win, dwin = cc->dst_win;
 	const uint64_t chunk = swin && dwin ? cc->count : (k->scratch_bytes / es - n * al) / (n * al) * (n * al);
 	const uint64_t src = (uint64_t)(uintptr_t)cc->src, dst = (uint64_t)(uintptr_t)cc->dst;
 	int rc = MORI_OK;
 	for (uint64_t c0 = 0; c0 < cc->count && !rc; c0 += chunk) {
 		const uint64_t m = cc->count - c0 < chunk ? cc->count - c0 : chunk;
-		const uint64_t P = ((m + n - 1) / n + al - 1) / al * al;
+		const uint64_t P = MORI_COLL_PART_SIZE(m, n, al);
 		if (!swin)
 			rc = dtod(k, p, h->scratch, src + c0 * es, m * es, cc->stream);
 		if (!rc)
@@ -349,15 +358,9 @@ static int twoshot_flat(mori_comm *k, struct coll_gpu *p, const struct coll_call
 			rc = flat_launch(k, p, &f, P * es, cc->stream);
 		if (!rc)
 			rc = barrier_kernel(k, p, cc->stream);
-		if (!rc && p->flat == FLAT_CE) {
-			uint64_t rbase = dwin ? dst + c0 * es : h->scratch;
-			for (uint64_t j = 1; j < n && !rc; j++) {
-				uint64_t r = (me + j) % n, o = r * P;
-				uint64_t len = o >= m ? 0 : m - o < P ? m - o : P;
-				rc = dtod(k, p, dst + (c0 + o) * es, rbase - h->heap_base + h->peer_base[r] + o * es, len * es,
-					  cc->stream);
-			}
-		} else if (!rc) {
+		if (!rc && p->flat == FLAT_CE)
+			rc = ce_gather_parts(k, p, dst + c0 * es, dwin ? dst + c0 * es : h->scratch, m, P, es, cc->stream);
+		else if (!rc) {
 			f.kind = MORI_COLL_K_AR_GATHER;
 			rc = flat_launch(k, p, &f, (n - 1) * P * es, cc->stream);
 		}
