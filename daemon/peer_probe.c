@@ -10,6 +10,7 @@
  * stopping morid waits for (a lookup cannot be cancelled once it runs). A probe is an object of
  * its own: a peer that goes (peer_probe_stop) detaches from it, and its callbacks free it
  * without touching the peer again, so it never holds a peer alive. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,10 +31,14 @@ struct probe {
 	uint64_t started_us;
 };
 
-static void why(struct probe *pr, const char *fmt, const char *a, const char *b)
+static void __attribute__((format(printf, 2, 3))) why(struct probe *pr, const char *fmt, ...)
 {
-	if (pr->p)
-		snprintf(pr->p->probe_why, sizeof(pr->p->probe_why), fmt, a, b);
+	if (!pr->p)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(pr->p->probe_why, sizeof(pr->p->probe_why), fmt, ap);
+	va_end(ap);
 }
 
 static void probe_closed(uv_handle_t *h)
@@ -56,7 +61,7 @@ static void probe_connected(uv_connect_t *c, int status)
 	if (status == UV_ECANCELED)
 		return; /* closed by probe_close: probe_closed frees it */
 	if (status < 0)
-		why(pr, "connect: %s%s", uv_strerror(status), "");
+		why(pr, "connect: %s", uv_strerror(status));
 	else if (pr->p)
 		pr->p->probe_why[0] = 0;
 	probe_close(pr);
@@ -73,7 +78,7 @@ static int probe_connect(struct probe *pr, const struct sockaddr *sa)
 	pr->connecting = 1;
 	pr->started_us = mori_now_us();
 	if ((rc = uv_tcp_connect(&pr->conn, &pr->tcp, sa, probe_connected)) != 0) {
-		why(pr, "connect: %s%s", uv_strerror(rc), "");
+		why(pr, "connect: %s", uv_strerror(rc));
 		probe_close(pr); /* probe_closed frees it */
 	}
 	return 0;
@@ -88,7 +93,7 @@ static void probe_resolved(uv_getaddrinfo_t *g, int status, struct addrinfo *res
 		uv_freeaddrinfo(res);
 		if (rc == 0)
 			return;
-		why(pr, "socket: %s%s", uv_strerror(rc), "");
+		why(pr, "socket: %s", uv_strerror(rc));
 	} else {
 		if (res)
 			uv_freeaddrinfo(res);

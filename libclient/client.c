@@ -417,13 +417,13 @@ int client_hup_watch(mori_client *c)
 	c->hup_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (c->hup_efd < 0)
 		return set_error(c, MORI_ESYS, "eventfd: %s", strerror(errno));
+	atomic_store(&c->hup_stopping, 0); /* before the thread reads it */
 	int e = pthread_create(&c->hup_thread, NULL, hup_main, c);
 	if (e) {
 		close(c->hup_efd);
 		return set_error(c, MORI_ESYS, "hang-up watcher thread: %s", strerror(e));
 	}
 	c->hup_on = 1;
-	atomic_store(&c->hup_stopping, 0);
 	return MORI_OK;
 }
 

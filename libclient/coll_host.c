@@ -127,12 +127,11 @@ static int host_reduce(mori_comm *k, const struct coll_call *cc, float *acc, uin
 	return rc;
 }
 
-/* The all-to-all-v tables: every rank's (displacement, bytes) per destination, through the meta
- * area; the longest segment of any rank (the rounds), and this rank's receive sizes checked. */
-/* Every rank publishes what it sends (displacement, bytes) and what it expects from each rank,
- * then reads every rank's tables: all ranks check every pair, so a mismatch anywhere is found by
- * all, the same one first, and every rank returns MORI_EINVAL in step (a rank whose counts were
- * right would otherwise go on and move bytes its peer does not expect). */
+/* The all-to-all-v tables, through the meta area: every rank publishes what it sends (displacement,
+ * bytes) and what it expects from each rank, then reads every rank's tables. *total: the longest
+ * segment of any rank (the rounds). All ranks check every pair, so a mismatch anywhere is found
+ * by all, the same one first, and every rank returns MORI_EINVAL in step (a rank whose counts
+ * were right would otherwise go on and move bytes its peer does not expect). */
 static int a2av_meta(mori_comm *k, const struct coll_call *cc, uint64_t *total)
 {
 	const int n = k->n;

@@ -359,11 +359,10 @@ int mori_mem_pack(const mori_mem *m, void *blob, size_t cap, size_t *len)
 	return MORI_OK;
 }
 
-/* Map what the daemon's open reply describes. */
 /* An opener of memory reached by cross-memory attach acknowledges its revocation even while
  * idle: the hang-up watcher reaps for it (client.c). Best effort: without the thread, morid's
  * 5 s deadline still ends the owner's wait. */
-static int cma_watch(mori_client *c)
+static void cma_watch(mori_client *c)
 {
 	pthread_mutex_lock(&c->group_lock);
 	if (client_hup_watch(c) == MORI_OK && !atomic_exchange(&c->hup_reap, 1)) {
@@ -373,9 +372,9 @@ static int cma_watch(mori_client *c)
 		}
 	}
 	pthread_mutex_unlock(&c->group_lock);
-	return MORI_OK;
 }
 
+/* Map what the daemon's open reply describes. */
 static int open_from_reply(mori_client *c, mori_mem *m, const Mori__MemOpenReply *o, int *fds, int nfds,
 			   int populate)
 {
@@ -398,10 +397,13 @@ static int open_from_reply(mori_client *c, mori_mem *m, const Mori__MemOpenReply
 	if (fd >= 0 && o->has_owner_pidfd) {
 		m->has_owner_pidfd = 1;
 		m->owner_pidfd = fd; /* ours until deregister */
-		return cma_watch(c); /* cross-memory attach */
+		cma_watch(c);
+		return MORI_OK; /* cross-memory attach */
 	}
-	if (fd < 0)
-		return cma_watch(c); /* cross-memory attach (a morid without pidfds: the bare pid) */
+	if (fd < 0) {
+		cma_watch(c);
+		return MORI_OK; /* cross-memory attach (a morid without pidfds: the bare pid) */
+	}
 	long pg = sysconf(_SC_PAGESIZE);
 	uint64_t start = o->fd_offset & ~(uint64_t)(pg - 1);
 	uint64_t len = o->fd_offset - start + m->size;
