@@ -8,14 +8,16 @@
  *   latency p50 over the iterations (events around each on rank 0), algorithm bandwidth size / t
  *   and bus bandwidth algbw x (2(n-1)/n all-reduce, (n-1)/n all-gather / reduce-scatter /
  *   all-to-all, 1 broadcast), as nccl-tests defines them.
- *   Baseline in the same run: the copy ceiling C (one cuMemcpyDtoDAsync of 256 MiB between two heap
- *   buffers, rank 0 alone). All ranks share one GPU's memory, so the bound of an algorithm is the
- *   bytes all ranks must read and write (n x T per rank; a copy of B bytes is 2B of traffic) at the
+ *   Baseline in the same run: the copy ceiling C, every rank making CEIL_COPIES cuMemcpyDtoDAsync of
+ *   256 MiB between two heap buffers at once, all ranks' bytes over the window from the first start
+ *   to the last end (rank 0 alone is printed beside). All ranks share one GPU's memory, so the
+ *   bound of an algorithm is the bytes all ranks must read and write (n x T per rank; a copy of B bytes is 2B of traffic) at the
  *   ceiling: t_bound = n T / 2C; "bound" is size / t_bound and "%" what the run reached of it. T per
  *   rank of size S: one-shot all-reduce (n+1)S, two-shot (3n-1)S/n, all-gather / all-to-all /
  *   broadcast 2S, reduce-scatter (n+1)S/n.
- *   Overlap: every rank runs 2048^3 SGEMMs (tools/bench_coll_kernels.cu) alone, then beside a loop
- *   of 64 MiB all-gathers on a second stream, copy-engine and kernel forms: the GEMM's slowdown.
+ *   Overlap: every rank runs 2048^3 SGEMMs (tools/bench_coll_kernels.cu) alone, then beside a
+ *   stream of 64 MiB all-gathers on a second stream that outlasts them, copy-engine and kernel
+ *   forms: the GEMM's slowdown, median of three runs.
  *
  * mori-bench coll [--dir RUNTIME_DIR] [--pes "2 4 8"] [--max BYTES] [--iters N] [--min BYTES] [--only LABEL]
  *   --only: the rows whose label starts with LABEL (e.g. "allreduce twoshot") and no graph or overlap
@@ -41,6 +43,9 @@ int bench_coll_main(int argc, char **argv);
 #define MAXIT 60
 #define GEMM_N 2048
 #define OVL_BYTES (64ull << 20)
+#define OVL_GEMMS 5
+#define OVL_TRIALS 3
+#define CEIL_COPIES 8 /* copies of 256 MiB each rank makes for the concurrent ceiling */
 
 #define MOK(x)                                                                                               \
 	do {                                                                                                 \
@@ -69,10 +74,12 @@ static const struct spec specs[] = {
 	{B_BC, "broadcast=ce", "broadcast ce"},
 };
 
-static double *shared_t; /* [8]: each rank's copy time (the concurrent ceiling), MAP_SHARED */
+static double *shared_t; /* MAP_SHARED: [8] overlap's all-gather count, [16+rank] and [32+rank]
+			  * each rank's start and end of the concurrent ceiling's copies */
 static const char *only;  /* --only LABEL */
 static uint64_t minb;     /* --min BYTES */
 uint64_t parse_size(const char *s); /* tools/mori-bench.c: 1G, 64K, or bytes */
+double now_s(void);               /* tools/mori-bench.c: CLOCK_MONOTONIC, seconds */
 
 struct rk {
 	int me, n;
@@ -154,7 +161,34 @@ static int row(struct rk *r, const struct spec *sp, uint64_t S, int iters, doubl
 	return 0;
 }
 
-/* The GEMM alone, then beside a loop of all-gathers in each form: its time on rank 0. */
+/* OVL_GEMMS SGEMMs on r->s: the time of one on this rank */
+static int gemm_time(struct rk *r, gpu_function fn, void **params, double *t)
+{
+	int me = r->me;
+	const struct gpu_api *g = r->g;
+	GK(g->event_record(r->ev[0], r->s));
+	for (int i = 0; i < OVL_GEMMS; i++)
+		GK(g->launch_kernel(fn, GEMM_N / 64, GEMM_N / 64, 1, 256, 1, 1, 0, r->s, params, NULL));
+	GK(g->event_record(r->ev[1], r->s));
+	GK(g->stream_synchronize(r->s));
+	float ms;
+	GK(g->event_elapsed_time(&ms, r->ev[0], r->ev[1]));
+	*t = ms * 1e-3 / OVL_GEMMS;
+	return 0;
+}
+
+static double median3(const double *v)
+{
+	double s[OVL_TRIALS];
+	memcpy(s, v, sizeof(s));
+	qsort(s, OVL_TRIALS, sizeof(double), cmpd);
+	return s[OVL_TRIALS / 2];
+}
+
+/* The GEMM alone, then beside a stream of all-gathers in each form, OVL_TRIALS times each, the
+ * median on rank 0. The stream must outlast the GEMMs or the slowdown is diluted by the part that
+ * ran alone, so rank 0 times one all-gather of the form and sets the count (twice the GEMMs' time
+ * alone) for every rank through shared_t[8]. */
 static int overlap(struct rk *r)
 {
 	int me = r->me;
@@ -177,36 +211,58 @@ static int overlap(struct rk *r)
 	GK(g->memset_d8_async(b, 0, mb, r->s));
 	int nn = GEMM_N;
 	void *params[] = {&a, &b, &c, &nn};
-	double base = 0;
-	const char *forms[] = {NULL, "allgather=ce", "allgather=kernel"};
-	for (int f = 0; f < 3; f++) {
-		if (forms[f])
-			MOK(mori_comm_set_algo(r->k, forms[f]));
-		GK(g->stream_synchronize(r->s));
+	double t[OVL_TRIALS], base;
+	for (int i = 0; i < OVL_TRIALS; i++) {
 		MOK(mori_shmem_barrier_all(r->grp));
-		int ag = 0;
-		if (forms[f])
-			for (; ag < 24; ag++) /* more than the GEMMs take, queued first */
-				MOK(coll_once(r, B_AG, OVL_BYTES, r->s2));
-		GK(g->event_record(r->ev[0], r->s));
-		for (int i = 0; i < 5; i++)
-			GK(g->launch_kernel(fn, GEMM_N / 64, GEMM_N / 64, 1, 256, 1, 1, 0, r->s, params, NULL));
-		GK(g->event_record(r->ev[1], r->s));
-		GK(g->stream_synchronize(r->s));
+		if (gemm_time(r, fn, params, &t[i]))
+			return 1;
+	}
+	base = median3(t);
+	if (me == 0) {
+		printf("  overlap %d ranks: SGEMM %d^3 alone %.2f ms (%.1f TFLOP/s a rank; median of %d runs of %d)\n", r->n,
+		       GEMM_N, base * 1e3, 2.0 * GEMM_N * GEMM_N * GEMM_N / base / 1e12, OVL_TRIALS, OVL_GEMMS);
+		fflush(stdout);
+	}
+	const char *forms[] = {"allgather=ce", "allgather=kernel"};
+	for (int f = 0; f < 2; f++) {
+		MOK(mori_comm_set_algo(r->k, forms[f]));
+		MOK(coll_once(r, B_AG, OVL_BYTES, r->s2)); /* warm */
+		GK(g->stream_synchronize(r->s2));
+		MOK(mori_shmem_barrier_all(r->grp));
 		GK(g->event_record(r->ev[2], r->s2));
+		for (int i = 0; i < 4; i++)
+			MOK(coll_once(r, B_AG, OVL_BYTES, r->s2));
+		GK(g->event_record(r->ev[3], r->s2));
 		GK(g->stream_synchronize(r->s2));
 		float ms;
-		GK(g->event_elapsed_time(&ms, r->ev[0], r->ev[1]));
-		double t = ms * 1e-3 / 5;
-		if (!forms[f])
-			base = t;
+		GK(g->event_elapsed_time(&ms, r->ev[2], r->ev[3]));
+		double tag = ms * 1e-3 / 4;
 		if (me == 0) {
-			double tf = 2.0 * GEMM_N * GEMM_N * GEMM_N / t / 1e12;
-			if (!forms[f])
-				printf("  overlap %d ranks: SGEMM %d^3 alone %.2f ms (%.1f TFLOP/s a rank)\n", r->n, GEMM_N, t * 1e3, tf);
-			else
-				printf("  overlap %d ranks: SGEMM beside %d x %llu MiB all-gather %-6s %.2f ms: %+.1f%% slower\n", r->n,
-				       ag, (unsigned long long)(OVL_BYTES >> 20), forms[f] + 10, t * 1e3, 100 * (t / base - 1));
+			double k = 2 * OVL_GEMMS * base / tag + 1;
+			shared_t[8] = k < 8 ? 8 : k > 2000 ? 2000 : (int)k;
+		}
+		MOK(mori_shmem_barrier_all(r->grp));
+		int K = (int)shared_t[8];
+		MOK(mori_shmem_barrier_all(r->grp)); /* read before rank 0 writes the next form's */
+		for (int i = 0; i < OVL_TRIALS; i++) {
+			MOK(mori_shmem_barrier_all(r->grp));
+			for (int j = 0; j < K; j++) /* queued first */
+				MOK(coll_once(r, B_AG, OVL_BYTES, r->s2));
+			if (gemm_time(r, fn, params, &t[i]))
+				return 1;
+			GK(g->stream_synchronize(r->s2));
+		}
+		int pe = -1, rc = mori_comm_status(r->k, &pe);
+		if (rc) {
+			fprintf(stderr, "rank %d: overlap %s: %s (%s)\n", me, forms[f], mori_strerror(rc), mori_client_last_error(NULL));
+			return 1;
+		}
+		if (me == 0) {
+			double m = median3(t);
+			printf("  overlap %d ranks: SGEMM beside %d x %llu MiB all-gather %-6s (%.3f ms each alone) %.2f ms: %+.1f%% "
+			       "slower (runs %+.1f %+.1f %+.1f %%)\n", r->n, K, (unsigned long long)(OVL_BYTES >> 20), forms[f] + 10,
+			       tag * 1e3, m * 1e3, 100 * (m / base - 1), 100 * (t[0] / base - 1), 100 * (t[1] / base - 1),
+			       100 * (t[2] / base - 1));
 			fflush(stdout);
 		}
 	}
@@ -315,27 +371,29 @@ static int one_rank(int me, int n, const char *dir, uint64_t maxb, int iters)
 				ceil_bps = cb / (ms * 1e-3);
 		}
 	}
-	/* and every rank copying at once (the GPU's memory shared as the collectives share it) */
-	MOK(mori_shmem_barrier_all(r->grp));
-	double best = 1e9;
-	for (int i = 0; i < 5; i++) {
-		GK(g->event_record(r->ev[0], r->s));
-		GK(g->memcpy_dtod_async((gpu_dptr)(uintptr_t)r->B, (gpu_dptr)(uintptr_t)r->A, cb, r->s));
-		GK(g->event_record(r->ev[1], r->s));
+	/* and every rank copying at once (the GPU's memory shared as the collectives share it): the
+	 * bytes of all ranks over one window from the first rank's start to the last rank's end (host
+	 * clock; each rank's own best would add up copies that did not overlap) */
+	double win = 1e9;
+	for (int i = 0; i < 4; i++) {
+		MOK(mori_shmem_barrier_all(r->grp));
+		shared_t[16 + me] = now_s();
+		for (int j = 0; j < CEIL_COPIES; j++)
+			GK(g->memcpy_dtod_async((gpu_dptr)(uintptr_t)r->B, (gpu_dptr)(uintptr_t)r->A, cb, r->s));
 		GK(g->stream_synchronize(r->s));
-		float ms;
-		GK(g->event_elapsed_time(&ms, r->ev[0], r->ev[1]));
-		if (i && ms * 1e-3 < best)
-			best = ms * 1e-3;
+		shared_t[32 + me] = now_s();
+		MOK(mori_shmem_barrier_all(r->grp));
+		double t0 = 1e30, t1 = 0;
+		for (int k = 0; k < n; k++) {
+			t0 = shared_t[16 + k] < t0 ? shared_t[16 + k] : t0;
+			t1 = shared_t[32 + k] > t1 ? shared_t[32 + k] : t1;
+		}
+		if (i && t1 - t0 < win) /* the first is a warm-up */
+			win = t1 - t0;
 	}
-	shared_t[me] = best;
-	MOK(mori_shmem_barrier_all(r->grp));
 	if (me == 0) {
-		double worst = 0;
-		for (int i = 0; i < n; i++)
-			worst = shared_t[i] > worst ? shared_t[i] : worst;
 		double alone = ceil_bps;
-		ceil_bps = (double)n * (double)cb / worst;
+		ceil_bps = (double)n * CEIL_COPIES * (double)cb / win;
 		printf("# %d ranks on one GPU; copy ceiling (cuMemcpyDtoDAsync %llu MiB): every rank at once %.0f GB/s in all "
 		       "(rank 0 alone %.0f GB/s); the bound below uses the former\n", n, (unsigned long long)(cb >> 20),
 		       ceil_bps / 1e9, alone / 1e9);

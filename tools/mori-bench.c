@@ -49,7 +49,7 @@ struct opts {
 	int prep;       /* submit every iteration as all indices of a prepared list */
 };
 
-static double now_s(void)
+double now_s(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
