@@ -7,5 +7,5 @@ const char *const counter_names[C_COUNT] = {
 	"transfer_errors", "bytes_sent", "bytes_received", "reloads", "reload_failures",
 	"cq_overflows", "vram_bytes_staged", "peer_auth_refused",
 	"notifications_dropped", "data_handshakes_dropped",
-	"metrics_connections_dropped",
+	"metrics_connections_dropped", "vram_bytes_staged_unpinned",
 };

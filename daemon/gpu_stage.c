@@ -233,6 +233,14 @@ void *stage_get(size_t len)
 	return malloc(len ? len : 1);
 }
 
+int stage_pinned(const void *p)
+{
+	for (int i = 0; i < S.npinned; i++)
+		if (S.pinned[i] == p)
+			return 1;
+	return 0;
+}
+
 void stage_put(void *p)
 {
 	for (int i = 0; i < S.npinned; i++)

@@ -23,6 +23,8 @@ void region_gpu_release(struct region *r);
  * memory when pinning is impossible. Released with stage_put. */
 void *stage_get(size_t len);
 void stage_put(void *p);
+/* Whether p came from the pinned pool (else the pool was empty: a slower, CPU-driven GPU copy). */
+int stage_pinned(const void *p);
 /* Pin (or unpin) a buffer the caller owns, e.g. a stream's receive buffer; best effort. */
 int stage_pin(void *p, size_t len);
 void stage_unpin(void *p);

@@ -233,6 +233,8 @@ int stream_frame_data(struct stream *s, const struct fhdr *h, struct region *g, 
 				*err = MORI_ENOMEM;
 				return -1;
 			}
+			if (g->kind == MORI_MEM_VRAM && !stage_pinned(src))
+				count(s->P->d, C_VRAM_UNPINNED, len);
 			if ((*err = region_copy(s->P->d, g, off, src, len, 0)) != 0) {
 				stage_put(src);
 				return -1;

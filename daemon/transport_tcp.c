@@ -171,6 +171,8 @@ static void rx_into(struct stream *s, struct region *g, uint64_t off)
 	if (g->kind == MORI_MEM_VRAM && s->h.len <= STAGE_BUF_BYTES && (s->rx_stage = stage_get(STAGE_BUF_BYTES))) {
 		s->rx_dst = s->rx_stage;
 		s->rx_flush = 1;
+		if (!stage_pinned(s->rx_stage))
+			count(s->P->d, C_VRAM_UNPINNED, s->h.len);
 		s->rx_addr = off;
 		return;
 	}
