@@ -5,9 +5,12 @@
  * owner registered it with. Bytes go between it and host buffers pinned with the driver, so
  * the copies run at the PCIe rate: the frames a data stream sends are staged in a pool of
  * pinned chunk buffers; what arrives is copied from the stream's receive buffer, pinned once.
- * Copies are synchronous on morid's loop, one chunk (<= 512 KiB) at a time; the socket keeps
- * moving the bytes already queued meanwhile (the kernel's buffers and libuv's write queue are
- * the other half of the double buffer). */
+ * A data stream's frames are staged by copies it starts (region_gpu_copy_start: one stream per
+ * direction and device, so both copy engines work) and polls through a fence (stage_fence_*)
+ * from the loop, which keeps serving the sockets meanwhile: a synchronous copy per 512 KiB frame
+ * held morid's one loop thread for each copy, and the driver's wait spun on it (half of morid's
+ * CPU in mori-bench ep --nodes 2). region_gpu_copy stays for the rest (small frames, pieces of
+ * a frame read with its header, a buffer from outside the pinned pool). */
 #include "gpu_stage.h"
 
 #include <stdio.h>
@@ -19,13 +22,17 @@
 #include "mori.h"
 #include "registry.h"
 
-#define STAGE_DEVICES 16
-#define STAGE_POOL 64 /* pinned chunk buffers kept (32 MiB) */
+#define STAGE_POOL 256 /* pinned chunk buffers kept (128 MiB): 4 data streams x 8 MiB of window each way
+			* wanted more than 64 (mori-bench ep --nodes 2 staged 16 % through pageable memory) */
+#define STAGE_EVENTS 64 /* idle events kept per device */
 
 struct stage_dev {
 	int state; /* 0 untried, 1 ready, < 0 MORI_E* */
 	gpu_context ctx;
 	gpu_stream stream;
+	gpu_stream xstream[2]; /* started copies: [0] to host, [1] to VRAM (two copy engines run both ways at once) */
+	gpu_event idle_ev[STAGE_EVENTS];
+	int nidle_ev;
 };
 
 static struct {
@@ -57,6 +64,8 @@ static int dev_get(int ordinal, struct stage_dev **out, char *msg, size_t len)
 			rc = gpu_err(g->primary_ctx_retain(&d->ctx, dv), "cuDevicePrimaryCtxRetain", msg, len);
 		if (!rc && !(rc = gpu_err(g->ctx_push_current(d->ctx), "cuCtxPushCurrent", msg, len))) {
 			rc = gpu_err(g->stream_create(&d->stream, GPU_STREAM_NON_BLOCKING), "cuStreamCreate", msg, len);
+			for (int k = 0; k < 2 && !rc; k++)
+				rc = gpu_err(g->stream_create(&d->xstream[k], GPU_STREAM_NON_BLOCKING), "cuStreamCreate", msg, len);
 			gpu_context old;
 			g->ctx_pop_current(&old);
 		}
@@ -184,6 +193,131 @@ int region_gpu_copy(struct region *r, uint64_t off, void *buf, uint64_t len, int
 	return MORI_OK;
 }
 
+int region_gpu_copy_start(struct region *r, uint64_t off, void *buf, uint64_t len, int write, struct stage_fence *f)
+{
+	if (r->dead)
+		return MORI_ESTALE;
+	if (!r->gpu_addr || off > r->size || len > r->size - off)
+		return MORI_ERANGE;
+	const struct gpu_api *g = S.g;
+	struct stage_dev *d = &S.dev[r->gpu_device];
+	if (g->ctx_push_current(d->ctx) != 0)
+		return MORI_EIO;
+	if (f->mask && f->write != write)
+		return MORI_EINVAL; /* one direction a fence (its events are recorded on that stream) */
+	int rc = write ? g->memcpy_htod_async(r->gpu_addr + off, buf, len, d->xstream[1])
+		       : g->memcpy_dtoh_async(buf, r->gpu_addr + off, len, d->xstream[0]);
+	gpu_context old;
+	g->ctx_pop_current(&old);
+	if (rc) {
+		char msg[200];
+		int code = gpu_err(rc, write ? "copy to VRAM" : "copy from VRAM", msg, sizeof(msg));
+		mlog_warn("peer", "region %llu: %s", (unsigned long long)r->id, msg);
+		return code;
+	}
+	f->write = (uint8_t)write;
+	f->mask |= 1u << r->gpu_device;
+	f->recorded &= ~(1u << r->gpu_device); /* a copy after the event: record again */
+	return MORI_OK;
+}
+
+int stage_fence_record(struct stage_fence *f)
+{
+	const struct gpu_api *g = S.g;
+	for (int i = 0; i < STAGE_DEVICES; i++) {
+		uint32_t bit = 1u << i;
+		if (!(f->mask & bit) || (f->recorded & bit))
+			continue;
+		struct stage_dev *d = &S.dev[i];
+		if (g->ctx_push_current(d->ctx) != 0)
+			return MORI_EIO;
+		int rc = 0;
+		if (!f->ev[i]) {
+			if (d->nidle_ev)
+				f->ev[i] = d->idle_ev[--d->nidle_ev];
+			else
+				rc = g->event_create(&f->ev[i], GPU_EVENT_DISABLE_TIMING);
+		}
+		if (!rc)
+			rc = g->event_record(f->ev[i], d->xstream[f->write]);
+		gpu_context old;
+		g->ctx_pop_current(&old);
+		if (rc) /* the caller waits with stage_fence_drop (a stream synchronisation) */
+			return MORI_EIO;
+		f->recorded |= bit;
+	}
+	return MORI_OK;
+}
+
+/* Device i's event of f back to its pool (context current). */
+static void fence_ev_put(struct stage_fence *f, int i)
+{
+	struct stage_dev *d = &S.dev[i];
+	if (!f->ev[i])
+		return;
+	if (d->nidle_ev < STAGE_EVENTS)
+		d->idle_ev[d->nidle_ev++] = f->ev[i];
+	else
+		S.g->event_destroy(f->ev[i]);
+	f->ev[i] = NULL;
+}
+
+int stage_fence_poll(struct stage_fence *f)
+{
+	if (!f->mask)
+		return 1;
+	if (stage_fence_record(f) != MORI_OK) {
+		stage_fence_drop(f);
+		return MORI_EIO;
+	}
+	const struct gpu_api *g = S.g;
+	for (int i = 0; i < STAGE_DEVICES; i++) {
+		uint32_t bit = 1u << i;
+		if (!(f->mask & bit))
+			continue;
+		struct stage_dev *d = &S.dev[i];
+		if (g->ctx_push_current(d->ctx) != 0)
+			return 0;
+		int rc = g->event_query(f->ev[i]);
+		if (rc != GPU_ERROR_NOT_READY) {
+			fence_ev_put(f, i);
+			f->mask &= ~bit;
+			f->recorded &= ~bit;
+		}
+		gpu_context old;
+		g->ctx_pop_current(&old);
+		if (rc == GPU_ERROR_NOT_READY)
+			return 0;
+		if (rc) {
+			char msg[200];
+			gpu_err(rc, "staging copy", msg, sizeof(msg));
+			mlog_warn("peer", "GPU %d: %s", i, msg);
+			stage_fence_drop(f);
+			return MORI_EIO;
+		}
+	}
+	return 1;
+}
+
+void stage_fence_drop(struct stage_fence *f)
+{
+	const struct gpu_api *g = S.g;
+	for (int i = 0; f->mask && i < STAGE_DEVICES; i++) {
+		uint32_t bit = 1u << i;
+		if (!(f->mask & bit))
+			continue;
+		struct stage_dev *d = &S.dev[i];
+		if (g->ctx_push_current(d->ctx) == 0) {
+			g->stream_synchronize(d->xstream[f->write]); /* whatever it returns, nothing of f runs after */
+			fence_ev_put(f, i);
+			gpu_context old;
+			g->ctx_pop_current(&old);
+		}
+		f->mask &= ~bit;
+		f->recorded &= ~bit;
+	}
+}
+
 void region_gpu_release(struct region *r)
 {
 	const struct gpu_api *g = S.g;
@@ -289,6 +423,12 @@ void gpu_stage_fini(void)
 		if (S.dev[i].state == 1) {
 			gpu_device dv;
 			g->ctx_push_current(S.dev[i].ctx);
+			while (S.dev[i].nidle_ev)
+				g->event_destroy(S.dev[i].idle_ev[--S.dev[i].nidle_ev]);
+			for (int k = 0; k < 2; k++) {
+				g->stream_synchronize(S.dev[i].xstream[k]);
+				g->stream_destroy(S.dev[i].xstream[k]);
+			}
 			g->stream_destroy(S.dev[i].stream);
 			gpu_context old;
 			g->ctx_pop_current(&old);

@@ -168,6 +168,17 @@ int region_copy(struct morid *d, struct region *g, uint64_t off, void *buf, uint
 	return rc;
 }
 
+int region_copy_start(struct morid *d, struct region *g, uint64_t off, void *buf, uint64_t len, int write,
+		      struct stage_fence *f)
+{
+	if (g->kind != MORI_MEM_VRAM || !stage_pinned(buf))
+		return region_copy(d, g, off, buf, len, write);
+	int rc = g->dead ? MORI_ESTALE : region_gpu_copy_start(g, off, buf, len, write, f);
+	if (rc == MORI_OK)
+		count(d, C_VRAM_STAGED, len);
+	return rc;
+}
+
 Mori__Handle *region_handle(struct morid *d, struct region *g, struct rctx *r, int with_secret)
 {
 	Mori__Handle *h = rctx_alloc(r, sizeof(*h));

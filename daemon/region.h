@@ -12,6 +12,12 @@ int region_reach(struct region *g, char *msg, size_t len);
  * MORI_ESTALE (deregistered), MORI_EPEERDEAD (owner gone), or the GPU's error. VRAM bytes are
  * counted in d's vram_bytes_staged. The caller checked [off, off+len) against g->size. */
 int region_copy(struct morid *d, struct region *g, uint64_t off, void *buf, uint64_t len, int write);
+/* The same, started rather than finished where it can be (VRAM and a pinned stage buffer: queued
+ * on the device's staging stream, f noting it; buf untouched until f completes); else done
+ * synchronously as region_copy. Same codes. */
+struct stage_fence;
+int region_copy_start(struct morid *d, struct region *g, uint64_t off, void *buf, uint64_t len, int write,
+		      struct stage_fence *f);
 /* The start of g in morid's own mapping (a memfd mapped on first use), or NULL when g's
  * backend has none (cross-memory attach, VRAM). */
 void *region_map(struct region *g);

@@ -128,6 +128,8 @@ struct tcp_node {
 	uint64_t next_inb_scan_us;
 	struct batch *batch_cache;    /* freed batches kept for reuse (they are large) */
 	int nbatch_cache;
+	struct list pending;          /* streams waiting for staging copies (stream.plink) */
+	uv_idle_t pend_idle;          /* polls them each loop turn while any waits (the loop must not sleep) */
 };
 
 static inline struct tcp_peer *tcp_peer(struct peer *p) { return p->tp[TR_TCP]; }
@@ -151,7 +153,8 @@ struct stream {
 	uv_connect_t connreq;
 	/* tx */
 	struct batch *cur;
-	uint64_t tx_queued;       /* bytes handed to uv_write, not yet written */
+	struct batch *pend_head, *pend_tail; /* flushed, waiting for their VRAM staging copies (in order) */
+	uint64_t tx_queued;       /* bytes flushed (written or pending), not yet written */
 	uint64_t rd_outstanding;  /* outgoing: READ bytes asked and not yet answered */
 	int read_stopped;
 	/* rx */
@@ -167,6 +170,9 @@ struct stream {
 	uint8_t *rx_stage;        /* a VRAM payload lands here whole (pinned, STAGE_BUF_BYTES), then one copy;
 	                           * from the stage pool for one frame (NULL between frames) */
 	int rx_flush;             /* at the payload's end: rx_stage -> rx_reg at rx_addr (payload_end) */
+	int rx_direct;            /* payload_end called with nothing read past the payload (it may wait) */
+	int rx_waiting;           /* the frame's copy runs (rx_fence): reading stopped, its end not acted on */
+	struct stage_fence rx_fence;
 	uint64_t rx_addr;
 	int rx_code;              /* nonzero: payload is discarded */
 	int rx_big;               /* the last payload was large and direct */
@@ -177,6 +183,8 @@ struct stream {
 	uint32_t rx_mhave;
 	uint8_t *rxbuf;
 	struct list dlink;        /* P->dirty */
+	struct list plink;        /* tcp_node.pending, while pend_on */
+	int pend_on;
 };
 
 /* State at the target for a transfer another daemon initiated. */
@@ -211,6 +219,9 @@ int stream_frame_data(struct stream *s, const struct fhdr *h, struct region *g, 
 		      uint32_t len, int *err);
 uint64_t stream_batch_room(struct stream *s);
 void stream_flush(struct stream *s);
+/* The staging poller (tcp_node.pend_idle): set up at the transport's start, closed at its stop. */
+void streams_pend_init(struct peers *P);
+void streams_pend_stop(struct peers *P);
 /* Let go of a reference to the node state; the last frees it (and its batch cache). */
 void tcp_node_release(struct peers *P);
 

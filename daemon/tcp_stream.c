@@ -25,6 +25,8 @@ struct batch {
 	uint32_t nbuf, nfr, nregs, nowned, nserved;
 	uint32_t stage_used, seg_start;
 	uint64_t bytes, payload;
+	struct batch *next_pend;
+	struct stage_fence fence;  /* VRAM payloads staged into owned[] by copies still running */
 	uint8_t *stage;
 	uv_buf_t bufs[2 * BATCH_FRAMES + 2];
 	struct region *regs[BATCH_FRAMES];
@@ -62,6 +64,7 @@ static struct batch *batch_new(struct stream *s)
 static void batch_release(struct peers *P, struct batch *b)
 {
 	struct tcp_node *tn = tcp_node(P);
+	stage_fence_drop(&b->fence); /* copies into owned[] end before the buffers go back */
 	for (uint32_t i = 0; i < b->nregs; i++)
 		region_put(b->regs[i]);
 	for (uint32_t i = 0; i < b->nowned; i++)
@@ -114,8 +117,40 @@ static void mark_dirty(struct stream *s)
 }
 
 static void on_written(uv_write_t *w, int status);
+static void on_pend_idle(uv_idle_t *h);
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf);
+
+/* A flushed batch that will not be written: its READ answers are lost. */
+static void batch_fail(struct stream *s, struct batch *b)
+{
+	s->tx_queued -= b->bytes;
+	for (uint32_t i = 0; i < b->nserved; i++)
+		tcp_node(s->P)->on->read_served(s->P, s->src_epoch, b->served[i].xfer, b->served[i].bytes, 0);
+	batch_release(s->P, b);
+}
+
+/* To the socket (its staging copies, if any, done). 0, or -1 when the write failed. */
+static int batch_write(struct stream *s, struct batch *b)
+{
+	int rc = uv_write(&b->w, (uv_stream_t *)&s->tcp, b->bufs, b->nbuf, on_written);
+	if (rc < 0) {
+		mlog_info("peer", "write on data stream failed: %s", uv_strerror(rc));
+		batch_fail(s, b);
+		return -1;
+	}
+	return 0;
+}
+
+static void pend_add(struct stream *s)
+{
+	struct tcp_node *tn = tcp_node(s->P);
+	if (!s->pend_on) {
+		s->pend_on = 1;
+		list_add(&tn->pending, &s->plink);
+		uv_idle_start(&tn->pend_idle, on_pend_idle);
+	}
+}
 
 void stream_flush(struct stream *s)
 {
@@ -130,14 +165,17 @@ void stream_flush(struct stream *s)
 	seg_close(b);
 	b->w.data = b;
 	s->tx_queued += b->bytes;
-	int rc = uv_write(&b->w, (uv_stream_t *)&s->tcp, b->bufs, b->nbuf, on_written);
-	if (rc < 0) {
-		s->tx_queued -= b->bytes;
-		mlog_info("peer", "write on data stream failed: %s", uv_strerror(rc));
-		for (uint32_t i = 0; i < b->nserved; i++)
-			tcp_node(s->P)->on->read_served(s->P, s->src_epoch, b->served[i].xfer, b->served[i].bytes, 0);
-		batch_release(s->P, b);
+	if (b->fence.mask || s->pend_head) { /* copies running, or an earlier batch waits for its own */
+		stage_fence_record(&b->fence); /* a failure shows when it is polled */
+		if (s->pend_tail)
+			s->pend_tail->next_pend = b;
+		else
+			s->pend_head = b;
+		s->pend_tail = b;
+		pend_add(s);
+		return;
 	}
+	batch_write(s, b);
 }
 
 void streams_flush_dirty(struct peers *P)
@@ -235,11 +273,16 @@ int stream_frame_data(struct stream *s, const struct fhdr *h, struct region *g, 
 			}
 			if (g->kind == MORI_MEM_VRAM && !stage_pinned(src))
 				count(s->P->d, C_VRAM_UNPINNED, len);
-			if ((*err = region_copy(s->P->d, g, off, src, len, 0)) != 0) {
+			/* VRAM into a pinned buffer: started here, the batch written once it finished */
+			if ((*err = region_copy_start(s->P->d, g, off, src, len, 0, &b->fence)) != 0) {
 				stage_put(src);
 				return -1;
 			}
 			b->owned[b->nowned++] = src;
+			if (b->fence.mask && (!b->nregs || b->regs[b->nregs - 1] != g)) {
+				g->inflight++; /* the mapping must outlive the copy */
+				b->regs[b->nregs++] = g;
+			}
 		}
 		b->stage_used += HDR;
 		seg_close(b);
@@ -274,7 +317,7 @@ static void on_written(uv_write_t *w, int status)
 	if (s->outgoing) {
 		tcp_peer(s->p)->pump_needed = 1;
 		peers_dirty(P);
-	} else if (s->read_stopped && s->tx_queued < STREAM_WINDOW / 2) {
+	} else if (s->read_stopped && !s->rx_waiting && s->tx_queued < STREAM_WINDOW / 2) {
 		s->read_stopped = 0;
 		uv_read_start((uv_stream_t *)&s->tcp, on_alloc, on_read);
 	}
@@ -308,6 +351,18 @@ void stream_close(struct stream *s)
 	if (s->cur) {
 		batch_release(s->P, s->cur);
 		s->cur = NULL;
+	}
+	while (s->pend_head) {
+		struct batch *b = s->pend_head;
+		s->pend_head = b->next_pend;
+		batch_release(s->P, b);
+	}
+	s->pend_tail = NULL;
+	stage_fence_drop(&s->rx_fence); /* rx_stage goes back in on_stream_closed */
+	s->rx_waiting = 0;
+	if (s->pend_on) {
+		list_del(&s->plink);
+		s->pend_on = 0;
 	}
 	if (s->rx_reg) {
 		region_put(s->rx_reg);
@@ -507,12 +562,34 @@ static void on_hello_ack(struct stream *s)
 	}
 }
 
+static void payload_finish(struct stream *s);
+
+/* The frame's copy to VRAM must land before its end is acted on (write_end, FF_SIGNAL). Where
+ * nothing was read past the payload (rx_direct) the copy is started and the stream stops reading
+ * until it finished (pend_run finishes the frame); else it is done synchronously. */
 static void payload_end(struct stream *s)
 {
 	s->rx_payload = 0;
 	s->rx_big = s->h.len >= RX_DIRECT_MIN && s->rx_dst;
-	if (s->rx_flush && !s->rx_code) /* before the frame's end is acted on (write_end, FF_SIGNAL) */
-		s->rx_code = region_copy(s->P->d, s->rx_reg, s->rx_addr, s->rx_stage, s->h.len, 1);
+	if (s->rx_flush && !s->rx_code) {
+		if (!s->rx_direct) {
+			s->rx_code = region_copy(s->P->d, s->rx_reg, s->rx_addr, s->rx_stage, s->h.len, 1);
+		} else {
+			s->rx_code = region_copy_start(s->P->d, s->rx_reg, s->rx_addr, s->rx_stage, s->h.len, 1, &s->rx_fence);
+			if (!s->rx_code && s->rx_fence.mask) {
+				stage_fence_record(&s->rx_fence);
+				s->rx_waiting = 1;
+				uv_read_stop((uv_stream_t *)&s->tcp);
+				pend_add(s);
+				return;
+			}
+		}
+	}
+	payload_finish(s);
+}
+
+static void payload_finish(struct stream *s)
+{
 	s->rx_flush = 0;
 	if (s->rx_stage) { /* back to the pool (rx_dst still says where the payload went: rx_big) */
 		stage_put(s->rx_stage);
@@ -642,8 +719,11 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
 	if (buf->base != (char *)s->rxbuf) {
 		s->rx_dst += n;
 		s->rx_left -= (uint64_t)n;
-		if (!s->rx_left)
+		if (!s->rx_left) {
+			s->rx_direct = 1;
 			payload_end(s);
+			s->rx_direct = 0;
+		}
 	} else {
 		parse(s, (const uint8_t *)buf->base, (uint64_t)n);
 	}
@@ -653,6 +733,80 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
 		s->read_stopped = 1;
 		uv_read_stop(st);
 	}
+}
+
+/* ---- staging copies in flight (VRAM frames) ---- */
+
+/* s's batches whose copies finished go to the socket, in order; a received frame whose copy
+ * finished is acted on and reading resumes. 1 when it called out (the frame's end, a failure):
+ * streams may have closed, so the caller starts its walk again. */
+static int pend_run(struct stream *s)
+{
+	while (s->pend_head) {
+		struct batch *b = s->pend_head;
+		int r = stage_fence_poll(&b->fence);
+		if (!r)
+			break;
+		if (!(s->pend_head = b->next_pend))
+			s->pend_tail = NULL;
+		if (r < 0) {
+			batch_fail(s, b);
+			stream_lost(s, MORI_EIO, "a GPU copy staging a frame failed");
+			return 1;
+		}
+		if (batch_write(s, b) != 0)
+			return 1;
+	}
+	if (s->rx_waiting) {
+		int r = stage_fence_poll(&s->rx_fence);
+		if (!r)
+			return 0;
+		s->rx_waiting = 0;
+		if (r < 0 && !s->rx_code)
+			s->rx_code = r;
+		payload_finish(s);
+		if (!s->closing && !s->read_stopped)
+			uv_read_start((uv_stream_t *)&s->tcp, on_alloc, on_read);
+		return 1;
+	}
+	return 0;
+}
+
+static void on_pend_idle(uv_idle_t *h)
+{
+	struct tcp_node *tn = tcp_node(h->data);
+again:
+	list_each(it, &tn->pending) {
+		struct stream *s = list_entry(it, struct stream, plink);
+		int called_out = pend_run(s);
+		if (s->pend_on && !s->pend_head && !s->rx_waiting) {
+			list_del(&s->plink);
+			s->pend_on = 0;
+		}
+		if (called_out)
+			goto again;
+	}
+	if (tn->pending.next == &tn->pending)
+		uv_idle_stop(h);
+}
+
+static void pend_idle_closed(uv_handle_t *h)
+{
+	tcp_node_release(h->data);
+}
+
+void streams_pend_init(struct peers *P)
+{
+	struct tcp_node *tn = tcp_node(P);
+	LIST_INIT(&tn->pending);
+	uv_idle_init(P->d->loop, &tn->pend_idle);
+	tn->pend_idle.data = P;
+	tn->handles++; /* let go in pend_idle_closed */
+}
+
+void streams_pend_stop(struct peers *P)
+{
+	uv_close((uv_handle_t *)&tcp_node(P)->pend_idle, pend_idle_closed);
 }
 
 static void stream_setup(struct stream *s)

@@ -653,6 +653,7 @@ static int tcp_start(struct peers *P)
 	tn->on = &frames;
 	tn->handles = 1; /* the transport's own, let go at stop */
 	P->tp[TR_TCP] = tn;
+	streams_pend_init(P);
 	peers_hold(P);
 	const char *listen = P->d->cfg.listen;
 	char host[128];
@@ -698,6 +699,7 @@ static void tcp_stop(struct peers *P)
 	list_each(it, &tn->accepted)
 		stream_close(list_entry(it, struct stream, link));
 	inb_expire(P, UINT64_MAX);
+	streams_pend_stop(P);
 	if (tn->lsn_on)
 		uv_close((uv_handle_t *)&tn->lsn, lsn_closed);
 	tcp_node_release(P); /* the transport's own: the streams and the listener may still hold it */
