@@ -199,12 +199,12 @@ int region_gpu_copy_start(struct region *r, uint64_t off, void *buf, uint64_t le
 		return MORI_ESTALE;
 	if (!r->gpu_addr || off > r->size || len > r->size - off)
 		return MORI_ERANGE;
+	if (f->mask && f->write != write)
+		return MORI_EINVAL; /* one direction a fence (its events are recorded on that stream) */
 	const struct gpu_api *g = S.g;
 	struct stage_dev *d = &S.dev[r->gpu_device];
 	if (g->ctx_push_current(d->ctx) != 0)
 		return MORI_EIO;
-	if (f->mask && f->write != write)
-		return MORI_EINVAL; /* one direction a fence (its events are recorded on that stream) */
 	int rc = write ? g->memcpy_htod_async(r->gpu_addr + off, buf, len, d->xstream[1])
 		       : g->memcpy_dtoh_async(buf, r->gpu_addr + off, len, d->xstream[0]);
 	gpu_context old;
@@ -276,8 +276,10 @@ int stage_fence_poll(struct stage_fence *f)
 		if (!(f->mask & bit))
 			continue;
 		struct stage_dev *d = &S.dev[i];
-		if (g->ctx_push_current(d->ctx) != 0)
-			return 0;
+		if (g->ctx_push_current(d->ctx) != 0) {
+			stage_fence_drop(f);
+			return MORI_EIO;
+		}
 		int rc = g->event_query(f->ev[i]);
 		if (rc != GPU_ERROR_NOT_READY) {
 			fence_ev_put(f, i);
@@ -316,6 +318,20 @@ void stage_fence_drop(struct stage_fence *f)
 		f->mask &= ~bit;
 		f->recorded &= ~bit;
 	}
+}
+
+void region_gpu_quiesce(struct region *r)
+{
+	const struct gpu_api *g = S.g;
+	if (!r->gpu_addr || !g)
+		return;
+	struct stage_dev *d = &S.dev[r->gpu_device];
+	if (g->ctx_push_current(d->ctx) != 0)
+		return;
+	for (int k = 0; k < 2; k++)
+		g->stream_synchronize(d->xstream[k]);
+	gpu_context old;
+	g->ctx_pop_current(&old);
 }
 
 void region_gpu_release(struct region *r)

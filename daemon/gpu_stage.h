@@ -22,6 +22,9 @@ int region_gpu_copy(struct region *r, uint64_t off, void *buf, uint64_t len, int
  * and stay untouched until f completes (stage_fence_poll, or stage_fence_drop). 0 or MORI_E*. */
 struct stage_fence;
 int region_gpu_copy_start(struct region *r, uint64_t off, void *buf, uint64_t len, int write, struct stage_fence *f);
+/* Wait until no started copy of r's device runs (any region's: the streams are per device): the
+ * owner may reuse the memory once its deregistration is answered. */
+void region_gpu_quiesce(struct region *r);
 /* Undo region_gpu_reach (the region is being freed; no copy runs on it). */
 void region_gpu_release(struct region *r);
 

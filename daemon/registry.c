@@ -226,6 +226,8 @@ void region_remove(struct morid *d, struct region *r, const char *why)
 	mlog_info("memory", "region %llu (%llu bytes, %s) removed: %s", (unsigned long long)r->id,
 		  (unsigned long long)r->size, r->name[0] ? r->name : "unnamed", why);
 	r->dead = 1;
+	if (r->kind == MORI_MEM_VRAM) /* a frame's copy started before must not land after the answer */
+		region_gpu_quiesce(r);
 	list_each(it, &d->reg->listeners) { /* transports: peers lose remote access now */
 		struct region_listener *l = list_entry(it, struct region_listener, link);
 		l->removed(l->arg, r);

@@ -317,9 +317,10 @@ static void on_written(uv_write_t *w, int status)
 	if (s->outgoing) {
 		tcp_peer(s->p)->pump_needed = 1;
 		peers_dirty(P);
-	} else if (s->read_stopped && !s->rx_waiting && s->tx_queued < STREAM_WINDOW / 2) {
+	} else if (s->read_stopped && s->tx_queued < STREAM_WINDOW / 2) {
 		s->read_stopped = 0;
-		uv_read_start((uv_stream_t *)&s->tcp, on_alloc, on_read);
+		if (!s->rx_waiting) /* else pend_run restarts it when the frame's copy finished */
+			uv_read_start((uv_stream_t *)&s->tcp, on_alloc, on_read);
 	}
 }
 
@@ -754,8 +755,10 @@ static int pend_run(struct stream *s)
 			stream_lost(s, MORI_EIO, "a GPU copy staging a frame failed");
 			return 1;
 		}
-		if (batch_write(s, b) != 0)
+		if (batch_write(s, b) != 0) { /* the stream must not go on with frames missing */
+			stream_lost(s, MORI_EIO, "write on data stream failed");
 			return 1;
+		}
 	}
 	if (s->rx_waiting) {
 		int r = stage_fence_poll(&s->rx_fence);
