@@ -13,6 +13,10 @@
  *   put bandwidth PE 0 -> PE 1, 4 KiB .. 16 MiB (puts back to back, then quiet)
  *     baselines: the same bytes as plain mori_write transfers between the same two heaps (what
  *     the proxy rides on: the daemons' transfer path), and a TCP stream between two processes
+ *   EP chunks (issue 14's seam on the proxy): every PE one 8 MiB chunk a round to each PE of the
+ *     other node as 4 MiB puts, the last a put+signal, interleaved in the ring as the EP post
+ *     kernel's threads post them; both directions at once: GB/s crossing in all
+ *     baseline: the TCP stream (4 MiB writes, one way)
  *   fetch-add rate: PEs 0 and 2 each fetch-add one 64-bit word of PE 1, each op waited for
  *     (exact total checked)
  *   barrier latency, 4 PEs: the device API's barrier_all (quiet, flag AMO_SET to every PE by
@@ -55,7 +59,11 @@ int bench_shmem_proxy_main(int argc, char **argv);
 #define NSIZES 7                                   /* 4 KiB .. 16 MiB, x4 */
 #define WAIT_US 20000000ull
 #define FADDS 1000
-enum { ONLY_PP = 1, ONLY_PUT = 2, ONLY_FADD = 4, ONLY_BAR = 8, ONLY_IDLE = 16, ONLY_SB = 32, ONLY_ALL = 63 };
+enum { ONLY_PP = 1, ONLY_PUT = 2, ONLY_FADD = 4, ONLY_BAR = 8, ONLY_IDLE = 16, ONLY_SB = 32, ONLY_CHUNK = 64, ONLY_ALL = 127 };
+#define CH_PIECE (4ull << 20)                      /* chunks: the EP kernels' put size (MORI_EPX_PUT_MAX) */
+#define CH_LEN (2 * CH_PIECE)                      /* chunks: one to each PE of the other node a round */
+#define CH_SIG (MORI_SHMEM_OFF_FREE + 256)         /* chunks: + src x 8, SET to the round */
+#define CH_ROUNDS 24
 #define PP_PROF 4096                            /* rounds whose stages MORI_BENCH_PROF=FILE writes out */
 
 struct shared {
@@ -73,6 +81,7 @@ struct shared {
 	double fadd_rate, fadd_us;
 	uint64_t fadd_total;
 	double bar[3], hbar[3];         /* us */
+	double chunk_us;                /* chunks: PE 0's time for CH_ROUNDS rounds */
 	uint64_t pp_t[PP_PROF][3];      /* ping-pong round: PE 0 posts, PE 1 sees, PE 0 sees (us) */
 };
 static struct shared *SH;
@@ -390,6 +399,39 @@ static int pe_put(struct pe *e)
 	return 0;
 }
 
+/* issue 14's traffic on the proxy (kernels/ep_internode.cu, seam_put_signal): every PE sends one
+ * chunk a round to each PE of the other node, as 4 MiB puts then a put+signal SET of the round,
+ * the two destinations interleaved in the ring as the post kernel's threads post them, then waits
+ * for both chunks of the round from there. Both directions at once; the bytes are not checked
+ * (test_ep_seam checks them), the signals are. */
+static int pe_chunks(struct pe *e)
+{
+	const int me = e->me, peers[2] = {!(me & 1), 2 + !(me & 1)}; /* PEs 0, 2 on A; 1, 3 on B */
+	uint64_t t0 = shmem_ring_now_us();
+	for (uint64_t r = 1; r <= CH_ROUNDS; r++) {
+		for (uint64_t o = 0; o < CH_LEN; o += CH_PIECE)
+			for (int j = 0; j < 2; j++) {
+				uint64_t src = SRC_OFF + (uint64_t)j * CH_LEN + o, dst = DST_OFF + (uint64_t)(me >> 1) * CH_LEN + o;
+				if (o + CH_PIECE < CH_LEN)
+					PCK(me, shmem_ring_post(&e->r, MORI_SHMEM_OP_PUT, 0, 0, peers[j], dst, src, CH_PIECE, 0, 0, 0, NULL));
+				else
+					PCK(me, shmem_ring_post(&e->r, MORI_SHMEM_OP_PUT_SIGNAL, MORI_SHMEM_SIGNAL_SET, 8, peers[j], dst, src,
+								CH_PIECE, CH_SIG + 8ull * (uint64_t)me, r, 0, NULL));
+			}
+		for (int j = 0; j < 2; j++) {
+			PCK(me, shmem_ring_wait_ge(&e->r, CH_SIG + 8ull * (uint64_t)peers[j], r));
+			uint64_t v = __atomic_load_n((uint64_t *)(e->r.heap + CH_SIG + 8ull * (uint64_t)peers[j]), __ATOMIC_ACQUIRE);
+			if (v > r + 1) /* a peer runs at most one round ahead (it waits for mine) */
+				PFAIL(me, "chunks: round %llu: PE %d's signal says %llu", (unsigned long long)r, peers[j],
+				      (unsigned long long)v);
+		}
+	}
+	PCK(me, shmem_ring_quiet(&e->r));
+	if (me == 0)
+		SH->chunk_us = (double)(shmem_ring_now_us() - t0);
+	return 0;
+}
+
 static int pe_fadd(struct pe *e)
 {
 	uint64_t t0 = shmem_ring_now_us(), old;
@@ -436,6 +478,9 @@ static int pe_main(int me)
 		return 1;
 	PCK(me, mori_shmem_barrier_all(e.g));
 	if ((SH->only & ONLY_PUT) && me == 0 && pe_put(&e))
+		return 1;
+	PCK(me, mori_shmem_barrier_all(e.g));
+	if ((SH->only & ONLY_CHUNK) && pe_chunks(&e))
 		return 1;
 	PCK(me, mori_shmem_barrier_all(e.g));
 	if ((SH->only & ONLY_FADD) && (me == 0 || me == 2) && pe_fadd(&e))
@@ -609,6 +654,16 @@ static void report(const struct shared *s, const double *tpp, const double *tbw,
 			       b >= (1 << 20) ? "M" : "K", s->put[i], s->wr[i], tbw[i], s->wr[i] > 0 ? 100 * s->put[i] / s->wr[i] : 0);
 		}
 	}
+	if ((s->only & ONLY_CHUNK) && s->chunk_us > 0) {
+		double bytes = (double)NPE * 2 * CH_LEN * CH_ROUNDS; /* every PE to both PEs of the other node */
+		int ti = s->nsizes > 5 ? 5 : s->nsizes - 1;          /* the TCP stream's 4 MiB writes (or --max's) */
+		printf("# EP chunks (issue 14's seam): every PE one %llu MiB chunk a round to each PE of the other node (4 MiB "
+		       "puts, the last a put+signal, interleaved in the ring), both directions, %d rounds\n",
+		       (unsigned long long)(CH_LEN >> 20), CH_ROUNDS);
+		printf("  proxy: %.3f GB/s crossing in all (%.0f us a round); baseline: TCP stream %.3f GB/s one way (%llu KiB "
+		       "writes), %.0f%% of it\n", bytes / s->chunk_us / 1e3, s->chunk_us / CH_ROUNDS, tbw[ti],
+		       (unsigned long long)(size_of(ti) >> 10), tbw[ti] > 0 ? 100 * bytes / s->chunk_us / 1e3 / tbw[ti] : 0);
+	}
 	if (s->only & ONLY_FADD) {
 		printf("# fetch-add, 64-bit, PEs 0 and 2 (A) on one word of PE 1 (B), %d each, each op waited for: total %llu "
 		       "(exact)\n", FADDS, (unsigned long long)s->fadd_total);
@@ -629,7 +684,7 @@ static void report(const struct shared *s, const double *tpp, const double *tbw,
 static void usage_exit(int code)
 {
 	fprintf(code ? stderr : stdout,
-		"usage: mori-bench shmem --proxy [--iters 2000] [--max 16M] [--only pingpong,sigbig,put,fadd,barrier,idle]\n"
+		"usage: mori-bench shmem --proxy [--iters 2000] [--max 16M] [--only pingpong,sigbig,put,chunks,fadd,barrier,idle]\n"
 		"                                [--morid PATH] [--morid-arg ARG]...\n"
 		"                                [--nodes DIR_A,DIR_B --root HOST:PORT]\n"
 		"Two morids on loopback (started here; or the two whose runtime dirs --nodes names, A's peer\n"
@@ -668,7 +723,8 @@ int bench_shmem_proxy_main(int argc, char **argv)
 		else if (!strcmp(a, "--only"))
 			only = (strstr(v, "pingpong") ? ONLY_PP : 0) | (strstr(v, "put") ? ONLY_PUT : 0) |
 			       (strstr(v, "fadd") ? ONLY_FADD : 0) | (strstr(v, "barrier") ? ONLY_BAR : 0) |
-			       (strstr(v, "idle") ? ONLY_IDLE : 0) | (strstr(v, "sigbig") ? ONLY_SB : 0);
+			       (strstr(v, "idle") ? ONLY_IDLE : 0) | (strstr(v, "sigbig") ? ONLY_SB : 0) |
+			       (strstr(v, "chunks") ? ONLY_CHUNK : 0);
 		else
 			usage_exit(2);
 	}
