@@ -14,6 +14,7 @@
 #include "pe_harness.h"
 #include "mori_coll.h"
 #include "coll_check.h"
+#include "../libclient/coll_int.h" /* the communicator's own area, where the reserved-area case aims */
 
 #define HEAP (24u << 20)
 #define SCRATCH (1u << 20) /* 1 MiB: the largest counts go in several chunks */
@@ -201,7 +202,7 @@ static int pe_faults(int pe, int n, void *arg)
 		int rv = mori_allreduce(k, x, hb + 4096, 16, MORI_FLOAT32, MORI_SUM, NULL);
 		PCHECK(pe, rv == MORI_ERANGE && strstr(mori_client_last_error(c), "reserved area"), "recvbuf in the reserved "
 		       "area: %s (%s)", mori_strerror(rv), mori_client_last_error(c));
-		rv = mori_allreduce(k, x, hb + 0x10000, 300000, MORI_FLOAT32, MORI_SUM, NULL);
+		rv = mori_allreduce(k, x, k->area + k->area_bytes / 2, 16, MORI_FLOAT32, MORI_SUM, NULL);
 		PCHECK(pe, rv == MORI_ERANGE && strstr(mori_client_last_error(c), "communicator's own area"),
 		       "recvbuf over the communicator's area: %s (%s)", mori_strerror(rv), mori_client_last_error(c));
 	}
