@@ -427,6 +427,13 @@ void gpu_stage_fini(void)
 	const struct gpu_api *g = S.g;
 	if (!g)
 		return;
+	for (int i = 0; i < STAGE_DEVICES; i++) /* no started copy may still use a buffer freed below */
+		if (S.dev[i].state == 1 && g->ctx_push_current(S.dev[i].ctx) == 0) {
+			gpu_context old;
+			for (int k = 0; k < 2; k++)
+				g->stream_synchronize(S.dev[i].xstream[k]);
+			g->ctx_pop_current(&old);
+		}
 	struct stage_dev *d = any_dev();
 	if (d && g->ctx_push_current(d->ctx) == 0) {
 		for (int i = 0; i < S.npinned; i++)
@@ -441,10 +448,8 @@ void gpu_stage_fini(void)
 			g->ctx_push_current(S.dev[i].ctx);
 			while (S.dev[i].nidle_ev)
 				g->event_destroy(S.dev[i].idle_ev[--S.dev[i].nidle_ev]);
-			for (int k = 0; k < 2; k++) {
-				g->stream_synchronize(S.dev[i].xstream[k]);
+			for (int k = 0; k < 2; k++)
 				g->stream_destroy(S.dev[i].xstream[k]);
-			}
 			g->stream_destroy(S.dev[i].stream);
 			gpu_context old;
 			g->ctx_pop_current(&old);
