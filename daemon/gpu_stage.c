@@ -168,7 +168,9 @@ int region_gpu_reach(struct region *r, char *msg, size_t len)
 	return rc;
 }
 
-int region_gpu_copy(struct region *r, uint64_t off, void *buf, uint64_t len, int write)
+/* The copy on r's device: on its synchronous stream and waited for, or (async) queued on the
+ * stream of its direction. 0 or MORI_E*. */
+static int copy_issue(struct region *r, uint64_t off, void *buf, uint64_t len, int write, int async)
 {
 	if (r->dead)
 		return MORI_ESTALE;
@@ -176,12 +178,13 @@ int region_gpu_copy(struct region *r, uint64_t off, void *buf, uint64_t len, int
 		return MORI_ERANGE;
 	const struct gpu_api *g = S.g;
 	struct stage_dev *d = &S.dev[r->gpu_device];
+	gpu_stream s = async ? d->xstream[write ? 1 : 0] : d->stream;
 	if (g->ctx_push_current(d->ctx) != 0)
 		return MORI_EIO;
-	int rc = write ? g->memcpy_htod_async(r->gpu_addr + off, buf, len, d->stream)
-		       : g->memcpy_dtoh_async(buf, r->gpu_addr + off, len, d->stream);
-	if (!rc)
-		rc = g->stream_synchronize(d->stream);
+	int rc = write ? g->memcpy_htod_async(r->gpu_addr + off, buf, len, s)
+		       : g->memcpy_dtoh_async(buf, r->gpu_addr + off, len, s);
+	if (!rc && !async)
+		rc = g->stream_synchronize(s);
 	gpu_context old;
 	g->ctx_pop_current(&old);
 	if (rc) {
@@ -193,28 +196,18 @@ int region_gpu_copy(struct region *r, uint64_t off, void *buf, uint64_t len, int
 	return MORI_OK;
 }
 
+int region_gpu_copy(struct region *r, uint64_t off, void *buf, uint64_t len, int write)
+{
+	return copy_issue(r, off, buf, len, write, 0);
+}
+
 int region_gpu_copy_start(struct region *r, uint64_t off, void *buf, uint64_t len, int write, struct stage_fence *f)
 {
-	if (r->dead)
-		return MORI_ESTALE;
-	if (!r->gpu_addr || off > r->size || len > r->size - off)
-		return MORI_ERANGE;
 	if (f->mask && f->write != write)
 		return MORI_EINVAL; /* one direction a fence (its events are recorded on that stream) */
-	const struct gpu_api *g = S.g;
-	struct stage_dev *d = &S.dev[r->gpu_device];
-	if (g->ctx_push_current(d->ctx) != 0)
-		return MORI_EIO;
-	int rc = write ? g->memcpy_htod_async(r->gpu_addr + off, buf, len, d->xstream[1])
-		       : g->memcpy_dtoh_async(buf, r->gpu_addr + off, len, d->xstream[0]);
-	gpu_context old;
-	g->ctx_pop_current(&old);
-	if (rc) {
-		char msg[200];
-		int code = gpu_err(rc, write ? "copy to VRAM" : "copy from VRAM", msg, sizeof(msg));
-		mlog_warn("peer", "region %llu: %s", (unsigned long long)r->id, msg);
-		return code;
-	}
+	int rc = copy_issue(r, off, buf, len, write, 1);
+	if (rc)
+		return rc;
 	f->write = (uint8_t)write;
 	f->mask |= 1u << r->gpu_device;
 	f->recorded &= ~(1u << r->gpu_device); /* a copy after the event: record again */
