@@ -123,13 +123,17 @@ static void io_baseline(struct sched *sc)
 	/* batch: the replay's, else its mean transfer's descriptors (at least one block's): one
 	 * block a submission was a smaller batch than the replay's jobs of several blocks, so the
 	 * "baseline" ran below the replay it should bound (the demo printed 124 % of it) */
-	uint64_t batch = o->batch ? o->batch : res->jobs ? res->descriptors / res->jobs : g->descs_per_block;
-	if (batch < g->descs_per_block)
-		batch = g->descs_per_block;
+	uint64_t batch = o->batch;
+	if (!batch) {
+		batch = res->jobs ? res->descriptors / res->jobs : g->descs_per_block;
+		batch = batch < g->descs_per_block ? g->descs_per_block : batch;
+	}
+	batch = batch > g->pool_descs ? g->pool_descs : batch; /* what side_sweep submits */
 	uint64_t target = 2 * g->pool_bytes < (4ull << 30) ? 4ull << 30 : 2 * g->pool_bytes;
 	int code;
 	const char *why = "unexpected message";
 	res->io_batch = batch;
+	res->io_depth = o->window < 1 ? 1 : o->window;
 	if (o->mode == MODE_PUSH) {
 		struct msg *m = xcalloc(1, sizeof(*m));
 		m->type = M_BENCH;
@@ -147,7 +151,7 @@ static void io_baseline(struct sched *sc)
 		}
 		free(m);
 	} else {
-		code = side_sweep(&sc->s, g, MORI_OP_READ, batch, target, o->timeout_ms,
+		code = side_sweep(&sc->s, g, MORI_OP_READ, batch, target, o->window, o->timeout_ms,
 				  &res->io_bytes, &res->io_us);
 	}
 	if (code) {

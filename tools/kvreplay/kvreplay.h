@@ -200,6 +200,7 @@ struct results {
 	uint64_t evictions;
 	uint64_t setup_us, run_us, xfer_busy_us, fill_us, verify_us;
 	uint64_t io_batch, io_bytes, io_us; /* the streaming reference (--no-io-baseline: 0) */
+	int io_depth;                       /* its submissions in flight (the replay's window) */
 	uint64_t *lat;
 	size_t nlat, caplat;
 	char first_error[256];
@@ -292,7 +293,7 @@ int side_connect(struct side *s, const struct geom *g, const char *node, const c
 void side_warm_local(struct side *s, const struct geom *g, int write);
 int side_warm_peer(struct side *s, const struct geom *g, int op, int64_t timeout_ms, char *err,
 		   size_t errlen);
-int side_sweep(struct side *s, const struct geom *g, int op, uint64_t batch, uint64_t target,
+int side_sweep(struct side *s, const struct geom *g, int op, uint64_t batch, uint64_t target, int depth,
 	       int64_t timeout_ms, uint64_t *bytes, uint64_t *us);
 int side_stage(struct side *s, const struct geom *g, const struct opts *o, int op,
 	       const struct msg *m, uint32_t *idx, char *msg, size_t msglen);

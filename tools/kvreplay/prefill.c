@@ -66,7 +66,7 @@ static int prefill_bench(struct side *s, const struct opts *o, const struct geom
 {
 	struct msg *r = xcalloc(1, offsetof(struct msg, blk));
 	r->type = M_BENCH;
-	r->code = side_sweep(s, g, MORI_OP_WRITE, m->u0, m->u1, o->timeout_ms, &r->t0, &r->t1);
+	r->code = side_sweep(s, g, MORI_OP_WRITE, m->u0, m->u1, o->window, o->timeout_ms, &r->t0, &r->t1);
 	int srv = msg_send(fd, r);
 	free(r);
 	return srv;

@@ -120,6 +120,7 @@ static void report_json(const struct opts *o, const struct geom *g, const struct
 	cJSON_AddNumberToObject(j, "descriptors_per_s", f->dps);
 	if (r->io_us) {
 		cJSON_AddNumberToObject(j, "io_baseline_batch", (double)r->io_batch);
+		cJSON_AddNumberToObject(j, "io_baseline_in_flight", r->io_depth);
 		cJSON_AddNumberToObject(j, "io_baseline_bytes", (double)r->io_bytes);
 		cJSON_AddNumberToObject(j, "io_baseline_gbps", f->iog);
 		cJSON_AddNumberToObject(j, "transfer_vs_io_baseline", f->iog > 0 ? f->xgbps / f->iog : 0);
@@ -181,8 +182,8 @@ static void report_text(const struct opts *o, const struct geom *g, const struct
 	       f->dps);
 	if (r->io_us)
 		printf("  io baseline      %.2f GB/s streaming the same pool through the same list, %" PRIu64
-		       " descriptors per submission; the replay's transfers ran at %.0f%% of it\n",
-		       f->iog, r->io_batch, f->iog > 0 ? 100 * f->xgbps / f->iog : 0.0);
+		       " descriptors per submission, %d in flight; the replay's transfers ran at %.0f%% of it\n",
+		       f->iog, r->io_batch, r->io_depth, f->iog > 0 ? 100 * f->xgbps / f->iog : 0.0);
 	printf("  latency (us)     p50 %" PRIu64 "  p90 %" PRIu64 "  p99 %" PRIu64 "  max %" PRIu64
 	       "  (%zu requests with a transfer, submit to completion)\n",
 	       f->p50, f->p90, f->p99, f->pmax, r->nlat);

@@ -170,34 +170,59 @@ int side_warm_peer(struct side *s, const struct geom *g, int op, int64_t timeout
 }
 
 /* The reference for the replay's transfer rate, through the same library, list, pages and batch
- * size: stream the whole pool in pool order, `batch` descriptors per submission, one submission
- * at a time (mori-bench io's loop, which however reuses the same bytes each iteration), until
- * `target` bytes have moved. Returns a MORI code; bytes and microseconds through the pointers. */
-int side_sweep(struct side *s, const struct geom *g, int op, uint64_t batch, uint64_t target,
+ * size: stream the whole pool in pool order, `batch` descriptors per submission, `depth`
+ * submissions in flight as the replay keeps its window (one at a time ran below a replay with
+ * several in flight), until `target` bytes have moved; a first submission warms up, uncounted.
+ * Returns a MORI code; bytes and microseconds through the pointers. */
+int side_sweep(struct side *s, const struct geom *g, int op, uint64_t batch, uint64_t target, int depth,
 	       int64_t timeout_ms, uint64_t *bytes, uint64_t *us)
 {
 	if (batch > g->pool_descs)
 		batch = g->pool_descs;
-	uint32_t *idx = xcalloc(batch, sizeof(uint32_t));
+	depth = depth < 1 ? 1 : depth;
+	uint32_t *idx = xcalloc(batch * (uint64_t)depth, sizeof(uint32_t));
+	mori_xfer **x = xcalloc((size_t)depth, sizeof(*x));
 	mori_xfer_opts xo = {.timeout_us = timeout_ms * 1000};
-	uint64_t pos = 0, t0 = 0;
-	int rc = MORI_OK;
+	uint64_t pos = 0, submitted = 0;
 	*bytes = 0;
-	for (int warm = 1; rc == MORI_OK && (warm || *bytes < target); warm = 0) {
-		for (uint64_t k = 0; k < batch; k++)
-			idx[k] = (uint32_t)((pos + k) % g->pool_descs);
+	/* the warm-up: one submission alone, not counted */
+	for (uint64_t j = 0; j < batch; j++)
+		idx[j] = (uint32_t)(j % g->pool_descs);
+	pos = batch % g->pool_descs;
+	int rc = mori_xfer_submit(s->list, op, idx, batch, &xo, &x[0]);
+	if (rc == MORI_OK)
+		rc = mori_xfer_wait(x[0], timeout_ms * 1000);
+	mori_xfer_free(x[0]);
+	x[0] = NULL;
+	uint64_t t0 = now_us();
+	for (uint64_t k = 0; rc == MORI_OK; k++) {
+		int slot = (int)(k % (uint64_t)depth);
+		if (x[slot]) {
+			rc = mori_xfer_wait(x[slot], timeout_ms * 1000);
+			if (rc == MORI_OK)
+				*bytes += mori_xfer_bytes(x[slot]);
+			mori_xfer_free(x[slot]);
+			x[slot] = NULL;
+		}
+		if (rc != MORI_OK || submitted >= target)
+			break;
+		uint32_t *ix = idx + (uint64_t)slot * batch;
+		for (uint64_t j = 0; j < batch; j++)
+			ix[j] = (uint32_t)((pos + j) % g->pool_descs);
 		pos = (pos + batch) % g->pool_descs;
-		mori_xfer *x = NULL;
-		if (!warm && !t0)
-			t0 = now_us();
-		rc = mori_xfer_submit(s->list, op, idx, batch, &xo, &x);
-		if (rc == MORI_OK)
-			rc = mori_xfer_wait(x, timeout_ms * 1000);
-		if (rc == MORI_OK && !warm)
-			*bytes += mori_xfer_bytes(x);
-		mori_xfer_free(x);
+		if ((rc = mori_xfer_submit(s->list, op, ix, batch, &xo, &x[slot])) == MORI_OK)
+			submitted += mori_xfer_bytes(x[slot]);
 	}
-	*us = t0 ? now_us() - t0 : 0;
+	for (int i = 0; i < depth; i++)
+		if (x[i]) {
+			int r2 = mori_xfer_wait(x[i], timeout_ms * 1000);
+			if (rc == MORI_OK && r2 == MORI_OK)
+				*bytes += mori_xfer_bytes(x[i]);
+			rc = rc ? rc : r2;
+			mori_xfer_free(x[i]);
+		}
+	*us = now_us() - t0;
+	free(x);
 	free(idx);
 	return rc;
 }
