@@ -41,10 +41,24 @@ coll_refused "--iters" --iters 100000
 coll_refused "size 'abc'" --max abc
 coll_refused "size '1X'" --max 1X
 coll_refused "above --max" --min 5G --max 1G
-out=$(timeout 60 "$B/mori-bench" coll --pes "2,4" --max 64K --only no-such-row 2>&1) # with a GPU: ranks made, no row run
+coll_refused "starts no row" --only no-such-row
+out=$(timeout 60 "$B/mori-bench" coll --pes "2,4" --max 64K --only "allreduce oneshot" 2>&1) # with a GPU: small rows
 rc=$?
 case $rc in
 0 | 77 | 1) grep -q "raised to 1 MiB" <<< "$out" || fail "coll --max 64K: no word of the raise ($out)" ;;
 *) fail "coll --pes 2,4 --max 64K: exit $rc ($out)" ;;
 esac
-pass "mori-bench coll refuses bad --pes, --iters, --max and --min before forking (exit 2, naming the option) and says when it raises --max"
+pass "mori-bench coll refuses bad --pes, --iters, --max, --min and --only before forking (exit 2, naming the option) and says when it raises --max"
+
+# mori-bench shmem --proxy (helper-8): --only matched substrings (junk measured nothing, exit 0),
+# --max read "1G" as 1 byte, bad --iters and unknown options printed only the usage
+proxy_refused() { sub_refused shmem "$1" --proxy "${@:2}"; }
+proxy_refused "unknown phase 'junk'" --only junk
+proxy_refused "unknown phase 'chunk'" --only chunk
+proxy_refused "names no phase" --only ""
+proxy_refused "--iters abc" --iters abc
+proxy_refused "--iters 5" --iters 5
+proxy_refused "unknown option --bogus" --bogus x
+proxy_refused "size 'abc'" --max abc
+proxy_refused "is not 4K .. 1G" --max 2G
+pass "mori-bench shmem --proxy refuses unknown --only phases, bad --iters and --max, and unknown options: exit 2 naming them"

@@ -512,6 +512,18 @@ int bench_coll_main(int argc, char **argv)
 		fprintf(stderr, "mori-bench coll: --pes names no rank count\n");
 		return 2;
 	}
+	if (only) { /* a label no row starts with would measure nothing and exit 0 */
+		size_t k = 0;
+		while (k < sizeof(specs) / sizeof(specs[0]) && strncmp(specs[k].label, only, strlen(only)))
+			k++;
+		if (!*only || k == sizeof(specs) / sizeof(specs[0])) {
+			fprintf(stderr, "mori-bench coll: --only \"%s\" starts no row's label (", only);
+			for (k = 0; k < sizeof(specs) / sizeof(specs[0]); k++)
+				fprintf(stderr, "%s\"%s\"", k ? ", " : "", specs[k].label);
+			fprintf(stderr, ")\n");
+			return 2;
+		}
+	}
 	if (minb > maxb) {
 		fprintf(stderr, "mori-bench coll: --min %llu is above --max %llu\n", (unsigned long long)minb,
 			(unsigned long long)maxb);

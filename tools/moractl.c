@@ -287,7 +287,7 @@ static int cmd_status(void)
 		printf("  %-18s %u\n", "transfers", s->transfers_in_flight);
 		printf("counters:\n");
 		for (size_t i = 0; i < s->n_counters; i++)
-			printf("  %-18s %llu\n", s->counters[i]->name, (unsigned long long)s->counters[i]->value);
+			printf("  %-28s %llu\n", s->counters[i]->name, (unsigned long long)s->counters[i]->value);
 	}
 	mori__reply__free_unpacked(rep, NULL);
 	return 0;

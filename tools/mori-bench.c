@@ -425,7 +425,7 @@ static void usage_exit(int code)
 		"                     [--trace FILE | --trace-off]\n"
 		"       mori-bench io-target --runtime-dir DIR [--name NAME] [--region 1G]\n"
 		"       mori-bench shmem [--nvshmem PATH/bench_nvshmem] [--reps 200]   (tools/bench_shmem.c)\n"
-		"       mori-bench shmem --proxy [--iters 2000] [--max 16M]   (the proxy path, no GPU: tools/bench_shmem_proxy.c)\n"
+		"       mori-bench shmem --proxy [--iters 2000] [--max 16M] [--only PHASES]   (the proxy path, no GPU: tools/bench_shmem_proxy.c)\n"
 		"       mori-bench coll [--dir RUNTIME_DIR] [--pes \"2 4 8\"] [--max 1G] [--min 8] [--iters 40] [--only LABEL]   (tools/bench_coll.c)\n"
 		"       mori-bench ep [--dir RUNTIME_DIR] [--pes \"2 4 8\"] [--mode normal|ll|both] [--iters 30]   (tools/bench_ep.c)\n"
 		"Same node (default): a forked target process publishes a region on the same morid; baseline\n"
