@@ -487,9 +487,10 @@ int bench_coll_main(int argc, char **argv)
 		else if (!strcmp(argv[i], "--only") && i + 1 < argc)
 			only = argv[++i];
 		else {
-			fprintf(stderr, "usage: mori-bench coll [--dir RUNTIME_DIR] [--pes \"2 4 8\"] [--max BYTES] [--iters 1..%d] "
-					"[--min BYTES] [--only LABEL]   (BYTES: 4096, 64K, 1G...)\n", MAXIT);
-			return 2;
+			int help = !strcmp(argv[i], "--help") || !strcmp(argv[i], "-h");
+			fprintf(help ? stdout : stderr, "usage: mori-bench coll [--dir RUNTIME_DIR] [--pes \"2 4 8\"] [--max BYTES] "
+					"[--iters 1..%d] [--min BYTES] [--only LABEL]   (BYTES: 4096, 64K, 1G...)\n", MAXIT);
+			return help ? 0 : 2;
 		}
 	}
 	int ns[16], nn = 0; /* --pes: rank counts 1 .. 8, separated by spaces or commas */

@@ -432,9 +432,10 @@ int bench_ep_main(int argc, char **argv)
 		else if (!strcmp(argv[i], "--root") && i + 1 < argc)
 			ROOT = argv[++i];
 		else {
-			fprintf(stderr, "usage: mori-bench ep [--dir RUNTIME_DIR] [--pes \"2 4 8\"] [--mode normal|ll|both] "
+			int help = !strcmp(argv[i], "--help") || !strcmp(argv[i], "-h");
+			fprintf(help ? stdout : stderr, "usage: mori-bench ep [--dir RUNTIME_DIR] [--pes \"2 4 8\"] [--mode normal|ll|both] "
 					"[--iters 30] [--quant] [--nodes K --dirs \"DIR ...\" --root HOST:PORT]\n");
-			return 2;
+			return help ? 0 : 2;
 		}
 	}
 	static char dirbuf[1024];
