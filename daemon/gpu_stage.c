@@ -386,12 +386,10 @@ int stage_pinned(const void *p)
 
 void stage_put(void *p)
 {
-	for (int i = 0; i < S.npinned; i++)
-		if (S.pinned[i] == p) {
-			S.idle[S.nidle++] = p;
-			return;
-		}
-	free(p);
+	if (stage_pinned(p))
+		S.idle[S.nidle++] = p;
+	else
+		free(p);
 }
 
 int stage_pin(void *p, size_t len)

@@ -173,7 +173,7 @@ int region_copy_start(struct morid *d, struct region *g, uint64_t off, void *buf
 {
 	if (g->kind != MORI_MEM_VRAM || !stage_pinned(buf))
 		return region_copy(d, g, off, buf, len, write);
-	int rc = g->dead ? MORI_ESTALE : region_gpu_copy_start(g, off, buf, len, write, f);
+	int rc = region_gpu_copy_start(g, off, buf, len, write, f); /* MORI_ESTALE once deregistered */
 	if (rc == MORI_OK)
 		count(d, C_VRAM_STAGED, len);
 	return rc;

@@ -407,13 +407,10 @@ static int pe_put(struct pe *e)
 static int pe_chunks(struct pe *e)
 {
 	const int me = e->me, peers[2] = {!(me & 1), 2 + !(me & 1)}; /* PEs 0, 2 on A; 1, 3 on B */
-	uint64_t t0 = shmem_ring_now_us();
-	for (uint64_t r = 1; r <= 3 * CH_ROUNDS; r++) {
-		if (r % CH_ROUNDS == 1 && r > 1) { /* a trial ends */
-			if (me == 0)
-				SH->chunk_us[r / CH_ROUNDS - 1] = (double)(shmem_ring_now_us() - t0);
+	uint64_t t0 = 0;
+	for (uint64_t r = 1; r <= 3 * CH_ROUNDS; r++) { /* three trials of CH_ROUNDS */
+		if (r % CH_ROUNDS == 1)
 			t0 = shmem_ring_now_us();
-		}
 		for (uint64_t o = 0; o < CH_LEN; o += CH_PIECE)
 			for (int j = 0; j < 2; j++) {
 				uint64_t src = SRC_OFF + (uint64_t)j * CH_LEN + o, dst = DST_OFF + (uint64_t)(me >> 1) * CH_LEN + o;
@@ -430,10 +427,10 @@ static int pe_chunks(struct pe *e)
 				PFAIL(me, "chunks: round %llu: PE %d's signal says %llu", (unsigned long long)r, peers[j],
 				      (unsigned long long)v);
 		}
+		if (me == 0 && r % CH_ROUNDS == 0)
+			SH->chunk_us[r / CH_ROUNDS - 1] = (double)(shmem_ring_now_us() - t0);
 	}
 	PCK(me, shmem_ring_quiet(&e->r));
-	if (me == 0)
-		SH->chunk_us[2] = (double)(shmem_ring_now_us() - t0);
 	return 0;
 }
 
@@ -707,13 +704,14 @@ uint64_t parse_size(const char *s); /* tools/mori-bench.c: 1G, 64K, or bytes; ex
 static int parse_only(const char *v)
 {
 	static const char *const names[] = {"pingpong", "put", "fadd", "barrier", "idle", "sigbig", "chunks"};
+	const int nnames = (int)(sizeof(names) / sizeof(names[0]));
 	int only = 0;
 	for (const char *p = v; *p;) {
 		size_t n = strcspn(p, ",");
 		int k = 0;
-		while (k < 7 && !(strlen(names[k]) == n && !strncmp(p, names[k], n)))
+		while (k < nnames && !(strlen(names[k]) == n && !strncmp(p, names[k], n)))
 			k++;
-		if (k == 7) {
+		if (k == nnames) {
 			fprintf(stderr, "mori-bench shmem --proxy: --only: unknown phase '%.*s' (pingpong, sigbig, put, chunks, "
 					"fadd, barrier, idle, separated by commas)\n", (int)n, p);
 			exit(2);

@@ -133,7 +133,7 @@ static void io_baseline(struct sched *sc)
 	int code;
 	const char *why = "unexpected message";
 	res->io_batch = batch;
-	res->io_depth = o->window < 1 ? 1 : o->window;
+	res->io_depth = o->window; /* 1 .. 64 (main.c) */
 	if (o->mode == MODE_PUSH) {
 		struct msg *m = xcalloc(1, sizeof(*m));
 		m->type = M_BENCH;
