@@ -8,4 +8,8 @@ const char *const counter_names[C_COUNT] = {
 	"cq_overflows", "vram_bytes_staged", "peer_auth_refused",
 	"notifications_dropped", "data_handshakes_dropped",
 	"metrics_connections_dropped", "vram_bytes_staged_unpinned",
+	/* batches held for their staging copies from VRAM, and the microseconds they waited (from
+	 * the write being ready to the copies seen done); frames whose copy to VRAM held their
+	 * stream's reading, and for how long */
+	"vram_send_waits", "vram_send_wait_us", "vram_recv_waits", "vram_recv_wait_us",
 };

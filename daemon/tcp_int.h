@@ -172,6 +172,7 @@ struct stream {
 	int rx_flush;             /* at the payload's end: rx_stage -> rx_reg at rx_addr (payload_end) */
 	int rx_direct;            /* payload_end called with nothing read past the payload (it may wait) */
 	int rx_waiting;           /* the frame's copy runs (rx_fence): reading stopped, its end not acted on */
+	uint64_t rx_wait_us;      /* since when */
 	struct stage_fence rx_fence;
 	uint64_t rx_addr;
 	int rx_code;              /* nonzero: payload is discarded */

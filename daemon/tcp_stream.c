@@ -26,6 +26,7 @@ struct batch {
 	uint32_t stage_used, seg_start;
 	uint64_t bytes, payload;
 	struct batch *next_pend;
+	uint64_t pend_us;          /* when it began to wait for its copies */
 	struct stage_fence fence;  /* VRAM payloads staged into owned[] by copies still running */
 	uint8_t *stage;
 	uv_buf_t bufs[2 * BATCH_FRAMES + 2];
@@ -167,6 +168,7 @@ void stream_flush(struct stream *s)
 	s->tx_queued += b->bytes;
 	if (b->fence.mask || s->pend_head) { /* copies running, or an earlier batch waits for its own */
 		stage_fence_record(&b->fence); /* a failure shows when it is polled */
+		b->pend_us = mori_now_us();
 		if (s->pend_tail)
 			s->pend_tail->next_pend = b;
 		else
@@ -580,6 +582,7 @@ static void payload_end(struct stream *s)
 			if (!s->rx_code && s->rx_fence.mask) {
 				stage_fence_record(&s->rx_fence);
 				s->rx_waiting = 1;
+				s->rx_wait_us = mori_now_us();
 				uv_read_stop((uv_stream_t *)&s->tcp);
 				pend_add(s);
 				return;
@@ -750,6 +753,8 @@ static int pend_run(struct stream *s)
 			break;
 		if (!(s->pend_head = b->next_pend))
 			s->pend_tail = NULL;
+		count(s->P->d, C_VRAM_TX_WAITS, 1);
+		count(s->P->d, C_VRAM_TX_WAIT_US, mori_now_us() - b->pend_us);
 		if (r < 0) {
 			batch_fail(s, b);
 			stream_lost(s, MORI_EIO, "a GPU copy staging a frame failed");
@@ -765,6 +770,8 @@ static int pend_run(struct stream *s)
 		if (!r)
 			return 0;
 		s->rx_waiting = 0;
+		count(s->P->d, C_VRAM_RX_WAITS, 1);
+		count(s->P->d, C_VRAM_RX_WAIT_US, mori_now_us() - s->rx_wait_us);
 		if (r < 0 && !s->rx_code)
 			s->rx_code = r;
 		payload_finish(s);
