@@ -55,8 +55,13 @@ extern __device__ struct mori_shmem_state *mori_shmem_state_ptr;
 __device__ struct mori_shmem_state *mori_shmem_state_ptr;
 #endif
 
-/* How many polls of a wait between two reads of the abort word (host memory, ~1 us a read). */
-#define MORI_SHMEM_ABORT_POLL 128u
+/* How many polls of a wait between two reads of the abort word. That word is in host memory: a
+ * read crosses PCIe, and thousands of waiting threads (an EP combine's reduce grid: every block's
+ * waiters) reading it every 128 polls starved the copy engines' DMA to and from the host, where
+ * morid stages VRAM for the network: an EP combine across morids moved 23 % of the TCP stream,
+ * 84 % with 4096 (issue 14, docs/benchmarks.md). A poll of a VRAM word is ~0.5 us, so an abort is
+ * still seen within a few ms. */
+#define MORI_SHMEM_ABORT_POLL 4096u
 
 namespace mori_shmem_impl {
 typedef const struct mori_shmem_state *state;

@@ -422,9 +422,12 @@ static int launch_staged(mori_client *c, const struct gpu_api *g, struct gpu_dev
 		}
 		uint8_t *h = d->ring_host + off;
 		if (b->dev_descs) {
-			/* two cheap passes (a compare loop, then memcpy) beat one fused loop here */
-			rc = check_slice(c, l, r, b, i, k, &total);
-			memcpy(h, b->idx + i, k * sizeof(uint32_t));
+			/* checked and staged in one vectorised pass (idx_copy_below); the bytes need no
+			 * look-up with one block size (KV pages) */
+			if (idx_copy_below((uint32_t *)h, b->idx + i, k, b->list_n) && b->uniform_len)
+				total = k * b->uniform_len;
+			else
+				rc = check_slice(c, l, r, b, i, k, &total); /* names the bad index, or sums the lengths */
 			a->descs = b->dev_descs;
 			a->index = d->ring_dev + off;
 		} else {

@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/types.h>
 
 #include "mori.h"
@@ -205,4 +206,39 @@ int gpu_xfer_list(mori_client *c, int op, struct mori_xfer_list *l, const uint32
 void gpu_ctx_free(mori_client *c);
 /* Is this pointer device memory? 1 yes, 0 no, <0 no runtime. */
 int gpu_ptr_is_device(const void *ptr);
+
+/* Index checks of prepared-list submissions, on the path of every submission: a loop over fixed
+ * blocks of 16 that gcc -O2 vectorises (an early exit, or a bound wider than the indices, keeps
+ * it scalar: 150 us for 262 144 indices, measured on the H200 machine, a fifth of the copy).
+ * 1 when every idx[0..n) < bound; idx_copy_below also copies them to out. */
+static inline int idx_copy_below(uint32_t *restrict out, const uint32_t *restrict idx, size_t n, size_t bound)
+{
+	if (bound > UINT32_MAX) { /* every index fits */
+		if (out)
+			memcpy(out, idx, n * sizeof(*idx));
+		return 1;
+	}
+	uint32_t b = (uint32_t)bound, bad = 0;
+	size_t i = 0;
+	if (out) {
+		for (; i + 16 <= n; i += 16)
+			for (int j = 0; j < 16; j++) {
+				uint32_t v = idx[i + j];
+				out[i + j] = v;
+				bad |= v >= b;
+			}
+		for (; i < n; i++) {
+			out[i] = idx[i];
+			bad |= idx[i] >= b;
+		}
+	} else {
+		for (; i + 16 <= n; i += 16)
+			for (int j = 0; j < 16; j++)
+				bad |= idx[i + j] >= b;
+		for (; i < n; i++)
+			bad |= idx[i] >= b;
+	}
+	return !bad;
+}
+static inline int idx_all_below(const uint32_t *idx, size_t n, size_t bound) { return idx_copy_below(NULL, idx, n, bound); }
 #endif

@@ -593,10 +593,7 @@ int mori_xfer_submit(mori_xfer_list *l, int op, const uint32_t *idx, size_t n,
 	/* One sequential pass over the indices; with equal-sized blocks (KV pages) the byte count
 	 * needs no random reads of the descriptors. */
 	uint64_t total = 0;
-	uint32_t bad = 0;
-	for (size_t i = 0; i < n; i++)
-		bad |= idx[i] >= l->n;
-	if (bad) {
+	if (!idx_all_below(idx, n, l->n)) {
 		for (size_t i = 0; i < n; i++)
 			if (idx[i] >= l->n)
 				return set_error(c, MORI_ERANGE, "xfer_submit: index %u at %zu >= list length %zu", idx[i], i, l->n);

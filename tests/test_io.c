@@ -107,6 +107,43 @@ START_TEST(bad_input)
 	ck_assert_int_eq(mori_xfer_submit(l, MORI_OP_WRITE, &bad_idx, 1, NULL, &x), MORI_ERANGE);
 	ck_assert_int_eq(mori_xfer_submit(l, MORI_OP_WRITE, &bad_idx, 0, NULL, &x), MORI_EINVAL);
 	mori_xfer_list_free(l);
+	/* the index check runs in blocks of 16 and a tail (idx_copy_below): a bad index anywhere is
+	 * refused with its position, and a good array moves exactly its blocks */
+	mori_desc pd[100];
+	for (int i = 0; i < 100; i++)
+		pd[i] = (mori_desc){(uint64_t)i * 64, (uint64_t)(99 - i) * 64, 64};
+	OK(mori_xfer_prep(a, b, pd, 100, &l));
+	uint32_t idx[53];
+	static const int at[] = {0, 15, 16, 31, 47, 48, 52};
+	for (size_t k = 0; k < sizeof(at) / sizeof(at[0]); k++)
+		for (int v = 0; v < 2; v++) {
+			for (int i = 0; i < 53; i++)
+				idx[i] = (uint32_t)(i * 37 % 100);
+			idx[at[k]] = v ? UINT32_MAX : 100;
+			x = NULL;
+			ck_assert_int_eq(mori_xfer_submit(l, MORI_OP_WRITE, idx, 53, NULL, &x), MORI_ERANGE);
+			ck_assert_ptr_null(x);
+			char want[32];
+			snprintf(want, sizeof(want), "at %d >=", at[k]);
+			ck_assert_msg(strstr(mori_client_last_error(c), want), "error \"%s\" does not name position %d",
+				      mori_client_last_error(c), at[k]);
+		}
+	uint8_t *pa = mori_mem_ptr(a), *pb = mori_mem_ptr(b);
+	for (int i = 0; i < 100 * 64; i++)
+		pa[i] = (uint8_t)(i * 7 + 1);
+	memset(pb, 0, 100 * 64);
+	for (int i = 0; i < 53; i++)
+		idx[i] = (uint32_t)(i * 37 % 100);
+	OK(mori_xfer_submit(l, MORI_OP_WRITE, idx, 53, NULL, &x));
+	OK(mori_xfer_wait(x, 5000000));
+	mori_xfer_free(x);
+	int moved[100] = {0};
+	for (int i = 0; i < 53; i++)
+		moved[idx[i]] = 1;
+	for (int i = 0; i < 100; i++)
+		for (int j = 0; j < 64; j++)
+			ck_assert_int_eq(pb[(99 - i) * 64 + j], moved[i] ? (uint8_t)((i * 64 + j) * 7 + 1) : 0);
+	mori_xfer_list_free(l);
 	/* names and blobs */
 	ck_assert_int_eq(mori_mem_open_remote(c, NULL, "nobody/kv", &m), MORI_EUNREACH);
 	OK(mori_mem_publish(a, "bad/a"));
