@@ -75,6 +75,7 @@ struct batch {                         /* requests to one PE that travel togethe
 	int nops;                      /* ops of its AMO message */
 	int sig_sent;                  /* its transfer carries its signal (peer_xfer_signals) */
 	uint64_t xfer;                 /* its transfer, 0 none */
+	uint64_t t0;                   /* started (mori_now_us), for the debug log */
 };
 
 struct ppe {
@@ -111,6 +112,7 @@ static struct {
 } X;
 
 static void kick(void);
+static uint64_t batch_bytes(const struct batch *bt);
 
 static void on_idle(uv_idle_t *h);
 static void on_timer(uv_timer_t *h);
@@ -217,6 +219,10 @@ static void batch_end(struct batch *bt, int code, int rank)
 	struct ppe *pp = bt->pp;
 	if (code == MORI_EPEERDEAD && !pp->gone)
 		peer_dead(pp, rank);
+	/* where a ring's time goes (morid --log-level debug): each batch's start and duration */
+	mlog_debug("shmem", "proxy of PE %d: batch to PE %d (op %u, %d requests, %llu bytes) started at %llu us, took %llu us%s",
+		   pp->rank, rank, bt->b[bt->nb - 1].op, bt->nb, (unsigned long long)batch_bytes(bt),
+		   (unsigned long long)bt->t0, (unsigned long long)(mori_now_us() - bt->t0), code ? ", failed" : "");
 	bt->code = code;
 	bt->phase = PH_DONE;
 	bt->xfer = 0;
@@ -662,6 +668,7 @@ static int pump(struct ppe *pp)
 		bt->xfer = 0;
 		bt->sig_sent = 0;
 		gather(bt, &q, busy);
+		bt->t0 = mori_now_us();
 		bytes += batch_bytes(bt);
 		run_batch(bt); /* may end it at once */
 	}
