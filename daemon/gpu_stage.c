@@ -66,6 +66,12 @@ static int dev_get(int ordinal, struct stage_dev **out, char *msg, size_t len)
 			rc = gpu_err(g->stream_create(&d->stream, GPU_STREAM_NON_BLOCKING), "cuStreamCreate", msg, len);
 			for (int k = 0; k < 2 && !rc; k++)
 				rc = gpu_err(g->stream_create(&d->xstream[k], GPU_STREAM_NON_BLOCKING), "cuStreamCreate", msg, len);
+			for (int k = 0; rc && k < 3; k++) { /* the device is marked failed for good: none stays */
+				gpu_stream *sp = k ? &d->xstream[k - 1] : &d->stream;
+				if (*sp)
+					g->stream_destroy(*sp);
+				*sp = NULL;
+			}
 			gpu_context old;
 			g->ctx_pop_current(&old);
 		}

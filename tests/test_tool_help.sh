@@ -9,8 +9,10 @@ for t in morid moractl mori-bench mori-gpubench; do
 	[ "$rc" = 0 ] || fail "$t --help exits $rc, want 0"
 	grep -qi usage <<< "$out" || fail "$t --help printed no usage on stdout: ${out:0:200}"
 done
+out=$("$B/moractl" help 2> /dev/null) || fail "moractl help exits $?, want 0"
+grep -q "^usage: moractl" <<< "$out" || fail "moractl help printed no usage: ${out:0:200}"
 "$B/mori-bench" > /dev/null 2>&1
 [ $? = 2 ] || fail "mori-bench without a subcommand should exit 2"
 "$B/mori-gpubench" --no-such-option 1 > /dev/null 2>&1
 [ $? = 2 ] || fail "mori-gpubench --no-such-option should exit 2"
-pass "morid, moractl, mori-bench and mori-gpubench --help: usage on stdout, exit 0; misuse exits 2"
+pass "morid, moractl, mori-bench and mori-gpubench --help (and moractl help): usage on stdout, exit 0; misuse exits 2"

@@ -40,6 +40,7 @@ static void usage(FILE *f)
 		"  nics        RDMA devices and ports: state, MTU, speed, GID, NUMA, PCI, usable or why not\n"
 		"  groups      MORI-SHMEM groups: ranks, nodes, heap sizes, state\n"
 		"  keygen [--force] FILE  write a new cluster key (mode 0600) for cluster_key_file\n"
+		"  help        this text (as --help)\n"
 		"The runtime dir defaults to $MORI_RUNTIME_DIR (when set and not empty), else /run/mori.\n");
 }
 
@@ -661,6 +662,10 @@ int main(int argc, char **argv)
 			fprintf(stderr, "moractl: unexpected argument %s\n", a);
 			return 2;
 		}
+	}
+	if (cmd && !strcmp(cmd, "help")) { /* as git and systemctl take it */
+		usage(stdout);
+		return 0;
 	}
 	if (cmd && !strcmp(cmd, "keygen"))
 		return cmd_keygen(arg, force);
