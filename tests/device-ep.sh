@@ -12,6 +12,8 @@
 #               $EP_BENCH_PES); benchq the same with --quant (bf16 quantised to fp8 by dispatch)
 #       benchx  mori-bench ep --nodes 2: the ranks over two morids started here ($EP_BENCHX_PES, default 8;
 #               intra / cross / mixed routing, the TCP stream baseline)
+#       tracex  the same, normal mode, morids at debug level: each proxy batch's kind, count and
+#               durations, and the staging waits (where a cross-node dispatch waits)
 # Logs to $OUT/log (or /tmp/device-ep/log); a summary ends the output.
 set -u
 cd "$(dirname "$0")/.."
@@ -61,6 +63,25 @@ for p in $parts; do
 		run "${EP_BENCHX_SECS:-200}" "^ |^#" "$BIN/mori-bench" ep --nodes 2 --dirs "$RA $RB" --root "127.0.0.1:$PA" \
 			--pes "${EP_BENCHX_PES:-8}" --iters "${EP_BENCH_ITERS:-30}"
 		morids_stop
+		;;
+	tracex)
+		# where a cross-node dispatch waits: benchx (normal mode) with both morids logging each
+		# proxy batch (debug level), then per kind of batch its count and durations, and each
+		# side's staging waits (docs/observe.md)
+		RA=/tmp/mori-ep-rt-a RB=/tmp/mori-ep-rt-b PA=${EP_BENCHX_PORT:-7461}
+		: > "$O/morid.log"
+		morid_start "$RA" --listen "127.0.0.1:$PA" --log-level debug || continue
+		morid_start "$RB" --listen "127.0.0.1:$((PA + 1))" --log-level debug || { morids_stop; continue; }
+		echo "== mori-bench ep --nodes 2, proxy traced" | tee -a "$SUM"
+		run "${EP_BENCHX_SECS:-200}" "cross" "$BIN/mori-bench" ep --nodes 2 --dirs "$RA $RB" --root "127.0.0.1:$PA" \
+			--pes "${EP_BENCHX_PES:-8}" --mode normal --iters "${EP_BENCH_ITERS:-3}"
+		for d in "$RA" "$RB"; do "$BIN/moractl" --runtime-dir "$d" status | grep -E "vram_(send|recv)_wait"; done | tee -a "$SUM"
+		morids_stop
+		# "... batch to PE d (op K, n requests, B bytes) started at T us, took D us"
+		grep -o "op [0-9]*, [0-9]* requests, [0-9]* bytes) started at [0-9]* us, took [0-9]* us" "$O/morid.log" |
+			awk '{op=$2; sub(",","",op); b=$5; d=$12; n[op]++; s[op]+=d; B[op]+=b; if (d>m[op]) m[op]=d}
+			     END {for (o in n) printf "proxy batches op %s (1 put, 3 put+signal, 4 atomic): %d, %.1f MB, mean %.0f us, max %.0f us\n", o, n[o], B[o]/1e6, s[o]/n[o], m[o]}' |
+			tee -a "$SUM"
 		;;
 	*) echo "unknown part $p" ;;
 	esac
