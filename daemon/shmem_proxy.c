@@ -221,7 +221,7 @@ static void batch_end(struct batch *bt, int code, int rank)
 		peer_dead(pp, rank);
 	/* where a ring's time goes (morid --log-level debug): each batch's start and duration */
 	mlog_debug("shmem", "proxy of PE %d: batch to PE %d (op %u, %d requests, %llu bytes) started at %llu us, took %llu us%s",
-		   pp->rank, rank, bt->b[bt->nb - 1].op, bt->nb, (unsigned long long)batch_bytes(bt),
+		   pp->rank, bt->b[0].pe, bt->b[bt->nb - 1].op, bt->nb, (unsigned long long)batch_bytes(bt),
 		   (unsigned long long)bt->t0, (unsigned long long)(mori_now_us() - bt->t0), code ? ", failed" : "");
 	bt->code = code;
 	bt->phase = PH_DONE;

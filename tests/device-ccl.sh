@@ -26,7 +26,7 @@ if [ "${1:-}" = bundle ]; then
 	du -sh "$BUNDLE"
 	exit 0
 fi
-[ "${1:-}" = run ] || { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ "${1:-}" = run ] || { sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 shift
 parts=${*:-test bench}
 dev_init ccl "$BUNDLE"

@@ -12,8 +12,9 @@
 #               $EP_BENCH_PES); benchq the same with --quant (bf16 quantised to fp8 by dispatch)
 #       benchx  mori-bench ep --nodes 2: the ranks over two morids started here ($EP_BENCHX_PES, default 8;
 #               intra / cross / mixed routing, the TCP stream baseline)
-#       tracex  the same, normal mode, morids at debug level: each proxy batch's kind, count and
-#               durations, and the staging waits (where a cross-node dispatch waits)
+#       tracex  benchx in normal mode ($EP_BENCH_ITERS, default 3 here), morids at debug level: each
+#               kind of proxy batch's count and durations, failed ones apart, and each morid's
+#               staging waits (where a cross-node dispatch waits)
 # Logs to $OUT/log (or /tmp/device-ep/log); a summary ends the output.
 set -u
 cd "$(dirname "$0")/.."
@@ -23,12 +24,12 @@ BUNDLE=${EP_BUNDLE:-bundle/ep} # bundle/<helper> for a helper of its own
 if [ "${1:-}" = bundle ]; then
 	set -e
 	B=${B:-build-ep}
-	make -j2 B="$B" "$B/mori-bench" "$B/tests/test_gpu_ep" "$B/tests/test_gpu_ep_xnode" "$B/morid" >/dev/null
-	dev_bundle "$BUNDLE" "$B/mori-bench" "$B/tests/test_gpu_ep" "$B/tests/test_gpu_ep_xnode" "$B/morid"
+	make -j2 B="$B" "$B/mori-bench" "$B/tests/test_gpu_ep" "$B/tests/test_gpu_ep_xnode" "$B/morid" "$B/moractl" >/dev/null
+	dev_bundle "$BUNDLE" "$B/mori-bench" "$B/tests/test_gpu_ep" "$B/tests/test_gpu_ep_xnode" "$B/morid" "$B/moractl"
 	du -sh "$BUNDLE"
 	exit 0
 fi
-[ "${1:-}" = run ] || { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ "${1:-}" = run ] || { sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 shift
 parts=${*:-test xnode bench}
 dev_init ep "$BUNDLE"
@@ -69,7 +70,7 @@ for p in $parts; do
 		# proxy batch (debug level), then per kind of batch its count and durations, and each
 		# side's staging waits (docs/observe.md)
 		RA=/tmp/mori-ep-rt-a RB=/tmp/mori-ep-rt-b PA=${EP_BENCHX_PORT:-7461}
-		: > "$O/morid.log"
+		L0=$(wc -l < "$O/morid.log" 2> /dev/null || echo 0) # this part's lines only
 		morid_start "$RA" --listen "127.0.0.1:$PA" --log-level debug || continue
 		morid_start "$RB" --listen "127.0.0.1:$((PA + 1))" --log-level debug || { morids_stop; continue; }
 		echo "== mori-bench ep --nodes 2, proxy traced" | tee -a "$SUM"
@@ -78,10 +79,14 @@ for p in $parts; do
 		for d in "$RA" "$RB"; do "$BIN/moractl" --runtime-dir "$d" status | grep -E "vram_(send|recv)_wait"; done | tee -a "$SUM"
 		morids_stop
 		# "... batch to PE d (op K, n requests, B bytes) started at T us, took D us"
-		grep -o "op [0-9]*, [0-9]* requests, [0-9]* bytes) started at [0-9]* us, took [0-9]* us" "$O/morid.log" |
-			awk '{op=$2; sub(",","",op); b=$5; d=$12; n[op]++; s[op]+=d; B[op]+=b; if (d>m[op]) m[op]=d}
-			     END {for (o in n) printf "proxy batches op %s (1 put, 3 put+signal, 4 atomic): %d, %.1f MB, mean %.0f us, max %.0f us\n", o, n[o], B[o]/1e6, s[o]/n[o], m[o]}' |
-			tee -a "$SUM"
+		tail -n +$((L0 + 1)) "$O/morid.log" |
+			grep -o "op [0-9]*, [0-9]* requests, [0-9]* bytes) started at [0-9]* us, took [0-9]* us.*" |
+			awk 'BEGIN {name[1] = "put"; name[2] = "get"; name[3] = "put+signal"; name[4] = "atomic"}
+			     {op = $2; sub(",", "", op); k = (op in name ? name[op] : "op " op) ($NF == "failed" ? ", failed" : "")
+			      b = $5; d = $12; n[k]++; s[k] += d; B[k] += b; if (d > m[k]) m[k] = d}
+			     END {for (k in n) printf "proxy batches, %s: %d, %.1f MB, mean %.0f us, max %.0f us\n", k, n[k], B[k] / 1e6, s[k] / n[k], m[k]
+			          if (!length(n)) print "proxy batches: none logged (was morid at --log-level debug?)"}' |
+			sort | tee -a "$SUM"
 		;;
 	*) echo "unknown part $p" ;;
 	esac

@@ -34,7 +34,7 @@ if [ "${1:-}" = bundle ]; then
 	du -sh "$BUNDLE"
 	exit 0
 fi
-[ "${1:-}" = run ] || { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ "${1:-}" = run ] || { sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 shift
 parts=${*:-rdc triton proxy}
 N=${IR_PES:-8}

@@ -44,7 +44,7 @@ if [ "${1:-}" = run ] && [ -f "$P/bundle.tgz" ]; then
 	rm -rf "$U" && mkdir -p "$U" && tar -C "$U" -xzf "$P/bundle.tgz" || { echo "cannot unpack $P/bundle.tgz"; exit 1; }
 	P=$U
 fi
-[ "${1:-}" = run ] || { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ "${1:-}" = run ] || { sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 O=${OUT:-/tmp/device-pass}
 mkdir -p "$O"
 t0=$(date +%s)

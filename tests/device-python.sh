@@ -31,7 +31,7 @@ if [ "${1:-}" = bundle ]; then
 	echo "now: run(command=\"tests/device-python.sh run\", carry=[\"$BUNDLE\"], timeout_s=600)"
 	exit 0
 fi
-[ "${1:-}" = run ] || { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ "${1:-}" = run ] || { sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
 [ -x "$BUNDLE/bin/morid" ] && [ -f "$BUNDLE/lib/libmori.so" ] || { echo "no bundle at $BUNDLE: run 'tests/device-python.sh bundle' here first and carry it"; exit 1; }
 dev_init python "$BUNDLE"

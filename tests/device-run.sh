@@ -43,7 +43,7 @@ if [ "${1:-}" = bundle ]; then
 	du -sh "$BUNDLE"
 	exit 0
 fi
-[ "${1:-}" = run ] || { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ "${1:-}" = run ] || { sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 shift
 parts=${*:-io io2 lat gpubench kv tests}
 

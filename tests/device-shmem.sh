@@ -30,7 +30,7 @@ if [ "${1:-}" = bundle ]; then
 	du -sh "$BUNDLE"
 	exit 0
 fi
-[ "${1:-}" = run ] || { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ "${1:-}" = run ] || { sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 shift
 parts=${*:-test mp proxy heap bench}
 dev_init shmem "$BUNDLE"

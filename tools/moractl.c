@@ -656,7 +656,7 @@ int main(int argc, char **argv)
 			return 2;
 		} else if (!cmd)
 			cmd = a;
-		else if (!arg && !strcmp(cmd, "keygen"))
+		else if (!arg && (!strcmp(cmd, "keygen") || !strcmp(cmd, "help"))) /* help CMD: the usage too */
 			arg = a;
 		else {
 			fprintf(stderr, "moractl: unexpected argument %s\n", a);
