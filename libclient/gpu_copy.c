@@ -334,16 +334,18 @@ static inline const mori_desc *bdesc(const struct batch *b, size_t j)
 }
 
 /* Check entries [i, i + k) (descriptors against both regions, or indices against the list,
- * whose descriptors were checked at prep); sum their bytes. */
+ * whose descriptors were checked at prep); sum their bytes. Indices are checked in one vectorised
+ * pass (idx_copy_below), which also stages them to `stage` when given. */
 static int check_slice(mori_client *c, const mori_mem *l, const mori_mem *r, const struct batch *b, size_t i,
-		       size_t k, uint64_t *total)
+		       size_t k, uint32_t *stage, uint64_t *total)
 {
 	uint64_t t = 0;
 	if (b->dev_descs) {
-		for (size_t j = i; j < i + k; j++)
-			if (b->idx[j] >= b->list_n)
-				return set_error(c, MORI_ERANGE, "GPU copy: index %u at %zu >= list length %zu", b->idx[j], j,
-						 b->list_n);
+		if (!idx_copy_below(stage, b->idx + i, k, b->list_n))
+			for (size_t j = i; j < i + k; j++) /* name the first bad one */
+				if (b->idx[j] >= b->list_n)
+					return set_error(c, MORI_ERANGE, "GPU copy: index %u at %zu >= list length %zu",
+							 b->idx[j], j, b->list_n);
 		if (b->uniform_len) {
 			*total = k * b->uniform_len;
 			return MORI_OK;
@@ -422,12 +424,7 @@ static int launch_staged(mori_client *c, const struct gpu_api *g, struct gpu_dev
 		}
 		uint8_t *h = d->ring_host + off;
 		if (b->dev_descs) {
-			/* checked and staged in one vectorised pass (idx_copy_below); the bytes need no
-			 * look-up with one block size (KV pages) */
-			if (idx_copy_below((uint32_t *)h, b->idx + i, k, b->list_n) && b->uniform_len)
-				total = k * b->uniform_len;
-			else
-				rc = check_slice(c, l, r, b, i, k, &total); /* names the bad index, or sums the lengths */
+			rc = check_slice(c, l, r, b, i, k, (uint32_t *)h, &total); /* checked and staged in one pass */
 			a->descs = b->dev_descs;
 			a->index = d->ring_dev + off;
 		} else {
@@ -522,7 +519,7 @@ static int run_batch(mori_client *c, int op, mori_mem *local, mori_mem *remote, 
 	 * is staged, so no bad descriptor reaches the GPU without a second pass over the batch. */
 	uint64_t total = 0;
 	if (b->n <= MORI_COPY_INLINE) {
-		int rc = check_slice(c, local, remote, b, 0, b->n, &total);
+		int rc = check_slice(c, local, remote, b, 0, b->n, NULL, &total);
 		if (rc)
 			return rc;
 	}
