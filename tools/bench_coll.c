@@ -82,6 +82,9 @@ static double *shared_t; /* MAP_SHARED: [8] overlap's all-gather count, [16+rank
 			  * each rank's start and end of the concurrent ceiling's copies */
 static const char *only;  /* --only LABEL */
 static uint64_t minb;     /* --min BYTES */
+#define NSPECS (sizeof(specs) / sizeof(specs[0]))
+/* Row k runs: no --only, or its label starts with it. */
+static int picked(size_t k) { return !only || !strncmp(specs[k].label, only, strlen(only)); }
 uint64_t parse_size(const char *s); /* tools/mori-bench.c: 1G, 64K, or bytes */
 double now_s(void);               /* tools/mori-bench.c: CLOCK_MONOTONIC, seconds */
 
@@ -437,9 +440,9 @@ static int one_rank(int me, int n, const char *dir, uint64_t maxb, int iters)
 		fflush(stdout);
 	}
 	MOK(mori_shmem_barrier_all(r->grp));
-	for (size_t si = 0; si < sizeof(specs) / sizeof(specs[0]); si++) {
+	for (size_t si = 0; si < NSPECS; si++) {
 		uint64_t lim = specs[si].coll == B_AR ? maxb : maxb / 4;
-		if (only && strncmp(specs[si].label, only, strlen(only)))
+		if (!picked(si))
 			continue;
 		for (uint64_t S = 8; S <= lim; S *= 8) {
 			if (S < minb)
@@ -515,11 +518,11 @@ int bench_coll_main(int argc, char **argv)
 	}
 	if (only) { /* a label no row starts with would measure nothing and exit 0 */
 		size_t k = 0;
-		while (k < sizeof(specs) / sizeof(specs[0]) && strncmp(specs[k].label, only, strlen(only)))
+		while (k < NSPECS && !picked(k))
 			k++;
-		if (!*only || k == sizeof(specs) / sizeof(specs[0])) {
+		if (!*only || k == NSPECS) {
 			fprintf(stderr, "mori-bench coll: --only \"%s\" starts no row's label (", only);
-			for (k = 0; k < sizeof(specs) / sizeof(specs[0]); k++)
+			for (k = 0; k < NSPECS; k++)
 				fprintf(stderr, "%s\"%s\"", k ? ", " : "", specs[k].label);
 			fprintf(stderr, ")\n");
 			return 2;

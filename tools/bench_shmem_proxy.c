@@ -64,6 +64,7 @@ enum { ONLY_PP = 1, ONLY_PUT = 2, ONLY_FADD = 4, ONLY_BAR = 8, ONLY_IDLE = 16, O
 #define CH_LEN (2 * CH_PIECE)                      /* chunks: one to each PE of the other node a round */
 #define CH_SIG (MORI_SHMEM_OFF_FREE + 256)         /* chunks: + src x 8, SET to the round */
 #define CH_ROUNDS 24
+#define CH_TCP 5                                   /* chunks: the TCP baseline's size index of 4 MiB (4 KiB x 4^5) */
 #define PP_PROF 4096                            /* rounds whose stages MORI_BENCH_PROF=FILE writes out */
 
 struct shared {
@@ -666,7 +667,7 @@ static void report(const struct shared *s, const double *tpp, const double *tbw,
 		       "one-way stream\n", (unsigned long long)(CH_LEN >> 20), CH_ROUNDS);
 		printf("  proxy: %.3f GB/s crossing in all (trials %.3f-%.3f, %.0f us a round); baseline: TCP stream %.3f GB/s "
 		       "one way (4 MiB writes), %.0f%% of it\n", bytes / t[1] / 1e3, bytes / t[2] / 1e3, bytes / t[0] / 1e3,
-		       t[1] / CH_ROUNDS, tbw[5], tbw[5] > 0 ? 100 * bytes / t[1] / 1e3 / tbw[5] : 0);
+		       t[1] / CH_ROUNDS, tbw[CH_TCP], tbw[CH_TCP] > 0 ? 100 * bytes / t[1] / 1e3 / tbw[CH_TCP] : 0);
 	}
 	if (s->only & ONLY_FADD) {
 		printf("# fetch-add, 64-bit, PEs 0 and 2 (A) on one word of PE 1 (B), %d each, each op waited for: total %llu "
@@ -858,7 +859,7 @@ int bench_shmem_proxy_main(int argc, char **argv)
 		}
 	}
 	double tpp[3] = {0}, tbw[NSIZES] = {0};
-	if (!bad && tcp_baseline(iters, (only & ONLY_CHUNK) && SH->nsizes < 6 ? 6 : SH->nsizes, tpp, tbw))
+	if (!bad && tcp_baseline(iters, (only & ONLY_CHUNK) && SH->nsizes <= CH_TCP ? CH_TCP + 1 : SH->nsizes, tpp, tbw))
 		fprintf(stderr, "mori-bench shmem --proxy: the TCP baseline failed\n");
 	if (!bad)
 		report(SH, tpp, tbw, idle, busy);
