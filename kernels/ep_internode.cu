@@ -449,7 +449,7 @@ MORI_KERNEL void __launch_bounds__(1024) mori_epx_combine_send(const struct mori
 		const int p = i - base[l * W + s];
 		if (p < 0 || p >= (int)land_cnt(x, s, l))
 			continue;
-		uint8_t *dst = cchunk(x, s) + MORI_EPX_CHDR + (int64_t)(pre[l * W + s] + p) * a.L.token_stride;
+		uint8_t *dst = cchunk(x, s) + MORI_EPX_CHDR + (int64_t)(pre[l * W + s] + p) * x.X.crow;
 		copy_row(dst, eo + slot * stride, a.tok_bytes, lane);
 	}
 	mori_complete_stores_sys();
@@ -474,7 +474,7 @@ MORI_KERNEL void mori_epx_combine_post(const struct mori_epx_kargs x)
 			mori_complete_stores_sys();
 			int rc = seam_put_signal(x, s, a.sym + x.X.cstage + (uint64_t)s * x.X.ccap,
 						 a.sym + x.X.cland + (uint64_t)me * x.X.ccap,
-						 MORI_EPX_CHDR + (uint64_t)rows[s] * (uint64_t)a.L.token_stride,
+						 MORI_EPX_CHDR + (uint64_t)rows[s] * (uint64_t)x.X.crow,
 						 a.sym + x.X.xcsig + 8ull * (uint64_t)me, e);
 			if (rc)
 				fail(a, rc, MORI_EP_ERR_ABORT, MORI_EPX_W_CPOST, s);
@@ -526,7 +526,7 @@ MORI_KERNEL void __launch_bounds__(1024) mori_epx_combine_reduce(const struct mo
 			}
 			ok = r >= 0 && r < xtot[d]; // a record of my chunk to d: d's answer has it
 			if (ok)
-				row = local(a, x.X.cland + (uint64_t)d * x.X.ccap) + MORI_EPX_CHDR + (int64_t)r * a.L.token_stride;
+				row = local(a, x.X.cland + (uint64_t)d * x.X.ccap) + MORI_EPX_CHDR + (int64_t)r * x.X.crow;
 		}
 		const uint64_t m = warp_ballot(ok);
 		const int ns = __popcll(m);

@@ -21,10 +21,12 @@
  *
  * A dispatch chunk is a header (epoch u64, records u32, then u32 counts per bin of the
  * destination: bins_local of them) and `records` fixed-size records, grouped by the destination's
- * local bin in bin order, each: the row (token_stride bytes), weights [K] f32, indices [K] i32,
- * scales (scale_stride bytes), then src_pos, bin, position (i32 each). A combine chunk is a
- * header (epoch) and one row (token_stride bytes) per record of the dispatch chunk it answers,
- * in the same order. */
+ * local bin in bin order, each: the row (this call's row bytes, 16-aligned), weights [K] f32,
+ * indices [K] i32, scales (scale_stride bytes), then src_pos, bin, position (i32 each). A combine
+ * chunk is a header (epoch) and one row (crow: this call's row bytes, 16-aligned) per record of
+ * the dispatch chunk it answers, in the same order. The chunks are sized for the largest row
+ * (token_stride); the host sets rec* and crow per call (libclient/ep_layout.c epx_records), so
+ * only the bytes of the call's rows cross nodes. */
 #ifndef MORI_EP_INTERNODE_H
 #define MORI_EP_INTERNODE_H
 #include "ep_kernels.h"
@@ -64,7 +66,7 @@ struct mori_epx_layout {
 	int32_t rec;                        /* bytes of one dispatch record */
 	int32_t rows_cap;                   /* records one source may send to one rank */
 	int32_t rec_w, rec_idx, rec_scale, rec_src; /* offsets inside a record */
-	int32_t pad;
+	int32_t crow;                       /* bytes of one combine chunk row (the call's row, 16-aligned) */
 };
 
 struct mori_epx_kargs {

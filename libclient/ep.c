@@ -399,6 +399,7 @@ static int misaligned(const void *p) { return ((uintptr_t)p & 15) != 0; }
 static int xdispatch(mori_ep_handle *h, const struct mori_ep_kargs *a, unsigned lthr, void *stream)
 {
 	struct mori_epx_kargs x = {.a = *a, .X = h->X};
+	epx_records(&x.X, a->quant ? h->cfg.hidden_dim : a->tok_bytes, h->cfg.num_experts_per_token, h->L.scale_stride);
 	void *params[] = {&x};
 	unsigned grid = (unsigned)h->cfg.block_num, thr = (unsigned)h->cfg.warp_num_per_block * 32;
 	int rc;
@@ -413,6 +414,7 @@ static int xdispatch(mori_ep_handle *h, const struct mori_ep_kargs *a, unsigned 
 static int xcombine(mori_ep_handle *h, const struct mori_ep_kargs *a, void *stream)
 {
 	struct mori_epx_kargs x = {.a = *a, .X = h->X};
+	x.X.crow = (a->tok_bytes + 15) & ~15; /* this call's rows only cross nodes, not token_stride */
 	void *params[] = {&x};
 	unsigned grid = (unsigned)h->cfg.block_num, thr = (unsigned)h->cfg.warp_num_per_block * 32;
 	int rc;

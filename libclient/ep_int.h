@@ -29,6 +29,7 @@ static inline int ep_ll(int kernel_type) { return kernel_type == MORI_EP_LOW_LAT
 static inline int ep_xnode(int kernel_type) { return kernel_type == MORI_EP_INTERNODE || kernel_type == MORI_EP_INTERNODE_LL; }
 /* The internode parts of a valid internode cfg's slot, after L's (MORI_EINVAL for another type). */
 int epx_layout(const mori_ep_config *cfg, const struct mori_ep_layout *L, struct mori_epx_layout *X);
+void epx_records(struct mori_epx_layout *X, int32_t row_bytes, int32_t K, int32_t scale_stride);
 /* Bytes of one slot (one in-flight dispatch's buffers) of a valid cfg; 0 when invalid. */
 uint64_t ep_slot_bytes(const mori_ep_config *cfg);
 

@@ -148,6 +148,19 @@ int ep_layout(const mori_ep_config *c, struct mori_ep_layout *L)
 	return MORI_OK;
 }
 
+/* A dispatch record's offsets for rows of row_bytes: the row (16-aligned), weights [K], indices
+ * [K], scales (scale_stride bytes), src_pos, bin and position. Chunks are sized for the largest
+ * row (token_stride); each call packs its records by its own row, so an fp8 dispatch under a
+ * bf16-sized config sends half the bytes across nodes, not padding. */
+void epx_records(struct mori_epx_layout *X, int32_t row_bytes, int32_t K, int32_t scale_stride)
+{
+	X->rec_w = (row_bytes + 15) & ~15;
+	X->rec_idx = X->rec_w + 4 * K;
+	X->rec_scale = X->rec_idx + 4 * K;
+	X->rec_src = X->rec_scale + scale_stride;
+	X->rec = (X->rec_src + 12 + 15) & ~15;
+}
+
 /* The internode kernel types' parts, after the intranode ones in the same slot (ep_internode.h):
  * landing and staging areas of one chunk per rank in each direction, and the local tables. */
 int epx_layout(const mori_ep_config *c, const struct mori_ep_layout *L, struct mori_epx_layout *X)
@@ -162,13 +175,10 @@ int epx_layout(const mori_ep_config *c, const struct mori_ep_layout *L, struct m
 	const uint64_t rows = ep_ll(c->kernel_type) ? M * (K < epr ? K : epr) : M;
 	X->rows_cap = (int32_t)rows;
 	X->hdr = (int32_t)up(16 + 4 * (uint64_t)L->bins_local);
-	X->rec_w = L->token_stride;
-	X->rec_idx = X->rec_w + (int32_t)(4 * K);
-	X->rec_scale = X->rec_idx + (int32_t)(4 * K);
-	X->rec_src = X->rec_scale + L->scale_stride;
-	X->rec = (X->rec_src + 12 + 15) & ~15; /* src_pos, bin, position */
+	epx_records(X, L->token_stride, (int32_t)K, L->scale_stride); /* the largest: what a chunk holds */
+	X->crow = L->token_stride;
 	X->cap = up((uint64_t)X->hdr + rows * (uint64_t)X->rec);
-	X->ccap = up(MORI_EPX_CHDR + rows * (uint64_t)L->token_stride);
+	X->ccap = up(MORI_EPX_CHDR + rows * (uint64_t)X->crow);
 	uint64_t o = L->total;
 	X->xsig = o, o = up(o + 8 * W);
 	X->xcsig = o, o = up(o + 8 * W);

@@ -180,6 +180,18 @@ START_TEST(internode_sizes)
 			ck_assert_int_ge(X.hdr, 16 + 4 * L.bins_local);
 			ck_assert_uint_ge(X.cap, (uint64_t)X.hdr + rows * X.rec);
 			ck_assert_uint_ge(X.ccap, MORI_EPX_CHDR + rows * (uint64_t)L.token_stride);
+			ck_assert_int_eq(X.crow, L.token_stride);
+			/* a call's own rows (an fp8 row under this bf16-sized config): packed, within the chunk */
+			struct mori_epx_layout P = X;
+			const int32_t row = c.hidden_dim; /* 1-byte elements */
+			epx_records(&P, row, K, L.scale_stride);
+			ck_assert_int_eq(P.rec_w, (row + 15) & ~15);
+			ck_assert_int_eq(P.rec_idx, P.rec_w + 4 * K);
+			ck_assert_int_eq(P.rec_scale, P.rec_idx + 4 * K);
+			ck_assert_int_eq(P.rec_src, P.rec_scale + L.scale_stride);
+			ck_assert_int_eq(P.rec, (P.rec_src + 12 + 15) & ~15);
+			ck_assert_int_lt(P.rec, X.rec);
+			ck_assert_uint_ge(X.cap, (uint64_t)X.hdr + rows * P.rec);
 			uint64_t parts[] = {L.total, X.xsig, X.xcsig, X.land, X.cland, X.stage, X.cstage, X.xcnt, X.xoff,
 					    X.xtot, X.xbase, X.xpre, X.xrows, X.end};
 			uint64_t need[] = {0, 8 * W, 8 * W, W * X.cap, W * X.ccap, W * X.cap, W * X.ccap, 4 * (uint64_t)L.bins,
