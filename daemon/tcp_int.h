@@ -137,6 +137,20 @@ static inline struct tcp_node *tcp_node(struct peers *P) { return P->tp[TR_TCP];
 
 struct batch;
 
+/* A received WRITE frame whose copy into VRAM runs: its end (write_end: the bytes counted, the
+ * transfer's signal and DONE once all landed) waits for the copy while the stream reads on.
+ * Each frame is counted only after its own bytes landed, so ends of one stream may come out of
+ * order (a transfer completes when the last of its frames lands, on whatever stream). */
+#define RXQ_MAX 4
+struct rx_end {
+	struct fhdr h;
+	struct region *reg;       /* inflight reference, as rx_reg */
+	uint8_t *stage;           /* the pinned buffer the copy reads */
+	int code;
+	uint64_t since_us;
+	struct stage_fence fence;
+};
+
 struct stream {
 	struct list link;         /* P->accepted (accepted streams) */
 	struct peers *P;
@@ -174,6 +188,8 @@ struct stream {
 	int rx_waiting;           /* the frame's copy runs (rx_fence): reading stopped, its end not acted on */
 	uint64_t rx_wait_us;      /* since when */
 	struct stage_fence rx_fence;
+	struct rx_end rxq[RXQ_MAX]; /* WRITE frames whose copies run, oldest at rxq_head */
+	int rxq_head, rxq_n;
 	uint64_t rx_addr;
 	int rx_code;              /* nonzero: payload is discarded */
 	int rx_big;               /* the last payload was large and direct */
@@ -207,6 +223,13 @@ int stream_listen(struct peers *P, const char *host);
 void streams_connect(struct peer *p, const struct sockaddr *sa);
 void streams_flush_dirty(struct peers *P);
 void stream_close(struct stream *s);
+/* A stream of P's, not yet connected or accepted (tcp_connect.c); stream_setup starts reading a
+ * connected one. */
+struct stream *stream_new(struct peers *P);
+void stream_setup(struct stream *s);
+/* A stream broke: for ours, the peer is down (every stream goes, transfers on the wire fail);
+ * for an accepted one, the initiator's state here goes with it. */
+void stream_lost(struct stream *s, int code, const char *why);
 /* Accepted streams that have not authenticated (hs < 2) get HS_DEADLINE_MS, and at most
  * HS_MAX_PENDING of them are held (the oldest goes for a new one): a data port reachable by
  * anyone must not let idle connections pile up to morid's descriptor limit. Closes the late

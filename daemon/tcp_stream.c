@@ -119,6 +119,7 @@ static void mark_dirty(struct stream *s)
 
 static void on_written(uv_write_t *w, int status);
 static void on_pend_idle(uv_idle_t *h);
+static void rxq_drop(struct stream *s);
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf);
 
@@ -363,6 +364,7 @@ void stream_close(struct stream *s)
 	s->pend_tail = NULL;
 	stage_fence_drop(&s->rx_fence); /* rx_stage goes back in on_stream_closed */
 	s->rx_waiting = 0;
+	rxq_drop(s);
 	if (s->pend_on) {
 		list_del(&s->plink);
 		s->pend_on = 0;
@@ -378,7 +380,7 @@ void stream_close(struct stream *s)
 
 /* A stream broke: for ours, the peer is down (every stream goes, transfers on the wire fail);
  * for an accepted one, the initiator's state here goes with it. */
-static void stream_lost(struct stream *s, int code, const char *why)
+void stream_lost(struct stream *s, int code, const char *why)
 {
 	if (s->closing)
 		return;
@@ -577,6 +579,18 @@ static void payload_end(struct stream *s)
 	if (s->rx_flush && !s->rx_code) {
 		if (!s->rx_direct) {
 			s->rx_code = region_copy(s->P->d, s->rx_reg, s->rx_addr, s->rx_stage, s->h.len, 1);
+		} else if (s->h.type == F_WRITE && s->rxq_n < RXQ_MAX) {
+			struct rx_end *e = &s->rxq[(s->rxq_head + s->rxq_n) % RXQ_MAX];
+			memset(&e->fence, 0, sizeof(e->fence));
+			s->rx_code = region_copy_start(s->P->d, s->rx_reg, s->rx_addr, s->rx_stage, s->h.len, 1, &e->fence);
+			if (!s->rx_code && e->fence.mask) { /* the stream reads on; pend_run ends the frame */
+				stage_fence_record(&e->fence);
+				e->h = s->h, e->reg = s->rx_reg, e->stage = s->rx_stage, e->since_us = mori_now_us();
+				s->rxq_n++;
+				s->rx_reg = NULL, s->rx_stage = NULL, s->rx_flush = 0;
+				pend_add(s);
+				return;
+			}
 		} else {
 			s->rx_code = region_copy_start(s->P->d, s->rx_reg, s->rx_addr, s->rx_stage, s->h.len, 1, &s->rx_fence);
 			if (!s->rx_code && s->rx_fence.mask) {
@@ -741,6 +755,34 @@ static void on_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf)
 
 /* ---- staging copies in flight (VRAM frames) ---- */
 
+/* A queued WRITE frame's copy landed (or failed: code): its end, with the frame's own header,
+ * region and stage in the stream's fields for the while (the frame being read keeps its own). */
+static void rx_end_finish(struct stream *s, struct rx_end *e, int code)
+{
+	struct fhdr h = s->h;
+	struct region *reg = s->rx_reg;
+	uint8_t *stage = s->rx_stage;
+	int rc = s->rx_code, flush = s->rx_flush;
+	s->h = e->h, s->rx_reg = e->reg, s->rx_stage = e->stage, s->rx_code = code;
+	payload_finish(s); /* puts the stage and the region */
+	s->h = h, s->rx_reg = reg, s->rx_stage = stage, s->rx_code = rc, s->rx_flush = flush;
+	if (s->closing && s->rx_reg) { /* it closed meanwhile: stream_close let go of the queued frame's */
+		region_put(s->rx_reg);
+		s->rx_reg = NULL;
+	}
+}
+
+/* Stream closing: the queued frames' copies waited for, their buffers and regions let go. */
+static void rxq_drop(struct stream *s)
+{
+	for (; s->rxq_n; s->rxq_n--, s->rxq_head = (s->rxq_head + 1) % RXQ_MAX) {
+		struct rx_end *e = &s->rxq[s->rxq_head];
+		stage_fence_drop(&e->fence);
+		stage_put(e->stage);
+		region_put(e->reg);
+	}
+}
+
 /* s's batches whose copies finished go to the socket, in order; a received frame whose copy
  * finished is acted on and reading resumes. 1 when it called out (the frame's end, a failure):
  * streams may have closed, so the caller starts its walk again. */
@@ -765,6 +807,19 @@ static int pend_run(struct stream *s)
 			return 1;
 		}
 	}
+	int called_out = 0;
+	while (s->rxq_n && !s->closing) {
+		struct rx_end *e = &s->rxq[s->rxq_head];
+		int r = stage_fence_poll(&e->fence);
+		if (!r)
+			break;
+		s->rxq_head = (s->rxq_head + 1) % RXQ_MAX;
+		s->rxq_n--;
+		count(s->P->d, C_VRAM_RX_WAITS, 1);
+		count(s->P->d, C_VRAM_RX_WAIT_US, mori_now_us() - e->since_us);
+		rx_end_finish(s, e, r < 0 ? r : 0);
+		called_out = 1;
+	}
 	if (s->rx_waiting) {
 		int r = stage_fence_poll(&s->rx_fence);
 		if (!r)
@@ -779,7 +834,7 @@ static int pend_run(struct stream *s)
 			uv_read_start((uv_stream_t *)&s->tcp, on_alloc, on_read);
 		return 1;
 	}
-	return 0;
+	return called_out;
 }
 
 static void on_pend_idle(uv_idle_t *h)
@@ -789,7 +844,7 @@ again:
 	list_each(it, &tn->pending) {
 		struct stream *s = list_entry(it, struct stream, plink);
 		int called_out = pend_run(s);
-		if (s->pend_on && !s->pend_head && !s->rx_waiting) {
+		if (s->pend_on && !s->pend_head && !s->rx_waiting && !s->rxq_n) {
 			list_del(&s->plink);
 			s->pend_on = 0;
 		}
@@ -819,7 +874,7 @@ void streams_pend_stop(struct peers *P)
 	uv_close((uv_handle_t *)&tcp_node(P)->pend_idle, pend_idle_closed);
 }
 
-static void stream_setup(struct stream *s)
+void stream_setup(struct stream *s)
 {
 	uv_os_fd_t fd;
 	uv_tcp_nodelay(&s->tcp, 1);
@@ -834,7 +889,7 @@ static void stream_setup(struct stream *s)
 
 /* ---- outgoing ---- */
 
-static struct stream *stream_new(struct peers *P)
+struct stream *stream_new(struct peers *P)
 {
 	struct stream *s = calloc(1, sizeof(*s));
 	if (!s)
@@ -850,144 +905,4 @@ static struct stream *stream_new(struct peers *P)
 	s->tcp.data = s;
 	tcp_node(P)->handles++; /* both let go in on_stream_closed: tcp_node_release */
 	return s;
-}
-
-static void on_connect(uv_connect_t *req, int status)
-{
-	struct stream *s = req->data;
-	struct peer *p = s->p;
-	if (s->closing)
-		return;
-	if (status < 0) {
-		char m[200];
-		snprintf(m, sizeof(m), "data connection to %s port %u: %s", p->host, p->data_port, uv_strerror(status));
-		stream_lost(s, status == UV_ETIMEDOUT ? MORI_ETIMEDOUT : MORI_ECONN, m);
-		return;
-	}
-	stream_setup(s);
-	uint8_t hello[AUTH_NONCE_BYTES + 128];
-	size_t self = strlen(s->P->self);
-	auth_nonce(s->nonce);
-	memcpy(hello, s->nonce, AUTH_NONCE_BYTES);
-	memcpy(hello + AUTH_NONCE_BYTES, s->P->self, self < 127 ? self : 127);
-	struct fhdr h = {.type = F_HELLO, .code = FRAME_VERSION, .xfer = s->P->d->epoch};
-	stream_frame(s, &h, hello, (uint32_t)(AUTH_NONCE_BYTES + (self < 127 ? self : 127)));
-}
-
-void streams_connect(struct peer *p, const struct sockaddr *sa)
-{
-	struct peers *P = p->P;
-	struct tcp_peer *tp = tcp_peer(p);
-	int n = (int)P->d->cfg.data_streams;
-	if (n < 1)
-		n = 1;
-	if (n > 16)
-		n = 16;
-	tp->nout = tp->nready = 0;
-	for (int i = 0; i < n; i++) {
-		struct stream *s = stream_new(P);
-		if (!s) {
-			peer_down(p, MORI_ENOMEM, "out of memory for data streams");
-			return;
-		}
-		s->outgoing = 1;
-		s->p = p;
-		s->conn_gen = tp->conn_gen;
-		tp->out[tp->nout++] = s;
-		s->connreq.data = s;
-		int rc = uv_tcp_connect(&s->connreq, &s->tcp, sa, on_connect);
-		if (rc < 0) {
-			peer_down(p, MORI_ECONN, "data connection to %s: %s", p->host, uv_strerror(rc));
-			return;
-		}
-	}
-}
-
-/* ---- accepting ---- */
-
-static void handshake_dropped(struct stream *s, int evicted)
-{
-	count(s->P->d, C_DATA_HANDSHAKES_DROPPED, 1);
-	if (evicted)
-		mlog_ratelimited(MLOG_WARN, "peer", "closed an unauthenticated data connection: %d were waiting to "
-				 "authenticate", HS_MAX_PENDING);
-	else
-		mlog_ratelimited(MLOG_WARN, "peer", "closed an unauthenticated data connection: no authenticated hello "
-				 "within %d ms", HS_DEADLINE_MS);
-	stream_close(s);
-}
-
-int streams_expire_handshakes(struct peers *P, uint64_t now)
-{
-	int waiting = 0;
-	list_each(it, &tcp_node(P)->accepted) {
-		struct stream *s = list_entry(it, struct stream, link);
-		if (s->hs == 2 || s->closing)
-			continue;
-		if (now - s->accepted_us >= HS_DEADLINE_MS * 1000ull)
-			handshake_dropped(s, 0);
-		else
-			waiting++;
-	}
-	return waiting;
-}
-
-static void on_connection(uv_stream_t *server, int status)
-{
-	struct peers *P = server->data;
-	if (status < 0)
-		return;
-	struct stream *s = stream_new(P);
-	if (!s)
-		return;
-	/* the oldest unauthenticated stream goes when too many wait (accepted is oldest first): a
-	 * real peer's handshake takes a round trip, an idle one stays until its deadline */
-	int waiting = 0;
-	struct stream *oldest = NULL;
-	list_each(it, &tcp_node(P)->accepted) {
-		struct stream *q = list_entry(it, struct stream, link);
-		if (q->hs != 2 && !q->closing && !waiting++)
-			oldest = q;
-	}
-	if (waiting >= HS_MAX_PENDING && oldest)
-		handshake_dropped(oldest, 1);
-	list_add(&tcp_node(P)->accepted, &s->link);
-	s->accepted_us = mori_now_us();
-	if (uv_accept(server, (uv_stream_t *)&s->tcp) != 0) {
-		stream_close(s);
-		return;
-	}
-	stream_setup(s);
-	peers_kick(P); /* the tick enforces the deadline */
-}
-
-int stream_listen(struct peers *P, const char *host)
-{
-	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
-	struct addrinfo *res = NULL;
-	int rc = getaddrinfo(strcmp(host, "*") == 0 ? NULL : host, "0", &hints, &res);
-	if (rc != 0 || !res) {
-		mlog_err("peer", "listen host '%s': %s", host, gai_strerror(rc));
-		return -1;
-	}
-	struct tcp_node *tn = tcp_node(P);
-	uv_tcp_init(P->d->loop, &tn->lsn);
-	tn->lsn.data = P;
-	tn->lsn_on = 1;
-	tn->handles++; /* let go when the listener is closed (tcp_stop) */
-	rc = uv_tcp_bind(&tn->lsn, res->ai_addr, 0);
-	freeaddrinfo(res);
-	if (rc == 0)
-		rc = uv_listen((uv_stream_t *)&tn->lsn, 128, on_connection);
-	struct sockaddr_storage ss;
-	int len = sizeof(ss);
-	if (rc == 0)
-		rc = uv_tcp_getsockname(&tn->lsn, (struct sockaddr *)&ss, &len);
-	if (rc != 0) {
-		mlog_err("peer", "data listener on %s: %s", host, uv_strerror(rc));
-		return -1;
-	}
-	P->data_port = ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
-						    : ((struct sockaddr_in6 *)&ss)->sin6_port);
-	return 0;
 }
