@@ -823,7 +823,7 @@ static int pend_run(struct stream *s)
 	if (s->rx_waiting) {
 		int r = stage_fence_poll(&s->rx_fence);
 		if (!r)
-			return 0;
+			return called_out; /* queued frames' ends may have run: the walk starts again */
 		s->rx_waiting = 0;
 		count(s->P->d, C_VRAM_RX_WAITS, 1);
 		count(s->P->d, C_VRAM_RX_WAIT_US, mori_now_us() - s->rx_wait_us);
