@@ -146,7 +146,6 @@ struct rx_end {
 	struct fhdr h;
 	struct region *reg;       /* inflight reference, as rx_reg */
 	uint8_t *stage;           /* the pinned buffer the copy reads */
-	int code;
 	uint64_t since_us;
 	struct stage_fence fence;
 };

@@ -766,7 +766,7 @@ static void rx_end_finish(struct stream *s, struct rx_end *e, int code)
 	s->h = e->h, s->rx_reg = e->reg, s->rx_stage = e->stage, s->rx_code = code;
 	payload_finish(s); /* puts the stage and the region */
 	s->h = h, s->rx_reg = reg, s->rx_stage = stage, s->rx_code = rc, s->rx_flush = flush;
-	if (s->closing && s->rx_reg) { /* it closed meanwhile: stream_close let go of the queued frame's */
+	if (s->closing && s->rx_reg) { /* it closed meanwhile: the frame being read keeps its region no more */
 		region_put(s->rx_reg);
 		s->rx_reg = NULL;
 	}

@@ -200,7 +200,8 @@ MORI_API void *mori_ep_get_registered_combine_input_buffer(const mori_ep_handle 
 /* Combine on stream: expert_out holds the expert outputs in the receive layout (normal:
  * [max_recv, H], rows 0..count-1; low-latency: [num_experts_per_rank, world x max, H]; dense rows of
  * H x element size, or the registered combine input with its row stride) of dtype
- * (MORI_EP_BF16 or MORI_EP_FP32, element size <= max_token_type_size); out gets [num_tokens, H]
+ * (MORI_EP_BF16 or MORI_EP_FP32, element size <= max_token_type_size, H x element size a multiple of
+ * 16 bytes: else MORI_EINVAL); out gets [num_tokens, H]
  * of dtype for the num_tokens of the preceding dispatch: normal: the sum over the token's
  * distinct destination ranks (unweighted, ROCm/mori); low-latency: sum over k of weights[t][k] x
  * the output of expert indices[t][k] (DeepEP), weights the caller's [T, K] float (NULL: dispatch's).

@@ -501,6 +501,9 @@ int mori_ep_combine(mori_ep_handle *h, int dtype, const void *expert_out, const 
 	if (es > h->cfg.max_token_type_size)
 		return set_error(c, MORI_EINVAL, "EP combine: %d-byte elements exceed max_token_type_size %d", es,
 				 h->cfg.max_token_type_size);
+	if ((h->cfg.hidden_dim * es) % 16) /* the kernels move rows in 16-byte vectors */
+		return set_error(c, MORI_EINVAL, "EP combine: hidden_dim %d x %d bytes is not a multiple of 16 bytes",
+				 h->cfg.hidden_dim, es);
 	if (!expert_out || (ntok && !out))
 		return set_error(c, MORI_EINVAL, "EP combine: %s is NULL", expert_out ? "out" : "expert_out");
 	if (misaligned(expert_out) || misaligned(out))
