@@ -570,8 +570,10 @@ static void on_hello_ack(struct stream *s)
 static void payload_finish(struct stream *s);
 
 /* The frame's copy to VRAM must land before its end is acted on (write_end, FF_SIGNAL). Where
- * nothing was read past the payload (rx_direct) the copy is started and the stream stops reading
- * until it finished (pend_run finishes the frame); else it is done synchronously. */
+ * nothing was read past the payload (rx_direct) the copy is started, not waited for: a WRITE
+ * frame's end is queued (rxq) and the stream reads on, any other frame's (or a WRITE once the
+ * queue is full) stops the stream's reading until it finished; pend_run ends them. Else the copy
+ * is done synchronously. */
 static void payload_end(struct stream *s)
 {
 	s->rx_payload = 0;
@@ -579,25 +581,22 @@ static void payload_end(struct stream *s)
 	if (s->rx_flush && !s->rx_code) {
 		if (!s->rx_direct) {
 			s->rx_code = region_copy(s->P->d, s->rx_reg, s->rx_addr, s->rx_stage, s->h.len, 1);
-		} else if (s->h.type == F_WRITE && s->rxq_n < RXQ_MAX) {
-			struct rx_end *e = &s->rxq[(s->rxq_head + s->rxq_n) % RXQ_MAX];
-			memset(&e->fence, 0, sizeof(e->fence));
-			s->rx_code = region_copy_start(s->P->d, s->rx_reg, s->rx_addr, s->rx_stage, s->h.len, 1, &e->fence);
-			if (!s->rx_code && e->fence.mask) { /* the stream reads on; pend_run ends the frame */
-				stage_fence_record(&e->fence);
-				e->h = s->h, e->reg = s->rx_reg, e->stage = s->rx_stage, e->since_us = mori_now_us();
-				s->rxq_n++;
-				s->rx_reg = NULL, s->rx_stage = NULL, s->rx_flush = 0;
-				pend_add(s);
-				return;
-			}
 		} else {
-			s->rx_code = region_copy_start(s->P->d, s->rx_reg, s->rx_addr, s->rx_stage, s->h.len, 1, &s->rx_fence);
-			if (!s->rx_code && s->rx_fence.mask) {
-				stage_fence_record(&s->rx_fence);
-				s->rx_waiting = 1;
-				s->rx_wait_us = mori_now_us();
-				uv_read_stop((uv_stream_t *)&s->tcp);
+			const int queue = s->h.type == F_WRITE && s->rxq_n < RXQ_MAX;
+			struct rx_end *e = &s->rxq[(s->rxq_head + s->rxq_n) % RXQ_MAX];
+			struct stage_fence *f = queue ? &e->fence : &s->rx_fence; /* empty: polled or dropped */
+			s->rx_code = region_copy_start(s->P->d, s->rx_reg, s->rx_addr, s->rx_stage, s->h.len, 1, f);
+			if (!s->rx_code && f->mask) {
+				stage_fence_record(f);
+				if (queue) {
+					e->h = s->h, e->reg = s->rx_reg, e->stage = s->rx_stage, e->since_us = mori_now_us();
+					s->rxq_n++;
+					s->rx_reg = NULL, s->rx_stage = NULL, s->rx_flush = 0;
+				} else {
+					s->rx_waiting = 1;
+					s->rx_wait_us = mori_now_us();
+					uv_read_stop((uv_stream_t *)&s->tcp);
+				}
 				pend_add(s);
 				return;
 			}
@@ -772,6 +771,13 @@ static void rx_end_finish(struct stream *s, struct rx_end *e, int code)
 	}
 }
 
+/* A received frame's end waited for its copy into VRAM since `since` (vram_recv_wait*). */
+static void rx_waited(struct stream *s, uint64_t since)
+{
+	count(s->P->d, C_VRAM_RX_WAITS, 1);
+	count(s->P->d, C_VRAM_RX_WAIT_US, mori_now_us() - since);
+}
+
 /* Stream closing: the queued frames' copies waited for, their buffers and regions let go. */
 static void rxq_drop(struct stream *s)
 {
@@ -815,8 +821,7 @@ static int pend_run(struct stream *s)
 			break;
 		s->rxq_head = (s->rxq_head + 1) % RXQ_MAX;
 		s->rxq_n--;
-		count(s->P->d, C_VRAM_RX_WAITS, 1);
-		count(s->P->d, C_VRAM_RX_WAIT_US, mori_now_us() - e->since_us);
+		rx_waited(s, e->since_us);
 		rx_end_finish(s, e, r < 0 ? r : 0);
 		called_out = 1;
 	}
@@ -825,8 +830,7 @@ static int pend_run(struct stream *s)
 		if (!r)
 			return called_out; /* queued frames' ends may have run: the walk starts again */
 		s->rx_waiting = 0;
-		count(s->P->d, C_VRAM_RX_WAITS, 1);
-		count(s->P->d, C_VRAM_RX_WAIT_US, mori_now_us() - s->rx_wait_us);
+		rx_waited(s, s->rx_wait_us);
 		if (r < 0 && !s->rx_code)
 			s->rx_code = r;
 		payload_finish(s);

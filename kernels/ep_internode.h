@@ -25,8 +25,8 @@
  * indices [K] i32, scales (scale_stride bytes), then src_pos, bin, position (i32 each). A combine
  * chunk is a header (epoch) and one row (crow: this call's row bytes, 16-aligned) per record of
  * the dispatch chunk it answers, in the same order. The chunks are sized for the largest row
- * (token_stride); the host sets rec* and crow per call (libclient/ep_layout.c epx_records), so
- * only the bytes of the call's rows cross nodes. */
+ * (token_stride); rec* follow the dispatch's own row (libclient/ep_layout.c epx_records) and the
+ * host sets crow per combine call, so only the bytes of the rows cross nodes. */
 #ifndef MORI_EP_INTERNODE_H
 #define MORI_EP_INTERNODE_H
 #include "ep_kernels.h"

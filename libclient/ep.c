@@ -399,7 +399,6 @@ static int misaligned(const void *p) { return ((uintptr_t)p & 15) != 0; }
 static int xdispatch(mori_ep_handle *h, const struct mori_ep_kargs *a, unsigned lthr, void *stream)
 {
 	struct mori_epx_kargs x = {.a = *a, .X = h->X};
-	epx_records(&x.X, a->quant ? h->cfg.hidden_dim : a->tok_bytes, h->cfg.num_experts_per_token, h->L.scale_stride);
 	void *params[] = {&x};
 	unsigned grid = (unsigned)h->cfg.block_num, thr = (unsigned)h->cfg.warp_num_per_block * 32;
 	int rc;

@@ -150,8 +150,8 @@ int ep_layout(const mori_ep_config *c, struct mori_ep_layout *L)
 
 /* A dispatch record's offsets for rows of row_bytes: the row (16-aligned), weights [K], indices
  * [K], scales (scale_stride bytes), src_pos, bin and position. Chunks are sized for the largest
- * row (token_stride); each call packs its records by its own row, so an fp8 dispatch under a
- * bf16-sized config sends half the bytes across nodes, not padding. */
+ * row (token_stride); the records are packed by the dispatch's own row, so an fp8 dispatch under
+ * a bf16-sized config sends half the bytes across nodes, not padding. */
 void epx_records(struct mori_epx_layout *X, int32_t row_bytes, int32_t K, int32_t scale_stride)
 {
 	X->rec_w = (row_bytes + 15) & ~15;
@@ -178,6 +178,9 @@ int epx_layout(const mori_ep_config *c, const struct mori_ep_layout *L, struct m
 	epx_records(X, L->token_stride, (int32_t)K, L->scale_stride); /* the largest: what a chunk holds */
 	X->crow = L->token_stride;
 	X->cap = up((uint64_t)X->hdr + rows * (uint64_t)X->rec);
+	/* what a dispatch sends: its own rows (fp8 after quantisation, else data_type's), packed */
+	epx_records(X, c->quant_type ? c->hidden_dim : c->hidden_dim * ep_dtype_size(c->data_type), (int32_t)K,
+		    L->scale_stride);
 	X->ccap = up(MORI_EPX_CHDR + rows * (uint64_t)X->crow);
 	uint64_t o = L->total;
 	X->xsig = o, o = up(o + 8 * W);

@@ -192,6 +192,18 @@ START_TEST(internode_sizes)
 			ck_assert_int_eq(P.rec, (P.rec_src + 12 + 15) & ~15);
 			ck_assert_int_lt(P.rec, X.rec);
 			ck_assert_uint_ge(X.cap, (uint64_t)X.hdr + rows * P.rec);
+			/* an fp8 dispatch under the same bf16-sized config: epx_layout packs its records so */
+			mori_ep_config f8 = x;
+			f8.data_type = MORI_EP_FP8_E4M3;
+			struct mori_ep_layout LF;
+			struct mori_epx_layout XF;
+			ck_assert_int_eq(mori_ep_config_check(&f8, NULL, 0), MORI_OK);
+			ck_assert_int_eq(ep_layout(&f8, &LF), MORI_OK);
+			ck_assert_int_eq(epx_layout(&f8, &LF, &XF), MORI_OK);
+			ck_assert_int_eq(XF.rec_w, (row + 15) & ~15);
+			ck_assert_int_eq(XF.rec, P.rec);
+			ck_assert_uint_eq(XF.cap, X.cap); /* chunks still hold the largest rows */
+			ck_assert_int_eq(XF.crow, LF.token_stride);
 			uint64_t parts[] = {L.total, X.xsig, X.xcsig, X.land, X.cland, X.stage, X.cstage, X.xcnt, X.xoff,
 					    X.xtot, X.xbase, X.xpre, X.xrows, X.end};
 			uint64_t need[] = {0, 8 * W, 8 * W, W * X.cap, W * X.ccap, W * X.cap, W * X.ccap, 4 * (uint64_t)L.bins,
