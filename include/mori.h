@@ -242,6 +242,16 @@ MORI_API int mori_mem_open_remote(mori_client *c, const char *node_address, cons
  * through a temporary buffer. The descriptors of one batch are copied in no set order and in
  * parallel, so one descriptor's destination overlapping another's source or destination leaves
  * those bytes undefined (as in NIXL). VRAM copies follow the GPU runtime's copy rules.
+ * Transfers in flight at the same time are not ordered with each other either, on one stream or
+ * none: wait for a transfer before submitting one that depends on it.
+ *
+ * VRAM on this node (either side): the copy runs on the GPU, on opts->stream, or with none
+ * after the application's work on the legacy default stream. Large batches are checked as they
+ * are staged for the GPU, 1 024 entries first: when a later entry is bad the call still fails
+ * with MORI_ERANGE (or MORI_EINVAL), and nothing from that entry on is copied, but the entries
+ * before it may have been handed to the GPU; they finish in the background and the regions stay
+ * registered until they have. Batches of at most 8 entries and 64 KiB without a stream go to a
+ * resident copy block (no launch, no event), which leaves the GPU 20 ms after its last job.
  */
 typedef struct mori_xfer mori_xfer;
 typedef struct mori_xfer_list mori_xfer_list;

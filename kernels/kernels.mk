@@ -20,7 +20,7 @@ HIP_PART  := $(OUT)/kernels_hip.part
 # (mori_copy_batch) and shmem.cu (mori_shmem_barrier_on_stream, mori_shmem_quiet_on_stream).
 SRC    := kernels/mori_kernels.cu
 SHMEM_DEPS := kernels/mori_shmem.cuh kernels/mori_shmem_kernels.h common/shmem_layout.h include/mori.h
-DEPS   := $(SRC) kernels/copy.cu kernels/shmem.cu kernels/mori_gpu.h kernels/mori_copy.h kernels/mori_viz.h \
+DEPS   := $(SRC) kernels/copy.cu kernels/copy_service.cu kernels/shmem.cu kernels/mori_gpu.h kernels/mori_copy.h kernels/mori_viz.h \
           common/viz_layout.h $(SHMEM_DEPS) \
           kernels/kernels.mk kernels/embed.sh kernels/probe-gpucc.sh
 DEPS   += kernels/ep.cu kernels/ep_kernels.h kernels/ep_fp8.h include/mori_ep.h # MORI-EP (issue 13)

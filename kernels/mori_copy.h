@@ -9,10 +9,11 @@
 #define MORI_COPY_KERNEL_VIZ "mori_copy_batch_viz" /* the same with MORI-VIZ trace points (args.viz) */
 #define MORI_COPY_INLINE 8            /* batches this small travel inside the parameters */
 #define MORI_COPY_MIN_CHUNK_SHIFT 10  /* a warp copies at least 1 KiB of one descriptor */
-#define MORI_COPY_MAX_CHUNK_SHIFT 16  /* and at most 64 KiB */
-#define MORI_COPY_CHUNKS_PER_WARP 4   /* aim: this many chunks per resident warp (balance) */
+#define MORI_COPY_MAX_CHUNK_SHIFT 13  /* and at most 8 KiB (a warp per chunk: more warps balance) */
+#define MORI_COPY_CHUNKS_PER_WARP 4   /* smaller chunks while a batch has fewer than this many
+                                       * chunks a resident warp (latency of small batches) */
 #define MORI_COPY_BLOCK_THREADS 256
-#define MORI_COPY_BLOCKS_PER_SM 6      /* resident blocks the kernel is built for (40 registers) */
+#define MORI_COPY_BLOCKS_PER_SM 4      /* resident blocks the kernel is built for (64 registers) */
 
 /* One descriptor, laid out as mori_desc: (local offset, remote offset, length). Which of the
  * two offsets is the source is the batch's `swap` flag, so the caller's array is copied as is. */
@@ -44,6 +45,32 @@ struct mori_copy_args {
 	uint32_t pad2;
 	uint64_t viz;          /* mori_copy_batch_viz: device address of a MORI-VIZ buffer
 	                        * (common/viz_layout.h), 0: record nothing; the untraced kernel ignores it */
+};
+
+/* The copy service (kernels/copy_service.cu, libclient/gpu_service.c): one block that stays on
+ * the GPU while small batches keep coming and takes them from pinned host memory, so a 4 KiB
+ * copy costs no launch and no event (latency). Jobs are numbered from 1; slot seq % SLOTS holds
+ * job seq, whole once its `seq` field reads seq (written last, with release). */
+#define MORI_COPY_SERVICE_KERNEL "mori_copy_service"
+#define MORI_COPY_SERVICE_SLOTS 16
+#define MORI_COPY_SERVICE_MAX_BYTES (64u << 10) /* a batch this small (and inline) may use it */
+#define MORI_COPY_SERVICE_PIECE 512             /* bytes a warp copies at a time: one 16-byte
+                                                 * vector a lane */
+
+struct mori_copy_job {
+	uint64_t a_base, b_base;
+	uint32_t n, swap;
+	struct mori_copy_desc d[MORI_COPY_INLINE];
+	uint64_t seq;
+};
+
+struct mori_copy_service {
+	uint64_t done;         /* GPU: jobs 1..done are copied (in order), written with release */
+	uint32_t stop;         /* host: leave now (client close) */
+	uint32_t running;      /* host: 1 before it launches the kernel; the kernel: 0 as it leaves */
+	uint64_t idle_ns;      /* the kernel leaves after this long without a job */
+	uint64_t pad;
+	struct mori_copy_job slot[MORI_COPY_SERVICE_SLOTS];
 };
 
 #ifdef __cplusplus

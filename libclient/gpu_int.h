@@ -8,8 +8,9 @@
 #include "internal.h"
 
 #define GPU_MAX_DEVICES 16
-#define GPU_STAGING_BYTES (4u << 20)   /* descriptor staging ring, pinned host + device */
-#define GPU_SLICE_DESCS 65536          /* most descriptors per launch of a large batch */
+#define GPU_STAGING_BYTES (4u << 20)   /* descriptor staging ring: pinned host, mapped for the GPU,
+                                        * and a device mirror for slices that need a chunk table */
+#define GPU_SLICE_BYTES (1u << 20)     /* most staged bytes (indices or descriptors) per launch */
 #define GPU_FIRST_SLICE_DESCS 1024     /* the first launch's: the GPU starts while the CPU stages */
 #define GPU_UNMAP_WAIT_US 2000000      /* how long an unmap waits for this client's copies */
 
@@ -18,6 +19,7 @@ struct gpu_op {
 	struct gpu_op *prev, *next;  /* the device's live list */
 	struct gpu_dev *d;
 	gpu_event ev;                /* recorded after the last launch */
+	uint64_t svc_seq;            /* nonzero: a copy service job instead (gpu_service.c) */
 	int orphan;                  /* its transfer gave up on it (deadline): free when done */
 };
 
@@ -34,11 +36,16 @@ struct gpu_dev {
 	char kernel_msg[200];
 	gpu_module module;
 	gpu_function copy_fn;
+	gpu_function service_fn;     /* the copy service's kernel; NULL: not in the image */
+	struct gpu_service *service; /* gpu_service.c, made at first use */
 	struct gpu_viz *viz;         /* MORI-VIZ tracing of copies, or NULL (libclient/gpu_viz.c) */
 	gpu_stream stream;           /* launches when the caller gives none */
 	gpu_stream upload;           /* descriptor uploads, overlapping earlier slices' copies */
 	gpu_event upload_ev;
+	gpu_stream stream2;          /* every other slice of a large batch (they overlap) */
+	gpu_event fork_ev, join_ev;  /* stream2 after the batch's stream; the batch's after stream2 */
 	uint8_t *ring_host;          /* staging ring (pinned), mirrored at ring_dev */
+	gpu_dptr ring_zc;            /* ring_host as the GPU reads it in place (mapped) */
 	gpu_dptr ring_dev;
 	uint64_t ring_head, ring_tail; /* free-running byte counters */
 	struct gpu_span *spans;      /* FIFO of staged slices with their completion events */
@@ -112,6 +119,17 @@ void gpu_dev_free(const struct gpu_api *g, struct gpu_dev *d);
 /* Inspection for tests and mori-gpubench: load (if needed) and return the copy kernel of
  * device `ordinal`. MORI_ENOKERNEL with a message naming the architecture when absent. */
 int gpu_copy_kernel(mori_client *c, int ordinal, gpu_function *fn, int *sm_count);
+struct mori_copy_args;
+/* The copy service (gpu_service.c), d->lock held and d's context current: post an inline batch
+ * of `bytes` bytes (a->n descriptors in a->inl) as job *seq; MORI_ENOTSUP when it does not take
+ * it (too large, traced, the stream order is not idle, slots full, no kernel): launch instead. */
+int gpu_service_post(const struct gpu_api *g, struct gpu_dev *d, const struct mori_copy_args *a, uint64_t bytes,
+		     uint64_t *seq);
+/* 1 once job seq is copied; 0 before (launching the block again if it left). locked: the
+ * caller holds d->lock. */
+int gpu_service_done(const struct gpu_api *g, struct gpu_dev *d, uint64_t seq, int locked);
+/* Stop the block (waiting up to wait_us) and free the service (d->lock held). */
+void gpu_service_free(const struct gpu_api *g, struct gpu_dev *d, uint64_t wait_us);
 /* libclient/gpu_viz.c (d->lock held, d's context current): after the module loads, the traced
  * copy kernel when MORI_VIZ_TRACE or MORI_VIZ_KERNEL asks for it (msg says why on error); the
  * kernel a copy launches and its trace buffer address (0: none); at device free, the trace

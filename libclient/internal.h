@@ -189,8 +189,10 @@ int gpu_mem_alloc(mori_client *c, mori_mem *m, size_t size, Mori__MemRegister *r
  * cuMemAlloc fallback), and *size becomes the granularity-rounded size it has. */
 int gpu_mem_alloc_on(mori_client *c, mori_mem *m, int ordinal, size_t *size, int vmm_only, Mori__MemRegister *req,
 		     uint8_t *ipc_buf, size_t ipc_cap, int *fd_out);
-/* A same-node batch where either side is VRAM: one kernel launch (or copy engine for host
- * sides); completion through x->gpu_event. */
+/* A same-node batch where either side is VRAM: libmori's copy kernel, in slices for large
+ * batches; each descriptor (or a list's index) is checked as it is staged, so callers pass the
+ * batch unchecked and a bad entry fails the call after earlier slices were launched (they
+ * finish in the background). Sets x->bytes; completion through x->gpu_event. */
 int gpu_xfer(mori_client *c, int op, mori_mem *local, mori_mem *remote, const mori_desc *descs,
 	     size_t n, void *stream, struct mori_xfer *x);
 int gpu_xfer_poll(struct mori_xfer *x); /* MORI_EINPROGRESS, MORI_OK or an error */
@@ -200,6 +202,9 @@ int gpu_xfer_poll(struct mori_xfer *x); /* MORI_EINPROGRESS, MORI_OK or an error
  * copies still reading them. gpu_xfer_list also works without a prep (it then stages the
  * indexed descriptors, like gpu_xfer on a flattened array). */
 int gpu_list_prep(mori_client *c, struct mori_xfer_list *l);
+/* One descriptor against both regions: MORI_EINVAL (zero length) or MORI_ERANGE naming the side
+ * and its bounds; MORI_OK. */
+int xfer_check_desc(mori_client *c, const mori_mem *l, const mori_mem *r, const mori_desc *d, size_t i);
 void gpu_list_free(mori_client *c, struct mori_xfer_list *l);
 int gpu_xfer_list(mori_client *c, int op, struct mori_xfer_list *l, const uint32_t *idx, size_t n,
 		  void *stream, struct mori_xfer *x);

@@ -207,8 +207,14 @@ static int check_pair(mori_mem *local, mori_mem *remote)
 	return MORI_OK;
 }
 
-static int check_desc(mori_client *c, const mori_mem *l, const mori_mem *r, const mori_desc *d,
-		      size_t i)
+/* A transfer between a VRAM region and one of this node: libmori's copy kernel, on this process's
+ * GPU (gpu_copy.c), which checks the batch as it stages it. */
+static int gpu_local(const mori_mem *l, const mori_mem *r)
+{
+	return !r->remote && (l->kind == MORI_MEM_VRAM || r->kind == MORI_MEM_VRAM);
+}
+
+int xfer_check_desc(mori_client *c, const mori_mem *l, const mori_mem *r, const mori_desc *d, size_t i)
 {
 	if (d->length == 0)
 		return set_error(c, MORI_EINVAL, "descriptor %zu: zero length", i);
@@ -426,7 +432,7 @@ static int submit(int op, mori_mem *l, mori_mem *r, const mori_desc *d, const ui
 		*out = x;
 		return MORI_OK;
 	}
-	if (l->kind == MORI_MEM_VRAM || r->kind == MORI_MEM_VRAM) {
+	if (gpu_local(l, r)) {
 		/* Lists stage only their indices (the descriptors already live on the GPU). */
 		void *stream = o ? o->stream : NULL;
 		rc = list ? gpu_xfer_list(c, op, list, idx, n, stream, x) : gpu_xfer(c, op, l, r, d, n, stream, x);
@@ -459,9 +465,9 @@ int mori_xfer_batch(int op, mori_mem *local, mori_mem *remote, const mori_desc *
 		return set_error(c, MORI_EINVAL, "transfer: empty batch");
 	if (n > UINT32_MAX)
 		return set_error(c, MORI_EINVAL, "transfer: batch of %zu descriptors is too large", n);
-	uint64_t total = 0;
-	for (size_t i = 0; i < n; i++) {
-		if ((rc = check_desc(c, local, remote, &descs[i], i)) != MORI_OK)
+	uint64_t total = 0; /* a GPU batch is checked and summed as it is staged, in one pass */
+	for (size_t i = 0; i < n && !gpu_local(local, remote); i++) {
+		if ((rc = xfer_check_desc(c, local, remote, &descs[i], i)) != MORI_OK)
 			return rc;
 		total += descs[i].length;
 	}
@@ -545,7 +551,7 @@ int mori_xfer_prep(mori_mem *local, mori_mem *remote, const mori_desc *descs, si
 	if (n > UINT32_MAX)
 		return set_error(c, MORI_EINVAL, "xfer_prep: list of %zu descriptors is too large", n);
 	for (size_t i = 0; i < n; i++)
-		if ((rc = check_desc(c, local, remote, &descs[i], i)) != MORI_OK)
+		if ((rc = xfer_check_desc(c, local, remote, &descs[i], i)) != MORI_OK)
 			return rc;
 	mori_xfer_list *l = calloc(1, sizeof(*l));
 	if (!l || !(l->descs = malloc(n * sizeof(*descs)))) {
@@ -591,8 +597,11 @@ int mori_xfer_submit(mori_xfer_list *l, int op, const uint32_t *idx, size_t n,
 	if (op != MORI_OP_READ && op != MORI_OP_WRITE)
 		return set_error(c, MORI_EINVAL, "xfer_submit: unknown op %d", op);
 	/* One sequential pass over the indices; with equal-sized blocks (KV pages) the byte count
-	 * needs no random reads of the descriptors. */
+	 * needs no random reads of the descriptors. A GPU list's indices are checked as they are
+	 * staged instead (gpu_copy.c). */
 	uint64_t total = 0;
+	if (gpu_local(l->local, l->remote))
+		return submit(op, l->local, l->remote, l->descs, idx, n, l, 0, opts, out);
 	if (!idx_all_below(idx, n, l->n)) {
 		for (size_t i = 0; i < n; i++)
 			if (idx[i] >= l->n)
