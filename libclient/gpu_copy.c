@@ -502,8 +502,8 @@ static int slice_stage(mori_client *c, struct gpu_dev *d, mori_mem *l, mori_mem 
 	/* Uniform slices are read in place from pinned host memory (slice_place): when many blocks
 	 * read one descriptor there at once, each read waits (64 KiB pages in 2 KiB chunks: 37 % of
 	 * the copy rate on the H200, 96 % in 8 KiB ones). Two chunks a descriptor at most. */
-	uint64_t len = b->dev_descs ? b->uniform_len : mx;
-	while (a->uniform > 2 && a->chunk_shift < MORI_COPY_MAX_CHUNK_SHIFT) {
+	uint64_t len = b->dev_descs ? b->uniform_len : mx; /* 0: a list of mixed lengths, unknown */
+	while (len && a->uniform > 2 && a->chunk_shift < MORI_COPY_MAX_CHUNK_SHIFT) {
 		a->chunk_shift++;
 		a->uniform = (uint32_t)chunks_of(len, a->chunk_shift);
 		*chunks = k * a->uniform;

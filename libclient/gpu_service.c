@@ -60,7 +60,7 @@ static int service_init(const struct gpu_api *g, struct gpu_dev *d)
 int gpu_service_post(const struct gpu_api *g, struct gpu_dev *d, const struct mori_copy_args *a, uint64_t bytes,
 		     uint64_t *seq)
 {
-	if (bytes > MORI_COPY_SERVICE_MAX_BYTES || a->viz || a->n > MORI_COPY_INLINE || a->descs)
+	if (bytes > MORI_COPY_SERVICE_MAX_BYTES || d->viz || a->n > MORI_COPY_INLINE || a->descs)
 		return MORI_ENOTSUP;
 	if (!d->service && service_init(g, d))
 		return MORI_ENOTSUP;

@@ -228,15 +228,18 @@ START_TEST(random_lists)
 	struct gpu_move *mv = malloc(N * sizeof(*mv)), *sel = malloc(N * sizeof(*sel));
 	mori_desc *d = malloc(N * sizeof(*d));
 	uint32_t *idx = malloc(N * sizeof(*idx)), *perm = malloc(N * sizeof(*perm));
-	for (int round = 0; round < 8; round++) {
-		size_t n = round < 4 ? N : 1 + test_rand(&seed) % 500;
-		int uniform = round & 1;
-		int op = round & 2 ? MORI_OP_READ : MORI_OP_WRITE;
+	for (int round = 0; round < 12; round++) {
+		/* uniform: one block size; bucket: sizes that differ but split into the same number of
+		 * chunks (the kernel's uniform case without a list-wide length) */
+		int uniform = round % 3 == 1, bucket = round % 3 == 2;
+		size_t n = round < 6 ? (bucket ? 4000 : N) : 1 + test_rand(&seed) % 500;
+		int op = (round / 3) & 1 ? MORI_OP_READ : MORI_OP_WRITE;
 		uint64_t src_size = size, dst_size = size;
 		gpu_random_moves(&seed, mv, n, src_size, dst_size, 70000);
-		if (uniform) { /* one block size everywhere (slots are >= 512 bytes), in shuffled slots */
-			uint64_t slot = dst_size / n, len = 512;
+		if (uniform || bucket) { /* in shuffled slots (>= 512 bytes; >= 3 KiB for buckets) */
+			uint64_t slot = dst_size / n;
 			for (size_t i = 0; i < n; i++) {
+				uint64_t len = uniform ? 512 : 2561 + test_rand(&seed) % 512; /* 3 chunks of 1 KiB */
 				uint64_t where = mv[i].dst / slot; /* keep the shuffle, redo the placement */
 				mv[i] = (struct gpu_move){test_rand(&seed) % (src_size - len + 1),
 							  where * slot + test_rand(&seed) % (slot - len + 1), len};
@@ -270,8 +273,8 @@ START_TEST(random_lists)
 			CKR(g->memcpy_dtoh_async(got, op == MORI_OP_WRITE ? B : A, size, NULL));
 			CKR(g->stream_synchronize(NULL));
 			long long at = gpu_first_diff(got, mdst, size);
-			ck_assert_msg(at < 0, "round %d (uniform %d, op %d) sub %d (k=%zu of %zu): first wrong byte at %lld", round,
-				      uniform, op, sub, k, n, at);
+			ck_assert_msg(at < 0, "round %d (uniform %d, bucket %d, op %d) sub %d (k=%zu of %zu): first wrong byte at %lld",
+				      round, uniform, bucket, op, sub, k, n, at);
 		}
 		idx[0] = (uint32_t)n; /* out of the list */
 		struct mori_xfer x = {.c = &C};
