@@ -18,24 +18,39 @@ MORI_DEVICE uint64_t service_now_ns(void)
 #endif
 }
 
-enum { SERVICE_WAIT, SERVICE_JOB, SERVICE_LEAVE };
+enum { SERVICE_LEAVE, SERVICE_LINE, SERVICE_FULL };
 
-// Thread 0: wait for job `next` in its slot (SERVICE_JOB), `stop`, or the idle limit (LEAVE).
-MORI_DEVICE int service_wait(struct mori_copy_service *sv, uint64_t next, uint64_t since)
+// Warp 0: one read of job `next`'s line words a poll (kernels/mori_copy.h). SERVICE_LINE: a
+// one-descriptor job, lane k holding its word k's payload in *word; SERVICE_FULL: read the
+// slot; SERVICE_LEAVE: `stop`, or idle_ns without a job (`running` cleared, one last look).
+MORI_DEVICE int service_wait(struct mori_copy_service *sv, uint64_t next, uint64_t since, uint32_t *word)
 {
-	const uint64_t *seq = &sv->slot[next % MORI_COPY_SERVICE_SLOTS].seq;
+	const unsigned lane = mori_lane();
+	const volatile uint64_t *line = sv->slot[next % MORI_COPY_SERVICE_SLOTS].line;
+	const uint32_t tag = (uint32_t)next;
+	int last = 0;
 	for (unsigned polls = 0;; polls++) {
-		if (mori_acquire_load_sys(seq) == next) // one PCIe read a poll: it is the latency
-			return SERVICE_JOB;
-		if (polls % 32 == 31 && mori_relaxed_load_sys(&sv->stop))
+		uint64_t v = lane < MORI_COPY_JOB_LINE ? mori_relaxed_load_sys(&line[lane]) : (uint64_t)tag << 32;
+		*word = (uint32_t)v;
+		const bool mine = (uint32_t)(v >> 32) == tag;
+		if (__shfl_sync(0xffffffffu, mine && *word == MORI_COPY_JOB_FULL, 0))
+			return SERVICE_FULL; // a full job writes line[0] only
+		if (__all_sync(0xffffffffu, mine))
+			return SERVICE_LINE;
+		if (last)
+			return SERVICE_LEAVE;
+		int leave = 0;
+		if (lane == 0 && polls % 32 == 31)
+			leave = mori_relaxed_load_sys(&sv->stop) != 0;
+		if (__shfl_sync(0xffffffffu, leave, 0))
 			return SERVICE_LEAVE;
 		if (service_now_ns() - since > sv->idle_ns) {
-			mori_release_store_sys(&sv->running, 0u);
-			__threadfence_system();
-			if (mori_acquire_load_sys(seq) != next)
-				return SERVICE_LEAVE;
-			mori_release_store_sys(&sv->running, 1u); // it came meanwhile: stay
-			return SERVICE_JOB;
+			if (lane == 0) {
+				mori_release_store_sys(&sv->running, 0u);
+				__threadfence_system();
+			}
+			__syncwarp();
+			last = 1; // one more look: a job posted meanwhile keeps the block
 		}
 	}
 }
@@ -45,17 +60,43 @@ MORI_KERNEL void __launch_bounds__(MORI_COPY_BLOCK_THREADS) mori_copy_service(ui
 	struct mori_copy_service *sv = reinterpret_cast<struct mori_copy_service *>(service);
 	__shared__ struct mori_copy_job job;
 	__shared__ int cmd;
+	__shared__ uint32_t words[MORI_COPY_JOB_LINE];
 	const unsigned lane = mori_lane(), wpb = blockDim.x / MORI_WARP_SIZE, w = threadIdx.x / MORI_WARP_SIZE;
 	uint64_t next = mori_relaxed_load_sys(&sv->done) + 1, since = service_now_ns();
 	for (;;) {
-		if (threadIdx.x == 0)
-			cmd = service_wait(sv, next, since);
+		if (w == 0) {
+			uint32_t word;
+			int r = service_wait(sv, next, since, &word);
+			if (lane < MORI_COPY_JOB_LINE)
+				words[lane] = word;
+			if (lane == 0) {
+				cmd = r;
+				if (r != SERVICE_LEAVE)
+					mori_release_store_sys(&sv->running, 1u); // stays (its last look found one)
+			}
+		}
 		__syncthreads();
 		if (cmd == SERVICE_LEAVE)
 			return;
-		const volatile uint64_t *src = reinterpret_cast<const volatile uint64_t *>(&sv->slot[next % MORI_COPY_SERVICE_SLOTS]);
-		if (threadIdx.x < sizeof(job) / 8)
-			reinterpret_cast<uint64_t *>(&job)[threadIdx.x] = src[threadIdx.x];
+		struct mori_copy_job *slot = &sv->slot[next % MORI_COPY_SERVICE_SLOTS];
+		if (cmd == SERVICE_LINE) {
+			if (threadIdx.x == 0) {
+				job.a_base = (uint64_t)words[1] << 32 | words[0];
+				job.b_base = (uint64_t)words[3] << 32 | words[2];
+				job.n = 1;
+				job.swap = 0;
+				job.d[0] = {0, 0, words[4]};
+			}
+		} else {
+			if (threadIdx.x == 0)
+				while (mori_acquire_load_sys(&slot->seq) != next) // written before line[0]
+					;
+			__syncthreads();
+			const volatile uint64_t *src = reinterpret_cast<const volatile uint64_t *>(&slot->a_base);
+			const unsigned words64 = (sizeof(job) - offsetof(struct mori_copy_job, a_base)) / 8;
+			if (threadIdx.x < words64)
+				(&job.a_base)[threadIdx.x] = src[threadIdx.x];
+		}
 		__syncthreads();
 		const uint8_t *sb = reinterpret_cast<const uint8_t *>(job.swap ? job.b_base : job.a_base);
 		uint8_t *db = reinterpret_cast<uint8_t *>(job.swap ? job.a_base : job.b_base);

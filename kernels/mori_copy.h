@@ -57,7 +57,15 @@ struct mori_copy_args {
 #define MORI_COPY_SERVICE_PIECE 512             /* bytes a warp copies at a time: one 16-byte
                                                  * vector a lane */
 
+/* One descriptor (the common small job) also travels in `line`: five 8-byte words, each the
+ * low 32 bits of seq over 4 bytes of (source, destination, length), so one read of 40 bytes
+ * both finds the job and carries it (8-byte stores and loads are whole; wider ones are not
+ * promised over PCIe). A job of several descriptors has MORI_COPY_JOB_FULL in line[0]'s low
+ * half: the block then reads the rest, after `seq`. */
+#define MORI_COPY_JOB_LINE 5
+#define MORI_COPY_JOB_FULL 0xffffffffu
 struct mori_copy_job {
+	uint64_t line[MORI_COPY_JOB_LINE + 3]; /* 64 bytes: the line words, padding */
 	uint64_t a_base, b_base;
 	uint32_t n, swap;
 	struct mori_copy_desc d[MORI_COPY_INLINE];

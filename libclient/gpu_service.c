@@ -75,19 +75,30 @@ int gpu_service_post(const struct gpu_api *g, struct gpu_dev *d, const struct mo
 	uint64_t done = atomic_load_explicit((_Atomic uint64_t *)&s->sv->done, memory_order_acquire);
 	if (s->posted - done >= MORI_COPY_SERVICE_SLOTS)
 		return MORI_ENOTSUP; /* slots full: the batch launches */
-	uint64_t n = s->posted + 1;
+	uint64_t n = s->posted + 1, tag = (n & 0xffffffffu) << 32;
 	struct mori_copy_job *j = &s->sv->slot[n % MORI_COPY_SERVICE_SLOTS];
-	j->a_base = a->a_base;
-	j->b_base = a->b_base;
-	j->n = a->n;
-	j->swap = a->swap;
-	memcpy(j->d, a->inl, a->n * sizeof(j->d[0]));
-	atomic_store_explicit((_Atomic uint64_t *)&j->seq, n, memory_order_release);
+	const struct mori_copy_desc *e = &a->inl[0];
+	uint64_t src = (a->swap ? a->b_base + e->b_off : a->a_base + e->a_off);
+	uint64_t dst = (a->swap ? a->a_base + e->a_off : a->b_base + e->b_off);
+	if (a->n == 1 && (uint32_t)src != MORI_COPY_JOB_FULL) {
+		/* the line alone: each word whole, in any order (the block checks all five tags) */
+		uint64_t w[MORI_COPY_JOB_LINE] = {src & 0xffffffffu, src >> 32, dst & 0xffffffffu, dst >> 32, e->len};
+		for (int i = 0; i < MORI_COPY_JOB_LINE; i++)
+			atomic_store_explicit((_Atomic uint64_t *)&j->line[i], tag | w[i], memory_order_release);
+	} else {
+		j->a_base = a->a_base;
+		j->b_base = a->b_base;
+		j->n = a->n;
+		j->swap = a->swap;
+		memcpy(j->d, a->inl, a->n * sizeof(j->d[0]));
+		atomic_store_explicit((_Atomic uint64_t *)&j->seq, n, memory_order_release);
+		atomic_store_explicit((_Atomic uint64_t *)&j->line[0], tag | MORI_COPY_JOB_FULL, memory_order_release);
+	}
 	s->posted = n;
 	if (!atomic_load_explicit((_Atomic uint32_t *)&s->sv->running, memory_order_acquire) &&
 	    service_launch(g, d) != GPU_SUCCESS) {
 		/* no block will take it: withdraw the job (nothing reads the slot) */
-		atomic_store_explicit((_Atomic uint64_t *)&j->seq, 0, memory_order_release);
+		atomic_store_explicit((_Atomic uint64_t *)&j->line[0], 0, memory_order_release);
 		s->posted = n - 1;
 		return MORI_ENOTSUP;
 	}
