@@ -128,6 +128,8 @@ int gpu_service_post(const struct gpu_api *g, struct gpu_dev *d, const struct mo
 /* 1 once job seq is copied; 0 before (launching the block again if it left). locked: the
  * caller holds d->lock. */
 int gpu_service_done(const struct gpu_api *g, struct gpu_dev *d, uint64_t seq, int locked);
+/* Jobs the service has taken on d so far (tests). */
+uint64_t gpu_service_jobs(const struct gpu_dev *d);
 /* Stop the block (waiting up to wait_us) and free the service (d->lock held). */
 void gpu_service_free(const struct gpu_api *g, struct gpu_dev *d, uint64_t wait_us);
 /* libclient/gpu_viz.c (d->lock held, d's context current): after the module loads, the traced

@@ -126,6 +126,11 @@ int gpu_service_done(const struct gpu_api *g, struct gpu_dev *d, uint64_t seq, i
 	return 0;
 }
 
+uint64_t gpu_service_jobs(const struct gpu_dev *d)
+{
+	return d->service ? d->service->posted : 0;
+}
+
 void gpu_service_free(const struct gpu_api *g, struct gpu_dev *d, uint64_t wait_us)
 {
 	struct gpu_service *s = d->service;

@@ -295,6 +295,71 @@ START_TEST(random_lists)
 }
 END_TEST
 
+/* The copy service (small batches without a stream): jobs after its block left (idle 20 ms),
+ * bursts past its 16 slots (the rest launch), one and several descriptors, every byte checked. */
+START_TEST(copy_service)
+{
+	uint64_t seed = test_seed();
+	const uint64_t size = 4u << 20;
+	gpu_dptr A, B;
+	CKR(g->mem_alloc(&A, size));
+	CKR(g->mem_alloc(&B, size));
+	uint8_t *ma = malloc(size), *mb = malloc(size), *got = malloc(size);
+	fill_random(&seed, ma, size);
+	fill_random(&seed, mb, size);
+	CKR(g->memcpy_htod_async(A, ma, size, NULL));
+	CKR(g->memcpy_htod_async(B, mb, size, NULL));
+	CKR(g->stream_synchronize(NULL));
+	mori_mem L = {.c = &C, .local = 1, .kind = MORI_MEM_VRAM, .size = size, .dptr = A, .region_id = 1};
+	mori_mem R = {.c = &C, .kind = MORI_MEM_VRAM, .size = size, .dptr = B, .region_id = 2};
+	enum { BURST = 40 };
+	struct gpu_move mv[BURST][4];
+	mori_desc d[BURST][4];
+	struct mori_xfer x[BURST];
+	size_t nd[BURST];
+	uint64_t jobs0 = 0;
+	for (int round = 0; round < 8; round++) {
+		int burst = round % 2 ? BURST : 1;
+		int op = round & 2 ? MORI_OP_READ : MORI_OP_WRITE;
+		uint8_t *msrc = op == MORI_OP_WRITE ? ma : mb, *mdst = op == MORI_OP_WRITE ? mb : ma;
+		for (int i = 0; i < burst; i++) { /* disjoint destinations: each burst entry its own slot */
+			nd[i] = 1 + test_rand(&seed) % 3;
+			uint64_t slot = size / BURST;
+			gpu_random_moves(&seed, mv[i], nd[i], size, slot, 16384);
+			for (size_t k = 0; k < nd[i]; k++)
+				mv[i][k].dst += slot * (uint64_t)i;
+			gpu_moves_to_descs(mv[i], nd[i], op, d[i]);
+			x[i] = (struct mori_xfer){.c = &C, .deadline_us = mori_now_us() + 10000000};
+			int rc = gpu_xfer(&C, op, &L, &R, d[i], nd[i], NULL, &x[i]);
+			ck_assert_msg(rc == MORI_OK, "round %d entry %d: %s", round, i, mori_client_last_error(&C));
+		}
+		for (int i = 0; i < burst; i++) {
+			int rc;
+			while ((rc = gpu_xfer_poll(&x[i])) == MORI_EINPROGRESS)
+				;
+			ck_assert_msg(rc == MORI_OK, "round %d entry %d: %s", round, i, mori_client_last_error(&C));
+			gpu_model_apply(mv[i], nd[i], msrc, mdst);
+		}
+		CKR(g->memcpy_dtoh_async(got, op == MORI_OP_WRITE ? B : A, size, NULL));
+		CKR(g->stream_synchronize(NULL));
+		long long at = gpu_first_diff(got, mdst, size);
+		ck_assert_msg(at < 0, "round %d (burst %d, op %d): first wrong byte at %lld", round, burst, op, at);
+		if (round == 0)
+			jobs0 = gpu_service_jobs(D);
+		if (round % 2 == 0)
+			usleep(30000); /* past the block's idle limit: the next job launches it again */
+	}
+	ck_assert_msg(jobs0 >= 1, "the first small batch did not go to the copy service");
+	ck_assert_msg(gpu_service_jobs(D) > jobs0 + 4, "the service took %llu jobs after the first",
+		      (unsigned long long)(gpu_service_jobs(D) - jobs0));
+	free(ma);
+	free(mb);
+	free(got);
+	g->mem_free(A);
+	g->mem_free(B);
+}
+END_TEST
+
 START_TEST(register_kinds)
 {
 	uint8_t buf[128];
@@ -432,6 +497,7 @@ int main(void)
 	tcase_add_test(t, random_batches_vram);
 	tcase_add_test(t, random_batches_host);
 	tcase_add_test(t, random_lists);
+	tcase_add_test(t, copy_service);
 	suite_add_tcase(s, t);
 	SRunner *r = srunner_create(s);
 	srunner_run_all(r, CK_NORMAL);
