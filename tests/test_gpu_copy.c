@@ -65,22 +65,50 @@ START_TEST(describe_and_arch)
 }
 END_TEST
 
+/* Two VRAM regions of `size` random bytes, A (local) and B (remote), with host models ma, mb. */
+struct vram_pair {
+	uint64_t size;
+	gpu_dptr A, B;
+	uint8_t *ma, *mb, *got;
+	mori_mem L, R;
+};
+
+static void pair_setup(struct vram_pair *p, uint64_t *seed, uint64_t size)
+{
+	p->size = size;
+	CKR(g->mem_alloc(&p->A, size));
+	CKR(g->mem_alloc(&p->B, size));
+	p->ma = malloc(size);
+	p->mb = malloc(size);
+	p->got = malloc(size);
+	fill_random(seed, p->ma, size);
+	fill_random(seed, p->mb, size);
+	CKR(g->memcpy_htod_async(p->A, p->ma, size, NULL));
+	CKR(g->memcpy_htod_async(p->B, p->mb, size, NULL));
+	CKR(g->stream_synchronize(NULL));
+	p->L = (mori_mem){.c = &C, .local = 1, .kind = MORI_MEM_VRAM, .size = size, .dptr = p->A, .region_id = 1};
+	p->R = (mori_mem){.c = &C, .kind = MORI_MEM_VRAM, .size = size, .dptr = p->B, .region_id = 2};
+}
+
+static void pair_free(struct vram_pair *p)
+{
+	free(p->ma);
+	free(p->mb);
+	free(p->got);
+	g->mem_free(p->A);
+	g->mem_free(p->B);
+}
+
 /* VRAM <-> VRAM, both directions, inline, staged and sliced batches. */
 START_TEST(random_batches_vram)
 {
 	uint64_t seed = test_seed();
-	const uint64_t size = 16u << 20;
-	gpu_dptr A, B;
-	CKR(g->mem_alloc(&A, size));
-	CKR(g->mem_alloc(&B, size));
-	uint8_t *ma = malloc(size), *mb = malloc(size), *got = malloc(size);
-	fill_random(&seed, ma, size);
-	fill_random(&seed, mb, size);
-	CKR(g->memcpy_htod_async(A, ma, size, NULL));
-	CKR(g->memcpy_htod_async(B, mb, size, NULL));
-	CKR(g->stream_synchronize(NULL));
-	mori_mem L = {.c = &C, .local = 1, .kind = MORI_MEM_VRAM, .size = size, .dptr = A, .region_id = 1};
-	mori_mem R = {.c = &C, .kind = MORI_MEM_VRAM, .size = size, .dptr = B, .region_id = 2};
+	struct vram_pair P;
+	pair_setup(&P, &seed, 16u << 20);
+	const uint64_t size = P.size;
+	gpu_dptr A = P.A, B = P.B;
+	uint8_t *ma = P.ma, *mb = P.mb, *got = P.got;
+	mori_mem L = P.L, R = P.R;
 	size_t cap = 40000;
 	struct gpu_move *mv = malloc(cap * sizeof(*mv));
 	mori_desc *d = malloc(cap * sizeof(*d));
@@ -107,11 +135,7 @@ START_TEST(random_batches_vram)
 	}
 	free(mv);
 	free(d);
-	free(ma);
-	free(mb);
-	free(got);
-	g->mem_free(A);
-	g->mem_free(B);
+	pair_free(&P);
 }
 END_TEST
 
@@ -171,18 +195,8 @@ END_TEST
 START_TEST(alignment_edges)
 {
 	uint64_t seed = test_seed();
-	const uint64_t size = 1u << 20;
-	gpu_dptr A, B;
-	CKR(g->mem_alloc(&A, size));
-	CKR(g->mem_alloc(&B, size));
-	uint8_t *ma = malloc(size), *mb = malloc(size), *got = malloc(size);
-	fill_random(&seed, ma, size);
-	fill_random(&seed, mb, size);
-	CKR(g->memcpy_htod_async(A, ma, size, NULL));
-	CKR(g->memcpy_htod_async(B, mb, size, NULL));
-	CKR(g->stream_synchronize(NULL));
-	mori_mem L = {.c = &C, .local = 1, .kind = MORI_MEM_VRAM, .size = size, .dptr = A};
-	mori_mem R = {.c = &C, .kind = MORI_MEM_VRAM, .size = size, .dptr = B};
+	struct vram_pair P;
+	pair_setup(&P, &seed, 1u << 20);
 	struct gpu_move mv[256];
 	mori_desc d[256];
 	for (unsigned s = 0; s < 16; s++)
@@ -192,17 +206,13 @@ START_TEST(alignment_edges)
 			mv[i] = (struct gpu_move){4096 * i + s, 4096 * i + t, len};
 		}
 	gpu_moves_to_descs(mv, 256, MORI_OP_WRITE, d);
-	ck_assert_int_eq(run_xfer(MORI_OP_WRITE, &L, &R, d, 256), MORI_OK);
-	gpu_model_apply(mv, 256, ma, mb);
-	CKR(g->memcpy_dtoh_async(got, B, size, NULL));
+	ck_assert_int_eq(run_xfer(MORI_OP_WRITE, &P.L, &P.R, d, 256), MORI_OK);
+	gpu_model_apply(mv, 256, P.ma, P.mb);
+	CKR(g->memcpy_dtoh_async(P.got, P.B, P.size, NULL));
 	CKR(g->stream_synchronize(NULL));
-	long long at = gpu_first_diff(got, mb, size);
+	long long at = gpu_first_diff(P.got, P.mb, P.size);
 	ck_assert_msg(at < 0, "first wrong byte at %lld", at);
-	free(ma);
-	free(mb);
-	free(got);
-	g->mem_free(A);
-	g->mem_free(B);
+	pair_free(&P);
 }
 END_TEST
 
@@ -212,18 +222,12 @@ END_TEST
 START_TEST(random_lists)
 {
 	uint64_t seed = test_seed();
-	const uint64_t size = 16u << 20;
-	gpu_dptr A, B;
-	CKR(g->mem_alloc(&A, size));
-	CKR(g->mem_alloc(&B, size));
-	uint8_t *ma = malloc(size), *mb = malloc(size), *got = malloc(size);
-	fill_random(&seed, ma, size);
-	fill_random(&seed, mb, size);
-	CKR(g->memcpy_htod_async(A, ma, size, NULL));
-	CKR(g->memcpy_htod_async(B, mb, size, NULL));
-	CKR(g->stream_synchronize(NULL));
-	mori_mem L = {.c = &C, .local = 1, .kind = MORI_MEM_VRAM, .size = size, .dptr = A};
-	mori_mem R = {.c = &C, .kind = MORI_MEM_VRAM, .size = size, .dptr = B};
+	struct vram_pair P;
+	pair_setup(&P, &seed, 16u << 20);
+	const uint64_t size = P.size;
+	gpu_dptr A = P.A, B = P.B;
+	uint8_t *ma = P.ma, *mb = P.mb, *got = P.got;
+	mori_mem L = P.L, R = P.R;
 	const size_t N = 30000;
 	struct gpu_move *mv = malloc(N * sizeof(*mv)), *sel = malloc(N * sizeof(*sel));
 	mori_desc *d = malloc(N * sizeof(*d));
@@ -287,11 +291,7 @@ START_TEST(random_lists)
 	free(d);
 	free(idx);
 	free(perm);
-	free(ma);
-	free(mb);
-	free(got);
-	g->mem_free(A);
-	g->mem_free(B);
+	pair_free(&P);
 }
 END_TEST
 
@@ -300,18 +300,8 @@ END_TEST
 START_TEST(copy_service)
 {
 	uint64_t seed = test_seed();
-	const uint64_t size = 4u << 20;
-	gpu_dptr A, B;
-	CKR(g->mem_alloc(&A, size));
-	CKR(g->mem_alloc(&B, size));
-	uint8_t *ma = malloc(size), *mb = malloc(size), *got = malloc(size);
-	fill_random(&seed, ma, size);
-	fill_random(&seed, mb, size);
-	CKR(g->memcpy_htod_async(A, ma, size, NULL));
-	CKR(g->memcpy_htod_async(B, mb, size, NULL));
-	CKR(g->stream_synchronize(NULL));
-	mori_mem L = {.c = &C, .local = 1, .kind = MORI_MEM_VRAM, .size = size, .dptr = A, .region_id = 1};
-	mori_mem R = {.c = &C, .kind = MORI_MEM_VRAM, .size = size, .dptr = B, .region_id = 2};
+	struct vram_pair P;
+	pair_setup(&P, &seed, 4u << 20);
 	enum { BURST = 40 };
 	struct gpu_move mv[BURST][4];
 	mori_desc d[BURST][4];
@@ -321,16 +311,16 @@ START_TEST(copy_service)
 	for (int round = 0; round < 8; round++) {
 		int burst = round % 2 ? BURST : 1;
 		int op = round & 2 ? MORI_OP_READ : MORI_OP_WRITE;
-		uint8_t *msrc = op == MORI_OP_WRITE ? ma : mb, *mdst = op == MORI_OP_WRITE ? mb : ma;
+		uint8_t *msrc = op == MORI_OP_WRITE ? P.ma : P.mb, *mdst = op == MORI_OP_WRITE ? P.mb : P.ma;
 		for (int i = 0; i < burst; i++) { /* disjoint destinations: each burst entry its own slot */
 			nd[i] = 1 + test_rand(&seed) % 3;
-			uint64_t slot = size / BURST;
-			gpu_random_moves(&seed, mv[i], nd[i], size, slot, 16384);
+			uint64_t slot = P.size / BURST;
+			gpu_random_moves(&seed, mv[i], nd[i], P.size, slot, 16384);
 			for (size_t k = 0; k < nd[i]; k++)
 				mv[i][k].dst += slot * (uint64_t)i;
 			gpu_moves_to_descs(mv[i], nd[i], op, d[i]);
 			x[i] = (struct mori_xfer){.c = &C, .deadline_us = mori_now_us() + 10000000};
-			int rc = gpu_xfer(&C, op, &L, &R, d[i], nd[i], NULL, &x[i]);
+			int rc = gpu_xfer(&C, op, &P.L, &P.R, d[i], nd[i], NULL, &x[i]);
 			ck_assert_msg(rc == MORI_OK, "round %d entry %d: %s", round, i, mori_client_last_error(&C));
 		}
 		for (int i = 0; i < burst; i++) {
@@ -340,9 +330,9 @@ START_TEST(copy_service)
 			ck_assert_msg(rc == MORI_OK, "round %d entry %d: %s", round, i, mori_client_last_error(&C));
 			gpu_model_apply(mv[i], nd[i], msrc, mdst);
 		}
-		CKR(g->memcpy_dtoh_async(got, op == MORI_OP_WRITE ? B : A, size, NULL));
+		CKR(g->memcpy_dtoh_async(P.got, op == MORI_OP_WRITE ? P.B : P.A, P.size, NULL));
 		CKR(g->stream_synchronize(NULL));
-		long long at = gpu_first_diff(got, mdst, size);
+		long long at = gpu_first_diff(P.got, mdst, P.size);
 		ck_assert_msg(at < 0, "round %d (burst %d, op %d): first wrong byte at %lld", round, burst, op, at);
 		if (round == 0)
 			jobs0 = gpu_service_jobs(D);
@@ -352,11 +342,7 @@ START_TEST(copy_service)
 	ck_assert_msg(jobs0 >= 1, "the first small batch did not go to the copy service");
 	ck_assert_msg(gpu_service_jobs(D) > jobs0 + 4, "the service took %llu jobs after the first",
 		      (unsigned long long)(gpu_service_jobs(D) - jobs0));
-	free(ma);
-	free(mb);
-	free(got);
-	g->mem_free(A);
-	g->mem_free(B);
+	pair_free(&P);
 }
 END_TEST
 
