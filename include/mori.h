@@ -250,8 +250,12 @@ MORI_API int mori_mem_open_remote(mori_client *c, const char *node_address, cons
  * are staged for the GPU, 1 024 entries first: when a later entry is bad the call still fails
  * with MORI_ERANGE (or MORI_EINVAL), and nothing from that entry on is copied, but the entries
  * before it may have been handed to the GPU; they finish in the background and the regions stay
- * registered until they have. Batches of at most 8 entries and 64 KiB without a stream go to a
- * resident copy block (no launch, no event), which leaves the GPU 20 ms after its last job.
+ * registered until they have. Batches of at most 8 entries and 64 KiB without a stream may go to
+ * a resident copy block instead of a launch (when the legacy default stream is idle, no MORI-VIZ
+ * trace runs and one of its 16 slots is free): such a copy is not on any stream, so later work
+ * of the application's on the legacy default stream is not ordered after it (wait for the
+ * transfer, as for any). The block leaves the GPU MORI_GPU_SERVICE_IDLE_US (default 200) after
+ * its last job, so a device-wide synchronize waits that long at most; 0 turns it off.
  */
 typedef struct mori_xfer mori_xfer;
 typedef struct mori_xfer_list mori_xfer_list;

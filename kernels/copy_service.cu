@@ -33,23 +33,23 @@ MORI_DEVICE int service_wait(struct mori_copy_service *sv, uint64_t next, uint64
 		uint64_t v = lane < MORI_COPY_JOB_LINE ? mori_relaxed_load_sys(&line[lane]) : (uint64_t)tag << 32;
 		*word = (uint32_t)v;
 		const bool mine = (uint32_t)(v >> 32) == tag;
-		if (__shfl_sync(0xffffffffu, mine && *word == MORI_COPY_JOB_FULL, 0))
+		if (mori_warp_bcast(mine && *word == MORI_COPY_JOB_FULL, 0))
 			return SERVICE_FULL; // a full job writes line[0] only
-		if (__all_sync(0xffffffffu, mine))
+		if (mori_warp_all(mine))
 			return SERVICE_LINE;
 		if (last)
 			return SERVICE_LEAVE;
 		int leave = 0;
 		if (lane == 0 && polls % 32 == 31)
 			leave = mori_relaxed_load_sys(&sv->stop) != 0;
-		if (__shfl_sync(0xffffffffu, leave, 0))
+		if (mori_warp_bcast(leave, 0))
 			return SERVICE_LEAVE;
 		if (service_now_ns() - since > sv->idle_ns) {
 			if (lane == 0) {
 				mori_release_store_sys(&sv->running, 0u);
 				__threadfence_system();
 			}
-			__syncwarp();
+			mori_sync_warp();
 			last = 1; // one more look: a job posted meanwhile keeps the block
 		}
 	}
@@ -63,6 +63,8 @@ MORI_KERNEL void __launch_bounds__(MORI_COPY_BLOCK_THREADS) mori_copy_service(ui
 	__shared__ uint32_t words[MORI_COPY_JOB_LINE];
 	const unsigned lane = mori_lane(), wpb = blockDim.x / MORI_WARP_SIZE, w = threadIdx.x / MORI_WARP_SIZE;
 	uint64_t next = mori_relaxed_load_sys(&sv->done) + 1, since = service_now_ns();
+	if (threadIdx.x == 0) // here now: the host need not queue another (a block before us cleared it)
+		mori_release_store_sys(&sv->running, 1u);
 	for (;;) {
 		if (w == 0) {
 			uint32_t word;
@@ -71,8 +73,8 @@ MORI_KERNEL void __launch_bounds__(MORI_COPY_BLOCK_THREADS) mori_copy_service(ui
 				words[lane] = word;
 			if (lane == 0) {
 				cmd = r;
-				if (r != SERVICE_LEAVE)
-					mori_release_store_sys(&sv->running, 1u); // stays (its last look found one)
+				if (r != SERVICE_LEAVE && service_now_ns() - since > sv->idle_ns)
+					mori_release_store_sys(&sv->running, 1u); // its last look found one: stays
 			}
 		}
 		__syncthreads();

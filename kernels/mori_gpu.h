@@ -367,6 +367,18 @@ MORI_DEVICE int mori_warp_bcast(int v, int src)
 	return __shfl_sync(0xffffffffu, v, src);
 #endif
 }
+/* 1 in every lane when p holds in every lane of the warp (all lanes call it). */
+MORI_DEVICE int mori_warp_all(int p)
+{
+#ifdef MORI_HIP
+	return __all(p);
+#else
+	int r; /* vote.sync: clang's IR build has no __all_sync */
+	asm volatile("{\n\t.reg .pred p, q;\n\tsetp.ne.u32 p, %1, 0;\n\tvote.sync.all.pred q, p, 0xffffffff;\n\t"
+		     "selp.u32 %0, 1, 0, q;\n\t}" : "=r"(r) : "r"(p));
+	return r;
+#endif
+}
 MORI_DEVICE unsigned mori_block_thread(void)
 {
 	return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);

@@ -218,7 +218,7 @@ static int ring_alloc(mori_client *c, const struct gpu_api *g, struct gpu_dev *d
 static int op_query(const struct gpu_api *g, struct gpu_op *op, int locked)
 {
 	if (op->svc_seq)
-		return gpu_service_done(g, op->d, op->svc_seq, locked) ? GPU_SUCCESS : GPU_ERROR_NOT_READY;
+		return gpu_service_query(g, op->d, op->svc_seq, op->polls++, locked);
 	return g->event_query(op->ev);
 }
 
@@ -544,14 +544,17 @@ static int launch_staged(mori_client *c, const struct gpu_api *g, struct gpu_dev
 	for (size_t i = 0; i < b->n && rc == MORI_OK; i += k, slice++) {
 		/* Odd slices run on stream2, so a slice's last blocks overlap the next one's first
 		 * (a small slice alone leaves the GPU half idle: 16 MiB took 35 us on the H200);
-		 * stream2 starts after what the batch's stream held before the batch. */
-		gpu_stream ss = slice & 1 ? d->stream2 : s;
+		 * stream2 starts after what the batch's stream held before the batch. Only when
+		 * stream2 is idle or was last forked from this same stream: the join must not make
+		 * this stream wait for another one's batch. */
 		k = b->n - i < next ? b->n - i : next;
-		if (!forked && k < b->n) {
+		if (slice == 0 && k < b->n && (d->stream2_from == s || g->stream_query(d->stream2) == GPU_SUCCESS)) {
 			if ((rc = fork_join(c, g, d->fork_ev, s, d->stream2)))
 				break;
 			forked = 1;
+			d->stream2_from = s;
 		}
+		gpu_stream ss = forked && (slice & 1) ? d->stream2 : s;
 		next = b->dev_descs ? next * 4 : next + next / 2;
 		next = next < most ? next : most;
 		uint64_t dbytes = ((uint64_t)k * each + 15) & ~15ull;
@@ -593,6 +596,8 @@ static int launch_staged(mori_client *c, const struct gpu_api *g, struct gpu_dev
 	}
 	if (forked) { /* the batch's stream (and its completion event) after stream2's slices */
 		int r = fork_join(c, g, d->join_ev, d->stream2, s);
+		if (r != MORI_OK)
+			g->stream_synchronize(d->stream2); /* the batch's event cannot cover them: wait */
 		rc = rc ? rc : r;
 	}
 	return rc;

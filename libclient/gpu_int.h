@@ -20,6 +20,7 @@ struct gpu_op {
 	struct gpu_dev *d;
 	gpu_event ev;                /* recorded after the last launch */
 	uint64_t svc_seq;            /* nonzero: a copy service job instead (gpu_service.c) */
+	unsigned polls;              /* service jobs: times asked so far */
 	int orphan;                  /* its transfer gave up on it (deadline): free when done */
 };
 
@@ -44,6 +45,7 @@ struct gpu_dev {
 	gpu_event upload_ev;
 	gpu_stream stream2;          /* every other slice of a large batch (they overlap) */
 	gpu_event fork_ev, join_ev;  /* stream2 after the batch's stream; the batch's after stream2 */
+	gpu_stream stream2_from;     /* the stream stream2 was last forked from */
 	uint8_t *ring_host;          /* staging ring (pinned), mirrored at ring_dev */
 	gpu_dptr ring_zc;            /* ring_host as the GPU reads it in place (mapped) */
 	gpu_dptr ring_dev;
@@ -125,9 +127,10 @@ struct mori_copy_args;
  * it (too large, traced, the stream order is not idle, slots full, no kernel): launch instead. */
 int gpu_service_post(const struct gpu_api *g, struct gpu_dev *d, const struct mori_copy_args *a, uint64_t bytes,
 		     uint64_t *seq);
-/* 1 once job seq is copied; 0 before (launching the block again if it left). locked: the
- * caller holds d->lock. */
-int gpu_service_done(const struct gpu_api *g, struct gpu_dev *d, uint64_t seq, int locked);
+/* GPU_SUCCESS once job seq is copied; GPU_ERROR_NOT_READY before (every GPU_SERVICE_CHECK_POLLS-th
+ * call, polls, also launches the block again if it left); another GPU error when the block's
+ * stream failed or it cannot be launched. locked: the caller holds d->lock. */
+int gpu_service_query(const struct gpu_api *g, struct gpu_dev *d, uint64_t seq, unsigned polls, int locked);
 /* Jobs the service has taken on d so far (tests). */
 uint64_t gpu_service_jobs(const struct gpu_dev *d);
 /* Stop the block (waiting up to wait_us) and free the service (d->lock held). */

@@ -295,7 +295,7 @@ START_TEST(random_lists)
 }
 END_TEST
 
-/* The copy service (small batches without a stream): jobs after its block left (idle 20 ms),
+/* The copy service (small batches without a stream): jobs after its block left (idle 200 us),
  * bursts past its 16 slots (the rest launch), one and several descriptors, every byte checked. */
 START_TEST(copy_service)
 {
