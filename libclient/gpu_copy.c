@@ -353,15 +353,20 @@ static inline const mori_desc *bdesc(const struct batch *b, size_t j)
 	return &b->descs[b->idx ? b->idx[j] : j];
 }
 
+/* Does descriptor e lie inside both regions? (Its length may be 0.) */
+static inline int desc_inside(const mori_desc *e, const mori_mem *l, const mori_mem *r)
+{
+	return e->local_offset <= l->size && e->length <= l->size - e->local_offset && e->remote_offset <= r->size &&
+	       e->length <= r->size - e->remote_offset;
+}
+
 /* Entry j of a batch of descriptors (for a list without a GPU copy, its index first). */
 static inline int entry_check(mori_client *c, const mori_mem *l, const mori_mem *r, const struct batch *b, size_t j)
 {
 	if (b->idx && b->idx[j] >= b->list_n)
 		return set_error(c, MORI_ERANGE, "GPU copy: index %u at %zu >= list length %zu", b->idx[j], j, b->list_n);
 	const mori_desc *e = bdesc(b, j);
-	uint64_t len = e->length;
-	if (len && e->local_offset <= l->size && len <= l->size - e->local_offset && e->remote_offset <= r->size &&
-	    len <= r->size - e->remote_offset)
+	if (e->length && desc_inside(e, l, r))
 		return MORI_OK;
 	return xfer_check_desc(c, l, r, e, j); /* names the fault */
 }
@@ -435,24 +440,18 @@ static int slice_place(mori_client *c, const struct gpu_api *g, struct gpu_dev *
 	uint8_t *h = d->ring_host + off;
 	a->first_chunk = 0;
 	a->n = (uint32_t)k;
-	if (a->uniform) {
-		gpu_dptr at = d->ring_zc + off;
-		*(b->dev_descs ? &a->index : &a->descs) = at;
-		return MORI_OK;
-	}
-	gpu_dptr at = d->ring_dev + off;
+	gpu_dptr at = (a->uniform ? d->ring_zc : d->ring_dev) + off;
 	*(b->dev_descs ? &a->index : &a->descs) = at;
-	uint64_t need = dbytes;
-	if (!a->uniform) {
-		uint32_t *first = (uint32_t *)(h + dbytes), acc = 0;
-		for (size_t j = 0; j < k; j++) {
-			first[j] = acc;
-			acc += (uint32_t)chunks_of(bdesc(b, i + j)->length, a->chunk_shift);
-		}
-		first[k] = acc;
-		a->first_chunk = at + dbytes;
-		need += (k + 1) * sizeof(uint32_t);
+	if (a->uniform)
+		return MORI_OK;
+	uint32_t *first = (uint32_t *)(h + dbytes), acc = 0;
+	for (size_t j = 0; j < k; j++) {
+		first[j] = acc;
+		acc += (uint32_t)chunks_of(bdesc(b, i + j)->length, a->chunk_shift);
 	}
+	first[k] = acc;
+	a->first_chunk = at + dbytes;
+	uint64_t need = dbytes + (k + 1) * sizeof(uint32_t);
 	char msg[160];
 	int rc = gpu_err(g->memcpy_htod_async(at, h, need, d->upload), "upload descriptors", msg, sizeof(msg));
 	if (rc == MORI_OK)
@@ -477,16 +476,14 @@ static int slice_stage(mori_client *c, struct gpu_dev *d, mori_mem *l, mori_mem 
 		/* one pass: check, sum and stage (the CPU is the bottleneck of big batches) */
 		struct mori_copy_desc *o = (struct mori_copy_desc *)h;
 		for (size_t j = 0; j < k; j++) {
-			if (b->idx && (rc = entry_check(c, l, r, b, i + j)))
+			if ((rc = entry_check(c, l, r, b, i + j)))
 				return rc;
 			const mori_desc *e = bdesc(b, i + j);
-			uint64_t lo = e->local_offset, ro = e->remote_offset, len = e->length;
-			if (!len || lo > l->size || len > l->size - lo || ro > r->size || len > r->size - ro)
-				return xfer_check_desc(c, l, r, e, i + j); /* names the fault */
+			uint64_t len = e->length;
 			t += len;
 			mn = len < mn ? len : mn;
 			mx = len > mx ? len : mx;
-			o[j] = (struct mori_copy_desc){lo, ro, len};
+			o[j] = (struct mori_copy_desc){e->local_offset, e->remote_offset, len};
 		}
 		a->index = 0;
 	}
@@ -742,8 +739,7 @@ int gpu_list_prep(mori_client *c, struct mori_xfer_list *l)
 	gl->uniform_len = l->descs[0].length;
 	for (size_t i = 0; i < l->n; i++) {
 		const mori_desc *e = &l->descs[i];
-		if (e->local_offset > l->local->size || e->length > l->local->size - e->local_offset ||
-		    e->remote_offset > l->remote->size || e->length > l->remote->size - e->remote_offset) {
+		if (!desc_inside(e, l->local, l->remote)) {
 			free(gl);
 			return set_error(c, MORI_ERANGE, "GPU list: descriptor %zu is outside a region", i);
 		}

@@ -466,7 +466,7 @@ int mori_xfer_batch(int op, mori_mem *local, mori_mem *remote, const mori_desc *
 	if (n > UINT32_MAX)
 		return set_error(c, MORI_EINVAL, "transfer: batch of %zu descriptors is too large", n);
 	uint64_t total = 0; /* a GPU batch is checked and summed as it is staged, in one pass */
-	for (size_t i = 0; i < n && !gpu_local(local, remote); i++) {
+	for (size_t i = 0, checked = !gpu_local(local, remote); checked && i < n; i++) {
 		if ((rc = xfer_check_desc(c, local, remote, &descs[i], i)) != MORI_OK)
 			return rc;
 		total += descs[i].length;
