@@ -1,4 +1,4 @@
-/* The shared-memory ring pair between a client and morid (DESIGN.md "Rings").
+/* The shared-memory ring pair between a client and morid (docs/architecture.md, "Rings").
  *
  * One memfd, created by the daemon and mapped by both: [SQ header][CQ header][SQ entries]
  * [CQ entries][argument arena]. Submissions are 64 bytes, completions 128 (room for an error's

@@ -1,4 +1,4 @@
-/* What libmori and morid agree on for MORI-SHMEM's host protocol (issue 11) beyond the protobuf
+/* What libmori and morid agree on for MORI-SHMEM's host protocol beyond the protobuf
  * messages (proto/mori.proto: GroupJoin, GroupCall, GroupLeave, PeerGroup): the collective
  * calls, the unique-id blob and the limits both sides check. */
 #ifndef MORI_SHMEM_WIRE_H

@@ -1,4 +1,4 @@
-/* MORI-VIZ trace buffer (issue 19): the layout GPU kernels write (kernels/mori_viz.h) and the
+/* MORI-VIZ trace buffer: the layout GPU kernels write (kernels/mori_viz.h) and the
  * host reads (tools/viz/viz.h, mori-viz). Plain C, included by CUDA/HIP kernels and host code.
  *
  *   struct mori_viz_header                         64 bytes, written by the host

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# MORI-CCL on the GPU machine, in one call: tests/test_gpu_coll (N processes on one GPU as the
-# ranks, every collective against the reference, windows, graph replays, faults), then
+# MORI-CCL on the GPU machine (tests/devicelib.bash says how the scripts run there):
+# tests/test_gpu_coll (N processes on one GPU as the ranks, every collective against the reference, windows, graph replays, faults), then
 # `mori-bench coll` against a morid started here, MPS started for both.
 #
-#   tests/device-ccl.sh bundle     here: build (B, default build) and bundle the binaries and the
-#                                  libraries they need into bundle/ccl/ (name it in carry)
-#   tests/device-ccl.sh run [PART ...]   there; PARTs (default: test bench)
+#   tests/device-ccl.sh bundle [--bundle DIR]   here: build (B, default build) and bundle the
+#                                  binaries and the libraries they need into DIR (default bundle/ccl)
+#   tests/device-ccl.sh run [--bundle DIR] [PART ...]   there; PARTs (default: test bench)
 #       test   tests/test_gpu_coll ($MORI_COLL_SIZES, default 1 2 3 4 8)
 #       xnode  tests/test_gpu_coll_xnode: two morids on loopback, ranks 4 + 4, 1 + 1, 2 + 1
 #              ($MORI_COLL_XNODE_SIZES, default 8 2 3): the cross-node path
@@ -16,9 +16,10 @@
 set -u
 cd "$(dirname "$0")/.."
 . tests/devicelib.bash
-BUNDLE=${CCL_BUNDLE:-bundle/ccl}
+dev_args "${CCL_BUNDLE:-bundle/ccl}" "$@"
+set -- "${DEV_ARGS[@]}"
 
-if [ "${1:-}" = bundle ]; then
+if [ "$DEV_CMD" = bundle ]; then
 	set -e
 	B=${B:-build}
 	make -j2 B="$B" "$B/mori-bench" "$B/tests/test_gpu_coll" "$B/tests/test_gpu_coll_xnode" "$B/morid" >/dev/null
@@ -26,8 +27,7 @@ if [ "${1:-}" = bundle ]; then
 	du -sh "$BUNDLE"
 	exit 0
 fi
-[ "${1:-}" = run ] || { sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
-shift
+[ "$DEV_CMD" = run ] || { sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 parts=${*:-test bench}
 dev_init ccl "$BUNDLE"
 run() { dev_run "$@"; } # SECONDS KEEP CMD...

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# MORI-EP on the GPU machine, in one call: tests/test_gpu_ep (N processes on the one GPU as N ranks),
-# tests/test_gpu_ep_xnode (the ranks split over morids on loopback), then `mori-bench ep` for world
+# MORI-EP on the GPU machine (tests/devicelib.bash says how the scripts run there):
+# tests/test_gpu_ep (N processes on the one GPU as N ranks), tests/test_gpu_ep_xnode (the ranks split over morids on loopback), then `mori-bench ep` for world
 # sizes 2 4 8, under one MPS control daemon started here.
 #
-#   tests/device-ep.sh bundle        here: build (B, default build-ep) and bundle the binaries and the
-#                                    libraries they need into bundle/ep/ (name it in carry)
-#   tests/device-ep.sh run [PART ...]   there; PARTs (default: test xnode bench)
+#   tests/device-ep.sh bundle [--bundle DIR]   here: build (B, default build-ep) and bundle the
+#                                    binaries and the libraries they need into DIR (default bundle/ep)
+#   tests/device-ep.sh run [--bundle DIR] [PART ...]   there; PARTs (default: test xnode bench)
 #       test    tests/test_gpu_ep ($MORI_EP_ITERS, $MORI_EP_WORLDS, $MORI_EP_CASES pass through)
 #       xnode   tests/test_gpu_ep_xnode ($MORI_EPX_ITERS, $MORI_EPX_LAYOUTS, $MORI_EPX_CASES pass through)
 #       bench   mori-bench ep --pes "2 4 8" against a morid started here ($EP_BENCH_ITERS, default 30;
@@ -19,9 +19,10 @@
 set -u
 cd "$(dirname "$0")/.."
 . tests/devicelib.bash
-BUNDLE=${EP_BUNDLE:-bundle/ep} # bundle/<helper> for a helper of its own
+dev_args "${EP_BUNDLE:-bundle/ep}" "$@"
+set -- "${DEV_ARGS[@]}"
 
-if [ "${1:-}" = bundle ]; then
+if [ "$DEV_CMD" = bundle ]; then
 	set -e
 	B=${B:-build-ep}
 	make -j2 B="$B" "$B/mori-bench" "$B/tests/test_gpu_ep" "$B/tests/test_gpu_ep_xnode" "$B/morid" "$B/moractl" >/dev/null
@@ -29,8 +30,7 @@ if [ "${1:-}" = bundle ]; then
 	du -sh "$BUNDLE"
 	exit 0
 fi
-[ "${1:-}" = run ] || { sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
-shift
+[ "$DEV_CMD" = run ] || { sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 parts=${*:-test xnode bench}
 dev_init ep "$BUNDLE"
 run() { dev_run "$@"; } # SECONDS KEEP CMD...

@@ -1,27 +1,27 @@
 #!/usr/bin/env bash
-# MORI-IR (issue 12) on the GPU machine, in one call: N processes as N PEs of one group on the one
+# MORI-IR on the GPU machine (tests/devicelib.bash says how the scripts run there): N processes as N PEs of one group on the one
 # GPU (one morid, VRAM heaps), under MPS with CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = 100 / N each.
 #
-#   tests/device-ir.sh bundle        here: make (B, default build), link tests/ir_rdc_ring
-#                                    (tests/test_ir_bitcode.sh does), bundle morid, libmori.so,
-#                                    ir_rdc_ring and the MORI-IR outputs into bundle/ir/ (name
-#                                    it in carry)
-#   tests/device-ir.sh run [PART ...]   there; PARTs (default: rdc triton proxy):
-#       rdc     acceptance 4: tests/ir_rdc_ring, CUDA built with nvcc -rdc against
-#               libmori_shmem_device.a: put+signal around the ring, $IR_ROUNDS rounds (1000)
-#       triton  acceptance 1 and 2: tests/ir_triton_pe.py, Triton kernels linking
-#               libmori_shmem_device.bc: the ring ($IR_ROUNDS rounds), then the ptr_p2p sum
-#               checked against torch
-#       proxy   acceptance 3: the same Triton patterns with the PEs split over two morids on
+#   tests/device-ir.sh bundle [--bundle DIR]   here: make (B, default build), link
+#                                    tests/ir_rdc_ring (tests/test_ir_bitcode.sh does), bundle
+#                                    morid, libmori.so, ir_rdc_ring and the MORI-IR outputs into
+#                                    DIR (default bundle/ir)
+#   tests/device-ir.sh run [--bundle DIR] [PART ...]   there; PARTs (default: rdc triton proxy):
+#       rdc     tests/ir_rdc_ring, CUDA built with nvcc -rdc against libmori_shmem_device.a:
+#               put+signal around the ring, $IR_ROUNDS rounds (1000)
+#       triton  tests/ir_triton_pe.py, Triton kernels linking libmori_shmem_device.bc: the ring
+#               ($IR_ROUNDS rounds), then the ptr_p2p sum checked against torch
+#       proxy   the same Triton patterns with the PEs split over two morids on
 #               loopback (even ranks on one, odd on the other): every ring hop and every remote
 #               heap read goes through the proxy rings morid serves; $IR_PROXY_ROUNDS rounds (200)
 # $IR_PES PEs (8). Logs to $OUT/log (or /tmp/device-ir/log); a summary ends the output.
 set -u
 cd "$(dirname "$0")/.."
 . tests/devicelib.bash
-BUNDLE=${IR_BUNDLE:-bundle/ir}
+dev_args "${IR_BUNDLE:-bundle/ir}" "$@"
+set -- "${DEV_ARGS[@]}"
 
-if [ "${1:-}" = bundle ]; then
+if [ "$DEV_CMD" = bundle ]; then
 	set -e
 	B=${B:-build}
 	make -j2 all B="$B" > /dev/null
@@ -34,8 +34,7 @@ if [ "${1:-}" = bundle ]; then
 	du -sh "$BUNDLE"
 	exit 0
 fi
-[ "${1:-}" = run ] || { sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
-shift
+[ "$DEV_CMD" = run ] || { sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 parts=${*:-rdc triton proxy}
 N=${IR_PES:-8}
 ROUNDS=${IR_ROUNDS:-1000}
@@ -78,14 +77,14 @@ start || exit 1
 for p in $parts; do
 	case $p in
 	rdc)
-		note "== acceptance 4: CUDA (nvcc -rdc, libmori_shmem_device.a), $N PEs, ring of $ROUNDS rounds"
+		note "== rdc: CUDA (nvcc -rdc, libmori_shmem_device.a), $N PEs, ring of $ROUNDS rounds"
 		pes 45 rdc "$BIN/ir_rdc_ring" ;;
 	triton)
-		note "== acceptance 1+2: Triton + libmori_shmem_device.bc, $N PEs: ring of $ROUNDS rounds, ptr_p2p sum"
+		note "== triton: Triton + libmori_shmem_device.bc, $N PEs: ring of $ROUNDS rounds, ptr_p2p sum"
 		export TRITON_CACHE_DIR=/tmp/mori-ir-triton-cache
 		pes 120 triton python3 tests/ir_triton_pe.py ;;
 	proxy)
-		note "== acceptance 3: the Triton patterns, $N PEs split over two morids (every hop through the proxy)"
+		note "== proxy: the Triton patterns, $N PEs split over two morids (every hop through the proxy)"
 		morid_start "$RUN2" --listen "127.0.0.1:$PORT2" || continue
 		export TRITON_CACHE_DIR=/tmp/mori-ir-triton-cache
 		export IR_ROOT=127.0.0.1:$PORT

@@ -1,39 +1,37 @@
 #!/usr/bin/env bash
-# Issue 16 (acceptance 2) on the GPU machine, in one call: the Python package with PyTorch and
-# CUDA there. CUDA tensors registered and moved between two processes with PyTorch's default
+# The Python package with PyTorch and CUDA on the GPU machine (tests/devicelib.bash says how the
+# scripts run there). CUDA tensors registered and moved between two processes with PyTorch's default
 # allocator and with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (a tensor over several
-# segments registers as one region, issue 17; a refusal fails with libmori's reason), the rest of the
+# segments registers as one region; a refusal fails with libmori's reason), the rest of the
 # Python suite with torch (CPU tensors, libmori's VRAM), and examples/kv_cache_transfer.py on
 # CUDA tensors: one morid, two morids (cross-node staging), and under expandable segments.
 #
-#   tests/device-python.sh bundle   here: make (B, default build), then bundle morid, moractl,
-#                                   libmori.so and the libraries they need into $B/pybundle
-#                                   (git-ignored: name it in the device tool's carry)
-#   tests/device-python.sh run      there: everything above ($PYTEST_SEL: the pytest selection,
+#   tests/device-python.sh bundle [--bundle DIR]   here: make (B, default build), then bundle
+#                                   morid, moractl, libmori.so and the libraries they need into
+#                                   DIR (default $B/pybundle, git-ignored)
+#   tests/device-python.sh run [--bundle DIR]   there: everything above ($PYTEST_SEL: the pytest selection,
 #                                   default tests/python); the log, pytest's JUnit XML and a
 #                                   summary go to $OUT (or /tmp/device-python); the summary
 #                                   ends the output. About 2-4 minutes.
-#
-# The device call (from the repository root, after `tests/device-python.sh bundle`):
-#   run(command="tests/device-python.sh run", carry=["build/pybundle"], timeout_s=600)
 set -u
 cd "$(dirname "$0")/.."
 . tests/devicelib.bash
 B_DIR=${B:-build}
-BUNDLE=${PY_BUNDLE:-$B_DIR/pybundle}
+dev_args "${PY_BUNDLE:-$B_DIR/pybundle}" "$@"
+set -- "${DEV_ARGS[@]}"
 
-if [ "${1:-}" = bundle ]; then
+if [ "$DEV_CMD" = bundle ]; then
 	set -e
 	make -j2 all B="$B_DIR" > /dev/null
 	ls "$B_DIR"/kernels/copy.fatbin > /dev/null # the CUDA kernels must be in libmori (nvcc here)
 	dev_bundle "$BUNDLE" "$B_DIR"/morid "$B_DIR"/moractl "$B_DIR"/libmori.so
 	du -sh "$BUNDLE"
-	echo "now: run(command=\"tests/device-python.sh run\", carry=[\"$BUNDLE\"], timeout_s=600)"
+	echo "now copy the repository and $BUNDLE to the GPU machine and run there: tests/device-python.sh run --bundle $BUNDLE"
 	exit 0
 fi
-[ "${1:-}" = run ] || { sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ "$DEV_CMD" = run ] || { sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 
-[ -x "$BUNDLE/bin/morid" ] && [ -f "$BUNDLE/lib/libmori.so" ] || { echo "no bundle at $BUNDLE: run 'tests/device-python.sh bundle' here first and carry it"; exit 1; }
+[ -x "$BUNDLE/bin/morid" ] && [ -f "$BUNDLE/lib/libmori.so" ] || { echo "no bundle at $BUNDLE: run 'tests/device-python.sh bundle' where you build and copy it here"; exit 1; }
 dev_init python "$BUNDLE"
 export B=$BIN MORI_LIB=$DEV_BUNDLE/lib/libmori.so PYTHONPATH=$PWD/python
 export PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1

@@ -1,24 +1,25 @@
 #!/usr/bin/env bash
-# Issue 5 on the GPU machine, in one call: VRAM figures through the library and the GPU tests.
+# VRAM figures through the library and the GPU tests, on the GPU machine (tests/devicelib.bash
+# says how the scripts run there). DIR: --bundle DIR, default bundle/ (git-ignored).
 #
-#   tests/device-run.sh bundle            here: make, then bundle the binaries, the shared
-#                                         libraries they need and the trace into bundle/
-#                                         (git-ignored; name it in the device tool's carry)
-#   tests/device-run.sh run [PART ...]    there: PARTs (default: all, in this order)
+#   tests/device-run.sh bundle [--bundle DIR]          here: make, then bundle the binaries, the
+#                                                      shared libraries they need and the trace
+#   tests/device-run.sh run [--bundle DIR] [PART ...]  there: PARTs (default: io io2 lat gpubench
+#                                                      kv tests, in this order)
 #       io        mori-bench io --mem vram: 16 KiB x 65 536 (prepared list and plain batch),
 #                 the 4 KiB..64 MiB sweep, mixed host/VRAM, a verified read
 #       io2       16 KiB x 65 536 again: cudaMalloc regions (MORI_VRAM_ALLOC=malloc) instead of
 #                 VMM, and pipeline depth 2 and 4
 #       lat       4 KiB, batch 1: end-to-end p50/p99 through the library
 #       gpubench  mori-gpubench (kernel-only 4 KiB time, gpu_xfer, library rows)
-#       kv        mori-kvreplay --mem vram on the whole trace ($KV_MODEL, default llama3-8b; issue 17
-#                 asks llama3-70b-tp8's 4 KiB pages; as fast as possible,
+#       kv        mori-kvreplay --mem vram on the whole trace ($KV_MODEL, default llama3-8b;
+#                 llama3-70b-tp8 for 4 KiB pages; as fast as possible,
 #                 $KV_ARGS, default --verify-every 128: the CPU cannot fill and check all ~18 TB)
 #                 between two runs of mori-bench io --mem vram --prep at the page size
 #       xnode     cross-node VRAM over TCP, two morids on loopback: mori-bench io --mem vram
 #                 (and host memory, same daemons, for reference) against a plain TCP stream
 #       tests     the GPU tests (make check-gpu)
-#       observe   issue 19 on the GPU: moractl topo (+ --json) and diagnose, without and with MPS;
+#       observe   observability on the GPU: moractl topo (+ --json) and diagnose, without and with MPS;
 #                 a traced mori-bench io --mem vram (--trace) turned into Perfetto JSON by mori-viz
 #                 and checked (tracks and events); the traced kernel with tracing off against the
 #                 untraced one: kernel only (mori-gpubench, events) and end to end in alternating rounds (ROUNDS, default 5), 16 KiB and 4 KiB x 65 536
@@ -26,26 +27,25 @@
 #                 1 MiB x 64, 3 rounds; with AB_BEFORE=DIR (a bundle's bin/ of another build,
 #                 its libs in DIR/../lib) the same rounds alternate with that build (A/B)
 # Everything is logged to $OUT/log (or /tmp/device-run/log); a summary of the key lines ends
-# the output. Each step has its own timeout so that the whole call ends within 10 minutes.
+# the output. Each step has its own timeout, so a hung step costs its timeout, not the run.
 set -u
 cd "$(dirname "$0")/.."
 . tests/devicelib.bash
-BUNDLE=${RUN_BUNDLE:-bundle}
+dev_args "${RUN_BUNDLE:-bundle}" "$@"
+set -- "${DEV_ARGS[@]}"
 
-if [ "${1:-}" = bundle ]; then
+if [ "$DEV_CMD" = bundle ]; then
 	set -e
 	BLD=${BLD:-build}
 	make -j2 B="$BLD" >/dev/null
 	ls "$BLD"/kernels/copy.fatbin >/dev/null # the kernels must be in libmori (nvcc here)
 	dev_bundle "$BUNDLE" "$BLD"/morid "$BLD"/moractl "$BLD"/mori-bench "$BLD"/mori-kvreplay \
 		"$BLD"/mori-gpubench "$BLD"/mori-viz "$BLD"/tests/test_gpu_*
-	mkdir -p "$BUNDLE/data"
-	cp /work/shared/data/mooncake_conversation_trace.jsonl "$BUNDLE/data/"
+	dev_bundle_trace "$BUNDLE"
 	du -sh "$BUNDLE"
 	exit 0
 fi
-[ "${1:-}" = run ] || { sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
-shift
+[ "$DEV_CMD" = run ] || { sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 parts=${*:-io io2 lat gpubench kv tests}
 
 dev_init run "$BUNDLE"
@@ -101,7 +101,8 @@ for p in $parts; do
 		run 150 "GB/s|p50|ceiling" "$B/mori-gpubench" --runtime-dir "$RT"
 		;;
 	kv)
-		TRACE=$DEV_BUNDLE/data/mooncake_conversation_trace.jsonl
+		TRACE=(--trace "$DEV_BUNDLE/data/$DEV_TRACE")
+		[ -f "$DEV_BUNDLE/data/$DEV_TRACE" ] || { TRACE=(--synthetic); note "kv: no trace in the bundle: synthetic workload"; }
 		MODEL=${KV_MODEL:-llama3-8b}
 		PAGE=$("$B/mori-kvreplay" --dry-run --synthetic --requests 1 --model "$MODEL" --json 2>/dev/null |
 			sed -n 's/^[[:space:]]*"page_bytes":[[:space:]]*\([0-9]*\).*/\1/p' | head -n 1)
@@ -115,7 +116,7 @@ for p in $parts; do
 		kvbench
 		step "kv: mori-kvreplay --mem vram, whole trace, $MODEL, as fast as possible"
 		run "${KV_TIMEOUT:-420}" "requests|blocks|bytes|run time|throughput|descriptors|latency|verification|error" \
-			"$B/mori-kvreplay" --runtime-dir "$RT" --trace "$TRACE" --model "$MODEL" --mem vram \
+			"$B/mori-kvreplay" --runtime-dir "$RT" "${TRACE[@]}" --model "$MODEL" --mem vram \
 			--as-fast-as-possible --no-progress ${KV_ARGS:---verify-every 128}
 		step "kv: mori-bench io again (after the replay)"
 		kvbench

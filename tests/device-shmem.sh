@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# MORI-SHMEM's device side on the GPU machine, in one call: the device-API test, then
+# MORI-SHMEM's device side on the GPU machine (tests/devicelib.bash says how the scripts run
+# there): the device-API test, then
 # `mori-bench shmem` with NVSHMEM's rows (NVSHMEM built there against the nvidia-nvshmem-cu13
 # wheel of its python3), MPS started for the multi-process parts.
 #
-#   tests/device-shmem.sh bundle     here: build (B, default build) and bundle the binaries and the
-#                                    libraries they need into bundle/shmem/ (name it in carry)
-#   tests/device-shmem.sh run [PART ...]   there; PARTs (default: all): test mp proxy heap bench
+#   tests/device-shmem.sh bundle [--bundle DIR]   here: build (B, default build) and bundle the
+#                                    binaries and the libraries they need into DIR (default bundle/shmem)
+#   tests/device-shmem.sh run [--bundle DIR] [PART ...]   there; PARTs (default: all): test mp proxy
+#                                    heap bench
 #       test   tests/test_gpu_shmem_dev: the device API, N PEs as heaps of one process
 #       mp     tests/test_gpu_shmem: N processes as PEs of one group (its own MPS daemon)
 #       proxy  tests/test_gpu_shmem_proxy: the PEs split over two morids on loopback, every call
@@ -17,9 +19,10 @@
 set -u
 cd "$(dirname "$0")/.."
 . tests/devicelib.bash
-BUNDLE=${BUNDLE:-bundle/shmem} # or bundle/<you> (git-ignored)
+dev_args "${BUNDLE:-bundle/shmem}" "$@"
+set -- "${DEV_ARGS[@]}"
 
-if [ "${1:-}" = bundle ]; then
+if [ "$DEV_CMD" = bundle ]; then
 	set -e
 	B=${B:-build}
 	make -j2 B="$B" "$B/mori-bench" "$B/tests/test_gpu_shmem_dev" "$B/tests/test_gpu_heap" "$B/tests/test_gpu_shmem" \
@@ -30,8 +33,7 @@ if [ "${1:-}" = bundle ]; then
 	du -sh "$BUNDLE"
 	exit 0
 fi
-[ "${1:-}" = run ] || { sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
-shift
+[ "$DEV_CMD" = run ] || { sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 parts=${*:-test mp proxy heap bench}
 dev_init shmem "$BUNDLE"
 run() { dev_run "$@"; } # SECONDS KEEP CMD...

@@ -1,11 +1,20 @@
 # tests/devicelib.bash: what the tests/device-*.sh scripts share, sourced by each of them.
-# On the GPU machine a script runs from a bundle (binaries and the libraries the bare image lacks,
-# made here by /work/shared/tools/device-bundle); everything it prints goes to $OUT/log, the lines
-# worth keeping to $OUT/summary, which ends the output. Every step has its own timeout, so a hung
-# step costs its timeout, not the whole device call; MPS and the morids it started are stopped on
-# exit (morids first: `quit` waits for MPS's clients to go).
 #
-#   dev_bundle DIR BIN...     here: bundle BINs into DIR (replacing it), debug info stripped
+# The remote-GPU workflow. Build where the toolchain is (nvcc compiles the kernels into libmori);
+# bundle the binaries with the shared libraries a bare GPU machine lacks
+# (`tests/device-NAME.sh bundle [--bundle DIR]`); copy the repository and the bundle to the GPU
+# machine; run from the repository root there (`tests/device-NAME.sh run [--bundle DIR] [PART...]`).
+# Everything a script prints goes to $OUT/log (default /tmp/device-NAME/log), the lines worth
+# keeping to $OUT/summary, which ends the output. Every step has its own timeout, so a hung step
+# costs its timeout, not the whole run; MPS and the morids a script started are stopped on exit
+# (morids first: `quit` waits for MPS's clients to go). Data the repository does not carry (the
+# request trace) is read from $MORI_SHARED (default: ../shared beside the repository).
+#
+#   dev_args DEFAULT ARG...   the command line: DEV_CMD (its first ARG: bundle or run), BUNDLE
+#                             (--bundle DIR after it, else DEFAULT), DEV_ARGS (the rest)
+#   dev_bundle DIR BIN...     here: bundle BINs into DIR (replacing it): DIR/bin, and DIR/lib with
+#                             the libraries they load, debug info stripped
+#   dev_bundle_trace DIR      here: the request trace into DIR/data, when $MORI_SHARED has it
 #   dev_init NAME BUNDLE      there: LD_LIBRARY_PATH, $BIN, $O (=$OUT or /tmp/device-NAME), the log,
 #                             $SUM, NVLink multicast off, the exit trap
 #   note TEXT                 print TEXT and keep it in the summary
@@ -20,14 +29,45 @@
 #   dev_summary               print the summary
 [ -n "${DEVLIB_NAME:-}" ] && return 0
 
+MORI_SHARED=${MORI_SHARED:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/../shared}
+DEV_TRACE=mooncake_conversation_trace.jsonl
+
+dev_args() {
+	BUNDLE=$1
+	DEV_CMD=${2:-}
+	shift $(($# < 2 ? $# : 2))
+	if [ "${1:-}" = --bundle ]; then
+		BUNDLE=${2:?--bundle needs a directory}
+		shift 2
+	fi
+	DEV_ARGS=("$@")
+}
+
+# What every GPU machine has: the C and C++ runtimes and the NVIDIA driver's libraries.
+DEV_SYSLIBS='^(linux-vdso|ld-linux|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|libstdc\+\+|libgcc_s|libcuda\.so|libnvidia|libresolv)'
 dev_bundle() {
-	local dir=$1
+	local dir=$1 b name path
 	shift
 	rm -rf "$dir"
-	mkdir -p "$(dirname "$dir")"
-	/work/shared/tools/device-bundle "$dir" "$@"
-	# debug info is a fifth of the bytes and the carry is capped (64 MiB); symbols stay for backtraces
+	mkdir -p "$dir/bin" "$dir/lib"
+	for b in "$@"; do
+		case $b in *.so*) cp -L "$b" "$dir/lib/" ;; *) cp -L "$b" "$dir/bin/" ;; esac
+		ldd "$b" | awk '/=> \//{print $1" "$3}' | while read -r name path; do
+			[[ $name =~ $DEV_SYSLIBS ]] || cp -Lu "$path" "$dir/lib/"
+		done
+	done
+	# debug info is a fifth of the bytes to copy; symbols stay for backtraces
 	strip --strip-debug "$dir"/bin/* "$dir"/lib/libmori* 2> /dev/null || true
+	echo "bundled into $dir: $(ls "$dir/bin" | wc -l) binaries, $(ls "$dir/lib" | wc -l) libraries"
+}
+
+dev_bundle_trace() {
+	mkdir -p "$1/data"
+	if [ -f "$MORI_SHARED/data/$DEV_TRACE" ]; then
+		cp "$MORI_SHARED/data/$DEV_TRACE" "$1/data/"
+	else
+		echo "no $MORI_SHARED/data/$DEV_TRACE: the replay will use its synthetic workload"
+	fi
 }
 
 DEV_PIDS=()

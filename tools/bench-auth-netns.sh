@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Cross-node throughput with peer authentication on and off, in the same run (issue 18,
-# acceptance 5): two network namespaces joined by a veth pair (tests/netnslib.bash's netns_pair,
+# Cross-node throughput with peer authentication on and off, in the same run:
+# two network namespaces joined by a veth pair (tests/netnslib.bash's netns_pair,
 # as the netns tests make them), one morid in each; per round, both daemons without a key
 # (insecure_peers = true), then with one cluster key, and the same mori-bench io row each time: 1 MiB blocks, batch 64, writes
 # (or OP=read), beside its plain-TCP baseline between the same two addresses.

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Issue 4, acceptance 3: the trace replay's transfer rate against `mori-bench io` for the same
+# The trace replay's transfer rate against `mori-bench io` for the same
 # block size (the model's page) and batch (descriptors per submission), measured in one run on
-# one morid: mori-bench io, then mori-kvreplay, then mori-bench io again (this machine is shared
-# and noisy: the two bench runs bracket the replay and their mean is the reference).
+# one morid: mori-bench io, then mori-kvreplay, then mori-bench io again (a shared machine is
+# noisy: the two bench runs bracket the replay and their mean is the reference).
 #
 #   tools/bench-kv-vs-io.sh [--requests 1000] [--model llama3-8b] [--batch 2048]
 #                           [--pool-mib 4096] [--iters 50] [--mode push|pull] [--window 2]

@@ -16,7 +16,7 @@
  *
  *   --quant: bf16 input quantised to fp8 by dispatch itself (quant_type; rows "nrm-q" / "ll-q").
  *
- *   --nodes K --dirs "DIR_A DIR_B ..." --root HOST:PORT (issue 14): the ranks split over K morids
+ *   --nodes K --dirs "DIR_A DIR_B ..." --root HOST:PORT: the ranks split over K morids
  *   (rank r on node r / (N / K); the group's root is the first), so the internode kernels run: each
  *   shape three times, with every token's experts drawn from its own node only ("intra": the
  *   intranode part's bandwidth), from the other nodes only ("cross": the part that goes through the

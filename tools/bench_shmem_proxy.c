@@ -13,7 +13,7 @@
  *   put bandwidth PE 0 -> PE 1, 4 KiB .. 16 MiB (puts back to back, then quiet)
  *     baselines: the same bytes as plain mori_write transfers between the same two heaps (what
  *     the proxy rides on: the daemons' transfer path), and a TCP stream between two processes
- *   EP chunks (issue 14's seam on the proxy): every PE one 8 MiB chunk a round to each PE of the
+ *   EP chunks (MORI-EP's internode traffic on the proxy): every PE one 8 MiB chunk a round to each PE of the
  *     other node as 4 MiB puts, the last a put+signal, interleaved in the ring as the EP post
  *     kernel's threads post them; both directions at once: GB/s crossing in all
  *     baseline: the TCP stream (4 MiB writes, one way)
@@ -400,7 +400,7 @@ static int pe_put(struct pe *e)
 	return 0;
 }
 
-/* issue 14's traffic on the proxy (kernels/ep_internode.cu, seam_put_signal): every PE sends one
+/* MORI-EP's internode traffic on the proxy (kernels/ep_internode.cu, seam_put_signal): every PE sends one
  * chunk a round to each PE of the other node, as 4 MiB puts then a put+signal SET of the round,
  * the two destinations interleaved in the ring as the post kernel's threads post them, then waits
  * for both chunks of the round from there. Both directions at once; the bytes are not checked
@@ -661,7 +661,7 @@ static void report(const struct shared *s, const double *tpp, const double *tbw,
 		double bytes = (double)NPE * 2 * CH_LEN * CH_ROUNDS; /* a trial: every PE to both PEs of the other node */
 		double t[3] = {s->chunk_us[0], s->chunk_us[1], s->chunk_us[2]};
 		qsort(t, 3, sizeof(double), cmp_d);
-		printf("# EP chunks (issue 14's seam): every PE one %llu MiB chunk a round to each PE of the other node (4 MiB "
+		printf("# EP chunks (the EP internode seam): every PE one %llu MiB chunk a round to each PE of the other node (4 MiB "
 		       "puts, the last a put+signal, interleaved in the ring), both directions at once, %d rounds a trial, "
 		       "median of 3; compared as mori-bench ep --nodes 2 does: bytes crossing in both directions against the "
 		       "one-way stream\n", (unsigned long long)(CH_LEN >> 20), CH_ROUNDS);

@@ -221,7 +221,7 @@ static void fmt_bytes(char *buf, size_t len, uint64_t b)
 	snprintf(buf, len, i ? "%.1f %s" : "%.0f %s", v, u[i]);
 }
 
-/* RDMA ports the daemon sees (issue 7). NULL when the daemon does not answer the request. */
+/* RDMA ports the daemon sees. NULL when the daemon does not answer the request. */
 static Mori__Reply *nics_call(void)
 {
 	Mori__Request req;
@@ -444,7 +444,7 @@ static void list_xfers(const Mori__ListReply *l, cJSON *arr)
 	}
 }
 
-/* MORI-SHMEM groups (issue 11): those this daemon is the root of (every rank) or holds PEs of. */
+/* MORI-SHMEM groups: those this daemon is the root of (every rank) or holds PEs of. */
 static void list_groups(const Mori__ListReply *l, cJSON *arr)
 {
 	if (!json)

@@ -1,4 +1,4 @@
-/* moractl topo, diagnose and metrics (issue 19): what the node has and how it is wired, what
+/* moractl topo, diagnose and metrics: what the node has and how it is wired, what
  * is wrong with it and how to fix it, and morid's Prometheus metrics. */
 #include <cJSON.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* moractl's commands of issue 19 (moractl_obs.c): topo, diagnose, metrics. Each returns
+/* moractl's observability commands (moractl_obs.c): topo, diagnose, metrics. Each returns
  * moractl's exit code; diagnose's is 1 when any check found a problem (or no daemon answered),
  * else 0 (warnings included). */
 #ifndef MORACTL_OBS_H

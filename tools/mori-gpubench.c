@@ -312,7 +312,7 @@ static void run_ceiling(struct run *r)
 }
 
 /* The kernel alone, descriptors already resident on the device. */
-/* What compiling MORI-VIZ's trace points in costs with tracing off (issue 19: within 1%): the
+/* What compiling MORI-VIZ's trace points in costs with tracing off (the target: within 1%): the
  * untraced and the traced kernel (args.viz = 0) launched alternately on the same batch, medians. */
 static void viz_ab(struct run *r, unsigned grid, void **params)
 {

@@ -51,7 +51,7 @@ int ctl_call(const char *url, const Mori__Request *req, Mori__Reply **rep, int t
 	if (!strncmp(url, "ipc://", 6) && stat(url + 6, &st) != 0) {
 		/* nobody there is said at once; a daemon that does not answer (stopped) is found by the
 		 * deadline below (nng's blocking dial would wait 10 s for its handshake). No probing
-		 * connect: nng 1.5's own listeners stop accepting after one (nng issue 1518). */
+		 * connect: nng 1.5's own listeners stop accepting after one (nanomsg/nng#1518). */
 		snprintf(err, errlen, "no daemon answers at %s: %s", url, strerror(errno));
 		goto out;
 	}

@@ -76,7 +76,7 @@ void svc_nng_close(nng_socket s, int wait_ms, const char *what)
 	pthread_mutex_unlock(&c->lock);
 	if (!done)
 		mlog_warn("nng", "closing %s: nng_close did not return within %d ms (nng 1.5.2's close deadlock, "
-			  "nng issue 1543); left behind", what, wait_ms);
+			  "nanomsg/nng#1543); left behind", what, wait_ms);
 	closer_unref(c);
 }
 

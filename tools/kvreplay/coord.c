@@ -132,7 +132,7 @@ int hello_geom_differs(const struct msg *m, const struct opts *o, const struct g
 }
 
 /* Deadline of the set-up steps (allocation, warm-up): the transfer timeout plus 30 s per GiB
- * of pool, since touching a page the first time costs up to about 25 us on this VM and the
+ * of pool, since touching a page the first time can cost tens of microseconds (a fault) and the
  * warm-up touches each page up to three times. */
 int64_t setup_deadline_ms(const struct opts *o, const struct geom *g)
 {

@@ -254,7 +254,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 }
 
 /* path opened for reading if it is a regular file: a FIFO without a writer blocked the open
- * forever, and /dev/zero never ends (tester3's D8). The open does not block (O_NONBLOCK,
+ * forever, and /dev/zero never ends. The open does not block (O_NONBLOCK,
  * cleared once fstat said it is a regular file). NULL with errno set, *notreg when it exists
  * but is not a regular file. */
 static FILE *open_trace(const char *path, int *notreg)

@@ -121,7 +121,7 @@ int side_connect(struct side *s, const struct geom *g, const char *node, const c
 }
 
 /* Touch every page of the local pool once, writing or only reading. The first access to a page
- * through a mapping costs a fault (in this VM 3 to 25 us per 4 KiB page, more than copying it,
+ * through a mapping costs a fault (which can take longer than copying the page,
  * and a first write after a read faults again); a serving system's long-lived pool is past that,
  * so the replay measures from the warm state. */
 void side_warm_local(struct side *s, const struct geom *g, int write)

@@ -39,7 +39,7 @@ static struct request *trace_push_req(struct trace *t)
 }
 
 /* At most n bytes of s for a message, every byte outside printable ASCII (and " and \\) as
- * \xNN, so that a binary trace cannot write escape sequences to the terminal (tester3's D8). */
+ * \xNN, so that a binary trace cannot write escape sequences to the terminal. */
 static void escape_snippet(char *out, size_t cap, const char *s, size_t n)
 {
 	size_t o = 0;
@@ -140,8 +140,8 @@ bad:
 }
 
 /* One line of f (its newline kept) into *buf, at most TRACE_LINE_MAX bytes: getline would read an
- * endless line (/dev/zero, a runaway writer) into memory without bound (tester3's D8: 4.5 GB in
- * 10 s). Its length, -1 at the end of f, -2 when the line is longer than the cap. */
+ * endless line (/dev/zero, a runaway writer) into memory without bound (gigabytes in
+ * seconds). Its length, -1 at the end of f, -2 when the line is longer than the cap. */
 static ssize_t read_line(FILE *f, char **buf, size_t *cap)
 {
 	size_t n = 0;

@@ -1,4 +1,4 @@
-/* MORI-VIZ host side (issue 19): set up a trace buffer (common/viz_layout.h), read what kernels
+/* MORI-VIZ host side: set up a trace buffer (common/viz_layout.h), read what kernels
  * wrote into it, and export Chrome/Perfetto trace JSON (one process per block, one thread per
  * warp, events named per slot, microseconds). Used by mori-viz (tools/viz/main.c) and, on the GPU
  * machine, by mori-bench --trace. The buffer is untrusted input: every count is clamped. */
