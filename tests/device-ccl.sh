@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # MORI-CCL on the GPU machine (tests/devicelib.bash says how the scripts run there):
-# tests/test_gpu_coll (N processes on one GPU as the ranks, every collective against the reference, windows, graph replays, faults), then
-# `mori-bench coll` against a morid started here, MPS started for both.
+# tests/test_gpu_coll (N processes on one GPU as the ranks, every collective against the reference,
+# windows, graph replays, faults), then `mori-bench coll` against a morid started here, MPS started
+# for both.
 #
 #   tests/device-ccl.sh bundle [--bundle DIR]   here: build (B, default build) and bundle the
 #                                  binaries and the libraries they need into DIR (default bundle/ccl)

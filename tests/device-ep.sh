@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # MORI-EP on the GPU machine (tests/devicelib.bash says how the scripts run there):
-# tests/test_gpu_ep (N processes on the one GPU as N ranks), tests/test_gpu_ep_xnode (the ranks split over morids on loopback), then `mori-bench ep` for world
-# sizes 2 4 8, under one MPS control daemon started here.
+# tests/test_gpu_ep (N processes on the one GPU as N ranks), tests/test_gpu_ep_xnode (the ranks
+# split over morids on loopback), then `mori-bench ep` for world sizes 2 4 8, under one MPS control
+# daemon started here.
 #
 #   tests/device-ep.sh bundle [--bundle DIR]   here: build (B, default build-ep) and bundle the
 #                                    binaries and the libraries they need into DIR (default bundle/ep)

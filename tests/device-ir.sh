@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# MORI-IR on the GPU machine (tests/devicelib.bash says how the scripts run there): N processes as N PEs of one group on the one
-# GPU (one morid, VRAM heaps), under MPS with CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = 100 / N each.
+# MORI-IR on the GPU machine (tests/devicelib.bash says how the scripts run there): N processes as N
+# PEs of one group on the one GPU (one morid, VRAM heaps), under MPS with
+# CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = 100 / N each.
 #
 #   tests/device-ir.sh bundle [--bundle DIR]   here: make (B, default build), link
 #                                    tests/ir_rdc_ring (tests/test_ir_bitcode.sh does), bundle

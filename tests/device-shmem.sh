@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
-# MORI-SHMEM's device side on the GPU machine (tests/devicelib.bash says how the scripts run
-# there): the device-API test, then
-# `mori-bench shmem` with NVSHMEM's rows (NVSHMEM built there against the nvidia-nvshmem-cu13
-# wheel of its python3), MPS started for the multi-process parts.
+# MORI-SHMEM's device side on the GPU machine (tests/devicelib.bash says how the scripts run there):
+# the device-API test, then `mori-bench shmem` with NVSHMEM's rows (NVSHMEM built there against the
+# nvidia-nvshmem-cu13 wheel of its python3), MPS started for the multi-process parts.
 #
 #   tests/device-shmem.sh bundle [--bundle DIR]   here: build (B, default build) and bundle the
 #                                    binaries and the libraries they need into DIR (default bundle/shmem)
