@@ -50,7 +50,7 @@ COMMON_SVC_O := $(call obj,$(COMMON_SVC))
 BENCH_O    := $(call obj,libclient/bench.c)
 DAEMON_O   := $(call obj,$(DAEMON))
 LIB_O      := $(call obj,$(LIBCLIENT)) $(B)/obj/kernels/mori_kernels.o
-# MORI-EP's tuning table (kernels/ep_tuning/*.json, issue 13) as generated C: libmori links no JSON parser.
+# MORI-EP's tuning table (kernels/ep_tuning/*.json) as generated C: libmori links no JSON parser.
 EP_TUNING := $(sort $(wildcard kernels/ep_tuning/*.json))
 LIB_O      += $(B)/obj/gen/ep_tuning.o
 
@@ -119,7 +119,7 @@ $(B)/tests/test_kv_logic: $(B)/obj/tests/test_kv_logic.o $(KVREPLAY_O) $(B)/libm
 	@mkdir -p $(dir $@); echo "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(B)/libmori.a $(PKG_LIBS) $(CHECK_LIBS) -lm
 
-# moractl's commands of issue 19 (topo, diagnose, metrics) are in tools/moractl_obs.c.
+# moractl's observation commands (topo, diagnose, metrics) are in tools/moractl_obs.c.
 $(B)/moractl: $(B)/obj/tools/moractl.o $(B)/obj/tools/moractl_obs.o $(B)/libmori-svc.a $(B)/libmori.a
 	@echo "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(B)/libmori-svc.a $(B)/libmori.a $(PKG_LIBS) -lm
@@ -144,14 +144,14 @@ $(B)/tests/test_gpu_shmem_dev $(B)/tests/test_gpu_shmem $(B)/tests/test_gpu_shme
 		$(B)/obj/kernels/shmemtest_image.o $(B)/libmori.a $(B)/libmorid.a
 	@mkdir -p $(dir $@); echo "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(B)/libmorid.a $(B)/libmori.a $(PKG_LIBS) $(CHECK_LIBS) -libverbs -lm
-# mori-bench ep (tools/bench_ep.c: MORI-EP, issue 13) links into it as well.
+# mori-bench ep (tools/bench_ep.c: MORI-EP) links into it as well.
 $(B)/mori-bench: $(B)/obj/tools/bench_ep.o
 # tests/test_gpu_coll and its fused kernel (tests/coll_dev_kernels.cu: MORI-CCL's device API).
 $(B)/kernels/colltest_image.c: $(B)/kernels/mori_kernels.c ; @:
 $(B)/tests/test_gpu_coll: $(B)/obj/tests/test_gpu_coll.o $(B)/obj/kernels/colltest_image.o $(B)/libmori.a $(B)/libmorid.a
 	@mkdir -p $(dir $@); echo "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(B)/libmorid.a $(B)/libmori.a $(PKG_LIBS) $(CHECK_LIBS) -libverbs -lm
-# mori-bench coll (tools/bench_coll.c: MORI-CCL, issue 15) and its GEMM kernel.
+# mori-bench coll (tools/bench_coll.c: MORI-CCL) and its GEMM kernel.
 $(B)/kernels/collbench_image.c: $(B)/kernels/mori_kernels.c ; @:
 $(B)/mori-bench: $(B)/obj/tools/bench_coll.o $(B)/obj/kernels/collbench_image.o
 # mori-bench shmem (tools/bench_shmem.c) and its kernels; --proxy: tools/bench_shmem_proxy.c (no GPU).

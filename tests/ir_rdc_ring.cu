@@ -1,4 +1,4 @@
-// MORI-IR acceptance 4, the device half: a CUDA kernel that links the device API as the static
+// MORI-IR's -rdc ring, the device half: a CUDA kernel that links the device API as the static
 // device library (nvcc -rdc=true ... -lmori_shmem_device, declarations from the generated
 // mori_shmem_device.h) rather than including kernels/mori_shmem.cuh, and runs the ring: each PE
 // puts a block into its neighbour's heap with a signal per round, waits for its own round's

@@ -1,4 +1,4 @@
-/* MORI-IR acceptance 4, the host half (the device half, and why two files: tests/ir_rdc_ring.cu).
+/* MORI-IR's -rdc ring, the host half (the device half, and why two files: tests/ir_rdc_ring.cu).
  * One process is one PE of group "ir-rdc-ring" on VRAM heaps; tests/device-ir.sh starts N of them.
  *
  *   ir_rdc_ring RANK N [ROUNDS]     ($MORI_RUNTIME_DIR: morid's runtime directory; ROUNDS 1000)

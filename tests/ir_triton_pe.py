@@ -1,15 +1,15 @@
-"""MORI-IR acceptance 1 and 2 on a GPU: one process is one PE of a group on VRAM heaps (morid of
+"""MORI-IR's Triton patterns on a GPU (ring and p2p): one process is one PE of a group on VRAM heaps (morid of
 $MORI_RUNTIME_DIR); tests/device-ir.sh starts N of them under MPS.
 
     python3 tests/ir_triton_pe.py RANK N [ROUNDS]
 
-ring  (acceptance 1) a Triton kernel that links libmori_shmem_device.bc: in each of ROUNDS rounds
+ring  a Triton kernel that links libmori_shmem_device.bc: in each of ROUNDS rounds
       every PE writes a 4 KiB block (a pattern of its rank, the round and the word), puts it with
       a signal into its next neighbour's heap (putmem_nbi_signal_block, SIGNAL_SET), waits for
       its own round's signal (signal_wait_until) and compares the block its previous neighbour
       sent with that neighbour's pattern, in the kernel; afterwards the host compares every
       received byte with the neighbour's own source blocks, read through ptr_p2p.
-p2p   (acceptance 2) a Triton kernel reads every PE's heap directly (ptr_p2p on the device,
+p2p   a Triton kernel reads every PE's heap directly (ptr_p2p on the device,
       loads from the peers' mappings) and sums: an all-reduce of N floats, checked against torch
       (each PE regenerates every PE's data from its seed) and the device's ptr_p2p addresses
       against the host's.
@@ -196,7 +196,7 @@ def main():
         say(rank, "triton %s, torch %s, hook %s" % (triton.__version__, torch.__version__,
                                                       "knobs.runtime.jit_post_compile_hook" if hasattr(knobs.runtime, "jit_post_compile_hook") else "none"))
     # IR_ROOT (host:port of the root morid's peer listener): PEs split over two morids, so
-    # peers on the other one are reached through the proxy (acceptance 3)
+    # peers on the other one are reached through the proxy
     g = shmem.join("ir-triton", rank, n, heap_size=64 << 20, heap_kind="vram", timeout_us=120_000_000,
                    root=os.environ.get("IR_ROOT") or None)
     mt.install_hook(g)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# mori-bench io's sizes (second tester's defect 15): --batch 100000000 segfaulted on an unchecked
+# mori-bench io's sizes: --batch 100000000 segfaulted on an unchecked
 # malloc of batch x 64 descriptors (150 GB), and a --block-min larger than --region printed no
 # row and exited 0. Each absurd value is now refused before any daemon is needed: exit 2 and a
 # message naming the option. (No daemon: each case exits while parsing.)
@@ -28,7 +28,7 @@ refused "size 'abc'" --region abc
 refused "size '1Gfoo'" --region 1Gfoo
 pass "mori-bench io refuses absurd --batch, --iters, --warmup, --depth, --prep-descs, sizes and a block past the region: exit 2 with a message"
 
-# mori-bench coll (tester5): bad rank counts, iterations and sizes, refused before any rank forks
+# mori-bench coll: bad rank counts, iterations and sizes, refused before any rank forks
 coll_refused() { sub_refused coll "$@"; }
 coll_refused "--pes" --pes 0
 coll_refused "--pes" --pes 99
@@ -50,7 +50,7 @@ case $rc in
 esac
 pass "mori-bench coll refuses bad --pes, --iters, --max, --min and --only before forking (exit 2, naming the option) and says when it raises --max"
 
-# mori-bench shmem --proxy (helper-8): --only matched substrings (junk measured nothing, exit 0),
+# mori-bench shmem --proxy: --only matched substrings (junk measured nothing, exit 0),
 # --max read "1G" as 1 byte, bad --iters and unknown options printed only the usage
 proxy_refused() { sub_refused shmem "$1" --proxy "${@:2}"; }
 proxy_refused "unknown phase 'junk'" --only junk

@@ -1,4 +1,4 @@
-/* A client lives as long as its process, not its session socket (tester3 D0, D0b): fork()
+/* A client lives as long as its process, not its session socket: fork()
  * copies the socket, and a copy kept by a child must not keep a dead client's PEs, regions and
  * names alive (nor leave morid reaching a reused pid by cross-memory attach). The holder here
  * is a raw clone (no atfork handlers, as a hostile or exotic child), so morid's pidfd alone
@@ -118,7 +118,7 @@ static void read_checked(mori_mem *l, const uint8_t *mine, size_t len, mori_mem 
 		ck_assert_msg(mine[i] == (uint8_t)((i + off) * mul + add), "byte %zu: %u", i, mine[i]);
 }
 
-/* D0b: PE 1 registers and publishes memory, leaves a holder of its socket behind and dies; PE 0's
+/* A dead PE's socket kept by a holder: PE 1 registers and publishes memory, leaves a holder of its socket behind and dies; PE 0's
  * barrier ends with MORI_EPEERDEAD at once (not at the group's 20 s deadline), and morid lists
  * neither the client nor its region and name any more, while the holder still has the socket. */
 START_TEST(pe_dies_while_socket_held)
@@ -177,7 +177,7 @@ START_TEST(pe_dies_while_socket_held)
 }
 END_TEST
 
-/* D0: an owner of memory reached by cross-memory attach (no fd) exits while a holder keeps its
+/* An owner of memory reached by cross-memory attach (no fd) exits while a holder keeps its
  * socket: its region is dropped then, so nothing reaches that pid again (after reuse it would be
  * another process). Before, a read sees the owner's bytes; after, reads fail and the name is gone. */
 START_TEST(cma_owner_exits_while_socket_held)

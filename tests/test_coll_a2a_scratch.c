@@ -1,4 +1,4 @@
-/* Host all-to-all with more ranks than scratch allows (tester's defect 6): 257 ranks and
+/* Host all-to-all with more ranks than scratch allows: 257 ranks and
  * scratch_bytes 4096 (the host minimum) give each rank's chunk 4096/257 rounded down to 16 = 0
  * bytes, and the pull loop never advanced (barriers succeeding forever). Every rank must now get
  * MORI_EINVAL naming the numbers, within a bound (alarm), and the communicator stays usable: an

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# MORI-CCL across two nodes as two network namespaces joined by a veth pair (issue 15, acceptance
-# 4): one morid in each, the ranks outside (odd ranks on B), test_coll_host's suite with host
+# MORI-CCL across two nodes as two network namespaces joined by a veth pair: one
+# morid in each, the ranks outside (odd ranks on B), test_coll_host's suite with host
 # heaps: every collective's host path reads the other node's scratch through the daemons
 # (mori_shmem_getmem) and meets at the group's barriers across the veth. Skips (77) where
 # namespaces cannot be made (not root, no CAP_NET_ADMIN, no iproute2).

@@ -281,7 +281,7 @@ static void expect_bytes_error(const char *bytes, size_t n, int line, const char
 	unlink_conf();
 }
 
-/* NUL bytes are refused with their line (tester's defect 11: fgets + strlen ended a line at a
+/* NUL bytes are refused with their line (fgets + strlen ended a line at a
  * NUL, so a zero-filled file, what a crash can leave, read as all defaults, and the text after
  * a NUL was dropped). */
 START_TEST(file_nul_bytes)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 18, item 7 (configuration and start-up): a key set twice in the configuration file is an
+# Configuration and start-up faults: a key set twice in the configuration file is an
 # error with both lines (the last won silently, and reload said "reloaded"); a directory given as
 # the configuration file says so (it said "read error" at line 0); `listen = 127.0.0.1:7100x` is
 # rejected with file:line; morid on a filesystem that cannot take its pid refuses to start with

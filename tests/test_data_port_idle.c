@@ -1,4 +1,4 @@
-/* Idle, unauthenticated connections to the data port (tester's defect 2): morid accepted a TCP
+/* Idle, unauthenticated connections to the data port: morid accepted a TCP
  * stream and waited for its hello forever, so 1100 idle connections from anyone who could reach
  * the port took every descriptor morid had (RLIMIT_NOFILE 1024) and cut off its local clients
  * and moractl. Now an accepted stream must authenticate within 5 s (HS_DEADLINE_MS), and at most

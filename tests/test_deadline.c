@@ -1,4 +1,4 @@
-/* Issue 18, item 6: deadlines. A cross-node transfer submitted without a timeout of its own gets
+/* Deadlines. A cross-node transfer submitted without a timeout of its own gets
  * the daemon's transfer_timeout_ms (libmori used to send its own 30 s whatever morid said), and
  * every stall ends with MORI_ETIMEDOUT at the deadline, naming the peer: the peer daemon stopped
  * (SIGSTOP: its kernel still acknowledges, nothing answers), a read from it, and, in network
@@ -30,7 +30,7 @@ static void setup(void)
 		deadline_args[k++] = "--cluster-key-file";
 		deadline_args[k++] = key;
 	}
-	/* peer_dead_ms (issue 18) only where the namespaces test the link: a loopback run also works
+	/* peer_dead_ms only where the namespaces test the link: a loopback run also works
 	 * against a morid that predates it */
 	if (NA.ns) {
 		deadline_args[k++] = "--peer-dead-ms";

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 19: moractl diagnose and moractl topo on this machine. With morid's GPU runtime off
+# moractl diagnose and moractl topo on this machine. With morid's GPU runtime off
 # (MORI_GPU=none) the absent GPU is a warning with a remedy; with no RDMA device here the
 # absent NIC is too (on a machine with devices that part is skipped, saying so). The exit code
 # is as documented: 0 without a problem (warnings allowed), 1 with one (a peer that cannot be

@@ -1,4 +1,4 @@
-/* MORI-EP's host-only parts (issue 13, acceptance 5), no GPU: configuration checks (each bad
+/* MORI-EP's host-only parts, no GPU: configuration checks (each bad
  * field refused with a message naming it), the comparison between ranks' configurations (the
  * first differing field named with both values), the heap size a handle needs, and DeepEP's
  * dispatch layout (tokens per rank, per expert, token-in-rank mask) from mori_ep_layout_host
@@ -150,7 +150,7 @@ START_TEST(heap_sizes)
 }
 END_TEST
 
-/* The internode kernel types (issue 14): the intranode layout unchanged at the slot's start, the
+/* The internode kernel types: the intranode layout unchanged at the slot's start, the
  * internode parts after it, disjoint, aligned, large enough for the most records a source can
  * send one rank (normal: every token once; low-latency: once per distinct local expert), each
  * chunk within its area, and mori_ep_heap_bytes of the internode type covering all of it. */

@@ -1,4 +1,4 @@
-/* MORI-EP's network seam on the proxy morid serves (issue 14), no GPU: the contract the internode
+/* MORI-EP's network seam on the proxy morid serves, no GPU: the contract the internode
  * kernels rely on (kernels/ep_internode.cu, seam_put_signal): a chunk sent as plain puts of a
  * piece size and a last put+signal SET, all in one ring to one PE, must be whole at that PE when
  * its signal shows the round, also when the ring interleaves the chunks to several PEs (the post

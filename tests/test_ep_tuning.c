@@ -1,4 +1,4 @@
-/* MORI-EP's launch tuning table (issue 13), no GPU: the lookup against a table made here (nearest
+/* MORI-EP's launch tuning table, no GPU: the lookup against a table made here (nearest
  * shape: ep size, dtype, hidden size, the token ceiling then the clamp; the architecture's family
  * when the exact one has no file, the built-in default when neither has; the caller's non-zero
  * launch parameters kept) and the table compiled from kernels/ep_tuning/ JSON files (its H200 rules

@@ -1,4 +1,4 @@
-/* Issue 18, acceptance 1: region handles are capabilities. A region its owner never published
+/* Region handles are capabilities. A region its owner never published
  * and never packed is unreachable: blobs forged with any region id, epoch and generation (the
  * region's true ones read from the owner's own handle, the old guessable scheme epoch ^ id *
  * 2654435761, or random) are refused on the same node and across nodes, through libmori and by

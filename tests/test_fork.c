@@ -1,4 +1,4 @@
-/* Issue 18, item 3: a client belongs to the process that opened it. In a child after fork() every
+/* A client belongs to the process that opened it. In a child after fork() every
  * call on the parent's client, its memory, transfers and lists fails with MORI_ESTALE and the
  * message "client opened by pid N, used in pid M: open a new client after fork", and nothing is
  * registered under the wrong pid; the child's mori_client_close lets go of its copies only. The

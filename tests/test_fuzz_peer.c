@@ -1,4 +1,4 @@
-/* Issue 18, acceptance 4: the peer side fuzzed as the control socket is (test_fuzz_control.c).
+/* The peer side fuzzed as the control socket is (test_fuzz_control.c).
  * A morid with a cluster key takes 10 000 random and mutated messages on its peer listener before
  * authenticating and 10 000 after, and 10 000 random and mutated frames on its data port before
  * authenticating (each on a fresh stream: the first bad frame closes it) and 10 000 after (valid

@@ -1,4 +1,4 @@
-/* MORI-CCL on the GPU (issue 15, acceptance 1): N processes on the one GPU are the ranks of a
+/* MORI-CCL on the GPU: N processes on the one GPU are the ranks of a
  * communicator over a group with VRAM heaps, formed through morid (its own MPS daemon where
  * nvidia-cuda-mps-control exists, each PE given 100 / N percent of the SMs). Every collective
  * against a reference each rank computes itself (tests/coll_check.h: independent of libmori) for

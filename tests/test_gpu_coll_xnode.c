@@ -1,4 +1,4 @@
-/* MORI-CCL on the GPU across nodes (issue 15, acceptance 2): two morids on loopback (A the root,
+/* MORI-CCL on the GPU across nodes: two morids on loopback (A the root,
  * B) play two nodes; N processes on the one GPU are the ranks of one group with VRAM heaps, the
  * first ceil(N/2) on A and the rest on B (4 + 4, 1 + 1, 2 + 1: $MORI_COLL_XNODE_SIZES, default
  * "8 2 3"). A rank maps only its own node's heaps, so its communicator takes the cross-node path

@@ -1,4 +1,4 @@
-/* MORI-EP on the GPU (issue 13, acceptance 1-3 and faults): N forked processes on the one GPU are
+/* MORI-EP on the GPU: N forked processes on the one GPU are
  * the N ranks of a group formed through morid (VRAM heaps), under MPS with an equal SM share.
  *
  * reference   (ROCm/mori's checks) world sizes $MORI_EP_WORLDS (default 1 2 3 5 8), $MORI_EP_ITERS
@@ -75,7 +75,7 @@ static int pe_open(struct pe *p, int me, int n, uint64_t heap)
 	return ep_pe_open(p, me, n, heap, D.dir, NULL, name);
 }
 
-/* ---- acceptance 1 ---- */
+/* ---- reference shapes ---- */
 static const struct shape ref_shapes[] = {
 	{0, 2048, 64, 4, 8, MORI_EP_BF16, MORI_EP_NORMAL, 0, 0},
 	{0, 2048, 64, 4, 8, MORI_EP_FP8_E4M3, MORI_EP_NORMAL, 16, 0},
@@ -128,7 +128,7 @@ START_TEST(reference_checks)
 }
 END_TEST
 
-/* ---- acceptance 2 (4 ranks) ---- */
+/* ---- against DeepEP's layout (4 ranks) ---- */
 static int pe_deepep(int me, int n, void *arg)
 {
 	static const int Hs[] = {16, 2048, 7168, 7680}, Ks[] = {1, 8, 32};
@@ -193,7 +193,7 @@ START_TEST(deepep_checks)
 }
 END_TEST
 
-/* ---- acceptance 3: a graph replayed with new routing ---- */
+/* ---- a graph replayed with new routing ---- */
 typedef int (*cu_begin_fn)(void *, int);
 typedef int (*cu_end_fn)(void *, void **);
 typedef int (*cu_inst_fn)(void **, void *, unsigned long long);

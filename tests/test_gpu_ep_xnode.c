@@ -1,4 +1,4 @@
-/* MORI-EP across nodes on the GPU (issue 14, acceptance 1 and 3, faults): morids on loopback play
+/* MORI-EP across nodes on the GPU: morids on loopback play
  * the nodes (A the root, B, C), N forked processes on the one GPU are the N ranks of one group,
  * ranks r on node r / per (per ranks a node), VRAM heaps, MPS as in tests/test_gpu_ep. A rank maps
  * only its own node's heaps (checked), so every chunk to another node goes through the proxy.
@@ -94,7 +94,7 @@ static int pe_join(struct pe *p, int me, int n, const struct lay *l, uint64_t he
 	return 0;
 }
 
-/* ---- acceptance 1 ---- */
+/* ---- reference shapes ---- */
 static const struct shape ref_shapes[] = {
 	{0, 2048, 64, 4, 8, MORI_EP_BF16, MORI_EP_NORMAL, 0, 0},
 	{0, 2048, 64, 4, 8, MORI_EP_FP8_E4M3, MORI_EP_NORMAL, 16, 0},
@@ -158,7 +158,7 @@ START_TEST(reference_checks)
 }
 END_TEST
 
-/* ---- acceptance 1's graph: replayed 200 times with new routing ---- */
+/* ---- a graph of the reference shapes: replayed 200 times with new routing ---- */
 typedef int (*cu_begin_fn)(void *, int);
 typedef int (*cu_end_fn)(void *, void **);
 typedef int (*cu_inst_fn)(void **, void *, unsigned long long);

@@ -1,4 +1,4 @@
-/* MORI-SHMEM VRAM heaps from the host side (issue 11), on a GPU: N forked processes on one GPU
+/* MORI-SHMEM VRAM heaps from the host side, on a GPU: N forked processes on one GPU
  * act as N PEs ($MORI_SHMEM_PES, default 4), under MPS (the caller's, else its own). Each PE's
  * heap is its own VMM allocation that morid holds and brokers: every local peer's heap is mapped
  * at the same offsets (device addresses from ptr_p2p), host puts/gets through the mappings are

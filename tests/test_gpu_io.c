@@ -1,5 +1,5 @@
-/* MORI-IO on GPU memory through the public API, two processes on one GPU (issue 5, acceptance
- * 1): a target registers cudaMalloc memory (two sub-ranges of one allocation, at odd offsets),
+/* MORI-IO on GPU memory through the public API, two processes on one GPU:
+ * a target registers cudaMalloc memory (two sub-ranges of one allocation, at odd offsets),
  * VMM memory (cuMemCreate, POSIX fd) at an offset, and host memory; the initiator runs random
  * batches GPU-to-GPU, GPU-to-host and host-to-GPU in both directions, and every byte is checked
  * against a host model (local bytes directly, the target's by a hash it computes itself).
@@ -213,7 +213,7 @@ static void batches(const char *node, int nbatches)
 		fill_random(rmodel[i], reg_size[i], seed + (uint64_t)i);
 	}
 	if (!node) {
-		/* two sub-ranges of one cudaMalloc allocation share one mapping (ROCm/mori issue 415) */
+		/* two sub-ranges of one cudaMalloc allocation share one mapping (as ROCm/mori#415 asks) */
 		ck_assert_ptr_nonnull(rem[0]->gpu_priv);
 		ck_assert_ptr_eq(rem[0]->gpu_priv, rem[3]->gpu_priv);
 		ck_assert_uint_eq(rem[3]->dptr - rem[0]->dptr, LEG2_OFF - LEG_OFF);
@@ -296,7 +296,7 @@ START_TEST(random_batches)
 }
 END_TEST
 
-/* The same through two morids on loopback (issue 5: cross-node VRAM staged through the
+/* The same through two morids on loopback (cross-node VRAM staged through the
  * daemons' pinned buffers over the TCP data streams); the target is a client of D2. */
 START_TEST(cross_node)
 {

@@ -1,4 +1,4 @@
-/* MORI-SHMEM's device API through the proxy morid serves (issue 11, acceptance 2's proxy half):
+/* MORI-SHMEM's device API through the proxy morid serves:
  * two morids on loopback (A the root, B) play two nodes, N forked processes on the one GPU are
  * the N PEs of one group ($MORI_SHMEM_PES, default 4), even PEs on A and odd ones on B, VRAM
  * heaps. A PE maps only the heaps of its own node, so every call to a PE of the other node goes

@@ -1,4 +1,4 @@
-/* VRAM ranges over several VMM allocations mapped back to back (issue 17: what PyTorch's
+/* VRAM ranges over several VMM allocations mapped back to back (what PyTorch's
  * expandable segments build), on a real GPU, two processes: a target builds a range of NPIECE
  * allocations of mixed sizes (more than one batch of descriptors) in one reserved VA range and
  * registers it as one region starting and ending inside allocations; the initiator registers a

@@ -1,5 +1,5 @@
 /* MORI-IO on host memory, same node: random verified batches between two processes, and the
- * bad-input and fault cases (issue 3). Each test runs its own morid. */
+ * bad-input and fault cases. Each test runs its own morid. */
 #include <check.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -344,7 +344,7 @@ END_TEST
 /* Per-client caps: a client cannot make morid hold unbounded state. Registering past
  * client_max_regions is refused with the option's name (and allowed again after a
  * deregistration). A region's owner that does not take its notifications is not detached
- * because of them (an opener could otherwise get it detached at will, tester's defect 3): once
+ * because of them (an opener could otherwise get it detached at will): once
  * its queue is full and half of client_max_backlog waits, further notifications are dropped and
  * counted, the owner stays attached and gets the ones kept, in order. */
 START_TEST(client_caps)
@@ -514,7 +514,7 @@ END_TEST
 
 /* Deregistering memory that an idle peer opened by cross-memory attach (it read once, then makes
  * no call): its library acknowledges from its watcher thread, so the owner does not wait for
- * morid's 5 s deadline (tester5: 5.00 s for every such deregistration and close). */
+ * morid's 5 s deadline (5.00 s for every such deregistration and close). */
 START_TEST(dereg_with_idle_cma_opener)
 {
 	mori_client *c;

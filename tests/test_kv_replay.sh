@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# mori-kvreplay on the real Mooncake trace (issue 4, acceptance 2): the first 200 requests at full
+# mori-kvreplay on the real Mooncake trace: the first 200 requests at full
 # speed with the tiny model, prefill and decode clients on one morid, push (prefill writes) and
 # pull (decode reads). tests/test_kv_xnode.sh does the same across two morids.
 # Zero verification failures, and byte counts equal to a count made here from the trace with awk:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# mori-kvreplay's input handling, end to end (issue 4, acceptance 4): a malformed or truncated
+# mori-kvreplay's input handling, end to end: a malformed or truncated
 # trace line is an error naming file and line (exit 2); --skip-bad-lines skips and counts them;
 # an explicit missing trace is an error; a missing default trace falls back to the synthetic
 # workload and says so; bad options are refused. No daemon needed (--dry-run schedules only).
@@ -50,7 +50,7 @@ expect_error "bad page size" "page tokens 24 must divide 512" --page-tokens 24 -
 expect_error "pool smaller than a block" "no whole block" --pool-mib 10 --dry-run --synthetic
 expect_error "bad number" "bad value for --requests" --requests 12x --dry-run
 
-# tester3's D8: a trace that never ends or never starts is refused at once, not read without
+# A trace that never ends or never starts is refused at once, not read without
 # bound (/dev/zero: 4.5 GB in 10 s) or waited on forever (a FIFO without a writer)
 mkfifo "$T/fifo.jsonl"
 for f in "$T/fifo.jsonl" /dev/zero "$T"; do

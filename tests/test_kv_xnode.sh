@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# mori-kvreplay across nodes (issue 4, acceptance 2): the first 200 requests of the real trace at
+# mori-kvreplay across nodes: the first 200 requests of the real trace at
 # full speed with the tiny model, the prefill client on one morid and the decode client on
 # another (two daemons with peer listeners on loopback), push and pull; first forked from one
 # command, then as two commands (--role prefill / --role decode joined at --coord), as on two

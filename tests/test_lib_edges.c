@@ -1,4 +1,4 @@
-/* libmori edges the second tester found (defects 10, 12, 16), public API, one morid:
+/* libmori edges, public API, one morid:
  *   - a transfer whose source and destination overlap (one region as both sides) was copied with
  *     memcpy in parallel chunks: 1024 of 2097152 words wrong at 8 MiB. Now memmove semantics
  *     (mori.h), checked word by word against the memmove'd pattern, both directions, small and
@@ -61,7 +61,7 @@ START_TEST(overlap_is_memmove)
 {
 	mori_client *c;
 	OK(mori_client_open(D.dir, "overlap", &c));
-	/* 8 MiB: the batch the pool splits across threads (the tester's case); 64 KiB: one thread */
+	/* 8 MiB: the batch the pool splits across threads (the case that failed); 64 KiB: one thread */
 	size_t lens[] = {8u << 20, 64u << 10};
 	for (int op = 0; op < 2; op++)
 		for (int i = 0; i < 2; i++) {

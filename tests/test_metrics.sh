@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 19: morid's Prometheus endpoint (metrics_listen). Two daemons on loopback, a known
+# morid's Prometheus endpoint (metrics_listen). Two daemons on loopback, a known
 # cross-node workload (mori-bench io: 6 batches of 4 x 64 KiB writes and its probes), then the
 # endpoint is scraped and parsed with python3-prometheus-client's parser, and its counters must
 # match moractl status (every counter; requests only grows, moractl's own calls count), the
@@ -112,7 +112,7 @@ sys.exit(1 if bad else 0)
 EOF
 pass "scrape parses (Prometheus text 0.0.4) and matches moractl status, peers and the histogram"
 
-# tester3's D1: idle connections to the endpoint are capped (64 open, a new one closes the oldest)
+# Idle connections to the endpoint are capped (64 open, a new one closes the oldest)
 # and closed after 5 s; morid's descriptors stay bounded, and a scrape and moractl still work.
 fds0=$(ls /proc/$MPID/fd | wc -l)
 drop0=$(ctl --json status | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["counters"]["metrics_connections_dropped"])')

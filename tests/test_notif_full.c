@@ -1,5 +1,5 @@
-/* A region owner that does not take its notifications, notified from another node (tester's
- * defect 3, the cross-node side): morid on the owner's node keeps its completion queue and half
+/* A region owner that does not take its notifications, notified from another node (the
+ * cross-node side of test_io's case): morid on the owner's node keeps its completion queue and half
  * of client_max_backlog, drops the rest and answers the sending daemon MORI_EAGAIN, so the
  * initiator's transfer fails naming the full queue; the owner is never detached, gets the kept
  * notifications in order, and is notified again once it has room. Two morids on loopback with

@@ -1,4 +1,4 @@
-/* Issue 18, acceptance 2: peers authenticate with the cluster key. Two morids with the same key
+/* Peers authenticate with the cluster key. Two morids with the same key
  * work and say so (moractl peers: authenticated; status: the key); a morid with another key, or
  * none, is refused on the control link and on the data port, both ways, and every refusal is
  * counted (peer_auth_refused) by the dialler and by the listener, also when the listener has no

@@ -1,4 +1,4 @@
-/* Peers morid makes on its own (tester3 D10, D11). A client's mori_mem_open_remote to an address
+/* Peers morid makes on its own. A client's mori_mem_open_remote to an address
  * nobody answers at added a peer that morid redialled every second forever (400 addresses: 403
  * peers, 35 -> 844 descriptors, half a core), and its failure reason nested itself; a peer with
  * another cluster key was re-authenticated once a second, with a warning each time at both
@@ -131,7 +131,7 @@ START_TEST(refused_key_backs_off)
 	sleep(watch_s);
 	uint64_t r1 = ctl_counter(C.dir, "peer_auth_refused");
 	/* doubling from 0.1 s to 2 s: attempts at 0.1, 0.3, 0.7, 1.5, 3.1, 5.1, 7.1, 9.1, 11.1 s after
-	 * the first: about 9 in 12 s; once a second (the 1 s cap before) it was 14, the tester saw 12+ */
+	 * the first: about 9 in 12 s; once a second (the 1 s cap before) it was 14 */
 	ck_assert_msg(r1 - r0 >= 2 && r1 - r0 <= 11, "%llu refusals in %d s after the first (backoff: about 9)",
 		      (unsigned long long)(r1 - r0), watch_s);
 	char cmd[700];

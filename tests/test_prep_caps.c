@@ -1,4 +1,4 @@
-/* Issue 18, item 4: what one client can make morid hold with prepared cross-node descriptor
+/* What one client can make morid hold with prepared cross-node descriptor
  * lists is capped in bytes as well as counts, and a large list is read and checked in steps on
  * the loop, so other clients' requests keep their latency. Eight raw 384 MiB XferPrep requests
  * (the same memfd, sent together on one session) once took morid from 2 MB to 3 GiB and blocked

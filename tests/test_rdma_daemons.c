@@ -1,4 +1,4 @@
-/* Two morids over RDMA (issue 7, layer 4), run in the Soft-RoCE VM by tests/test_rdma_vm.sh:
+/* Two morids over RDMA, run in the Soft-RoCE VM by tests/test_rdma_vm.sh:
  * daemon A on the first RoCE device's address, daemon B on the second's, both with
  * transport = rdma (so nothing may fall back to TCP silently). Clients through libmori:
  *   1. random batches (1 B .. 4 MiB blocks, random offsets), reads and writes, each with a
@@ -108,7 +108,7 @@ static void gen_batch(uint64_t seq, int *read, mori_desc *d, size_t *n)
 static struct test_node A, B;
 static char devA[64], devB[64];
 
-/* Both daemons on RDMA only, with a cluster key where the suite made one (issue 18: cross-node
+/* Both daemons on RDMA only, with a cluster key where the suite made one (cross-node
  * tests run authenticated; without one a non-loopback listen needs insecure_peers). */
 static void node_setup(struct test_node *n, const char *name, const char *dev)
 {

@@ -1,4 +1,4 @@
-/* Issue 18, item 5: registration refuses ranges that wrap the address space or are not mapped in
+/* Registration refuses ranges that wrap the address space or are not mapped in
  * the caller, with MORI_ERANGE and the range, in libmori and in morid (which never trusts the
  * library: raw MemRegister requests on the session socket get the same answer). Nothing refused
  * shows up in the daemon's tables (moractl memory once showed 16777216.0 TiB). */

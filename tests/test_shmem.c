@@ -1,4 +1,4 @@
-/* MORI-SHMEM's host side (issue 11, acceptance 1), no GPU: groups of forked PEs on one node and
+/* MORI-SHMEM's host side, no GPU: groups of forked PEs on one node and
  * across two morids, symmetric allocation (1 000 random calls: equal offsets on every PE,
  * checked across processes against an independent model of live blocks), divergent calls
  * refused naming the PE, host puts/gets checked byte for byte against an independent pattern,

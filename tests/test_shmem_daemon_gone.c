@@ -1,4 +1,4 @@
-/* morid killed under a group (tester's defect 5): nobody but morid wrote the control page's abort
+/* morid killed under a group: nobody but morid wrote the control page's abort
  * word, so after kill -9 mori_shmem_status said healthy and a kernel waiting on a VRAM heap would
  * wait forever. libmori's hang-up watcher must set it: mori_shmem_status gives MORI_ECANCELED
  * with PE -1 (include/mori_shmem.h: "its root daemon went away") within 2 s, while the PE's
@@ -78,10 +78,10 @@ START_TEST(alive_no_abort)
 }
 END_TEST
 
-/* A clean stop of morid (SIGTERM, systemctl restart) with a PE alive (tester3's D2: status said
+/* A clean stop of morid (SIGTERM, systemctl restart) with a PE alive (status said
  * MORI_EPEERDEAD "PE 0 died" about the caller itself): the documented teardown, MORI_ECANCELED
  * with PE -1, in status and in the calls; and notif_poll on the lost session returns MORI_ECONN
- * at once, not after its timeout (tester3's D4: 2.00 s of a 2 s timeout). */
+ * at once, not after its timeout (2.00 s of a 2 s timeout). */
 START_TEST(clean_stop_cancels)
 {
 	mori_client *c;
@@ -106,7 +106,7 @@ START_TEST(clean_stop_cancels)
 }
 END_TEST
 
-/* morid killed while a PE waits in a barrier (tester3's D3: the barrier gave MORI_ECONN, not a
+/* morid killed while a PE waits in a barrier (the barrier gave MORI_ECONN, not a
  * documented code, and status could still read healthy right after): the barrier returns
  * MORI_ECANCELED and, from that moment, status says the same with PE -1. PE 0 waits in a thread
  * (this test forks nothing once it has started one); PE 1 idles. */

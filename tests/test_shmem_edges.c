@@ -1,4 +1,4 @@
-/* MORI-SHMEM edges the tester found (defects 9, 10): a unique id with bytes after its end was
+/* MORI-SHMEM edges: a unique id with bytes after its end was
  * taken (only zero padding may follow), a call mismatch printed "align 0" for the default 256,
  * and a message wrapping libmori's previous one ("comm create: ...: %s") came out doubled and
  * garbled (set_error formatted into the buffer it read). Public API; one morid. */

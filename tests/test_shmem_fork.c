@@ -1,4 +1,4 @@
-/* MORI-SHMEM after fork() (found by helper "tester"): README's rule for clients ("in a child after
+/* MORI-SHMEM after fork(): README's rule for clients ("in a child after
  * fork() every call on it fails with MORI_ESTALE and touches nothing of the parent's") must hold
  * for a group too. A child that inherited the parent's mori_group must not act as the parent's PE:
  * its collective calls (barrier_all, malloc) are refused with MORI_ESTALE, and its

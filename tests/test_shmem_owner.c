@@ -1,7 +1,7 @@
-/* MORI-SHMEM groups are per uid. Tester's defect 1: a process of another allowed uid could join
+/* MORI-SHMEM groups are per uid. Once a process of another allowed uid could join
  * a forming group as its missing rank, get every heap of the job mapped and read or write it, and
  * `moractl groups` showed every group's name to every allowed uid. Then a group became its first
- * PE's uid's, and tester3's D12 found the hole that left: names were still global to the node,
+ * PE's uid's, which left a hole: names were still global to the node,
  * so another uid could take a job's (predictable) name first and the job's PEs got MORI_EPERM.
  * Now names are scoped by uid, on each node and at the root daemon (keyed by (uid, name), the uid
  * as the joiner's daemon saw it): uid A's "job" and uid B's "job" are two groups that form side
@@ -253,7 +253,7 @@ static void mismatch_refused(const struct result *r)
 			      "PE %d of a world-size mismatch: %s (%s)", i, mori_strerror(r[i].rc), r[i].msg);
 }
 
-/* One node. uid 65533 takes the name "own" first (tester3's squat) and root joins "own" too:
+/* One node. uid 65533 takes the name "own" first (a squat) and root joins "own" too:
  * each is a group of its own uid, hidden from uid 65534, whose two PEs then form their "own".
  * Meanwhile both uids form a "job" side by side, each with its own allocations and bytes. */
 START_TEST(same_name_per_uid)

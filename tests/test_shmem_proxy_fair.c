@@ -1,5 +1,4 @@
-/* MORI-SHMEM's proxy must not take morid's event loop away from everything else (found by helper
- * "tester"). A PE whose requests morid serves by copying between two heaps of this node (the
+/* MORI-SHMEM's proxy must not take morid's event loop away from everything else. A PE whose requests morid serves by copying between two heaps of this node (the
  * proxy's local path: local_copy runs on the loop) keeps its ring full of 16 MiB puts, as a fast
  * kernel would (claim on head, wait while full, write, publish). Meanwhile the control socket must
  * keep answering: every `moractl status` within 1 s. daemon/shmem_proxy.c's pump() served the

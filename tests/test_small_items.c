@@ -1,4 +1,4 @@
-/* Issue 18, item 7 (the smaller faults, the ones a client or moractl meets; the configuration
+/* The smaller faults (the ones a client or moractl meets; the configuration
  * and start-up ones are tests/test_config_items.sh):
  *   - a 250 KB client name is MORI_EINVAL, and a request too large for the session socket
  *     MORI_EMSGSIZE with the session intact (both said MORI_ECONN "session lost: Message too long");

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every tool answers --help with its usage on stdout and exit 0 (tester's defect 10: mori-bench and
+# Every tool answers --help with its usage on stdout and exit 0 (mori-bench and
 # mori-gpubench printed it but exited 2); a call without arguments, or a bad option, still exits 2.
 source "$(dirname "$0")/testlib.bash"
 for t in morid moractl mori-bench mori-gpubench; do

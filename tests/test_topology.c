@@ -1,4 +1,4 @@
-/* Topology below the hardware line (issue 19): fake sysfs trees and a fake GPU table.
+/* Topology below the hardware line: fake sysfs trees and a fake GPU table.
  *   two GPUs and two NICs on two NUMA nodes: the GPU x GPU and GPU x NIC matrices and each
  *     GPU's NIC ranking (speed, then PCI distance, then NUMA), the assignment of distinct NICs;
  *   no GPU (the NICs and NUMA nodes still listed, no ranking); no NIC (GPUs, empty ranking);

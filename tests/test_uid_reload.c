@@ -1,4 +1,4 @@
-/* allow_uids admits sessions (tester3 D13): a reload that removes a uid from it detaches that
+/* allow_uids admits sessions: a reload that removes a uid from it detaches that
  * uid's live clients (their calls end with MORI_ECONN naming the reason, their published names
  * go) and leaves the others alone. Root only (it drops a client to uid 65534). */
 #include <check.h>

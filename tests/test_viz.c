@@ -1,4 +1,4 @@
-/* MORI-VIZ on a synthetic buffer (issue 19): the kernels' trace points (kernels/mori_viz.h,
+/* MORI-VIZ on a synthetic buffer: the kernels' trace points (kernels/mori_viz.h,
  * compiled here for the host with a fake clock) write the layout of common/viz_layout.h; the
  * host reader and the Chrome/Perfetto exporter (tools/viz/viz.c) give one process per block,
  * one thread per warp, spans named per slot in microseconds. Also: off means nothing written,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 19: mori-viz end to end on a synthetic buffer (what a traced copy-kernel launch leaves):
+# mori-viz end to end on a synthetic buffer (what a traced copy-kernel launch leaves):
 # the JSON loads, has one process per block and one thread per warp, spans named per slot;
 # tools/viz-png renders it where python3-matplotlib is installed; and where nvcc works,
 # kernels/mori_viz.h compiles into a kernel both with -DMORI_VIZ and without (compile only: no

@@ -1,4 +1,4 @@
-/* VRAM ranges over several VMM allocations (issue 17), below the GPU line: libclient's walk over
+/* VRAM ranges over several VMM allocations, below the GPU line: libclient's walk over
  * the allocations backing a range (holes, foreign memory, another device, the driver without the
  * mapping attributes) over a fake driver table; and, against a real morid, the whole protocol with
  * memfds standing in for the allocations' POSIX fds: upload in batches of WIRE_MAX_FDS, commit,

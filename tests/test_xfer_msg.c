@@ -1,4 +1,4 @@
-/* What a failed transfer's completion says (tester3 D5): the reason fits the completion's 104
+/* What a failed transfer's completion says: the reason fits the completion's 104
  * bytes cut at a word's end with "...", not mid-word, and "peer A: ... A ..." loses the
  * repeated prefix so the room goes to the cause. */
 #include <check.h>

@@ -1,4 +1,4 @@
-/* MORI-IO across nodes (issue 3): two morids, each with its own runtime dir and peer listener,
+/* MORI-IO across nodes: two morids, each with its own runtime dir and peer listener,
  * a target client on node B and an initiator on node A. Random verified batches, and the fault
  * cases: unpublished name, unreachable node, deadline, cancel, region freed, peer daemon killed
  * mid-transfer and restarted (new epoch: old handles are stale, new ones work).
@@ -30,7 +30,7 @@
 #define LOCAL_SZ (64u << 20)
 
 static struct test_node NA, NB;
-/* The cluster key both daemons share (issue 18: every cross-node test runs authenticated);
+/* The cluster key both daemons share (every cross-node test runs authenticated);
  * MORI_XNODE_NO_KEY=1 runs them without (loopback only). */
 static struct auth_key XKEY;
 static char xkey_path[64];

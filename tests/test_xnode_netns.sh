@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Two nodes as two network namespaces joined by a veth pair (issue 3, acceptance 2): one morid in
+# Two nodes as two network namespaces joined by a veth pair: one morid in
 # each, the clients outside (they reach their daemons through the runtime dirs), and the whole
 # cross-node suite (build/tests/test_xnode: random verified batches, fault cases) across the veth.
 # Skips (77) where namespaces cannot be made (not root, no CAP_NET_ADMIN, no iproute2).
@@ -17,7 +17,7 @@ rc=${PIPESTATUS[0]}
 grep -q "100%: Checks: [1-9]" "$T/xnode.out" || fail "test_xnode ran no checks"
 pass "cross-node suite across two network namespaces ($IPA <-> $IPB over veth)"
 
-# Deadlines when the link goes down under a transfer (issue 18, item 6): the daemons in the
+# Deadlines when the link goes down under a transfer: the daemons in the
 # namespaces again, with a cluster key, B's end of the veth set down mid-write.
 DEADLINE=$B/tests/test_deadline
 [ -x "$DEADLINE" ] || fail "$DEADLINE is not built"

@@ -4,7 +4,7 @@
 #include <nng/nng.h>
 
 /* Close s, waiting at most wait_ms for nng_close to return. nng 1.5.2 (Debian 12) now and then
- * never returns from nng_close of a socket whose pipe is being torn down (nng issues 1543, 1813;
+ * never returns from nng_close of a socket whose pipe is being torn down (nanomsg/nng#1543, #1813;
  * seen in morid's stop with proxy traffic, and in short-lived control clients under load). The
  * close runs on a thread of its own: one stuck past the bound is said (naming `what`) and left to
  * finish, or to die with the process, instead of hanging the caller. */

@@ -1,4 +1,4 @@
-"""Sizes the Python wrappers know, checked before libmori is called (tester's defects 3 and 9):
+"""Sizes the Python wrappers know, checked before libmori is called:
 each case used to corrupt the heap, segfault, read past a buffer or drop elements silently. Now
 MoriError(MORI_EINVAL / MORI_ERANGE), nothing written, and the next collective still works.
 Host heaps, PEs as threads (test_shmem.run_pes), one morid."""

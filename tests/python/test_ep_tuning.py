@@ -1,4 +1,4 @@
-"""MORI-EP's launch tuning table from Python (issue 13): mori.ops reads kernels/ep_tuning/*.json
+"""MORI-EP's launch tuning table from Python: mori.ops reads kernels/ep_tuning/*.json
 itself and must pick what libmori's compiled copy picks (mori_ep_tuning_lookup) for every shape of
 a grid (architectures exact, of a family and unknown; every kernel type; ep sizes 1..16; tokens,
 hidden sizes and dtypes around and between the rules'), and keep the caller's non-zero values."""

@@ -1,4 +1,4 @@
-"""Zero-copy views and the lifetime of what they view (third tester's D6): a Group.numpy() view,
+"""Zero-copy views and the lifetime of what they view: a Group.numpy() view,
 or a mori.io desc.buffer() memoryview, used after its Group was collected or left, or after its
 region was deregistered or its engine closed, read unmapped memory (SIGSEGV). Now a Group view
 holds its Group (the heap stays mapped while a view lives; leave() leaves at once for the Group

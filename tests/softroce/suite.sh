@@ -98,7 +98,7 @@ if [ "${PERFTEST:-1}" = 1 ] && command -v ib_write_bw >/dev/null; then
 	done
 fi
 echo "--- layer 4: two morids over RDMA (transport = rdma), clients through libmori"
-# One cluster key for every morid below (issue 18: peers authenticate; without a key a
+# One cluster key for every morid below (peers authenticate; without a key a
 # non-loopback listen address is refused).
 export MORI_CLUSTER_KEY=/tmp/cluster.key
 rm -f $MORI_CLUSTER_KEY
