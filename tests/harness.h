@@ -233,7 +233,7 @@ static inline int bind_loopback(int port)
 /* A loopback port nobody listens on now, below the kernel's ephemeral range: a port the kernel
  * hands out (bind to 0) can go to an outgoing connection (the data streams of the very daemons
  * under test) before the daemon meant to listen on it starts, which then failed "Address in
- * use" (test_xnode under check-asan, 2026-12-03). Random, so that tests running at once rarely
+ * use" (seen with test_xnode under check-asan). Random, so that tests running at once rarely
  * pick alike; the bind catches the rest. The kernel's pick when none below the range binds;
  * -1 if that fails too. */
 static inline int free_port(void)
