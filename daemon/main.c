@@ -272,9 +272,10 @@ int main(int argc, char **argv)
 		goto out_control;
 	if (metrics_start(d) != 0) /* issue 19: Prometheus endpoint where metrics_listen is set */
 		goto out_session;
-	/* The transports built in, TCP first: it serves whatever RDMA cannot carry. */
-	static const struct transport *const transports[] = {&transport_tcp, &transport_rdma};
-	if (peers_start(d, transports, 2) != 0 || groups_start(d) != 0 || /* groups (issue 11) over the peers */
+	/* The transports built in, in order of preference for a transfer: the first that takes it
+	 * carries it. TCP last: it reaches every kind of memory. */
+	static const struct transport *const transports[] = {&transport_rdma, &transport_tcp};
+	if (peers_start(d, transports, (int)(sizeof(transports) / sizeof(transports[0]))) != 0 || groups_start(d) != 0 || /* groups (issue 11) over the peers */
 	    shmem_proxy_start(d) != 0)
 		goto out_session;
 	rdma_log_devices(&d->cfg); /* issue 7: what RDMA devices this node has, once */

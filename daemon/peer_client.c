@@ -1,7 +1,7 @@
 /* Cross-node service, what this node's clients ask of it: lookups and opens at other daemons
  * (answered when the peer answers), remote refs, prepared descriptor lists, transfer
  * submissions (validated and copied out of the arena at once, then handed to the transport
- * route() picks), and forgetting everything of a client that goes. */
+ * xfer_route picks), and forgetting everything of a client that goes. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -524,38 +524,14 @@ void peer_client_gone(struct morid *d, struct client *c)
 
 /* ---- submissions ---- */
 
-/* The one place a transport is chosen for a transfer. transport = tcp: TCP. transport = rdma:
- * RDMA, never TCP (what RDMA cannot carry fails there, saying why). auto: RDMA when it takes
- * it now (host memory its NIC reaches, QPs up), else TCP; VRAM goes by TCP until RDMA
- * carries it. 1 when a transport took x. */
-static int route(struct peers *P, struct xfer *x)
-{
-	const struct transport *tcp = P->tr[TR_TCP], *rdma = P->tr[TR_RDMA];
-	if (x->sig) { /* only a transport that applies the signal after the data (peer_xfer_signals) */
-		const struct transport *t = P->mode == TM_RDMA ? rdma : tcp;
-		return t && t->signals && t->take(x);
-	}
-	switch (P->mode) {
-	case TM_TCP:
-		return tcp && tcp->take(x);
-	case TM_RDMA:
-		return rdma && rdma->take(x);
-	default:
-		if (rdma && x->local->kind == MORI_MEM_HOST && rdma->take(x))
-			return 1;
-		return tcp && tcp->take(x);
-	}
-}
-
 /* With the transport forced, why it cannot carry anything here (refused at submission). */
 static const char *refused(struct peers *P)
 {
-	const struct transport *t = P->mode == TM_RDMA ? P->tr[TR_RDMA] : P->mode == TM_TCP ? P->tr[TR_TCP] : NULL;
-	if (P->mode == TM_AUTO)
+	if (!P->forced)
 		return NULL;
-	if (!t)
+	if (!P->only)
 		return "that transport is not built into this morid";
-	return t->refuses ? t->refuses(P) : NULL;
+	return P->only->refuses ? P->only->refuses(P) : NULL;
 }
 
 static void xfer_go(struct peers *P, struct xfer *x);
@@ -746,7 +722,7 @@ static void xfer_go(struct peers *P, struct xfer *x)
 	htab_add(&P->xfers, x->id, &x->hlink);
 	htab_add(&P->byuser, user_key(x->client_id, x->user_data), &x->ulink);
 	list_add(&p->xfers, &x->plink);
-	if (!route(P, x)) {
+	if (!xfer_route(x, NULL)) {
 		p->nxfers++; /* xfer_complete counts it down */
 		xfer_complete(x, MORI_ENOMEM, "no transport could take the transfer");
 		return;
@@ -815,17 +791,23 @@ int peer_xfer_start(struct morid *d, const struct peer_xfer_args *a, uint64_t *i
 int peer_xfer_signals(struct morid *d, const char *node, const struct region *local)
 {
 	struct peers *P = d->peers;
-	const struct transport *tcp = P ? P->tr[TR_TCP] : NULL, *rdma = P ? P->tr[TR_RDMA] : NULL;
 	struct peer *p = P && P->on ? peer_get(P, node, 1) : NULL;
-	uint32_t lanes;
-	if (!p || P->mode == TM_RDMA)
-		return rdma && rdma->signals && p;
-	/* auto: RDMA takes host memory once it carries the peer (route); that path keeps its speed
-	 * and the signal goes apart */
-	if (P->mode == TM_AUTO && rdma && local->kind == MORI_MEM_HOST && rdma->carries && rdma->carries(p, &lanes) &&
-	    !rdma->signals)
+	if (!p)
 		return 0;
-	return tcp && tcp->signals;
+	/* The transport that would carry such a transfer now (xfer_route's order): the first one
+	 * allowed that takes this memory and already carries p, else the last such one (it queues
+	 * until its links are up). A faster path keeps its speed and the signal goes apart. */
+	const struct transport *last = NULL;
+	for (int i = 0; i < P->npref; i++) {
+		const struct transport *t = P->pref[i];
+		uint32_t lanes;
+		if (peers_mode(P, t) == TM_OFF || (t->can_take && !t->can_take(p, local)))
+			continue;
+		if (t->carries && t->carries(p, &lanes))
+			return t->signals;
+		last = t;
+	}
+	return last && last->signals;
 }
 
 void peer_xfer_cancel(struct morid *d, uint64_t id)

@@ -228,8 +228,11 @@ struct pauth_table {
 struct peers {
 	struct morid *d;
 	int on;
-	enum transport_mode mode;
-	const struct transport *tr[TR_MAX]; /* NULL where not built in */
+	int forced;                   /* the transport option names one transport */
+	const struct transport *only; /* that one (NULL when it is not built in) */
+	const struct transport *tr[TR_MAX]; /* by id, NULL where not built in */
+	const struct transport *pref[TR_MAX]; /* those built in, in order of preference */
+	int npref;
 	void *tp[TR_MAX];             /* each transport's node-wide state */
 	char self[128];
 	nng_socket rep;               /* rep0 in raw mode: replies carry the request's header */
@@ -257,6 +260,12 @@ struct peers {
 	void (*notif_unlink)(struct xfer *x);
 	void (*notif_flush)(struct peers *P);
 };
+
+/* What the transport option means for t (transport.h). */
+static inline enum transport_mode peers_mode(const struct peers *P, const struct transport *t)
+{
+	return !P->forced ? TM_AUTO : P->only == t ? TM_ONLY : TM_OFF;
+}
 
 /* ---- peer.c: the table and each peer's state ---- */
 struct peer *peer_get(struct peers *P, const char *addr, int create);
@@ -352,8 +361,12 @@ void xfer_submit(struct peers *P, struct client *c, const struct mori_sqe *e);
 /* End x: its one completion (code 0: done), counters, the transport's cancel, free. */
 void xfer_complete(struct xfer *x, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 struct xfer *xfer_find(struct peers *P, uint64_t id);
-/* The transport running x gives it back unstarted (nothing of it moved): TCP runs it. */
-void xfer_fallback(struct xfer *x, const char *why);
+/* Hand x to the first transport after `after` (NULL: from the first) in order of preference
+ * that the transport option allows, carries x's signal if it has one, and takes it. 1 when one
+ * took x; 0 when none did (x still unstarted: the caller ends it). */
+int xfer_route(struct xfer *x, const struct transport *after);
+/* Transport t gives x back unstarted (nothing of it moved): the next one that takes it runs it. */
+void xfer_fallback(struct xfer *x, const struct transport *t, const char *why);
 void xfers_expire(struct peers *P, uint64_t now);
 struct rref *peer_ref_find(struct peers *P, struct client *c, uint64_t id);
 struct plist *peer_list_find(struct client *c, uint64_t id);

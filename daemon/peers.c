@@ -271,9 +271,13 @@ int peers_start(struct morid *d, const struct transport *const *tr, int ntr)
 	htab_init(&P->refs);
 	P->next_deadline_us = UINT64_MAX;
 	const char *t = d->cfg.transport;
-	P->mode = !strcmp(t, "tcp") ? TM_TCP : !strcmp(t, "rdma") ? TM_RDMA : TM_AUTO;
-	for (int i = 0; i < ntr; i++)
+	P->forced = strcmp(t, "auto") != 0;
+	for (int i = 0; i < ntr && P->npref < TR_MAX; i++) {
 		P->tr[tr[i]->id] = tr[i];
+		P->pref[P->npref++] = tr[i];
+		if (P->forced && !strcmp(t, tr[i]->name))
+			P->only = tr[i];
+	}
 	xnotif_hooks(P);
 	if (peer_auth_start(P) != 0)
 		return -1;
@@ -368,13 +372,15 @@ static void describe(struct peer *p, Mori__PeerInfo *pi)
 {
 	struct peers *P = p->P;
 	uint32_t lanes = 0;
-	pi->transport = "tcp";
-	for (int i = TR_MAX - 1; i >= 0; i--) {
-		if (P->tr[i] && P->tr[i]->carries && P->tr[i]->carries(p, &lanes)) {
-			pi->transport = (char *)P->tr[i]->name;
+	/* none carries p yet: the last resort will */
+	pi->transport = P->npref ? (char *)P->pref[P->npref - 1]->name : "";
+	for (int i = 0; i < P->npref; i++) {
+		if (P->pref[i]->carries && P->pref[i]->carries(p, &lanes)) {
+			pi->transport = (char *)P->pref[i]->name;
 			break;
 		}
 	}
+	/* the reply's streams field counts TCP data streams, whoever carries transfers */
 	if (P->tr[TR_TCP] && P->tr[TR_TCP]->carries && !P->tr[TR_TCP]->carries(p, &pi->streams))
 		pi->streams = 0;
 }

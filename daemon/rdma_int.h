@@ -78,7 +78,7 @@ struct job {
 struct rnode {
 	struct morid *d;
 	struct peers *P;
-	int mode;                /* P->mode */
+	int mode;                /* peers_mode(P, &transport_rdma) */
 	int on;
 	char why[200];           /* why RDMA is off, or the device in use */
 	struct rdma_vdev *v;

@@ -163,7 +163,7 @@ int rdma_device_open(struct rnode *N)
 	char name[64], err[200];
 	int port, gidx;
 	if (pick(N, name, sizeof(name), &port, &gidx) != 0) {
-		if (N->mode == TM_RDMA)
+		if (N->mode == TM_ONLY)
 			mlog_warn("rdma", "transport = rdma, but %s: cross-node transfers will be refused", N->why);
 		else
 			mlog_notice("rdma", "RDMA transport off: %s", N->why);

@@ -6,7 +6,12 @@
  * Calls go one way: the core calls a transport only through these ops (main.c hands the table
  * to peers_start); a transport calls down into the core (xfer_complete, xfer_fallback,
  * peer_up/peer_down, peer_rpc, peers_kick/peers_dirty) and never into another transport.
- * Every op runs on morid's loop; none may end a transfer from inside take(). */
+ * Every op runs on morid's loop; none may end a transfer from inside take().
+ *
+ * Choosing a transport is data, as NCCL's canConnect loop: the table main.c hands over is in
+ * order of preference, and a transfer goes to the first transport the transport option allows
+ * whose can_take and take both say yes (xfer_route). The core never names a transport; a new
+ * one is a row of that table. */
 #ifndef MORID_TRANSPORT_H
 #define MORID_TRANSPORT_H
 #include "morid.h"
@@ -19,8 +24,10 @@ struct rpc;
 
 enum transport_id { TR_TCP = 0, TR_RDMA = 1, TR_MAX };
 
-/* The transport option (auto, tcp, rdma). */
-enum transport_mode { TM_AUTO, TM_TCP, TM_RDMA };
+/* What the transport option (auto, or a transport's name) means for one transport: it carries
+ * what it takes among the others (auto), it alone carries every transfer and what it cannot
+ * carry fails (its name was given), or it carries nothing (another's name was given). */
+enum transport_mode { TM_AUTO, TM_ONLY, TM_OFF };
 
 struct transport {
 	const char *name;
@@ -37,6 +44,10 @@ struct transport {
 	/* p went down (every transfer on it was already ended): close what its data path had
 	 * open; p->tp[id] stays (stop frees it). NULL: nothing to do. */
 	void (*peer_down)(struct peer *p);
+	/* Whether it takes transfers of region `local` to or from p at all (the memory it reaches,
+	 * its mode), without side effects and whether or not its links to p are up yet: asked before
+	 * take(), and to learn who would carry a transfer (peer_xfer_signals). NULL: any. */
+	int (*can_take)(struct peer *p, const struct region *local);
 	/* Run x: 1 when taken (x->t and x->tp set; it ends later, through xfer_complete), 0 when
 	 * this transport cannot carry x now. Never ends x before returning. */
 	int (*take)(struct xfer *x);
@@ -63,7 +74,7 @@ struct transport {
 	int (*rpc)(struct peer *p, struct rpc *q);
 	/* 1: it carries a transfer's signal after the data (x->sig: the target applies it once every
 	 * byte landed, before it answers; TCP's FF_SIGNAL). A transfer with a signal goes only to such
-	 * a transport (route in peer_client.c); the proxy sends its signal apart where none carries
+	 * a transport (xfer_route); the proxy sends its signal apart where none carries
 	 * the transfer (peer_xfer_signals). */
 	int signals;
 };

@@ -155,13 +155,13 @@ static void job_end(struct rnode *N, struct job *j, int code, const char *fmt, .
 	job_free(N, j);
 }
 
-/* Hand j's transfer back to the peer service for TCP (nothing of it went over RDMA). */
-static void job_to_tcp(struct rnode *N, struct job *j, const char *why)
+/* Give j's transfer back to the peer service for the next transport (nothing of it went over RDMA). */
+static void job_hand_back(struct rnode *N, struct job *j, const char *why)
 {
 	struct xfer *x = job_detach(j);
 	job_free(N, j);
 	if (x)
-		xfer_fallback(x, why);
+		xfer_fallback(x, &transport_rdma, why);
 }
 
 static void on_job_done(void *arg, uint32_t id, int code, const char *msg)
@@ -231,7 +231,7 @@ static void job_try(struct rnode *N, struct job *j)
 		return;
 	if (k->state < 0) {
 		if (N->mode == TM_AUTO && k->code == MORI_ENOTSUP)
-			job_to_tcp(N, j, k->why);
+			job_hand_back(N, j, k->why);
 		else
 			job_end(N, j, k->code, "%s", k->why);
 		return;
@@ -506,7 +506,7 @@ static void rpeer_reset(struct rpeer *rp, int code, const char *why)
 	list_each(it, &rp->waiting) {
 		struct job *j = list_entry(it, struct job, link);
 		if (N->mode == TM_AUTO)
-			job_to_tcp(N, j, why);
+			job_hand_back(N, j, why);
 		else
 			job_end(N, j, code, "rdma: %s", why);
 	}
@@ -551,10 +551,18 @@ static struct job *job_new(struct rpeer *rp, struct xfer *x, struct rmr *m)
 	return j;
 }
 
+/* auto: host memory its NIC reaches (VRAM goes by another transport until RDMA carries it);
+ * transport = rdma: everything, and what it cannot carry fails in job_try, saying why. */
+static int rdma_can_take(struct peer *p, const struct region *local)
+{
+	struct rnode *N = p->P->tp[TR_RDMA];
+	return (N && N->mode == TM_ONLY) || local->kind == MORI_MEM_HOST;
+}
+
 static int rdma_take(struct xfer *x)
 {
 	struct rnode *N = x->p->P->tp[TR_RDMA];
-	if (!N || !N->on || N->mode == TM_TCP)
+	if (!N || !N->on || N->mode == TM_OFF)
 		return 0;
 	if (rdma_eng_dead(N->e)) /* the device failed: TCP carries on (the log said why) */
 		return 0;
@@ -611,7 +619,7 @@ static int rdma_carries(struct peer *p, uint32_t *lanes)
 	struct rnode *N = p->P->tp[TR_RDMA];
 	struct rpeer *rp = p->tp[TR_RDMA];
 	*lanes = 0;
-	if (!N || !N->on || N->mode == TM_TCP || rdma_eng_dead(N->e) || !rp || !rp->c)
+	if (!N || !N->on || N->mode == TM_OFF || rdma_eng_dead(N->e) || !rp || !rp->c)
 		return 0;
 	*lanes = (uint32_t)rdma_conn_ready(rp->c);
 	return *lanes > 0;
@@ -634,7 +642,7 @@ static int rdma_serve(struct peers *P, const Mori__Request *req, Mori__Reply *re
 		cr->epoch = d->epoch;
 		rep->body_case = MORI__REPLY__BODY_RDMA_CONNECT;
 		rep->rdma_connect = cr;
-		if (!N || !N->on || N->mode == TM_TCP) {
+		if (!N || !N->on || N->mode == TM_OFF) {
 			cr->rdma = 0;
 			cr->why = rctx_strdup(r, N ? N->why : "no RDMA");
 			return 1;
@@ -744,10 +752,10 @@ static int rdma_start(struct peers *P)
 	LIST_INIT(&N->running);
 	P->tp[TR_RDMA] = N;
 	const char *t = d->cfg.transport;
-	N->mode = P->mode;
+	N->mode = peers_mode(P, &transport_rdma);
 	N->handles = 1; /* the node itself, let go at stop */
-	if (N->mode == TM_TCP) {
-		snprintf(N->why, sizeof(N->why), "transport = tcp");
+	if (N->mode == TM_OFF) {
+		snprintf(N->why, sizeof(N->why), "transport = %s", t);
 		return 0;
 	}
 	if (!d->cfg.listen[0]) {
@@ -825,5 +833,6 @@ const struct transport transport_rdma = {
 	.cancel = rdma_cancel,
 	.serve = rdma_serve,
 	.refuses = rdma_refuses,
+	.can_take = rdma_can_take,
 	.carries = rdma_carries,
 };

@@ -1,7 +1,7 @@
 /* Cross-node transfer records (peer_int.h): finding and ending them (exactly one CQE per
- * accepted submission), deadlines, handing a transfer from one transport to another, the
- * target-side notification.
- * Submission (validation, routing) is in peer_client.c; the bytes move in the transports. */
+ * accepted submission), deadlines, choosing the transport (xfer_route) and handing a transfer
+ * from one transport to the next, the target-side notification.
+ * Submission (validation) is in peer_client.c; the bytes move in the transports. */
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,12 +101,38 @@ void xfer_complete(struct xfer *x, int code, const char *fmt, ...)
 	free(x);
 }
 
-void xfer_fallback(struct xfer *x, const char *why)
+/* The one place a transport is chosen for a transfer: the transports in order of preference,
+ * each asked whether it takes x (NCCL's canConnect loop). The transport option leaves all of
+ * them (auto) or the one it names; that one alone then carries x or x fails there, saying why. */
+int xfer_route(struct xfer *x, const struct transport *after)
 {
-	const struct transport *tcp = x->p->P->tr[TR_TCP];
+	struct peers *P = x->p->P;
+	int i = 0;
+	if (after) {
+		while (i < P->npref && P->pref[i] != after)
+			i++;
+		i++;
+	}
+	for (; i < P->npref; i++) {
+		const struct transport *t = P->pref[i];
+		if (peers_mode(P, t) == TM_OFF)
+			continue;
+		if (x->sig && !t->signals) /* only one that applies the signal after the data */
+			continue;
+		if (t->can_take && !t->can_take(x->p, x->local))
+			continue;
+		if (t->take(x))
+			return 1;
+	}
+	return 0;
+}
+
+void xfer_fallback(struct xfer *x, const struct transport *t, const char *why)
+{
 	MORI_REQUIRE(!x->t, "transfer %llu handed back while still running", (unsigned long long)x->id);
-	mlog_debug("peer", "transfer %llu to %s goes by TCP: %s", (unsigned long long)x->user_data, x->p->addr, why);
-	if (!tcp || !tcp->take(x))
+	mlog_debug("peer", "transfer %llu to %s handed on by %s: %s", (unsigned long long)x->user_data, x->p->addr,
+		   t->name, why);
+	if (!xfer_route(x, t))
 		xfer_complete(x, MORI_ENOMEM, "no transport could take it: %s", why);
 }
 
