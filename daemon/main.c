@@ -13,16 +13,16 @@
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
-#include "gpu_stage.h"
-#include "group.h"
-#include "shmem_proxy.h"
+#include "gpu/gpu_stage.h"
+#include "shmem/group.h"
+#include "shmem/shmem_proxy.h"
 #include "log.h"
-#include "metrics.h"
-#include "morid.h"
-#include "peer.h"
-#include "rdma.h"
-#include "registry.h"
-#include "transport.h"
+#include "observe/metrics.h"
+#include "core/morid.h"
+#include "peer/peer.h"
+#include "topo/rdma.h"
+#include "region/registry.h"
+#include "transport/transport.h"
 
 #define DEFAULT_CONFIG "/etc/mori/morid.conf"
 
