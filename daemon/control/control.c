@@ -225,7 +225,7 @@ int dispatch(struct morid *d, struct client *c, uid_t uid, Mori__Request *req, M
 	case MORI__REQUEST__BODY_PEER_HELLO:
 		deferred = peer_handle_request(d, c, req, rep, r, fds, nfds);
 		return deferred;
-	case MORI__REQUEST__BODY_GROUP_JOIN: /* group.c (issue 11) */
+	case MORI__REQUEST__BODY_GROUP_JOIN: /* shmem/group.c */
 	case MORI__REQUEST__BODY_GROUP_CALL:
 	case MORI__REQUEST__BODY_GROUP_LEAVE:
 		if (!c) {
@@ -233,10 +233,10 @@ int dispatch(struct morid *d, struct client *c, uid_t uid, Mori__Request *req, M
 			break;
 		}
 		return group_handle_request(d, c, req, rep, r, fds, nfds);
-	case MORI__REQUEST__BODY_NICS: /* rdma_dev.c (issue 7) */
+	case MORI__REQUEST__BODY_NICS: /* transport/rdma/rdma_ctl.c */
 		rdma_nics_reply(d, rep, r);
 		break;
-	case MORI__REQUEST__BODY_TOPO: /* observe.c (issue 19) */
+	case MORI__REQUEST__BODY_TOPO: /* observe/observe.c */
 		observe_topo(d, rep, r);
 		break;
 	case MORI__REQUEST__BODY_DIAGNOSE:

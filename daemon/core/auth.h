@@ -1,4 +1,4 @@
-/* Peer authentication and region secrets (issue 18).
+/* Peer authentication and region secrets.
  *
  * The cluster key (32 bytes, written as 64 hex digits in a file of mode 0600 that
  * `moractl keygen` makes) is shared by the daemons of a cluster. Before a peer control link or a

@@ -1,4 +1,4 @@
-/* What morid measures for its metrics (issue 19), recorded where it happens and read by
+/* What morid measures for its metrics, recorded where it happens and read by
  * metrics.c: cross-node transfers ended, per client (struct client's xfer_* fields) and as
  * latency histograms per operation. Bottom layer: calls nothing in daemon/. Loop thread only. */
 #ifndef MORID_MSTATS_H

@@ -1,4 +1,4 @@
-/* VRAM reached by morid for cross-node transfers over TCP (issue 5). A client's VRAM region is
+/* VRAM reached by morid for cross-node transfers over TCP. A client's VRAM region is
  * mapped into morid on its first cross-node transfer, through the same handle morid brokers to
  * same-node peers (legacy IPC handle or VMM fd, or one fd per VMM allocation of a range over several
  * mapped into one span; common/gpu_import.c), on the device ordinal the

@@ -1,4 +1,4 @@
-/* VRAM that morid itself reads and writes, for cross-node transfers over TCP (issue 5): the
+/* VRAM that morid itself reads and writes, for cross-node transfers over TCP: the
  * daemon maps a client's VRAM region through the handle it brokers and copies between it and
  * pinned host buffers that the data streams send from and receive into. */
 #ifndef MORID_GPU_STAGE_H

@@ -1,4 +1,4 @@
-/* moractl diagnose (issue 19): checks of what mori needs from this node, each with a verdict and
+/* moractl diagnose: checks of what mori needs from this node, each with a verdict and
  * a remedy: the GPU driver, VMM with POSIX-fd handles, P2P between GPUs, the MPS server,
  * RLIMIT_MEMLOCK of morid and of its clients, ptrace scope (cross-memory attach), RDMA devices,
  * port state, RoCEv2 GID, MTU, dmabuf, peer reachability, clock skew between peers, huge pages.

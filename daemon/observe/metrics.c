@@ -249,9 +249,9 @@ char *metrics_render(struct morid *d, size_t *len)
 /* Served on the loop by a small HTTP/1.1 responder of our own (one request per connection,
  * then close), not nng's HTTP server: nng 1.5.2's has no idle deadline and no connection cap,
  * and anyone who reaches the port could hold connections up to morid's descriptor limit
- * (tester3's D1: 20 000 idle ones cut off moractl and every client). Here a connection has
+ * (tens of thousands of idle ones cut off moractl and every client). Here a connection has
  * HTTP_DEADLINE_MS for its request and the reply, and at most HTTP_MAX_CONNS are open (a new
- * one closes the oldest), as the data port does for unauthenticated streams (cc072a7). */
+ * one closes the oldest), as the data port does for unauthenticated streams. */
 #define HTTP_MAX_CONNS 64
 #define HTTP_DEADLINE_MS 5000
 #define HTTP_MAX_REQ 4096

@@ -1,4 +1,4 @@
-/* Prometheus metrics (issue 19): the text exposition format 0.0.4 of what morid counts (the
+/* Prometheus metrics: the text exposition format 0.0.4 of what morid counts (the
  * counters of moractl status, per peer and per client bytes/transfers/errors, transfer latency
  * histograms, ring occupancy, GPU staging bytes), for `moractl metrics` and, where
  * metrics_listen is set, over HTTP (GET /metrics) by a small responder on the loop: one request

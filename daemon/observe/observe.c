@@ -1,4 +1,4 @@
-/* moractl topo, diagnose and metrics (issue 19): the control replies over topology.c,
+/* moractl topo, diagnose and metrics: the control replies over topology.c,
  * diagnose.c and metrics.c. Top layer, called by control.c's dispatch only. */
 #include <stdlib.h>
 #include <string.h>

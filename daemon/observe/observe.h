@@ -1,4 +1,4 @@
-/* Control replies of moractl topo, diagnose and metrics (issue 19; observe.c). */
+/* Control replies of moractl topo, diagnose and metrics (observe.c). */
 #ifndef MORID_OBSERVE_H
 #define MORID_OBSERVE_H
 #include "core/morid.h"

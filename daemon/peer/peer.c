@@ -522,7 +522,7 @@ static void auth_fail(struct peer *p, const char *why)
 	snprintf(m, sizeof(m), "peer %s failed authentication: %s", p->addr, why);
 	count(p->P->d, C_PEER_AUTH_REFUSED, 1);
 	/* the first at warning, then one line per PEER_AUTH_LOG_S with the count: it is retried
-	 * (with backoff) for as long as both run (tester3 D11) */
+	 * (with backoff) for as long as both run */
 	unsigned long long now_s = mori_log_now_s();
 	if (++p->auth_fails == 1 || now_s - p->auth_log_s >= PEER_AUTH_LOG_S) {
 		mlog_warn("peer", "%s (%u times since it was last up; retried with backoff up to %d s)", m, p->auth_fails,
@@ -674,7 +674,7 @@ void peer_rpcs_tick(struct peer *p, uint64_t now)
 		char m[600];
 		if (q->sent)
 			snprintf(m, sizeof(m), "peer daemon %s did not answer within %u ms", p->addr, q->timeout_ms);
-		else { /* the hello's own failure becomes p->why: not nested in itself (tester3 D10); the
+		else { /* the hello's own failure becomes p->why: not nested in itself; the
 			* probe's reason once (p->why, the hello's failure, may carry it already) */
 			int pw = p->probe_why[0] && (hello_or_auth(q) || !strstr(p->why, p->probe_why));
 			snprintf(m, sizeof(m), "cannot reach peer daemon %s within %u ms%s%s%s%s%s", p->addr,

@@ -1,4 +1,4 @@
-/* Authentication of the peer control link (issue 18; the exchange is in auth.h). Requests from
+/* Authentication of the peer control link (the exchange is in auth.h). Requests from
  * other daemons arrive on the nng rep0 listener, each on the pipe (TCP connection) of its
  * sender's req0 socket: a pipe is authenticated once its dialer answered our challenge, and only
  * requests on such a pipe are served. The dialer's half (peer.c) re-authenticates whenever a
@@ -75,7 +75,7 @@ static void refuse(struct peers *P, uint32_t pipe, Mori__Reply *rep, struct rctx
 {
 	Mori__PeerAuthReply *ar = rctx_alloc(r, sizeof(*ar));
 	count(P->d, C_PEER_AUTH_REFUSED, 1);
-	/* one line per 5 minutes: a peer with another key retries for as long as it runs (tester3 D11) */
+	/* one line per 5 minutes: a peer with another key retries for as long as it runs */
 	mlog_every(300, MLOG_WARN, "peer", "refused a request from an unauthenticated peer (pipe %u): %s", pipe, why);
 	reply_error(rep, MORI_EPERM, "peer not authenticated at %s: %s", P->self, why);
 	if (ar) {

@@ -116,8 +116,8 @@ struct peer {
 	int clock_known;
 	/* Made for a client's open or transfer (peer_get_client), not configured and not named by
 	 * anyone else: at most max_client_peers of them, and one that never came up goes
-	 * PEER_CLIENT_IDLE_MS after its last use (tester3 D10: every unreachable address a client
-	 * named stayed and was redialled forever). */
+	 * PEER_CLIENT_IDLE_MS after its last use (else every unreachable address a client
+	 * named would stay and be redialled forever). */
 	int client_made, ever_up;
 	uint64_t used_us;
 	uint32_t auth_fails;      /* authentication failures since it was last up (logging) */

@@ -28,7 +28,7 @@ void cqe_msg(struct mori_cqe *e, const char *msg)
 		memcpy(e->msg, msg, n + 1);
 		return;
 	}
-	/* too long: cut at a word's end and say so, rather than mid-word (tester3 D5) */
+	/* too long: cut at a word's end and say so, rather than mid-word */
 	size_t room = sizeof(e->msg) - 4;
 	n = room;
 	while (n > room / 2 && msg[n] != ' ')

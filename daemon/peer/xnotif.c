@@ -1,4 +1,4 @@
-/* Notifications of cross-node transfers (issue 18): after the data, in submission order.
+/* Notifications of cross-node transfers: after the data, in submission order.
  *
  * A client's transfers to one peer may finish in any order (large ones stripe over several
  * streams or QPs, small ones overtake them), so the target cannot be left to notify when each

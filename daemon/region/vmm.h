@@ -1,5 +1,5 @@
-/* VRAM ranges over several VMM allocations mapped back to back (PyTorch's expandable segments,
- * issue 17): the registration's pieces arrive in batches of up to WIRE_MAX_FDS fds, then a
+/* VRAM ranges over several VMM allocations mapped back to back (PyTorch's expandable
+ * segments): the registration's pieces arrive in batches of up to WIRE_MAX_FDS fds, then a
  * commit; openers on this node get them back batch by batch. */
 #ifndef MORID_VMM_H
 #define MORID_VMM_H

@@ -246,7 +246,7 @@ void group_client_gone(struct morid *d, struct client *c)
 		struct lgroup *g = list_entry(it, struct lgroup, link);
 		int last = 0;
 		if (d->stopping) {
-			/* morid stops, its PEs live on (tester3's D2: each then read 'PE n died' about
+			/* morid stops, its PEs live on (else each would read 'PE n died' about
 			 * itself): this node's PEs see the teardown mori_shmem.h documents, ECANCELED with
 			 * PE -1. The first reason sticks, so pe_gone's PEER_DEAD below changes nothing
 			 * here; the root still hears of a dead PE (other nodes: EPEERDEAD, a node went down). */
@@ -360,10 +360,10 @@ static int join_check(struct client *c, const Mori__GroupJoin *j, int fd, uint64
 	*heap_size = (sz + (uint64_t)pg - 1) & ~(uint64_t)(pg - 1);
 	list_each(it, &G.groups) {
 		struct lgroup *g = list_entry(it, struct lgroup, link);
-		/* Names are per uid (tester3's D12: with one name space another uid could take a job's
-		 * name first and its PEs got MORI_EPERM): another uid's group of this name is another
+		/* Names are per uid (with one name space another uid could take a job's
+		 * name first and its PEs would get MORI_EPERM): another uid's group of this name is another
 		 * group, root's included, and root joins only its own. A PE still maps only its own
-		 * uid's heaps (tester's defect 1). */
+		 * uid's heaps. */
 		if (g->uid != c->uid || strcmp(g->name, j->name))
 			continue;
 		list_each(pt, &g->pes) {
@@ -375,8 +375,8 @@ static int join_check(struct client *c, const Mori__GroupJoin *j, int fd, uint64
 			}
 		}
 	}
-	/* one client must not take morid's whole descriptor budget (tester3's D9: 6581 1-PE groups
-	 * of one client, then nobody could join anything) */
+	/* one client must not take morid's whole descriptor budget (thousands of 1-PE
+	 * groups of one client would leave nobody able to join anything) */
 	int mine = 0;
 	list_each(it, &G.groups) {
 		struct lgroup *g = list_entry(it, struct lgroup, link);

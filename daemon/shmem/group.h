@@ -1,4 +1,4 @@
-/* MORI-SHMEM in morid (issue 11): groups of PEs formed through the daemons, one symmetric heap
+/* MORI-SHMEM in morid: groups of PEs formed through the daemons, one symmetric heap
  * per PE, the control page morid sets the abort word in. What the layers above call: the
  * session and control requests, a client's death, moractl groups, start and stop.
  *

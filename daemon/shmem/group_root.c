@@ -98,8 +98,8 @@ static struct rgroup *by_gid(uint64_t gid)
 	return NULL;
 }
 
-/* Names are per uid: uid A's "job" and uid B's "job" are two groups (tester3's D12). uid is the
- * PEs' uid as their daemon saw it (PeerGroup.uid). */
+/* Names are per uid: uid A's "job" and uid B's "job" are two groups (else another uid could
+ * take a job's name first). uid is the PEs' uid as their daemon saw it (PeerGroup.uid). */
 static struct rgroup *by_name(uint32_t uid, const char *name)
 {
 	list_each(it, &R.groups) {

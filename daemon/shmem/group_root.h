@@ -1,4 +1,4 @@
-/* The root side of a group (MORI-SHMEM, issue 11): the daemon named by the group's root holds
+/* The root side of a group (MORI-SHMEM): the daemon named by the group's root holds
  * its membership (which rank is where, each heap's handle), compares every PE's collective call
  * (sequence number, op, size, alignment) and answers them together, runs the allocator, keeps
  * the deadlines, and tells every member daemon (group_link.h events) when the group forms, a

@@ -1,4 +1,4 @@
-/* A PE's heap as a region of morid's registry, and its control page (MORI-SHMEM, issue 11).
+/* A PE's heap as a region of morid's registry, and its control page (MORI-SHMEM).
  *
  * HOST heaps are a memfd morid makes (sealed against shrinking and growing); VRAM heaps are the
  * PE's VMM allocation, whose POSIX fd the PE hands over. Either way the region is owned by the

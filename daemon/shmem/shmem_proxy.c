@@ -18,14 +18,14 @@
  * Messages: atomics and signals (and put+signal batches of at most PROXY_INLINE bytes, data and
  * signal in one message) travel on the transport's data path where it has one (peer_rpc_fast:
  * TCP's MSG frames, which the loops write and read themselves), else on the request path (nng,
- * whose threads cost a hand-off each way: 50-60 us a hop on the loaded 2-CPU VM).
+ * whose threads cost a hand-off each way: tens of microseconds a hop under load).
  *
  * Polling: a kernel cannot ring an eventfd, so the loop polls the rings. Adaptive: on every loop
  * turn (an idle handle: the loop does not sleep) for `shmem_proxy_spin_us` (config, default 2 ms)
  * after the last request seen or batch ended, yielding the CPU on each turn that found nothing
  * (on_idle); then every PROXY_POLL_MS on a timer while PEs exist; every PROXY_IDLE_POLL_MS once
- * no ring carried a request for PROXY_IDLE_MS (an idle daemon costs ~0 % CPU: measured 0-1 %
- * with 4 PEs joined). A burst of requests is served at loop-turn latency; the first request after
+ * no ring carried a request for PROXY_IDLE_MS (so that an idle daemon costs next
+ * to no CPU). A burst of requests is served at loop-turn latency; the first request after
  * a pause waits up to a timer tick. One loop and no thread: the rings, the transfers and pe_gone
  * all run there, so letting go of a PE needs no lock. */
 #include "shmem_proxy.h"
@@ -754,9 +754,9 @@ static void watch_nodes(void)
 
 /* The spin: a loop turn that found nothing gives the CPU to whoever waits for it (the nng and
  * GPU threads, other daemons, the PEs themselves on a small machine) and comes straight back when
- * nobody does. Without the yield, two morids spinning on a 2-CPU machine took 1.7 ms a put+signal
- * hop (the threads that carry the bytes waited for a time slice); with it 200 us (over nng),
- * 20-35 us over the data streams (mori-bench shmem --proxy, docs/benchmarks.md). */
+ * nobody does. Without the yield, two morids spinning on a small machine make a put+signal hop take
+ * milliseconds instead of microseconds (the threads that carry the bytes wait for a time
+ * slice); mori-bench shmem --proxy measures it (docs/benchmarks.md). */
 static void on_idle(uv_idle_t *h)
 {
 	(void)h;

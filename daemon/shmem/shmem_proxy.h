@@ -1,4 +1,4 @@
-/* MORI-SHMEM's proxy in morid (issue 11): serves the proxy ring of every PE of this node, so that
+/* MORI-SHMEM's proxy in morid: serves the proxy ring of every PE of this node, so that
  * GPU kernels (and anything else writing a PE's ring, common/shmem_layout.h) reach PEs this PE
  * does not map: PEs behind another morid (over the daemons' transports: the bytes as a transfer
  * between the two heap regions, signals and atomics as PeerShmemAmo messages the target daemon

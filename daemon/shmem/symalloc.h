@@ -1,4 +1,4 @@
-/* The symmetric heap's allocator (MORI-SHMEM, issue 11): one per group, run by the group's
+/* The symmetric heap's allocator (MORI-SHMEM): one per group, run by the group's
  * root daemon only, so that every PE gets the same offset for the same call. First fit over
  * free blocks sorted by offset; freed blocks coalesce. Pure bookkeeping: it never touches the
  * heaps themselves. */

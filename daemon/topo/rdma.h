@@ -1,9 +1,9 @@
-/* RDMA devices (issue 7, layer 1): which verbs devices and ports this node has, their state,
- * MTU, link speed, the RoCEv2 GID to use, NUMA node and PCI path, filtered by the rdma_*
- * options. Discovery is cheap (open, query, close) and is redone at each `moractl nics`, so
- * the list shows ports going down and devices disappearing without a restart.
- * A machine without RDMA devices (or without the kernel's uverbs) has an empty list; nothing
- * else in morid depends on it. */
+/* RDMA devices, below the RDMA transport and the topology: which verbs devices and ports this
+ * node has, their state, MTU, link speed, the RoCEv2 GID to use, NUMA node and PCI path,
+ * filtered by the rdma_* options. Discovery is cheap (open, query, close) and is redone at each
+ * `moractl nics`, so the list shows ports going down and devices disappearing without a
+ * restart. A machine without RDMA devices (or without the kernel's uverbs) has an empty list;
+ * nothing else in morid depends on it. */
 #ifndef MORID_RDMA_H
 #define MORID_RDMA_H
 #include <stddef.h>

@@ -1,4 +1,4 @@
-/* RDMA device discovery (layer 1): verbs devices and ports, their state, MTU and speed, the GID
+/* RDMA device discovery: verbs devices and ports, their state, MTU and speed, the GID
  * to use, NUMA node and PCI path from sysfs. See rdma.h. */
 #include <arpa/inet.h>
 #include <errno.h>

@@ -1,4 +1,4 @@
-/* The node's topology (issue 19): GPUs from the GPU runtime table (common/gpu.h), RDMA NIC
+/* The node's topology: GPUs from the GPU runtime table (common/gpu.h), RDMA NIC
  * ports from rdma_discover (rdma.h), CPUs and NUMA nodes, all placed in the PCI tree that sysfs
  * shows, and for each GPU its NICs ranked best first, the way ROCm/mori's topology matches GPUs
  * and NICs. Pure functions of a sysfs root, a GPU table and a NIC list, so tests feed fake trees

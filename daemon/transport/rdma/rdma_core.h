@@ -1,4 +1,4 @@
-/* RDMA transport below the hardware line (issue 7, layer 2): pure C, driven through a table of
+/* RDMA transport below the hardware line: pure C, driven through a table of
  * operations that libibverbs implements for real (rdma_verbs.c) and a fake implements in tests.
  *
  *  - work-request ids: transfer id, chunk index, QP generation and kind packed in 64 bits;

@@ -1,4 +1,4 @@
-/* The NicsRequest of moractl (issue 7): the device list as rdma_discover() sees it now. Apart
+/* The NicsRequest of moractl: the device list as rdma_discover() sees it now. Apart
  * from rdma_dev.c so that programs using discovery need not link the control plane. */
 #include <stdlib.h>
 

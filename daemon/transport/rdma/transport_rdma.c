@@ -1,4 +1,4 @@
-/* The RDMA transport (transport.h; issue 7, layer 4).
+/* The RDMA transport (transport/transport.h), over rdma_node.c and the engine.
  *
  * One verbs device port per daemon (rdma_device, else the usable port whose RoCE address is the
  * listen address, else the first usable one) with one engine (rdma_core.h) on the daemon's

@@ -6,7 +6,7 @@
  * lands them and answers one DONE per transfer) or READ frames (the target answers each with
  * one RDATA frame carrying the bytes or an error); ABORT drops a transfer at the target. MSG
  * carries a short request of the request path on the data path instead (MORI-SHMEM's proxy
- * atomics and signals: no nng thread between the loops, measured 50-60 us a hop on the 2-CPU VM),
+ * atomics and signals: no nng thread between the loops, a hand-off of tens of microseconds a hop under load),
  * answered by one MSGREP on the same stream. */
 #ifndef MORID_TCP_INT_H
 #define MORID_TCP_INT_H
@@ -25,7 +25,7 @@
 #define RX_BUF (256u << 10)           /* per-stream receive staging */
 #define RX_DIRECT_MIN (256u << 10)    /* larger payloads land straight in the region; smaller ones
                                        * through the staging buffer (a copy is cheaper than the
-                                       * extra reads, measured at 64 KiB) */
+                                       * extra reads at these sizes) */
 
 /* ---- frames on data streams (host byte order: both ends run this code on the same ABI) ----
  * A stream opens with the authentication exchange of auth.h: HELLO carries the initiator's nonce,

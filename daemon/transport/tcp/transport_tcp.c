@@ -530,7 +530,7 @@ void inb_drop_epoch(struct peers *P, uint64_t src_epoch)
 /* ---- messages on the data path (MSG / MSGREP) ----
  * A short request of the request path (peer_rpc_fast) travels on a data stream: the loops write
  * and read it themselves, where the request path hands each message to nng's threads and back
- * (on the 2-CPU VM 50-60 us each way under load). The target serves only what a data stream may
+ * (tens of microseconds each way under load). The target serves only what a data stream may
  * carry (PeerShmemAmo, whose handlers check the heap's secret as every data frame does); its
  * stream authenticated before any frame was served. */
 
