@@ -10,8 +10,8 @@
  *
  * Choosing a transport is data, as NCCL's canConnect loop: the table main.c hands over is in
  * order of preference, and a transfer goes to the first transport the transport option allows
- * whose can_take and take both say yes (xfer_route). The core never names a transport; a new
- * one is a row of that table. */
+ * whose can_take and take both say yes (xfer_route). The choice names no transport; a new one
+ * is an id and a row of that table. */
 #ifndef MORID_TRANSPORT_H
 #define MORID_TRANSPORT_H
 #include "core/morid.h"
