@@ -37,7 +37,9 @@ Q := $(if $(V),,@)
 PROTO_C   := $(B)/proto/mori.pb-c.c
 COMMON    := $(wildcard common/*.c) $(PROTO_C)
 COMMON_SVC := $(wildcard common/svc/*.c)
-DAEMON    := $(filter-out daemon/main.c,$(wildcard daemon/*.c))
+# daemon/ by subsystem, one folder each (transport/ one deeper); its files include each other
+# by the path under daemon/.
+DAEMON    := $(filter-out daemon/main.c,$(wildcard daemon/*.c daemon/*/*.c daemon/*/*/*.c))
 LIBCLIENT := $(filter-out libclient/bench.c,$(wildcard libclient/*.c))
 TOOLS     := moractl mori-bench mori-kvreplay mori-gpubench mori-viz
 TESTS_SRC := $(wildcard tests/test_*.c)
@@ -68,6 +70,8 @@ $(B)/proto/mori.pb-c.c $(B)/proto/mori.pb-c.h &: proto/mori.proto
 $(B)/obj/proto/%.o: $(B)/proto/%.c $(B)/.flags
 	@mkdir -p $(dir $@); echo "  CC      $<"
 	$(Q)$(CC) $(CFLAGS_ALL) -Wno-error -MMD -c $< -o $@
+
+$(B)/obj/daemon/%.o $(B)/obj/tests/%.o: CFLAGS_ALL += -Idaemon
 
 $(B)/obj/%.o: %.c $(B)/.flags $(B)/proto/mori.pb-c.h
 	@mkdir -p $(dir $@); echo "  CC      $<"

@@ -13,16 +13,16 @@
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
-#include "gpu_stage.h"
-#include "group.h"
-#include "shmem_proxy.h"
+#include "gpu/gpu_stage.h"
+#include "shmem/group.h"
+#include "shmem/shmem_proxy.h"
 #include "log.h"
-#include "metrics.h"
-#include "morid.h"
-#include "peer.h"
-#include "rdma.h"
-#include "registry.h"
-#include "transport.h"
+#include "observe/metrics.h"
+#include "core/morid.h"
+#include "peer/peer.h"
+#include "topo/rdma.h"
+#include "region/registry.h"
+#include "transport/transport.h"
 
 #define DEFAULT_CONFIG "/etc/mori/morid.conf"
 
@@ -60,7 +60,7 @@ void morid_stop(struct morid *d, const char *why)
 	metrics_stop(d); /* first: no scrape is answered while the rest stops */
 	sd_notify(0, "STOPPING=1");
 	session_stop(d);
-	shmem_proxy_stop(d); /* issue 11: lets go of the rings the PEs left */
+	shmem_proxy_stop(d); /* lets go of the rings the PEs left */
 	groups_stop(d); /* after the clients (their PEs), before the peer service */
 	peers_stop(d); /* ends the transfers, then stops the transports */
 	control_stop(d);
@@ -270,14 +270,16 @@ int main(int argc, char **argv)
 		goto out_reg;
 	if (session_start(d) != 0)
 		goto out_control;
-	if (metrics_start(d) != 0) /* issue 19: Prometheus endpoint where metrics_listen is set */
+	if (metrics_start(d) != 0) /* Prometheus endpoint where metrics_listen is set */
 		goto out_session;
-	/* The transports built in, TCP first: it serves whatever RDMA cannot carry. */
-	static const struct transport *const transports[] = {&transport_tcp, &transport_rdma};
-	if (peers_start(d, transports, 2) != 0 || groups_start(d) != 0 || /* groups (issue 11) over the peers */
+	/* The transports built in, in order of preference for a transfer: the first that takes it
+	 * carries it. TCP last: it reaches every kind of memory. */
+	static const struct transport *const transports[] = {&transport_rdma, &transport_tcp};
+	int ntransports = (int)(sizeof(transports) / sizeof(transports[0]));
+	if (peers_start(d, transports, ntransports) != 0 || groups_start(d) != 0 || /* groups over the peers */
 	    shmem_proxy_start(d) != 0)
 		goto out_session;
-	rdma_log_devices(&d->cfg); /* issue 7: what RDMA devices this node has, once */
+	rdma_log_devices(&d->cfg); /* what RDMA devices this node has, once */
 
 	signals_start(d);
 	uv_check_init(d->loop, &d->progress);

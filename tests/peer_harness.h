@@ -15,8 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../daemon/auth.h"
-#include "../daemon/tcp_int.h"
+#include "../daemon/core/auth.h"
+#include "../daemon/transport/tcp/tcp_int.h"
 #include "mori.pb-c.h"
 
 /* A fresh random key into path (mode 0600); k gets it. 0 or -1. */

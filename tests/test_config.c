@@ -6,7 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../daemon/config.h"
+#include "../daemon/core/config.h"
 #include "host_port_cases.h"
 
 static char path[64];

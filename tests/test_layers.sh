@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Layering (tools/check-layers over $B's objects): daemon/'s files call each other without a
-# cycle, libclient/ never references a daemon/ symbol, common/ neither a libclient/ nor a
+# cycle and its folders in order, libclient/ never references a daemon/ symbol, common/ neither a libclient/ nor a
 # daemon/ one. The checker is first tried on a few tiny objects with a planted cycle, planted
 # breaches and a stale object, so that a broken checker cannot pass quietly.
 source "$(dirname "$0")/testlib.bash"
 CHECK=$ROOT/tools/check-layers
 command -v nm > /dev/null || skip "no nm (binutils)"
-ls "$B"/obj/daemon/*.o > /dev/null 2>&1 || fail "no objects in $B/obj/daemon (make all B=$B_ARG)"
+[ -n "$(find "$B/obj/daemon" -name '*.o' -print -quit 2> /dev/null)" ] || fail "no objects in $B/obj/daemon (make all B=$B_ARG)"
 
 # plant SRC FILE CODE: a source file in the toy tree and its object where the Makefile puts it
 S=$T/toy
@@ -43,8 +43,23 @@ grep -q '^FAIL: layer breach: common/co.c (common) references libclient/cl.c (li
 	fail "planted breaches not named: $out"
 pass "planted breaches named (common -> libclient, libclient -> daemon)"
 
+# daemon/'s folders keep their order (TREES in tools/check-layers): core below peer, the
+# transports on one level, and every folder placed in it.
+plant daemon/core/base.c 'int up(void); int base(void) { return up(); }'
+plant daemon/peer/up.c 'int up(void) { return 0; }'
+plant daemon/transport/tcp/t1.c 'int t2(void); int t1(void) { return t2(); }'
+plant daemon/transport/rdma/t2.c 'int base(void); int t2(void) { return base(); }'
+plant daemon/misc/stray.c 'int stray(void) { return 0; }'
+out=$("$CHECK" -s "$S" b 2>&1) && fail "planted folder-order breaches not found: $out"
+grep -q '^FAIL: folder order: daemon/core/base.c (core, level 1) calls daemon/peer/up.c (peer, level 4): up$' <<< "$out" &&
+	grep -q '^FAIL: folder order: daemon/transport/tcp/t1.c (transport/tcp, level 5) calls daemon/transport/rdma/t2.c (transport/rdma, level 5): t2$' <<< "$out" &&
+	grep -q '^FAIL: daemon/misc/stray.c: folder daemon/misc is in no level' <<< "$out" ||
+	fail "planted folder-order breaches not named: $out"
+grep -q 'transport/rdma/t2.c (transport/rdma, level 5) calls daemon/core' <<< "$out" && fail "a call down the folders refused: $out"
+pass "planted folder-order breaches named (core -> peer, tcp -> rdma, a folder in no level)"
+
 echo "--- $B"
 "$CHECK" "$B"
 rc=$?
 [ $rc = 0 ] || fail "check-layers on $B_ARG: exit $rc (the cycle and its edges above; cut an edge so that no file calls back up)"
-pass "daemon/ has no cycle; libclient/ and common/ keep to their layers"
+pass "daemon/ has no cycle and its folders keep their order; libclient/ and common/ keep to their layers"

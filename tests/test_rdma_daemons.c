@@ -29,8 +29,8 @@
 #include "svc/ctl.h"
 #include "mori.h"
 #include "mori.pb-c.h"
-#include "../daemon/config.h"
-#include "../daemon/rdma.h"
+#include "../daemon/core/config.h"
+#include "../daemon/topo/rdma.h"
 #include "node_harness.h"
 #include "peer_harness.h" /* a peer daemon by hand, authenticated with the suite's key */
 

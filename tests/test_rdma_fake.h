@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../daemon/rdma_core.h"
+#include "../daemon/transport/rdma/rdma_core.h"
 
 #define FQ_MAX 256
 #define FMR_MAX 256

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../daemon/rdma_core.h"
+#include "../daemon/transport/rdma/rdma_core.h"
 
 START_TEST(wrid_roundtrip)
 {

@@ -33,8 +33,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../daemon/rdma_core.h"
-#include "../daemon/rdma_verbs.h"
+#include "../daemon/transport/rdma/rdma_core.h"
+#include "../daemon/transport/rdma/rdma_verbs.h"
 
 #define SIZE (128u << 20)        /* each side's region */
 #define HALF (SIZE / 2)          /* [0, HALF): write area at B; [HALF, SIZE): read area */

@@ -16,7 +16,7 @@
 #include <sys/prctl.h>
 #include <sys/wait.h>
 
-#include "../daemon/symalloc.h"
+#include "../daemon/shmem/symalloc.h"
 #include "harness.h"
 #include "ctl_harness.h"
 #include "node_harness.h"

@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../daemon/topology.h"
+#include "../daemon/topo/topology.h"
 
 static char root[256];
 

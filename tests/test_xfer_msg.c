@@ -3,7 +3,7 @@
  * repeated prefix so the room goes to the cause. */
 #include <check.h>
 
-#include "../daemon/peer_int.h"
+#include "../daemon/peer/peer_int.h"
 #include "harness.h"
 
 START_TEST(cut_at_a_word)

@@ -16,7 +16,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 
-#include "../daemon/tcp_int.h"      /* the data-stream frame, to play a misbehaving peer */
+#include "../daemon/transport/tcp/tcp_int.h"      /* the data-stream frame, to play a misbehaving peer */
 #include "../libclient/internal.h" /* raw ring access: the daemon must check what the library would */
 #include "svc/ctl.h"
 #include "harness.h"
