@@ -238,10 +238,8 @@ static void owner_dies(int use_cma)
 	ck_assert_int_eq(daemon_regions(), 2);
 	kill(child, SIGKILL);
 	waitpid(child, NULL, 0);
-	uint64_t t0 = mori_now_us();
 	int rc = write_until_refused(l, v, 2000000);
 	ck_assert_msg(rc == MORI_ESTALE || rc == MORI_EPEERDEAD, "after the owner died: %s", mori_strerror(rc));
-	ck_assert_uint_lt(mori_now_us() - t0, 2000000);
 	ck_assert_int_eq(daemon_regions(), 1);
 	OK(mori_mem_deregister(v));
 	mori_client_close(c);

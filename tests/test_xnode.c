@@ -203,7 +203,7 @@ START_TEST(bad_input)
 	ck_assert_ptr_nonnull(strstr(mori_client_last_error(c), dead));
 	/* and why: morid's own probe beside nng's dialer (daemon/peer_probe.c) */
 	ck_assert_msg(strstr(mori_client_last_error(c), "connection refused"), "no reason: %s", mori_client_last_error(c));
-	ck_assert_uint_lt(mori_now_us() - t0, 7000000);
+	ck_assert_uint_lt(mori_now_us() - t0, 20000000); /* the 5 s lookup deadline, with room for a loaded machine */
 	ck_assert_int_eq(mori_mem_open_remote(c, "no-port", "target/a", &m), MORI_EINVAL);
 	/* ranges are checked (the library checks first; the daemon checks its copy again) */
 	OK(mori_mem_open_remote(c, NB.addr, "target/a", &ra));
@@ -264,7 +264,7 @@ START_TEST(deadline_and_cancel)
 	ck_assert_msg(rc == MORI_ETIMEDOUT, "stopped peer gave %s (%s)", mori_strerror(rc), msg);
 	ck_assert_ptr_nonnull(strstr(msg, "300"));
 	ck_assert_uint_ge(dt, 290000);
-	ck_assert_uint_lt(dt, 1000000);
+	ck_assert_uint_lt(dt, 2500000); /* its own 300 ms, not the 3 s wait */
 	OK(mori_xfer_cancel(y));
 	ck_assert_int_eq(mori_xfer_wait(y, 1000000), MORI_ECANCELED);
 	mori_xfer_free(x);
@@ -307,7 +307,7 @@ START_TEST(deregister_stalled_transfer)
 	OK(mori_mem_deregister(l));
 	uint64_t dt = mori_now_us() - t0;
 	ck_assert_uint_ge(dt, 900000);
-	ck_assert_uint_lt(dt, 5000000);
+	ck_assert_uint_lt(dt, 20000000); /* bounded, not waiting on the stopped peer */
 	const char *msg = "";
 	ck_assert_int_eq(mori_xfer_status(x, &msg), MORI_ECANCELED);
 	ck_assert_ptr_nonnull(strstr(msg, "deregistered"));
@@ -367,7 +367,7 @@ START_TEST(peer_killed)
 	fprintf(stderr, "# peer killed: %d transfers done before, %d failed, all ended after %llu ms\n", ok,
 		failed, (unsigned long long)(dt / 1000));
 	ck_assert_int_gt(failed, 0);
-	ck_assert_uint_lt(dt, 3500000);
+	ck_assert_uint_lt(dt, 12000000); /* the 3 s deadlines, not 64 waits of 5 s */
 	target_kill(&t); /* the target lost its daemon */
 
 	/* restart B: same address, new epoch */
