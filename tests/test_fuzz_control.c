@@ -30,6 +30,7 @@
 #include "mori.h"
 #include "mori.pb-c.h"
 #include "wire.h"
+#include "svc/nng_close.h"
 
 #define N_MESSAGES 10000
 #define MAX_MSG 65536 /* --max-message-bytes for the daemon under test */
@@ -683,8 +684,8 @@ START_TEST(fuzz_control)
 	ck_assert_int_ge(t.emsgsize, 1);
 	ck_assert_int_ge(t.dropped, 1);
 
-	nng_close(c2.s);
-	nng_close(c.s);
+	svc_nng_close(c2.s, 5000, "a test control socket");
+	svc_nng_close(c.s, 5000, "a test control socket");
 	free(buf);
 	free(rbuf);
 	int rc = stop_daemon();
@@ -724,7 +725,7 @@ START_TEST(idle_flood)
 	expect_closed(fds[0], "the longest idle connection");
 	for (int i = 0; i < FLOOD; i++)
 		close(fds[i]);
-	nng_close(c2.s);
+	svc_nng_close(c2.s, 5000, "a test control socket");
 	ck_assert_int_eq(stop_daemon(), 0);
 }
 END_TEST

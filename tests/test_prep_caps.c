@@ -24,6 +24,7 @@
 #include "harness.h"
 #include "svc/ctl.h"
 #include "wire.h"
+#include "svc/nng_close.h"
 
 #define BIG_DESCS (1u << 24) /* 384 MiB of descriptors */
 #ifdef __SANITIZE_ADDRESS__
@@ -197,7 +198,7 @@ static void *probe_main(void *arg)
 		}
 		usleep(2000);
 	}
-	nng_close(s);
+	svc_nng_close(s, 5000, "the status probe socket");
 	return NULL;
 }
 

@@ -21,6 +21,7 @@
 #include "mori.pb-c.h"
 #include "svc/ctl.h"
 #include "wire.h"
+#include "svc/nng_close.h"
 
 static struct test_daemon D;
 
@@ -177,7 +178,7 @@ START_TEST(other_protocol)
 	ck_assert_msg(rc == 0 && strstr(out, "9.9.9"), "version: %d %s", rc, out); /* version reports it */
 	fake_run = 0;
 	pthread_join(th, NULL);
-	nng_close(fake);
+	svc_nng_close(fake, 5000, "the fake daemon socket");
 	char rm[128];
 	snprintf(rm, sizeof(rm), "rm -rf %s", dir);
 	ck_assert_int_eq(system(rm), 0);
