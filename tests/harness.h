@@ -33,6 +33,25 @@ static inline const char *build_dir(void)
 	return b && b[0] ? b : "build";
 }
 
+/* Milliseconds on the monotonic clock. */
+static inline uint64_t test_now_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+}
+
+/* Evaluate cond every millisecond until it holds or within_ms passed; whether it held. A test
+ * waits for the state it needs, never a fixed time: a loaded machine may take long to get there. */
+#define WAIT_UNTIL(cond, within_ms)                                                                  \
+	({                                                                                           \
+		uint64_t _wu_t0 = test_now_ms();                                                     \
+		int _wu_ok;                                                                          \
+		while (!(_wu_ok = !!(cond)) && test_now_ms() - _wu_t0 < (uint64_t)(within_ms))       \
+			usleep(1000);                                                                \
+		_wu_ok;                                                                              \
+	})
+
 /* Does something accept TCP connections at a (IPv4)? */
 static inline int tcp_accepts(const struct sockaddr_in *a)
 {
