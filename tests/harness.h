@@ -372,4 +372,53 @@ static inline int proc_fds(pid_t pid)
 	closedir(d);
 	return n;
 }
+
+/* TCP connections pid has not finished with: its sockets whose far end closed (CLOSE_WAIT) and
+ * connections waiting in its listeners' accept queues; -1 when /proc cannot say. 0 means every
+ * connection a peer made and dropped has been read to its end (and counted) by pid. */
+static inline int proc_tcp_unfinished(pid_t pid)
+{
+	char path[300], link[64];
+	unsigned long inodes[1024];
+	int ni = 0;
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	DIR *d = opendir(path);
+	if (!d)
+		return -1;
+	for (struct dirent *e; (e = readdir(d)) && ni < 1024;) {
+		char fdp[600];
+		snprintf(fdp, sizeof(fdp), "%s/%s", path, e->d_name);
+		ssize_t n = readlink(fdp, link, sizeof(link) - 1);
+		if (n > 0) {
+			link[n] = 0;
+			if (sscanf(link, "socket:[%lu]", &inodes[ni]) == 1)
+				ni++;
+		}
+	}
+	closedir(d);
+	int unfinished = 0;
+	static const char *const tables[] = {"/proc/net/tcp", "/proc/net/tcp6"};
+	for (int t = 0; t < 2; t++) {
+		FILE *f = fopen(tables[t], "r");
+		char line[512];
+		if (!f)
+			continue;
+		while (fgets(line, sizeof(line), f)) {
+			unsigned st, txq, rxq;
+			unsigned long inode;
+			/* sl local rem st tx_queue:rx_queue tr:when retrnsmt uid timeout inode */
+			if (sscanf(line, " %*s %*s %*s %x %x:%x %*s %*s %*s %*s %lu", &st, &txq, &rxq, &inode) != 4)
+				continue;
+			for (int i = 0; i < ni; i++)
+				if (inodes[i] == inode) {
+					if (st == 0x08) /* CLOSE_WAIT */
+						unfinished++;
+					else if (st == 0x0A) /* LISTEN: rx_queue is the accept queue */
+						unfinished += (int)rxq;
+				}
+		}
+		fclose(f);
+	}
+	return unfinished;
+}
 #endif

@@ -1,4 +1,4 @@
-/* Issue 18, acceptance 1: region handles are capabilities. A region its owner never published
+/* Region handles are capabilities. A region its owner never published
  * and never packed is unreachable: blobs forged with any region id, epoch and generation (the
  * region's true ones read from the owner's own handle, the old guessable scheme epoch ^ id *
  * 2654435761, or random) are refused on the same node and across nodes, through libmori and by
@@ -33,10 +33,7 @@ static int start_node(struct test_daemon *t, char *addr, const char *const *more
 	for (int i = 0; more && more[i] && n < 22; i++)
 		extra[n++] = more[i];
 	extra[n] = NULL;
-	if (daemon_start(t, extra) != 0)
-		return -1;
-	usleep(50000); /* the peer listener binds right after the session socket */
-	return 0;
+	return daemon_start(t, extra) != 0 ? -1 : 0; /* it waited for the peer listener too */
 }
 
 static void setup(void)
