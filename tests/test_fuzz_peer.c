@@ -318,8 +318,7 @@ static void setup(void)
 	const char *xt[] = {"--listen", at, "--cluster-key-file", keyp, "--log-level", "warn", NULL};
 	const char *xa[] = {"--listen", aa, "--cluster-key-file", keyp, NULL};
 	ck_assert_int_eq(daemon_start(&T, xt), 0);
-	ck_assert_int_eq(daemon_start(&A, xa), 0);
-	usleep(50000);
+	ck_assert_int_eq(daemon_start(&A, xa), 0); /* it waited for the peer listener too */
 }
 
 static void teardown(void)
@@ -368,7 +367,11 @@ START_TEST(fuzz_peer)
 	fprintf(stderr, "# data port, unauthenticated: %d streams, %.1f s\n", st_unauth, (mori_now_us() - t0) / 1e6);
 	fuzz_data(1, &st_auth);
 	fprintf(stderr, "# data port, authenticated: %d streams, %.1f s\n", st_auth, (mori_now_us() - t0) / 1e6);
-	usleep(300000 * SLOW);
+	/* T counts each refusal once it read the stream to its end: wait for that, not a fixed time */
+	int settled = WAIT_UNTIL(proc_tcp_unfinished(T.pid) == 0 &&
+				 counter(&T, "peer_auth_refused") - refused0 + counter(&T, "data_handshakes_dropped") - dropped0 >= N_EACH,
+				 30000 * SLOW);
+	fprintf(stderr, "# %s\n", settled ? "T read every stream to its end" : "T still reads streams after 30 s");
 	uint64_t refused = counter(&T, "peer_auth_refused") - refused0;
 	/* a slow daemon (ASan) holds at most 128 unauthenticated streams: the oldest are dropped,
 	 * counted as data_handshakes_dropped, before their early frame is refused */

@@ -1,4 +1,4 @@
-/* Issue 18, item 7 (the smaller faults, the ones a client or moractl meets; the configuration
+/* The smaller faults (the ones a client or moractl meets; the configuration
  * and start-up ones are tests/test_config_items.sh):
  *   - a 250 KB client name is MORI_EINVAL, and a request too large for the session socket
  *     MORI_EMSGSIZE with the session intact (both said MORI_ECONN "session lost: Message too long");
@@ -215,8 +215,7 @@ START_TEST(notif_order)
 	snprintf(ab, sizeof(ab), "127.0.0.1:%d", free_port());
 	const char *xa[] = {"--listen", aa, NULL}, *xb[] = {"--listen", ab, NULL};
 	ck_assert_int_eq(daemon_start(&A, xa), 0);
-	ck_assert_int_eq(daemon_start(&B, xb), 0);
-	usleep(50000);
+	ck_assert_int_eq(daemon_start(&B, xb), 0); /* it waited for the peer listener too */
 	mori_client *ct, *ci;
 	mori_mem *r, *l, *rr;
 	OK(mori_client_open(B.dir, "target", &ct));
