@@ -1,4 +1,4 @@
-/* MORI-CCL on host heaps (issue 15, acceptance 4), no GPU: forked processes as the ranks of a
+/* MORI-CCL on host heaps, no GPU: forked processes as the ranks of a
  * communicator over a group on one morid (and, with two nodes, odd PEs on a second morid: every
  * peer read then goes through the daemons; tests/test_coll_netns.sh runs that across two network
  * namespaces). Every collective against a reference each rank computes itself
@@ -197,7 +197,7 @@ static int pe_faults(int pe, int n, void *arg)
 	}
 	PCHECK(pe, mori_comm_set_algo(k, "allreduce=ce") == MORI_EINVAL, "allreduce=ce accepted");
 	PCHECK(pe, mori_comm_set_algo(k, "bogus=kernel") == MORI_EINVAL, "bogus accepted");
-	{ /* the group's reserved area and the communicator's own (flags, scratch) are refused (tester5) */
+	{ /* the group's reserved area and the communicator's own (flags, scratch) are refused */
 		uint8_t *hb = mori_shmem_heap_base(g);
 		int rv = mori_allreduce(k, x, hb + 4096, 16, MORI_FLOAT32, MORI_SUM, NULL);
 		PCHECK(pe, rv == MORI_ERANGE && strstr(mori_client_last_error(c), "reserved area"), "recvbuf in the reserved "
@@ -207,7 +207,7 @@ static int pe_faults(int pe, int n, void *arg)
 		       "recvbuf over the communicator's area: %s (%s)", mori_strerror(rv), mori_client_last_error(c));
 	}
 	{ /* all-to-all-v whose counts disagree on one rank only (rank 1 expects 3 from rank 0, which
-	   * sends 4): every rank refuses, naming the pair, and the communicator stays in step (tester5) */
+	   * sends 4): every rank refuses, naming the pair, and the communicator stays in step */
 		size_t sc[8], sd[8], rc[8], rd[8];
 		for (int r = 0; r < n; r++)
 			sc[r] = rc[r] = 4, sd[r] = rd[r] = 4 * (size_t)r;
@@ -220,7 +220,8 @@ static int pe_faults(int pe, int n, void *arg)
 	POK(pe, mori_allreduce(k, x, y, 16, MORI_FLOAT32, MORI_SUM, NULL));
 	PCHECK(pe, y[0] == (float)n, "sum %g of %d ranks", y[0], n);
 	if (pe == n - 1) {
-		usleep(3000000); /* never calls; the group is aborted when it comes back */
+		/* never calls; waits until the others' call timed out and aborted the group */
+		PCHECK(pe, WAIT_UNTIL(mori_comm_status(k, NULL) != MORI_OK, 30000), "the group was never aborted");
 		PCHECK(pe, mori_comm_status(k, NULL) == MORI_ETIMEDOUT, "status %d", mori_comm_status(k, NULL));
 	} else {
 		int rc = mori_allreduce(k, x, y, 16, MORI_FLOAT32, MORI_SUM, NULL);
