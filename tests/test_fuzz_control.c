@@ -632,7 +632,7 @@ START_TEST(fuzz_control)
 		int cat = pick_category();
 		FUZZ_ONE(cat);
 	}
-	usleep(200000);
+	usleep(200000); /* the warm-up's connections close: a baseline taken before only loosens the bound below */
 	long rss0 = proc_rss_kib(daemon_pid);
 	int fds0 = proc_fds(daemon_pid);
 	ck_assert(rss0 > 0 && fds0 > 0);
@@ -662,7 +662,7 @@ START_TEST(fuzz_control)
 
 	/* fds and sessions close asynchronously; give them a moment */
 	int fds1 = proc_fds(daemon_pid);
-	for (int i = 0; i < 100 * SLOW && (fds1 > fds0 + 2 || fds1 < fds0 - 2); i++) {
+	for (int i = 0; i < 500 * SLOW && fds1 > fds0 + 2; i++) {
 		usleep(20000);
 		fds1 = proc_fds(daemon_pid);
 	}
@@ -676,7 +676,7 @@ START_TEST(fuzz_control)
 		t.other, t.dropped, raw, session_msgs, rss0, rss1, rss1 - rss0, fds0, fds1,
 		(unsigned long long)bad, (unsigned long long)over);
 	mori__reply__free_unpacked(keep, NULL);
-	ck_assert_msg(fds1 >= fds0 - 2 && fds1 <= fds0 + 2, "daemon fds %d -> %d", fds0, fds1);
+	ck_assert_msg(fds1 <= fds0 + 2, "daemon fds %d -> %d", fds0, fds1); /* fewer is no leak */
 	ck_assert_msg(rss1 - rss0 < RSS_BOUND_KIB, "daemon RSS grew by %ld KiB (bound %d KiB)", rss1 - rss0,
 		      RSS_BOUND_KIB);
 	ck_assert_int_ge(t.eproto, 1);

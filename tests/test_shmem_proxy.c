@@ -432,7 +432,9 @@ static int pe_lkilled(int pe, int n, void *arg)
 		if (t == LTRIES) {
 			kill(NB.pid, SIGSTOP);
 			SH->stage = 3;
-			usleep(300000); /* PE 0's proxy has taken it and sent what the sockets hold */
+			/* variety: likely PE 0's proxy has taken it and sent what the sockets hold by now;
+			 * the checks after the kill hold either way */
+			usleep(300000);
 		} else {
 			uint64_t t0 = now_us();
 			while (memcmp(e.heap + LB_OFF, first, 8) && *sig != (uint64_t)t && now_us() - t0 < WAIT_US)
@@ -455,7 +457,7 @@ static int pe_lkilled(int pe, int n, void *arg)
 		SH->stage = 1; /* the parent kills B now */
 		while (SH->stage != 2)
 			usleep(1000);
-		usleep(1500000);
+		usleep(1500000); /* a window for a wrong late signal to show: none may come, however long */
 		PCHECK(pe, *sig != (uint64_t)t, "try %d: signal applied after the kill", t);
 		SH->figures[7] = t;
 		break;
@@ -885,7 +887,7 @@ START_TEST(peer_killed_idle)
 	uint64_t t0 = now_us();
 	while (SH->stage < 2 && now_us() - t0 < 30000000)
 		usleep(1000);
-	usleep(100000);
+	usleep(100000); /* variety: they likely wait by now; a PE that starts its wait later sees the word as well */
 	SH->kill_us = now_us();
 	node_kill9(&NB);
 	int st;
