@@ -1,4 +1,4 @@
-/* MORI-IO across nodes (issue 3): two morids, each with its own runtime dir and peer listener,
+/* MORI-IO across nodes: two morids, each with its own runtime dir and peer listener,
  * a target client on node B and an initiator on node A. Random verified batches, and the fault
  * cases: unpublished name, unreachable node, deadline, cancel, region freed, peer daemon killed
  * mid-transfer and restarted (new epoch: old handles are stale, new ones work).
@@ -30,7 +30,7 @@
 #define LOCAL_SZ (64u << 20)
 
 static struct test_node NA, NB;
-/* The cluster key both daemons share (issue 18: every cross-node test runs authenticated);
+/* The cluster key both daemons share (every cross-node test runs authenticated);
  * MORI_XNODE_NO_KEY=1 runs them without (loopback only). */
 static struct auth_key XKEY;
 static char xkey_path[64];
@@ -50,6 +50,15 @@ static void teardown(void) { node_pair_stop(&NA, &NB); }
 
 /* A control-socket status field of a node. */
 static Mori__Reply *node_list(struct test_node *n, uint32_t what) { return ctl_list(n->dir, what); }
+
+/* The transfers node n lists in flight (moractl transfers). */
+static uint32_t node_xfers(struct test_node *n)
+{
+	Mori__Reply *rep = node_list(n, 4);
+	uint32_t k = (uint32_t)rep->list->n_xfers;
+	mori__reply__free_unpacked(rep, NULL);
+	return k;
+}
 
 /* A client of node A named label with a host region of lsz bytes (*l) and node B's region
  * `name` open (*r). */
@@ -348,7 +357,7 @@ START_TEST(peer_killed)
 		else
 			OK(mori_write(l, 0, ra, 0, 64 << 20, &o, &xs[i]));
 	}
-	usleep(30000);
+	usleep(30000); /* variety: some under way, some queued; every one must end either way */
 	uint64_t t0 = mori_now_us();
 	node_kill9(&NB);
 	int ok = 0, failed = 0;
@@ -410,18 +419,11 @@ START_TEST(initiator_killed)
 			if (mori_write(l, 0, r, 0, 32 << 20, NULL, &x) == MORI_OK)
 				(void)x; /* never waited for, never freed: the process dies with them */
 	}
-	usleep(300000);
+	ck_assert_msg(WAIT_UNTIL(node_xfers(&NA) > 0, 20000), "the doomed client's writes never showed in flight");
 	kill(child, SIGKILL);
 	waitpid(child, NULL, 0);
-	uint64_t t0 = mori_now_us();
-	uint32_t left = 1;
-	while (left && mori_now_us() - t0 < 3000000) {
-		Mori__Reply *rep = node_list(&NA, 4);
-		left = (uint32_t)rep->list->n_xfers;
-		mori__reply__free_unpacked(rep, NULL);
-		usleep(10000);
-	}
-	ck_assert_uint_eq(left, 0);
+	ck_assert_msg(WAIT_UNTIL(node_xfers(&NA) == 0, 20000), "node A still lists %u transfers of a dead client",
+		      node_xfers(&NA));
 	/* node B still serves */
 	mori_client *c;
 	mori_mem *l, *ra;
@@ -450,7 +452,7 @@ START_TEST(deregister_under_traffic)
 	mori_xfer *xs[N];
 	for (int i = 0; i < N; i++)
 		OK(mori_write(l, 0, rb, 0, REGION_B, NULL, &xs[i]));
-	usleep(20000);
+	usleep(20000); /* variety: likely some under way; the checks hold either way */
 	struct hreq h = {HREQ_DEREG_B_UNDER_TRAFFIC, 1};
 	ck_assert(write(t.to, &h, sizeof(h)) == sizeof(h));
 	int ok = 0, stale = 0;
@@ -490,7 +492,7 @@ START_TEST(stop_mid_transfer)
 		else
 			OK(mori_write(l, 0, ra, 0, REGION_A, NULL, &xs[i]));
 	}
-	usleep(50000);
+	usleep(50000); /* variety: likely some under way; every one must end either way */
 	ck_assert_int_eq(node_stop(&NB), 0);
 	ck_assert_int_eq(node_stop(&NA), 0);
 	target_kill(&t);
@@ -658,7 +660,7 @@ START_TEST(raw_submissions)
 	OK(client_submit(c, &k)); /* cancelling again: nothing more */
 	kill(NB.pid, SIGCONT);
 	/* exactly one completion per submission: nothing else arrives */
-	usleep(200000);
+	usleep(200000); /* a window for an extra completion to show: none may come, however long */
 	struct mori_cqe extra;
 	ck_assert_int_eq(ring_pop(c->cqh, c->cqe, c->lay.cq_entries, sizeof(extra), &extra), -1);
 	/* and the daemon still works */
