@@ -51,7 +51,8 @@ static void setup(void)
 static void teardown(void)
 {
 	/* as test_shmem_proxy: the last group messages answered (no group listed) before the stop */
-	WAIT_UNTIL((NA.pid <= 0 || ctl_group_count(NA.dir) == 0) && (NB.pid <= 0 || ctl_group_count(NB.dir) == 0), 10000);
+	WAIT_UNTIL((NA.pid <= 0 || ctl_group_count(NA.dir) == 0) && (NB.pid <= 0 || ctl_group_count(NB.dir) == 0),
+		   10000);
 	int rc = node_pair_stop(&NA, &NB);
 	pe_shared_unmap(SH);
 	ck_assert_msg(rc == 0, "morid did not stop cleanly (above: which, and its log)");

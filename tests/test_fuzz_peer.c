@@ -369,7 +369,9 @@ START_TEST(fuzz_peer)
 	fprintf(stderr, "# data port, authenticated: %d streams, %.1f s\n", st_auth, (mori_now_us() - t0) / 1e6);
 	/* T counts each refusal once it read the stream to its end: wait for that, not a fixed time */
 	int settled = WAIT_UNTIL(proc_tcp_unfinished(T.pid) == 0 &&
-				 counter(&T, "peer_auth_refused") - refused0 + counter(&T, "data_handshakes_dropped") - dropped0 >= N_EACH,
+					 counter(&T, "peer_auth_refused") - refused0 +
+						 counter(&T, "data_handshakes_dropped") - dropped0 >=
+					 N_EACH,
 				 30000 * SLOW);
 	fprintf(stderr, "# %s\n", settled ? "T read every stream to its end" : "T still reads streams after 30 s");
 	uint64_t refused = counter(&T, "peer_auth_refused") - refused0;

@@ -533,7 +533,8 @@ static int pe_bar_timeout(int pe, int n, void *arg)
 	snprintf(want, sizeof(want), "PE %d never made it", n - 1);
 	PCHECK(pe, strstr(m, want), "%s", m);
 	if (pe != n - 1) /* ended by its 0.5 s deadline (a loose bound: a loaded machine is slow) */
-		PCHECK(pe, mori_now_us() - t0 < 4500000, "the barrier took %llu us", (unsigned long long)(mori_now_us() - t0));
+		PCHECK(pe, mori_now_us() - t0 < 4500000, "the barrier took %llu us",
+		       (unsigned long long)(mori_now_us() - t0));
 	PCHECK(pe, mori_shmem_status(g, &who) == MORI_ETIMEDOUT && who == n - 1, "status names PE %d", who);
 	mori_group_leave(g);
 	mori_client_close(c);

@@ -49,7 +49,8 @@ static void teardown(void)
 	 * (github.com/nanomsg/nng/issues/1543; seen in peers_stop, 1 stop in about 10): that is a
 	 * daemon bug outside this test, not what it checks. A group a test left behind only makes
 	 * this wait its 10 s; a killed daemon holds none. */
-	WAIT_UNTIL((NA.pid <= 0 || ctl_group_count(NA.dir) == 0) && (NB.pid <= 0 || ctl_group_count(NB.dir) == 0), 10000);
+	WAIT_UNTIL((NA.pid <= 0 || ctl_group_count(NA.dir) == 0) && (NB.pid <= 0 || ctl_group_count(NB.dir) == 0),
+		   10000);
 	ck_assert_msg(node_pair_stop(&NA, &NB) == 0, "morid did not stop cleanly (above: which, and its log)");
 }
 

@@ -1,11 +1,11 @@
-/* MORI-SHMEM's proxy must not take morid's event loop away from everything else. A PE whose requests morid serves by copying between two heaps of this node (the
- * proxy's local path: local_copy runs on the loop) keeps its ring full of 16 MiB puts, as a fast
- * kernel would (claim on head, wait while full, write, publish). Meanwhile the control socket must
- * keep answering `moractl status` while the ring stays full (the time each took is printed, not
- * asserted: a loaded machine is slow). A pump() that served the ring in one loop turn for as long
- * as requests were published would answer nothing at all with a producer that keeps up (a
- * systemd watchdog of 10 s kills it). One morid, a 1-PE host
- * group, the PE a forked process that posts to itself. */
+/* MORI-SHMEM's proxy must not take morid's event loop away from everything else. A PE whose
+ * requests morid serves by copying between two heaps of this node (the proxy's local path:
+ * local_copy runs on the loop) keeps its ring full of 16 MiB puts, as a fast kernel would (claim
+ * on head, wait while full, write, publish). Meanwhile the control socket must keep answering
+ * `moractl status` while the ring stays full (the time each took is printed, not asserted: a
+ * loaded machine is slow). A pump() that served the ring in one loop turn for as long as requests
+ * were published would answer nothing at all with a producer that keeps up (a systemd watchdog
+ * of 10 s kills it). One morid, a 1-PE host group, the PE a forked process that posts to itself. */
 #include <check.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
