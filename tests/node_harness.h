@@ -189,8 +189,9 @@ static inline void node_pair_init(struct test_node *a, struct test_node *b, cons
 }
 
 /* Inside the namespaces the listeners are off loopback, and a test without a cluster key must
- * say --insecure-peers (issue 18): both nodes' args, where this morid knows the option (a run
- * against an older morid works too). Outside a namespace nothing. */
+ * say --insecure-peers (without a key morid refuses to listen off loopback otherwise): both
+ * nodes' args, where this morid knows the option (a run against an older morid works too).
+ * Outside a namespace nothing. */
 static inline void node_pair_insecure_in_ns(struct test_node *a, struct test_node *b)
 {
 	static const char *const insecure[] = {"--insecure-peers", "1", NULL};
