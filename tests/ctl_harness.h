@@ -72,6 +72,71 @@ static inline Mori__Reply *ctl_list(const char *dir, uint32_t what)
 	return rep;
 }
 
+/* moractl groups' reply from dir's daemon, NULL when it did not answer. Asserts nothing, so a PE
+ * (a forked process) may ask too. */
+static inline Mori__Reply *ctl_try_groups(const char *dir)
+{
+	char url[400], err[256];
+	Mori__Request req = MORI__REQUEST__INIT;
+	Mori__ListRequest lq = MORI__LIST_REQUEST__INIT;
+	lq.what = 5;
+	req.body_case = MORI__REQUEST__BODY_LIST;
+	req.list = &lq;
+	Mori__Reply *rep = NULL;
+	ctl_url(url, sizeof(url), dir);
+	if (ctl_call(url, &req, &rep, 10000, err, sizeof(err)) != MORI_OK)
+		return NULL;
+	if (rep->code == 0 && rep->body_case == MORI__REPLY__BODY_LIST)
+		return rep;
+	mori__reply__free_unpacked(rep, NULL);
+	return NULL;
+}
+
+/* How many groups dir's daemon lists; -1 when it did not answer. */
+static inline int ctl_group_count(const char *dir)
+{
+	Mori__Reply *rep = ctl_try_groups(dir);
+	if (!rep)
+		return -1;
+	int n = (int)rep->list->n_groups;
+	mori__reply__free_unpacked(rep, NULL);
+	return n;
+}
+
+/* How many ranks of group name dir's daemon lists in state: "joined" (at the root, while the
+ * group forms), "in call" (waiting in a collective call), "member", ...; -1 when it did not
+ * answer. Asserts nothing. */
+static inline int ctl_group_ranks(const char *dir, const char *name, const char *state)
+{
+	Mori__Reply *rep = ctl_try_groups(dir);
+	if (!rep)
+		return -1;
+	int n = 0;
+	for (size_t i = 0; i < rep->list->n_groups; i++) {
+		const Mori__GroupInfo *g = rep->list->groups[i];
+		for (size_t k = 0; !strcmp(g->name, name) && k < g->n_ranks; k++)
+			n += !strcmp(g->ranks[k]->state, state);
+	}
+	mori__reply__free_unpacked(rep, NULL);
+	return n;
+}
+
+/* Ask dir's daemon every 10 ms, within_ms at most, until it lists at least n ranks of group name
+ * in state (ctl_group_ranks). 1 when it did, 0 when the deadline came first. */
+static inline int ctl_wait_group_ranks(const char *dir, const char *name, const char *state, int n, unsigned within_ms)
+{
+	struct timespec t0, t;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		if (ctl_group_ranks(dir, name, state) >= n)
+			return 1;
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		if ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 >= (long)within_ms)
+			return 0;
+		usleep(10000);
+	}
+}
+
 /* One of the daemon's counters (moractl status's list); the test fails if it has none so named. */
 static inline uint64_t ctl_counter(const char *dir, const char *name)
 {

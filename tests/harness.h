@@ -33,6 +33,25 @@ static inline const char *build_dir(void)
 	return b && b[0] ? b : "build";
 }
 
+/* Milliseconds on the monotonic clock. */
+static inline uint64_t test_now_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+}
+
+/* Evaluate cond every millisecond until it holds or within_ms passed; whether it held. A test
+ * waits for the state it needs, never a fixed time: a loaded machine may take long to get there. */
+#define WAIT_UNTIL(cond, within_ms)                                                                  \
+	({                                                                                           \
+		uint64_t _wu_t0 = test_now_ms();                                                     \
+		int _wu_ok;                                                                          \
+		while (!(_wu_ok = !!(cond)) && test_now_ms() - _wu_t0 < (uint64_t)(within_ms))       \
+			usleep(1000);                                                                \
+		_wu_ok;                                                                              \
+	})
+
 /* Does something accept TCP connections at a (IPv4)? */
 static inline int tcp_accepts(const struct sockaddr_in *a)
 {
@@ -352,5 +371,54 @@ static inline int proc_fds(pid_t pid)
 		n += e->d_name[0] != '.';
 	closedir(d);
 	return n;
+}
+
+/* TCP connections pid has not finished with: its sockets whose far end closed (CLOSE_WAIT) and
+ * connections waiting in its listeners' accept queues; -1 when /proc cannot say. 0 means every
+ * connection a peer made and dropped has been read to its end (and counted) by pid. */
+static inline int proc_tcp_unfinished(pid_t pid)
+{
+	char path[300], link[64];
+	unsigned long inodes[1024];
+	int ni = 0;
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	DIR *d = opendir(path);
+	if (!d)
+		return -1;
+	for (struct dirent *e; (e = readdir(d)) && ni < 1024;) {
+		char fdp[600];
+		snprintf(fdp, sizeof(fdp), "%s/%s", path, e->d_name);
+		ssize_t n = readlink(fdp, link, sizeof(link) - 1);
+		if (n > 0) {
+			link[n] = 0;
+			if (sscanf(link, "socket:[%lu]", &inodes[ni]) == 1)
+				ni++;
+		}
+	}
+	closedir(d);
+	int unfinished = 0;
+	static const char *const tables[] = {"/proc/net/tcp", "/proc/net/tcp6"};
+	for (int t = 0; t < 2; t++) {
+		FILE *f = fopen(tables[t], "r");
+		char line[512];
+		if (!f)
+			continue;
+		while (fgets(line, sizeof(line), f)) {
+			unsigned st, txq, rxq;
+			unsigned long inode;
+			/* sl local rem st tx_queue:rx_queue tr:when retrnsmt uid timeout inode */
+			if (sscanf(line, " %*s %*s %*s %x %x:%x %*s %*s %*s %*s %lu", &st, &txq, &rxq, &inode) != 4)
+				continue;
+			for (int i = 0; i < ni; i++)
+				if (inodes[i] == inode) {
+					if (st == 0x08) /* CLOSE_WAIT */
+						unfinished++;
+					else if (st == 0x0A) /* LISTEN: rx_queue is the accept queue */
+						unfinished += (int)rxq;
+				}
+		}
+		fclose(f);
+	}
+	return unfinished;
 }
 #endif

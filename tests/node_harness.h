@@ -37,8 +37,9 @@ static inline void node_init(struct test_node *n, const char *name, const char *
 
 /* Start (or restart: same dir, same port) the node's morid with n->args, then extra (either
  * NULL-terminated or NULL). Log level MORI_TEST_LOG (default info). Waits up to 5 s for the
- * control socket, then 50 ms for the peer listener, which binds right after it. 0, or -1 (the
- * daemon exited, also in those 50 ms, or never served; its log says why). */
+ * control socket, then up to 5 s more for the peer listener, which binds right after it (inside
+ * a namespace, which this process cannot dial: 50 ms). 0, or -1 (the daemon exited meanwhile, or
+ * never served; its log says why). */
 static inline int node_start(struct test_node *n, const char *const *extra)
 {
 	char morid[512], sock[300], listen[128];
@@ -95,8 +96,18 @@ static inline int node_start(struct test_node *n, const char *const *extra)
 		struct stat st;
 		int status;
 		if (stat(sock, &st) == 0) {
-			usleep(50000);
-			if (waitpid(n->pid, &status, WNOHANG) == n->pid) { /* e.g. its listen port was taken */
+			struct sockaddr_in la = {.sin_family = AF_INET, .sin_port = htons((uint16_t)n->port)};
+			int dial = n->port && !n->ns && inet_pton(AF_INET, n->ip, &la.sin_addr) == 1;
+			if (!dial)
+				usleep(50000);
+			for (int k = 0; dial && k < 500 && !tcp_accepts(&la); k++) {
+				if (waitpid(n->pid, &status, WNOHANG) == n->pid) { /* e.g. its listen port was taken */
+					n->pid = 0;
+					return -1;
+				}
+				usleep(10000);
+			}
+			if (waitpid(n->pid, &status, WNOHANG) == n->pid) {
 				n->pid = 0;
 				return -1;
 			}
@@ -178,8 +189,9 @@ static inline void node_pair_init(struct test_node *a, struct test_node *b, cons
 }
 
 /* Inside the namespaces the listeners are off loopback, and a test without a cluster key must
- * say --insecure-peers: both nodes' args, where this morid knows the option (a run
- * against an older morid works too). Outside a namespace nothing. */
+ * say --insecure-peers (without a key morid refuses to listen off loopback otherwise): both
+ * nodes' args, where this morid knows the option (a run against an older morid works too).
+ * Outside a namespace nothing. */
 static inline void node_pair_insecure_in_ns(struct test_node *a, struct test_node *b)
 {
 	static const char *const insecure[] = {"--insecure-peers", "1", NULL};

@@ -18,6 +18,7 @@
 #include "../daemon/core/auth.h"
 #include "../daemon/transport/tcp/tcp_int.h"
 #include "mori.pb-c.h"
+#include "svc/nng_close.h"
 
 /* A fresh random key into path (mode 0600); k gets it. 0 or -1. */
 static inline int key_write(const char *path, struct auth_key *k)
@@ -151,7 +152,7 @@ static inline int pctl_open(struct pctl *pc, const char *url, const struct auth_
 static inline void pctl_close(struct pctl *pc)
 {
 	if (pc->open)
-		nng_close(pc->s);
+		svc_nng_close(pc->s, 5000, "a test peer socket");
 	pc->open = 0;
 }
 
@@ -181,14 +182,17 @@ static inline int data_dial(const char *ip, uint32_t port)
 {
 	int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+	/* set before connect, which they bound too: a full accept queue retries SYNs for minutes */
+	struct timeval tv = {.tv_sec = 3};
+	if (s >= 0) {
+		setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+		setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	}
 	if (s < 0 || inet_pton(AF_INET, ip, &sa.sin_addr) != 1 || connect(s, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
 		if (s >= 0)
 			close(s);
 		return -1;
 	}
-	struct timeval tv = {.tv_sec = 3};
-	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	return s;
 }
 

@@ -51,7 +51,14 @@ stop_morid
 : > "$RUN/morid.lock"
 flock -n "$RUN/morid.lock" sleep 30 &
 holder=$!
-sleep 0.2
+# wait until the holder has it (/proc/locks lists the file's inode; probing with flock could take
+# the lock from under the holder's own -n)
+ino=$(stat -c %i "$RUN/morid.lock")
+deadline=$(( $(now_ms) + 10000 * SLOW ))
+until grep -q ":$ino " /proc/locks; do
+	[ "$(now_ms)" -lt "$deadline" ] || { bad "flock never took $RUN/morid.lock"; break; }
+	sleep 0.02
+done
 out=$("$MORID" --foreground --runtime-dir "$RUN" 2>&1) && bad "a second morid started"
 kill "$holder"
 wait "$holder" 2> /dev/null

@@ -1,7 +1,7 @@
-/* Idle, unauthenticated connections to the data port: morid accepted a TCP
- * stream and waited for its hello forever, so 1100 idle connections from anyone who could reach
- * the port took every descriptor morid had (RLIMIT_NOFILE 1024) and cut off its local clients
- * and moractl. Now an accepted stream must authenticate within 5 s (HS_DEADLINE_MS), and at most
+/* Idle, unauthenticated connections to the data port: a morid that accepted a TCP stream and
+ * waited for its hello forever would let 1100 idle connections from anyone who could reach the
+ * port take every descriptor it had (RLIMIT_NOFILE 1024) and cut off its local clients and
+ * moractl. So an accepted stream must authenticate within 5 s (HS_DEADLINE_MS), and at most
  * 128 (HS_MAX_PENDING) wait at once: a new one closes the oldest. Both are counted
  * (data_handshakes_dropped). An authenticated stream is not touched by either rule. */
 #include <check.h>
@@ -73,7 +73,8 @@ START_TEST(idle_connections_are_bounded)
 	while (ctl_counter(A.dir, "data_handshakes_dropped") - dropped0 < EXTRA && mori_now_us() - t0 < 3000000)
 		usleep(10000);
 	ck_assert_uint_eq(ctl_counter(A.dir, "data_handshakes_dropped") - dropped0, EXTRA);
-	usleep(100000);
+	/* counted when morid closed them: the closes reach this end a moment later */
+	WAIT_UNTIL(count_closed(s, N) >= EXTRA, 10000);
 	ck_assert_int_eq(count_closed(s, N), EXTRA);
 	ck_assert(closed_by_peer(s[0])); /* the oldest went */
 	ck_assert(!closed_by_peer(s[N - 1]));
@@ -89,8 +90,10 @@ START_TEST(idle_connections_are_bounded)
 	mori_client_close(c);
 
 	/* by the deadline every idle one is closed; the authenticated stream stays and serves */
-	ck_assert_int_lt(count_closed(s, N), N);
-	while (count_closed(s, N) < N && mori_now_us() - t_dial < (DEADLINE_S + 4) * 1000000ull)
+	int closed = count_closed(s, N);
+	if (mori_now_us() - t_dial < DEADLINE_S * 1000000ull) /* a loaded machine may be past it by now */
+		ck_assert_int_lt(closed, N);
+	while (count_closed(s, N) < N && mori_now_us() - t_dial < (DEADLINE_S + 20) * 1000000ull)
 		usleep(20000);
 	uint64_t dt = mori_now_us() - t_dial;
 	ck_assert_int_eq(count_closed(s, N), N);

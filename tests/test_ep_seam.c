@@ -14,6 +14,7 @@
 #include <sys/mman.h>
 
 #include "harness.h"
+#include "ctl_harness.h"
 #include "node_harness.h"
 #include "pe_harness.h"
 #include "mori.h"
@@ -49,7 +50,9 @@ static void setup(void)
 
 static void teardown(void)
 {
-	usleep(300000); /* as test_shmem_proxy: the last group messages answered before the stop */
+	/* as test_shmem_proxy: the last group messages answered (no group listed) before the stop */
+	WAIT_UNTIL((NA.pid <= 0 || ctl_group_count(NA.dir) == 0) && (NB.pid <= 0 || ctl_group_count(NB.dir) == 0),
+		   10000);
 	int rc = node_pair_stop(&NA, &NB);
 	pe_shared_unmap(SH);
 	ck_assert_msg(rc == 0, "morid did not stop cleanly (above: which, and its log)");

@@ -33,10 +33,7 @@ static int start_node(struct test_daemon *t, char *addr, const char *const *more
 	for (int i = 0; more && more[i] && n < 22; i++)
 		extra[n++] = more[i];
 	extra[n] = NULL;
-	if (daemon_start(t, extra) != 0)
-		return -1;
-	usleep(50000); /* the peer listener binds right after the session socket */
-	return 0;
+	return daemon_start(t, extra) != 0 ? -1 : 0; /* it waited for the peer listener too */
 }
 
 static void setup(void)

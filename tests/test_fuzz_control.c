@@ -30,6 +30,7 @@
 #include "mori.h"
 #include "mori.pb-c.h"
 #include "wire.h"
+#include "svc/nng_close.h"
 
 #define N_MESSAGES 10000
 #define MAX_MSG 65536 /* --max-message-bytes for the daemon under test */
@@ -631,7 +632,7 @@ START_TEST(fuzz_control)
 		int cat = pick_category();
 		FUZZ_ONE(cat);
 	}
-	usleep(200000);
+	usleep(200000); /* the warm-up's connections close: a baseline taken before only loosens the bound below */
 	long rss0 = proc_rss_kib(daemon_pid);
 	int fds0 = proc_fds(daemon_pid);
 	ck_assert(rss0 > 0 && fds0 > 0);
@@ -661,7 +662,7 @@ START_TEST(fuzz_control)
 
 	/* fds and sessions close asynchronously; give them a moment */
 	int fds1 = proc_fds(daemon_pid);
-	for (int i = 0; i < 100 * SLOW && (fds1 > fds0 + 2 || fds1 < fds0 - 2); i++) {
+	for (int i = 0; i < 500 * SLOW && fds1 > fds0 + 2; i++) {
 		usleep(20000);
 		fds1 = proc_fds(daemon_pid);
 	}
@@ -675,7 +676,7 @@ START_TEST(fuzz_control)
 		t.other, t.dropped, raw, session_msgs, rss0, rss1, rss1 - rss0, fds0, fds1,
 		(unsigned long long)bad, (unsigned long long)over);
 	mori__reply__free_unpacked(keep, NULL);
-	ck_assert_msg(fds1 >= fds0 - 2 && fds1 <= fds0 + 2, "daemon fds %d -> %d", fds0, fds1);
+	ck_assert_msg(fds1 <= fds0 + 2, "daemon fds %d -> %d", fds0, fds1); /* fewer is no leak */
 	ck_assert_msg(rss1 - rss0 < RSS_BOUND_KIB, "daemon RSS grew by %ld KiB (bound %d KiB)", rss1 - rss0,
 		      RSS_BOUND_KIB);
 	ck_assert_int_ge(t.eproto, 1);
@@ -683,8 +684,8 @@ START_TEST(fuzz_control)
 	ck_assert_int_ge(t.emsgsize, 1);
 	ck_assert_int_ge(t.dropped, 1);
 
-	nng_close(c2.s);
-	nng_close(c.s);
+	svc_nng_close(c2.s, 5000, "a test control socket");
+	svc_nng_close(c.s, 5000, "a test control socket");
 	free(buf);
 	free(rbuf);
 	int rc = stop_daemon();
@@ -724,7 +725,7 @@ START_TEST(idle_flood)
 	expect_closed(fds[0], "the longest idle connection");
 	for (int i = 0; i < FLOOD; i++)
 		close(fds[i]);
-	nng_close(c2.s);
+	svc_nng_close(c2.s, 5000, "a test control socket");
 	ck_assert_int_eq(stop_daemon(), 0);
 }
 END_TEST

@@ -17,6 +17,7 @@
 
 #include "gpu.h"
 #include "gpu_harness.h"
+#include "ctl_harness.h"
 #include "pe_harness.h"
 #include "mori_shmem.h"
 #include "shmem_layout.h"
@@ -220,7 +221,8 @@ static int pe_vram_killed(int pe, int n, void *arg)
 		return 1;
 	POK(pe, mori_shmem_barrier_all(g));
 	if (pe == n - 1) {
-		usleep(300000);
+		PCHECK(pe, ctl_wait_group_ranks(D.dir, "vram-kill", "in call", n - 1, 20000),
+		       "the other PEs never waited in the barrier");
 		raise(SIGKILL);
 	}
 	int rc = mori_shmem_barrier_all(g), who = -1;

@@ -238,10 +238,8 @@ static void owner_dies(int use_cma)
 	ck_assert_int_eq(daemon_regions(), 2);
 	kill(child, SIGKILL);
 	waitpid(child, NULL, 0);
-	uint64_t t0 = mori_now_us();
 	int rc = write_until_refused(l, v, 2000000);
 	ck_assert_msg(rc == MORI_ESTALE || rc == MORI_EPEERDEAD, "after the owner died: %s", mori_strerror(rc));
-	ck_assert_uint_lt(mori_now_us() - t0, 2000000);
 	ck_assert_int_eq(daemon_regions(), 1);
 	OK(mori_mem_deregister(v));
 	mori_client_close(c);
@@ -280,8 +278,8 @@ START_TEST(initiator_killed)
 	ck_assert_int_eq(mori_notif_poll(c, &n, 1, 5000000), 1); /* it is really running */
 	kill(child, SIGKILL);
 	waitpid(child, NULL, 0);
-	usleep(100000);
-	ck_assert_int_eq(daemon_regions(), 1);
+	ck_assert_msg(WAIT_UNTIL(daemon_regions() == 1, 10000), "morid still lists %u regions after the copier died",
+		      daemon_regions());
 	/* the target still works */
 	mori_mem *l2;
 	mori_xfer *x;
@@ -514,7 +512,7 @@ END_TEST
 
 /* Deregistering memory that an idle peer opened by cross-memory attach (it read once, then makes
  * no call): its library acknowledges from its watcher thread, so the owner does not wait for
- * morid's 5 s deadline (5.00 s for every such deregistration and close). */
+ * morid's 5 s deadline for every such deregistration and close. */
 START_TEST(dereg_with_idle_cma_opener)
 {
 	mori_client *c;
@@ -593,12 +591,12 @@ START_TEST(dereg_during_cma_writes)
 	}
 	char go;
 	ck_assert_int_eq(read(p[0], &go, 1), 1);
-	usleep(50000); /* let it copy a few times */
+	usleep(50000); /* variety: likely a copy in flight; the check below holds either way */
 	uint64_t t0 = mori_now_us();
 	OK(mori_mem_deregister(m));
 	uint64_t took = mori_now_us() - t0;
 	memset(buf, 0xee, SZ);
-	usleep(200000);
+	usleep(200000); /* a window for a late write to show: none may come, however long we wait */
 	size_t late = 0;
 	for (size_t i = 0; i < SZ; i++)
 		late += buf[i] != 0xee;
@@ -631,13 +629,17 @@ START_TEST(owner_truncates)
 	OK(mori_mem_register(c, p, SZ, MORI_MEM_HOST, &plain));
 	OK(mori_mem_publish(sealed, "o/sealed"));
 	OK(mori_mem_publish(plain, "o/plain"));
+	int opened[2], truncated[2]; /* the peer opened both; the owner truncated */
+	ck_assert(pipe(opened) == 0 && pipe(truncated) == 0);
 	pid_t child = fork();
 	if (child == 0) {
 		mori_client *k;
+		char b = 0;
 		if (mori_client_open(D.dir, "peer", &k) || mori_mem_alloc(k, SZ, MORI_MEM_HOST, &l) ||
 		    mori_mem_open_remote(k, NULL, "o/sealed", &r1) || mori_mem_open_remote(k, NULL, "o/plain", &r2))
 			_exit(1);
-		usleep(200000); /* the owner truncates meanwhile */
+		if (write(opened[1], &b, 1) != 1 || read(truncated[0], &b, 1) != 1)
+			_exit(3);
 		int rc1 = mori_write(l, 0, r1, 0, SZ, NULL, &x);
 		if (rc1 == MORI_OK) {
 			rc1 = mori_xfer_wait(x, 1000000);
@@ -651,8 +653,14 @@ START_TEST(owner_truncates)
 		/* sealed: still whole, the write succeeds; unsealable: a clean error */
 		_exit(rc1 == MORI_OK && rc2 != MORI_OK ? 0 : 2);
 	}
-	usleep(100000);
+	close(opened[1]); /* a peer that fails ends the read below */
+	close(truncated[0]);
+	char b;
+	ck_assert_msg(read(opened[0], &b, 1) == 1, "the peer could not open both regions");
 	ck_assert_int_eq(ftruncate(fd, 0), 0);
+	ck_assert_int_eq(write(truncated[1], &b, 1), 1);
+	close(opened[0]);
+	close(truncated[1]);
 	int st;
 	waitpid(child, &st, 0);
 	ck_assert_msg(WIFEXITED(st), "the peer died of signal %d", WIFSIGNALED(st) ? WTERMSIG(st) : 0);

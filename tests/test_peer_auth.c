@@ -22,10 +22,7 @@ static int start_node(struct test_daemon *t, char *addr, const char *key)
 {
 	snprintf(addr, 64, "127.0.0.1:%d", free_port());
 	const char *extra[] = {"--listen", addr, key ? "--cluster-key-file" : NULL, key, NULL};
-	if (daemon_start(t, extra) != 0)
-		return -1;
-	usleep(50000);
-	return 0;
+	return daemon_start(t, extra) != 0 ? -1 : 0; /* it waited for the peer listener too */
 }
 
 static void stop_node(struct test_daemon *t)
@@ -248,7 +245,10 @@ START_TEST(other_key_or_none)
 	stop_node(&D);
 	/* hello, our proof, then the stream closes without one of its own (it found ours wrong, as a
 	 * morid of another key does): counted too, once */
-	usleep(100000); /* a refusal C or D started before they stopped is counted by now */
+	/* a refusal C or D started before they stopped is counted once A has read each of their
+	 * connections to its end */
+	ck_assert_msg(WAIT_UNTIL(proc_tcp_unfinished(A.pid) == 0, 20000),
+		      "A still holds %d connections C or D closed", proc_tcp_unfinished(A.pid));
 	before = counter(&A, "peer_auth_refused");
 	s = data_dial("127.0.0.1", dport);
 	{
@@ -264,13 +264,16 @@ START_TEST(other_key_or_none)
 }
 END_TEST
 
-/* morid with args (no daemon left running): its exit status, stderr in out. */
+/* morid with args (no daemon left running): its exit status, stderr in out, and STARTED when it
+ * served (its session socket appeared) rather than exiting; 10 s for either. */
 static int morid_run(char *out, size_t cap, const char *args)
 {
 	char cmd[1200];
-	snprintf(cmd, sizeof(cmd), "%s/morid --foreground --runtime-dir /tmp/mori-auth-rt-%d %s 2>&1 & p=$!; "
-		 "sleep 1; if kill -0 $p 2>/dev/null; then kill $p; wait $p; echo STARTED; else wait $p; fi",
-		 build_dir(), (int)getpid(), args);
+	snprintf(cmd, sizeof(cmd), "rt=/tmp/mori-auth-rt-%d; rm -f $rt/morid.session; "
+		 "%s/morid --foreground --runtime-dir $rt %s 2>&1 & p=$!; i=0; "
+		 "while kill -0 $p 2>/dev/null && [ ! -S $rt/morid.session ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; "
+		 "if kill -0 $p 2>/dev/null; then kill $p; wait $p; echo STARTED; else wait $p; fi",
+		 (int)getpid(), build_dir(), args);
 	FILE *f = popen(cmd, "r");
 	size_t n = fread(out, 1, cap - 1, f);
 	out[n] = 0;

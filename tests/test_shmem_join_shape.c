@@ -53,7 +53,8 @@ static void mismatch(const char *name, int first, int w1, int second, int w2)
 		int rc = join(name, first, w1, 5000000, m, sizeof(m));
 		_exit(rc == MORI_EINVAL && strstr(m, "world size") ? 0 : 1);
 	}
-	usleep(300000); /* the first join is at the root */
+	ck_assert_msg(ctl_wait_group_ranks(D.dir, name, "joined", 1, 20000),
+		      "PE %d of %d's join of '%s' never reached the root", first, w1, name);
 	char msg[512];
 	int rc = join(name, second, w2, 5000000, msg, sizeof(msg));
 	int st;
@@ -83,7 +84,7 @@ START_TEST(smaller_world_later)
 END_TEST
 
 /* A join whose root daemon cannot be reached ends by its deadline (2 s here), not at the peer
- * request path's own 5 s (ECONN after 5.0 s for a 3 s deadline). */
+ * request path's own 5 s (it once ended with ECONN after 5.0 s for a 3 s deadline). */
 START_TEST(unreachable_root_within_deadline)
 {
 	struct test_daemon L;
@@ -115,8 +116,8 @@ START_TEST(unreachable_root_within_deadline)
 }
 END_TEST
 
-/* client_max_groups (one client's 1-PE groups took all of morid's descriptors,
- * then no client could join): with a cap of 3, a client's 4th join is MORI_EBUSY naming the
+/* client_max_groups (without it one client's 1-PE groups could take all of morid's descriptors,
+ * and then no client could join): with a cap of 3, a client's 4th join is MORI_EBUSY naming the
  * option, another client still joins, and a leave makes room again. */
 static int join_one(mori_client *c, const char *name, mori_group **g)
 {

@@ -51,6 +51,15 @@ static void teardown(void) { node_pair_stop(&NA, &NB); }
 /* A control-socket status field of a node. */
 static Mori__Reply *node_list(struct test_node *n, uint32_t what) { return ctl_list(n->dir, what); }
 
+/* The transfers node n lists in flight (moractl transfers). */
+static uint32_t node_xfers(struct test_node *n)
+{
+	Mori__Reply *rep = node_list(n, 4);
+	uint32_t k = (uint32_t)rep->list->n_xfers;
+	mori__reply__free_unpacked(rep, NULL);
+	return k;
+}
+
 /* A client of node A named label with a host region of lsz bytes (*l) and node B's region
  * `name` open (*r). */
 static mori_client *initiator(const char *label, size_t lsz, const char *name, mori_mem **l, mori_mem **r)
@@ -203,7 +212,7 @@ START_TEST(bad_input)
 	ck_assert_ptr_nonnull(strstr(mori_client_last_error(c), dead));
 	/* and why: morid's own probe beside nng's dialer (daemon/peer_probe.c) */
 	ck_assert_msg(strstr(mori_client_last_error(c), "connection refused"), "no reason: %s", mori_client_last_error(c));
-	ck_assert_uint_lt(mori_now_us() - t0, 7000000);
+	ck_assert_uint_lt(mori_now_us() - t0, 20000000); /* the 5 s lookup deadline, with room for a loaded machine */
 	ck_assert_int_eq(mori_mem_open_remote(c, "no-port", "target/a", &m), MORI_EINVAL);
 	/* ranges are checked (the library checks first; the daemon checks its copy again) */
 	OK(mori_mem_open_remote(c, NB.addr, "target/a", &ra));
@@ -264,7 +273,7 @@ START_TEST(deadline_and_cancel)
 	ck_assert_msg(rc == MORI_ETIMEDOUT, "stopped peer gave %s (%s)", mori_strerror(rc), msg);
 	ck_assert_ptr_nonnull(strstr(msg, "300"));
 	ck_assert_uint_ge(dt, 290000);
-	ck_assert_uint_lt(dt, 1000000);
+	ck_assert_uint_lt(dt, 2500000); /* its own 300 ms, not the 3 s wait */
 	OK(mori_xfer_cancel(y));
 	ck_assert_int_eq(mori_xfer_wait(y, 1000000), MORI_ECANCELED);
 	mori_xfer_free(x);
@@ -307,7 +316,7 @@ START_TEST(deregister_stalled_transfer)
 	OK(mori_mem_deregister(l));
 	uint64_t dt = mori_now_us() - t0;
 	ck_assert_uint_ge(dt, 900000);
-	ck_assert_uint_lt(dt, 5000000);
+	ck_assert_uint_lt(dt, 20000000); /* bounded, not waiting on the stopped peer */
 	const char *msg = "";
 	ck_assert_int_eq(mori_xfer_status(x, &msg), MORI_ECANCELED);
 	ck_assert_ptr_nonnull(strstr(msg, "deregistered"));
@@ -348,7 +357,7 @@ START_TEST(peer_killed)
 		else
 			OK(mori_write(l, 0, ra, 0, 64 << 20, &o, &xs[i]));
 	}
-	usleep(30000);
+	usleep(30000); /* variety: some under way, some queued; every one must end either way */
 	uint64_t t0 = mori_now_us();
 	node_kill9(&NB);
 	int ok = 0, failed = 0;
@@ -367,7 +376,7 @@ START_TEST(peer_killed)
 	fprintf(stderr, "# peer killed: %d transfers done before, %d failed, all ended after %llu ms\n", ok,
 		failed, (unsigned long long)(dt / 1000));
 	ck_assert_int_gt(failed, 0);
-	ck_assert_uint_lt(dt, 3500000);
+	ck_assert_uint_lt(dt, 12000000); /* the 3 s deadlines, not 64 waits of 5 s */
 	target_kill(&t); /* the target lost its daemon */
 
 	/* restart B: same address, new epoch */
@@ -410,18 +419,11 @@ START_TEST(initiator_killed)
 			if (mori_write(l, 0, r, 0, 32 << 20, NULL, &x) == MORI_OK)
 				(void)x; /* never waited for, never freed: the process dies with them */
 	}
-	usleep(300000);
+	ck_assert_msg(WAIT_UNTIL(node_xfers(&NA) > 0, 20000), "the doomed client's writes never showed in flight");
 	kill(child, SIGKILL);
 	waitpid(child, NULL, 0);
-	uint64_t t0 = mori_now_us();
-	uint32_t left = 1;
-	while (left && mori_now_us() - t0 < 3000000) {
-		Mori__Reply *rep = node_list(&NA, 4);
-		left = (uint32_t)rep->list->n_xfers;
-		mori__reply__free_unpacked(rep, NULL);
-		usleep(10000);
-	}
-	ck_assert_uint_eq(left, 0);
+	ck_assert_msg(WAIT_UNTIL(node_xfers(&NA) == 0, 20000), "node A still lists %u transfers of a dead client",
+		      node_xfers(&NA));
 	/* node B still serves */
 	mori_client *c;
 	mori_mem *l, *ra;
@@ -450,7 +452,7 @@ START_TEST(deregister_under_traffic)
 	mori_xfer *xs[N];
 	for (int i = 0; i < N; i++)
 		OK(mori_write(l, 0, rb, 0, REGION_B, NULL, &xs[i]));
-	usleep(20000);
+	usleep(20000); /* variety: likely some under way; the checks hold either way */
 	struct hreq h = {HREQ_DEREG_B_UNDER_TRAFFIC, 1};
 	ck_assert(write(t.to, &h, sizeof(h)) == sizeof(h));
 	int ok = 0, stale = 0;
@@ -490,7 +492,7 @@ START_TEST(stop_mid_transfer)
 		else
 			OK(mori_write(l, 0, ra, 0, REGION_A, NULL, &xs[i]));
 	}
-	usleep(50000);
+	usleep(50000); /* variety: likely some under way; every one must end either way */
 	ck_assert_int_eq(node_stop(&NB), 0);
 	ck_assert_int_eq(node_stop(&NA), 0);
 	target_kill(&t);
@@ -658,7 +660,7 @@ START_TEST(raw_submissions)
 	OK(client_submit(c, &k)); /* cancelling again: nothing more */
 	kill(NB.pid, SIGCONT);
 	/* exactly one completion per submission: nothing else arrives */
-	usleep(200000);
+	usleep(200000); /* a window for an extra completion to show: none may come, however long */
 	struct mori_cqe extra;
 	ck_assert_int_eq(ring_pop(c->cqh, c->cqe, c->lay.cq_entries, sizeof(extra), &extra), -1);
 	/* and the daemon still works */
