@@ -24,9 +24,9 @@
 // Every wait polls with acquire loads and, every MORI_COLL_POLL polls, reads the group's abort
 // word, the ring's error word, the status word and the clock against dev->timeout_ns; a wait that
 // fails records its code in the status word (a rank that never came: MORI_ETIMEDOUT and its bit
-// in missing[]), as coll.cuh's barrier does (the same wait_flag), and the kernel returns. One block of
-// MORI_COLL_THREADS threads; flags slot 0 and 1 and gens[0] are this kernel's (no intranode kernel
-// runs on such a communicator). The state of the group's device API is the third argument.
+// in missing[]), as coll.cuh's barrier does (the same wait_flag), and the kernel returns. One
+// block of MORI_COLL_THREADS threads; flags slot 0 and 1 and gens[0] are this kernel's (no
+// intranode kernel runs on such a communicator). The state of the group's device API is the third argument.
 #include "mori/device/shmem.cuh"
 #include "coll_ops.cuh"
 

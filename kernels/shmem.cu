@@ -37,8 +37,9 @@ MORI_SHMEM_API(MORI_SHMEM_ABI_FN)
 #undef MORI_SHMEM_ABI_FN
 #endif
 
-/* MORI-CCL's device API for fused kernels (mori/device/coll.cuh's MORI_COLL_API: the communicator's
- * state, from mori_comm_device_state(), as a uint64_t argument) in the same exports. */
+/* MORI-CCL's device API for fused kernels (mori/device/coll.cuh's MORI_COLL_API: the
+ * communicator's state, from mori_comm_device_state(), as a uint64_t argument) in the same
+ * exports. */
 #include "mori/device/coll.cuh"
 #ifndef MORI_SHMEM_NO_WRAPPERS
 #define MORI_COLL_ABI_FN(ret, name, cxx, abi, body)                                                        \

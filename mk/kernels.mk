@@ -121,7 +121,7 @@ $(OUT)/alone/%.ok: kernels/%.cu $(DEPS) $(OUT)/.nvcc
 check-alone: $(ALONE)
 else
 check-alone:
-	@echo "skipped: no nvcc ($(NVCC_OK)): the kernels' sources were not compiled one by one"; exit 77
+	@echo "skipped: no nvcc ($(NVCC_OK)): the kernels' sources were not compiled one by one"
 endif
 .PHONY: check-alone
 

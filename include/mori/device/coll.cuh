@@ -16,7 +16,7 @@
  *   mori_coll_rank(d), mori_coll_size(d)
  * The same four are in MORI-IR's bitcode and its JSON table (kernels/shmem.cu instantiates
  * MORI_COLL_API below as extern "C" functions: mori_coll_rank(uint64_t d), ..., the state and
- * pointers as uint64_t addresses, kernels/ir-table.sh lists them). */
+ * pointers as uint64_t addresses, mk/ir-table.sh lists them). */
 #ifndef MORI_COLL_CUH
 #define MORI_COLL_CUH
 #include "prims.cuh"
@@ -140,7 +140,7 @@ MORI_DEVICE int mori_coll_barrier_block(const struct mori_coll_dev *d)
 /* The device API as one table in MORI_SHMEM_API's row format (return type, name after mori_coll_,
  * C++ parameters, ABI parameters with pointers as uint64_t, body): kernels/shmem.cu instantiates
  * it as MORI-IR's extern "C" functions, which overload the C++ ones above by their uint64_t
- * parameters; kernels/ir-table.sh puts the rows in the JSON table. */
+ * parameters; mk/ir-table.sh puts the rows in the JSON table. */
 #define MORI_COLL_API(X)                                                                                     \
 	X(int, rank, (const struct mori_coll_dev *d), (uint64_t d), (mori_coll_rank((const struct mori_coll_dev *)d))) \
 	X(int, size, (const struct mori_coll_dev *d), (uint64_t d), (mori_coll_size((const struct mori_coll_dev *)d))) \

@@ -4,7 +4,7 @@
  * SIGNAL_ADD = 10, the atomic-type numbers) with OpenSHMEM 1.5 semantics, plus OpenSHMEM's own
  * atomic, wait and sync forms.
  *
- * State. Every function reads this PE's struct mori_shmem_state (common/shmem_layout.h) through
+ * State. Every function reads this PE's struct mori_shmem_state (mori/device_host/shmem_layout.h) through
  * the module global `mori_shmem_state_ptr`, which the host fills once per module
  * (mori_shmem_module_init, or mori_shmem_state() + cudaMemcpyToSymbol). A CUDA program built
  * with -rdc defines it in one translation unit and defines MORI_SHMEM_STATE_EXTERN in the others.
