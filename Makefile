@@ -52,8 +52,8 @@ COMMON_SVC_O := $(call obj,$(COMMON_SVC))
 BENCH_O    := $(call obj,libclient/bench.c)
 DAEMON_O   := $(call obj,$(DAEMON))
 LIB_O      := $(call obj,$(LIBCLIENT)) $(B)/obj/kernels/mori_kernels.o
-# MORI-EP's tuning table (kernels/ep_tuning/*.json) as generated C: libmori links no JSON parser.
-EP_TUNING := $(sort $(wildcard kernels/ep_tuning/*.json))
+# MORI-EP's tuning table (data/ep_tuning/*.json) as generated C: libmori links no JSON parser.
+EP_TUNING := $(sort $(wildcard data/ep_tuning/*.json))
 LIB_O      += $(B)/obj/gen/ep_tuning.o
 
 all: $(B)/morid $(addprefix $(B)/,$(TOOLS)) $(B)/libmori.so $(B)/libmori.a $(B)/mori.pc $(TESTS) $(TEST_TOOLS) kernels
@@ -137,12 +137,12 @@ $(B)/tests/test_viz: $(B)/obj/tests/test_viz.o $(VIZ_O)
 	@mkdir -p $(dir $@); echo "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS) $(CHECK_LIBS) -lm
 
-# GPU kernels (kernels/kernels.mk): a fatbin where nvcc exists, embedded in libmori as a
+# GPU kernels (mk/kernels.mk): a fatbin where nvcc exists, embedded in libmori as a
 # generated C array; without nvcc an empty image, said once. kernels.mk decides what is stale.
 kernels: $(B)/kernels/mori_kernels.c
 $(B)/kernels/mori_kernels.c: FORCE
-	@$(MAKE) -s --no-print-directory -f kernels/kernels.mk B=$(B) NVCC=$(NVCC) HIPCC=$(HIPCC) CC=$(CC)
-# Kernel images of GPU tests and benchmarks (kernels/kernels.mk makes them with libmori's).
+	@$(MAKE) -s --no-print-directory -f mk/kernels.mk B=$(B) NVCC=$(NVCC) HIPCC=$(HIPCC) CC=$(CC)
+# Kernel images of GPU tests and benchmarks (mk/kernels.mk makes them with libmori's).
 $(B)/kernels/shmemtest_image.c $(B)/kernels/shmembench_image.c: $(B)/kernels/mori_kernels.c ; @:
 $(B)/tests/test_gpu_shmem_dev $(B)/tests/test_gpu_shmem $(B)/tests/test_gpu_shmem_proxy: $(B)/tests/%: $(B)/obj/tests/%.o \
 		$(B)/obj/kernels/shmemtest_image.o $(B)/libmori.a $(B)/libmorid.a
@@ -199,6 +199,10 @@ install: $(B)/morid $(addprefix $(B)/,$(TOOLS)) $(B)/libmori.so $(B)/libmori.a
 	  $(DESTDIR)/etc/mori $(DESTDIR)$(PREFIX)/lib/systemd/system
 	install -m 755 $(B)/morid $(addprefix $(B)/,$(TOOLS)) $(DESTDIR)$(PREFIX)/bin/
 	install -m 644 include/mori.h include/mori_shmem.h include/mori_ep.h include/mori_coll.h $(DESTDIR)$(PREFIX)/include/
+	@# the device API (kernels include it) and the types host and device share, as NVSHMEM splits them
+	install -d $(DESTDIR)$(PREFIX)/include/mori/device $(DESTDIR)$(PREFIX)/include/mori/device_host
+	install -m 644 include/mori/device/*.h include/mori/device/*.cuh $(DESTDIR)$(PREFIX)/include/mori/device/
+	install -m 644 include/mori/device_host/*.h $(DESTDIR)$(PREFIX)/include/mori/device_host/
 	install -m 755 $(B)/libmori.so $(DESTDIR)$(PREFIX)/lib/libmori.so.$(VERSION)
 	ln -sf libmori.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/$(SONAME)
 	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libmori.so
@@ -211,7 +215,7 @@ install: $(B)/morid $(addprefix $(B)/,$(TOOLS)) $(B)/libmori.so $(B)/libmori.a
 	else install -m 644 conf/morid.conf $(DESTDIR)/etc/mori/morid.conf.new && \
 	  echo "install: $(DESTDIR)/etc/mori/morid.conf exists and is kept; the shipped one is morid.conf.new"; fi
 	sed 's|@PREFIX@|$(PREFIX)|g' systemd/morid.service > $(DESTDIR)$(PREFIX)/lib/systemd/system/morid.service
-	@# MORI-IR (kernels/ir.mk), what of it was built: bitcode, table, device header (apart from
+	@# MORI-IR (mk/ir.mk), what of it was built: bitcode, table, device header (apart from
 	@# include/: it shares four names with mori_shmem.h), static device library
 	install -d $(DESTDIR)$(PREFIX)/lib/mori/ir
 	for f in libmori_shmem_device.bc libmori_shmem_device.json mori_shmem_device.h libmori_shmem_device.a; do \

@@ -5,22 +5,11 @@
  * rank's communicator state in device memory (built once at creation), a the call's arguments
  * by value (a CUDA graph keeps them). void *params[] = {&dev, &a}.
  *
- * Barriers. Rank r's heap holds flags[MORI_COLL_SLOTS][n] (8-byte generations) and
- * gens[MORI_COLL_SLOTS]. Block b of a kernel uses slot b: it bumps its generation g (kept in gens[b]
- * of its own heap, so replays of a graph continue the sequence), release-stores g into
- * flags[b][rank] of every rank, and waits until its own flags[b][q] >= g for every q. Block b of
- * every rank slices the data the same way, so a block reads only what the same block of its
- * peers wrote before the barrier. Slot MORI_COLL_SLOT_BAR is the one-block barrier kernel's (the
- * copy-engine forms). Waits poll with acquire loads and read, every MORI_COLL_POLL polls, the
- * group's abort word, the communicator's status word and the clock against dev->timeout_ns.
- *
- * Status. A failing wait records into dev->status (mapped host memory): code (MORI_ETIMEDOUT,
- * MORI_EPEERDEAD, MORI_ECANCELED, MORI_EINVAL; first writer wins), pe (the dead PE, or the first
- * missing rank) and missing[] (bit q: rank q never reached the barrier). A kernel that finds the
- * code set returns at once. */
+ * The communicator state, its barriers and its status word: include/mori/device_host/coll_dev.h. */
 #ifndef MORI_COLL_KERNELS_H
 #define MORI_COLL_KERNELS_H
 #include <stdint.h>
+#include "../include/mori/device_host/coll_dev.h"
 
 #define MORI_COLL_KERNEL_NAME "mori_coll_kernel"        /* one entry point; a.kind says which */
 #define MORI_COLL_KERNEL_NAME_O4 "mori_coll_kernel_o4"  /* the same, 4 blocks an SM (64 registers) */
@@ -31,13 +20,6 @@
 #define MORI_COLL_XNODE_SLOT_MAX (4ull << 20) /* one proxied put at most (morid takes 16 MiB) */
 #define MORI_COLL_THREADS 256
 #define MORI_COLL_BLOCKS_PER_SM 2                  /* up to 128 registers: no spills */
-#define MORI_COLL_SLOTS 1026
-#define MORI_COLL_SLOT_BAR 1025                    /* the barrier kernel's slot */
-#define MORI_COLL_SLOT_USER 1024                   /* mori_coll_barrier_block (kernels/coll.cuh) */
-#define MORI_COLL_MAX_BLOCKS 1024                  /* data kernels use slots 0..1023 */
-#define MORI_COLL_MAX_RANKS 64                     /* GPU communicators */
-#define MORI_COLL_POLL 256u
-#define MORI_COLL_MAGIC 0x4d43434cu                /* "MCCL" */
 
 enum mori_coll_kind {
 	MORI_COLL_K_BARRIER = 1,   /* one block: the barrier alone */
@@ -86,29 +68,6 @@ struct mori_coll_flat_args {
 #define MORI_COLL_F_VEC 4u         /* reductions: 2 or 4 vectors a thread at 4 or 2 ranks ($MORI_COLL_VEC) */
 #define MORI_COLL_F_NO_GATHER 8u   /* two-shot, one chunk: end after the reduced parts' barrier (the
 				      copy engine gathers them: coll_gpu.c) */
-
-struct mori_coll_status {
-	volatile int32_t code;
-	volatile int32_t pe;
-	volatile uint64_t missing[MORI_COLL_MAX_RANKS / 64];
-};
-
-struct mori_coll_dev {
-	uint32_t magic;
-	int32_t rank, n;
-	int32_t pad;
-	uint64_t timeout_ns;       /* each wait's deadline */
-	uint64_t ctrl;             /* device address of the group's control page (abort word), or 0 */
-	uint64_t status;           /* device address of struct mori_coll_status (mapped host memory) */
-	uint64_t heap_base;        /* this rank's heap */
-	uint64_t flags;            /* own heap: uint64_t [MORI_COLL_SLOTS][n] */
-	uint64_t gens;             /* own heap: uint64_t [MORI_COLL_SLOTS] */
-	uint64_t meta;             /* own heap: uint64_t [n][2] (all-to-all-v: displacement, bytes) */
-	uint64_t scratch;          /* own heap */
-	uint64_t scratch_bytes;
-	uint64_t peer_base[MORI_COLL_MAX_RANKS]; /* rank q's heap in this process */
-	int32_t pe_of[MORI_COLL_MAX_RANKS];      /* rank q's PE number in the group */
-};
 
 struct mori_coll_args {
 	uint32_t kind;             /* enum mori_coll_kind */

@@ -1,8 +1,7 @@
-// MORI-CCL across nodes (issue 15, acceptance 2): the kernel for GPU communicators of which some
-// rank's heap is not mapped in this process (a rank on another node). Part of libmori's image:
-// kernels/mori_kernels.cu includes it after shmem.cu (MORI-SHMEM's device API, which reaches
-// unmapped PEs through the proxy ring morid serves) and coll.cu (copy, the reductions).
-// Intranode communicators never launch it: their kernels are coll.cu's, unchanged.
+// MORI-CCL across nodes: the kernel for GPU communicators of which some rank's heap is not mapped
+// in this process (a rank on another node). It uses MORI-SHMEM's device API (which reaches
+// unmapped PEs through the proxy ring morid serves) and coll_ops.cuh (copy, the reductions).
+// Intranode communicators never launch it: their kernels are coll.cu's.
 //
 // One form for every collective, chosen for being obviously right rather than fast (the bytes to
 // other nodes go through morid anyway): a gather into slots. The scratch holds n receive slots of
@@ -25,9 +24,11 @@
 // Every wait polls with acquire loads and, every MORI_COLL_POLL polls, reads the group's abort
 // word, the ring's error word, the status word and the clock against dev->timeout_ns; a wait that
 // fails records its code in the status word (a rank that never came: MORI_ETIMEDOUT and its bit
-// in missing[]), as coll.cuh's barrier does, and the kernel returns. One block of
-// MORI_COLL_THREADS threads; flags slot 0 and 1 and gens[0] are this kernel's (no intranode kernel
-// runs on such a communicator). The state of the group's device API is the third argument.
+// in missing[]), as coll.cuh's barrier does (the same wait_flag), and the kernel returns. One
+// block of MORI_COLL_THREADS threads; flags slot 0 and 1 and gens[0] are this kernel's (no
+// intranode kernel runs on such a communicator). The state of the group's device API is the third argument.
+#include "mori/device/shmem.cuh"
+#include "coll_ops.cuh"
 
 namespace mori_coll {
 namespace xnode {
@@ -35,12 +36,6 @@ typedef const struct mori_shmem_state *sst_t;
 
 #define XN_SLOT_BAR 0u /* flags[0][q]: rank q reached round g's barrier */
 #define XN_SLOT_SIG 1u /* flags[1][q]: rank q's data of round g is in my receive slot q */
-
-/* This rank's own heap address of its flag word flags[slot][q]; the same offset at every rank. */
-MORI_DEVICE uint64_t *flag(dev_t *d, unsigned slot, int q)
-{
-	return (uint64_t *)d->flags + (uint64_t)slot * (uint64_t)d->n + (uint64_t)q;
-}
 
 /* Threads t < n whose bit is set in `mask` wait until their flags[slot][t] >= g. Every thread
  * calls it; 0, or the MORI_E* code it recorded in the status word. */
@@ -52,39 +47,9 @@ MORI_DEVICE int wait_flags(dev_t *d, unsigned slot, uint64_t g, uint64_t mask)
 		rc_s = 0;
 	__syncthreads();
 	if ((int)t < d->n && (mask >> t & 1)) {
-		const uint64_t *w = flag(d, slot, (int)t);
-		uint64_t t0 = 0;
-		for (unsigned k = 1;; k++) {
-			if (mori_acquire_load_sys(w) >= g)
-				break;
-			if (k % MORI_COLL_POLL)
-				continue;
-			const struct mori_shmem_ctrl *c = (const struct mori_shmem_ctrl *)d->ctrl;
-			int a = abort_code(d);
-			if (a) {
-				fail(d, a, c->abort_pe);
-				rc_s = a;
-				break;
-			}
-			int e = c ? *(volatile const int32_t *)&c->error : 0;
-			if (e) { /* a proxied request of this rank failed: its data or flag will not come */
-				fail(d, e, d->pe_of[d->rank]);
-				rc_s = e;
-				break;
-			}
-			uint64_t now = now_ns();
-			bool late = t0 && now - t0 > d->timeout_ns;
-			if (!t0)
-				t0 = now;
-			int sc = status_code(d);
-			if (late || sc) {
-				struct mori_coll_status *s = (struct mori_coll_status *)d->status;
-				atomicOr_system((unsigned long long *)&s->missing[t / 64], 1ull << (t % 64));
-				fail(d, MORI_ETIMEDOUT, (int)t);
-				rc_s = sc ? sc : MORI_ETIMEDOUT;
-				break;
-			}
-		}
+		int rc = wait_flag(d, flag(d, slot, (int)t), g, t, true);
+		if (rc)
+			rc_s = rc;
 	}
 	__syncthreads();
 	return rc_s;

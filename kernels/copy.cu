@@ -1,67 +1,13 @@
 // The batched copy kernel: one launch moves a whole batch of (a offset, b offset, length)
 // descriptors between two bases (gather/scatter), each warp copying whole chunks of one
-// descriptor. 16-byte vector loads and stores where source and destination agree modulo 16
-// (after a short head), narrower ones where they agree on less, bytes at the tail.
+// descriptor with the shared byte copy: 16-byte vector loads and stores where source and
+// destination agree modulo 16 (after a short head), narrower ones where they agree on less,
+// bytes at the tail.
 // Two kernels from one body: mori_copy_batch, and mori_copy_batch_viz with MORI-VIZ trace points
 // (kernels/mori_viz.h) that record into args.viz when it is set and enabled (libclient/gpu_viz.c).
-#include "mori_gpu.h"
+#include "mori/device/prims.cuh"
 #include "mori_copy.h"
 #include "mori_viz.h"
-
-template <typename T> MORI_DEVICE T load_once(const T *p) { return *p; }
-template <typename T> MORI_DEVICE void store_once(T *p, T v) { *p = v; }
-template <> MORI_DEVICE mori_vec16 load_once<mori_vec16>(const mori_vec16 *p) { return mori_load_once16(p); }
-template <> MORI_DEVICE void store_once<mori_vec16>(mori_vec16 *p, mori_vec16 v) { mori_store_once16(p, v); }
-
-// n elements of T, lanes interleaved (coalesced); four loads in flight per lane before the
-// stores, so one warp keeps 4 * 32 * sizeof(T) bytes moving.
-template <typename T>
-MORI_DEVICE void copy_elems(uint8_t *dst, const uint8_t *src, uint64_t n, unsigned lane)
-{
-	const T *s = reinterpret_cast<const T *>(src);
-	T *d = reinterpret_cast<T *>(dst);
-	const uint64_t W = MORI_WARP_SIZE;
-	uint64_t i = lane;
-	for (; i + 3 * W < n; i += 4 * W) {
-		T v0 = load_once(s + i), v1 = load_once(s + i + W);
-		T v2 = load_once(s + i + 2 * W), v3 = load_once(s + i + 3 * W);
-		store_once(d + i, v0);
-		store_once(d + i + W, v1);
-		store_once(d + i + 2 * W, v2);
-		store_once(d + i + 3 * W, v3);
-	}
-	for (; i < n; i += W)
-		store_once(d + i, load_once(s + i));
-}
-
-// One warp copies len bytes. The widest element w in {16, 8, 4, 2, 1} on which src and dst
-// agree modulo w is used after a head of at most w - 1 bytes; the tail is under w bytes.
-MORI_DEVICE void copy_piece(uint8_t *dst, const uint8_t *src, uint64_t len, unsigned lane)
-{
-	uintptr_t diff = (uintptr_t)src ^ (uintptr_t)dst;
-	unsigned w = 16;
-	while (w > 1 && (diff & (w - 1)))
-		w >>= 1;
-	uint64_t head = (w - ((uintptr_t)src & (w - 1))) & (w - 1);
-	if (head > len)
-		head = len;
-	if (lane < head) // head < 16 <= warp size
-		dst[lane] = src[lane];
-	src += head;
-	dst += head;
-	len -= head;
-	uint64_t n = len / w;
-	switch (w) {
-	case 16: copy_elems<mori_vec16>(dst, src, n, lane); break;
-	case 8: copy_elems<uint2>(dst, src, n, lane); break;
-	case 4: copy_elems<uint32_t>(dst, src, n, lane); break;
-	case 2: copy_elems<uint16_t>(dst, src, n, lane); break;
-	default: copy_elems<uint8_t>(dst, src, n, lane); break;
-	}
-	uint64_t done = n * w, tail = len - done;
-	if (lane < tail)
-		dst[done + lane] = src[done + lane];
-}
 
 // The descriptor that owns chunk c: the last i with first[i] <= c (first[0] == 0).
 MORI_DEVICE uint32_t find_desc(const uint32_t *first, uint32_t n, uint64_t c)
@@ -150,7 +96,7 @@ template <bool TRACE> MORI_DEVICE void copy_batch(const struct mori_copy_args &a
 			uint64_t left = d.len - off, chunk = 1ull << a.chunk_shift;
 			if (TRACE && viz)
 				mori_viz_log_at(viz, MORI_VIZ_SLOT_COPY_DESC, MORI_VIZ_EV_BEGIN);
-			copy_piece(dst, src, left < chunk ? left : chunk, lane);
+			mori_copy_bytes<MORI_COPY_STREAM>(dst, src, left < chunk ? left : chunk, lane, MORI_WARP_SIZE);
 			if (TRACE && viz)
 				mori_viz_log_at(viz, MORI_VIZ_SLOT_COPY_DESC, MORI_VIZ_EV_END);
 		}

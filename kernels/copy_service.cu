@@ -4,19 +4,8 @@
 // the warps in turn), thread 0 publishes `done`. It leaves on `stop`, or after idle_ns without
 // a job: it clears `running`, then looks once more, so a job posted meanwhile is either taken
 // or seen by the host (running 0, done short of it), which launches it again.
-#include "mori_gpu.h"
+#include "mori/device/prims.cuh"
 #include "mori_copy.h"
-
-MORI_DEVICE uint64_t service_now_ns(void)
-{
-#ifdef MORI_HIP
-	return wall_clock64() * 10; // the 100 MHz constant clock of gfx9 parts
-#else
-	uint64_t t;
-	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-	return t;
-#endif
-}
 
 enum { SERVICE_LEAVE, SERVICE_LINE, SERVICE_FULL };
 
@@ -44,7 +33,7 @@ MORI_DEVICE int service_wait(struct mori_copy_service *sv, uint64_t next, uint64
 			leave = mori_relaxed_load_sys(&sv->stop) != 0;
 		if (mori_warp_bcast(leave, 0))
 			return SERVICE_LEAVE;
-		if (service_now_ns() - since > sv->idle_ns) {
+		if (mori_now_ns() - since > sv->idle_ns) {
 			if (lane == 0) {
 				mori_release_store_sys(&sv->running, 0u);
 				__threadfence_system();
@@ -62,7 +51,7 @@ MORI_KERNEL void __launch_bounds__(MORI_COPY_BLOCK_THREADS) mori_copy_service(ui
 	__shared__ int cmd;
 	__shared__ uint32_t words[MORI_COPY_JOB_LINE];
 	const unsigned lane = mori_lane(), wpb = blockDim.x / MORI_WARP_SIZE, w = threadIdx.x / MORI_WARP_SIZE;
-	uint64_t next = mori_relaxed_load_sys(&sv->done) + 1, since = service_now_ns();
+	uint64_t next = mori_relaxed_load_sys(&sv->done) + 1, since = mori_now_ns();
 	if (threadIdx.x == 0) // here now: the host need not queue another (a block before us cleared it)
 		mori_release_store_sys(&sv->running, 1u);
 	for (;;) {
@@ -73,7 +62,7 @@ MORI_KERNEL void __launch_bounds__(MORI_COPY_BLOCK_THREADS) mori_copy_service(ui
 				words[lane] = word;
 			if (lane == 0) {
 				cmd = r;
-				if (r != SERVICE_LEAVE && service_now_ns() - since > sv->idle_ns)
+				if (r != SERVICE_LEAVE && mori_now_ns() - since > sv->idle_ns)
 					mori_release_store_sys(&sv->running, 1u); // its last look found one: stays
 			}
 		}
@@ -109,7 +98,9 @@ MORI_KERNEL void __launch_bounds__(MORI_COPY_BLOCK_THREADS) mori_copy_service(ui
 			uint64_t pieces = (d.len + MORI_COPY_SERVICE_PIECE - 1) / MORI_COPY_SERVICE_PIECE;
 			for (uint64_t p = (w + wpb - piece % wpb) % wpb; p < pieces; p += wpb) {
 				uint64_t at = p * MORI_COPY_SERVICE_PIECE, left = d.len - at;
-				copy_piece(db + dof + at, sb + so + at, left < MORI_COPY_SERVICE_PIECE ? left : MORI_COPY_SERVICE_PIECE, lane);
+				mori_copy_bytes<MORI_COPY_STREAM>(db + dof + at, sb + so + at,
+								  left < MORI_COPY_SERVICE_PIECE ? left : MORI_COPY_SERVICE_PIECE, lane,
+								  MORI_WARP_SIZE);
 			}
 			piece += pieces;
 		}
@@ -119,6 +110,6 @@ MORI_KERNEL void __launch_bounds__(MORI_COPY_BLOCK_THREADS) mori_copy_service(ui
 			mori_release_store_sys(&sv->done, next);
 		}
 		next++;
-		since = service_now_ns();
+		since = mori_now_ns();
 	}
 }

@@ -1,7 +1,6 @@
-// MORI-EP across nodes (issue 14): the internode kernel types' kernels (kernels/ep_internode.h
-// has the chunk layout and the argument block; docs/ep.md "Across nodes" the design). Included in
-// libmori's one translation unit after ep.cu, whose helpers (mori_ep_impl: wait_ge, fail, copy_row,
-// retired, ...) it uses; ep.cu's kernels are not changed by it.
+// MORI-EP across nodes: the internode kernel types' kernels (kernels/ep_internode.h has the chunk
+// layout and the argument block; docs/ep.md "Across nodes" the design). They share ep.cu's helpers
+// (ep_common.cuh: wait_ge, fail, copy_row, retired, bin_scan, ...).
 //
 // Every source rank s sends every rank d one chunk per call (dispatch: s's rows for d with their
 // weights, indices, scales and source positions, behind a header of counts; combine: d's expert
@@ -26,6 +25,7 @@
 // call e+1 only after its combine of call e waited for d's xcsig e, which d posts after its
 // dispatch e copied land[me] out; d writes cland at s for e+1 only after its dispatch e+1 waited
 // s's xsig e+1, which s posts after its combine e reduce read cland.
+#include "ep_common.cuh"
 #include "ep_internode.h"
 
 namespace mori_epx_impl {
@@ -84,25 +84,9 @@ MORI_DEVICE void quant_recs(xargs x, int t, uint64_t m, uint8_t *rec, unsigned l
 	for (int c0 = 0; c0 < H; c0 += MORI_WARP_SIZE * 8) {
 		const int ch = c0 + (int)lane * 8;
 		const bool act = ch < H;
-		mori_vec16 v = {0, 0, 0, 0};
-		if (act)
-			v = *(const mori_vec16 *)(row + (size_t)ch * 2);
-		const uint32_t u[4] = {v.x, v.y, v.z, v.w};
-		float f[8], amax = 0.f;
-#pragma unroll
-		for (int e = 0; e < 4; e++) {
-			f[2 * e] = bf16_to_f32(u[e] & 0xffffu);
-			f[2 * e + 1] = bf16_to_f32(u[e] >> 16);
-		}
-#pragma unroll
-		for (int i = 0; i < 8; i++)
-			amax = fmaxf(amax, fabsf(f[i]));
-#pragma unroll
-		for (int off = 1; off < 16; off <<= 1)
-			amax = fmaxf(amax, shflf(amax, (int)(lane ^ (unsigned)off)));
-		const float mul = ep_fp8_mult(amax), sc = ep_fp8_scale(amax);
-		const uint32_t lo = e4m3x2(f[0] * mul, f[1] * mul) | e4m3x2(f[2] * mul, f[3] * mul) << 16;
-		const uint32_t hi = e4m3x2(f[4] * mul, f[5] * mul) | e4m3x2(f[6] * mul, f[7] * mul) << 16;
+		uint32_t lo, hi;
+		float sc;
+		quant8(row, ch, act, lane, lo, hi, sc);
 		for (uint64_t mm = m; mm; mm &= mm - 1) {
 			const int j = __ffsll((long long)mm) - 1;
 			uint8_t *r = (uint8_t *)(uintptr_t)shfl64((int64_t)(uintptr_t)rec, j);
@@ -125,75 +109,12 @@ MORI_KERNEL void __launch_bounds__(MORI_EP_LAYOUT_THREADS) mori_epx_layout(const
 	const struct mori_ep_kargs &a = x.a;
 	if (retired(a))
 		return;
-	const int b = blockIdx.x, K = a.topk, E = a.world * a.epr, T = a.num_tokens, W = a.world;
-	const bool ll = a.mode == MORI_EP_KMODE_LL;
-	const int32_t *idx = (const int32_t *)a.indices;
-	int32_t *pos = pos_tab(a);
-	const unsigned tid = mori_block_thread(), lane = tid % MORI_WARP_SIZE, wid = tid / MORI_WARP_SIZE;
-	const unsigned nwarp = mori_block_threads() / MORI_WARP_SIZE;
-	__shared__ int wcnt[MORI_EP_LAYOUT_THREADS / 32];
-	__shared__ int running;
-	if (tid == 0)
-		running = 0;
-	__syncthreads();
-	for (int t0 = 0; t0 < T; t0 += (int)mori_block_threads()) {
-		int t = t0 + (int)tid, hitk = -1;
-		bool hit = false;
-		if (t < T)
-			for (int k = 0; k < K; k++) {
-				int v = idx[t * K + k];
-				if (v < -1 || v >= E) {
-					if (b == 0)
-						fail(a, MORI_EINVAL, MORI_EP_ERR_INDEX, t * K + k, v);
-					continue;
-				}
-				if (v < 0)
-					continue;
-				if (ll) {
-					if (v == b) {
-						if (hitk < 0)
-							hitk = k;
-						else
-							pos[t * K + k] = -1; // a repeated expert: its first slot carries it
-					}
-				} else if (v / a.epr == b)
-					hit = true;
-			}
-		if (ll)
-			hit = hitk >= 0;
-		uint64_t m = warp_ballot(hit);
-		int before = __popcll(m & ((1ull << lane) - 1));
-		if (lane == 0)
-			wcnt[wid] = __popcll(m);
-		__syncthreads();
-		int wbase = 0, total = 0;
-		for (unsigned i = 0; i < nwarp; i++) {
-			wbase += i < wid ? wcnt[i] : 0;
-			total += wcnt[i];
-		}
-		int p = running + wbase + before;
-		if (t < T) {
-			if (ll) {
-				if (hitk >= 0)
-					pos[t * K + hitk] = p;
-			} else
-				pos[t * W + b] = hit ? p : -1;
-		}
-		__syncthreads();
-		if (tid == 0)
-			running += total;
-		__syncthreads();
-	}
-	if (tid == 0)
+	const int b = blockIdx.x;
+	const int running = bin_scan(a, b);
+	if (mori_block_thread() == 0)
 		tab(x, x.X.xcnt)[b] = running;
-	if (b == 0) { // combine's copy of the routing (and low-latency's default weights)
-		int32_t *route = (int32_t *)local(a, a.L.route);
-		float *rw = (float *)local(a, a.L.rweight);
-		for (int i = (int)tid; i < T * K; i += (int)mori_block_threads()) {
-			route[i] = idx[i];
-			rw[i] = a.weights ? ((const float *)a.weights)[i] : 0.f;
-		}
-	}
+	if (b == 0)
+		keep_routing(a);
 }
 
 // grid 1: each destination's records, bin after bin: xoff[bin] (the bin's first record), xtot[d].
@@ -253,7 +174,7 @@ MORI_KERNEL void __launch_bounds__(1024) mori_epx_dispatch_send(const struct mor
 			if (ok)
 				rec = dchunk(x, d) + x.X.hdr + (size_t)r * x.X.rec;
 		}
-		uint64_t m = warp_ballot(ok);
+		uint64_t m = mori_warp_ballot(ok);
 		if (a.quant)
 			quant_recs(x, t, m, rec, lane);
 		while (m) {
@@ -433,15 +354,7 @@ MORI_KERNEL void __launch_bounds__(1024) mori_epx_combine_send(const struct mori
 	__shared__ int cpre[EP_MAX_LOCAL], tmp[EP_MAX_LOCAL];
 	const int nl = a.L.bins_local, total = count_prefix(count, nl, (int)per, cpre, tmp);
 	for (int j = (int)mori_global_warp(); j < total; j += (int)mori_grid_warps()) {
-		int lo = 0, hi = nl - 1;
-		while (lo < hi) {
-			int mid = (lo + hi) / 2;
-			if (cpre[mid] > j)
-				hi = mid;
-			else
-				lo = mid + 1;
-		}
-		const int l = lo, i = j - (l ? cpre[l - 1] : 0);
+		const int l = bin_of(cpre, nl, j), i = j - (l ? cpre[l - 1] : 0);
 		const int64_t slot = ll ? l * per + i : i;
 		const int sp = srcp[slot], s = ll ? sp / (M * K) : sp / M;
 		if (sp < 0 || s >= W)
@@ -490,7 +403,7 @@ MORI_KERNEL void __launch_bounds__(1024) mori_epx_combine_reduce(const struct mo
 	if (retired(a))
 		return;
 	const int K = a.topk, W = a.world, E = W * a.epr;
-	const bool ll = a.mode == MORI_EP_KMODE_LL, bf = a.dtype == MORI_EP_KDTYPE_BF16;
+	const bool ll = a.mode == MORI_EP_KMODE_LL;
 	const uint64_t e = epoch(a);
 	const int tid = (int)mori_block_thread();
 	const uint64_t *cs = (const uint64_t *)local(a, x.X.xcsig);
@@ -498,21 +411,12 @@ MORI_KERNEL void __launch_bounds__(1024) mori_epx_combine_reduce(const struct mo
 		wait_ge(a, cs + tid, e, MORI_EPX_W_CRED, tid);
 	__syncthreads();
 	mori_acquire_after_wait_sys();
-	const unsigned lane = mori_lane();
 	const int32_t *pos = pos_tab(a), *route = (const int32_t *)local(a, a.L.route);
 	const int32_t *xoff = tab(x, x.X.xoff), *xtot = tab(x, x.X.xtot);
 	const float *rw = a.weights ? (const float *)a.weights : (const float *)local(a, a.L.rweight);
-	const int32_t *given = (const int32_t *)a.indices;
-	const int P = ll ? K : W, nv = a.tok_bytes >> 4;
-	const unsigned wid = mori_block_thread() / MORI_WARP_SIZE;
-	__shared__ uint64_t srow[EP_MAX_WARPS][32];
-	__shared__ float swt[EP_MAX_WARPS][32];
-	for (int t = (int)mori_global_warp(); t < a.num_tokens; t += (int)mori_grid_warps()) {
-		if (given && (int)lane < K && given[t * K + lane] != route[t * K + lane])
-			fail(a, MORI_EINVAL, MORI_EP_ERR_ROUTE, t * K + (int)lane, given[t * K + lane]);
+	const int P = ll ? K : W;
+	reduce_tokens<1>(a, [&](int t, unsigned lane, const uint8_t *&row, float &w) {
 		bool ok = false;
-		const uint8_t *row = nullptr;
-		float w = 1.f;
 		if ((int)lane < P) {
 			int d = (int)lane, r = -1;
 			if (!ll) {
@@ -528,44 +432,6 @@ MORI_KERNEL void __launch_bounds__(1024) mori_epx_combine_reduce(const struct mo
 			if (ok)
 				row = local(a, x.X.cland + (uint64_t)d * x.X.ccap) + MORI_EPX_CHDR + (int64_t)r * x.X.crow;
 		}
-		const uint64_t m = warp_ballot(ok);
-		const int ns = __popcll(m);
-		if (ok) {
-			int at = __popcll(m & ((1ull << lane) - 1));
-			srow[wid][at] = (uint64_t)row;
-			swt[wid][at] = w;
-		}
-		mori_sync_warp();
-		uint8_t *o = (uint8_t *)a.out + (size_t)t * a.tok_bytes;
-		for (int c = (int)lane; c < nv; c += MORI_WARP_SIZE) {
-			float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-			for (int q = 0; q < ns; q++) {
-				const mori_vec16 v = ((const mori_vec16 *)srow[wid][q])[c];
-				const float wj = swt[wid][q];
-				const uint32_t u[4] = {v.x, v.y, v.z, v.w};
-				if (bf)
-					for (int e2 = 0; e2 < 4; e2++) {
-						acc[2 * e2] += wj * bf16_to_f32(u[e2] & 0xffffu);
-						acc[2 * e2 + 1] += wj * bf16_to_f32(u[e2] >> 16);
-					}
-				else
-					for (int e2 = 0; e2 < 4; e2++)
-						acc[e2] += wj * __int_as_float((int)u[e2]);
-			}
-			mori_vec16 r;
-			if (bf) {
-				r.x = f32_to_bf16(acc[0]) | f32_to_bf16(acc[1]) << 16;
-				r.y = f32_to_bf16(acc[2]) | f32_to_bf16(acc[3]) << 16;
-				r.z = f32_to_bf16(acc[4]) | f32_to_bf16(acc[5]) << 16;
-				r.w = f32_to_bf16(acc[6]) | f32_to_bf16(acc[7]) << 16;
-			} else {
-				r.x = (uint32_t)__float_as_int(acc[0]);
-				r.y = (uint32_t)__float_as_int(acc[1]);
-				r.z = (uint32_t)__float_as_int(acc[2]);
-				r.w = (uint32_t)__float_as_int(acc[3]);
-			}
-			((mori_vec16 *)o)[c] = r;
-		}
-		mori_sync_warp();
-	}
+		return ok;
+	});
 }

@@ -1,5 +1,5 @@
-/* MORI-EP across nodes (issue 14): the internode kernels (kernels/ep_internode.cu) and their
- * argument block, shared with the host code that launches them (libclient/ep_internode.c). Plain C.
+/* MORI-EP across nodes: the internode kernels (kernels/ep_internode.cu) and their argument
+ * block, shared with the host code that launches them (libclient/ep_internode.c). Plain C.
  *
  * The internode kernel types (MORI_EP_INTERNODE, MORI_EP_INTERNODE_LL) keep the intranode
  * receive layout (kernels/ep_kernels.h's parts of the slot: tok, w, idx, scale, src, cin, count,

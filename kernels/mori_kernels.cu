@@ -1,9 +1,11 @@
 // libmori's embedded image is this one translation unit: every kernel libmori launches, so that
-// one module per device holds them all (nvcc builds a fatbin from a single source).
+// one module per device holds them all, compiled as one program (no -rdc: whole-program
+// optimisation of the hot paths, no device link). Each file also compiles alone (mk/kernels.mk
+// check-alone), so the order here does not matter.
 #include "copy.cu"
-#include "copy_service.cu" // after copy.cu: uses copy_piece
+#include "copy_service.cu"
 #include "shmem.cu"
 #include "ep.cu"
-#include "ep_internode.cu" // MORI-EP across nodes (issue 14): uses ep.cu's helpers
+#include "ep_internode.cu"
 #include "coll.cu"
-#include "coll_xnode.cu" // after shmem.cu and coll.cu: it uses both
+#include "coll_xnode.cu"

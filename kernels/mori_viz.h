@@ -1,4 +1,4 @@
-/* MORI-VIZ trace points for mori's kernels (issue 19): per-warp begin/end/instant events with the
+/* MORI-VIZ trace points for mori's kernels: per-warp begin/end/instant events with the
  * GPU global timer into the buffer of common/viz_layout.h, written by lane 0.
  *
  * The macros compile in only with -DMORI_VIZ; without it every macro is ((void)0) and the kernel
@@ -22,7 +22,7 @@ enum mori_viz_copy_slot { MORI_VIZ_SLOT_COPY_BATCH = 0, MORI_VIZ_SLOT_COPY_DESC 
 
 #if defined(MORI_VIZ) || defined(__CUDACC__) || defined(__HIPCC__)
 #if defined(__CUDACC__) || defined(__HIPCC__)
-#include "mori_gpu.h"
+#include "../include/mori/device/gpu.h"
 #define MORI_VIZ_FN MORI_DEVICE
 MORI_VIZ_FN int64_t mori_viz_clock(void)
 {

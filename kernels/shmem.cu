@@ -1,13 +1,13 @@
 // MORI-SHMEM in libmori's image: the kernels the host API launches on a stream
 // (kernels/mori_shmem_kernels.h), and the device API as extern "C" functions with ROCm/mori's
 // names and MORI-IR's ABI (pointers as uint64_t, int32 status returns), instantiated from the
-// one table in mori_shmem.cuh. In libmori's whole-program image the wrappers are unused and
+// one table in mori/device/shmem.cuh. In libmori's whole-program image the wrappers are unused and
 // dropped; built with -rdc (static device library) or as bitcode (MORI-IR) they are the exports.
 #define MORI_SHMEM_NO_CXX_API
-#include "mori_shmem.cuh"
+#include "mori/device/shmem.cuh"
 #include "mori_shmem_kernels.h"
 
-/* MORI-IR's builds (kernels/ir.mk) export the device API alone: these kernels' host stubs would
+/* MORI-IR's builds (mk/ir.mk) export the device API alone: these kernels' host stubs would
  * clash with libmori's host functions of the same names in a program linking both. */
 #ifndef MORI_SHMEM_NO_KERNELS
 MORI_KERNEL void __launch_bounds__(MORI_SHMEM_KERNEL_THREADS)
@@ -37,9 +37,10 @@ MORI_SHMEM_API(MORI_SHMEM_ABI_FN)
 #undef MORI_SHMEM_ABI_FN
 #endif
 
-/* MORI-CCL's device API for fused kernels (kernels/coll.cuh's MORI_COLL_API: the communicator's
- * state, from mori_comm_device_state(), as a uint64_t argument) in the same exports. */
-#include "coll.cuh"
+/* MORI-CCL's device API for fused kernels (mori/device/coll.cuh's MORI_COLL_API: the
+ * communicator's state, from mori_comm_device_state(), as a uint64_t argument) in the same
+ * exports. */
+#include "mori/device/coll.cuh"
 #ifndef MORI_SHMEM_NO_WRAPPERS
 #define MORI_COLL_ABI_FN(ret, name, cxx, abi, body)                                                        \
 	extern "C" __device__ __attribute__((visibility("default"))) ret mori_coll_##name abi { return body; }

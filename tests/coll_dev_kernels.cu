@@ -1,9 +1,9 @@
-// tests/test_gpu_coll's fused kernel: MORI-CCL's device API (kernels/coll.cuh) from a module of the
-// test's own, as an application's kernel would use it. One block a rank: each round it writes 1024
+// tests/test_gpu_coll's fused kernel: MORI-CCL's device API (mori/device/coll.cuh) from a module
+// of the test's own, as an application's kernel would use it. One block a rank: each round it writes 1024
 // words into the next rank's buffer through mori_coll_peer_ptr, barriers, checks the words the
 // previous rank wrote into its own, barriers again (the next round overwrites them).
 //   out[0]: 0 or the first MORI_E* code; out[1]: wrong words; out[2]: 1 once finished.
-#include "../kernels/coll.cuh"
+#include "mori/device/coll.cuh"
 
 MORI_KERNEL void cdev_ring(const struct mori_coll_dev *d, uint64_t *buf, int rounds, long long *out)
 {

@@ -1,6 +1,6 @@
 // MORI-IR's -rdc ring, the device half: a CUDA kernel that links the device API as the static
 // device library (nvcc -rdc=true ... -lmori_shmem_device, declarations from the generated
-// mori_shmem_device.h) rather than including kernels/mori_shmem.cuh, and runs the ring: each PE
+// mori_shmem_device.h) rather than including mori/device/shmem.cuh, and runs the ring: each PE
 // puts a block into its neighbour's heap with a signal per round, waits for its own round's
 // signal, and checks the block its other neighbour sent; ROUNDS rounds in one kernel. The host
 // half (tests/ir_rdc_ring_main.c) joins the group and checks every byte again. A translation

@@ -1,8 +1,8 @@
 // The kernels of tests/test_gpu_shmem_dev.c: one launch per PE (each PE's own module instance,
 // so each has its own mori_shmem_state_ptr), blocks of SDEV_THREADS. They call the C++ device API
-// of kernels/mori_shmem.cuh exactly as an application kernel would, and write what they saw to
+// of mori/device/shmem.cuh exactly as an application kernel would, and write what they saw to
 // out[] for the host to check against its model.
-#include "mori_shmem.cuh"
+#include "mori/device/shmem.cuh"
 #include "../tests/shmem_dev.h"
 
 #define OUT(a) ((long long *)(uintptr_t)(a)->out)

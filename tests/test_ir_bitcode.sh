@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# MORI-IR's build outputs (kernels/ir.mk), no GPU needed:
+# MORI-IR's build outputs (mk/ir.mk), no GPU needed:
 #  - the function table (libmori_shmem_device.json) has every row of MORI_SHMEM_API, counted here
 #    independently (the preprocessor's expansion of the table, one mark a row);
 #  - every function of the table is defined in libmori_shmem_device.bc (llvm-dis-16) with the
@@ -25,15 +25,15 @@ BC=$IR/libmori_shmem_device.bc
 PY=$(command -v python3) || skip "python3 not installed"
 [ -f "$J" ] || fail "$J not built (make all B=$B_ARG)"
 
-# Rows of MORI_SHMEM_API and of MORI-CCL's MORI_COLL_API (kernels/coll.cuh), counted from the
+# Rows of MORI_SHMEM_API and of MORI-CCL's MORI_COLL_API (mori/device/coll.cuh), counted from the
 # preprocessor's expansion with a mark per row.
 count_rows() { # TABLE HEADER
 	printf '%s\n' '#define MORI_SHMEM_NO_CXX_API' "#include \"$2\"" \
 		'#define ROW(r, n, c, a, b) MORI_IR_ROW_MARK' "$1(ROW)" |
-		${CC:-cc} -E -P -x c++ -Ikernels - | grep -o MORI_IR_ROW_MARK | wc -l
+		${CC:-cc} -E -P -x c++ -Ikernels -Iinclude - | grep -o MORI_IR_ROW_MARK | wc -l
 }
-rows=$(count_rows MORI_SHMEM_API mori_shmem.cuh)
-crows=$(count_rows MORI_COLL_API coll.cuh)
+rows=$(count_rows MORI_SHMEM_API mori/device/shmem.cuh)
+crows=$(count_rows MORI_COLL_API mori/device/coll.cuh)
 nt=$("$PY" -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["functions"]))' "$J")
 nc=$("$PY" -c 'import json,sys; print(sum(f["name"].startswith("mori_coll_") and f["short"] == f["name"][5:]
      for f in json.load(open(sys.argv[1]))["functions"]))' "$J")
@@ -125,11 +125,11 @@ out=$(check_bitcode "$BC" lib) || fail "bitcode against the table: $out"
 pass "bitcode: $out"
 
 # Generic: the sm_90 build is the same IR but for the target attributes (the reason one file serves both).
-IRF="-x cuda --cuda-device-only -nocudainc -nocudalib -Wno-unknown-cuda-version -O2 -std=c++17 -DMORI_SHMEM_NO_KERNELS -Ikernels"
+IRF="-x cuda --cuda-device-only -nocudainc -nocudalib -Wno-unknown-cuda-version -O2 -std=c++17 -DMORI_SHMEM_NO_KERNELS -Ikernels -Iinclude"
 for a in 80 90; do
 	# shellcheck disable=SC2086
 	clang-16 $IRF --cuda-gpu-arch=sm_$a -S -emit-llvm -o "$T/sm$a.ll" kernels/shmem.cu || fail "clang-16 for sm_$a"
-	sh kernels/ir-generic.sh "$T/sm$a.ll" "$T/sm$a.g.ll" || fail "kernels/ir-generic.sh on the sm_$a build"
+	sh mk/ir-generic.sh "$T/sm$a.ll" "$T/sm$a.g.ll" || fail "mk/ir-generic.sh on the sm_$a build"
 	sed -e '/^; ModuleID/d' -e '/^source_filename/d' "$T/sm$a.g.ll" > "$T/sm$a.generic.ll"
 done
 cmp -s "$T/sm80.generic.ll" "$T/sm90.generic.ll" ||
@@ -184,10 +184,10 @@ grep -q '^\.func\|call\.uni' "$T/k.ptx" && fail "the linked kernel still calls f
 [ -z "$PTXAS" ] || "$PTXAS" -arch=sm_90 -c "$T/k.ptx" -o "$T/k.o" || fail "ptxas rejects the linked kernel"
 pass "a consumer module (nvvm-reflect-ftz 1, as Triton's) links, inlines every call, keeps mori_shmem_state_ptr visible"
 
-# AMD: the same source through the HIP side of kernels/mori_gpu.h, compiled by clang-16 for the
+# AMD: the same source through the HIP side of include/mori/device/gpu.h, compiled by clang-16 for the
 # gfx targets it knows (gfx90a, gfx940; gfx942 needs LLVM 17, gfx950 LLVM 19), with HIP's
 # headers where they are ($HIP_INCLUDE, /opt/rocm/include, /usr/include: Debian's
-# libamdhip64-dev has them). A compile check: these files are not shipped (kernels/ir.mk builds
+# libamdhip64-dev has them). A compile check: these files are not shipped (mk/ir.mk builds
 # AMD bitcode with hipcc for the archs it targets).
 HIPINC=${HIP_INCLUDE:-}
 if [ -z "$HIPINC" ]; then
@@ -196,7 +196,7 @@ fi
 if [ -n "$HIPINC" ]; then
 	for a in gfx90a gfx940; do
 		clang-16 -x hip --cuda-device-only -fgpu-rdc -nogpulib -nogpuinc -D__HIP_PLATFORM_AMD__ -I"$HIPINC" \
-			-Wno-ignored-attributes --offload-arch=$a -O2 -std=c++17 -DMORI_SHMEM_NO_KERNELS -Ikernels -emit-llvm -c \
+			-Wno-ignored-attributes --offload-arch=$a -O2 -std=c++17 -DMORI_SHMEM_NO_KERNELS -Ikernels -Iinclude -emit-llvm -c \
 			-o "$T/amd_$a.bc" kernels/shmem.cu > "$T/amd.log" 2>&1 || fail "HIP compile for $a: $(tail -20 "$T/amd.log")"
 		out=$(check_bitcode "$T/amd_$a.bc" "amd_$a") || fail "AMD $a bitcode against the table: $out"
 	done
@@ -207,7 +207,7 @@ fi
 
 # The header: compiles, declares every function.
 H=$IR/mori_shmem_device.h
-printf '#include "mori_gpu.h"\n#include "%s"\n' "$H" > "$T/h.cu"
+printf '#include "mori/device/gpu.h"\n#include "%s"\n' "$H" > "$T/h.cu"
 # shellcheck disable=SC2086
 clang-16 $IRF --cuda-gpu-arch=sm_80 -fsyntax-only -I"$IR" "$T/h.cu" || fail "$H does not compile"
 nd=$(grep -c '^__device__ .* mori_\(shmem\|coll\)_[a-z0-9_]*(' "$H")

@@ -46,7 +46,7 @@ else
 	echo "# python3-matplotlib not installed: tools/viz-png not checked"
 fi
 NVCC=${NVCC:-$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2> /dev/null)}
-if [ -n "$NVCC" ] && [ "$(sh kernels/probe-gpucc.sh nvcc "$NVCC" "$T" 2> /dev/null)" = yes ]; then
+if [ -n "$NVCC" ] && [ "$(sh mk/probe-gpucc.sh nvcc "$NVCC" "$T" 2> /dev/null)" = yes ]; then
 	cat > "$T/k.cu" <<'K'
 #include "mori_viz.h"
 extern "C" __global__ void traced(struct mori_viz_header *viz, int *x)
@@ -60,7 +60,7 @@ extern "C" __global__ void traced(struct mori_viz_header *viz, int *x)
 K
 	for def in -DMORI_VIZ ""; do
 		# shellcheck disable=SC2086
-		"$NVCC" -std=c++17 -arch=sm_90 -Ikernels -Icommon $def -c "$T/k.cu" -o "$T/k.o" > "$T/nvcc.log" 2>&1 ||
+		"$NVCC" -std=c++17 -arch=sm_90 -Ikernels -Iinclude -Icommon $def -c "$T/k.cu" -o "$T/k.o" > "$T/nvcc.log" 2>&1 ||
 			fail "nvcc ${def:-without MORI_VIZ}: $(cat "$T/nvcc.log")"
 	done
 	pass "kernels/mori_viz.h compiles into a kernel with and without MORI_VIZ (nvcc)"

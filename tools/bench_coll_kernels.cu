@@ -1,7 +1,7 @@
 // mori-bench coll's compute load for the overlap row: a plain tiled SGEMM (C = A x B, n x n,
 // row-major), 64 x 64 tiles, 256 threads, 4 x 4 outputs a thread. cuBLAS is not linked; this is
 // the kernel the copy-engine and kernel all-gathers run beside.
-#include "../kernels/mori_gpu.h"
+#include "mori/device/gpu.h"
 
 #define TS 64
 #define TK 16

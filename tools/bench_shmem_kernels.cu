@@ -1,6 +1,6 @@
 // The kernels of `mori-bench shmem` (tools/bench_shmem.c): the patterns tools/bench_nvshmem.cu
 // runs through NVSHMEM, here through MORI-SHMEM's device API. One module instance per PE.
-#include "mori_shmem.cuh"
+#include "mori/device/shmem.cuh"
 
 __device__ long long globaltimer_ns(void)
 {

@@ -149,17 +149,17 @@ class EpDispatchCombineConfig:
         return int(_L().mori_ep_heap_bytes(ctypes.byref(self._c())))
 
 
-# ---- the launch tuning table: kernels/ep_tuning/*.json (ROCm/mori's tuning_configs format), the
+# ---- the launch tuning table: data/ep_tuning/*.json (ROCm/mori's tuning_configs format), the
 # files libmori's build compiles in; the same lookup as mori_ep_tuning_lookup (libclient/ep_tune.c)
 _KT = {"IntraNode": 0, "IntraNodeLL": 1}
 _TDT = {"bf16": _DT_BF16, "fp32": _DT_FP32, "fp8_e4m3": _DT_FP8}
 
 
 def tuning_dir():
-    """$MORI_EP_TUNING_DIR, else the source tree's kernels/ep_tuning beside this package."""
+    """$MORI_EP_TUNING_DIR, else the source tree's data/ep_tuning beside this package."""
     import os
     d = os.environ.get("MORI_EP_TUNING_DIR")
-    return d or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "kernels", "ep_tuning")
+    return d or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "data", "ep_tuning")
 
 
 def tuning_rules(directory=None):

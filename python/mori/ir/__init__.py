@@ -14,7 +14,7 @@ negative MORI_E* code. The functions read the PE's state through one module glob
 module: mori.shmem.Group.module_init(module), what mori.ir.triton's post-compile hook calls.
 
 The table (libmori_shmem_device.json) is generated with the bitcode from the same source
-(MORI_SHMEM_API in kernels/mori_shmem.cuh), never kept by hand. FUNCTIONS keys are the short names
+(MORI_SHMEM_API in include/mori/device/shmem.cuh), never kept by hand. FUNCTIONS keys are the short names
 (ROCm/mori's MORI_DEVICE_FUNCTIONS keys); each entry has symbol, args (type strings int32 uint32
 int64 uint64 float32 float64), arg_names and ret.
 """
@@ -35,7 +35,7 @@ def _dirs():
     out.append(_here)  # installed beside the package (or copied there)
     root = os.path.dirname(os.path.dirname(_here))  # python/mori/ir -> python
     root = os.path.dirname(root)
-    if os.path.isfile(os.path.join(root, "kernels", "mori_shmem.cuh")):  # a checkout: its build tree
+    if os.path.isfile(os.path.join(root, "include", "mori", "device", "shmem.cuh")):  # a checkout: its build tree
         b = os.environ.get("B") or "build"
         out.append(os.path.join(b if os.path.isabs(b) else os.path.join(root, b), "kernels", "ir"))
     try:
@@ -60,7 +60,7 @@ def _find(name, env):
         if os.path.isfile(f):
             return f
         tried.append(f)
-    raise FileNotFoundError("%s not found; tried %s (build it with `make all`: kernels/ir.mk needs clang-16; "
+    raise FileNotFoundError("%s not found; tried %s (build it with `make all`: mk/ir.mk needs clang-16; "
                             "or set $%s or $MORI_IR_DIR)" % (name, ", ".join(tried), env))
 
 

@@ -64,7 +64,7 @@ def _make(short, symbol, args, ret, names):
         return core.extern_elementwise(LIB_NAME, "", cast, {at: (symbol, rt)}, is_pure=False, **{_SEM: sem})
 
     fn.__name__ = fn.__qualname__ = short
-    fn.__doc__ = "MORI-IR %s (kernels/mori_shmem.cuh, docs/ir.md)." % sig
+    fn.__doc__ = "MORI-IR %s (include/mori/device/shmem.cuh, docs/ir.md)." % sig
     # the code generator passes the semantic object by keyword; declare it so it is accepted
     fn.__signature__ = inspect.Signature(
         [inspect.Parameter("args", inspect.Parameter.VAR_POSITIONAL),

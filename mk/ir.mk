@@ -1,9 +1,9 @@
-# MORI-IR (issue 12): the shmem device API (kernels/shmem.cu's extern "C" wrappers of
-# MORI_SHMEM_API) built ahead of time for other compilers to link. Included by kernels/kernels.mk;
+# MORI-IR: the shmem device API (kernels/shmem.cu's extern "C" wrappers of MORI_SHMEM_API) built
+# ahead of time for other compilers to link. Included by mk/kernels.mk;
 # everything lands in $(B)/kernels/ir/:
 #   libmori_shmem_device.bc    NVIDIA LLVM bitcode (nvptx64-nvidia-cuda), by clang-16 without
 #                              CUDA's headers (-nocudainc: clang 16 cannot parse CUDA 13's;
-#                              kernels/mori_gpu.h supplies the little they gave). One generic
+#                              include/mori/device/gpu.h supplies the little they gave). One generic
 #                              file, as NVIDIA's libdevice is: the source never branches on
 #                              the architecture, its sm_80 and sm_90 builds are the same IR but
 #                              for the target attributes (tests/test_ir_bitcode.sh checks),
@@ -11,11 +11,11 @@
 #                              kernel's own target; so it is built for sm_80 (the oldest part
 #                              mori supports: acquire/release PTX needs sm_70) and its
 #                              target-cpu/target-features attributes and clang's
-#                              nvvm-reflect-ftz module flag are removed (kernels/ir-generic.sh:
+#                              nvvm-reflect-ftz module flag are removed (mk/ir-generic.sh:
 #                              Triton sets that flag otherwise and refused to link). clang-16
 #                              because bitcode is read by the same or newer LLVM only: Triton
 #                              3.x's LLVM reads it, an older one would not read a newer clang's.
-#   libmori_shmem_device.json  the function table (kernels/ir-table.sh, from MORI_SHMEM_API)
+#   libmori_shmem_device.json  the function table (mk/ir-table.sh, from MORI_SHMEM_API)
 #   mori_shmem_device.h        extern "C" __device__ declarations of the same functions
 #   libmori_shmem_device.a     the static device library for nvcc -rdc users (sm_80, sm_90,
 #                              compute_90 PTX), from the same source; needs nvcc
@@ -26,16 +26,15 @@ IR        := $(OUT)/ir
 IR_CLANG  ?= $(shell command -v clang-16 2>/dev/null)
 IR_LLVMAS ?= $(shell command -v llvm-as-16 2>/dev/null)
 IR_SRC    := kernels/shmem.cu
-IR_DEPS   := $(IR_SRC) kernels/mori_gpu.h $(SHMEM_DEPS) kernels/ir.mk kernels/ir-table.sh kernels/ir-generic.sh
-IR_DEPS   += kernels/coll.cuh kernels/coll_kernels.h # MORI-CCL's device API (MORI_COLL_API), in the same exports
+IR_DEPS   := $(IR_SRC) $(SHMEM_DEPS) mk/ir.mk mk/ir-table.sh mk/ir-generic.sh # with MORI-CCL's device API
 IR_FLAGS  := -x cuda --cuda-device-only -nocudainc -nocudalib -Wno-unknown-cuda-version -O2 -std=c++17 \
-             -DMORI_SHMEM_NO_KERNELS -Ikernels
+             -DMORI_SHMEM_NO_KERNELS -Ikernels -Iinclude
 IR_OUT    := $(IR)/libmori_shmem_device.json $(IR)/mori_shmem_device.h
 
 $(IR)/libmori_shmem_device.json: $(IR_DEPS)
 	@mkdir -p $(IR)
 	@echo "  IR      MORI_SHMEM_API -> $(notdir $@) mori_shmem_device.h"
-	@sh kernels/ir-table.sh "$(CC)" $@ $(IR)/mori_shmem_device.h
+	@sh mk/ir-table.sh "$(CC)" $@ $(IR)/mori_shmem_device.h
 $(IR)/mori_shmem_device.h: $(IR)/libmori_shmem_device.json ; @:
 
 ifneq ($(and $(IR_CLANG),$(IR_LLVMAS)),)
@@ -44,11 +43,11 @@ $(IR)/libmori_shmem_device.bc: $(IR_DEPS)
 	@mkdir -p $(IR)
 	@echo "  CLANG   $(IR_SRC) -> $(notdir $@) (nvptx64, generic: built for sm_80)"
 	@$(IR_CLANG) $(IR_FLAGS) --cuda-gpu-arch=sm_80 -S -emit-llvm -o $@.ll $(IR_SRC)
-	@sh kernels/ir-generic.sh $@.ll $@.generic.ll
+	@sh mk/ir-generic.sh $@.ll $@.generic.ll
 	@$(IR_LLVMAS) $@.generic.ll -o $@.tmp && mv $@.tmp $@ && rm -f $@.ll $@.generic.ll
 else
 IR_OUT += $(IR)/.no-bitcode
-$(IR)/.no-bitcode: kernels/ir.mk
+$(IR)/.no-bitcode: mk/ir.mk
 	@mkdir -p $(IR)
 	@echo "  IR      no NVIDIA bitcode: clang-16/llvm-as-16 not found (tools/install-deps installs clang-16 llvm-16)"
 	@touch $@
@@ -59,7 +58,7 @@ IR_OUT += $(IR)/libmori_shmem_device.a
 $(IR)/libmori_shmem_device.a: $(IR_DEPS) $(OUT)/.nvcc
 	@mkdir -p $(IR)
 	@echo "  NVCC    $(IR_SRC) -> $(notdir $@) (-rdc, sm_80 sm_90 compute_90)"
-	@$(NVCC) $(NVFLAGS) -rdc=true -lib $(ARCHS) -DMORI_SHMEM_NO_KERNELS -Ikernels -o $@.tmp.a $(IR_SRC) && \
+	@$(NVCC) $(NVFLAGS) -rdc=true -lib $(ARCHS) -DMORI_SHMEM_NO_KERNELS -Ikernels -Iinclude -o $@.tmp.a $(IR_SRC) && \
 		mv $@.tmp.a $@
 endif
 
@@ -71,7 +70,7 @@ $(IR)/libmori_shmem_device_%.bc: $(IR_DEPS) $(OUT)/.hipcc
 	@mkdir -p $(IR)
 	@echo "  HIPCC   $(IR_SRC) -> $(notdir $@)"
 	@$(HIPCC) $(HIPFLAGS) -x hip --cuda-device-only -fgpu-rdc -emit-llvm -c --offload-arch=$* \
-		-DMORI_SHMEM_NO_KERNELS -Ikernels -o $@ $(IR_SRC) 2> $(IR)/$*.log || \
+		-DMORI_SHMEM_NO_KERNELS -Ikernels -Iinclude -o $@ $(IR_SRC) 2> $(IR)/$*.log || \
 		{ echo "  IR      AMD bitcode for $*: $(HIPCC) failed (see $(IR)/$*.log)"; rm -f $@; }
 endif
 

@@ -1,10 +1,10 @@
-/* mori_shmem.cuh: MORI-SHMEM's device API. GPU kernels (CUDA and HIP, one source through
- * kernels/mori_gpu.h) move data between the PEs' symmetric heaps from inside the kernel:
+/* mori/device/shmem.cuh: MORI-SHMEM's device API. GPU kernels (CUDA and HIP, one source through
+ * mori/device/gpu.h) move data between the PEs' symmetric heaps from inside the kernel:
  * ROCm/mori's mori_shmem_* device functions (names, argument orders, SIGNAL_SET = 9 and
  * SIGNAL_ADD = 10, the atomic-type numbers) with OpenSHMEM 1.5 semantics, plus OpenSHMEM's own
  * atomic, wait and sync forms.
  *
- * State. Every function reads this PE's struct mori_shmem_state (common/shmem_layout.h) through
+ * State. Every function reads this PE's struct mori_shmem_state (mori/device_host/shmem_layout.h) through
  * the module global `mori_shmem_state_ptr`, which the host fills once per module
  * (mori_shmem_module_init, or mori_shmem_state() + cudaMemcpyToSymbol). A CUDA program built
  * with -rdc defines it in one translation unit and defines MORI_SHMEM_STATE_EXTERN in the others.
@@ -45,9 +45,7 @@
  */
 #ifndef MORI_SHMEM_CUH
 #define MORI_SHMEM_CUH
-#include "mori_gpu.h"
-#include "../common/shmem_layout.h"
-#include "../include/mori.h"
+#include "prims.cuh"
 
 #ifdef MORI_SHMEM_STATE_EXTERN
 extern __device__ struct mori_shmem_state *mori_shmem_state_ptr;
@@ -57,10 +55,9 @@ __device__ struct mori_shmem_state *mori_shmem_state_ptr;
 
 /* How many polls of a wait between two reads of the abort word. That word is in host memory: a
  * read crosses PCIe, and thousands of waiting threads (an EP combine's reduce grid: every block's
- * waiters) reading it every 128 polls starved the copy engines' DMA to and from the host, where
- * morid stages VRAM for the network: an EP combine across morids moved 23 % of the TCP stream,
- * 84 % with 4096 (issue 14, docs/benchmarks.md). A poll of a VRAM word is ~0.5 us, so an abort is
- * still seen within a few ms. */
+ * waiters) reading it often starve the copy engines' DMA to and from the host, where morid stages
+ * VRAM for the network (docs/benchmarks.md has the EP combine across morids measured at 128 and
+ * at 4096). A poll of a VRAM word is ~0.5 us, so an abort is still seen within a few ms. */
 #define MORI_SHMEM_ABORT_POLL 4096u
 
 namespace mori_shmem_impl {
@@ -150,22 +147,15 @@ MORI_DEVICE uint8_t *reserved(state st, unsigned off) { return (uint8_t *)heap_b
 /* 0, or the MORI_E* code of the abort morid set (the group is dead or torn down). */
 MORI_DEVICE int abort_code(state st)
 {
-	if (!st || !ctrl(st))
-		return 0;
-	uint32_t a = mori_relaxed_load_sys(&ctrl(st)->abort);
-	if (!a)
-		return 0;
-	return a == MORI_SHMEM_ABORT_PEER_DEAD ? MORI_EPEERDEAD
-	       : a == MORI_SHMEM_ABORT_TIMEOUT ? MORI_ETIMEDOUT
-					       : MORI_ECANCELED;
+	struct mori_shmem_ctrl *c = st ? ctrl(st) : nullptr;
+	return c ? mori_abort_code(c) : 0;
 }
-/* One per wait: poll() is 0 until the abort word is set; it reads that word every
- * MORI_SHMEM_ABORT_POLL calls only. */
-struct spin {
-	unsigned n;
-	MORI_DEVICE spin() : n(0) {}
-	MORI_DEVICE int poll(state st) { return ++n % MORI_SHMEM_ABORT_POLL ? 0 : abort_code(st); }
-};
+/* Polls ready() until it holds (0) or the abort word is set (its code), which it reads every
+ * MORI_SHMEM_ABORT_POLL polls only. */
+template <typename Ready> MORI_DEVICE int wait_abortable(state st, Ready ready)
+{
+	return mori_wait_until(MORI_SHMEM_ABORT_POLL, ready, [&](unsigned) { return abort_code(st); });
+}
 
 MORI_DEVICE int check_pe(state st, int pe)
 {
@@ -187,72 +177,13 @@ MORI_DEVICE uint8_t *peer_addr(state st, uint64_t off, int pe)
 	return b ? (uint8_t *)(b + off) : nullptr;
 }
 
-/* ---- copies: the group's threads interleaved, the widest element src and dst agree on ---- */
-template <typename T> MORI_DEVICE void copy_elems(T *d, const T *s, uint64_t n, unsigned t, unsigned nt)
-{
-	uint64_t i = t;
-	for (; i + 3ull * nt < n; i += 4ull * nt) {
-		T v0 = s[i], v1 = s[i + nt], v2 = s[i + 2ull * nt], v3 = s[i + 3ull * nt];
-		d[i] = v0;
-		d[i + nt] = v1;
-		d[i + 2ull * nt] = v2;
-		d[i + 3ull * nt] = v3;
-	}
-	/* the rest, at most 3 a thread: loads first, then stores, so it costs one memory round trip
-	 * rather than one each (a block's 8-32 KiB slice of a put is all rest) */
-	if (i < n) {
-		bool b1 = i + nt < n, b2 = i + 2ull * nt < n;
-		T v0 = s[i], v1, v2;
-		if (b1)
-			v1 = s[i + nt];
-		if (b2)
-			v2 = s[i + 2ull * nt];
-		d[i] = v0;
-		if (b1)
-			d[i + nt] = v1;
-		if (b2)
-			d[i + 2ull * nt] = v2;
-	}
-}
+/* ---- copies: the group's threads interleaved (mori/device/prims.cuh) ---- */
 MORI_DEVICE void copy_bytes(uint8_t *dst, const uint8_t *src, uint64_t len, unsigned t, unsigned nt)
 {
-	uintptr_t diff = (uintptr_t)src ^ (uintptr_t)dst;
-	unsigned w = 16;
-	while (w > 1 && (diff & (w - 1)))
-		w >>= 1;
-	uint64_t head = (w - ((uintptr_t)src & (w - 1))) & (w - 1);
-	if (head > len)
-		head = len;
-	for (uint64_t i = t; i < head; i += nt)
-		dst[i] = src[i];
-	src += head;
-	dst += head;
-	len -= head;
-	uint64_t n = len / w;
-	switch (w) {
-	case 16: copy_elems((mori_vec16 *)dst, (const mori_vec16 *)src, n, t, nt); break;
-	case 8: copy_elems((uint64_t *)dst, (const uint64_t *)src, n, t, nt); break;
-	case 4: copy_elems((uint32_t *)dst, (const uint32_t *)src, n, t, nt); break;
-	case 2: copy_elems((uint16_t *)dst, (const uint16_t *)src, n, t, nt); break;
-	default: copy_elems(dst, src, n, t, nt); break;
-	}
-	uint64_t i = n * w;
-	if (nt == 1) /* one thread: the tail in the widest steps it allows (an 8-byte put is one store) */
-		for (unsigned k = w >> 1; k; k >>= 1)
-			if (len - i >= k) {
-				switch (k) {
-				case 8: *(uint64_t *)(dst + i) = *(const uint64_t *)(src + i); break;
-				case 4: *(uint32_t *)(dst + i) = *(const uint32_t *)(src + i); break;
-				case 2: *(uint16_t *)(dst + i) = *(const uint16_t *)(src + i); break;
-				default: dst[i] = src[i]; break;
-				}
-				i += k;
-			}
-	for (i += t; i < len; i += nt)
-		dst[i] = src[i];
+	mori_copy_bytes<MORI_COPY_PLAIN>(dst, src, len, t, nt);
 }
 
-/* ---- the proxy ring (common/shmem_layout.h) ----
+/* ---- the proxy ring (mori/device_host/shmem_layout.h) ----
  * Claim a sequence number on ctrl->head, wait (abort-checked) until morid has completed the
  * request that used the slot one lap earlier, write the entry's last 56 bytes, then publish its
  * first 8 (ready = seq + 1, op, amo, width) with one release store at system scope. */
@@ -272,11 +203,9 @@ MORI_DEVICE int proxy_post(state st, const preq &r, uint64_t *seq_out)
 		return MORI_ENOTSUP;
 	*(volatile uint64_t *)reserved(st, MORI_SHMEM_OFF_PROXY_USED) = 1;
 	uint64_t seq = mori_atomic_add_sys((uint64_t *)&c->head, (uint64_t)1);
-	spin s;
-	int rc;
-	while (seq - mori_relaxed_load_sys(&c->done) >= n)
-		if ((rc = s.poll(st)))
-			return rc; /* morid stopped serving: the group is aborting anyway */
+	int rc = wait_abortable(st, [&] { return seq - mori_relaxed_load_sys(&c->done) < n; });
+	if (rc)
+		return rc; /* morid stopped serving: the group is aborting anyway */
 	mori_acquire_after_wait_sys(); /* morid has copied the old entry out before we overwrite it */
 	volatile uint64_t *w = (volatile uint64_t *)&ring(st)[seq & (n - 1)];
 	w[1] = (uint32_t)r.pe;
@@ -297,11 +226,9 @@ MORI_DEVICE int proxy_post(state st, const preq &r, uint64_t *seq_out)
 MORI_DEVICE int proxy_wait(state st, uint64_t seq)
 {
 	struct mori_shmem_ctrl *c = ctrl(st);
-	spin s;
-	int rc;
-	while (mori_relaxed_load_sys(&c->done) <= seq)
-		if ((rc = s.poll(st)))
-			return rc;
+	int rc = wait_abortable(st, [&] { return mori_relaxed_load_sys(&c->done) > seq; });
+	if (rc)
+		return rc;
 	mori_acquire_after_wait_sys();
 	return *(volatile int32_t *)&c->error;
 }
@@ -498,11 +425,9 @@ template <typename T> MORI_DEVICE int amo_proxy_fetch(state st, preq &q, T *out)
 	uint64_t *ticket = (uint64_t *)reserved(st, MORI_SHMEM_OFF_AMO_TICKET);
 	unsigned i = (unsigned)(atomicAdd((unsigned long long *)ticket, 1ull) % MORI_SHMEM_AMO_SLOTS);
 	uint64_t *busy = (uint64_t *)reserved(st, MORI_SHMEM_OFF_AMO_BUSY) + i;
-	spin s;
-	int rc;
-	while (atomicCAS((unsigned long long *)busy, 0ull, 1ull) != 0ull)
-		if ((rc = s.poll(st)))
-			return rc;
+	int rc = wait_abortable(st, [&] { return atomicCAS((unsigned long long *)busy, 0ull, 1ull) == 0ull; });
+	if (rc)
+		return rc;
 	q.src = MORI_SHMEM_OFF_AMO_VALUE + 8ull * i;
 	uint64_t seq;
 	if (!(rc = proxy_post(st, q, &seq)) && !(rc = proxy_wait(st, seq)))
@@ -601,18 +526,16 @@ template <typename T> MORI_DEVICE int wait_until(state st, T *ivar, int cmp, T x
 {
 	if ((unsigned)cmp > MORI_SHMEM_CMP_LE)
 		return MORI_EINVAL;
-	spin s;
-	for (;;) {
-		/* Every poll an acquire load: measured on the H200, relaxed polls and one acquire fence
-		 * after them cost ~0.5 us more a wait (a system-scope fence orders everything). */
-		T v = load_acquire(ivar);
-		int rc = 0;
-		if (cmp_true(v, cmp, x) || (rc = s.poll(st))) {
-			if (seen)
-				*seen = v;
-			return rc;
-		}
-	}
+	/* Every poll an acquire load: relaxed polls and one acquire fence after them cost more a
+	 * wait (~0.5 us: a system-scope fence orders everything). */
+	T v;
+	int rc = wait_abortable(st, [&] {
+		v = load_acquire(ivar);
+		return cmp_true(v, cmp, x);
+	});
+	if (seen)
+		*seen = v;
+	return rc;
 }
 template <typename T> MORI_DEVICE T wait_value(state st, T *ivar, int cmp, T x)
 {

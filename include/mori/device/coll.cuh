@@ -1,6 +1,7 @@
-/* coll.cuh: MORI-CCL's device side shared by libmori's collective kernels (kernels/coll.cu) and
- * fused kernels of applications: the communicator state (struct mori_coll_dev, kernels/
- * coll_kernels.h), peers' addresses, the status word, the abort word and the block barrier.
+/* mori/device/coll.cuh: MORI-CCL's device side shared by libmori's collective kernels
+ * (kernels/coll.cu, kernels/coll_xnode.cu) and fused kernels of applications: the communicator
+ * state (struct mori_coll_dev, mori/device_host/coll_dev.h), peers' addresses, the status word,
+ * the abort word, the flag wait and the block barrier.
  *
  * The device API for fused kernels (NCCL's device API: a window's peer pointer, a barrier among
  * the ranks; ROCm/mori's CCO), at the end of this file, takes the state's device address that
@@ -15,27 +16,14 @@
  *   mori_coll_rank(d), mori_coll_size(d)
  * The same four are in MORI-IR's bitcode and its JSON table (kernels/shmem.cu instantiates
  * MORI_COLL_API below as extern "C" functions: mori_coll_rank(uint64_t d), ..., the state and
- * pointers as uint64_t addresses, kernels/ir-table.sh lists them). */
+ * pointers as uint64_t addresses, mk/ir-table.sh lists them). */
 #ifndef MORI_COLL_CUH
 #define MORI_COLL_CUH
-#include "mori_gpu.h"
-#include "coll_kernels.h"
-#include "../common/shmem_layout.h"
-#include "../include/mori.h"
+#include "prims.cuh"
+#include "../device_host/coll_dev.h"
 
 namespace mori_coll {
 typedef const struct mori_coll_dev dev_t;
-
-MORI_DEVICE uint64_t now_ns(void)
-{
-#ifdef MORI_HIP
-	return wall_clock64() * 10ull; /* 100 MHz constant clock on gfx9 */
-#else
-	uint64_t t;
-	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-	return t;
-#endif
-}
 
 MORI_DEVICE uint64_t peer(dev_t *d, uint64_t own, int q)
 {
@@ -56,17 +44,50 @@ MORI_DEVICE void fail(dev_t *d, int code, int pe)
 }
 MORI_DEVICE int abort_code(dev_t *d)
 {
-	if (!d->ctrl)
-		return 0;
-	const struct mori_shmem_ctrl *c = (const struct mori_shmem_ctrl *)d->ctrl;
-	uint32_t a = mori_relaxed_load_sys(&c->abort);
-	if (!a)
-		return 0;
-	return a == MORI_SHMEM_ABORT_PEER_DEAD ? MORI_EPEERDEAD : a == MORI_SHMEM_ABORT_TIMEOUT ? MORI_ETIMEDOUT
-												 : MORI_ECANCELED;
+	return d->ctrl ? mori_abort_code((const struct mori_shmem_ctrl *)d->ctrl) : 0;
+}
+/* This rank's own heap address of its flag word flags[slot][q]; the same offset at every rank. */
+MORI_DEVICE uint64_t *flag(dev_t *d, unsigned slot, int q)
+{
+	return (uint64_t *)d->flags + (uint64_t)slot * (uint64_t)d->n + (uint64_t)q;
 }
 
-/* Block barrier on slot `slot` (see coll_kernels.h). Every thread calls it; 0 or a MORI_E*. */
+/* Thread t waits until its flag word *w >= g (acquire): 0, or the code that ended the wait,
+ * recorded in the status word. Every MORI_COLL_POLL polls it reads the abort word (the dead PE
+ * recorded), with ring_errors the group's proxy error word (a proxied request of this rank
+ * failed: its data or flag will not come), then the clock against dev->timeout_ns and the status
+ * word: past the deadline, or after another thread's (or block's) failure, rank t is late as
+ * well (its bit in missing[]). */
+MORI_DEVICE int wait_flag(dev_t *d, const uint64_t *w, uint64_t g, unsigned t, bool ring_errors)
+{
+	mori_deadline dl;
+	return mori_wait_until(
+		MORI_COLL_POLL, [&] { return mori_acquire_load_sys(w) >= g; },
+		[&](unsigned) {
+			const struct mori_shmem_ctrl *c = (const struct mori_shmem_ctrl *)d->ctrl;
+			int a = abort_code(d);
+			if (a) {
+				fail(d, a, c->abort_pe);
+				return a;
+			}
+			int e = ring_errors && c ? *(volatile const int32_t *)&c->error : 0;
+			if (e) {
+				fail(d, e, d->pe_of[d->rank]);
+				return e;
+			}
+			bool late = dl.passed(d->timeout_ns);
+			int sc = status_code(d);
+			if (late || sc) {
+				struct mori_coll_status *s = (struct mori_coll_status *)d->status;
+				atomicOr_system((unsigned long long *)&s->missing[t / 64], 1ull << (t % 64));
+				fail(d, MORI_ETIMEDOUT, (int)t);
+				return sc ? sc : (int)MORI_ETIMEDOUT;
+			}
+			return 0;
+		});
+}
+
+/* Block barrier on slot `slot` (see coll_dev.h). Every thread calls it; 0 or a MORI_E*. */
 MORI_DEVICE int barrier(dev_t *d, unsigned slot, uint64_t *gen)
 {
 	__shared__ int rc_s;
@@ -75,38 +96,13 @@ MORI_DEVICE int barrier(dev_t *d, unsigned slot, uint64_t *gen)
 	if (t == 0)
 		rc_s = 0;
 	__syncthreads(); /* every thread's writes precede the flags' release stores (cumulative) */
-	uint64_t g = ++*gen;
 	uint64_t *flags = (uint64_t *)d->flags + (uint64_t)slot * (uint64_t)n;
-	if ((int)t < n)
-		mori_release_store_sys((uint64_t *)peer(d, (uint64_t)(flags + d->rank), (int)t), g);
+	uint64_t g = ++*gen;
 	if ((int)t < n) {
-		uint64_t t0 = 0;
-		for (unsigned k = 1;; k++) {
-			if (mori_acquire_load_sys(flags + t) >= g)
-				break;
-			if (k % MORI_COLL_POLL)
-				continue;
-			int a = abort_code(d);
-			if (a) {
-				const struct mori_shmem_ctrl *c = (const struct mori_shmem_ctrl *)d->ctrl;
-				fail(d, a, c->abort_pe);
-				rc_s = a;
-				break;
-			}
-			uint64_t now = now_ns();
-			bool late = t0 && now - t0 > d->timeout_ns;
-			if (!t0)
-				t0 = now;
-			int sc = status_code(d);
-			if (late || sc) {
-				/* another thread's (or block's) deadline came first: rank t is late as well */
-				struct mori_coll_status *s = (struct mori_coll_status *)d->status;
-				atomicOr_system((unsigned long long *)&s->missing[t / 64], 1ull << (t % 64));
-				fail(d, MORI_ETIMEDOUT, (int)t);
-				rc_s = sc ? sc : MORI_ETIMEDOUT;
-				break;
-			}
-		}
+		mori_release_store_sys((uint64_t *)peer(d, (uint64_t)(flags + d->rank), (int)t), g);
+		int rc = wait_flag(d, flags + t, g, t, false);
+		if (rc)
+			rc_s = rc;
 	}
 	__syncthreads();
 	return rc_s;
@@ -144,7 +140,7 @@ MORI_DEVICE int mori_coll_barrier_block(const struct mori_coll_dev *d)
 /* The device API as one table in MORI_SHMEM_API's row format (return type, name after mori_coll_,
  * C++ parameters, ABI parameters with pointers as uint64_t, body): kernels/shmem.cu instantiates
  * it as MORI-IR's extern "C" functions, which overload the C++ ones above by their uint64_t
- * parameters; kernels/ir-table.sh puts the rows in the JSON table. */
+ * parameters; mk/ir-table.sh puts the rows in the JSON table. */
 #define MORI_COLL_API(X)                                                                                     \
 	X(int, rank, (const struct mori_coll_dev *d), (uint64_t d), (mori_coll_rank((const struct mori_coll_dev *)d))) \
 	X(int, size, (const struct mori_coll_dev *d), (uint64_t d), (mori_coll_size((const struct mori_coll_dev *)d))) \

@@ -1,6 +1,6 @@
 #!/bin/sh
 # ir-generic.sh IN.ll OUT.ll: clang's NVPTX IR made fit for any linker's module (MORI-IR,
-# kernels/ir.mk): the target-cpu/target-features attributes go (the consumer codegens for its
+# mk/ir.mk): the target-cpu/target-features attributes go (the consumer codegens for its
 # own target), and so does the module flag nvvm-reflect-ftz, which clang sets (Override
 # behaviour) to its own denormal mode: a consumer that sets another value (Triton sets 1) would
 # fail to link ("conflicting override values"). Nothing here calls __nvvm_reflect.

@@ -1,4 +1,4 @@
-/* mori_gpu.h: the one portability header of mori's GPU kernels. CUDA (nvcc) and HIP (hipcc)
+/* mori/device/gpu.h: the one portability header of mori's GPU kernels. CUDA (nvcc) and HIP (hipcc)
  * compile the same kernel source through it: thread geometry, warp size, vector types, loads
  * and stores with cache hints, and memory-order helpers named for what they are for (as
  * rdma-core names its barriers), never a bare fence at the call site. */
@@ -13,7 +13,7 @@
 #endif
 #include <stdint.h>
 
-/* clang -x cuda -nocudainc (MORI-IR's bitcode, kernels/ir.mk): no CUDA headers, whose newer
+/* clang -x cuda -nocudainc (MORI-IR's bitcode, mk/ir.mk): no CUDA headers, whose newer
  * releases clang 16 cannot parse; clang's own builtins give the little of them used here.
  * (clang's CUDA wrapper header defines __CUDACC__; with -nocudainc nothing does.) */
 #if defined(MORI_CUDA) && defined(__clang__) && defined(__CUDA__) && !defined(__CUDACC__)
@@ -46,6 +46,7 @@ static __device__ __forceinline__ void __stcs(uint4 *p, uint4 v)
 		     : "memory");
 }
 /* __syncthreads is a clang builtin */
+static __device__ __forceinline__ int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
 #define __syncthreads_or(p) __nvvm_bar0_or(p)
 #define __syncwarp() __nvvm_bar_warp_sync(0xffffffffu)
 #define __shfl_sync(mask, v, src) __nvvm_shfl_sync_idx_i32((mask), (v), (src), 0x1f)
@@ -203,7 +204,7 @@ MORI_DEVICE void mori_fence_data_before_host_signal(void)
 	__threadfence_system(); /* HIP provides it too */
 }
 
-/* ---- memory order for the symmetric heap (kernels/mori_shmem.cuh) ----
+/* ---- memory order for the symmetric heap (mori/device/shmem.cuh) ----
  * Peers' heaps (other GPUs, other processes on this GPU) and the proxy ring (mapped host memory)
  * are reached at system scope. Each helper says what it is for; the device API never places a
  * bare fence. */
@@ -365,6 +366,17 @@ MORI_DEVICE int mori_warp_bcast(int v, int src)
 	return __shfl(v, src);
 #else
 	return __shfl_sync(0xffffffffu, v, src);
+#endif
+}
+/* A bit a lane: bit i is lane i's p (all lanes call it). */
+MORI_DEVICE uint64_t mori_warp_ballot(bool p)
+{
+#ifdef MORI_HIP
+	return __ballot(p);
+#elif defined(MORI_BARE_CLANG)
+	return __nvvm_vote_ballot_sync(0xffffffffu, p);
+#else
+	return __ballot_sync(0xffffffffu, p);
 #endif
 }
 /* 1 in every lane when p holds in every lane of the warp (all lanes call it). */
