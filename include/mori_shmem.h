@@ -57,7 +57,7 @@ typedef struct mori_shmem_opts {
 } mori_shmem_opts;
 
 /* Fill opts with the defaults (host heap of morid's size, gpu_device -1, this node only, 30 s)
- * and opts->size = size (sizeof(*opts)). MORI_EINVAL for NULL or a size below this release's.
+ * and opts->size = size (sizeof(*opts)). MORI_EINVAL for NULL or a size below 1.0's struct.
  * The join reads only opts->size bytes (see mori.h's conventions). */
 MORI_API int mori_shmem_opts_init(mori_shmem_opts *opts, size_t size);
 
