@@ -4,7 +4,7 @@
 #   make check-asan  the same under AddressSanitizer + UBSan (also: make check SANITIZE=address,undefined)
 #   make demo        the main job: KV-cache trace replay between prefill and decode clients
 #   make install PREFIX=/usr/local DESTDIR=
-VERSION    := 0.1.0
+VERSION    := 1.0.0
 PREFIX     ?= /usr/local
 DESTDIR    ?=
 SANITIZE   ?=
@@ -22,6 +22,7 @@ CHECK_LIBS  = $(shell pkg-config --libs check 2>/dev/null)
 LIB_PKGS    := libprotobuf-c
 LIB_SYSLIBS := -lpthread -ldl
 LIB_LIBS     = $(shell pkg-config --libs $(LIB_PKGS) 2>/dev/null) $(LIB_SYSLIBS)
+# The SONAME carries the major version, which moves exactly when the ABI breaks (README, "ABI").
 SONAME      := libmori.so.$(firstword $(subst ., ,$(VERSION)))
 
 OPT        ?= -O2 -g
@@ -198,7 +199,8 @@ install: $(B)/morid $(addprefix $(B)/,$(TOOLS)) $(B)/libmori.so $(B)/libmori.a
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include \
 	  $(DESTDIR)/etc/mori $(DESTDIR)$(PREFIX)/lib/systemd/system
 	install -m 755 $(B)/morid $(addprefix $(B)/,$(TOOLS)) $(DESTDIR)$(PREFIX)/bin/
-	install -m 644 include/mori.h include/mori_shmem.h include/mori_ep.h include/mori_coll.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 include/mori.h include/mori_types.h include/mori_shmem.h include/mori_ep.h include/mori_coll.h \
+	  $(DESTDIR)$(PREFIX)/include/
 	@# the device API (kernels include it) and the types host and device share, as NVSHMEM splits them
 	install -d $(DESTDIR)$(PREFIX)/include/mori/device $(DESTDIR)$(PREFIX)/include/mori/device_host
 	install -m 644 include/mori/device/*.h include/mori/device/*.cuh $(DESTDIR)$(PREFIX)/include/mori/device/

@@ -11,10 +11,31 @@
  * connector pattern), per-transfer status, and a 64-bit notification that reaches the target
  * process only after the data has landed.
  *
- * Conventions: every function that can fail returns 0 (MORI_OK) or a negative MORI_E* code;
- * mori_strerror() names it and mori_client_last_error() gives the detail of the client's last
- * failure. Sizes and offsets are bytes; times are microseconds. Objects returned through an
- * `out` argument are owned by the caller until passed to their matching close/free function.
+ * Conventions (every public header of libmori follows them):
+ * - Errors: every function that can fail returns 0 (MORI_OK) or a negative MORI_E* code;
+ *   mori_strerror() names it and mori_client_last_error() gives the detail of the client's last
+ *   failure. Sizes and offsets are bytes; times are microseconds.
+ * - Names: mori_<object>_<verb> (mori_client_*, mori_mem_*, mori_xfer_*, mori_notif_*, and
+ *   mori_shmem_*, mori_comm_*, mori_ep_* in the subsystem headers), except where a function
+ *   mirrors a well-known API and keeps its name: NVSHMEM's and ROCm/mori's (mori_shmem_my_pe,
+ *   mori_shmem_malloc, ...) and NCCL's collectives (mori_allreduce, ...).
+ * - Types: enums are `typedef enum mori_x {...} mori_x;` and parameters that take one have its
+ *   type; shared types and enums live in mori_types.h, which GPU code may include too.
+ * - Ownership: objects returned through an `out` argument are owned by the caller until passed to
+ *   their matching close/free/destroy function. Every such function returns int: MORI_OK, or the
+ *   first error met while releasing (the object is released anyway); NULL is a no-op returning
+ *   MORI_OK.
+ * - Status: mori_<object>_status(obj, mori_status *out) fills out (may be NULL) with a code, the
+ *   PE it concerns and a message, and returns the code.
+ * - Option structs (mori_xfer_opts, mori_access, mori_shmem_opts, mori_comm_opts, mori_ep_config)
+ *   start with `size_t size`, set by their mori_<struct>_init(opts, sizeof(*opts)) together with
+ *   the defaults. The library reads only the `size` bytes the caller's struct has (fields a newer
+ *   library added keep their defaults), so a struct can grow without breaking compiled callers; a
+ *   size below the struct as 1.0 declared it is MORI_EINVAL, and a nonzero byte past the fields this
+ *   library knows (a caller built against a newer header setting a newer field) is MORI_ENOTSUP.
+ *   A struct built with a designated initializer must set .size = sizeof it; its other fields
+ *   left zero then mean what a zero says in their comment (for mori_xfer_opts and mori_access,
+ *   the defaults).
  * A client and its objects may be used from several threads, but a single transfer handle must
  * not be waited on from two threads at once. A client belongs to the process that opened it: in
  * a child after fork() every call on it (or on its memory, transfers and lists) fails with
@@ -26,6 +47,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "mori_types.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -44,38 +67,21 @@ extern "C" {
 
 #define MORI_PROTOCOL_VERSION 2
 
-/* Error codes, shared by morid, libmori and moractl. */
-enum mori_err {
-	MORI_OK = 0,
-	MORI_EINVAL = -1,       /* an argument is invalid (null, zero length, empty batch, bad kind) */
-	MORI_ENOMEM = -2,       /* out of memory (host, GPU, a daemon-side table), or a per-client cap of morid (client_max_*) */
-	MORI_ENOENT = -3,       /* unknown handle, region, list or client */
-	MORI_ERANGE = -4,       /* offset + length falls outside a region or list */
-	MORI_ETIMEDOUT = -5,    /* a deadline expired; the message names which */
-	MORI_ECANCELED = -6,    /* the transfer was cancelled */
-	MORI_EPROTO = -7,       /* malformed or unknown message */
-	MORI_EVERSION = -8,     /* protocol version mismatch between client and daemon */
-	MORI_ECONN = -9,        /* the daemon or a peer daemon cannot be reached */
-	MORI_EPERM = -10,       /* the caller's uid is not allowed, or access denied */
-	MORI_EBUSY = -11,       /* range already registered, or region still in use */
-	MORI_EAGAIN = -12,      /* a ring or queue is full; retry after completions */
-	MORI_ESTALE = -13,      /* the handle belongs to an earlier daemon epoch or a freed region (or is forged), or the client to the parent of a fork */
-	MORI_EPEERDEAD = -14,   /* the process or daemon owning the other side has gone */
-	MORI_EIO = -15,         /* transport failure while moving data */
-	MORI_ENOTSUP = -16,     /* not supported here (kind, transport, feature) */
-	MORI_EMSGSIZE = -17,    /* a message exceeds the configured size cap */
-	MORI_EEXIST = -18,      /* a name is already published */
-	MORI_ENOGPU = -19,      /* no GPU runtime or device */
-	MORI_ENOKERNEL = -20,   /* no GPU kernel for this device's architecture */
-	MORI_EINPROGRESS = -21, /* status only: the transfer has not finished */
-	MORI_ESYS = -22,        /* a system call failed; the message has errno's text */
-	MORI_EUNREACH = -23,    /* the name is not published (at that node) */
-};
+/* Error codes: enum mori_err in mori_types.h (MORI_OK = 0, MORI_E* negative). */
+
+/* The status of an object. mori_xfer_status, mori_shmem_status, mori_comm_status, mori_ep_status
+ * and mori_ep_retired_status fill one (out may be NULL) and return its code. */
+typedef struct mori_status {
+	int code;            /* MORI_OK, MORI_EINPROGRESS (a transfer not finished yet), or a MORI_E* */
+	int pe;              /* the PE or rank the code is about (a dead or missing one), -1 when none */
+	const char *message; /* never NULL ("" when healthy); owned by the library, valid until the next
+	                      * call on the object (or on its client) from this thread */
+} mori_status;
 
 /* Name of an error code ("MORI_ETIMEDOUT: deadline expired"). Never NULL; static storage. */
 MORI_API const char *mori_strerror(int code);
 
-/* Library version string, e.g. "0.1.0". */
+/* Library version string, e.g. "1.0.0". */
 MORI_API const char *mori_version(void);
 
 /* ---------------------------------------------------------------------------------------------
@@ -99,8 +105,9 @@ MORI_API int mori_client_open(const char *runtime_dir, const char *name, mori_cl
  * reach their targets even when morid reads them after the close (also if the process dies:
  * morid takes what is left in its submission ring). Transfer handles and prepared lists stay
  * the caller's: free them (mori_xfer_free, mori_xfer_list_free) before closing; using them after
- * close is undefined. NULL is a no-op. */
-MORI_API void mori_client_close(mori_client *c);
+ * close is undefined. Returns MORI_OK (in a child after fork it frees the child's copy only and
+ * touches nothing of the parent's session). NULL is a no-op returning MORI_OK. */
+MORI_API int mori_client_close(mori_client *c);
 
 /* Detail message of the last failure on this client (thread-local to the calling thread).
  * Valid until the next call on the client from that thread. Never NULL. */
@@ -113,12 +120,9 @@ MORI_API const char *mori_client_node(mori_client *c);
 /* ---------------------------------------------------------------------------------------------
  * Memory
  */
-typedef struct mori_mem mori_mem;
+typedef struct mori_mem mori_mem; /* a region: local (alloc, register) or a peer's (unpack, open_remote) */
 
-enum mori_mem_kind {
-	MORI_MEM_HOST = 0,  /* host memory */
-	MORI_MEM_VRAM = 1,  /* GPU memory (cudaMalloc/hipMalloc or VMM); needs the GPU runtime */
-};
+/* enum mori_mem_kind (MORI_MEM_HOST, MORI_MEM_VRAM): mori_types.h. */
 
 /* Allocate and register a region of `size` bytes, zero-filled.
  * MORI_MEM_HOST: host memory that peers on this node map zero-copy (a memfd, mapped shared; the
@@ -135,7 +139,7 @@ enum mori_mem_kind {
  * Errors: MORI_EINVAL (size 0, bad kind, MORI_GPU_DEVICE not a device of this process),
  * MORI_ENOGPU (VRAM without a GPU runtime or device), MORI_ENOMEM (host or GPU memory, or a size
  * past INT64_MAX), MORI_ESYS. Free with mori_mem_deregister, which also unmaps and frees the memory. */
-MORI_API int mori_mem_alloc(mori_client *c, size_t size, int kind, mori_mem **out);
+MORI_API int mori_mem_alloc(mori_client *c, size_t size, mori_mem_kind kind, mori_mem **out);
 
 /* Register `len` bytes at `ptr` that the caller allocated.
  * Host memory: if ptr lies in a shared file mapping (memfd or tmpfs file) the file is passed to
@@ -159,7 +163,7 @@ MORI_API int mori_mem_alloc(mori_client *c, size_t size, int kind, mori_mem **ou
  * Errors: MORI_EINVAL, MORI_ERANGE, MORI_EBUSY, MORI_ENOGPU, MORI_ENOTSUP, MORI_ENOMEM (also: morid
  * near its descriptor limit), MORI_ESYS.
  * The caller keeps ownership of the memory; it must stay valid until mori_mem_deregister. */
-MORI_API int mori_mem_register(mori_client *c, void *ptr, size_t len, int kind, mori_mem **out);
+MORI_API int mori_mem_register(mori_client *c, void *ptr, size_t len, mori_mem_kind kind, mori_mem **out);
 
 /* Deregister (and, for mori_mem_alloc memory, free) a local region. Waits up to 1 s for this
  * client's in-flight transfers on it, then fails the cross-node ones with MORI_ECANCELED (their
@@ -207,6 +211,7 @@ MORI_API int mori_mem_publish(mori_mem *mem, const char *name);
 
 /* Who may open a published name (mori_mem_publish_access). The owner's uid always may. */
 typedef struct mori_access {
+	size_t size;               /* sizeof(mori_access) as the caller compiled it (mori_access_init) */
 	const uint32_t *uids;      /* uids on this node */
 	size_t n_uids;
 	const char *const *nodes;  /* peer nodes, "host:port" as that node's morid calls itself (its
@@ -214,11 +219,15 @@ typedef struct mori_access {
 	size_t n_nodes;
 } mori_access;
 
+/* Fill access with its defaults (no uids, no nodes: only the owner) and access->size = size
+ * (sizeof(*access)). MORI_EINVAL for NULL or a size below 1.0's struct. */
+MORI_API int mori_access_init(mori_access *access, size_t size);
+
 /* Publish with an access list: only the owner's uid, the uids listed (opening on this node) and
  * the nodes listed (opening from there) may look the name up; others get MORI_EPERM. access
  * NULL: as mori_mem_publish (anyone). At most 256 uids and 256 nodes. Publishing again replaces
- * the list. `moractl memory` shows it.
- * Errors: as mori_mem_publish. */
+ * the list. `moractl memory` shows it. The lists are copied; the caller keeps them.
+ * Errors: as mori_mem_publish; MORI_EINVAL / MORI_ENOTSUP for access->size (see Conventions). */
 MORI_API int mori_mem_publish_access(mori_mem *mem, const char *name, const mori_access *access);
 
 /* Open the region published as `name` at node `node_address` ("host:port" of that node's daemon
@@ -266,9 +275,10 @@ typedef struct mori_desc {
 	uint64_t length;
 } mori_desc;
 
-enum mori_op { MORI_OP_READ = 0, MORI_OP_WRITE = 1 };
+/* enum mori_xfer_op (MORI_XFER_READ, MORI_XFER_WRITE): mori_types.h. */
 
 typedef struct mori_xfer_opts {
+	size_t size;          /* sizeof(mori_xfer_opts) as the caller compiled it (mori_xfer_opts_init) */
 	uint64_t notif_tag;   /* delivered to the remote region's owner after the data has landed */
 	int has_notif;        /* nonzero: send notif_tag */
 	int64_t timeout_us;   /* deadline from submission; <= 0: morid's transfer_timeout_ms (default
@@ -276,17 +286,23 @@ typedef struct mori_xfer_opts {
 	void *stream;         /* GPU stream for VRAM copies (cudaStream_t); NULL: internal stream */
 } mori_xfer_opts;
 
-/* One contiguous range. Returns a transfer handle in *out (caller frees with mori_xfer_free);
- * the transfer may already be complete on return. opts may be NULL.
+/* Fill opts with the defaults (no notification, morid's deadline, no stream: every field zero)
+ * and opts->size = size (sizeof(*opts)). MORI_EINVAL for NULL or a size below 1.0's struct. */
+MORI_API int mori_xfer_opts_init(mori_xfer_opts *opts, size_t size);
+
+/* One contiguous range: write copies local [local_offset, +length) to remote [remote_offset, +length),
+ * read the other way. Returns a transfer handle in *out (caller frees with mori_xfer_free); the
+ * transfer may already be complete on return. opts may be NULL (the defaults).
  * Errors at submission: MORI_EINVAL, MORI_ERANGE, MORI_ESTALE, MORI_EPEERDEAD, MORI_EAGAIN
  * (submission ring full: retry after completing transfers). Later errors are the status. */
-MORI_API int mori_write(mori_mem *local, uint64_t local_offset, mori_mem *remote, uint64_t remote_offset,
-			uint64_t length, const mori_xfer_opts *opts, mori_xfer **out);
-MORI_API int mori_read(mori_mem *local, uint64_t local_offset, mori_mem *remote, uint64_t remote_offset,
-		       uint64_t length, const mori_xfer_opts *opts, mori_xfer **out);
+MORI_API int mori_xfer_write(mori_mem *local, uint64_t local_offset, mori_mem *remote, uint64_t remote_offset,
+			     uint64_t length, const mori_xfer_opts *opts, mori_xfer **out);
+MORI_API int mori_xfer_read(mori_mem *local, uint64_t local_offset, mori_mem *remote, uint64_t remote_offset,
+			    uint64_t length, const mori_xfer_opts *opts, mori_xfer **out);
 
-/* A batch of n descriptors (n >= 1), one status for the whole batch. descs is copied. */
-MORI_API int mori_xfer_batch(int op, mori_mem *local, mori_mem *remote, const mori_desc *descs, size_t n,
+/* A batch of n descriptors (n >= 1), one status for the whole batch. descs is copied. Errors at
+ * submission as mori_xfer_write's, and MORI_EINVAL for an op that is neither read nor write. */
+MORI_API int mori_xfer_batch(mori_xfer_op op, mori_mem *local, mori_mem *remote, const mori_desc *descs, size_t n,
 			     const mori_xfer_opts *opts, mori_xfer **out);
 
 /* Prepare a descriptor list once (copied; validated against both regions now), then submit
@@ -295,14 +311,17 @@ MORI_API int mori_xfer_batch(int op, mori_mem *local, mori_mem *remote, const mo
  * transfers have finished. Errors: MORI_EINVAL, MORI_ERANGE, MORI_ENOMEM. */
 MORI_API int mori_xfer_prep(mori_mem *local, mori_mem *remote, const mori_desc *descs, size_t n,
 			    mori_xfer_list **out);
-/* Submit indices[0..n) of a prepared list; MORI_ERANGE for an index >= the list's length. */
-MORI_API int mori_xfer_submit(mori_xfer_list *list, int op, const uint32_t *indices, size_t n,
+/* Submit indices[0..n) of a prepared list (indices copied); MORI_ERANGE for an index >= the
+ * list's length; other errors as mori_xfer_batch's. */
+MORI_API int mori_xfer_submit(mori_xfer_list *list, mori_xfer_op op, const uint32_t *indices, size_t n,
 			      const mori_xfer_opts *opts, mori_xfer **out);
-MORI_API void mori_xfer_list_free(mori_xfer_list *list);
+/* Free a prepared list (its transfers must have finished). MORI_OK; NULL is a no-op. */
+MORI_API int mori_xfer_list_free(mori_xfer_list *list);
 
-/* Current status: MORI_EINPROGRESS, MORI_OK, or the transfer's error code (the first error
- * sticks). If msg is non-NULL it gets a message owned by the handle. */
-MORI_API int mori_xfer_status(mori_xfer *x, const char **msg);
+/* Current status, without waiting: code MORI_EINPROGRESS, MORI_OK, or the transfer's error (the
+ * first error sticks); pe -1; message owned by the handle ("in progress" while it runs), valid
+ * until it is freed. Returns the code; MORI_EINVAL for NULL x. */
+MORI_API int mori_xfer_status(mori_xfer *x, mori_status *out);
 
 /* Wait up to timeout_us (< 0: until the transfer's own deadline) for completion. Busy-polls for
  * a bounded time (mori.conf-independent, 50 us) then sleeps on the completion doorbell.
@@ -321,8 +340,9 @@ MORI_API int mori_xfer_cancel(mori_xfer *x);
 /* Bytes the transfer covers. */
 MORI_API uint64_t mori_xfer_bytes(const mori_xfer *x);
 
-/* Free a transfer handle; an unfinished transfer is cancelled first. NULL is a no-op. */
-MORI_API void mori_xfer_free(mori_xfer *x);
+/* Free a transfer handle; an unfinished transfer is cancelled first (waiting at most 2 s for
+ * morid's answer). Returns MORI_OK; NULL is a no-op. */
+MORI_API int mori_xfer_free(mori_xfer *x);
 
 /* Submissions this client has queued for morid that the daemon has not yet taken off the ring
  * (cross-node transfers, notifications, cancels). 0 means the daemon has seen everything
@@ -340,7 +360,7 @@ typedef struct mori_notif {
 } mori_notif;
 
 /* Take up to max notifications addressed to this client, waiting up to timeout_us for the first
- * (0: don't wait). Returns the count (>= 0) or a negative error. A notification is delivered
+ * (0: don't wait); out has room for max entries. Returns the count (>= 0) or a negative error. A notification is delivered
  * only after all bytes of its transfer are visible in the target region.
  * Order: the notifications of one initiating client reach their targets in the order it
  * submitted the transfers, on the same node and across nodes (per initiating client and target

@@ -30,6 +30,8 @@
  * results are in recvbuf when the stream reaches the end of it. Calls on one communicator are not
  * thread-safe against each other.
  *
+ * Conventions as in mori.h (names mori_comm_*, the collectives keep NCCL's names; an option
+ * struct with a size; status; int-returning destroy).
  * Errors (negative MORI_E* from mori.h; mori_client_last_error() of the group's client has the
  * detail). Checked on the host before anything is enqueued, nothing changed then: MORI_EINVAL (NULL
  * communicator or buffer, unknown dtype or op, a dtype/op pair that does not exist such as max on
@@ -57,22 +59,9 @@ extern "C" {
 typedef struct mori_comm mori_comm;
 typedef struct mori_window mori_window;
 
-/* Element types, numbered as ncclDataType_t. Reductions: F16, F32, BF16. Data movement
- * (all-gather, all-to-all, broadcast): every type listed. */
-typedef enum mori_dtype {
-	MORI_UINT8 = 1,
-	MORI_INT32 = 2,
-	MORI_FLOAT16 = 6,
-	MORI_FLOAT32 = 7,
-	MORI_BFLOAT16 = 9,
-} mori_dtype;
-
-/* Reduction operators, numbered as ncclRedOp_t. */
-typedef enum mori_redop {
-	MORI_SUM = 0,
-	MORI_MAX = 2,
-	MORI_MIN = 3,
-} mori_redop;
+/* Element types and reduction operators: mori_dtype and mori_redop in mori_types.h, numbered as
+ * ncclDataType_t and ncclRedOp_t. Reductions: MORI_FLOAT16, MORI_FLOAT32, MORI_BFLOAT16 with
+ * MORI_SUM, MORI_MAX, MORI_MIN. Data movement (all-gather, all-to-all, broadcast): every mori_dtype. */
 
 /* Algorithms (MORI_COLL_AUTO: the size table). Which apply:
  *   all-reduce:     ONESHOT (every rank reads every peer's whole input and reduces: latency),
@@ -92,6 +81,7 @@ typedef enum mori_coll_algo {
 } mori_coll_algo;
 
 typedef struct mori_comm_opts {
+	size_t size;            /* sizeof(mori_comm_opts) as the caller compiled it (mori_comm_opts_init) */
 	int node_team;          /* 0: every PE of the group; 1: the PEs of this node (the node team) */
 	uint64_t scratch_bytes; /* heap scratch per rank (0: 32 MiB, capped at a quarter of the heap's
 	                         * free space); larger transfers go in chunks of it */
@@ -100,16 +90,22 @@ typedef struct mori_comm_opts {
 	                         * allreduce.oneshot_max=65536" (NULL: $MORI_COLL_ALGO, else none) */
 } mori_comm_opts;
 
-MORI_API void mori_comm_opts_init(mori_comm_opts *opts);
+/* Fill opts with the defaults (every PE, 32 MiB scratch, the group's deadline, the size table)
+ * and opts->size = size (sizeof(*opts)). MORI_EINVAL for NULL or a size below 1.0's struct.
+ * mori_comm_create reads only opts->size bytes (mori.h's conventions). */
+MORI_API int mori_comm_opts_init(mori_comm_opts *opts, size_t size);
 
 /* Make a communicator over g (collective over every PE of g, in the same order as the group's
  * other collective calls: it allocates from the heap). opts NULL: defaults. MORI_ENOMEM when the
  * heap has no room for the scratch (sizes in the message), MORI_EINVAL for bad options (the
- * algo string's bad item named), the group's abort code. Owned by the caller until destroy. */
+ * algo string's bad item named; MORI_ENOTSUP for opts->size as mori.h says), the group's abort
+ * code. Owned by the caller until destroy. */
 MORI_API int mori_comm_create(mori_group *g, const mori_comm_opts *opts, mori_comm **out);
-/* Collective (it frees heap memory). GPU communicators: the caller's streams must have run the
- * communicator's enqueued collectives to completion first (synchronise them). */
-MORI_API void mori_comm_destroy(mori_comm *comm);
+/* Collective (it frees heap memory; its windows too). GPU communicators: the caller's streams
+ * must have run the communicator's enqueued collectives to completion first (synchronise them).
+ * Returns MORI_OK, or the heap free's error (comm is freed anyway); NULL is a no-op returning
+ * MORI_OK; MORI_ESTALE in a child after fork (the parent's communicator: nothing is freed). */
+MORI_API int mori_comm_destroy(mori_comm *comm);
 
 MORI_API int mori_comm_rank(const mori_comm *comm);   /* -1 for NULL */
 MORI_API int mori_comm_size(const mori_comm *comm);   /* 0 for NULL */
@@ -121,11 +117,12 @@ MORI_API int mori_comm_set_algo(mori_comm *comm, const char *spec);
  * "broadcast", "reducescatter") of `bytes` output bytes per rank; its name in *name (static). */
 MORI_API int mori_comm_algo(const mori_comm *comm, const char *coll, uint64_t bytes, const char **name);
 
-/* 0 while healthy; else the first failure (MORI_ETIMEDOUT: *pe the first missing rank, and the
- * message lists them all; MORI_EPEERDEAD: *pe the dead PE's rank; the group's abort codes). Reads
- * a word the kernels write in mapped host memory: no synchronisation, so an error shows once the
- * failing kernel ended. pe may be NULL. */
-MORI_API int mori_comm_status(mori_comm *comm, int *pe);
+/* code 0 while healthy (pe -1, message ""); else the first failure (MORI_ETIMEDOUT: pe the first
+ * missing rank, and the message lists them all; MORI_EPEERDEAD: pe the dead PE's rank; the
+ * group's abort codes, as mori_shmem_status). Reads a word the kernels write in mapped host
+ * memory: no synchronisation, so an error shows once the failing kernel ended. Returns the code;
+ * MORI_EINVAL for NULL comm. */
+MORI_API int mori_comm_status(mori_comm *comm, mori_status *out);
 
 /* The device address of this rank's communicator state (struct mori_coll_dev, kernels/
  * coll_kernels.h) for fused kernels built with kernels/coll.cuh (mori_coll_peer_ptr,

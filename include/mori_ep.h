@@ -21,8 +21,10 @@
  * MORI_EINVAL). The receive buffers dispatch n returns stay valid until dispatch n +
  * num_in_flight runs (with the default 1: until the next dispatch).
  *
- * Errors: 0 or a negative MORI_E* (include/mori.h); mori_client_last_error() of the group's
- * client has the detail. What only the GPU can see (an expert index out of range, combine
+ * Conventions as in mori.h (names mori_ep_*, where ROCm/mori's and DeepEP's names are kept in
+ * mori_ep_get_registered_combine_input_buffer and mori_ep_get_dispatch_layout; an option struct
+ * with a size; status; int-returning destroy). Errors: 0 or a negative MORI_E*;
+ * mori_client_last_error() of the group's client has the detail. What only the GPU can see (an expert index out of range, combine
  * given other routing than dispatch's, a peer dead, a wait past its deadline) is recorded in the
  * handle's status word and reported by mori_ep_status; the kernels then still signal their
  * peers, so no rank waits forever: every device-side wait ends on the group's abort word
@@ -37,39 +39,18 @@
 extern "C" {
 #endif
 
-#define MORI_EP_MAX_WORLD 32  /* EP ranks of one handle (a warp lane per destination) */
-#define MORI_EP_MAX_TOPK 32   /* experts per token */
-
-/* Element types (ROCm/mori's torch dtypes: bfloat16, float32, float8_e4m3fn). */
-enum mori_ep_dtype {
-	MORI_EP_BF16 = 1,
-	MORI_EP_FP32 = 2,
-	MORI_EP_FP8_E4M3 = 3, /* dispatch only; the scales travel beside it (scale_dim per token) */
-};
-
-/* Kernel types. NORMAL: ROCm/mori's IntraNode kernels: a token bound for several experts of one
- * rank travels to that rank once; the receive buffer is token-major, [slots, H] with slots
- * 0..count-1 filled; combine sums the expert outputs over the token's destination ranks,
- * unweighted. LOW_LATENCY: DeepEP's low-latency layout: one copy per (token, expert), receive
- * buffer expert-major [num_experts_per_rank, world x max tokens, H] with per-expert counts;
- * combine sums the expert outputs weighted by the token's top-k weights. */
-enum mori_ep_kernel_type {
-	MORI_EP_NORMAL = 0,
-	MORI_EP_LOW_LATENCY = 1,
-	/* Across nodes (ROCm/mori's InterNode kinds): the same layouts and semantics as NORMAL and
-	 * LOW_LATENCY; ranks of this node are written directly, ranks of other nodes through the
-	 * proxy (one chunk per destination rank and call, docs/ep.md). mori_ep_create picks them for a
-	 * group that spans nodes when NORMAL / LOW_LATENCY is asked (the resolved type is the one
-	 * compared across ranks); the caller may force them on one node too. They take more heap than
-	 * the intranode types: size it with mori_ep_heap_bytes of the internode type. */
-	MORI_EP_INTERNODE = 2,
-	MORI_EP_INTERNODE_LL = 3,
-};
+/* Limits (MORI_EP_MAX_WORLD, MORI_EP_MAX_TOPK, MORI_EP_MAX_IN_FLIGHT), kernel types (enum
+ * mori_ep_kernel_type: MORI_EP_NORMAL, MORI_EP_LOW_LATENCY, MORI_EP_INTERNODE, MORI_EP_INTERNODE_LL)
+ * and quantisation (enum mori_ep_quant) are in mori_types.h, shared with the kernels. Element types
+ * are mori_types.h's mori_dtype: dispatch moves MORI_BFLOAT16, MORI_FLOAT32 and MORI_FLOAT8_E4M3
+ * (the scales travel beside fp8 rows, scale_dim per token); combine sums MORI_BFLOAT16 and
+ * MORI_FLOAT32. */
 
 /* The handle's configuration (ROCm/mori's EpDispatchCombineConfig; field names theirs). Every
  * rank must pass the same values except rank (mori_ep_create refuses a difference on every rank,
  * naming the field and the ranks). */
 typedef struct mori_ep_config {
+	size_t size;                    /* sizeof(mori_ep_config) as the caller compiled it (mori_ep_config_init) */
 	int rank;                       /* this PE (must equal mori_shmem_my_pe) */
 	int world_size;                 /* EP ranks (must equal mori_shmem_n_pes) */
 	int hidden_dim;                 /* H, elements per token; H x element size a multiple of 16 bytes */
@@ -79,8 +60,8 @@ typedef struct mori_ep_config {
 	int max_num_inp_token_per_rank; /* most tokens one rank dispatches in one call (>= 1) */
 	int num_experts_per_rank;       /* local experts (>= 1) */
 	int num_experts_per_token;      /* top-k, 1..MORI_EP_MAX_TOPK */
-	int data_type;                  /* enum mori_ep_dtype of dispatch's input */
-	int kernel_type;                /* enum mori_ep_kernel_type */
+	mori_dtype data_type;           /* dispatch's input: MORI_BFLOAT16, MORI_FLOAT32 or MORI_FLOAT8_E4M3 */
+	mori_ep_kernel_type kernel_type;
 	int warp_num_per_block;         /* launch shape; 0: the tuning table's (mori_ep_tuning_lookup) */
 	int block_num;                  /* 0: the tuning table's (at most 1024) */
 	int64_t timeout_us;             /* deadline of every device-side wait; 0: 10 s */
@@ -90,26 +71,22 @@ typedef struct mori_ep_config {
 	 * low-latency mode has two such buffers (fixed), ROCm/mori's ops one: this generalises
 	 * DeepEP's double buffering. */
 	int32_t num_in_flight;
-	/* enum mori_ep_quant: MORI_EP_QUANT_FP8_BLOCK128 makes dispatch quantise its bf16 input
+	/* MORI_EP_QUANT_FP8_BLOCK128 makes dispatch quantise its bf16 input
 	 * (data_type bf16) into fp8 e4m3 rows and one float scale per 128 channels (scale_dim =
 	 * hidden_dim / 128, scale_type_size 4, hidden_dim a multiple of 128): the rows arrive as fp8,
 	 * the scales beside them, x ~ fp8 value x scale. The rule is DeepEP's low-latency dispatch with
 	 * use_fp8: amax = max |x| of the 128 (at least 1e-4), x -> e4m3(x x 448 / amax) rounded to
 	 * nearest even and saturated, scale = amax / 448 (kernels/ep_fp8.h). ROCm/mori's field name;
 	 * its Fp8DirectCast (no scale) is not offered. */
-	int32_t quant_type;
+	mori_ep_quant quant_type;
 } mori_ep_config;
 
-enum mori_ep_quant {
-	MORI_EP_QUANT_NONE = 0,
-	MORI_EP_QUANT_FP8_BLOCK128 = 1,
-};
-
-#define MORI_EP_MAX_IN_FLIGHT 16
-
 /* Defaults: bf16, normal mode, launch shape 0 (chosen at creation), timeout 10 s; the shape
- * fields zero (the caller fills rank, world size, H, tokens, experts and top-k). */
-MORI_API void mori_ep_config_init(mori_ep_config *cfg);
+ * fields zero (the caller fills rank, world size, H, tokens, experts and top-k); cfg->size = size
+ * (sizeof(*cfg)). MORI_EINVAL for NULL or a size below 1.0's struct. Every function taking a
+ * config reads only cfg->size bytes (mori.h's conventions): MORI_EINVAL / MORI_ENOTSUP for a bad
+ * size, named in msg or the client's last error. */
+MORI_API int mori_ep_config_init(mori_ep_config *cfg, size_t size);
 
 /* Check cfg alone (no group): 0, or MORI_EINVAL with the reason in msg ("hidden_dim 100 x 2
  * bytes is not a multiple of 16"). msg may be NULL. */
@@ -144,7 +121,8 @@ typedef struct mori_ep_handle mori_ep_handle;
 MORI_API int mori_ep_create(mori_group *g, const mori_ep_config *cfg, mori_ep_handle **out);
 
 /* Collective: wait (bounded) for the handle's kernels, free its heap buffers, free h. Returns the
- * free's code (MORI_ETIMEDOUT / MORI_EPEERDEAD when the group is gone: h is freed anyway). */
+ * free's code (MORI_ETIMEDOUT / MORI_EPEERDEAD when the group is gone: h is freed anyway); NULL is
+ * a no-op returning MORI_OK. */
 MORI_API int mori_ep_destroy(mori_ep_handle *h);
 
 /* What dispatch produced (device addresses on this PE's heap; fixed for the handle's life, so
@@ -200,7 +178,7 @@ MORI_API void *mori_ep_get_registered_combine_input_buffer(const mori_ep_handle 
 /* Combine on stream: expert_out holds the expert outputs in the receive layout (normal:
  * [max_recv, H], rows 0..count-1; low-latency: [num_experts_per_rank, world x max, H]; dense rows of
  * H x element size, or the registered combine input with its row stride) of dtype
- * (MORI_EP_BF16 or MORI_EP_FP32, element size <= max_token_type_size, H x element size a multiple of
+ * (MORI_BFLOAT16 or MORI_FLOAT32, element size <= max_token_type_size, H x element size a multiple of
  * 16 bytes: else MORI_EINVAL); out gets [num_tokens, H]
  * of dtype for the num_tokens of the preceding dispatch: normal: the sum over the token's
  * distinct destination ranks (unweighted, ROCm/mori); low-latency: sum over k of weights[t][k] x
@@ -209,7 +187,7 @@ MORI_API void *mori_ep_get_registered_combine_input_buffer(const mori_ep_handle 
  * Dispatch's returned indices are refused (MORI_EINVAL); other routing than dispatch's is seen on
  * the GPU (mori_ep_status: MORI_EINVAL) and the sums still follow dispatch's routing. Mirrors
  * ROCm/mori's EpDispatchCombineOp.combine and DeepEP's low_latency_combine. */
-MORI_API int mori_ep_combine(mori_ep_handle *h, int dtype, const void *expert_out, const float *weights,
+MORI_API int mori_ep_combine(mori_ep_handle *h, mori_dtype dtype, const void *expert_out, const float *weights,
 			     const int32_t *indices, void *out, void *stream);
 
 /* DeepEP's Buffer.get_dispatch_layout on the GPU, on stream: for indices [num_tokens, K]
@@ -226,22 +204,28 @@ MORI_API int mori_ep_layout_host(const mori_ep_config *cfg, const int32_t *indic
 				 int32_t *tokens_per_rank, int32_t *tokens_per_expert, uint8_t *token_in_rank,
 				 char *msg, size_t cap);
 
-/* 0, or the first error the handle's kernels recorded, with the detail in mori_client_last_error
- * (synchronise the stream the handle's work ran on first: the word is read through the legacy
- * default stream, which does not wait for non-blocking streams); then the group's abort status.
- * Codes: MORI_EINVAL (bad expert index, other routing in combine), MORI_EPEERDEAD /
- * MORI_ECANCELED (the group aborted), MORI_ETIMEDOUT (a wait passed config.timeout_us).
- * clear != 0 resets the word. */
-MORI_API int mori_ep_status(mori_ep_handle *h, int clear);
+/* code 0, or the first error the handle's kernels recorded, message its detail (also in
+ * mori_client_last_error); then the group's abort status (as mori_shmem_status, pe included).
+ * Synchronise the stream the handle's work ran on first: the word is read through the legacy
+ * default stream, which does not wait for non-blocking streams. Codes: MORI_EINVAL (bad expert
+ * index, other routing in combine), MORI_EPEERDEAD / MORI_ECANCELED (the group aborted),
+ * MORI_ETIMEDOUT (a wait passed config.timeout_us). The word stays set until
+ * mori_ep_status_clear. Returns the code; MORI_EINVAL for NULL h, MORI_ESTALE after fork. */
+MORI_API int mori_ep_status(mori_ep_handle *h, mori_status *out);
+/* Reset the word mori_ep_status reads (every slot's), so a later error shows. MORI_OK, or the
+ * driver's error (message in mori_client_last_error). */
+MORI_API int mori_ep_status_clear(mori_ep_handle *h);
 
 /* Kernels of a destroyed handle (a CUDA graph captured on it and replayed after mori_ep_destroy)
  * find the handle's generation retired in a per-device table that is never freed, return at
- * once without touching any buffer, and leave a record: this returns MORI_ESTALE naming the
- * generation (detail in mori_client_last_error(c); c may be NULL), or 0 when none ran. Scope:
- * this process, every handle; synchronise the replay's stream first; clear != 0 resets the record.
- * While the client that created the handle is open (mori_client_close unloads the kernels: what a
- * replay does then is the driver's answer). */
-MORI_API int mori_ep_retired_status(mori_client *c, int clear);
+ * once without touching any buffer, and leave a record: code MORI_ESTALE with a message naming
+ * the generation and the count of such launches (also in mori_client_last_error(c); c may be
+ * NULL), or 0 when none ran; pe -1. Scope: this process, every handle; synchronise the replay's
+ * stream first. The record stays until mori_ep_retired_status_clear. While the client that
+ * created the handle is open (mori_client_close unloads the kernels: what a replay does then is
+ * the driver's answer). Returns the code, or the driver's error reading the record. */
+MORI_API int mori_ep_retired_status(mori_client *c, mori_status *out);
+MORI_API int mori_ep_retired_status_clear(mori_client *c);
 
 #ifdef __cplusplus
 }

@@ -9,14 +9,23 @@
  * (other nodes). GPU kernels use the device API (kernels/mori_shmem.cuh: mori_shmem_* device
  * functions with ROCm/mori's names and OpenSHMEM 1.5 semantics).
  *
- * Names follow ROCm/mori's MORI-SHMEM (ShmemMalloc -> mori_shmem_malloc, ShmemPtrP2p ->
- * mori_shmem_ptr_p2p, ShmemBarrierAll -> mori_shmem_barrier_all, unique-id init) and NVSHMEM
- * (nvshmemx_get_uniqueid / init by unique id, nvshmem_ptr, quiet_on_stream), with an explicit
- * group argument instead of a process-global state, so one process may hold several groups.
+ * Naming rule: the object is the group (mori_group); every function of this header is
+ * mori_shmem_<name>, the subsystem's prefix, as NVSHMEM's nvshmem_* and ROCm/mori's Shmem* name
+ * theirs, and where a function mirrors one of theirs it keeps their name: ROCm/mori's MORI-SHMEM
+ * (ShmemInit -> mori_shmem_init, ShmemFinalize -> mori_shmem_finalize, ShmemMyPe ->
+ * mori_shmem_my_pe, ShmemNPes -> mori_shmem_n_pes, ShmemMalloc -> mori_shmem_malloc, ShmemFree ->
+ * mori_shmem_free, ShmemPtrP2p -> mori_shmem_ptr_p2p, ShmemBarrierAll -> mori_shmem_barrier_all,
+ * ShmemGetUniqueId / ShmemInit with a unique id -> mori_shmem_get_unique_id / mori_shmem_init_uid,
+ * ShmemModuleInit -> mori_shmem_module_init) and NVSHMEM (nvshmem_putmem, nvshmem_getmem,
+ * nvshmem_ptr, nvshmemx_quiet_on_stream, nvshmem_team_node). Unlike theirs, every call takes the
+ * group explicitly instead of a process-global state, so one process may hold several groups.
+ * Communicators (mori_coll.h, mori_comm_*) and EP handles (mori_ep.h, mori_ep_*) built on a group
+ * carry their own object's prefix.
  *
- * Conventions as in mori.h: 0 or a negative MORI_E* code; mori_client_last_error() of the
- * group's client has the detail. Sizes and offsets are bytes; times microseconds. Collective
- * calls (join, malloc, calloc, free, barrier_all) must be made by every PE of the group in the
+ * Conventions as in mori.h (names, option structs with a size, status, int-returning release):
+ * 0 or a negative MORI_E* code; mori_client_last_error() of the group's client has the detail.
+ * Sizes and offsets are bytes; times microseconds. Collective calls (init, init_uid, malloc,
+ * calloc, free, barrier_all) must be made by every PE of the group in the
  * same order; each has a deadline (the join's timeout_us) and never waits forever. A PE that
  * dies aborts the group: waits end, later calls return MORI_EPEERDEAD.
  */
@@ -31,25 +40,28 @@ extern "C" {
 
 typedef struct mori_group mori_group;
 
-/* Heap memory kinds: MORI_MEM_HOST (memfd: every machine, no GPU needed) or MORI_MEM_VRAM
- * (VMM allocation with a POSIX fd handle on opts.gpu_device). */
-typedef struct mori_group_opts {
+/* How a PE joins: heap, root daemon, deadline. Heap memory kinds: MORI_MEM_HOST (memfd: every
+ * machine, no GPU needed) or MORI_MEM_VRAM (VMM allocation with a POSIX fd handle on gpu_device). */
+typedef struct mori_shmem_opts {
+	size_t size;            /* sizeof(mori_shmem_opts) as the caller compiled it (mori_shmem_opts_init) */
 	uint64_t heap_size;     /* bytes per PE, rounded up to the allocation granularity (2 MiB
 	                         * for VRAM, the page for host); 0: morid's shmem_heap_size; more
 	                         * than MORI_SHMEM_RESERVED (64 KiB) */
-	int heap_kind;          /* MORI_MEM_HOST or MORI_MEM_VRAM */
+	mori_mem_kind heap_kind; /* MORI_MEM_HOST or MORI_MEM_VRAM */
 	int gpu_device;         /* ordinal for VRAM heaps (-1: $MORI_GPU_DEVICE, else 0) */
 	const char *root;       /* host:port of the root daemon's peer listener (the node that holds
 	                         * the group: every PE must name the same one; PEs on that node may
 	                         * give it or NULL); NULL or "": all PEs are on this node */
 	int64_t timeout_us;     /* deadline of the join and of every later collective call (0: 30 s);
 	                         * the first PE's to join is the group's */
-} mori_group_opts;
+} mori_shmem_opts;
 
-/* Fill opts with the defaults (host heap of morid's size, this node only, 30 s). */
-MORI_API void mori_group_opts_init(mori_group_opts *opts);
+/* Fill opts with the defaults (host heap of morid's size, gpu_device -1, this node only, 30 s)
+ * and opts->size = size (sizeof(*opts)). MORI_EINVAL for NULL or a size below 1.0's struct.
+ * The join reads only opts->size bytes (see mori.h's conventions). */
+MORI_API int mori_shmem_opts_init(mori_shmem_opts *opts, size_t size);
 
-/* Join group `name` (1..127 printable bytes, no space) as PE `rank` of `world_size` (1..1024).
+/* Join group `name` (ROCm/mori's ShmemInit, by name instead of a bootstrap; 1..127 printable bytes, no space) as PE `rank` of `world_size` (1..1024).
  * Returns when all world_size PEs have joined (every heap is allocated and each local peer's heap
  * mapped here) or the deadline passed (MORI_ETIMEDOUT naming the ranks that never arrived). The
  * join ends with a barrier: no PE returns before every PE has mapped its peers, so a PE may leave
@@ -62,33 +74,42 @@ MORI_API void mori_group_opts_init(mori_group_opts *opts);
  * are per uid: a join meets only PEs of the caller's uid (root's too), so another uid's group of
  * the same name is another group and can neither block nor join this one;
  * MORI_ENOTSUP for a remote root when this morid has no peer listener, or a VRAM heap without
- * VMM POSIX-fd allocations. One client may be a PE of several groups. The group is owned by the
- * caller until mori_group_leave (mori_client_close leaves the client's groups). */
-MORI_API int mori_group_join(mori_client *c, const char *name, int rank, int world_size,
-			     const mori_group_opts *opts, mori_group **out);
+ * VMM POSIX-fd allocations; MORI_EINVAL / MORI_ENOTSUP for opts->size (mori.h's conventions).
+ * opts NULL: the defaults. One client may be a PE of several groups. The group is owned by the
+ * caller until mori_shmem_finalize (mori_client_close finalizes the client's groups). */
+MORI_API int mori_shmem_init(mori_client *c, const char *name, int rank, int world_size,
+			     const mori_shmem_opts *opts, mori_group **out);
 
 /* Unique-id form (as ROCm/mori's ShmemGetUniqueId / NVSHMEM's nvshmemx_get_uniqueid): rank 0
- * makes a blob of at most MORI_SHMEM_UID_BYTES (128) bytes naming a fresh group and its root
- * daemon; the application broadcasts it; every PE then calls mori_shmem_init_uid. */
+ * makes a blob of at most MORI_SHMEM_UID_BYTES (128) bytes (into uid, cap bytes; its length in
+ * *len) naming a fresh group and its root daemon; the application broadcasts it; every PE then
+ * calls mori_shmem_init_uid with it, which joins as mori_shmem_init does (same errors; opts->root
+ * is ignored: the blob names the root). get_unique_id: MORI_EMSGSIZE when cap is too small.
+ * init_uid: MORI_EPROTO for a blob that is not one. */
 MORI_API int mori_shmem_get_unique_id(mori_client *c, void *uid, size_t cap, size_t *len);
 MORI_API int mori_shmem_init_uid(mori_client *c, const void *uid, size_t len, int rank, int world_size,
-				 const mori_group_opts *opts, mori_group **out);
+				 const mori_shmem_opts *opts, mori_group **out);
 
-/* Leave the group (not collective): the group is torn down for the PEs still in it (their abort
+/* Leave the group (ROCm/mori's ShmemFinalize, but not collective): the group is torn down for the PEs still in it (their abort
  * word becomes MORI_SHMEM_ABORT_TEARDOWN with abort_pe this PE; waits end, their later calls on
  * the group fail with MORI_ECANCELED); their mappings of this PE's heap stay valid until they
  * leave too: the heaps of a node are released when its last PE has left. Frees g.
  * Destroy g's communicators (mori_comm_destroy) and EP handles (mori_ep_destroy) first: those are
  * collective and free their heap memory. Any left alive stay valid as handles: every call on them
  * then fails with MORI_ESTALE ("this PE has left"), and their destroy frees them, not collectively
- * (their heap memory went with the group). A second leave of g is a no-op while they live. */
-MORI_API void mori_group_leave(mori_group *g);
+ * (their heap memory went with the group). A second finalize of g is a no-op while they live.
+ * Returns MORI_OK (g is released whatever the daemon answers); NULL is a no-op returning MORI_OK. */
+MORI_API int mori_shmem_finalize(mori_group *g);
 
 /* ---- queries (local, no daemon round trip) ---- */
+/* This PE's rank (-1 for NULL g) and the group's PE count (0 for NULL g). */
 MORI_API int mori_shmem_my_pe(const mori_group *g);
 MORI_API int mori_shmem_n_pes(const mori_group *g);
-/* The node team: the PEs on this node, ascending (n entries in *pes, valid while g lives). */
+/* The node team: the PEs on this node, ascending (n entries in *pes, valid while g lives).
+ * MORI_EINVAL for a NULL argument. */
 MORI_API int mori_shmem_team_node(const mori_group *g, const int **pes, int *n);
+/* This PE's heap: its address in this process (device address for a VRAM heap; NULL for NULL g)
+ * and its size in bytes (0 for NULL g). */
 MORI_API void *mori_shmem_heap_base(const mori_group *g);
 MORI_API uint64_t mori_shmem_heap_size(const mori_group *g);
 /* The address at which this process can load and store the object `ptr` (in its own heap) of
@@ -136,14 +157,16 @@ MORI_API int mori_shmem_barrier_on_stream(mori_group *g, void *stream);
  * nvshmemx_quiet_on_stream). VRAM heaps only, as barrier_on_stream. */
 MORI_API int mori_shmem_quiet_on_stream(mori_group *g, void *stream);
 
-/* 0 while the group is healthy; once the abort word is set: MORI_EPEERDEAD (a PE died: *pe names
- * it; also when a node holding PEs of the group, the root's included, goes down: *pe names one
- * of its PEs), MORI_ECANCELED (torn down: a PE left, *pe names it, or a message to the root
- * daemon failed or this node's morid went away: -1; libmori sets that itself when its session
- * hangs up) or
- * MORI_ETIMEDOUT (a collective call missed its deadline: *pe names the first PE that never made
- * it). pe may be NULL (-1 while healthy). */
-MORI_API int mori_shmem_status(const mori_group *g, int *pe);
+/* The group's health, read from its abort word (local, no daemon round trip). code 0 while the
+ * group is healthy (pe -1); once the abort word is set: MORI_EPEERDEAD (a PE died: pe names it;
+ * also when a node holding PEs of the group, the root's included, goes down: pe names one of its
+ * PEs), MORI_ECANCELED (torn down: a PE left, pe names it, or a message to the root daemon failed
+ * or this node's morid went away: pe -1; libmori sets that itself when its session hangs up) or
+ * MORI_ETIMEDOUT (a collective call missed its deadline: pe names the first PE that never made
+ * it). message: "" while healthy, else the cause (also the client's mori_client_last_error, valid
+ * until the next call on the group's client from this thread). Returns the code; MORI_EINVAL for
+ * NULL g, MORI_ESTALE in a child after fork. */
+MORI_API int mori_shmem_status(const mori_group *g, mori_status *out);
 
 /* ---- the device API's state ----
  * The device address of this PE's struct mori_shmem_state (common/shmem_layout.h), for kernels
@@ -151,7 +174,9 @@ MORI_API int mori_shmem_status(const mori_group *g, int *pe);
  * (mori_shmem_module_init does that through the driver API for a CUmodule / hipModule_t, in the
  * primary context of the group's device). For a host heap no kernel can use the group:
  * mori_shmem_state gives a host copy of the state (host addresses, for inspection) and
- * mori_shmem_module_init MORI_ENOTSUP. */
+ * mori_shmem_module_init MORI_ENOTSUP. mori_shmem_state: NULL for NULL g; valid while g lives.
+ * mori_shmem_module_init: MORI_EINVAL for a NULL argument, the driver's code (message names it)
+ * when the module has no mori_shmem_state_ptr global. */
 MORI_API void *mori_shmem_state(const mori_group *g);
 MORI_API int mori_shmem_module_init(const mori_group *g, void *module);
 

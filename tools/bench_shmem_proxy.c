@@ -8,10 +8,10 @@
  *     baseline: 8-byte TCP ping-pong between two local processes (TCP_NODELAY), half round trip
  *   large put+signal ping-pong, 64 KiB / 1 MiB / 4 MiB each way (more than fits the signal's
  *     message: a transfer, and its signal), PE 0 <-> PE 1: half the round trip p50/p99, GB/s
- *     baselines: one mori_write of the same size between the same heaps, waited for (what a
+ *     baselines: one mori_xfer_write of the same size between the same heaps, waited for (what a
  *     put+signal costs at best: the data there and acknowledged), and the TCP stream's GB/s
  *   put bandwidth PE 0 -> PE 1, 4 KiB .. 16 MiB (puts back to back, then quiet)
- *     baselines: the same bytes as plain mori_write transfers between the same two heaps (what
+ *     baselines: the same bytes as plain mori_xfer_write transfers between the same two heaps (what
  *     the proxy rides on: the daemons' transfer path), and a TCP stream between two processes
  *   EP chunks (MORI-EP's internode traffic on the proxy): every PE one 8 MiB chunk a round to each PE of the
  *     other node as 4 MiB puts, the last a put+signal, interleaved in the ring as the EP post
@@ -75,7 +75,7 @@ struct shared {
 	int iters, nsizes;
 	int only;                       /* bit mask of the phases to run (ONLY_*) */
 	double pp[3];                   /* put+signal half round trip p50 p99 mean, us */
-	double sb[NSB][3], sbw[NSB][3]; /* large put+signal half round trip / mori_write waited, p50 p99 mean, us */
+	double sb[NSB][3], sbw[NSB][3]; /* large put+signal half round trip / mori_xfer_write waited, p50 p99 mean, us */
 	int sb_n[NSB];
 	double put[NSIZES], wr[NSIZES]; /* GB/s */
 	int wr_ok;
@@ -277,7 +277,7 @@ static int pe_pingpong(struct pe *e, int iters)
 }
 
 /* PEs 0 and 1: put+signal ping-pong of size_of(sb_size_i[i]) bytes each way (a transfer and its
- * signal), the bytes' ends checked at each signal; then PE 0 alone: one mori_write of the same
+ * signal), the bytes' ends checked at each signal; then PE 0 alone: one mori_xfer_write of the same
  * size between the same heaps, waited for, as many times. */
 static int pe_sigbig(struct pe *e, int iters)
 {
@@ -322,7 +322,7 @@ static int pe_sigbig(struct pe *e, int iters)
 			mori_desc d = {SRC_OFF, DST_OFF, b};
 			mori_xfer *x = NULL;
 			uint64_t t0 = shmem_ring_now_us();
-			PCK(0, mori_xfer_batch(MORI_OP_WRITE, loc, rem, &d, 1, NULL, &x));
+			PCK(0, mori_xfer_batch(MORI_XFER_WRITE, loc, rem, &d, 1, NULL, &x));
 			PCK(0, mori_xfer_wait(x, 10000000));
 			mori_xfer_free(x);
 			if (k >= warm)
@@ -345,14 +345,14 @@ static int pe_sigbig(struct pe *e, int iters)
 	return 0;
 }
 
-/* PE 0's puts to PE 1, then the same bytes as mori_write transfers between the same heaps. */
+/* PE 0's puts to PE 1, then the same bytes as mori_xfer_write transfers between the same heaps. */
 static int pe_put(struct pe *e)
 {
 	mori_mem *loc = NULL, *rem = NULL;
 	SH->wr_ok = mori_mem_register(e->c, e->r.heap, HEAP, MORI_MEM_HOST, &loc) == 0 &&
 		    mori_mem_unpack(e->c, SH->blob[1], SH->blob_len[1], &rem) == 0;
 	if (!SH->wr_ok)
-		fprintf(stderr, "mori-bench shmem --proxy: no mori_write baseline: %s\n", mori_client_last_error(NULL));
+		fprintf(stderr, "mori-bench shmem --proxy: no mori_xfer_write baseline: %s\n", mori_client_last_error(NULL));
 	for (int i = 0; i < SH->nsizes; i++) {
 		uint64_t b = size_of(i), total = b < (1u << 20) ? (8ull << 20) : 4 * b > (32ull << 20) ? 4 * b : 32ull << 20;
 		uint64_t n = total / b;
@@ -381,7 +381,7 @@ static int pe_put(struct pe *e)
 				size_t nd = 0;
 				for (uint64_t bytes = 0; k < n && nd < 64 && bytes + b <= (16ull << 20); k++, nd++, bytes += b)
 					d[nd] = (mori_desc){SRC_OFF + k * b % SPAN, DST_OFF + k * b % SPAN, b};
-				PCK(0, mori_xfer_batch(MORI_OP_WRITE, loc, rem, d, nd, NULL, &x[slot]));
+				PCK(0, mori_xfer_batch(MORI_XFER_WRITE, loc, rem, d, nd, NULL, &x[slot]));
 			}
 			for (int s = 0; s < 8; s++)
 				if (x[s]) {
@@ -454,12 +454,12 @@ static int pe_main(int me)
 	prctl(PR_SET_TIMERSLACK, 1); /* a PE plays a kernel that polls: its 20 us naps stay 20 us (default slack 50 us) */
 	snprintf(label, sizeof(label), "bench%d", me);
 	PCK(me, mori_client_open(node_dir[me], label, &e.c));
-	mori_group_opts o;
-	mori_group_opts_init(&o);
+	mori_shmem_opts o;
+	mori_shmem_opts_init(&o, sizeof(o));
 	o.heap_size = HEAP;
 	o.root = root_addr;
 	o.timeout_us = 20000000;
-	PCK(me, mori_group_join(e.c, "proxybench", me, NPE, &o, &e.g));
+	PCK(me, mori_shmem_init(e.c, "proxybench", me, NPE, &o, &e.g));
 	struct mori_shmem_state *st = mori_shmem_state(e.g);
 	if (!st || !st->ctrl || !st->ring)
 		PFAIL(me, "no proxy ring");
@@ -468,7 +468,7 @@ static int pe_main(int me)
 	for (uint64_t i = 0; i < SPAN; i += 8)
 		*(uint64_t *)(e.r.heap + SRC_OFF + i) = i * 0x9E3779B97F4A7C15ull ^ (uint64_t)me;
 	mori_mem *mine = NULL;
-	if (me == 1) { /* the mori_write baseline's target: this heap's bytes as a region */
+	if (me == 1) { /* the mori_xfer_write baseline's target: this heap's bytes as a region */
 		if (mori_mem_register(e.c, e.r.heap, HEAP, MORI_MEM_HOST, &mine) ||
 		    mori_mem_pack(mine, SH->blob[1], sizeof(SH->blob[1]), &SH->blob_len[1]))
 			SH->blob_len[1] = 0;
@@ -524,7 +524,7 @@ static int pe_main(int me)
 		usleep(10000);
 	PCK(me, mori_shmem_barrier_all(e.g));
 	mori_mem_deregister(mine);
-	mori_group_leave(e.g);
+	mori_shmem_finalize(e.g);
 	mori_client_close(e.c);
 	return 0;
 }
@@ -634,9 +634,9 @@ static void report(const struct shared *s, const double *tpp, const double *tbw,
 	}
 	if (s->only & ONLY_SB) {
 		printf("# large put+signal ping-pong, PE 0 (A) <-> PE 1 (B): each way one put+signal SET of the size (a transfer "
-		       "and its signal), half the round trip; baselines: one mori_write of the size between the same heaps, "
+		       "and its signal), half the round trip; baselines: one mori_xfer_write of the size between the same heaps, "
 		       "waited for; the TCP stream of the same run\n");
-		printf("#     size rounds  p50 us  p99 us  GB/s(p50) | mori_write p50 us  p99 us  GB/s(p50) | TCP stream GB/s\n");
+		printf("#     size rounds  p50 us  p99 us  GB/s(p50) | mori_xfer_write p50 us  p99 us  GB/s(p50) | TCP stream GB/s\n");
 		for (int i = 0; i < NSB; i++) {
 			uint64_t b = size_of(sb_size_i[i]);
 			if (sb_size_i[i] >= s->nsizes)
@@ -650,7 +650,7 @@ static void report(const struct shared *s, const double *tpp, const double *tbw,
 	if (s->only & ONLY_PUT) {
 		printf("# put bandwidth PE 0 (A) -> PE 1 (B), puts back to back then quiet (GB/s of payload; 8-32 MiB a trial, "
 		       "median of 3)\n");
-		printf("#     size   proxy  mori_write  TCP stream   proxy/mori_write\n");
+		printf("#     size   proxy  mori_xfer_write  TCP stream   proxy/mori_xfer_write\n");
 		for (int i = 0; i < s->nsizes; i++) {
 			uint64_t b = size_of(i);
 			printf("  %7llu%s %7.3f %11.3f %11.3f %17.0f%%\n", (unsigned long long)(b >= (1 << 20) ? b >> 20 : b >> 10),
@@ -694,7 +694,7 @@ static void usage_exit(int code)
 		"                                [--nodes DIR_A,DIR_B --root HOST:PORT]\n"
 		"Two morids on loopback (started here; or the two whose runtime dirs --nodes names, A's peer\n"
 		"listener at --root), 4 host-heap PEs split across them, every request through the proxy ring\n"
-		"as a kernel writes it. Baselines in the same run: mori_write between the same heaps, and TCP\n"
+		"as a kernel writes it. Baselines in the same run: mori_xfer_write between the same heaps, and TCP\n"
 		"between two local processes.\n");
 	exit(code);
 }
