@@ -57,34 +57,38 @@ MORI_DEVICE uint64_t *flag(dev_t *d, unsigned slot, int q)
  * recorded), with ring_errors the group's proxy error word (a proxied request of this rank
  * failed: its data or flag will not come), then the clock against dev->timeout_ns and the status
  * word: past the deadline, or after another thread's (or block's) failure, rank t is late as
- * well (its bit in missing[]). */
+ * well (its bit in missing[]). The abort code and the deadline are prims.cuh's; the loop is
+ * written out rather than through mori_wait_until: inlined into mori_coll_kernel's body, whose
+ * registers are at their limit, the callback form moved ptxas's spills (the copy and reduce
+ * calls' included), this form leaves them as they were. */
 MORI_DEVICE int wait_flag(dev_t *d, const uint64_t *w, uint64_t g, unsigned t, bool ring_errors)
 {
 	mori_deadline dl;
-	return mori_wait_until(
-		MORI_COLL_POLL, [&] { return mori_acquire_load_sys(w) >= g; },
-		[&](unsigned) {
-			const struct mori_shmem_ctrl *c = (const struct mori_shmem_ctrl *)d->ctrl;
-			int a = abort_code(d);
-			if (a) {
-				fail(d, a, c->abort_pe);
-				return a;
-			}
-			int e = ring_errors && c ? *(volatile const int32_t *)&c->error : 0;
-			if (e) {
-				fail(d, e, d->pe_of[d->rank]);
-				return e;
-			}
-			bool late = dl.passed(d->timeout_ns);
-			int sc = status_code(d);
-			if (late || sc) {
-				struct mori_coll_status *s = (struct mori_coll_status *)d->status;
-				atomicOr_system((unsigned long long *)&s->missing[t / 64], 1ull << (t % 64));
-				fail(d, MORI_ETIMEDOUT, (int)t);
-				return sc ? sc : (int)MORI_ETIMEDOUT;
-			}
+	for (unsigned k = 1;; k++) {
+		if (mori_acquire_load_sys(w) >= g)
 			return 0;
-		});
+		if (k % MORI_COLL_POLL)
+			continue;
+		const struct mori_shmem_ctrl *c = (const struct mori_shmem_ctrl *)d->ctrl;
+		int a = abort_code(d);
+		if (a) {
+			fail(d, a, c->abort_pe);
+			return a;
+		}
+		int e = ring_errors && c ? *(volatile const int32_t *)&c->error : 0;
+		if (e) {
+			fail(d, e, d->pe_of[d->rank]);
+			return e;
+		}
+		bool late = dl.passed(d->timeout_ns);
+		int sc = status_code(d);
+		if (late || sc) {
+			struct mori_coll_status *s = (struct mori_coll_status *)d->status;
+			atomicOr_system((unsigned long long *)&s->missing[t / 64], 1ull << (t % 64));
+			fail(d, MORI_ETIMEDOUT, (int)t);
+			return sc ? sc : (int)MORI_ETIMEDOUT;
+		}
+	}
 }
 
 /* Block barrier on slot `slot` (see coll_dev.h). Every thread calls it; 0 or a MORI_E*. */

@@ -54,7 +54,8 @@ struct mori_deadline {
 };
 
 /* Polls ready() until it holds (0). At every `every`-th poll k that did not see it, check(k) is
- * asked; a non-zero code from it ends the wait with that code. */
+ * asked; a non-zero code from it ends the wait with that code. (MORI-CCL's flag wait writes
+ * this loop out, mori/device/coll.cuh says why.) */
 template <typename Ready, typename Check> MORI_DEVICE int mori_wait_until(unsigned every, Ready ready, Check check)
 {
 	for (unsigned k = 1;; k++) {
