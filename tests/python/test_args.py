@@ -93,7 +93,7 @@ def test_ccl_args(daemon):
                       lambda: c.all_to_allv(x, [8], [0], y, None, [0]), lambda: c.all_to_allv(x, [8.0], [0], y, [8], [0]),
                       lambda: c.register_window("a", 8), lambda: c.deregister_window(12345),
                       lambda: c.set_algo(None), lambda: c.algo("allreduce", 1.5), lambda: c.algo(None, 8),
-                      lambda: c.algo("bogus", 1)):  # libmori's refusal raised, not None (tester5)
+                      lambda: c.algo("bogus", 1)):  # libmori's refusal raised, not None
                 assert code_of(f) == MORI_EINVAL
             assert code_of(lambda: c.all_reduce(x, y, count=2 ** 64)) == MORI_ERANGE
             assert code_of(lambda: c.algo("allreduce", -1)) == MORI_ERANGE
@@ -251,7 +251,7 @@ def test_wrong_arguments_are_moerror(daemon):
         st.result(np.float32(1.5))
         assert e.write(src, 0, dst, 0, 8, notify=1, timeout_ms=500).result(5) is None
         assert e.wait_all([st], timeout_ms=-1) == StatusCode.SUCCESS
-        # not statuses: MoriError naming the item, not AttributeError (tester4)
+        # not statuses: MoriError naming the item, not AttributeError
         for bad in ([1, 2, 3], [st, "x"], [None]):
             assert code_of(lambda: e.wait_all(bad)) == MORI_EINVAL, bad
         # a packed desc with bytes past its end says so, not "truncated"; a cut one says truncated

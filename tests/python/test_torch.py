@@ -4,7 +4,7 @@ PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (needs torch and a GPU), and li
 allocations (needs a GPU). Without torch or a GPU these skip, saying so.
 
 A tensor from expandable segments larger than one segment spans several VMM allocations mapped
-back to back; libmori registers it as one region (issue 17), so a refusal fails the test with
+back to back; libmori registers it as one region, so a refusal fails the test with
 libmori's reason."""
 import hashlib
 
