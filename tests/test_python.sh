@@ -42,8 +42,9 @@ D=$T/dest
 out=$(make --no-print-directory -C "$ROOT" install-python PREFIX=/usr DESTDIR="$D" PYTHON="$PY" 2>&1) ||
 	fail "make install-python: $out"
 site=$("$ROOT/tools/python-sitedir" /usr "$PY")
-for f in _capi.py io/__init__.py io/engine.py io/types.py io/desc.py io/args.py shmem/__init__.py ops/__init__.py \
-	ccl/__init__.py ir/__init__.py nixl_compat.py; do
+for f in _capi.py io/__init__.py io/engine.py io/types.py io/desc.py io/args.py shmem/__init__.py shmem/api.py \
+	shmem/tensor_utils.py ops/__init__.py ops/dispatch_combine.py ccl/__init__.py ccl/collective.py ir/__init__.py \
+	nixl_compat.py; do
 	[ -f "$D$site/mori/$f" ] || fail "mori/$f not installed under $D$site: $out"
 done
 got=$(cd "$T" && PYTHONPATH=$D$site MORI_LIB=$B/libmori.so "$PY" -c \
