@@ -4,7 +4,7 @@
 #   make check-asan  the same under AddressSanitizer + UBSan (also: make check SANITIZE=address,undefined)
 #   make demo        the main job: KV-cache trace replay between prefill and decode clients
 #   make install PREFIX=/usr/local DESTDIR=
-VERSION    := 0.1.0
+VERSION    := 1.0.0
 PREFIX     ?= /usr/local
 DESTDIR    ?=
 SANITIZE   ?=
@@ -22,6 +22,7 @@ CHECK_LIBS  = $(shell pkg-config --libs check 2>/dev/null)
 LIB_PKGS    := libprotobuf-c
 LIB_SYSLIBS := -lpthread -ldl
 LIB_LIBS     = $(shell pkg-config --libs $(LIB_PKGS) 2>/dev/null) $(LIB_SYSLIBS)
+# The SONAME carries the major version, which moves exactly when the ABI breaks (README, "ABI").
 SONAME      := libmori.so.$(firstword $(subst ., ,$(VERSION)))
 
 OPT        ?= -O2 -g

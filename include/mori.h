@@ -81,7 +81,7 @@ typedef struct mori_status {
 /* Name of an error code ("MORI_ETIMEDOUT: deadline expired"). Never NULL; static storage. */
 MORI_API const char *mori_strerror(int code);
 
-/* Library version string, e.g. "0.2.0". */
+/* Library version string, e.g. "1.0.0". */
 MORI_API const char *mori_version(void);
 
 /* ---------------------------------------------------------------------------------------------

@@ -104,7 +104,7 @@ MORI_API int mori_comm_create(mori_group *g, const mori_comm_opts *opts, mori_co
 /* Collective (it frees heap memory; its windows too). GPU communicators: the caller's streams
  * must have run the communicator's enqueued collectives to completion first (synchronise them).
  * Returns MORI_OK, or the heap free's error (comm is freed anyway); NULL is a no-op returning
- * MORI_OK. */
+ * MORI_OK; MORI_ESTALE in a child after fork (the parent's communicator: nothing is freed). */
 MORI_API int mori_comm_destroy(mori_comm *comm);
 
 MORI_API int mori_comm_rank(const mori_comm *comm);   /* -1 for NULL */

@@ -32,7 +32,7 @@
 /* include/mori_ep.h's values the kernels need (that header's host functions would clash with the
  * device API's names in device code); libclient/ep.c checks they agree. */
 #define MORI_EP_KMODE_LL 1     /* MORI_EP_LOW_LATENCY */
-#define MORI_EP_KDTYPE_BF16 1  /* MORI_EP_BF16 */
+#define MORI_EP_KDTYPE_BF16 9  /* MORI_BFLOAT16 (mori_types.h) */
 
 /* The table of live handles, one per device in its memory (allocated at the device's first
  * mori_ep_create in its primary context, which libmori keeps retained, and never freed, so a CUDA
@@ -86,7 +86,7 @@ struct mori_ep_kargs {
 	int32_t num_tokens;
 	int32_t tok_bytes;        /* this call's bytes per token (dispatch dtype or combine dtype) */
 	int32_t scale_bytes;      /* scale_dim x scale_type_size */
-	int32_t dtype;            /* combine: MORI_EP_BF16 / MORI_EP_FP32 */
+	int32_t dtype;            /* combine: MORI_BFLOAT16 / MORI_FLOAT32 */
 	int32_t pull;             /* combine: the outputs are in L.cin; home ranks read them there */
 	int32_t live_slot;
 	int32_t quant;            /* dispatch: bf16 input quantised to fp8 e4m3 rows + a float scale per 128 */

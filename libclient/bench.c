@@ -84,7 +84,7 @@ static void xfer_reset(struct bench_gpu *b, int64_t timeout_us)
 int bench_gpu_write(struct bench_gpu *b, const mori_desc *descs, size_t n, int64_t timeout_us)
 {
 	xfer_reset(b, timeout_us);
-	return gpu_xfer(&b->c, MORI_OP_WRITE, &b->local, &b->remote, descs, n, NULL, &b->x);
+	return gpu_xfer(&b->c, MORI_XFER_WRITE, &b->local, &b->remote, descs, n, NULL, &b->x);
 }
 
 int bench_gpu_list_prep(struct bench_gpu *b, const mori_desc *descs, size_t n)
@@ -97,7 +97,7 @@ int bench_gpu_list_prep(struct bench_gpu *b, const mori_desc *descs, size_t n)
 int bench_gpu_list_write(struct bench_gpu *b, const uint32_t *idx, size_t n, int64_t timeout_us)
 {
 	xfer_reset(b, timeout_us);
-	return gpu_xfer_list(&b->c, MORI_OP_WRITE, &b->list, idx, n, NULL, &b->x);
+	return gpu_xfer_list(&b->c, MORI_XFER_WRITE, &b->list, idx, n, NULL, &b->x);
 }
 
 void bench_gpu_list_free(struct bench_gpu *b)

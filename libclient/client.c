@@ -453,13 +453,13 @@ static void close_in_child(mori_client *c)
 			close(fds[i]);
 }
 
-void mori_client_close(mori_client *c)
+int mori_client_close(mori_client *c)
 {
 	if (!c)
-		return;
+		return MORI_OK;
 	if (client_forked(c)) {
 		close_in_child(c);
-		return;
+		return MORI_OK;
 	}
 	slot_remove(c); /* first: a fork from here on leaves the child nothing to close */
 	hup_stop(c); /* before the goodbye and close: our own hang-up is no abort */
@@ -492,6 +492,7 @@ void mori_client_close(mori_client *c)
 	free(c->pending);
 	free(c->notifs);
 	free(c);
+	return MORI_OK;
 }
 
 /* ---- rings ---- */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "coll_int.h"
+#include "conv.h"
 
 #define DEF_SCRATCH (32ull << 20)
 #define DEF_ONESHOT_MAX (256ull << 10)
@@ -20,10 +21,11 @@
 static const char *const coll_names[CO_N] = {"allreduce", "allgather", "alltoall", "broadcast", "reducescatter"};
 static const char *const algo_names[] = {"auto", "oneshot", "twoshot", "kernel", "ce"};
 
-void mori_comm_opts_init(mori_comm_opts *o)
+static const mori_comm_opts comm_defaults = {.size = sizeof(mori_comm_opts)}; /* zero: the defaults */
+
+int mori_comm_opts_init(mori_comm_opts *o, size_t size)
 {
-	if (o)
-		memset(o, 0, sizeof(*o));
+	return opts_init(o, size, OPTS_MIN_COMM, &comm_defaults, sizeof(comm_defaults));
 }
 
 size_t mori_dtype_size(mori_dtype dt)
@@ -34,6 +36,7 @@ size_t mori_dtype_size(mori_dtype dt)
 	case MORI_FLOAT16: return 2;
 	case MORI_FLOAT32: return 4;
 	case MORI_BFLOAT16: return 2;
+	case MORI_FLOAT8_E4M3: return 1;
 	}
 	return 0;
 }
@@ -138,11 +141,12 @@ int mori_comm_create(mori_group *g, const mori_comm_opts *opts, mori_comm **out)
 		return g ? set_error(g->c, MORI_EINVAL, "comm create: NULL argument") : MORI_EINVAL;
 	if (shmem_check(g)) return MORI_ESTALE; /* a child after fork: the parent's */
 	*out = NULL;
-	mori_comm_opts o;
-	mori_comm_opts_init(&o);
-	if (opts)
-		o = *opts;
-	int rc = shmem_abort_status(g);
+	mori_comm_opts o = comm_defaults;
+	int rc = opts ? opts_take(&o, sizeof(o), opts, OPTS_MIN_COMM) : MORI_OK;
+	if (rc)
+		return set_error(g->c, rc, "comm create: opts->size %zu is not a mori_comm_opts this library reads (%zu "
+					   "bytes): call mori_comm_opts_init", opts->size, sizeof(o));
+	rc = shmem_abort_status(g);
 	if (rc)
 		return rc;
 	mori_comm *k = calloc(1, sizeof(*k));
@@ -255,13 +259,13 @@ fail:
 	return rc;
 }
 
-void mori_comm_destroy(mori_comm *k)
+int mori_comm_destroy(mori_comm *k)
 {
 	if (!k)
-		return;
+		return MORI_OK;
 	mori_group *g = k->g;
 	int left = shmem_left(g); /* the group left first: the heap (our area) went with it */
-	if (!left && shmem_check(g)) return; /* a child after fork: the parent's communicator stays */
+	if (!left && shmem_check(g)) return MORI_ESTALE; /* a child after fork: the parent's communicator stays */
 	if (k->gpu && left != SHMEM_LEFT_CHILD)
 		coll_gpu_fini(k);
 	while (k->wins) {
@@ -269,33 +273,30 @@ void mori_comm_destroy(mori_comm *k)
 		k->wins = w->next;
 		free(w);
 	}
-	if (!left)
-		mori_shmem_free(g, k->area);
+	int rc = left ? MORI_OK : mori_shmem_free(g, k->area);
 	free(k->pe_of);
 	free(k);
 	shmem_release(g);
+	return rc;
 }
 
 int mori_comm_rank(const mori_comm *k) { return k ? k->rank : -1; }
 int mori_comm_size(const mori_comm *k) { return k ? k->n : 0; }
 
-int mori_comm_status(mori_comm *k, int *pe)
+int mori_comm_status(mori_comm *k, mori_status *out)
 {
-	if (pe)
-		*pe = -1;
 	if (!k)
-		return MORI_EINVAL;
-	if (shmem_check(k->g)) return MORI_ESTALE; /* a child after fork: the parent's */
+		return status_set(out, MORI_EINVAL, -1, "NULL communicator");
+	if (shmem_check(k->g)) /* a child after fork: the parent's */
+		return status_set(out, MORI_ESTALE, -1, mori_client_last_error(k->c));
 	if (k->gpu) {
-		int rc = coll_gpu_status(k, pe);
+		int pe = -1, rc = coll_gpu_status(k, &pe);
 		if (rc)
-			return rc;
+			return status_set(out, rc, pe, mori_client_last_error(k->c));
 	}
-	int gp = -1, rc = mori_shmem_status(k->g, &gp);
+	int rc = mori_shmem_status(k->g, out);
 	if (!rc && k->failed)
-		return k->failed;
-	if (rc && pe)
-		*pe = gp;
+		return status_set(out, k->failed, -1, "a collective on this communicator failed earlier");
 	return rc;
 }
 
@@ -403,11 +404,11 @@ static int check(mori_comm *k, const void *src, void *dst, mori_dtype dt, int re
 							    "bfloat16 reduce)", op == MORI_SUM ? "sum" : op == MORI_MAX ? "max" : "min",
 				       (int)dt);
 	}
-	int pe;
-	int rc = mori_comm_status(k, &pe);
+	mori_status st;
+	int rc = mori_comm_status(k, &st);
 	if (rc)
 		return set_error(k->c, rc, "collective: the communicator failed earlier (%s, PE %d): destroy it",
-				 mori_strerror(rc), pe);
+				 mori_strerror(rc), st.pe);
 	return MORI_OK;
 }
 

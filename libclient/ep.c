@@ -10,12 +10,13 @@
 
 #include "../kernels/ep_internode.h"
 #include "../kernels/ep_kernels.h"
+#include "conv.h"
 #include "ep_int.h"
 #include "ep_tune.h"
 #include "gpu_int.h"
 #include "shmem_int.h"
 
-_Static_assert(MORI_EP_KMODE_LL == MORI_EP_LOW_LATENCY && MORI_EP_KDTYPE_BF16 == MORI_EP_BF16 &&
+_Static_assert(MORI_EP_KMODE_LL == MORI_EP_LOW_LATENCY && MORI_EP_KDTYPE_BF16 == MORI_BFLOAT16 &&
 		       MORI_EP_MAX_WORLD_K == MORI_EP_MAX_WORLD,
 	       "kernels/ep_kernels.h and ep_internode.h restate mori_ep.h's values");
 
@@ -172,7 +173,9 @@ static void live_leave(mori_ep_handle *h)
 	pthread_mutex_unlock(&live_mu);
 }
 
-int mori_ep_retired_status(mori_client *c, int clear)
+/* Read (with clear: and reset) the late-launch record of every device's live table: the last
+ * generation seen in *gen, the launches summed in *count. MORI_OK or the driver's error. */
+static int retired_read(mori_client *c, int clear, uint64_t *gen, uint64_t *count)
 {
 	uint64_t g = 0, n = 0;
 	int err = 0;
@@ -201,11 +204,26 @@ int mori_ep_retired_status(mori_client *c, int clear)
 	int rc = gpu_err(err, "read the live table", msg, sizeof(msg));
 	if (rc)
 		return set_error(c, rc, "EP retired status: %s", msg);
-	if (!g)
-		return MORI_OK;
-	return set_error(c, MORI_ESTALE, "EP: kernels of destroyed handle generation %llu ran (%llu blocks; a graph "
-					 "replayed after mori_ep_destroy): they returned without touching memory",
-			 (unsigned long long)g, (unsigned long long)n);
+	*gen = g;
+	*count = n;
+	return MORI_OK;
+}
+
+int mori_ep_retired_status(mori_client *c, mori_status *out)
+{
+	uint64_t g = 0, n = 0;
+	int rc = retired_read(c, 0, &g, &n);
+	if (!rc && g)
+		rc = set_error(c, MORI_ESTALE, "EP: kernels of destroyed handle generation %llu ran (%llu blocks; a graph "
+					       "replayed after mori_ep_destroy): they returned without touching memory",
+			       (unsigned long long)g, (unsigned long long)n);
+	return status_set(out, rc, -1, rc ? mori_client_last_error(c) : "");
+}
+
+int mori_ep_retired_status_clear(mori_client *c)
+{
+	uint64_t g = 0, n = 0;
+	return retired_read(c, 1, &g, &n);
 }
 
 /* Publish x in a fixed-size symmetric area, read every rank's, decide the same on every rank. */
@@ -236,7 +254,7 @@ static int agree(mori_ep_handle *h, const struct xchg *all)
 		if (all[pe].kernel_rc)
 			return set_error(c, all[pe].kernel_rc, "EP create: rank %d has no EP kernels (%s)", pe,
 					 mori_strerror(all[pe].kernel_rc));
-		if (mori_ep_config_check(&all[pe].cfg, msg, sizeof(msg)))
+		if (ep_config_valid(&all[pe].cfg, msg, sizeof(msg)))
 			return set_error(c, MORI_EINVAL, "EP create: rank %d's config: %s", pe, msg);
 		if (all[pe].cfg.rank != pe)
 			return set_error(c, MORI_EINVAL, "EP create: PE %d passed rank %d", pe, all[pe].cfg.rank);
@@ -247,12 +265,18 @@ static int agree(mori_ep_handle *h, const struct xchg *all)
 	return MORI_OK;
 }
 
-int mori_ep_create(mori_group *g, const mori_ep_config *cfg, mori_ep_handle **out)
+int mori_ep_create(mori_group *g, const mori_ep_config *caller_cfg, mori_ep_handle **out)
 {
-	if (!g || !cfg || !out)
+	if (!g || !caller_cfg || !out)
 		return set_error(g ? g->c : NULL, MORI_EINVAL, "EP create: NULL argument");
 	if (shmem_check(g)) return MORI_ESTALE; /* a child after fork: the parent's */
 	*out = NULL;
+	mori_ep_config own;
+	const mori_ep_config *cfg = &own;
+	char why[200];
+	int trc = ep_config_take(caller_cfg, &own, why, sizeof(why));
+	if (trc)
+		return set_error(g->c, trc, "EP create: %s", why);
 	if (g->kind != MORI_MEM_VRAM)
 		return set_error(g->c, MORI_ENOTSUP, "EP create: group '%s' has a host heap; EP needs a VRAM heap", g->name);
 	mori_ep_handle *h = calloc(1, sizeof(*h));
@@ -480,7 +504,7 @@ void *mori_ep_get_registered_combine_input_buffer(const mori_ep_handle *h)
 	return h ? slot_base(h, next_slot(h)) + h->L.cin : NULL;
 }
 
-int mori_ep_combine(mori_ep_handle *h, int dtype, const void *expert_out, const float *weights,
+int mori_ep_combine(mori_ep_handle *h, mori_dtype dtype, const void *expert_out, const float *weights,
 		    const int32_t *indices, void *out, void *stream)
 {
 	if (!h)
@@ -493,10 +517,10 @@ int mori_ep_combine(mori_ep_handle *h, int dtype, const void *expert_out, const 
 	if (h->ndisp == h->ncomb)
 		return set_error(c, MORI_EINVAL, "EP combine: no dispatch to combine (every dispatch has been combined)");
 	const int slot = (int)(h->ncomb % (uint64_t)h->nslots), ntok = h->ntok[slot];
-	int es = dtype == MORI_EP_BF16 || dtype == MORI_EP_FP32 ? ep_dtype_size(dtype) : 0;
+	int es = dtype == MORI_BFLOAT16 || dtype == MORI_FLOAT32 ? ep_dtype_size(dtype) : 0;
 	if (!es)
-		return set_error(c, MORI_EINVAL, "EP combine: dtype %d is neither bf16 (%d) nor fp32 (%d)", dtype, MORI_EP_BF16,
-				 MORI_EP_FP32);
+		return set_error(c, MORI_EINVAL, "EP combine: dtype %d is neither bf16 (%d) nor fp32 (%d)", (int)dtype,
+				 MORI_BFLOAT16, MORI_FLOAT32);
 	if (es > h->cfg.max_token_type_size)
 		return set_error(c, MORI_EINVAL, "EP combine: %d-byte elements exceed max_token_type_size %d", es,
 				 h->cfg.max_token_type_size);
@@ -565,13 +589,11 @@ int mori_ep_get_dispatch_layout(mori_ep_handle *h, const int32_t *indices, int n
 	return launch(h, K_QUERY, (unsigned)(num_tokens + 255) / 256, 256, stream, params);
 }
 
-int mori_ep_status(mori_ep_handle *h, int clear)
+/* Read (with clear: and reset) every slot's status word; the first set one into s. MORI_OK or the
+ * driver's error. */
+static int status_word(mori_ep_handle *h, int clear, int32_t s[4])
 {
-	if (!h)
-		return MORI_EINVAL;
-	if (shmem_check(h->g)) return MORI_ESTALE; /* a child after fork: the parent's */
 	mori_client *c = h->g->c;
-	int32_t s[4] = {0};
 	int rc = push(h);
 	if (rc)
 		return rc;
@@ -587,14 +609,19 @@ int mori_ep_status(mori_ep_handle *h, int clear)
 		if (!r && clear && v[0])
 			r = h->api->stream_synchronize(NULL);
 		if (!s[0])
-			memcpy(s, v, sizeof(s));
+			memcpy(s, v, sizeof(v));
 	}
 	gpu_pop(h->api);
 	char msg[200];
 	if ((rc = gpu_err(r, "read the status", msg, sizeof(msg))))
 		return set_error(c, rc, "EP status: %s", msg);
-	if (!s[0])
-		return shmem_abort_status(h->g);
+	return MORI_OK;
+}
+
+/* The error a set status word s records, with its detail as the client's last error. */
+static int status_report(mori_ep_handle *h, const int32_t s[4])
+{
+	mori_client *c = h->g->c;
 	int K = h->cfg.num_experts_per_token;
 	switch (s[1]) {
 	case MORI_EP_ERR_INDEX:
@@ -621,4 +648,29 @@ int mori_ep_status(mori_ep_handle *h, int clear)
 		}
 		return set_error(c, s[0], "EP: kernel %d's wait on rank %d ended: %s", s[2], s[3], mori_strerror(s[0]));
 	}
+}
+
+int mori_ep_status(mori_ep_handle *h, mori_status *out)
+{
+	if (!h)
+		return status_set(out, MORI_EINVAL, -1, "NULL EP handle");
+	if (shmem_check(h->g)) /* a child after fork: the parent's */
+		return status_set(out, MORI_ESTALE, -1, mori_client_last_error(h->g->c));
+	int32_t s[4] = {0};
+	int rc = status_word(h, 0, s);
+	if (!rc && s[0])
+		rc = status_report(h, s);
+	if (rc)
+		return status_set(out, rc, -1, mori_client_last_error(h->g->c));
+	return mori_shmem_status(h->g, out);
+}
+
+int mori_ep_status_clear(mori_ep_handle *h)
+{
+	if (!h)
+		return MORI_EINVAL;
+	if (shmem_check(h->g))
+		return MORI_ESTALE;
+	int32_t s[4] = {0};
+	return status_word(h, 1, s);
 }

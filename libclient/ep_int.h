@@ -19,7 +19,12 @@ struct mori_epx_layout;
 #define EP_BLOCKS_PER_SM 4          /* default block_num: 4 blocks of 16 warps on every SM */
 #define EP_MAX_DEFAULT_BLOCKS 1024
 
-int ep_dtype_size(int dtype);
+int ep_dtype_size(mori_dtype dtype);
+/* The caller's cfg (cfg->size bytes of it) over the defaults, into *own: MORI_OK, or MORI_EINVAL
+ * (NULL) / MORI_ENOTSUP (size: conv.h) with the reason in msg (may be NULL); *own the defaults then. */
+int ep_config_take(const mori_ep_config *cfg, mori_ep_config *own, char *msg, size_t cap);
+/* mori_ep_config_check of a config this library filled (its own struct). */
+int ep_config_valid(const mori_ep_config *cfg, char *msg, size_t cap);
 /* Slots of a valid cfg: num_in_flight, 0 meaning 1. */
 static inline int ep_in_flight(const mori_ep_config *cfg) { return cfg->num_in_flight ? cfg->num_in_flight : 1; }
 /* The block layout of a valid cfg (MORI_EINVAL otherwise). */

@@ -7,26 +7,29 @@
 
 #include "../kernels/ep_internode.h"
 #include "../kernels/ep_kernels.h"
+#include "conv.h"
 #include "ep_int.h"
 
-void mori_ep_config_init(mori_ep_config *cfg)
+static const mori_ep_config ep_defaults = {
+	.size = sizeof(mori_ep_config),
+	.data_type = MORI_BFLOAT16,
+	.max_token_type_size = 2,
+	.kernel_type = MORI_EP_NORMAL,
+	.scale_type_size = 4,
+	.timeout_us = EP_DEFAULT_TIMEOUT_US,
+};
+
+int mori_ep_config_init(mori_ep_config *cfg, size_t size)
 {
-	if (!cfg)
-		return;
-	memset(cfg, 0, sizeof(*cfg));
-	cfg->data_type = MORI_EP_BF16;
-	cfg->max_token_type_size = 2;
-	cfg->kernel_type = MORI_EP_NORMAL;
-	cfg->scale_type_size = 4;
-	cfg->timeout_us = EP_DEFAULT_TIMEOUT_US;
+	return opts_init(cfg, size, OPTS_MIN_EP, &ep_defaults, sizeof(ep_defaults));
 }
 
-int ep_dtype_size(int dtype)
+int ep_dtype_size(mori_dtype dtype)
 {
 	switch (dtype) {
-	case MORI_EP_BF16: return 2;
-	case MORI_EP_FP32: return 4;
-	case MORI_EP_FP8_E4M3: return 1;
+	case MORI_BFLOAT16: return 2;
+	case MORI_FLOAT32: return 4;
+	case MORI_FLOAT8_E4M3: return 1;
 	default: return 0;
 	}
 }
@@ -43,10 +46,29 @@ static int bad(char *msg, size_t cap, const char *fmt, ...)
 	return MORI_EINVAL;
 }
 
-int mori_ep_config_check(const mori_ep_config *c, char *msg, size_t cap)
+int ep_config_take(const mori_ep_config *cfg, mori_ep_config *own, char *msg, size_t cap)
 {
-	if (!c)
+	*own = ep_defaults;
+	if (!cfg)
 		return bad(msg, cap, "config is NULL");
+	int rc = opts_take(own, sizeof(*own), cfg, OPTS_MIN_EP);
+	if (rc) {
+		bad(msg, cap, "cfg->size %zu is not a mori_ep_config this library reads (%zu bytes): call "
+			      "mori_ep_config_init", cfg->size, sizeof(*own));
+		*own = ep_defaults;
+	}
+	return rc;
+}
+
+int mori_ep_config_check(const mori_ep_config *cfg, char *msg, size_t cap)
+{
+	mori_ep_config own;
+	int rc = ep_config_take(cfg, &own, msg, cap);
+	return rc ? rc : ep_config_valid(&own, msg, cap);
+}
+
+int ep_config_valid(const mori_ep_config *c, char *msg, size_t cap)
+{
 	if (c->world_size < 1 || c->world_size > MORI_EP_MAX_WORLD)
 		return bad(msg, cap, "world_size %d is outside 1..%d", c->world_size, MORI_EP_MAX_WORLD);
 	if (c->rank < 0 || c->rank >= c->world_size)
@@ -62,8 +84,8 @@ int mori_ep_config_check(const mori_ep_config *c, char *msg, size_t cap)
 			   EP_MAX_TOKENS);
 	int es = ep_dtype_size(c->data_type);
 	if (!es)
-		return bad(msg, cap, "data_type %d is none of bf16 (%d), fp32 (%d), fp8 e4m3 (%d)", c->data_type,
-			   MORI_EP_BF16, MORI_EP_FP32, MORI_EP_FP8_E4M3);
+		return bad(msg, cap, "data_type %d is none of bf16 (%d), fp32 (%d), fp8 e4m3 (%d)", (int)c->data_type,
+			   MORI_BFLOAT16, MORI_FLOAT32, MORI_FLOAT8_E4M3);
 	if (c->kernel_type < MORI_EP_NORMAL || c->kernel_type > MORI_EP_INTERNODE_LL)
 		return bad(msg, cap, "kernel_type %d is none of normal (0), low-latency (1), internode (2), internode "
 			   "low-latency (3)", c->kernel_type);
@@ -92,7 +114,7 @@ int mori_ep_config_check(const mori_ep_config *c, char *msg, size_t cap)
 	if (c->quant_type != MORI_EP_QUANT_NONE && c->quant_type != MORI_EP_QUANT_FP8_BLOCK128)
 		return bad(msg, cap, "quant_type %d is neither none (0) nor fp8 per 128 channels (1)", c->quant_type);
 	if (c->quant_type) {
-		if (c->data_type != MORI_EP_BF16)
+		if (c->data_type != MORI_BFLOAT16)
 			return bad(msg, cap, "quant_type fp8 quantises bf16 input, but data_type is %d", c->data_type);
 		if (c->hidden_dim % 128)
 			return bad(msg, cap, "quant_type fp8: hidden_dim %d is not a multiple of 128", c->hidden_dim);
@@ -112,7 +134,7 @@ static uint64_t up(uint64_t v) { return (v + 255) & ~(uint64_t)255; }
 
 int ep_layout(const mori_ep_config *c, struct mori_ep_layout *L)
 {
-	if (mori_ep_config_check(c, NULL, 0))
+	if (ep_config_valid(c, NULL, 0))
 		return MORI_EINVAL;
 	memset(L, 0, sizeof(*L));
 	const uint64_t W = (uint64_t)c->world_size, M = (uint64_t)c->max_num_inp_token_per_rank,
@@ -208,18 +230,24 @@ uint64_t ep_slot_bytes(const mori_ep_config *cfg)
 	return ep_xnode(cfg->kernel_type) && !epx_layout(cfg, &L, &X) ? X.end : L.total;
 }
 
-uint64_t mori_ep_heap_bytes(const mori_ep_config *cfg)
+uint64_t mori_ep_heap_bytes(const mori_ep_config *caller_cfg)
 {
-	uint64_t s = ep_slot_bytes(cfg);
-	return s ? s * (uint64_t)ep_in_flight(cfg) + EP_XCHG_BYTES : 0;
+	mori_ep_config own;
+	if (ep_config_take(caller_cfg, &own, NULL, 0))
+		return 0;
+	uint64_t s = ep_slot_bytes(&own);
+	return s ? s * (uint64_t)ep_in_flight(&own) + EP_XCHG_BYTES : 0;
 }
 
-int mori_ep_layout_host(const mori_ep_config *cfg, const int32_t *indices, int num_tokens, int32_t *per_rank,
+int mori_ep_layout_host(const mori_ep_config *caller_cfg, const int32_t *indices, int num_tokens, int32_t *per_rank,
 			int32_t *per_expert, uint8_t *in_rank, char *msg, size_t cap)
 {
-	int rc = mori_ep_config_check(cfg, msg, cap);
+	mori_ep_config own;
+	const mori_ep_config *cfg = &own;
+	int rc = mori_ep_config_check(caller_cfg, msg, cap);
 	if (rc)
 		return rc;
+	ep_config_take(caller_cfg, &own, NULL, 0); /* checked just now: cannot fail */
 	if (num_tokens < 0 || num_tokens > cfg->max_num_inp_token_per_rank)
 		return bad(msg, cap, "%d tokens, more than max_num_inp_token_per_rank %d", num_tokens,
 			   cfg->max_num_inp_token_per_rank);

@@ -97,6 +97,12 @@ int mori_ep_tuning_lookup(mori_ep_config *cfg, const char *arch, int sm_count, c
 {
 	if (!cfg || !arch)
 		return MORI_EINVAL;
-	ep_tune_resolve(cfg, arch, sm_count, ep_tune_rules, ep_tune_nrules, which, cap);
+	mori_ep_config own;
+	int rc = ep_config_take(cfg, &own, NULL, 0);
+	if (rc)
+		return rc;
+	ep_tune_resolve(&own, arch, sm_count, ep_tune_rules, ep_tune_nrules, which, cap);
+	cfg->warp_num_per_block = own.warp_num_per_block; /* the only fields it sets */
+	cfg->block_num = own.block_num;
 	return MORI_OK;
 }

@@ -9,9 +9,9 @@
 
 struct ep_tune_rule {
 	const char *arch;   /* "sm_90", "gfx942" */
-	int kernel_type;    /* enum mori_ep_kernel_type */
+	mori_ep_kernel_type kernel_type;
 	int ep_size;
-	int dtype;          /* enum mori_ep_dtype of dispatch's input */
+	mori_dtype dtype;   /* of dispatch's input */
 	int num_tokens;     /* max_num_inp_token_per_rank it was tuned for */
 	int hidden_dim;
 	int block_num;      /* > 0: absolute; 0: blocks_per_sm x the SMs the process may use */

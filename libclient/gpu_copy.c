@@ -606,7 +606,7 @@ static mori_mem *vram_side(mori_mem *local, mori_mem *remote)
 	return local->kind == MORI_MEM_VRAM ? local : remote;
 }
 
-static int run_batch(mori_client *c, int op, mori_mem *local, mori_mem *remote, const struct batch *b, void *stream,
+static int run_batch(mori_client *c, mori_xfer_op op, mori_mem *local, mori_mem *remote, const struct batch *b, void *stream,
 		     struct mori_xfer *x)
 {
 	if (!b->n)
@@ -638,7 +638,7 @@ static int run_batch(mori_client *c, int op, mori_mem *local, mori_mem *remote, 
 	memset(&a, 0, sizeof(a));
 	a.a_base = la;
 	a.b_base = ra;
-	a.swap = op == MORI_OP_READ; /* a write copies local -> remote */
+	a.swap = op == MORI_XFER_READ; /* a write copies local -> remote */
 	uint64_t deadline = x && x->deadline_us ? x->deadline_us : mori_now_us() + 5000000;
 
 	pthread_mutex_lock(&d->lock);
@@ -705,7 +705,7 @@ out:
 	return rc;
 }
 
-int gpu_xfer(mori_client *c, int op, mori_mem *local, mori_mem *remote, const mori_desc *descs, size_t n,
+int gpu_xfer(mori_client *c, mori_xfer_op op, mori_mem *local, mori_mem *remote, const mori_desc *descs, size_t n,
 	     void *stream, struct mori_xfer *x)
 {
 	if (!descs)
@@ -792,7 +792,7 @@ void gpu_list_free(mori_client *c, struct mori_xfer_list *l)
 	(void)c;
 }
 
-int gpu_xfer_list(mori_client *c, int op, struct mori_xfer_list *l, const uint32_t *idx, size_t n, void *stream,
+int gpu_xfer_list(mori_client *c, mori_xfer_op op, struct mori_xfer_list *l, const uint32_t *idx, size_t n, void *stream,
 		  struct mori_xfer *x)
 {
 	struct gpu_list *gl = l->gpu_priv;

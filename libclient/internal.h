@@ -193,7 +193,7 @@ int gpu_mem_alloc_on(mori_client *c, mori_mem *m, int ordinal, size_t *size, int
  * batches; each descriptor (or a list's index) is checked as it is staged, so callers pass the
  * batch unchecked and a bad entry fails the call after earlier slices were launched (they
  * finish in the background). Sets x->bytes; completion through x->gpu_event. */
-int gpu_xfer(mori_client *c, int op, mori_mem *local, mori_mem *remote, const mori_desc *descs,
+int gpu_xfer(mori_client *c, mori_xfer_op op, mori_mem *local, mori_mem *remote, const mori_desc *descs,
 	     size_t n, void *stream, struct mori_xfer *x);
 int gpu_xfer_poll(struct mori_xfer *x); /* MORI_EINPROGRESS, MORI_OK or an error */
 /* Prepared lists where either side is VRAM (same node): gpu_list_prep uploads the list's
@@ -206,7 +206,7 @@ int gpu_list_prep(mori_client *c, struct mori_xfer_list *l);
  * and its bounds; MORI_OK. */
 int xfer_check_desc(mori_client *c, const mori_mem *l, const mori_mem *r, const mori_desc *d, size_t i);
 void gpu_list_free(mori_client *c, struct mori_xfer_list *l);
-int gpu_xfer_list(mori_client *c, int op, struct mori_xfer_list *l, const uint32_t *idx, size_t n,
+int gpu_xfer_list(mori_client *c, mori_xfer_op op, struct mori_xfer_list *l, const uint32_t *idx, size_t n,
 		  void *stream, struct mori_xfer *x);
 void gpu_ctx_free(mori_client *c);
 /* Is this pointer device memory? 1 yes, 0 no, <0 no runtime. */

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "host_port.h"
+#include "conv.h"
 #include "internal.h"
 
 #define DEREG_WAIT_US 1000000
@@ -91,7 +92,7 @@ static int do_register(mori_client *c, mori_mem *m, Mori__MemRegister *mr, int f
 	return MORI_OK;
 }
 
-int mori_mem_alloc(mori_client *c, size_t size, int kind, mori_mem **out)
+int mori_mem_alloc(mori_client *c, size_t size, mori_mem_kind kind, mori_mem **out)
 {
 	if (!c || !out || size == 0)
 		return set_error(c, MORI_EINVAL, "mem_alloc: NULL argument or size 0");
@@ -99,7 +100,7 @@ int mori_mem_alloc(mori_client *c, size_t size, int kind, mori_mem **out)
 	if (crc != MORI_OK)
 		return crc;
 	if (kind != MORI_MEM_HOST && kind != MORI_MEM_VRAM)
-		return set_error(c, MORI_EINVAL, "mem_alloc: unknown kind %d", kind);
+		return set_error(c, MORI_EINVAL, "mem_alloc: unknown kind %d", (int)kind);
 	if (size > (size_t)INT64_MAX) /* past off_t: ftruncate would say EINVAL, read as MORI_ESYS */
 		return set_error(c, MORI_ENOMEM, "mem_alloc: %zu bytes is more than a process can map", size);
 	mori_mem *m = calloc(1, sizeof(*m));
@@ -206,7 +207,7 @@ static int shared_file_of(void *ptr, size_t len, uint64_t *offset, int *mapped)
 	return fd;
 }
 
-int mori_mem_register(mori_client *c, void *ptr, size_t len, int kind, mori_mem **out)
+int mori_mem_register(mori_client *c, void *ptr, size_t len, mori_mem_kind kind, mori_mem **out)
 {
 	if (!c || !ptr || !out || len == 0)
 		return set_error(c, MORI_EINVAL, "mem_register: NULL argument or length 0");
@@ -214,7 +215,7 @@ int mori_mem_register(mori_client *c, void *ptr, size_t len, int kind, mori_mem 
 	if (crc != MORI_OK)
 		return crc;
 	if (kind != MORI_MEM_HOST && kind != MORI_MEM_VRAM)
-		return set_error(c, MORI_EINVAL, "mem_register: unknown kind %d", kind);
+		return set_error(c, MORI_EINVAL, "mem_register: unknown kind %d", (int)kind);
 	if ((uintptr_t)ptr + len < (uintptr_t)ptr)
 		return set_error(c, MORI_ERANGE, "mem_register: range [%p, +%zu) wraps the address space", ptr, len);
 	int dev = gpu_ptr_is_device(ptr);
@@ -496,6 +497,12 @@ int mori_mem_publish(mori_mem *m, const char *name)
 	return mori_mem_publish_access(m, name, NULL);
 }
 
+int mori_access_init(mori_access *a, size_t size)
+{
+	static const mori_access defaults = {.size = sizeof(mori_access)};
+	return opts_init(a, size, OPTS_MIN_ACCESS, &defaults, sizeof(defaults));
+}
+
 int mori_mem_publish_access(mori_mem *m, const char *name, const mori_access *access)
 {
 	if (!m || !name)
@@ -505,6 +512,14 @@ int mori_mem_publish_access(mori_mem *m, const char *name, const mori_access *ac
 		return crc;
 	if (!m->local)
 		return set_error(m->c, MORI_EINVAL, "mem_publish: only local regions can be published");
+	mori_access own = {.size = sizeof(own)};
+	if (access) {
+		int orc = opts_take(&own, sizeof(own), access, OPTS_MIN_ACCESS);
+		if (orc)
+			return set_error(m->c, orc, "mem_publish: access->size %zu is not a mori_access this library "
+						    "reads (%zu bytes): call mori_access_init", access->size, sizeof(own));
+		access = &own;
+	}
 	if (access && ((access->n_uids && !access->uids) || (access->n_nodes && !access->nodes)))
 		return set_error(m->c, MORI_EINVAL, "mem_publish: access list with NULL arrays");
 	if (access && (access->n_uids > 256 || access->n_nodes > 256)) /* mori.h's limit; morid checks again */

@@ -10,18 +10,32 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "conv.h"
 #include "shmem_int.h"
 #include "shmem_wire.h"
 
 #define RPC_GRACE_MS 5000 /* the daemon answers by the deadline; this covers its backstop */
 
-void mori_group_opts_init(mori_group_opts *o)
+static const mori_shmem_opts shmem_defaults = {
+	.size = sizeof(mori_shmem_opts),
+	.heap_kind = MORI_MEM_HOST,
+	.gpu_device = -1,
+};
+
+int mori_shmem_opts_init(mori_shmem_opts *o, size_t size)
 {
-	if (!o)
-		return;
-	memset(o, 0, sizeof(*o));
-	o->heap_kind = MORI_MEM_HOST;
-	o->gpu_device = -1;
+	return opts_init(o, size, OPTS_MIN_SHMEM, &shmem_defaults, sizeof(shmem_defaults));
+}
+
+/* The caller's opts (NULL: the defaults) as this library's struct, in *own. */
+static int shmem_opts_take(mori_client *c, const mori_shmem_opts *opts, mori_shmem_opts *own)
+{
+	*own = shmem_defaults;
+	int rc = opts ? opts_take(own, sizeof(*own), opts, OPTS_MIN_SHMEM) : MORI_OK;
+	if (rc)
+		return set_error(c, rc, "shmem init: opts->size %zu is not a mori_shmem_opts this library reads (%zu "
+					"bytes): call mori_shmem_opts_init", opts->size, sizeof(*own));
+	return MORI_OK;
 }
 
 static int timeout_ms_of(const mori_group *g)
@@ -73,20 +87,17 @@ void shmem_session_lost(mori_client *c)
 	pthread_mutex_unlock(&c->group_lock);
 }
 
-int mori_shmem_status(const mori_group *g, int *pe)
+int mori_shmem_status(const mori_group *g, mori_status *out)
 {
 	if (!g)
-		return MORI_EINVAL;
+		return status_set(out, MORI_EINVAL, -1, "NULL group");
 	int rc = shmem_check(g);
-	if (rc)
-		return rc;
-	uint32_t a = __atomic_load_n(&g->ctrl->abort, __ATOMIC_ACQUIRE);
-	if (pe)
-		*pe = a ? g->ctrl->abort_pe : -1;
-	return a == MORI_SHMEM_ABORT_NONE ? MORI_OK
-	       : a == MORI_SHMEM_ABORT_PEER_DEAD ? MORI_EPEERDEAD
-	       : a == MORI_SHMEM_ABORT_TIMEOUT ? MORI_ETIMEDOUT
-					       : MORI_ECANCELED;
+	if (!rc)
+		rc = shmem_abort_status((mori_group *)g); /* the detail goes to the client's last error */
+	if (!rc)
+		return status_set(out, MORI_OK, -1, "");
+	int pe = rc != MORI_ESTALE && g->ctrl ? g->ctrl->abort_pe : -1;
+	return status_set(out, rc, pe, mori_client_last_error(g->c));
 }
 
 /* ---- joining ---- */
@@ -361,7 +372,7 @@ static int join_rpc(mori_group *g, const char *root, const void *blob, size_t bl
 	return set_error(g->c, MORI_EPROTO, "morid's join reply does not describe this PE's group");
 }
 
-static int join_check(mori_client *c, const char *name, int rank, int world, const mori_group_opts *o)
+static int join_check(mori_client *c, const char *name, int rank, int world, const mori_shmem_opts *o)
 {
 	size_t n = name ? strlen(name) : 0;
 	if (n == 0 || n > SHMEM_NAME_MAX)
@@ -371,7 +382,7 @@ static int join_check(mori_client *c, const char *name, int rank, int world, con
 	if (rank < 0 || rank >= world)
 		return set_error(c, MORI_EINVAL, "group_join: PE %d is out of range for a world of %d", rank, world);
 	if (o->heap_kind != MORI_MEM_HOST && o->heap_kind != MORI_MEM_VRAM)
-		return set_error(c, MORI_EINVAL, "group_join: heap kind %d (MORI_MEM_HOST or MORI_MEM_VRAM)", o->heap_kind);
+		return set_error(c, MORI_EINVAL, "group_join: heap kind %d (MORI_MEM_HOST or MORI_MEM_VRAM)", (int)o->heap_kind);
 	if (o->heap_size && o->heap_size <= MORI_SHMEM_RESERVED)
 		return set_error(c, MORI_EINVAL, "group_join: a heap of %llu bytes leaves nothing past the %u reserved",
 				 (unsigned long long)o->heap_size, MORI_SHMEM_RESERVED);
@@ -379,7 +390,7 @@ static int join_check(mori_client *c, const char *name, int rank, int world, con
 }
 
 /* VRAM: the PE's own allocation, made before the join (morid gets its fd). */
-static int vram_prepare(mori_group *g, const mori_group_opts *o, int *fd, void *blob, size_t *bloblen)
+static int vram_prepare(mori_group *g, const mori_shmem_opts *o, int *fd, void *blob, size_t *bloblen)
 {
 	int ordinal = o->gpu_device;
 	if (ordinal < 0) {
@@ -395,20 +406,19 @@ static int vram_prepare(mori_group *g, const mori_group_opts *o, int *fd, void *
 	return shmem_gpu_heap_alloc(g->c, ordinal, &g->heap_size, &g->own, fd, blob, bloblen);
 }
 
-int mori_group_join(mori_client *c, const char *name, int rank, int world_size, const mori_group_opts *opts,
+int mori_shmem_init(mori_client *c, const char *name, int rank, int world_size, const mori_shmem_opts *caller_opts,
 		    mori_group **out)
 {
-	mori_group_opts def;
-	if (!opts) {
-		mori_group_opts_init(&def);
-		opts = &def;
-	}
 	if (!c || !out)
-		return set_error(c, MORI_EINVAL, "group_join: NULL argument");
+		return set_error(c, MORI_EINVAL, "shmem init: NULL argument");
 	*out = NULL;
 	int rc = client_check(c);
 	if (rc)
 		return rc;
+	mori_shmem_opts def;
+	if ((rc = shmem_opts_take(c, caller_opts, &def)))
+		return rc;
+	const mori_shmem_opts *opts = &def;
 	rc = join_check(c, name, rank, world_size, opts);
 	if (rc)
 		return rc;
@@ -465,7 +475,7 @@ int mori_group_join(mori_client *c, const char *name, int rank, int world_size, 
 	if (rc) {
 		char keep[512];
 		snprintf(keep, sizeof(keep), "group_join: %s", mori_client_last_error(c));
-		mori_group_leave(g); /* without the watcher a dead morid would go unnoticed */
+		mori_shmem_finalize(g); /* without the watcher a dead morid would go unnoticed */
 		return set_error(c, rc, "%s", keep);
 	}
 	/* Every PE has mapped its peers before any returns: a PE that leaves as soon as its join
@@ -474,7 +484,7 @@ int mori_group_join(mori_client *c, const char *name, int rank, int world_size, 
 	if ((rc = mori_shmem_barrier_all(g)) != MORI_OK) {
 		char keep[512];
 		snprintf(keep, sizeof(keep), "group_join: the barrier that ends the join: %s", mori_client_last_error(c));
-		mori_group_leave(g);
+		mori_shmem_finalize(g);
 		return set_error(c, rc, "%s", keep);
 	}
 	*out = g;
@@ -507,7 +517,7 @@ int mori_shmem_get_unique_id(mori_client *c, void *uid, size_t cap, size_t *len)
 }
 
 int mori_shmem_init_uid(mori_client *c, const void *uid, size_t len, int rank, int world_size,
-			const mori_group_opts *opts, mori_group **out)
+			const mori_shmem_opts *opts, mori_group **out)
 {
 	if (!c || !uid || !out)
 		return set_error(c, MORI_EINVAL, "init_uid: NULL argument");
@@ -527,15 +537,14 @@ int mori_shmem_init_uid(mori_client *c, const void *uid, size_t len, int rank, i
 		if (*q) /* zero padding (a fixed-size id buffer) is fine; other bytes are not ours */
 			return set_error(c, MORI_EINVAL, "init_uid: %zu bytes after the id's end at byte %zu",
 					 len - (size_t)(nend + 1 - (const char *)p), (size_t)(nend + 1 - (const char *)p));
-	mori_group_opts o;
-	if (opts)
-		o = *opts;
-	else
-		mori_group_opts_init(&o);
+	mori_shmem_opts o;
+	int rc = shmem_opts_take(c, opts, &o);
+	if (rc)
+		return rc;
 	char rootbuf[128];
 	snprintf(rootbuf, sizeof(rootbuf), "%s", root);
 	o.root = !strcmp(rootbuf, mori_client_node(c)) ? "" : rootbuf; /* our own daemon: no hop */
-	return mori_group_join(c, name, rank, world_size, &o, out);
+	return mori_shmem_init(c, name, rank, world_size, &o, out);
 }
 
 /* ---- leaving ---- */
@@ -578,24 +587,25 @@ static void leave_in_child(mori_group *g)
 	free_or_shell(g, SHMEM_LEFT_CHILD);
 }
 
-void mori_group_leave(mori_group *g)
+int mori_shmem_finalize(mori_group *g)
 {
 	if (!g || shmem_left(g))
-		return; /* a shell (left already, kept for its communicators): nothing more to do */
+		return MORI_OK; /* a shell (left already, kept for its communicators): nothing more to do */
 	if (shmem_check(g)) {
 		leave_in_child(g);
-		return;
+		return MORI_OK;
 	}
 	unlink_group(g);
 	send_leave(g);
 	group_close(g);
 	free_or_shell(g, SHMEM_LEFT);
+	return MORI_OK;
 }
 
 void shmem_close_all(mori_client *c)
 {
 	while (c->groups)
-		mori_group_leave(c->groups);
+		mori_shmem_finalize(c->groups);
 }
 
 /* ---- queries ---- */

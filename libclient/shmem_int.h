@@ -48,7 +48,7 @@ struct mori_group {
 	uint64_t *state_peer_base; /* HOST heaps: the host arrays it points at */
 	int32_t *state_team;
 	void *gpu;                 /* VRAM heaps: shmem_gpu.c's part (device copies, pinned ctrl) */
-	/* Communicators and EP handles on g (shmem_hold): while any lives, mori_group_leave frees
+	/* Communicators and EP handles on g (shmem_hold): while any lives, mori_shmem_finalize frees
 	 * everything but this struct, which stays as a shell with left set, so that their calls
 	 * fail with MORI_ESTALE and their destroy frees them; the last release frees the shell. */
 	int holds;

@@ -56,7 +56,7 @@ static int remote_mem(mori_group *g, int pe, mori_mem **out)
 static int xfer(int write, mori_mem *local, uint64_t loff, mori_mem *remote, uint64_t roff, uint64_t len)
 {
 	mori_xfer *x;
-	int rc = write ? mori_write(local, loff, remote, roff, len, NULL, &x) : mori_read(local, loff, remote, roff, len, NULL, &x);
+	int rc = write ? mori_xfer_write(local, loff, remote, roff, len, NULL, &x) : mori_xfer_read(local, loff, remote, roff, len, NULL, &x);
 	if (rc)
 		return rc;
 	rc = mori_xfer_wait(x, -1);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "conv.h"
 #include "pidfd.h"
 
 #define DEFAULT_TIMEOUT_US 30000000ull
@@ -276,7 +277,7 @@ static int owner_exited(const mori_mem *r)
 	return r->has_owner_pidfd && pidfd_exited(r->owner_pidfd);
 }
 
-static int cma_batch(mori_client *c, int op, mori_mem *l, mori_mem *r, const mori_desc *d,
+static int cma_batch(mori_client *c, mori_xfer_op op, mori_mem *l, mori_mem *r, const mori_desc *d,
 		     const uint32_t *idx, size_t n)
 {
 	struct iovec liov[CMA_IOV], riov[CMA_IOV];
@@ -296,9 +297,9 @@ static int cma_batch(mori_client *c, int op, mori_mem *l, mori_mem *r, const mor
 				return set_error(c, MORI_EPEERDEAD, "owner pid %d of region %llu has exited (the pid may be "
 						 "another process's now): not copying", r->owner_pid,
 						 (unsigned long long)r->region_id);
-			ssize_t got = op == MORI_OP_WRITE ? process_vm_writev(r->owner_pid, liov, k, riov, k, 0)
+			ssize_t got = op == MORI_XFER_WRITE ? process_vm_writev(r->owner_pid, liov, k, riov, k, 0)
 							  : process_vm_readv(r->owner_pid, liov, k, riov, k, 0);
-			if (got >= 0 && op != MORI_OP_WRITE && owner_exited(r))
+			if (got >= 0 && op != MORI_XFER_WRITE && owner_exited(r))
 				return set_error(c, MORI_EPEERDEAD, "owner pid %d of region %llu exited during the read: "
 						 "its bytes are dropped", r->owner_pid, (unsigned long long)r->region_id);
 			if (got < 0 && errno == ESRCH)
@@ -316,7 +317,7 @@ static int cma_batch(mori_client *c, int op, mori_mem *l, mori_mem *r, const mor
 	return MORI_OK;
 }
 
-static int host_batch(mori_client *c, int op, mori_mem *l, mori_mem *r, const mori_desc *d,
+static int host_batch(mori_client *c, mori_xfer_op op, mori_mem *l, mori_mem *r, const mori_desc *d,
 		      const uint32_t *idx, size_t n, uint64_t total)
 {
 	if (!r->ptr)
@@ -331,7 +332,7 @@ static int host_batch(mori_client *c, int op, mori_mem *l, mori_mem *r, const mo
 	for (size_t i = 0; i < n; i++) {
 		const mori_desc *e = &d[idx ? idx[i] : i];
 		uint8_t *lp = l->ptr + e->local_offset, *rp = r->ptr + e->remote_offset;
-		ops[i] = op == MORI_OP_WRITE ? (struct copy_op){rp, lp, e->length}
+		ops[i] = op == MORI_XFER_WRITE ? (struct copy_op){rp, lp, e->length}
 					     : (struct copy_op){lp, rp, e->length};
 	}
 	if (!c->pool && total >= (1u << 20)) {
@@ -350,10 +351,18 @@ static int host_batch(mori_client *c, int op, mori_mem *l, mori_mem *r, const mo
 /* ---- submission, shared by the three forms ---- */
 
 /* total: the bytes of the batch, summed by the caller during its validation pass. */
-static int submit(int op, mori_mem *l, mori_mem *r, const mori_desc *d, const uint32_t *idx,
+static int submit(mori_xfer_op op, mori_mem *l, mori_mem *r, const mori_desc *d, const uint32_t *idx,
 		  size_t n, mori_xfer_list *list, uint64_t total, const mori_xfer_opts *o, mori_xfer **out)
 {
 	mori_client *c = l->c;
+	mori_xfer_opts own = {.size = sizeof(own)}; /* the defaults: every field zero */
+	if (o) {
+		int orc = opts_take(&own, sizeof(own), o, OPTS_MIN_XFER);
+		if (orc)
+			return set_error(c, orc, "transfer: opts->size %zu is not a mori_xfer_opts this library reads "
+						 "(%zu bytes): call mori_xfer_opts_init", o->size, sizeof(own));
+		o = &own;
+	}
 	uint64_t list_id = list && r->remote ? list->list_id : 0;
 	struct mori_xfer *x = xfer_new(c, l, r, o);
 	if (!x)
@@ -392,7 +401,7 @@ static int submit(int op, mori_mem *l, mori_mem *r, const mori_desc *d, const ui
 		}
 		struct mori_sqe e = {
 			.op = list_id ? SQE_XFER_LIST : SQE_XFER,
-			.flags = (uint16_t)((op == MORI_OP_READ ? SQE_F_READ : 0) | (x->has_notif ? SQE_F_NOTIF : 0)),
+			.flags = (uint16_t)((op == MORI_XFER_READ ? SQE_F_READ : 0) | (x->has_notif ? SQE_F_NOTIF : 0)),
 			.count = (uint32_t)n,
 			.user_data = x->id,
 			.local_region = l->region_id,
@@ -452,15 +461,21 @@ static int submit(int op, mori_mem *l, mori_mem *r, const mori_desc *d, const ui
 	return MORI_OK; /* a failed copy is the transfer's status, as for any transfer */
 }
 
-int mori_xfer_batch(int op, mori_mem *local, mori_mem *remote, const mori_desc *descs, size_t n,
+int mori_xfer_opts_init(mori_xfer_opts *o, size_t size)
+{
+	static const mori_xfer_opts defaults = {.size = sizeof(mori_xfer_opts)};
+	return opts_init(o, size, OPTS_MIN_XFER, &defaults, sizeof(defaults));
+}
+
+int mori_xfer_batch(mori_xfer_op op, mori_mem *local, mori_mem *remote, const mori_desc *descs, size_t n,
 		    const mori_xfer_opts *opts, mori_xfer **out)
 {
 	int rc = check_pair(local, remote);
 	if (rc != MORI_OK)
 		return rc;
 	mori_client *c = local->c;
-	if (!out || (op != MORI_OP_READ && op != MORI_OP_WRITE))
-		return set_error(c, MORI_EINVAL, "transfer: NULL out or unknown op %d", op);
+	if (!out || (op != MORI_XFER_READ && op != MORI_XFER_WRITE))
+		return set_error(c, MORI_EINVAL, "transfer: NULL out or unknown op %d", (int)op);
 	if (n == 0 || !descs)
 		return set_error(c, MORI_EINVAL, "transfer: empty batch");
 	if (n > UINT32_MAX)
@@ -474,18 +489,18 @@ int mori_xfer_batch(int op, mori_mem *local, mori_mem *remote, const mori_desc *
 	return submit(op, local, remote, descs, NULL, n, NULL, total, opts, out);
 }
 
-int mori_write(mori_mem *local, uint64_t local_offset, mori_mem *remote, uint64_t remote_offset,
+int mori_xfer_write(mori_mem *local, uint64_t local_offset, mori_mem *remote, uint64_t remote_offset,
 	       uint64_t length, const mori_xfer_opts *opts, mori_xfer **out)
 {
 	mori_desc d = {local_offset, remote_offset, length};
-	return mori_xfer_batch(MORI_OP_WRITE, local, remote, &d, 1, opts, out);
+	return mori_xfer_batch(MORI_XFER_WRITE, local, remote, &d, 1, opts, out);
 }
 
-int mori_read(mori_mem *local, uint64_t local_offset, mori_mem *remote, uint64_t remote_offset,
+int mori_xfer_read(mori_mem *local, uint64_t local_offset, mori_mem *remote, uint64_t remote_offset,
 	      uint64_t length, const mori_xfer_opts *opts, mori_xfer **out)
 {
 	mori_desc d = {local_offset, remote_offset, length};
-	return mori_xfer_batch(MORI_OP_READ, local, remote, &d, 1, opts, out);
+	return mori_xfer_batch(MORI_XFER_READ, local, remote, &d, 1, opts, out);
 }
 
 /* ---- prepared lists ---- */
@@ -585,7 +600,7 @@ int mori_xfer_prep(mori_mem *local, mori_mem *remote, const mori_desc *descs, si
 	return MORI_OK;
 }
 
-int mori_xfer_submit(mori_xfer_list *l, int op, const uint32_t *idx, size_t n,
+int mori_xfer_submit(mori_xfer_list *l, mori_xfer_op op, const uint32_t *idx, size_t n,
 		     const mori_xfer_opts *opts, mori_xfer **out)
 {
 	if (!l || !out || !idx || n == 0)
@@ -594,8 +609,8 @@ int mori_xfer_submit(mori_xfer_list *l, int op, const uint32_t *idx, size_t n,
 	if (rc != MORI_OK)
 		return rc;
 	mori_client *c = l->local->c;
-	if (op != MORI_OP_READ && op != MORI_OP_WRITE)
-		return set_error(c, MORI_EINVAL, "xfer_submit: unknown op %d", op);
+	if (op != MORI_XFER_READ && op != MORI_XFER_WRITE)
+		return set_error(c, MORI_EINVAL, "xfer_submit: unknown op %d", (int)op);
 	/* One sequential pass over the indices; with equal-sized blocks (KV pages) the byte count
 	 * needs no random reads of the descriptors. A GPU list's indices are checked as they are
 	 * staged instead (gpu_copy.c). */
@@ -615,14 +630,14 @@ int mori_xfer_submit(mori_xfer_list *l, int op, const uint32_t *idx, size_t n,
 	return submit(op, l->local, l->remote, l->descs, idx, n, l, total, opts, out);
 }
 
-void mori_xfer_list_free(mori_xfer_list *l)
+int mori_xfer_list_free(mori_xfer_list *l)
 {
 	if (!l)
-		return;
+		return MORI_OK;
 	if (client_forked(l->local->c)) {
 		free(l->descs);
 		free(l);
-		return;
+		return MORI_OK;
 	}
 	if (l->gpu_priv)
 		gpu_list_free(l->local->c, l);
@@ -630,6 +645,7 @@ void mori_xfer_list_free(mori_xfer_list *l)
 		xfer_unprep_remote(l->local->c, l);
 	free(l->descs);
 	free(l);
+	return MORI_OK;
 }
 
 /* ---- status, wait, cancel ---- */
@@ -666,20 +682,15 @@ static int poll_one(struct mori_xfer *x)
 	return MORI_EINPROGRESS;
 }
 
-int mori_xfer_status(mori_xfer *x, const char **msg)
+int mori_xfer_status(mori_xfer *x, mori_status *out)
 {
 	if (!x)
-		return MORI_EINVAL;
+		return status_set(out, MORI_EINVAL, -1, "NULL transfer");
 	int crc = client_check(x->c);
-	if (crc != MORI_OK) {
-		if (msg)
-			*msg = mori_client_last_error(x->c);
-		return crc;
-	}
+	if (crc != MORI_OK)
+		return status_set(out, crc, -1, mori_client_last_error(x->c));
 	int rc = poll_one(x);
-	if (msg)
-		*msg = rc == MORI_EINPROGRESS ? "in progress" : x->msg;
-	return rc;
+	return status_set(out, rc, -1, rc == MORI_EINPROGRESS ? "in progress" : x->msg);
 }
 
 int mori_xfer_wait(mori_xfer *x, int64_t timeout_us)
@@ -762,13 +773,13 @@ int mori_xfer_cancel(mori_xfer *x)
 
 uint64_t mori_xfer_bytes(const mori_xfer *x) { return x ? x->bytes : 0; }
 
-void mori_xfer_free(mori_xfer *x)
+int mori_xfer_free(mori_xfer *x)
 {
 	if (!x)
-		return;
+		return MORI_OK;
 	if (client_forked(x->c)) {
 		free(x); /* the child's copy; the parent's ring is not ours to touch */
-		return;
+		return MORI_OK;
 	}
 	if (atomic_load(&x->state) != XS_DONE) {
 		mori_xfer_cancel(x);
@@ -783,4 +794,5 @@ void mori_xfer_free(mori_xfer *x)
 		}
 	}
 	free(x);
+	return MORI_OK;
 }
