@@ -15,6 +15,17 @@ if ! "$CC" -std=c11 -Wall -Wextra -Werror -Iinclude -c "$T/capi.c" -o "$T/capi.o
 	grep -m 12 -E "error" "$T/cc.log"
 	exit 1
 fi
+
+# The check must see what it is for: a field added to a header's structure where it changes no
+# size or offset (after mori_xfer_opts' has_notif, in its padding) fails it.
+cp -r include "$T/inc"
+sed -i 's/^\(\s*int has_notif;\)/\1 int added;/' "$T/inc/mori.h"
+cmp -s include/mori.h "$T/inc/mori.h" && { echo "FAIL: could not plant a field in mori_xfer_opts (has_notif moved?)"; exit 1; }
+if "$CC" -std=c11 -Wall -Wextra -Werror -I"$T/inc" -c "$T/capi.c" -o "$T/capi.o" 2> /dev/null; then
+	echo "FAIL: a field added to mori_xfer_opts (in its padding) went unnoticed"
+	exit 1
+fi
+
 n=$(grep -c '^CHECK' "$T/capi.c")
 p=$(grep -c '(\*const capi_' "$T/capi.c")
-echo "ok: python/mori/_capi.py matches include/: $n static asserts, $p prototypes"
+echo "ok: python/mori/_capi.py matches include/: $n static asserts, $p prototypes; a planted field fails it"
