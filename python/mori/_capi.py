@@ -66,7 +66,7 @@ def _decls(text):
         m = re.match(r"^(.*?)\s*\b([A-Za-z_]\w*)$", d)
         if not m or not m.group(1):
             raise ValueError("cannot read C declaration %r" % d)
-        out.append((m.group(1).replace("* ", "*").replace(" *", " *"), m.group(2)))
+        out.append((m.group(1), m.group(2)))
     return out
 
 
