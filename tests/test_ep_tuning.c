@@ -1,7 +1,7 @@
 /* MORI-EP's launch tuning table, no GPU: the lookup against a table made here (nearest
  * shape: ep size, dtype, hidden size, the token ceiling then the clamp; the architecture's family
  * when the exact one has no file, the built-in default when neither has; the caller's non-zero
- * launch parameters kept) and the table compiled from kernels/ep_tuning/ JSON files (its H200 rules
+ * launch parameters kept) and the table compiled from data/ep_tuning/ JSON files (its H200 rules
  * found for the shapes mori-bench ep measured; an unknown architecture gets the default). */
 #include <check.h>
 #include <string.h>
@@ -101,7 +101,7 @@ START_TEST(caller_override)
 }
 END_TEST
 
-/* The compiled table (kernels/ep_tuning/ JSON files through tools/gen-ep-tuning). */
+/* The compiled table (data/ep_tuning/ JSON files through tools/gen-ep-tuning). */
 START_TEST(compiled_table)
 {
 	ck_assert_int_ge(ep_tune_nrules, 6);

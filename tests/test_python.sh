@@ -32,17 +32,24 @@ fi
 echo "# $("$PY" --version) at $(command -v "$PY"), pytest $("$PY" -c 'import pytest; print(pytest.__version__)')"
 "$PY" -m pytest -q -rsx -p no:cacheprovider --basetemp "$T/pytest" tests/python || fail "pytest failed"
 
+# The package's tables are of the ABI the build's SONAME names.
+so=$("$PY" -c 'from mori import _lib; print(_lib.SONAME)')
+[ -e "$B/$so" ] || fail "mori._capi describes $so, which the build did not make: $(ls "$B"/libmori.so*)"
+
 # make install-python: the package under the prefix, importable from there, libmori's
 # directory recorded.
 D=$T/dest
 out=$(make --no-print-directory -C "$ROOT" install-python PREFIX=/usr DESTDIR="$D" PYTHON="$PY" 2>&1) ||
 	fail "make install-python: $out"
 site=$("$ROOT/tools/python-sitedir" /usr "$PY")
-for f in io.py io_types.py io_desc.py io_args.py nixl_compat.py; do
+for f in _capi.py io/__init__.py io/engine.py io/types.py io/desc.py io/args.py shmem/__init__.py shmem/api.py \
+	shmem/tensor_utils.py ops/__init__.py ops/dispatch_combine.py ccl/__init__.py ccl/collective.py ir/__init__.py \
+	nixl_compat.py; do
 	[ -f "$D$site/mori/$f" ] || fail "mori/$f not installed under $D$site: $out"
 done
 got=$(cd "$T" && PYTHONPATH=$D$site MORI_LIB=$B/libmori.so "$PY" -c \
-	'import mori, mori.io, mori._installed as i; print(mori.__version__, i.LIBDIR, mori.lib_version(), mori.__file__)') ||
+	'import mori, mori.io, mori.ops, mori.shmem, mori.ccl, mori.ir, mori._installed as i
+print(mori.__version__, i.LIBDIR, mori.lib_version(), mori.__file__)') ||
 	fail "the installed package does not import"
 read -r v libdir lv file <<< "$got"
 [ "$v" = "$lv" ] && [ "$libdir" = /usr/lib ] && [ "$file" = "$D$site/mori/__init__.py" ] ||

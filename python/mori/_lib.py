@@ -1,12 +1,16 @@
-"""libmori through ctypes: finding the library, the prototypes of include/mori.h, and turning
-return codes into MoriError.
+"""libmori through ctypes: finding the library, binding the prototypes of mori._capi to it, and
+turning return codes into MoriError.
 
 The library is looked up, in order, at:
   1. $MORI_LIB (a path to the shared object; nothing else is tried when it is set);
-  2. the build tree, when this package runs from python/ of a mori checkout: $B/libmori.so.0 or
+  2. libmori.so inside the package, where a wheel built with the libmori setting carries it
+     (python/README.md);
+  3. the build tree, when this package runs from python/ of a mori checkout: $B/SONAME or
      $B/libmori.so ($B as make was given it, default "build", relative to the checkout);
-  3. the directory `make install` recorded in _installed.py;
-  4. "libmori.so.0", then "libmori.so", through the system's loader (ld.so.cache, LD_LIBRARY_PATH).
+  4. the directory recorded in _installed.py (by `make install-python`, or by a wheel built with
+     the libdir setting);
+  5. SONAME, then "libmori.so", through the system's loader (ld.so.cache, LD_LIBRARY_PATH).
+SONAME is the library of the ABI whose tables mori._capi holds (libmori.so.<ABI major>).
 
 Every function is called through ctypes.CDLL, which releases the GIL for the duration of the
 foreign call: a wait on a transfer or a notification never blocks other Python threads.
@@ -27,73 +31,22 @@ import threading
 
 from .errors import MoriError, MORI_EINVAL, MORI_ENOENT, MORI_ENOTSUP, MORI_ERANGE
 
+from . import _capi
+from ._capi import Desc, XferOpts, Notif, Status  # noqa: F401 (mori._lib's names)
+
 _here = os.path.dirname(os.path.abspath(__file__))
 
-MEM_BLOB_MAX = 128
-MEM_HOST = 0
-MEM_VRAM = 1
-OP_READ = 0
-OP_WRITE = 1
+MEM_BLOB_MAX = _capi.MEM_BLOB_MAX
+MEM_HOST = _capi.MEM_HOST
+MEM_VRAM = _capi.MEM_VRAM
+OP_READ = _capi.XFER_READ
+OP_WRITE = _capi.XFER_WRITE
+SONAME = "libmori.so.%d" % _capi.ABI_MAJOR
 
+# name: (restype, argtypes) of every function of include/mori.h (the other headers' tables are
+# bound by the modules that use them: bind()).
+_PROTOS = _capi.ctypes_protos(_capi.MORI_H)
 
-class Desc(ctypes.Structure):
-    """struct mori_desc: one (local offset, remote offset, length) triple, bytes."""
-    _fields_ = [("local_offset", ctypes.c_uint64), ("remote_offset", ctypes.c_uint64),
-                ("length", ctypes.c_uint64)]
-
-
-class XferOpts(ctypes.Structure):
-    """struct mori_xfer_opts."""
-    _fields_ = [("notif_tag", ctypes.c_uint64), ("has_notif", ctypes.c_int),
-                ("timeout_us", ctypes.c_int64), ("stream", ctypes.c_void_p)]
-
-
-class Notif(ctypes.Structure):
-    """struct mori_notif."""
-    _fields_ = [("tag", ctypes.c_uint64), ("region_id", ctypes.c_uint64),
-                ("from_pid", ctypes.c_int32), ("reserved", ctypes.c_uint32)]
-
-
-_P = ctypes.c_void_p
-_I = ctypes.c_int
-_U64 = ctypes.c_uint64
-_SZ = ctypes.c_size_t
-_PP = ctypes.POINTER(ctypes.c_void_p)
-_OPTS = ctypes.POINTER(XferOpts)
-_DESC = ctypes.POINTER(Desc)
-
-# name: (restype, argtypes). Exactly the functions of include/mori.h.
-_PROTOS = {
-    "mori_strerror": (ctypes.c_char_p, [_I]),
-    "mori_version": (ctypes.c_char_p, []),
-    "mori_client_open": (_I, [ctypes.c_char_p, ctypes.c_char_p, _PP]),
-    "mori_client_close": (None, [_P]),
-    "mori_client_last_error": (ctypes.c_char_p, [_P]),
-    "mori_client_node": (ctypes.c_char_p, [_P]),
-    "mori_client_sq_pending": (ctypes.c_uint, [_P]),
-    "mori_mem_alloc": (_I, [_P, _SZ, _I, _PP]),
-    "mori_mem_register": (_I, [_P, _P, _SZ, _I, _PP]),
-    "mori_mem_deregister": (_I, [_P]),
-    "mori_mem_ptr": (_P, [_P]),
-    "mori_mem_size": (_SZ, [_P]),
-    "mori_mem_pack": (_I, [_P, _P, _SZ, ctypes.POINTER(_SZ)]),
-    "mori_mem_unpack": (_I, [_P, ctypes.c_char_p, _SZ, _PP]),
-    "mori_mem_publish": (_I, [_P, ctypes.c_char_p]),
-    "mori_mem_open_remote": (_I, [_P, ctypes.c_char_p, ctypes.c_char_p, _PP]),
-    "mori_write": (_I, [_P, _U64, _P, _U64, _U64, _OPTS, _PP]),
-    "mori_read": (_I, [_P, _U64, _P, _U64, _U64, _OPTS, _PP]),
-    "mori_xfer_batch": (_I, [_I, _P, _P, _P, _SZ, _OPTS, _PP]),
-    "mori_xfer_prep": (_I, [_P, _P, _P, _SZ, _PP]),
-    "mori_xfer_submit": (_I, [_P, _I, _P, _SZ, _OPTS, _PP]),
-    "mori_xfer_list_free": (None, [_P]),
-    "mori_xfer_status": (_I, [_P, ctypes.POINTER(ctypes.c_char_p)]),
-    "mori_xfer_wait": (_I, [_P, ctypes.c_int64]),
-    "mori_xfer_wait_all": (_I, [_PP, _SZ, ctypes.c_int64]),
-    "mori_xfer_cancel": (_I, [_P]),
-    "mori_xfer_bytes": (_U64, [_P]),
-    "mori_xfer_free": (None, [_P]),
-    "mori_notif_poll": (_I, [_P, ctypes.POINTER(Notif), _SZ, ctypes.c_int64]),
-}
 
 def _span(t):
     bits = 8 * ctypes.sizeof(t)
@@ -207,16 +160,16 @@ def _build_dir_candidates():
         return []
     b = os.environ.get("B") or "build"
     bdir = b if os.path.isabs(b) else os.path.join(root, b)
-    return [os.path.join(bdir, "libmori.so.0"), os.path.join(bdir, "libmori.so")]
+    return [os.path.join(bdir, SONAME), os.path.join(bdir, "libmori.so")]
 
 
 def _installed_candidates():
     try:
-        from . import _installed  # written by `make install`
+        from . import _installed  # written by `make install-python` or the wheel's libdir setting
     except ImportError:
         return []
     d = getattr(_installed, "LIBDIR", "")
-    return [os.path.join(d, "libmori.so.0"), os.path.join(d, "libmori.so")] if d else []
+    return [os.path.join(d, SONAME), os.path.join(d, "libmori.so")] if d else []
 
 
 def candidates():
@@ -224,8 +177,9 @@ def candidates():
     env = os.environ.get("MORI_LIB")
     if env:
         return [env]
-    paths = [p for p in _build_dir_candidates() + _installed_candidates() if os.path.exists(p)]
-    return paths + ["libmori.so.0", "libmori.so"]
+    bundled = [os.path.join(_here, "libmori.so")]
+    paths = [p for p in bundled + _build_dir_candidates() + _installed_candidates() if os.path.exists(p)]
+    return paths + [SONAME, "libmori.so"]
 
 
 def load():
@@ -299,6 +253,11 @@ def check(rc, what=""):
     return rc
 
 
+def status_message(st):
+    """The message of a filled mori_status (Status) as str; "" when it has none."""
+    return st.message.decode("utf-8", "replace") if st.message else ""
+
+
 def strerror(code):
     return load().mori_strerror(ival(code, "code", ctypes.c_int)).decode()
 
@@ -333,6 +292,5 @@ def as_blob(b, what):
     raise MoriError(MORI_EINVAL, "%s must be bytes, not %s" % (what, type(b).__name__))
 
 
-__all__ = ["load", "path", "candidates", "check", "last_error", "strerror", "version", "ival", "duration_us", "as_blob",
-           "Desc",
-           "XferOpts", "Notif"]
+__all__ = ["load", "path", "candidates", "check", "last_error", "status_message", "strerror", "version", "ival",
+           "duration_us", "as_blob", "Desc", "XferOpts", "Notif", "Status"]

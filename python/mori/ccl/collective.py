@@ -1,65 +1,19 @@
-"""mori.ccl: MORI-CCL's collectives (include/mori_coll.h) in Python, over libmori (ctypes).
-
-A Communicator is a mori.shmem Group (or its node team) seen as ranks 0..n-1; its scratch and
-barrier flags live on the group's heap. Calls mirror NCCL (all_reduce = ncclAllReduce, ...) and
-the objects AllreduceSdma / AllgatherSdma / All2allSdma mirror ROCm/mori's mori.ccl classes
-(a call on a stream; start_async / wait_async for the copy-engine forms).
-
-    from mori import shmem, ccl
-    g = shmem.join("tp0", rank, world, heap_size=1 << 30, heap_kind="vram")
-    comm = ccl.Communicator(g)
-    comm.all_reduce(x, x, op="sum", stream=torch.cuda.current_stream())   # in place
-    ag = ccl.AllgatherSdma(comm)            # copy engines: no SM for the data
-    ag(inp, out, inp.numel(), stream)
-
-Buffers: torch tensors or cupy arrays (device memory, VRAM heaps: the collective is enqueued on
-the stream, no host synchronisation, capturable in a CUDA graph), numpy arrays (host heaps:
-the call runs on this thread and returns when done), or int addresses with an explicit count and
-dtype. Counts are elements, as NCCL counts them (all_gather's count is the input's). Every rank
-calls the same collectives in the same order. Failures raise mori.MoriError with the MORI_E*
-code: bad input before anything runs (MORI_EINVAL), a rank that never called (MORI_ETIMEDOUT
-naming it) or a dead PE (MORI_EPEERDEAD) from status() once the kernel ended, and from every later
-call.
-"""
+"""MORI-CCL's Communicator and ROCm/mori's copy-engine objects (AllgatherSdma, All2allSdma,
+AllreduceSdma). Import them from mori.ccl."""
 import ctypes
 
-from . import _lib
-from . import shmem as _shmem
-from .errors import MoriError, MORI_EINVAL, MORI_ESTALE  # noqa: F401 (MoriError re-exported)
+from .. import _capi, _lib
+from ..shmem import api as _shmem
+from .._capi import CommOpts
+from ..errors import MoriError, MORI_EINVAL, MORI_ESTALE  # noqa: F401 (MoriError re-exported)
 
-UINT8, INT32, FLOAT16, FLOAT32, BFLOAT16 = 1, 2, 6, 7, 9
-SUM, MAX, MIN = 0, 2, 3
+UINT8, INT32, FLOAT16, FLOAT32, BFLOAT16 = _capi.UINT8, _capi.INT32, _capi.FLOAT16, _capi.FLOAT32, _capi.BFLOAT16
+SUM, MAX, MIN = _capi.SUM, _capi.MAX, _capi.MIN
 _OPS = {"sum": SUM, "max": MAX, "min": MIN}
 _DT = {"uint8": UINT8, "int32": INT32, "float16": FLOAT16, "half": FLOAT16, "float32": FLOAT32, "float": FLOAT32,
        "bfloat16": BFLOAT16}
 _P, _I, _SZ = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t
-_SZP = ctypes.POINTER(_SZ)
-
-
-class CommOpts(ctypes.Structure):
-    _fields_ = [("node_team", ctypes.c_int), ("scratch_bytes", ctypes.c_uint64), ("timeout_us", ctypes.c_int64),
-                ("algo", ctypes.c_char_p)]
-
-
-_PROTOS = {
-    "mori_comm_opts_init": (None, [ctypes.POINTER(CommOpts)]),
-    "mori_comm_create": (_I, [_P, ctypes.POINTER(CommOpts), ctypes.POINTER(_P)]),
-    "mori_comm_destroy": (None, [_P]),
-    "mori_comm_rank": (_I, [_P]),
-    "mori_comm_size": (_I, [_P]),
-    "mori_comm_set_algo": (_I, [_P, ctypes.c_char_p]),
-    "mori_comm_algo": (_I, [_P, ctypes.c_char_p, ctypes.c_uint64, ctypes.POINTER(ctypes.c_char_p)]),
-    "mori_comm_status": (_I, [_P, ctypes.POINTER(_I)]),
-    "mori_comm_window_register": (_I, [_P, _P, _SZ, ctypes.POINTER(_P)]),
-    "mori_comm_window_deregister": (_I, [_P, _P]),
-    "mori_allreduce": (_I, [_P, _P, _P, _SZ, _I, _I, _P]),
-    "mori_allgather": (_I, [_P, _P, _P, _SZ, _I, _P]),
-    "mori_reducescatter": (_I, [_P, _P, _P, _SZ, _I, _I, _P]),
-    "mori_alltoall": (_I, [_P, _P, _P, _SZ, _I, _P]),
-    "mori_alltoallv": (_I, [_P, _P, _SZP, _SZP, _P, _SZP, _SZP, _I, _P]),
-    "mori_broadcast": (_I, [_P, _P, _P, _SZ, _I, _I, _P]),
-    "mori_dtype_size": (_SZ, [_I]),
-}
+_PROTOS = _capi.ctypes_protos(_capi.MORI_COLL_H)
 
 
 def _L():
@@ -146,7 +100,7 @@ class Communicator:
         if not isinstance(group, _shmem.Group):
             raise MoriError(MORI_EINVAL, "group must be a mori.shmem.Group")
         o = CommOpts()
-        _L().mori_comm_opts_init(ctypes.byref(o))
+        _lib.check(_L().mori_comm_opts_init(ctypes.byref(o), ctypes.sizeof(o)), "communicator options")
         o.node_team = int(bool(node_team))
         o.scratch_bytes = _lib.ival(scratch_bytes, "scratch_bytes", ctypes.c_uint64)
         o.timeout_us = _lib.ival(timeout_us, "timeout_us", ctypes.c_int64)
@@ -170,10 +124,10 @@ class Communicator:
         k, self._k = self._k, None
         if k is None:
             return
-        if self.group._g is None:  # left: after libmori's leave, which views may still defer
+        if self.group._g is None:  # left: after libmori's finalize, which views may still defer
             self.group._after_leave(lambda: _L().mori_comm_destroy(k))
         else:
-            _L().mori_comm_destroy(k)
+            _lib.check(_L().mori_comm_destroy(k), "comm destroy")  # k is freed whatever it returns
 
     def __enter__(self):
         return self
@@ -206,14 +160,16 @@ class Communicator:
 
     def status(self):
         """(code, pe): 0 while healthy; raises nothing (compare with the MORI_E* codes)."""
-        pe = _I(-1)
-        rc = _L().mori_comm_status(self._h(), ctypes.byref(pe))
-        return rc, pe.value
+        st = _lib.Status()
+        rc = _L().mori_comm_status(self._h(), ctypes.byref(st))
+        return rc, st.pe
 
     def check(self):
         """Raise MoriError if a collective failed (after the stream ran it)."""
-        pe = _I(-1)
-        _lib.check(_L().mori_comm_status(self._h(), ctypes.byref(pe)), "collective")
+        st = _lib.Status()
+        rc = _L().mori_comm_status(self._h(), ctypes.byref(st))
+        if rc < 0:
+            raise MoriError(rc, "collective: " + (_lib.status_message(st) or _lib.last_error()))
 
     def register_window(self, addr, nbytes):
         """Register [addr, addr + nbytes) of the heap (Group.malloc) as a window (collective)."""
@@ -353,7 +309,3 @@ class AllreduceSdma(_Sdma):
 
     def _run(self, input_data, output_data, count, stream):
         self.comm.all_reduce(input_data, output_data, count, stream=stream)
-
-
-__all__ = ["Communicator", "AllgatherSdma", "All2allSdma", "AllreduceSdma", "SUM", "MAX", "MIN", "UINT8", "INT32",
-           "FLOAT16", "FLOAT32", "BFLOAT16"]

@@ -1,36 +1,5 @@
-"""mori.io: the IO engine, shaped like ROCm/mori's (python/mori/io), over libmori.
-
-An IOEngine is one client of the node's morid. It registers memory (a torch tensor, CPU or
-CUDA, any dtype, a view at an offset; a numpy array; a bytearray or any writable buffer; or a
-(pointer, size, location) triple), hands out MemoryDesc objects that pack to bytes for the
-peer, and moves bytes between its memory and a peer's with reads and writes: one range,
-batches, and prepared descriptor lists submitted by index. Every transfer returns a
-TransferStatus; a transfer can notify its target after the data has landed.
-
-    from mori.io import IOEngine, IOEngineConfig
-    eng = IOEngine("decode0", IOEngineConfig(runtime_dir="/run/mori"))
-    kv = eng.register_torch_tensor(kv_cache)            # or eng.register(numpy_array)
-    blob = kv.pack()                                     # send to the peer out of band
-    peer = MemoryDesc.unpack(blob_from_peer)
-    st = eng.read(kv, 0, peer, 4096, 32768)              # local <- remote
-    st.wait(); st.result()                               # result() raises MoriError on failure
-
-Differences from ROCm/mori, by design of the node service:
-- morid owns the network side, so IOEngineConfig's host and port and the backends
-  (create_backend, RdmaBackendConfig, ...) are accepted and ignored: the daemon picks the
-  transport (same node: direct mappings; across nodes: its TCP streams or RDMA).
-- Peers need not register each other's engines: a MemoryDesc carries the node that holds the
-  memory. register_remote_engine/deregister_remote_engine keep the descriptor for lookup only.
-- A transfer's notification is its transfer uid (a 64-bit tag); the target pops it with
-  pop_inbound_transfer_status(remote_key, uid) or reads every one with poll_notifications().
-
-Ownership: an engine owns the native objects behind its MemoryDescs, TransferStatuses,
-PreparedLists and sessions. Close them with their close()/deregister calls or a with-block;
-what is left is freed when its Python object is collected, and everything by engine.close().
-At interpreter exit nothing blocking runs: the process's exit closes the session and morid
-frees its registrations (notifications already submitted still reach their targets).
-Every wait releases the GIL (ctypes does, for each foreign call).
-"""
+"""mori.io's engine: IOEngine (a client of the node's morid), its prepared descriptor lists
+(PreparedList) and sessions (IOEngineSession). Import them from mori.io."""
 import collections
 import copy
 import ctypes
@@ -42,19 +11,13 @@ import time
 import weakref
 import zlib
 
-from . import _lib
-from ._lib import Desc, XferOpts, Notif, MEM_HOST, MEM_VRAM, OP_READ, OP_WRITE  # noqa: F401 (mori.io's names)
-from .errors import (MoriError, Code, MORI_OK, MORI_EINVAL, MORI_ENOENT, MORI_ERANGE,  # noqa: F401
-                     MORI_EINPROGRESS, MORI_ECANCELED, MORI_EPROTO, MORI_EBUSY, MORI_ETIMEDOUT,
-                     MORI_ENOTSUP, MORI_ENOMEM, MORI_ESYS)
-# The engine's parts live in io_types (enums, configs, EngineDesc), io_desc (native handles,
-# MemoryDesc, TransferStatus) and io_args (argument helpers); every public name is imported from
-# here, as in ROCm/mori, and so are the private helpers other modules use (nixl_compat: _torch_tensor).
-from .io_types import (BackendType, MemoryLocationType, StatusCode, PollCqMode, status_code, _location, _kind,
-                       RdmaBackendConfig, XgmiBackendConfig, FabricBackendConfig, TcpBackendConfig, set_log_level,
-                       IOEngineConfig, EngineDesc, Notification)
-from .io_desc import _quiet, _Mem, MemoryDesc, TransferStatus
-from .io_args import _numpy, _torch_tensor, _opts, _desc_array, _index_array, _buffer_of
+from .. import _lib
+from .._lib import Notif, OP_READ, OP_WRITE
+from ..errors import MoriError, MORI_OK, MORI_EINVAL, MORI_ENOENT, MORI_EINPROGRESS, MORI_EBUSY, MORI_ENOTSUP
+from .types import (BackendType, MemoryLocationType, StatusCode, _location, _kind, IOEngineConfig, EngineDesc,
+                    Notification)
+from .desc import _quiet, _Mem, MemoryDesc, TransferStatus
+from .args import _numpy, _torch_tensor, _opts, _desc_array, _index_array, _buffer_of
 
 _now = time.monotonic
 
@@ -438,7 +401,7 @@ class IOEngine:
         if not hasattr(local_offsets, "__len__"):  # one range: ints (numpy's too), 0..2^64-1
             local_offsets = _lib.ival(local_offsets, "local_offset")
             remote_offsets, sizes = _lib.ival(remote_offsets, "remote_offset"), _lib.ival(sizes, "size")
-            f = lib.mori_read if op == OP_READ else lib.mori_write
+            f = lib.mori_xfer_read if op == OP_READ else lib.mori_xfer_write
             return self._submit(lambda out: f(lm.ptr, local_offsets, rm.ptr, remote_offsets, sizes,
                                               ctypes.byref(o), out), lm, rm, None, uid)
         keep, addr, n = _desc_array(local_offsets, remote_offsets, sizes)
@@ -475,17 +438,17 @@ class IOEngine:
         self._reap()
         lib = _lib.load()
         o = _opts(self, 0, True, None, None)
-        x, m = ctypes.c_void_p(), ctypes.c_char_p()
+        x, st = ctypes.c_void_p(), _lib.Status()
         for tag in tags:
             o.notif_tag = tag
-            _lib.check(lib.mori_write(lm.ptr, 0, rm.ptr, 0, 1, ctypes.byref(o), ctypes.byref(x)), "notify")
-            rc = lib.mori_xfer_status(x.value, ctypes.byref(m))
+            _lib.check(lib.mori_xfer_write(lm.ptr, 0, rm.ptr, 0, 1, ctypes.byref(o), ctypes.byref(x)), "notify")
+            rc = lib.mori_xfer_status(x.value, ctypes.byref(st))
             if rc == MORI_EINPROGRESS:
                 with self._lock:
                     self._xfers[x.value] = (lm, rm, None, None)
                     self._orphans.add(x.value)
                 continue
-            msg = m.value.decode("utf-8", "replace") if m.value else ""
+            msg = _lib.status_message(st)
             lib.mori_xfer_free(x.value)
             if rc != MORI_OK:
                 raise MoriError(rc, "notify: " + msg)
@@ -735,16 +698,4 @@ class IOEngineSession:
         return (not self._engine.closed and self._local.is_local and not self._rmem.closed)
 
 
-__all__ = ["IOEngine", "IOEngineConfig", "IOEngineSession", "EngineDesc", "MemoryDesc", "TransferStatus", "OP_READ", "OP_WRITE",
-           "PreparedList", "Notification", "BackendType", "MemoryLocationType", "StatusCode", "PollCqMode",
-           "RdmaBackendConfig", "XgmiBackendConfig", "TcpBackendConfig", "FabricBackendConfig", "set_log_level",
-           "status_code", "MoriError"]
-
 IOEngine.Session = IOEngineSession  # the name vLLM's MoRIIO connector annotates with
-
-# Shown and pickled as mori.io's, as before these classes moved to io_types and io_desc.
-for _cls in (BackendType, MemoryLocationType, StatusCode, PollCqMode, RdmaBackendConfig, XgmiBackendConfig,
-             FabricBackendConfig, TcpBackendConfig, IOEngineConfig, EngineDesc, Notification, MemoryDesc,
-             TransferStatus):
-    _cls.__module__ = __name__
-del _cls

@@ -6,9 +6,9 @@ import enum
 import itertools
 import json
 
-from . import _lib
-from ._lib import MEM_HOST, MEM_VRAM
-from .errors import MoriError, Code, MORI_OK, MORI_EINVAL, MORI_EINPROGRESS, MORI_EPROTO
+from .. import _lib
+from .._lib import MEM_HOST, MEM_VRAM
+from ..errors import MoriError, Code, MORI_OK, MORI_EINVAL, MORI_EINPROGRESS, MORI_EPROTO
 
 
 # ---------------------------------------------------------------------------------------------

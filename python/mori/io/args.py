@@ -3,9 +3,9 @@
 import ctypes
 import sys
 
-from . import _lib
-from ._lib import Desc, XferOpts
-from .errors import MoriError, MORI_EINVAL, MORI_ERANGE
+from .. import _lib
+from .._lib import Desc, XferOpts
+from ..errors import MoriError, MORI_EINVAL, MORI_ERANGE
 
 
 def _numpy():
@@ -35,7 +35,7 @@ def _flag(v, what):
 
 
 def _opts(engine, uid, notify, timeout_ms, stream):
-    o = XferOpts()
+    o = XferOpts(size=ctypes.sizeof(XferOpts))  # every other field zero: the defaults (mori.h)
     notify = _flag(engine._config.enable_notification if notify is None else notify, "notify")
     if notify:
         o.has_notif = 1

@@ -1,91 +1,25 @@
-"""mori.shmem: MORI-SHMEM's host API (include/mori_shmem.h) in Python, over libmori (ctypes).
-
-A group is a set of PEs (processes, one per GPU in production) with ranks 0..n-1; every PE has
-a symmetric heap of the same size, formed by the node's morid. An object allocated collectively
-sits at the same offset of every PE's heap.
-
-    from mori import shmem
-    g = shmem.join("job7", rank, world, heap_size=1 << 30, heap_kind="vram")
-    # or: uid = shmem.get_unique_id() on rank 0, broadcast it, then
-    #     g = shmem.init_uid(uid, rank, world, heap_kind="vram")
-    buf = g.calloc(4096)                        # an address (int) in this PE's heap
-    t = g.tensor(buf, (1024,), torch.float32)   # a torch view of it, no copy
-    peer = g.ptr_p2p(buf, (g.my_pe() + 1) % g.n_pes())   # where this process reaches PE+1's copy
-    g.barrier_on_stream(torch.cuda.current_stream().cuda_stream)
-    g.leave()
-
-Names follow ROCm/mori's MORI-SHMEM (ShmemMalloc -> malloc, ShmemPtrP2p -> ptr_p2p,
-ShmemBarrierAll -> barrier_all, unique-id init) and NVSHMEM (get_unique_id, quiet_on_stream),
-with the group as an object instead of process-global state (ROCm/mori's shmem_mype() etc.), so
-one process may hold several groups.
-
-Addresses are ints: device addresses for VRAM heaps, host addresses for host heaps (memfd; no
-GPU needed, the kind the tests without a GPU use). Sizes and offsets are bytes; times are
-microseconds (timeout_us). Collective calls (join, init_uid, malloc, calloc, free, barrier_all)
-are made by every PE in the same order and each has the group's deadline: none waits forever.
-Every failure raises mori.MoriError with the MORI_E* code and libmori's message; a PE that died
-aborts the group (later calls: MORI_EPEERDEAD).
-
-Ownership: a Group owns its libmori client and group handle; leave() (or a with-block, or the
-process's exit) releases both. Memory from malloc/calloc belongs to the group. A view made by
-Group.numpy() or Group.tensor() holds its Group: the heap stays mapped while any view (or a
-view of it, a torch tensor over it) lives. leave() with views alive leaves at once for this
-object (its calls raise MoriError, its communicators' MORI_ESTALE) but libmori's leave, which
-tears the group down for the other PEs and unmaps the heap, waits for the last view to be
-collected (`live_views` counts them; `del` them first for an immediate teardown).
-"""
+"""mori.shmem's groups: join / init_uid / get_unique_id and Group (symmetric allocation, puts
+and gets, barriers, views). Import them from mori.shmem."""
 import ctypes
 import os
 import sys
 import threading
 
-from . import _lib
-from .errors import MoriError, MORI_EINVAL, MORI_ENOMEM, MORI_ENOTSUP, MORI_ERANGE
+from .. import _capi, _lib
+from .._capi import ShmemOpts
+from .tensor_utils import _int, _itemsize_torch, _np_dtype, _nbytes, _shape, numpy_view, tensor
+from ..errors import MoriError, MORI_EINVAL, MORI_ENOMEM, MORI_ENOTSUP, MORI_ERANGE
 
-MEM_HOST = _lib.MEM_HOST
-MEM_VRAM = _lib.MEM_VRAM
-UID_BYTES = 128  # MORI_SHMEM_UID_BYTES (common/shmem_layout.h)
-RESERVED = 64 << 10  # MORI_SHMEM_RESERVED: the heap's reserved head (state, signals, rings)
-
-
-class GroupOpts(ctypes.Structure):
-    """struct mori_group_opts."""
-    _fields_ = [("heap_size", ctypes.c_uint64), ("heap_kind", ctypes.c_int), ("gpu_device", ctypes.c_int),
-                ("root", ctypes.c_char_p), ("timeout_us", ctypes.c_int64)]
-
+MEM_HOST = _capi.MEM_HOST
+MEM_VRAM = _capi.MEM_VRAM
+UID_BYTES = _capi.SHMEM_UID_BYTES  # MORI_SHMEM_UID_BYTES: the largest unique id
+RESERVED = _capi.SHMEM_RESERVED  # MORI_SHMEM_RESERVED: the heap's reserved head (state, signals, rings)
 
 _P = ctypes.c_void_p
 _I = ctypes.c_int
 _SZ = ctypes.c_size_t
-_PP = ctypes.POINTER(ctypes.c_void_p)
-_OPTSP = ctypes.POINTER(GroupOpts)
+_PROTOS = _capi.ctypes_protos(_capi.MORI_SHMEM_H)
 
-# name: (restype, argtypes). Exactly the functions of include/mori_shmem.h.
-_PROTOS = {
-    "mori_group_opts_init": (None, [_OPTSP]),
-    "mori_group_join": (_I, [_P, ctypes.c_char_p, _I, _I, _OPTSP, _PP]),
-    "mori_shmem_get_unique_id": (_I, [_P, _P, _SZ, ctypes.POINTER(_SZ)]),
-    "mori_shmem_init_uid": (_I, [_P, _P, _SZ, _I, _I, _OPTSP, _PP]),
-    "mori_group_leave": (None, [_P]),
-    "mori_shmem_my_pe": (_I, [_P]),
-    "mori_shmem_n_pes": (_I, [_P]),
-    "mori_shmem_team_node": (_I, [_P, ctypes.POINTER(ctypes.POINTER(ctypes.c_int)), ctypes.POINTER(_I)]),
-    "mori_shmem_heap_base": (_P, [_P]),
-    "mori_shmem_heap_size": (ctypes.c_uint64, [_P]),
-    "mori_shmem_ptr_p2p": (_P, [_P, _P, _I]),
-    "mori_shmem_offset": (ctypes.c_int64, [_P, _P]),
-    "mori_shmem_malloc": (_I, [_P, _SZ, _SZ, _PP]),
-    "mori_shmem_calloc": (_I, [_P, _SZ, _SZ, _PP]),
-    "mori_shmem_free": (_I, [_P, _P]),
-    "mori_shmem_putmem": (_I, [_P, _P, _P, _SZ, _I]),
-    "mori_shmem_getmem": (_I, [_P, _P, _P, _SZ, _I]),
-    "mori_shmem_barrier_all": (_I, [_P]),
-    "mori_shmem_barrier_on_stream": (_I, [_P, _P]),
-    "mori_shmem_quiet_on_stream": (_I, [_P, _P]),
-    "mori_shmem_status": (_I, [_P, ctypes.POINTER(_I)]),
-    "mori_shmem_state": (_P, [_P]),
-    "mori_shmem_module_init": (_I, [_P, _P]),
-}
 
 def _L():
     """libmori with this module's prototypes set (once)."""
@@ -104,8 +38,8 @@ def _kind(k):
 
 
 def _opts(heap_size, heap_kind, gpu_device, root, timeout_us):
-    o = GroupOpts()
-    _L().mori_group_opts_init(ctypes.byref(o))
+    o = ShmemOpts()
+    _lib.check(_L().mori_shmem_opts_init(ctypes.byref(o), ctypes.sizeof(o)), "shmem options")
     o.heap_size = _lib.ival(heap_size, "heap_size", ctypes.c_uint64)
     o.heap_kind = _kind(heap_kind)
     o.gpu_device = _lib.ival(gpu_device, "gpu_device", ctypes.c_int)
@@ -138,13 +72,6 @@ def _open_client(runtime_dir, label):
     _lib.check(_L().mori_client_open(_lib.as_bytes(runtime_dir, "runtime_dir"), label.encode(), ctypes.byref(c)),
                "open a client of morid")
     return c
-
-
-def _int(addr, what):
-    """An address argument: an int, or None/0 for NULL."""
-    if addr is None:
-        return 0
-    return _lib.ival(addr, what, ctypes.c_void_p)
 
 
 def _stream(s):
@@ -211,7 +138,7 @@ class Group:
         # a view's finaliser may run on any thread, or inside a critical section (a gc pass): reentrant
         self._vlock = threading.RLock()
         self._views = 0        # live _ViewHold objects (numpy()/tensor() views)
-        self._deferred = None  # (handle, client) left while views lived: libmori's leave waits for them
+        self._deferred = None  # (handle, client) left while views lived: libmori's finalize waits for them
         self._after = []       # destroys of communicators / EP ops that must follow that leave
 
     # ---- lifetime ----
@@ -224,7 +151,7 @@ class Group:
         """Leave the group (not collective: the PEs still in it see it torn down, their waits end
         with MORI_ECANCELED) and close this PE's client. Idempotent; every later call on the Group
         raises MoriError. Heap memory is gone after it, except while views of it live: then
-        libmori's leave (the teardown and the unmap) runs when the last view is collected."""
+        libmori's finalize (the teardown and the unmap) runs when the last view is collected."""
         with self._vlock:
             g, c, self._g, self._c = self._g, self._c, None, None
             if self._views and (g is not None or c is not None):
@@ -245,14 +172,14 @@ class Group:
             return  # a forked child's copy belongs to the parent's session; at exit the process's end frees it
         lib = _L()
         if g is not None:
-            lib.mori_group_leave(g)
+            lib.mori_shmem_finalize(g)  # g is released whatever it returns
         if c is not None:
             lib.mori_client_close(c)
         for f in after:  # now they free only their own part (the group is a shell)
             f()
 
     def _after_leave(self, f):
-        """Run f (a communicator's or EP op's destroy on a left group) after libmori's leave: at
+        """Run f (a communicator's or EP op's destroy on a left group) after libmori's finalize: at
         once if that has run, else when the deferred leave does (before it, destroy would be a
         collective call, made by this PE alone)."""
         with self._vlock:
@@ -273,6 +200,8 @@ class Group:
                 self._deferred = None
         if todo is not None:
             self._native_leave(*todo)
+
+    finalize = leave  # mori_shmem_finalize's name (ROCm/mori's ShmemFinalize)
 
     def __enter__(self):
         return self
@@ -332,9 +261,9 @@ class Group:
     def status(self):
         """(code, pe): (0, -1) while healthy; once aborted MORI_EPEERDEAD / MORI_ECANCELED /
         MORI_ETIMEDOUT and the PE that caused it (-1 when none is known)."""
-        pe = ctypes.c_int(-1)
-        rc = _L().mori_shmem_status(self._h(), ctypes.byref(pe))
-        return rc, pe.value
+        st = _lib.Status()
+        rc = _L().mori_shmem_status(self._h(), ctypes.byref(st))
+        return rc, st.pe
 
     def state(self):
         """The device address of this PE's struct mori_shmem_state (VRAM heaps), the value a module's
@@ -499,12 +428,15 @@ def join(name, rank, world_size, heap_size=0, heap_kind="host", gpu_device=-1, r
     rank, world_size = _rank(rank, "rank"), _rank(world_size, "world_size")
     c = _open_client(runtime_dir, _pe_label(name, rank))
     g = ctypes.c_void_p()
-    rc = _L().mori_group_join(c, bname, rank, world_size, ctypes.byref(o), ctypes.byref(g))
+    rc = _L().mori_shmem_init(c, bname, rank, world_size, ctypes.byref(o), ctypes.byref(g))
     if rc < 0:
         msg = _lib.last_error()
         _L().mori_client_close(c)
         raise MoriError(rc, "join %r as PE %d of %d: %s" % (name, rank, world_size, msg))
     return Group(c, g, name, o.heap_kind, _ordinal(gpu_device))
+
+
+init = join  # mori_shmem_init's name (ROCm/mori's ShmemInit, by name)
 
 
 def get_unique_id(runtime_dir=None):
@@ -536,97 +468,3 @@ def init_uid(uid, rank, world_size, heap_size=0, heap_kind="host", gpu_device=-1
         _L().mori_client_close(c)
         raise MoriError(rc, "init_uid as PE %d of %d: %s" % (rank, world_size, msg))
     return Group(c, g, "uid", o.heap_kind, _ordinal(gpu_device))
-
-
-# ---- zero-copy views ----
-
-class _CudaBuffer:
-    """An object exposing __cuda_array_interface__ (v3) over device bytes, for torch.as_tensor /
-    cupy.asarray (ROCm/mori's MoriShmemBuffer does the same)."""
-
-    def __init__(self, addr, nbytes, owner=None):
-        self._owner = owner  # torch.as_tensor's storage holds this object, so the owner lives as long
-        # no "stream" key: the memory is not tied to a stream, consumers need not synchronise
-        self.__cuda_array_interface__ = {"data": (_int(addr, "addr"), False), "shape": (_lib.ival(nbytes, "nbytes"),),
-                                         "typestr": "|u1",
-                                         "strides": None, "version": 3}
-
-
-def _shape(shape):
-    """A shape as a tuple of ints: an int, or a sequence of them (MORI_EINVAL otherwise)."""
-    if not isinstance(shape, (list, tuple)):
-        return (_lib.ival(shape, "shape", ctypes.c_int64),)
-    return tuple(_lib.ival(d, "shape %r: dimension" % (shape,), ctypes.c_int64) for d in shape)
-
-
-def _nbytes(shape, itemsize):
-    n = itemsize
-    for d in shape:
-        if d < 0:
-            raise MoriError(MORI_EINVAL, "negative dimension in shape %r" % (shape,))
-        n *= d
-    return n
-
-
-def _np_dtype(dtype):
-    np = __import__("numpy")
-    try:
-        dt = np.dtype(dtype)
-    except (TypeError, ValueError):
-        raise MoriError(MORI_EINVAL, "dtype %r is not a numpy dtype" % (dtype,)) from None
-    if dt.hasobject or dt.itemsize == 0:  # Python object pointers, or no bytes: not a view of memory
-        raise MoriError(MORI_EINVAL, "dtype %r cannot view heap memory" % (dtype,))
-    return dt
-
-
-def _itemsize_torch(dtype):
-    torch = __import__("torch")
-    if not isinstance(dtype, torch.dtype):
-        raise MoriError(MORI_EINVAL, "dtype %r is not a torch dtype" % (dtype,))
-    return torch.empty((), dtype=dtype).element_size()
-
-
-def tensor(addr, shape, dtype, device=None, host=False, owner=None):
-    """A torch tensor of `shape` and `dtype` viewing memory at addr (an int), without a copy: device
-    memory through __cuda_array_interface__ (device: "cuda" or "cuda:N", default the current device),
-    or host memory (host=True) through numpy. The tensor holds `owner` (Group.tensor passes what
-    keeps its Group); otherwise the caller keeps the memory alive as long as the tensor. torch is
-    imported here, not at module import."""
-    import torch
-    shape = _shape(shape)
-    addr = _int(addr, "addr")
-    if not addr:
-        raise MoriError(MORI_EINVAL, "tensor of a NULL address")
-    item = _itemsize_torch(dtype)
-    nbytes = _nbytes(shape, item)
-    if addr % item:
-        raise MoriError(MORI_EINVAL, "address %#x is not aligned to %s's %d bytes" % (addr, dtype, item))
-    if host:
-        np = __import__("numpy")
-        raw = numpy_view(addr, (nbytes,), np.uint8, owner=owner)
-        return torch.from_numpy(raw).view(dtype).view(shape)
-    t = torch.as_tensor(_CudaBuffer(addr, nbytes, owner), device=device or "cuda")
-    return t.view(dtype).view(shape)
-
-
-def numpy_view(addr, shape, dtype, owner=None):
-    """A numpy array of shape/dtype over host memory at addr (no copy). The array, and every view
-    of it, holds `owner` (Group.numpy passes what keeps its Group); otherwise the caller keeps the
-    memory alive."""
-    np = __import__("numpy")
-    shape = _shape(shape)
-    dt = _np_dtype(dtype)
-    nbytes = _nbytes(shape, dt.itemsize)
-    addr = _int(addr, "addr")
-    if not addr:
-        raise MoriError(MORI_EINVAL, "view of a NULL address")
-    buf = (ctypes.c_char * nbytes).from_address(addr)
-    buf._mori_owner = owner  # numpy's base chain holds buf: the owner lives as long as any view
-    try:
-        return np.frombuffer(buf, dtype=dt, count=nbytes // dt.itemsize).reshape(shape)
-    except (TypeError, ValueError) as e:
-        raise MoriError(MORI_EINVAL, "numpy view %r of %s: %s" % (shape, dt, e)) from None
-
-
-__all__ = ["Group", "GroupOpts", "join", "get_unique_id", "init_uid", "tensor", "numpy_view", "MEM_HOST",
-           "MEM_VRAM", "UID_BYTES", "RESERVED"]

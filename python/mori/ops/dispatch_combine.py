@@ -1,30 +1,14 @@
-"""mori.ops: MORI-EP's MoE dispatch and combine (include/mori_ep.h) over torch tensors, with
-ROCm/mori's names (mori.ops.EpDispatchCombineConfig, EpDispatchCombineOp, EpDispatchCombineKernelType).
-
-    from mori import shmem, ops
-    g = shmem.join("moe", rank, world, heap_size=..., heap_kind="vram")
-    cfg = ops.EpDispatchCombineConfig(data_type=torch.bfloat16, rank=rank, world_size=world,
-                                      hidden_dim=7168, scale_dim=0, scale_type_size=4,
-                                      max_token_type_size=2, max_num_inp_token_per_rank=4096,
-                                      num_experts_per_rank=32, num_experts_per_token=8)
-    op = ops.EpDispatchCombineOp(cfg, g)            # collective
-    out, out_w, out_s, out_i, count = op.dispatch(x, weights, None, indices)
-    y = op.combine(expert_out, weights, indices)    # [T, H]
-    op.destroy()                                    # collective
-
-The buffers dispatch returns are views of this rank's heap (no copy), valid until the next
-dispatch; count is a one-element int32 device tensor (no host synchronisation). Normal mode:
-rows 0..count-1 of out are filled; low-latency mode: out is [num_experts_per_rank, world x max,
-H] with count [num_experts_per_rank] (DeepEP's packed_recv_x / packed_recv_count).
-Errors raise mori.MoriError with the MORI_E* code and libmori's message.
-"""
+"""MORI-EP's dispatch and combine over torch tensors (EpDispatchCombineConfig,
+EpDispatchCombineOp) and libmori's launch tuning. Import them from mori.ops."""
 import collections
 import ctypes
 import enum
 from dataclasses import dataclass
 
-from . import _lib, shmem
-from .errors import MoriError, MORI_EINVAL, MORI_ENOTSUP, MORI_ESTALE
+from .. import _capi, _lib
+from ..shmem.api import _stream as _shmem_stream
+from .._capi import EpConfig as _Config, EpRecv as _Recv, Status as _Status
+from ..errors import MoriError, MORI_EINVAL, MORI_ESTALE
 
 
 class EpDispatchCombineKernelType(enum.IntEnum):
@@ -39,7 +23,7 @@ class EpDispatchCombineKernelType(enum.IntEnum):
         return self.name
 
 
-_DT_BF16, _DT_FP32, _DT_FP8 = 1, 2, 3
+_DT_BF16, _DT_FP32, _DT_FP8 = _capi.BFLOAT16, _capi.FLOAT32, _capi.FLOAT8_E4M3  # mori_dtype
 
 
 _DT_NAMES = {"bfloat16": _DT_BF16, "bf16": _DT_BF16, "float32": _DT_FP32, "fp32": _DT_FP32,
@@ -62,39 +46,7 @@ def _dtype_code(dt):
     return table[dt]
 
 
-class _Config(ctypes.Structure):
-    """struct mori_ep_config."""
-    _fields_ = [(n, ctypes.c_int) for n in (
-        "rank", "world_size", "hidden_dim", "scale_dim", "scale_type_size", "max_token_type_size",
-        "max_num_inp_token_per_rank", "num_experts_per_rank", "num_experts_per_token", "data_type",
-        "kernel_type", "warp_num_per_block", "block_num")] + [("timeout_us", ctypes.c_int64),
-                                                              ("num_in_flight", ctypes.c_int32),
-                                                              ("quant_type", ctypes.c_int32)]
-
-
-class _Recv(ctypes.Structure):
-    """struct mori_ep_recv."""
-    _fields_ = [("tokens", ctypes.c_void_p), ("weights", ctypes.c_void_p), ("indices", ctypes.c_void_p),
-                ("scales", ctypes.c_void_p), ("src_pos", ctypes.c_void_p), ("count", ctypes.c_void_p),
-                ("max_recv", ctypes.c_int64), ("combine_input", ctypes.c_void_p), ("slot", ctypes.c_int32)]
-
-
-_P, _I = ctypes.c_void_p, ctypes.c_int
-_PROTOS = {
-    "mori_ep_config_init": (None, [ctypes.POINTER(_Config)]),
-    "mori_ep_config_check": (_I, [ctypes.POINTER(_Config), ctypes.c_char_p, ctypes.c_size_t]),
-    "mori_ep_heap_bytes": (ctypes.c_uint64, [ctypes.POINTER(_Config)]),
-    "mori_ep_create": (_I, [_P, ctypes.POINTER(_Config), ctypes.POINTER(_P)]),
-    "mori_ep_destroy": (_I, [_P]),
-    "mori_ep_recv_buffers": (_I, [_P, ctypes.POINTER(_Recv)]),
-    "mori_ep_dispatch": (_I, [_P, _P, _P, _P, _P, _I, _P, ctypes.POINTER(_Recv)]),
-    "mori_ep_combine": (_I, [_P, _I, _P, _P, _P, _P, _P]),
-    "mori_ep_get_dispatch_layout": (_I, [_P, _P, _I, _P, _P, _P, _P]),
-    "mori_ep_status": (_I, [_P, _I]),
-    "mori_ep_get_registered_combine_input_buffer": (_P, [_P]),
-    "mori_ep_retired_status": (_I, [_P, _I]),
-    "mori_ep_tuning_lookup": (_I, [ctypes.POINTER(_Config), ctypes.c_char_p, _I, ctypes.c_char_p, ctypes.c_size_t]),
-}
+_PROTOS = _capi.ctypes_protos(_capi.MORI_EP_H)
 
 
 def _L():
@@ -126,7 +78,7 @@ class EpDispatchCombineConfig:
 
     def _c(self):
         c = _Config()
-        _L().mori_ep_config_init(ctypes.byref(c))
+        _lib.check(_L().mori_ep_config_init(ctypes.byref(c), ctypes.sizeof(c)), "EP config")
         for f in ("rank", "world_size", "hidden_dim", "scale_dim", "scale_type_size", "max_token_type_size",
                   "max_num_inp_token_per_rank", "num_experts_per_rank", "num_experts_per_token",
                   "warp_num_per_block", "block_num", "num_in_flight", "quant_type"):
@@ -149,67 +101,28 @@ class EpDispatchCombineConfig:
         return int(_L().mori_ep_heap_bytes(ctypes.byref(self._c())))
 
 
-# ---- the launch tuning table: data/ep_tuning/*.json (ROCm/mori's tuning_configs format), the
-# files libmori's build compiles in; the same lookup as mori_ep_tuning_lookup (libclient/ep_tune.c)
-_KT = {"IntraNode": 0, "IntraNodeLL": 1}
-_TDT = {"bf16": _DT_BF16, "fp32": _DT_FP32, "fp8_e4m3": _DT_FP8}
+def tuning_lookup(config, arch, sm_count):
+    """(warp_num_per_block, block_num, which) for config on a GPU of architecture arch ("sm_90",
+    "gfx942") with sm_count SMs: config's non-zero values kept, the rest from libmori's tuning
+    table (mori_ep_tuning_lookup: data/ep_tuning/*.json, ROCm/mori's tuning_configs format,
+    compiled in) or its built-in default; `which` names the rule or the default."""
+    c = config._c()
+    which = ctypes.create_string_buffer(256)
+    _lib.check(_L().mori_ep_tuning_lookup(ctypes.byref(c), _lib.as_bytes(arch, "arch"),
+                                          _lib.ival(sm_count, "sm_count", ctypes.c_int), which, len(which)),
+               "EP tuning lookup")
+    return c.warp_num_per_block, c.block_num, which.value.decode()
 
 
-def tuning_dir():
-    """$MORI_EP_TUNING_DIR, else the source tree's data/ep_tuning beside this package."""
-    import os
-    d = os.environ.get("MORI_EP_TUNING_DIR")
-    return d or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "data", "ep_tuning")
-
-
-def tuning_rules(directory=None):
-    """Every rule of the directory's files as dicts (with arch, kernel_type, ep_size, file, index)."""
-    import json
-    import os
-    d = directory or tuning_dir()
-    out = []
-    for name in sorted(os.listdir(d)) if os.path.isdir(d) else []:
-        if not name.endswith(".json"):
-            continue
-        with open(os.path.join(d, name)) as f:
-            j = json.load(f)
-        if j.get("version") != "1.0" or j.get("kernel_type") not in _KT:
-            raise MoriError(MORI_EINVAL, "%s: version or kernel_type not understood" % name)
-        for i, r in enumerate(j.get("rules", [])):
-            out.append(dict(r, arch=j["gpu_arch"], kernel_type=_KT[j["kernel_type"]], ep_size=j["ep_size"],
-                            dtype=_TDT[r["dtype"]], file=name, index=i))
-    return out
-
-
-def tuning_lookup(config, arch, sm_count, rules=None):
-    """(warp_num_per_block, block_num, which) for config on arch with sm_count SMs: config's non-zero
-    values kept, the rest from the nearest rule or the built-in default (as mori_ep_tuning_lookup)."""
-    rules = tuning_rules() if rules is None else rules
-    kt = int(config.kernel_type)
-    live = [r for r in rules if r["kernel_type"] == kt and r["arch"] == arch]
-    if not live and len(arch) > 1:
-        live = [r for r in rules if r["kernel_type"] == kt and len(r["arch"]) == len(arch)
-                and r["arch"][:-1] == arch[:-1]]
-
-    def nearest(vals, want):
-        return min(vals, key=lambda v: (abs(v - want), v))
-    pick = None
-    if live:
-        ep = nearest({r["ep_size"] for r in live}, config.world_size)
-        live = [r for r in live if r["ep_size"] == ep]
-        dt = _dtype_code(config.data_type)
-        if any(r["dtype"] == dt for r in live):
-            live = [r for r in live if r["dtype"] == dt]
-        h = nearest({r["hidden_dim"] for r in live}, config.hidden_dim)
-        live = [r for r in live if r["hidden_dim"] == h]
-        above = [r for r in live if r["num_tokens"] >= config.max_num_inp_token_per_rank]
-        pick = min(above, key=lambda r: r["num_tokens"]) if above else max(live, key=lambda r: r["num_tokens"])
-    wpb = pick["warp_per_block"] if pick else 16
-    bn = pick.get("block_num", 0) if pick else 0
-    bn = bn or min((pick.get("blocks_per_sm", 0) if pick else 4) * max(sm_count, 1), 1024)
-    which = ("%s rule %d" % (pick["file"], pick["index"]) if pick else
-             "built-in default (no rule for %s %s)" % (arch, ("IntraNode", "IntraNodeLL", "InterNode", "InterNodeLL")[kt]))
-    return (config.warp_num_per_block or wpb, config.block_num or bn, which)
+def _raise_status(status, obj, what, clear):
+    """Call status(obj, &st), then clear(obj) when given; MoriError with st's message for an error."""
+    st = _Status()
+    rc = status(obj, ctypes.byref(st))
+    msg = _lib.status_message(st)
+    if clear is not None:
+        _lib.check(clear(obj), what + " clear")
+    if rc < 0:
+        raise MoriError(rc, msg if msg.startswith(what) else "%s: %s" % (what, msg or _lib.last_error()))
 
 
 def _ptr(t, what, dtype=None):
@@ -255,7 +168,7 @@ class EpDispatchCombineOp:
                                            EpDispatchCombineKernelType.InterNodeLL)
 
     def _stream(self, stream):
-        return self._torch.cuda.current_stream().cuda_stream if stream is None else shmem._stream(stream)
+        return self._torch.cuda.current_stream().cuda_stream if stream is None else _shmem_stream(stream)
 
     def _views(self, r):
         torch, c = self._torch, self.config
@@ -365,20 +278,24 @@ class EpDispatchCombineOp:
 
     def status(self, clear=False):
         """Raise MoriError for the first error the GPU recorded (bad expert index, other routing in
-        combine, a peer dead, a wait past its deadline). Synchronise the stream first."""
-        _lib.check(_L().mori_ep_status(self._handle(), 1 if clear else 0), "EP status")
+        combine, a peer dead, a wait past its deadline). Synchronise the stream first. clear: reset
+        the record afterwards (mori_ep_status_clear), so a later error shows."""
+        h = self._handle()
+        _raise_status(_L().mori_ep_status, h, "EP status", _L().mori_ep_status_clear if clear else None)
 
     @staticmethod
     def retired_status(clear=False):
         """Raise MoriError(MORI_ESTALE) when kernels of a destroyed op ran (a graph replayed after
-        destroy(): they returned without touching memory); process-wide (mori_ep_retired_status)."""
-        _lib.check(_L().mori_ep_retired_status(None, 1 if clear else 0), "EP retired")
+        destroy(): they returned without touching memory); process-wide (mori_ep_retired_status).
+        clear: reset the record afterwards."""
+        _raise_status(_L().mori_ep_retired_status, None, "EP retired",
+                      _L().mori_ep_retired_status_clear if clear else None)
 
     def destroy(self):
         """Collective: free the op's heap buffers."""
         h, self._hd = self._hd, None
         self._last = None
-        if h is not None and self.group._g is None:  # left: after libmori's leave (views may defer it)
+        if h is not None and self.group._g is None:  # left: after libmori's finalize (views may defer it)
             self.group._after_leave(lambda: _L().mori_ep_destroy(h))
         elif h is not None:
             _lib.check(_L().mori_ep_destroy(h), "EP destroy")

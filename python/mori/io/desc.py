@@ -10,10 +10,10 @@ import sys
 import threading
 import weakref
 
-from . import _lib
-from .errors import (MoriError, MORI_OK, MORI_EINVAL, MORI_ENOENT, MORI_EINPROGRESS, MORI_ECANCELED,
+from .. import _lib
+from ..errors import (MoriError, MORI_OK, MORI_EINVAL, MORI_ENOENT, MORI_EINPROGRESS, MORI_ECANCELED,
                      MORI_EPROTO, MORI_ETIMEDOUT, MORI_ENOMEM, MORI_ESYS)
-from .io_types import MemoryLocationType, status_code
+from .types import MemoryLocationType, status_code
 
 _exiting = False
 
@@ -266,10 +266,10 @@ class TransferStatus:
                 self._code, self._x = MORI_ECANCELED, None
                 self._msg = "the transfer's engine or region was closed"
                 return self._code
-            m = ctypes.c_char_p()
-            rc = _lib.load().mori_xfer_status(self._x, ctypes.byref(m))
+            st = _lib.Status()
+            rc = _lib.load().mori_xfer_status(self._x, ctypes.byref(st))
             if rc != MORI_EINPROGRESS:
-                self._record(rc, m.value.decode("utf-8", "replace") if m.value else "")
+                self._record(rc, _lib.status_message(st))
             return rc
 
     def _force(self, wait_us, why):
@@ -280,9 +280,9 @@ class TransferStatus:
                 return
             lib = _lib.load()
             lib.mori_xfer_wait(self._x, wait_us)
-            m = ctypes.c_char_p()
-            rc = lib.mori_xfer_status(self._x, ctypes.byref(m))
-            msg = m.value.decode("utf-8", "replace") if m.value else ""
+            st = _lib.Status()
+            rc = lib.mori_xfer_status(self._x, ctypes.byref(st))
+            msg = _lib.status_message(st)
             if rc == MORI_EINPROGRESS:
                 rc, msg = MORI_ECANCELED, why
             self._record(rc, msg)
@@ -395,5 +395,5 @@ class TransferStatus:
 
 
 def _lib_code_name(rc):
-    from .errors import code_name
+    from ..errors import code_name
     return code_name(rc)
