@@ -172,7 +172,7 @@ struct gpu_api {
 	int (*event_synchronize)(gpu_event e);
 	int (*event_elapsed_time)(float *ms, gpu_event start, gpu_event end);
 
-	/* topology (daemon/topology.c); NULL where the driver lacks them */
+	/* topology (daemon/topo/topology.c); NULL where the driver lacks them */
 	int (*device_get_pci_bus_id)(char *bus_id, int len, gpu_device d);
 	int (*device_total_mem)(size_t *bytes, gpu_device d);
 	int (*device_can_access_peer)(int *can, gpu_device d, gpu_device peer);

@@ -1,4 +1,4 @@
-/* The device side of MORI-SHMEM's proxy ring, written on the host: what kernels/mori_shmem.cuh's
+/* The device side of MORI-SHMEM's proxy ring, written on the host: what include/mori/device/shmem.cuh's
  * proxy_post / proxy_wait do, for host functions that play a kernel (tests/test_shmem_proxy.c,
  * tools/bench_shmem_proxy.c). One copy, so that the tests and the benchmark write the ring the
  * same way the GPU does: claim a sequence on `head`, wait while the ring is full, write the last

@@ -125,7 +125,7 @@ MORI_API int mori_comm_algo(const mori_comm *comm, const char *coll, uint64_t by
 MORI_API int mori_comm_status(mori_comm *comm, mori_status *out);
 
 /* The device address of this rank's communicator state (struct mori_coll_dev, kernels/
- * coll_kernels.h) for fused kernels built with kernels/coll.cuh (mori_coll_peer_ptr,
+ * coll_kernels.h) for fused kernels built with include/mori/device/coll.cuh (mori_coll_peer_ptr,
  * mori_coll_barrier_block: NCCL's device API's peer pointer and barrier); pass it as a kernel
  * argument. Valid until destroy. NULL for a host-heap communicator (no kernel can use it), for a
  * GPU communicator across nodes (that API reaches peers by mapping only), or NULL comm. */

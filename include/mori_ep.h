@@ -103,7 +103,7 @@ MORI_API uint64_t mori_ep_heap_bytes(const mori_ep_config *cfg);
  * else its family "sm_9*"; nearest ep_size; same dtype; nearest hidden_dim; the smallest
  * num_tokens at or above max_num_inp_token_per_rank, else the largest: ROCm/mori's lookup), or the
  * built-in default (16 warps, 4 blocks an SM). Non-zero fields are the caller's and stay. The
- * table is kernels/ep_tuning/ JSON files (ROCm/mori's tuning_configs format), compiled in at build
+ * table is data/ep_tuning/ JSON files (ROCm/mori's tuning_configs format), compiled in at build
  * time; mori_ep_create does this with the device's arch. which (may be NULL, cap bytes) names the
  * rule ("sm_90_h200_IntraNode_ep8.json rule 0") or the default. 0, or MORI_EINVAL for NULL. */
 MORI_API int mori_ep_tuning_lookup(mori_ep_config *cfg, const char *arch, int sm_count, char *which, size_t cap);

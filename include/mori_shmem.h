@@ -6,7 +6,7 @@
  * The node's morid forms groups (PEs of one job rendezvous there by name; PEs on other nodes
  * join through their daemons), owns each heap's shareable handle for the group's life, maps
  * every local peer's heap into each PE, and serves as the proxy for PEs a PE cannot map
- * (other nodes). GPU kernels use the device API (kernels/mori_shmem.cuh: mori_shmem_* device
+ * (other nodes). GPU kernels use the device API (include/mori/device/shmem.cuh: mori_shmem_* device
  * functions with ROCm/mori's names and OpenSHMEM 1.5 semantics).
  *
  * Naming rule: the object is the group (mori_group); every function of this header is
@@ -170,7 +170,7 @@ MORI_API int mori_shmem_status(const mori_group *g, mori_status *out);
 
 /* ---- the device API's state ----
  * The device address of this PE's struct mori_shmem_state (common/shmem_layout.h), for kernels
- * compiled with kernels/mori_shmem.cuh: copy it into the module's `mori_shmem_state_ptr`
+ * compiled with include/mori/device/shmem.cuh: copy it into the module's `mori_shmem_state_ptr`
  * (mori_shmem_module_init does that through the driver API for a CUmodule / hipModule_t, in the
  * primary context of the group's device). For a host heap no kernel can use the group:
  * mori_shmem_state gives a host copy of the state (host addresses, for inspection) and

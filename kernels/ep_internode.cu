@@ -37,7 +37,7 @@ typedef const struct mori_epx_kargs &xargs;
 // rank's heap at [src, src + bytes) to rank pe's heap at dst (same symmetric offsets), then
 // signal: pe's word at sig := value, visible only after every byte". One thread calls it; 0 or
 // the MORI_E* code. Today the proxy: puts of MORI_EPX_PUT_MAX, the last one with the signal, all
-// in ring order to one PE (daemon/shmem_proxy.c keeps a PE's puts before its put+signal). An
+// in ring order to one PE (daemon/shmem/shmem_proxy.c keeps a PE's puts before its put+signal). An
 // IBGDA version posts RDMA writes and an atomic (or write-with-immediate) to the same offsets
 // instead; the receiver's side (a wait on a word of its own heap) stays as it is (docs/ep.md).
 MORI_DEVICE int seam_put_signal(xargs x, int pe, uint64_t src, uint64_t dst, uint64_t bytes, uint64_t sig,

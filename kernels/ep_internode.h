@@ -41,7 +41,7 @@
 #define MORI_EPX_K_CPOST "mori_epx_combine_post"
 #define MORI_EPX_K_CREDUCE "mori_epx_combine_reduce"
 
-/* The most bytes one proxy request carries (daemon/shmem_proxy.c takes up to 16 MiB): a chunk
+/* The most bytes one proxy request carries (daemon/shmem/shmem_proxy.c takes up to 16 MiB): a chunk
  * goes as puts of this size, the last one with the signal. */
 #define MORI_EPX_PUT_MAX (4ull << 20)
 #define MORI_EPX_CHDR 256 /* a combine chunk's header: the epoch */

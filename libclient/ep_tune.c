@@ -1,5 +1,5 @@
 /* MORI-EP's launch tuning lookup (libclient/ep_tune.h); the table itself is generated from
- * kernels/ep_tuning/ JSON files (tools/gen-ep-tuning). Host-only: tests/test_ep_tuning runs it. */
+ * data/ep_tuning/ JSON files (tools/gen-ep-tuning). Host-only: tests/test_ep_tuning runs it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -12,7 +12,7 @@
 #include "gpu_int.h"
 #include "shmem_int.h"
 
-#define STATE_GLOBAL "mori_shmem_state_ptr" /* the device API's module global (kernels/mori_shmem.cuh) */
+#define STATE_GLOBAL "mori_shmem_state_ptr" /* the device API's module global (include/mori/device/shmem.cuh) */
 
 struct shm_gpu {
 	struct gpu_dev *d;
@@ -165,7 +165,7 @@ int mori_shmem_module_init(const mori_group *g, void *module)
 	else if ((rc = gpu_err(api->module_get_global(&p, &bytes, module, STATE_GLOBAL), "cuModuleGetGlobal", msg,
 			       sizeof(msg))))
 		rc = set_error(g->c, rc, "shmem module_init: the module has no global %s (built without "
-					 "kernels/mori_shmem.cuh?): %s", STATE_GLOBAL, msg);
+					 "include/mori/device/shmem.cuh?): %s", STATE_GLOBAL, msg);
 	else if (bytes != sizeof(void *))
 		rc = set_error(g->c, MORI_EINVAL, "shmem module_init: %s has %zu bytes, not a pointer's %zu", STATE_GLOBAL,
 			       bytes, sizeof(void *));

@@ -1,7 +1,7 @@
 /* Playing another daemon in tests: a cluster key file, an authenticated request path
  * to a morid's peer listener (nng req0: the PeerAuth exchange, then requests on the same pipe),
- * and raw data streams with the authentication handshake of daemon/tcp_int.h. The crypto is
- * morid's own (daemon/auth.c, libsodium): tests link libmorid.a. Include after check.h. */
+ * and raw data streams with the authentication handshake of daemon/transport/tcp/tcp_int.h. The crypto is
+ * morid's own (daemon/core/auth.c, libsodium): tests link libmorid.a. Include after check.h. */
 #ifndef MORI_TEST_PEER_HARNESS_H
 #define MORI_TEST_PEER_HARNESS_H
 #include <arpa/inet.h>

@@ -8,7 +8,7 @@
  * registered as windows (read in place at peers); 1000 replays of a CUDA graph of one small
  * all-reduce with new inputs before each, every result checked; a rank that does not call (its
  * peers' kernels end at the deadline, MORI_ETIMEDOUT naming it) and a rank killed mid-collective;
- * the device API (kernels/coll.cuh) from a kernel of the test's own (tests/coll_dev_kernels.cu)
+ * the device API (include/mori/device/coll.cuh) from a kernel of the test's own (tests/coll_dev_kernels.cu)
  * (MORI_EPEERDEAD). Without a GPU: "skipped: no GPU" (77). */
 #include <check.h>
 #include <dlfcn.h>

@@ -79,7 +79,7 @@ static int join_vram(int pe, int n, const char *name, mori_client **c, mori_grou
 	return 0;
 }
 
-/* A module that declares the device API's state pointer (what kernels/mori_shmem.cuh defines). */
+/* A module that declares the device API's state pointer (what include/mori/device/shmem.cuh defines). */
 static const char ptx[] = ".version 7.0\n.target sm_80\n.address_size 64\n"
 			  ".visible .global .align 8 .u64 mori_shmem_state_ptr;\n";
 

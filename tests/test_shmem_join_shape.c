@@ -1,7 +1,7 @@
 /* MORI-SHMEM joins whose world sizes disagree: a PE that joins a
  * forming group with a larger world size and a rank beyond the group's world (PE 0 joins "shape"
  * as 0 of 2, then PE 63 joins as 63 of 64) must be refused on both PEs with MORI_EINVAL naming
- * the world sizes, and morid must survive. daemon/group_root.c's root_join indexed the forming
+ * the world sizes, and morid must survive. daemon/shmem/group_root.c's root_join indexed the forming
  * group's rank table with the newcomer's rank before comparing world sizes (a heap read past the
  * table: AddressSanitizer aborts morid there, make check-asan). Also a smaller-rank variant and a
  * fresh group of the same name afterwards. One morid, PEs as forked processes with clients of

@@ -1,6 +1,6 @@
 /* MORI-SHMEM's proxy served by morid, no GPU: two morids on loopback (A the root, B),
  * forked PEs with host-memory heaps, even PEs on A and odd ones on B. In each PE a host function
- * plays the kernel: it writes ring requests exactly as kernels/mori_shmem.cuh's proxy_post does
+ * plays the kernel: it writes ring requests exactly as include/mori/device/shmem.cuh's proxy_post does
  * (claim on head, wait while the ring is full, the last 56 bytes, then `ready` with a release
  * store) and waits on `done` as proxy_wait does. Checked against independent models: puts and
  * gets of random sizes byte for byte, put+signal SET and ADD up to 4 MiB (the data of round v is
@@ -93,7 +93,7 @@ static int join(int pe, int n, const char *name, struct pe *e)
 	return 0;
 }
 
-/* ---- the kernel's side of the ring: common/shmem_ring_host.h, as kernels/mori_shmem.cuh does it ---- */
+/* ---- the kernel's side of the ring: common/shmem_ring_host.h, as include/mori/device/shmem.cuh does it ---- */
 
 #define WAIT_US 15000000ull /* no wait of the test longer: the proxy must answer well before */
 

@@ -211,7 +211,7 @@ START_TEST(bad_input)
 	int rc = mori_mem_open_remote(c, dead, "target/a", &m);
 	ck_assert_msg(rc == MORI_ECONN, "unreachable node gave %s", mori_strerror(rc));
 	ck_assert_ptr_nonnull(strstr(mori_client_last_error(c), dead));
-	/* and why: morid's own probe beside nng's dialer (daemon/peer_probe.c) */
+	/* and why: morid's own probe beside nng's dialer (daemon/peer/peer_probe.c) */
 	ck_assert_msg(strstr(mori_client_last_error(c), "connection refused"), "no reason: %s", mori_client_last_error(c));
 	ck_assert_uint_lt(mori_now_us() - t0, 20000000); /* the 5 s lookup deadline, with room for a loaded machine */
 	ck_assert_int_eq(mori_mem_open_remote(c, "no-port", "target/a", &m), MORI_EINVAL);

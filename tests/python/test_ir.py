@@ -25,7 +25,7 @@ def fresh(monkeypatch):
 
 
 def test_table_from_the_build():
-    assert os.path.isfile(TABLE), "make all builds the table (kernels/ir.mk)"
+    assert os.path.isfile(TABLE), "make all builds the table (mk/ir.mk)"
     with open(TABLE) as f:
         raw = json.load(f)
     if not os.path.isfile(BC):
@@ -45,7 +45,7 @@ def test_table_from_the_build():
     assert fs["ptr_p2p"]["args"] == ["uint64", "int32", "int32"] and fs["ptr_p2p"]["ret"] == "uint64"
     assert fs["my_pe"]["args"] == [] and fs["my_pe"]["ret"] == "int32"
     assert all(f["symbol"] == ("mori_" + k if k.startswith("coll_") else "mori_shmem_" + k) for k, f in fs.items())
-    # MORI-CCL's device API (kernels/coll.cuh's MORI_COLL_API) in the same table
+    # MORI-CCL's device API (include/mori/device/coll.cuh's MORI_COLL_API) in the same table
     assert fs["coll_peer_ptr"] == {"symbol": "mori_coll_peer_ptr", "args": ["uint64", "uint64", "int32"],
                                    "arg_names": ["d", "p", "rank"], "ret": "uint64"}
     assert fs["coll_barrier_block"]["args"] == ["uint64"] and fs["coll_barrier_block"]["ret"] == "int32"
