@@ -94,6 +94,7 @@ int gpu_dev_get(mori_client *c, struct gpu_ctx *x, int ordinal, struct gpu_dev *
 int gpu_host_dptr(mori_client *c, struct gpu_ctx *x, struct gpu_dev *d, mori_mem *m, gpu_dptr *out);
 int gpu_push(const struct gpu_api *g, struct gpu_dev *d);
 void gpu_pop(const struct gpu_api *g);
+void gpu_ctx_free(mori_client *c);
 
 /* gpu_span.c: ranges over several VMM allocations mapped back to back (expandable segments). */
 struct gpu_piece { gpu_dptr base; uint64_t size; }; /* one VMM allocation's mapping */

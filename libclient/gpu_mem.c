@@ -636,3 +636,5 @@ void gpu_ctx_free(mori_client *c)
 	free(x);
 	c->gpu = NULL;
 }
+
+__attribute__((constructor)) static void gpu_mem_hooks(void) { client_on_close(CLOSE_GPU, gpu_ctx_free); }

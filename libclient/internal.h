@@ -138,13 +138,40 @@ int client_forked(const mori_client *c);     /* 1 in a child of the opener (no e
 /* Has morid closed our session? (Never consumes a reply another thread waits for.) */
 int client_session_gone(mori_client *c);
 /* Tell the daemon no copy of ours still touches revoked region m (cross-memory attach). */
-void mem_ack_revoke(mori_client *c, mori_mem *m);
+void client_ack_revoke(mori_client *c, const mori_mem *m);
 /* Submit one SQE, ringing the doorbell when the daemon sleeps. MORI_EAGAIN when full. */
 int client_submit(mori_client *c, const struct mori_sqe *e);
 /* Drain the CQ: completes transfers, queues notifications, marks revocations. */
 void client_reap(mori_client *c);
 /* Block on the CQ doorbell up to timeout_us (after the ring said empty). */
 void client_sleep(mori_client *c, int64_t timeout_us);
+/* What the files above client.c do at its events, so that client.c calls none of them. Each file
+ * registers from a constructor, which runs only where the file is linked: where none of its
+ * objects can exist, there is nothing to close. mori_client_close runs the close steps in this
+ * order. */
+enum client_close_step {
+	CLOSE_GROUPS,   /* shmem.c: groups hold regions and transfers of their own */
+	CLOSE_XFERS,    /* xfer.c: cross-node transfers still in flight */
+	CLOSE_REGIONS,  /* mem.c: every region left registered or open */
+	CLOSE_POOL,     /* xfer.c: the copy threads */
+	CLOSE_GPU,      /* gpu_mem.c: the GPU context */
+	CLOSE_STEPS
+};
+void client_on_close(enum client_close_step step, void (*fn)(mori_client *c));
+/* client_reap's events: a transfer completed (CQE_XFER_DONE), an opened region revoked by its
+ * owner (CQE_REVOKED). */
+void client_on_xfer_done(void (*fn)(mori_client *c, uint64_t id, int code, const char *msg));
+void client_on_revoked(void (*fn)(mori_client *c, uint64_t region_id));
+/* The hang-up watcher saw morid close the session. */
+void client_on_session_lost(void (*fn)(mori_client *c));
+
+/* arena.c: the argument arena of the ring pair (c->lay.arena_bytes). arena_alloc: MORI_EAGAIN
+ * when full; arena_init: MORI_ENOMEM. */
+int arena_init(mori_client *c);
+void arena_fini(mori_client *c);
+int arena_alloc(mori_client *c, uint64_t len, uint64_t *off);
+void arena_release(mori_client *c, uint64_t off, uint64_t len);
+
 /* xfer.c: end (MORI_ECANCELED) the daemon-side transfers that use m, which is being deregistered;
  * returns how many. */
 int xfer_cancel_mem(mori_client *c, mori_mem *m);
@@ -156,22 +183,17 @@ int xfer_cancel_mem(mori_client *c, mori_mem *m);
 int mem_open_handle(mori_client *c, const Mori__Handle *h, mori_mem **out);
 int mem_open_heap(mori_client *c, const Mori__Handle *h, mori_mem **out);
 void mem_take_handle(mori_mem *m, const Mori__Handle *h);
-/* shmem.c: leave every group of c (mori_client_close). */
-void shmem_close_all(mori_client *c);
-/* shmem.c: morid is gone (the session hung up): set each group's abort word (TEARDOWN, PE -1)
- * unless it is set already, so that waits on it end. */
-void shmem_session_lost(mori_client *c);
 /* client.c: start c's hang-up watcher once (with its first group): one thread that polls the
- * session for hang-up only, never reads it, and calls shmem_session_lost. Caller holds
+ * session for hang-up only, never reads it, and runs the session-lost hook. Caller holds
  * group_lock. 0, or MORI_ESYS. */
 int client_hup_watch(mori_client *c);
 
 /* copy.c: memcpy over several threads for large batches. */
 struct copy_pool *copy_pool_new(int threads);
-void copy_pool_free(struct copy_pool *p);
 struct copy_op { uint8_t *dst; const uint8_t *src; uint64_t len; };
 /* Copy every op (total: their bytes), split across the pool's threads; a batch with an op whose
  * sides overlap runs on the caller's thread, in order, with memmove for that op (mori.h). */
+void copy_pool_free(struct copy_pool *p);
 void copy_pool_run(struct copy_pool *p, const struct copy_op *ops, size_t n, uint64_t total);
 
 /* gpu_*.c: GPU memory and copies; MORI_ENOGPU where no runtime is present. */
@@ -208,7 +230,6 @@ int xfer_check_desc(mori_client *c, const mori_mem *l, const mori_mem *r, const 
 void gpu_list_free(mori_client *c, struct mori_xfer_list *l);
 int gpu_xfer_list(mori_client *c, mori_xfer_op op, struct mori_xfer_list *l, const uint32_t *idx, size_t n,
 		  void *stream, struct mori_xfer *x);
-void gpu_ctx_free(mori_client *c);
 /* Is this pointer device memory? 1 yes, 0 no, <0 no runtime. */
 int gpu_ptr_is_device(const void *ptr);
 

@@ -73,7 +73,9 @@ int shmem_abort_status(mori_group *g)
 			 pe >= 0 ? " (a PE left it)" : " (its root daemon, or this node's morid, went away)");
 }
 
-void shmem_session_lost(mori_client *c)
+/* morid is gone (the session hung up): set each group's abort word (TEARDOWN, PE -1) unless it
+ * is set already, so that waits on it end. */
+static void shmem_session_lost(mori_client *c)
 {
 	pthread_mutex_lock(&c->group_lock); /* a leaving group unlinks under it before it unmaps */
 	for (mori_group *g = c->groups; g; g = g->next) {
@@ -602,10 +604,16 @@ int mori_shmem_finalize(mori_group *g)
 	return MORI_OK;
 }
 
-void shmem_close_all(mori_client *c)
+static void shmem_close_all(mori_client *c)
 {
 	while (c->groups)
 		mori_shmem_finalize(c->groups);
+}
+
+__attribute__((constructor)) static void shmem_hooks(void)
+{
+	client_on_session_lost(shmem_session_lost);
+	client_on_close(CLOSE_GROUPS, shmem_close_all);
 }
 
 /* ---- queries ---- */

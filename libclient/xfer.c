@@ -19,88 +19,6 @@
 #define DEADLINE_GRACE_US 2000000 /* the daemon owns cross-node deadlines; this is a backstop */
 #define CMA_IOV 1024              /* iovecs per process_vm_* call (IOV_MAX) */
 
-/* ---- the argument arena: first fit over a sorted free list, 64-byte granules ---- */
-
-struct arena_block {
-	struct arena_block *next;
-	uint64_t off, len;
-};
-
-int arena_init(mori_client *c)
-{
-	struct arena_block *b = calloc(1, sizeof(*b));
-	if (!b)
-		return set_error(c, MORI_ENOMEM, "out of memory");
-	b->off = 0;
-	b->len = c->lay.arena_bytes;
-	c->arena_free = b;
-	return MORI_OK;
-}
-
-void arena_fini(mori_client *c)
-{
-	while (c->arena_free) {
-		struct arena_block *n = c->arena_free->next;
-		free(c->arena_free);
-		c->arena_free = n;
-	}
-}
-
-static int arena_alloc(mori_client *c, uint64_t len, uint64_t *off)
-{
-	len = (len + 63) & ~63ull;
-	int rc = MORI_EAGAIN;
-	pthread_mutex_lock(&c->arena_lock);
-	for (struct arena_block **p = &c->arena_free; *p; p = &(*p)->next) {
-		struct arena_block *b = *p;
-		if (b->len < len)
-			continue;
-		*off = b->off;
-		b->off += len;
-		b->len -= len;
-		if (b->len == 0) {
-			*p = b->next;
-			free(b);
-		}
-		rc = MORI_OK;
-		break;
-	}
-	pthread_mutex_unlock(&c->arena_lock);
-	return rc;
-}
-
-static void arena_release(mori_client *c, uint64_t off, uint64_t len)
-{
-	len = (len + 63) & ~63ull;
-	pthread_mutex_lock(&c->arena_lock);
-	struct arena_block **p = &c->arena_free, *prev = NULL;
-	while (*p && (*p)->off < off) {
-		prev = *p;
-		p = &(*p)->next;
-	}
-	struct arena_block *next = *p;
-	if (prev && prev->off + prev->len == off) {
-		prev->len += len;
-		if (next && prev->off + prev->len == next->off) {
-			prev->len += next->len;
-			prev->next = next->next;
-			free(next);
-		}
-	} else if (next && off + len == next->off) {
-		next->off = off;
-		next->len += len;
-	} else {
-		struct arena_block *b = malloc(sizeof(*b));
-		if (b) { /* on failure the space is lost until the client closes; never corrupted */
-			b->off = off;
-			b->len = len;
-			b->next = next;
-			*p = b;
-		}
-	}
-	pthread_mutex_unlock(&c->arena_lock);
-}
-
 /* ---- the table of transfers waiting for the daemon ---- */
 
 static void finish(struct mori_xfer *x, int code, const char *msg)
@@ -113,7 +31,7 @@ static void finish(struct mori_xfer *x, int code, const char *msg)
 		atomic_fetch_sub(&x->local->inflight, 1);
 	if (x->remote && atomic_fetch_sub(&x->remote->inflight, 1) == 1 &&
 	    atomic_load(&x->remote->ack_pending) && atomic_exchange(&x->remote->ack_pending, 0))
-		mem_ack_revoke(x->c, x->remote);
+		client_ack_revoke(x->c, x->remote);
 	atomic_store_explicit(&x->state, XS_DONE, memory_order_release);
 }
 
@@ -127,7 +45,7 @@ static void table_remove_locked(mori_client *c, struct mori_xfer *x)
 		}
 }
 
-void xfer_complete_id(mori_client *c, uint64_t id, int code, const char *msg)
+static void xfer_complete_id(mori_client *c, uint64_t id, int code, const char *msg)
 {
 	pthread_mutex_lock(&c->xfer_lock);
 	for (size_t i = 0; i < c->npending; i++) {
@@ -144,7 +62,7 @@ void xfer_complete_id(mori_client *c, uint64_t id, int code, const char *msg)
 	pthread_mutex_unlock(&c->xfer_lock);
 }
 
-void xfer_close_all(mori_client *c)
+static void xfer_close_all(mori_client *c)
 {
 	/* Give in-flight cross-node transfers a moment, then forget them (the daemon fails them
 	 * when the session closes). Handles stay owned by the application. */
@@ -160,6 +78,19 @@ void xfer_close_all(mori_client *c)
 		finish(x, MORI_ECANCELED, "client closed");
 	}
 	pthread_mutex_unlock(&c->xfer_lock);
+}
+
+static void pool_close(mori_client *c)
+{
+	if (c->pool)
+		copy_pool_free(c->pool);
+}
+
+__attribute__((constructor)) static void xfer_hooks(void)
+{
+	client_on_xfer_done(xfer_complete_id);
+	client_on_close(CLOSE_XFERS, xfer_close_all);
+	client_on_close(CLOSE_POOL, pool_close); /* the pool is made by host_batch, below */
 }
 
 /* m is being deregistered while daemon-side transfers still use it: ask the daemon to drop
