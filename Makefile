@@ -195,7 +195,8 @@ install: $(B)/morid $(addprefix $(B)/,$(TOOLS)) $(B)/libmori.so $(B)/libmori.a
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include \
 	  $(DESTDIR)/etc/mori $(DESTDIR)$(PREFIX)/lib/systemd/system
 	install -m 755 $(B)/morid $(addprefix $(B)/,$(TOOLS)) $(DESTDIR)$(PREFIX)/bin/
-	install -m 644 include/mori.h include/mori_shmem.h include/mori_ep.h include/mori_coll.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 include/mori.h include/mori_types.h include/mori_shmem.h include/mori_ep.h include/mori_coll.h \
+	  $(DESTDIR)$(PREFIX)/include/
 	install -m 755 $(B)/libmori.so $(DESTDIR)$(PREFIX)/lib/libmori.so.$(VERSION)
 	ln -sf libmori.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/$(SONAME)
 	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libmori.so

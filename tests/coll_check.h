@@ -163,9 +163,9 @@ static int cc_case(int me, int n, mori_comm *k, struct cc_io *io, int coll, mori
 	}
 	PCHECK(me, rc == 0, "%s: %s (%s)", what, mori_strerror(rc), mori_client_last_error(NULL));
 	POK(me, io->sync(io));
-	int pe = -1;
-	rc = mori_comm_status(k, &pe);
-	PCHECK(me, rc == 0, "%s: status %s pe %d (%s)", what, mori_strerror(rc), pe, mori_client_last_error(NULL));
+	mori_status st;
+	rc = mori_comm_status(k, &st);
+	PCHECK(me, rc == 0, "%s: status %s pe %d (%s)", what, mori_strerror(rc), st.pe, st.message);
 	POK(me, io->get(io, hout, dbuf, buf_el * es + CC_GUARD));
 	/* the expected output, from every rank's input regenerated here */
 	memset(exp, 0xa5, out_el * es + 1);

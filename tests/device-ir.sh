@@ -28,7 +28,7 @@ if [ "${1:-}" = bundle ]; then
 	B=$B tests/run-all test_ir_bitcode > /dev/null || { cat "$B/test-logs/test_ir_bitcode.log"; exit 1; }
 	[ -x "$B/tests/ir_rdc_ring" ] || { echo "no $B/tests/ir_rdc_ring (nvcc?)"; exit 1; }
 	dev_bundle "$BUNDLE" "$B/morid" "$B/libmori.so" "$B/tests/ir_rdc_ring"
-	cp -L "$B/libmori.so.0" "$BUNDLE/lib/" # ir_rdc_ring's soname (ldd here does not resolve it)
+	cp -L "$B/libmori.so.1" "$BUNDLE/lib/" # ir_rdc_ring's soname (ldd here does not resolve it)
 	mkdir -p "$BUNDLE/ir"
 	cp "$B"/kernels/ir/libmori_shmem_device.bc "$B"/kernels/ir/libmori_shmem_device.json "$BUNDLE/ir/"
 	du -sh "$BUNDLE"

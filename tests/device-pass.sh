@@ -27,7 +27,7 @@ if [ "${1:-}" = bundle ]; then
 	. tests/devicelib.bash
 	dev_bundle "$P" "$B"/morid "$B"/moractl "$B"/mori-bench "$B"/mori-kvreplay "$B"/mori-gpubench "$B"/mori-viz \
 		"$B"/libmori.so "$B"/tests/ir_rdc_ring "$B"/tests/test_gpu_*
-	cp -L "$B/libmori.so.0" "$P/lib/"
+	cp -L "$B/libmori.so.1" "$P/lib/"
 	mkdir -p "$P/ir" "$P/data"
 	cp "$B"/kernels/ir/libmori_shmem_device.bc "$B"/kernels/ir/libmori_shmem_device.json "$P/ir/"
 	cp tools/bench_nvshmem.cu "$P/"

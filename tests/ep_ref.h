@@ -152,14 +152,14 @@ static int ep_pe_open(struct pe *p, int me, int n, uint64_t heap, const char *di
 	PCHECK(me, p->g && !p->g->device_get(&dev, 0) && !p->g->primary_ctx_retain(&ctx, dev) && !p->g->ctx_push_current(ctx),
 	       "no GPU context: %s", gpu_unavailable_reason());
 	POK(me, mori_client_open(dir, "ep-pe", &p->c));
-	mori_group_opts o;
-	mori_group_opts_init(&o);
+	mori_shmem_opts o;
+	mori_shmem_opts_init(&o, sizeof(o));
 	o.heap_kind = MORI_MEM_VRAM;
 	o.heap_size = heap;
 	o.gpu_device = 0;
 	o.timeout_us = 60000000;
 	o.root = root;
-	POK(me, mori_group_join(p->c, name, me, n, &o, &p->grp));
+	POK(me, mori_shmem_init(p->c, name, me, n, &o, &p->grp));
 	GOK(me, p->g->stream_create(&p->s, GPU_STREAM_NON_BLOCKING));
 	p->cap_tok = IN_BYTES;
 	GOK(me, p->g->mem_alloc(&p->in, IN_BYTES));
@@ -181,16 +181,16 @@ static int ep_pe_open(struct pe *p, int me, int n, uint64_t heap, const char *di
 }
 static void pe_close(struct pe *p)
 {
-	mori_group_leave(p->grp);
+	mori_shmem_finalize(p->grp);
 	mori_client_close(p->c);
 }
 
-static int es_of(int dtype) { return dtype == MORI_EP_FP32 ? 4 : dtype == MORI_EP_BF16 ? 2 : 1; }
+static int es_of(int dtype) { return dtype == MORI_FLOAT32 ? 4 : dtype == MORI_BFLOAT16 ? 2 : 1; }
 
 static mori_ep_config cfg_of(const struct shape *c, int me)
 {
 	mori_ep_config f;
-	mori_ep_config_init(&f);
+	mori_ep_config_init(&f, sizeof(f));
 	f.rank = me, f.world_size = c->W, f.hidden_dim = c->H, f.max_num_inp_token_per_rank = c->M;
 	f.num_experts_per_rank = c->epr, f.num_experts_per_token = c->K, f.data_type = c->dtype;
 	f.kernel_type = c->mode + ep_kt_add, f.max_token_type_size = 2;
@@ -209,7 +209,7 @@ static void make_input(struct pe *p, const struct shape *c, uint64_t seed, int s
 	for (int t = 0; t < T; t++)
 		for (int h = 0; h < H; h++) {
 			uint8_t *q = p->h_in + ((size_t)t * H + h) * es;
-			if (c->dtype == MORI_EP_FP8_E4M3)
+			if (c->dtype == MORI_FLOAT8_E4M3)
 				*q = x8(s, t, h);
 			else {
 				uint16_t b = f2bf(xval(s, t, h));
@@ -263,7 +263,7 @@ static int check_slot(struct pe *p, const struct shape *c, const uint8_t *row, c
 	for (int j = 0; j < c->scale_dim; j++)
 		PCHECK(me, sc[j] == sval(s, t, j), "scale %d of (%d,%d): %g", j, s, t, sc[j]);
 	for (int h = 0; h < H; h++) {
-		if (c->dtype == MORI_EP_FP8_E4M3)
+		if (c->dtype == MORI_FLOAT8_E4M3)
 			PCHECK(me, row[h] == x8(s, t, h), "fp8 row of (%d,%d) elem %d: %#x", s, t, h, row[h]);
 		else {
 			uint16_t b;
@@ -339,7 +339,7 @@ static int check_dispatch(struct pe *p, const struct shape *c, const mori_ep_rec
 				       l, s, t, k, p->h_tmp[t * K + k]);
 			}
 		}
-		if (c->dtype == MORI_EP_FP8_E4M3 || c->quant) { /* the expert: decode (fp8 input: scales carried,
+		if (c->dtype == MORI_FLOAT8_E4M3 || c->quant) { /* the expert: decode (fp8 input: scales carried,
 								       not applied; quantised: applied) */
 			const size_t ss = (size_t)((c->scale_dim * 4 + 15) & ~15);
 			for (int64_t i = 0; i < n; i++)
@@ -382,7 +382,7 @@ static int check_combine(struct pe *p, const struct shape *c, uint64_t seed, int
 		for (int h = 0; h < H; h++) {
 			uint16_t b;
 			memcpy(&b, p->h_out + ((size_t)t * H + h) * 2, 2);
-			double x = c->dtype == MORI_EP_FP8_E4M3 ? e4m3(x8(me, t, h)) : xval(me, t, h);
+			double x = c->dtype == MORI_FLOAT8_E4M3 ? e4m3(x8(me, t, h)) : xval(me, t, h);
 			double want = x * f, got = bf2f(b), tol = c->quant ? 7e-2 : 1e-2; /* fp8: the bound */
 			xy += want * got;
 			xx += want * want + got * got;
@@ -415,17 +415,17 @@ static int round_trip(struct pe *p, mori_ep_handle *h, const struct shape *c, ui
 	p->eo_to = pull ? cin : p->eo;
 	if (check_dispatch(p, c, &r, seed))
 		return 1;
-	const int fp8 = c->dtype == MORI_EP_FP8_E4M3 || c->quant; /* the experts decode fp8 rows to bf16 */
+	const int fp8 = c->dtype == MORI_FLOAT8_E4M3 || c->quant; /* the experts decode fp8 rows to bf16 */
 	void *eo = fp8 ? (void *)(uintptr_t)p->eo_to : r.tokens; /* identity experts */
 	if (pull && !fp8) {
 		size_t rows = (size_t)r.max_recv * (size_t)(c->mode ? c->epr : 1);
 		GOK(me, p->g->memcpy_dtod_async(cin, (gpu_dptr)(uintptr_t)r.tokens, rows * (size_t)c->H * 2, p->s));
 		eo = (void *)(uintptr_t)cin;
 	}
-	POK(me, mori_ep_combine(h, MORI_EP_BF16, eo, NULL, (int32_t *)(uintptr_t)p->idx, (void *)(uintptr_t)p->out, p->s));
+	POK(me, mori_ep_combine(h, MORI_BFLOAT16, eo, NULL, (int32_t *)(uintptr_t)p->idx, (void *)(uintptr_t)p->out, p->s));
 	if (check_combine(p, c, seed, T, diff))
 		return 1;
-	POK(me, mori_ep_status(h, 0));
+	POK(me, mori_ep_status(h, NULL));
 	return 0;
 }
 

@@ -152,7 +152,7 @@ static inline void gpu_random_moves(uint64_t *seed, struct gpu_move *mv, size_t 
 static inline void gpu_moves_to_descs(const struct gpu_move *mv, size_t n, int op, mori_desc *d)
 {
 	for (size_t i = 0; i < n; i++)
-		d[i] = op == MORI_OP_WRITE ? (mori_desc){mv[i].src, mv[i].dst, mv[i].len}
+		d[i] = op == MORI_XFER_WRITE ? (mori_desc){mv[i].src, mv[i].dst, mv[i].len}
 					   : (mori_desc){mv[i].dst, mv[i].src, mv[i].len};
 }
 

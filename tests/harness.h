@@ -299,7 +299,7 @@ static inline int write_until_refused(mori_mem *l, mori_mem *r, uint64_t within_
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (;;) {
 		mori_xfer *x;
-		rc = mori_write(l, 0, r, 0, 4096, NULL, &x);
+		rc = mori_xfer_write(l, 0, r, 0, 4096, NULL, &x);
 		if (rc == MORI_OK) {
 			rc = mori_xfer_wait(x, 1000000);
 			mori_xfer_free(x);

@@ -269,10 +269,10 @@ struct rand_xfer {
 static void rand_xfer_draw(uint64_t *s, struct rand_xfer *x, int which, int notify_reads, const mori_desc *slots,
 			   uint64_t lsz)
 {
-	x->op = (test_rand(s) & 1) ? MORI_OP_WRITE : MORI_OP_READ;
+	x->op = (test_rand(s) & 1) ? MORI_XFER_WRITE : MORI_XFER_READ;
 	x->form = (int)(test_rand(s) % 3);
-	x->o = (mori_xfer_opts){0};
-	if ((notify_reads || x->op == MORI_OP_WRITE) && (test_rand(s) & 3) == 0) {
+	x->o = (mori_xfer_opts){.size = sizeof(mori_xfer_opts)};
+	if ((notify_reads || x->op == MORI_XFER_WRITE) && (test_rand(s) & 3) == 0) {
 		x->o.has_notif = 1;
 		x->o.notif_tag = test_rand(s);
 	}
@@ -294,10 +294,10 @@ static void rand_xfer_submit(struct rand_xfer *x, mori_mem *l, mori_mem *r, mori
 	const mori_desc *d = &x->d[0];
 	if (x->form == 2)
 		OK(mori_xfer_submit(list, x->op, x->idx, x->n, &x->o, out));
-	else if (x->form == 0 && x->op == MORI_OP_WRITE)
-		OK(mori_write(l, d->local_offset, r, d->remote_offset, d->length, &x->o, out));
+	else if (x->form == 0 && x->op == MORI_XFER_WRITE)
+		OK(mori_xfer_write(l, d->local_offset, r, d->remote_offset, d->length, &x->o, out));
 	else if (x->form == 0)
-		OK(mori_read(l, d->local_offset, r, d->remote_offset, d->length, &x->o, out));
+		OK(mori_xfer_read(l, d->local_offset, r, d->remote_offset, d->length, &x->o, out));
 	else
 		OK(mori_xfer_batch(x->op, l, r, x->d, x->n, &x->o, out));
 }
@@ -306,7 +306,7 @@ static void rand_xfer_submit(struct rand_xfer *x, mori_mem *l, mori_mem *r, mori
  * region `which`, or local memory at lp. Equal before and after: the bytes arrived. */
 static uint64_t rand_xfer_hash(struct target *t, int which, const uint8_t *lp, const struct rand_xfer *x, int dst)
 {
-	if ((x->op == MORI_OP_WRITE) == dst)
+	if ((x->op == MORI_XFER_WRITE) == dst)
 		return ask_hash(t, (uint32_t)which, x->dd, x->ii, x->n);
 	return local_hash(lp, x->dd, x->ii, x->n);
 }

@@ -33,13 +33,13 @@ int main(int argc, char **argv)
 	mori_client *c = NULL;
 	mori_group *g;
 	MK(mori_client_open(NULL, "ir_rdc_ring", &c));
-	mori_group_opts o;
-	mori_group_opts_init(&o);
+	mori_shmem_opts o;
+	mori_shmem_opts_init(&o, sizeof(o));
 	o.heap_kind = MORI_MEM_VRAM;
 	o.heap_size = 64u << 20;
 	o.timeout_us = 60000000;
 	o.root = getenv("IR_ROOT"); /* PEs split over two morids: the root's peer listener */
-	MK(mori_group_join(c, "ir-rdc-ring", me, n, &o, &g));
+	MK(mori_shmem_init(c, "ir-rdc-ring", me, n, &o, &g));
 	char err[256];
 	if (ring_set_state(mori_shmem_state(g), err, sizeof(err))) {
 		fprintf(stderr, "PE %d: %s\n", me, err);
@@ -77,7 +77,7 @@ int main(int argc, char **argv)
 	MK(mori_shmem_free(g, sig));
 	MK(mori_shmem_free(g, src));
 	MK(mori_shmem_free(g, dst));
-	mori_group_leave(g);
+	mori_shmem_finalize(g);
 	mori_client_close(c);
 	return ok ? 0 : 1;
 }

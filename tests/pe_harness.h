@@ -98,12 +98,12 @@ static inline double pe_run_all(int n, pe_fn fn, void *arg, int timeout_s, int l
  * joined within 5 s. */
 static inline mori_group *join_alone(mori_client *c, const char *name, uint64_t heap_size)
 {
-	mori_group_opts o;
-	mori_group_opts_init(&o);
+	mori_shmem_opts o;
+	mori_shmem_opts_init(&o, sizeof(o));
 	o.heap_size = heap_size;
 	o.timeout_us = 5000000;
 	mori_group *g = NULL;
-	OK(mori_group_join(c, name, 0, 1, &o, &g));
+	OK(mori_shmem_init(c, name, 0, 1, &o, &g));
 	return g;
 }
 #endif

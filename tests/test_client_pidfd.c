@@ -111,7 +111,7 @@ static void read_checked(mori_mem *l, const uint8_t *mine, size_t len, mori_mem 
 			 unsigned mul, unsigned add)
 {
 	mori_xfer *x;
-	OK(mori_read(l, 0, r, off, len, NULL, &x));
+	OK(mori_xfer_read(l, 0, r, off, len, NULL, &x));
 	OK(mori_xfer_wait(x, wait_us));
 	mori_xfer_free(x);
 	for (size_t i = 0; i < len; i++)
@@ -125,8 +125,8 @@ START_TEST(pe_dies_while_socket_held)
 {
 	int pfd[2];
 	ck_assert_int_eq(pipe(pfd), 0);
-	mori_group_opts o;
-	mori_group_opts_init(&o);
+	mori_shmem_opts o;
+	mori_shmem_opts_init(&o, sizeof(o));
 	o.heap_size = 1u << 20;
 	o.timeout_us = 20000000;
 	pid_t pe1 = fork();
@@ -137,7 +137,7 @@ START_TEST(pe_dies_while_socket_held)
 		mori_client *c;
 		mori_group *g;
 		mori_mem *m;
-		if (mori_client_open(D.dir, "pe1", &c) || mori_group_join(c, "pidfd", 1, 2, &o, &g))
+		if (mori_client_open(D.dir, "pe1", &c) || mori_shmem_init(c, "pidfd", 1, 2, &o, &g))
 			_exit(10);
 		if (mori_mem_register(c, buf, sizeof(buf), MORI_MEM_HOST, &m) || mori_mem_publish(m, "pidfd/pe1"))
 			_exit(11);
@@ -150,7 +150,7 @@ START_TEST(pe_dies_while_socket_held)
 	mori_client *c;
 	mori_group *g;
 	OK(mori_client_open(D.dir, "pe0", &c));
-	OK(mori_group_join(c, "pidfd", 0, 2, &o, &g));
+	OK(mori_shmem_init(c, "pidfd", 0, 2, &o, &g));
 	pid_t h = 0;
 	ck_assert_int_eq(read(pfd[0], &h, sizeof(h)), sizeof(h));
 	int st;
@@ -167,7 +167,7 @@ START_TEST(pe_dies_while_socket_held)
 	mori_mem *m = NULL;
 	rc = mori_mem_open_remote(c, NULL, "pidfd/pe1", &m);
 	ck_assert_msg(rc != MORI_OK, "the dead PE's published name still opens");
-	mori_group_leave(g);
+	mori_shmem_finalize(g);
 	uint32_t clients, regions; /* its region goes with it; ours (the heap) went with leave */
 	int gone = ctl_wait_clients(D.dir, 1, 0, 2000, &clients, &regions);
 	kill(h, SIGKILL);
@@ -227,7 +227,7 @@ START_TEST(cma_owner_exits_while_socket_held)
 	ck_assert_msg(held, "the holder %d was gone: the test proved nothing", (int)h);
 	ck_assert_msg(gone, "morid still lists %u clients, %u regions (want 1, 1: ours)", clients, regions);
 	mori_xfer *x;
-	int rc = mori_read(l, 0, r, 0, sizeof(mine), NULL, &x);
+	int rc = mori_xfer_read(l, 0, r, 0, sizeof(mine), NULL, &x);
 	if (rc == MORI_OK) {
 		rc = mori_xfer_wait(x, 5000000);
 		mori_xfer_free(x);
@@ -339,7 +339,7 @@ START_TEST(cma_owner_changes_uid)
 	ck_assert_int_eq(read(P.up[0], &x, 1), 1); /* the owner runs as root now, and lives */
 	memset(mine, 0, sizeof(mine));
 	mori_xfer *t;
-	int rc = mori_read(l, 0, r, 64, sizeof(mine), NULL, &t);
+	int rc = mori_xfer_read(l, 0, r, 64, sizeof(mine), NULL, &t);
 	if (rc == MORI_OK) {
 		rc = mori_xfer_wait(t, 10000000);
 		mori_xfer_free(t);

@@ -29,18 +29,18 @@ static void rank_main(int r)
 	mori_client *c;
 	if (mori_client_open(D.dir, "a2a", &c))
 		_exit(2);
-	mori_group_opts o;
-	mori_group_opts_init(&o);
+	mori_shmem_opts o;
+	mori_shmem_opts_init(&o, sizeof(o));
 	o.heap_size = 4u << 20; /* the communicator's flags and tables for 257 ranks take about 2 MiB */
 	o.timeout_us = 90000000;
 	mori_group *g;
-	int rc = mori_group_join(c, "a2a-scratch", r, N, &o, &g);
+	int rc = mori_shmem_init(c, "a2a-scratch", r, N, &o, &g);
 	if (rc) {
 		fprintf(stderr, "rank %d: join: %s\n", r, mori_client_last_error(c));
 		_exit(3);
 	}
 	mori_comm_opts co;
-	mori_comm_opts_init(&co);
+	mori_comm_opts_init(&co, sizeof(co));
 	co.scratch_bytes = 4096;
 	mori_comm *k;
 	if ((rc = mori_comm_create(g, &co, &k))) {
@@ -67,7 +67,7 @@ static void rank_main(int r)
 			_exit(7);
 		}
 	mori_comm_destroy(k);
-	mori_group_leave(g);
+	mori_shmem_finalize(g);
 	mori_client_close(c);
 	_exit(0);
 }

@@ -74,14 +74,14 @@ static int open_pe(int pe, int n, const char *name, int64_t timeout_us, mori_cli
 {
 	struct test_node *nd = two_nodes && (pe & 1) ? &NB : &NA;
 	POK(pe, mori_client_open(nd->dir, "coll-pe", c));
-	mori_group_opts o;
-	mori_group_opts_init(&o);
+	mori_shmem_opts o;
+	mori_shmem_opts_init(&o, sizeof(o));
 	o.heap_size = HEAP;
 	o.root = two_nodes ? NA.addr : NULL;
 	o.timeout_us = timeout_us;
-	POK(pe, mori_group_join(*c, name, pe, n, &o, g));
+	POK(pe, mori_shmem_init(*c, name, pe, n, &o, g));
 	mori_comm_opts co;
-	mori_comm_opts_init(&co);
+	mori_comm_opts_init(&co, sizeof(co));
 	co.scratch_bytes = SCRATCH;
 	POK(pe, mori_comm_create(*g, &co, k));
 	PCHECK(pe, mori_comm_rank(*k) == pe && mori_comm_size(*k) == n, "rank %d size %d", mori_comm_rank(*k),
@@ -106,7 +106,7 @@ static int pe_all(int pe, int n, void *arg)
 	if (all_cases(pe, n, k, &io, n <= 3)) /* 1000003: on 1-3 ranks (2 cores; the GPU test runs all) */
 		return 1;
 	mori_comm_destroy(k);
-	mori_group_leave(g);
+	mori_shmem_finalize(g);
 	mori_client_close(c);
 	return 0;
 }
@@ -147,7 +147,7 @@ static int pe_windows(int pe, int n, void *arg)
 	POK(pe, mori_comm_window_deregister(k, w));
 	mori_comm_destroy(k);
 	POK(pe, mori_shmem_free(g, a.base));
-	mori_group_leave(g);
+	mori_shmem_finalize(g);
 	mori_client_close(c);
 	return 0;
 }
@@ -188,7 +188,7 @@ static int pe_faults(int pe, int n, void *arg)
 	       "an over-range byte count accepted");
 	{ /* scratch that would wrap the communicator's area: refused on every rank, nothing allocated */
 		mori_comm_opts co;
-		mori_comm_opts_init(&co);
+		mori_comm_opts_init(&co, sizeof(co));
 		co.scratch_bytes = UINT64_MAX - 255;
 		mori_comm *k2 = NULL;
 		int rc = mori_comm_create(g, &co, &k2);
@@ -232,7 +232,7 @@ static int pe_faults(int pe, int n, void *arg)
 		PCHECK(pe, rc == MORI_ETIMEDOUT, "after the timeout: %s", mori_strerror(rc));
 	}
 	mori_comm_destroy(k);
-	mori_group_leave(g);
+	mori_shmem_finalize(g);
 	mori_client_close(c);
 	return 0;
 }

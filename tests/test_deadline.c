@@ -58,7 +58,7 @@ static void pair_open(struct pair *p, size_t size)
 	OK(mori_mem_alloc(p->ca, size, MORI_MEM_HOST, &p->l));
 	OK(mori_mem_open_remote(p->ca, NB.addr, "deadline/r", &p->rr));
 	mori_xfer *x; /* the data streams are up */
-	OK(mori_write(p->l, 0, p->rr, 0, 4096, NULL, &x));
+	OK(mori_xfer_write(p->l, 0, p->rr, 0, 4096, NULL, &x));
 	OK(mori_xfer_wait(x, 5000000));
 	mori_xfer_free(x);
 }
@@ -77,14 +77,14 @@ static int timed(struct pair *p, int read, const mori_xfer_opts *o, int limit_ms
 	mori_xfer *x;
 	uint64_t t0 = mori_now_us();
 	size_t n = mori_mem_size(p->l);
-	OK(read ? mori_read(p->l, 0, p->rr, 0, n, o, &x) : mori_write(p->l, 0, p->rr, 0, n, o, &x));
+	OK(read ? mori_xfer_read(p->l, 0, p->rr, 0, n, o, &x) : mori_xfer_write(p->l, 0, p->rr, 0, n, o, &x));
 	int rc = mori_xfer_wait(x, (int64_t)limit_ms * 1000);
 	if (rc == MORI_ETIMEDOUT && mori_xfer_status(x, NULL) == MORI_EINPROGRESS)
 		rc = MORI_EINPROGRESS; /* our wait gave up, not the transfer */
 	*ms = (mori_now_us() - t0) / 1000;
-	const char *m = "";
-	mori_xfer_status(x, &m);
-	snprintf(msg, len, "%s", m);
+	mori_status st;
+	mori_xfer_status(x, &st);
+	snprintf(msg, len, "%s", st.message);
 	mori_xfer_free(x);
 	return rc;
 }
@@ -106,7 +106,7 @@ START_TEST(peer_stopped)
 	ck_assert_uint_lt(ms, DEADLINE_MS + 1500);
 	ck_assert_msg(strstr(msg, NB.addr), "the message names no peer: %s", msg);
 	/* a read, and a timeout of its own (shorter than the daemon's) */
-	mori_xfer_opts o = {.timeout_us = 700000};
+	mori_xfer_opts o = {.size = sizeof(o), .timeout_us = 700000};
 	rc = timed(&p, 1, &o, 8000, &ms, msg, sizeof(msg));
 	ck_assert_msg(rc == MORI_ETIMEDOUT && ms >= 600 && ms < 2000, "read with 700 ms: %s after %llu ms", mori_strerror(rc),
 		      (unsigned long long)ms);
@@ -114,7 +114,7 @@ START_TEST(peer_stopped)
 	node_signal(&NB, SIGCONT);
 	/* it serves again: 256 MiB with a timeout of its own (the daemon's 1.5 s is too short for that
 	 * on a loaded machine, and the deadline was tested above) */
-	mori_xfer_opts again = {.timeout_us = 15000000};
+	mori_xfer_opts again = {.size = sizeof(again), .timeout_us = 15000000};
 	rc = timed(&p, 0, &again, 20000, &ms, msg, sizeof(msg));
 	ck_assert_msg(rc == MORI_OK, "after SIGCONT: %s (%s)", mori_strerror(rc), msg);
 	pair_close(&p);
@@ -135,16 +135,16 @@ START_TEST(link_down)
 	char cmd[256], msg[256];
 	uint64_t ms;
 	mori_xfer *x;
-	mori_xfer_opts o = {.timeout_us = 3000000};
+	mori_xfer_opts o = {.size = sizeof(o), .timeout_us = 3000000};
 	uint64_t t0 = mori_now_us();
-	OK(mori_write(p.l, 0, p.rr, 0, 256 << 20, &o, &x));
+	OK(mori_xfer_write(p.l, 0, p.rr, 0, 256 << 20, &o, &x));
 	snprintf(cmd, sizeof(cmd), "ip -n %s link set %s down", NB.ns, veth);
 	ck_assert_int_eq(system(cmd), 0);
 	int rc = mori_xfer_wait(x, 10000000);
 	ms = (mori_now_us() - t0) / 1000;
-	const char *m = "";
-	mori_xfer_status(x, &m);
-	snprintf(msg, sizeof(msg), "%s", m);
+	mori_status st;
+	mori_xfer_status(x, &st);
+	snprintf(msg, sizeof(msg), "%s", st.message);
 	mori_xfer_free(x);
 	snprintf(cmd, sizeof(cmd), "ip -n %s link set %s up", NB.ns, veth);
 	ck_assert_int_eq(system(cmd), 0);

@@ -21,7 +21,7 @@
 static mori_ep_config base_cfg(void)
 {
 	mori_ep_config c;
-	mori_ep_config_init(&c);
+	mori_ep_config_init(&c, sizeof(c));
 	c.rank = 1;
 	c.world_size = 8;
 	c.hidden_dim = 7168;
@@ -49,7 +49,7 @@ START_TEST(config_checks)
 	refused(c, "multiple of 16");
 	c = base_cfg(), c.hidden_dim = 16; /* 32 bytes: fine in bf16 */
 	ck_assert_int_eq(mori_ep_config_check(&c, NULL, 0), MORI_OK);
-	c.data_type = MORI_EP_FP8_E4M3, c.hidden_dim = 8, c.max_token_type_size = 2; /* 8 fp8 bytes */
+	c.data_type = MORI_FLOAT8_E4M3, c.hidden_dim = 8, c.max_token_type_size = 2; /* 8 fp8 bytes */
 	refused(c, "multiple of 16");
 	c = base_cfg(), c.num_experts_per_token = 33;
 	refused(c, "num_experts_per_token 33");
@@ -61,9 +61,9 @@ START_TEST(config_checks)
 	refused(c, "world_size");
 	c = base_cfg(), c.rank = 8;
 	refused(c, "rank 8");
-	c = base_cfg(), c.data_type = 7;
-	refused(c, "data_type 7");
-	c = base_cfg(), c.data_type = MORI_EP_FP32; /* 4-byte elements, max_token_type_size 2 */
+	c = base_cfg(), c.data_type = (mori_dtype)8; /* ncclFloat64's number: no mori_dtype */
+	refused(c, "data_type 8");
+	c = base_cfg(), c.data_type = MORI_FLOAT32; /* 4-byte elements, max_token_type_size 2 */
 	refused(c, "max_token_type_size");
 	c = base_cfg(), c.kernel_type = 4;
 	refused(c, "kernel_type 4");
@@ -81,14 +81,32 @@ START_TEST(config_checks)
 	refused(c, "quant_type 2");
 	c = base_cfg(), c.quant_type = MORI_EP_QUANT_FP8_BLOCK128, c.scale_dim = 0;
 	refused(c, "scale_dim must be hidden_dim / 128 = 56");
-	c.scale_dim = 56, c.data_type = MORI_EP_FP8_E4M3;
+	c.scale_dim = 56, c.data_type = MORI_FLOAT8_E4M3;
 	refused(c, "quantises bf16 input");
-	c.data_type = MORI_EP_BF16, c.hidden_dim = 7168 + 64, c.scale_dim = 56;
+	c.data_type = MORI_BFLOAT16, c.hidden_dim = 7168 + 64, c.scale_dim = 56;
 	refused(c, "not a multiple of 128");
 	c = base_cfg(), c.num_in_flight = MORI_EP_MAX_IN_FLIGHT + 1;
 	refused(c, "num_in_flight 17");
 	c = base_cfg(), c.num_in_flight = -1;
 	refused(c, "num_in_flight -1");
+	/* the size field: a struct smaller than this release's is refused; a newer caller's larger
+	 * struct is read up to what this library knows, its unknown tail must be zero */
+	ck_assert_int_eq(mori_ep_config_init(&c, sizeof(c) - 1), MORI_EINVAL);
+	c = base_cfg(), c.size = sizeof(c) - 1;
+	ck_assert_int_eq(mori_ep_config_check(&c, NULL, 0), MORI_EINVAL);
+	struct {
+		mori_ep_config c;
+		int64_t newer;
+	} big;
+	memset(&big, 0xff, sizeof(big));
+	ck_assert_int_eq(mori_ep_config_init(&big.c, sizeof(big)), MORI_OK);
+	ck_assert_int_eq(big.newer, 0);
+	ck_assert_uint_eq(big.c.size, sizeof(big));
+	ck_assert_int_eq(big.c.data_type, MORI_BFLOAT16);
+	big.c = base_cfg(), big.c.size = sizeof(big);
+	ck_assert_int_eq(mori_ep_config_check(&big.c, NULL, 0), MORI_OK);
+	big.newer = 1;
+	ck_assert_int_eq(mori_ep_config_check(&big.c, NULL, 0), MORI_ENOTSUP);
 }
 END_TEST
 
@@ -194,7 +212,7 @@ START_TEST(internode_sizes)
 			ck_assert_uint_ge(X.cap, (uint64_t)X.hdr + rows * P.rec);
 			/* an fp8 dispatch under the same bf16-sized config: epx_layout packs its records so */
 			mori_ep_config f8 = x;
-			f8.data_type = MORI_EP_FP8_E4M3;
+			f8.data_type = MORI_FLOAT8_E4M3;
 			struct mori_ep_layout LF;
 			struct mori_epx_layout XF;
 			ck_assert_int_eq(mori_ep_config_check(&f8, NULL, 0), MORI_OK);
@@ -357,12 +375,12 @@ START_TEST(create_refused_on_host_heap)
 	ck_assert_int_eq(daemon_start(&d, NULL), 0);
 	mori_client *c;
 	ck_assert_int_eq(mori_client_open(d.dir, "ep-host", &c), MORI_OK);
-	mori_group_opts o;
-	mori_group_opts_init(&o);
+	mori_shmem_opts o;
+	mori_shmem_opts_init(&o, sizeof(o));
 	o.heap_kind = MORI_MEM_HOST;
 	o.heap_size = 4u << 20;
 	mori_group *g;
-	ck_assert_int_eq(mori_group_join(c, "ep-host", 0, 1, &o, &g), MORI_OK);
+	ck_assert_int_eq(mori_shmem_init(c, "ep-host", 0, 1, &o, &g), MORI_OK);
 	mori_ep_config cfg = base_cfg();
 	cfg.rank = 0, cfg.world_size = 1;
 	mori_ep_handle *h = (mori_ep_handle *)&cfg;
@@ -371,11 +389,11 @@ START_TEST(create_refused_on_host_heap)
 	ck_assert_ptr_null(h);
 	ck_assert_ptr_nonnull(strstr(mori_client_last_error(c), "host heap"));
 	ck_assert_int_eq(mori_ep_destroy(NULL), MORI_OK);
-	ck_assert_int_eq(mori_ep_status(NULL, 0), MORI_EINVAL);
+	ck_assert_int_eq(mori_ep_status(NULL, NULL), MORI_EINVAL);
 	void *p = NULL;
 	ck_assert_int_eq(mori_shmem_malloc(g, 4096, 0, &p), MORI_OK); /* the group still works */
 	ck_assert_ptr_nonnull(p);
-	mori_group_leave(g);
+	mori_shmem_finalize(g);
 	mori_client_close(c);
 	daemon_stop(&d);
 	daemon_cleanup(&d);

@@ -82,12 +82,12 @@ static int pe_main(int me, int n, void *arg)
 	mori_client *c;
 	mori_group *g;
 	POK(me, mori_client_open(me & 1 ? NB.dir : NA.dir, "seam-pe", &c));
-	mori_group_opts o;
-	mori_group_opts_init(&o);
+	mori_shmem_opts o;
+	mori_shmem_opts_init(&o, sizeof(o));
 	o.heap_size = HEAP;
 	o.root = NA.addr;
 	o.timeout_us = 20000000;
-	POK(me, mori_group_join(c, "ep-seam", me, n, &o, &g));
+	POK(me, mori_shmem_init(c, "ep-seam", me, n, &o, &g));
 	struct mori_shmem_state *st = mori_shmem_state(g);
 	uint8_t *heap = mori_shmem_heap_base(g);
 	PCHECK(me, st && st->ctrl && st->ring, "no ring");
@@ -149,7 +149,7 @@ static int pe_main(int me, int n, void *arg)
 	SH->us_per_round[me] = (double)(shmem_ring_now_us() - t0) / ROUNDS;
 	POK(me, shmem_ring_quiet(&R));
 	POK(me, mori_shmem_barrier_all(g));
-	mori_group_leave(g);
+	mori_shmem_finalize(g);
 	mori_client_close(c);
 	return 0;
 }

@@ -204,7 +204,7 @@ START_TEST(same_node)
 	OK(mori_mem_pack(r, blob, sizeof(blob), &bl));
 	OK(mori_mem_unpack(att, blob, bl, &o));
 	mori_xfer *x;
-	OK(mori_read(mine, 0, o, 100, 8, NULL, &x));
+	OK(mori_xfer_read(mine, 0, o, 100, 8, NULL, &x));
 	OK(mori_xfer_wait(x, 5000000));
 	mori_xfer_free(x);
 	ck_assert_uint_eq(((uint8_t *)mori_mem_ptr(mine))[3], 0x5a);
@@ -367,8 +367,8 @@ START_TEST(access_list)
 	OK(mori_mem_alloc(owner, 4096, MORI_MEM_HOST, &b));
 	OK(mori_mem_alloc(owner, 4096, MORI_MEM_HOST, &c));
 	const char *only_a[] = {addrA};
-	mori_access acc_a = {.nodes = only_a, .n_nodes = 1};
-	mori_access acc_owner = {0};
+	mori_access acc_a = {.size = sizeof(acc_a), .nodes = only_a, .n_nodes = 1};
+	mori_access acc_owner = {.size = sizeof(acc_owner)};
 	OK(mori_mem_publish_access(a, "acl/a-only", &acc_a));
 	OK(mori_mem_publish_access(b, "acl/owner", &acc_owner));
 	OK(mori_mem_publish(c, "acl/all"));
@@ -397,7 +397,7 @@ START_TEST(access_list)
 	OK(mori_mem_open_remote(cb, NULL, "acl/owner", &m));
 	OK(mori_mem_deregister(m));
 	const char *none[] = {"127.0.0.1:1"};
-	mori_access acc_other = {.nodes = none, .n_nodes = 1};
+	mori_access acc_other = {.size = sizeof(acc_other), .nodes = none, .n_nodes = 1};
 	OK(mori_mem_publish_access(c, "acl/all", &acc_other));
 	ck_assert_int_eq(mori_mem_open_remote(ca, addrB, "acl/all", &m), MORI_EPERM);
 	/* moractl memory shows each grant */
@@ -438,7 +438,7 @@ START_TEST(access_uids)
 	OK(mori_mem_alloc(owner, 4096, MORI_MEM_HOST, &a));
 	OK(mori_mem_alloc(owner, 4096, MORI_MEM_HOST, &b));
 	uint32_t nobody = 65534, other = 4242;
-	mori_access to_nobody = {.uids = &nobody, .n_uids = 1}, to_other = {.uids = &other, .n_uids = 1};
+	mori_access to_nobody = {.size = sizeof(to_nobody), .uids = &nobody, .n_uids = 1}, to_other = {.size = sizeof(to_other), .uids = &other, .n_uids = 1};
 	OK(mori_mem_publish_access(a, "uid/nobody", &to_nobody));
 	OK(mori_mem_publish_access(b, "uid/other", &to_other));
 	ck_assert_int_eq(open_as(65534, D.dir, "uid/nobody"), MORI_OK);

@@ -74,10 +74,10 @@ START_TEST(child_is_refused)
 		STALE(mori_mem_publish(b, "fork/b"), 12);
 		STALE(mori_mem_unpack(c, blob, bl, &m), 13);
 		STALE(mori_mem_open_remote(c, NULL, "fork/a", &m), 14);
-		STALE(mori_write(b, 0, a, 0, 4096, NULL, &x), 15);
-		STALE(mori_read(b, 0, a, 0, 4096, NULL, &x), 16);
+		STALE(mori_xfer_write(b, 0, a, 0, 4096, NULL, &x), 15);
+		STALE(mori_xfer_read(b, 0, a, 0, 4096, NULL, &x), 16);
 		STALE(mori_xfer_prep(b, a, &dd, 1, &pl), 17);
-		STALE(mori_xfer_submit(pl, MORI_OP_WRITE, &idx, 1, NULL, &x), 18);
+		STALE(mori_xfer_submit(pl, MORI_XFER_WRITE, &idx, 1, NULL, &x), 18);
 		STALE(mori_notif_poll(c, &n, 1, 0), 19);
 		STALE(mori_mem_pack(a, blob, sizeof(blob), &bl), 20);
 		STALE(mori_mem_deregister(a), 21);
@@ -111,8 +111,8 @@ START_TEST(child_is_refused)
 	mori_xfer *x;
 	uint32_t idx = 0;
 	memset(mori_mem_ptr(b), 0x42, 4096);
-	mori_xfer_opts o = {.has_notif = 1, .notif_tag = 3};
-	OK(mori_xfer_submit(pl, MORI_OP_WRITE, &idx, 1, &o, &x));
+	mori_xfer_opts o = {.size = sizeof(o), .has_notif = 1, .notif_tag = 3};
+	OK(mori_xfer_submit(pl, MORI_XFER_WRITE, &idx, 1, &o, &x));
 	OK(mori_xfer_wait(x, 1000000));
 	mori_xfer_free(x);
 	ck_assert_uint_eq(((uint8_t *)mori_mem_ptr(a))[4095], 0x42);

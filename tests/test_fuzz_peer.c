@@ -384,8 +384,8 @@ START_TEST(fuzz_peer)
 		((uint8_t *)mori_mem_ptr(l))[i] = (uint8_t)(i * 7);
 	OK(mori_mem_open_remote(c, at, "fuzz/r", &m));
 	mori_xfer *x;
-	mori_xfer_opts o = {.has_notif = 1, .notif_tag = 4242};
-	OK(mori_write(l, 0, m, 0, 1 << 20, &o, &x));
+	mori_xfer_opts o = {.size = sizeof(o), .has_notif = 1, .notif_tag = 4242};
+	OK(mori_xfer_write(l, 0, m, 0, 1 << 20, &o, &x));
 	OK(mori_xfer_wait(x, 10000000));
 	mori_xfer_free(x);
 	ck_assert_int_eq(memcmp(mori_mem_ptr(l), mori_mem_ptr(r), 1 << 20), 0);

@@ -62,7 +62,7 @@ static pid_t peer_start(int *go, int *res)
 		    mori_mem_open_remote(c, NULL, "t/vram", &r) || mori_mem_alloc(c, SIZE, MORI_MEM_HOST, &h))
 			_exit(10);
 		mori_xfer *x;
-		if (mori_read(h, 0, r, 0, SIZE, NULL, &x) || mori_xfer_wait(x, 10000000))
+		if (mori_xfer_read(h, 0, r, 0, SIZE, NULL, &x) || mori_xfer_wait(x, 10000000))
 			_exit(11);
 		uint64_t hash = test_hash(0, mori_mem_ptr(h), SIZE);
 		if (write(b[1], &hash, sizeof(hash)) != sizeof(hash))
@@ -101,21 +101,21 @@ static void alloc_roundtrip(int legacy_expected)
 	uint8_t *hp = mori_mem_ptr(h), *h2p = mori_mem_ptr(h2);
 	/* zero-filled: read it back over a host region full of 0xff */
 	memset(h2p, 0xff, SIZE);
-	move(h2, v, 0, SIZE, MORI_OP_READ);
+	move(h2, v, 0, SIZE, MORI_XFER_READ);
 	for (size_t i = 0; i < SIZE; i++)
 		ck_assert_msg(h2p[i] == 0, "byte %zu of a fresh VRAM region is %u", i, h2p[i]);
 	/* fill from the host in three uneven pieces, read back whole */
 	uint64_t seed = test_seed();
 	for (size_t i = 0; i < SIZE; i++)
 		hp[i] = (uint8_t)(test_rand(&seed) >> 56);
-	move(h, v, 0, 1000003, MORI_OP_WRITE);
+	move(h, v, 0, 1000003, MORI_XFER_WRITE);
 	mori_xfer *x;
-	OK(mori_xfer_batch(MORI_OP_WRITE, h, v, (mori_desc[]){{1000003, 1000003, 3}, {1000006, 1000006, SIZE - 1000006}},
+	OK(mori_xfer_batch(MORI_XFER_WRITE, h, v, (mori_desc[]){{1000003, 1000003, 3}, {1000006, 1000006, SIZE - 1000006}},
 			   2, NULL, &x));
 	OK(mori_xfer_wait(x, 10000000));
 	mori_xfer_free(x);
 	memset(h2p, 0, SIZE);
-	move(h2, v, 0, SIZE, MORI_OP_READ);
+	move(h2, v, 0, SIZE, MORI_XFER_READ);
 	long long diff = gpu_first_diff(hp, h2p, SIZE);
 	ck_assert_msg(diff < 0, "VRAM differs from what was written at byte %lld", diff);
 

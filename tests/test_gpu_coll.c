@@ -76,15 +76,15 @@ static int gpe_open(struct gpe *p, int me, int n, const char *name, int64_t time
 			   !p->g->ctx_push_current(ctx),
 	       "no GPU context: %s", gpu_unavailable_reason());
 	POK(me, mori_client_open(NA.dir, "coll-gpu", &p->c));
-	mori_group_opts o;
-	mori_group_opts_init(&o);
+	mori_shmem_opts o;
+	mori_shmem_opts_init(&o, sizeof(o));
 	o.heap_kind = MORI_MEM_VRAM;
 	o.heap_size = HEAP;
 	o.gpu_device = 0;
 	o.timeout_us = 60000000;
-	POK(me, mori_group_join(p->c, name, me, n, &o, &p->grp));
+	POK(me, mori_shmem_init(p->c, name, me, n, &o, &p->grp));
 	mori_comm_opts co;
-	mori_comm_opts_init(&co);
+	mori_comm_opts_init(&co, sizeof(co));
 	co.scratch_bytes = SCRATCH;
 	co.timeout_us = timeout_us;
 	POK(me, mori_comm_create(p->grp, &co, &p->k));
@@ -95,7 +95,7 @@ static void gpe_close(struct gpe *p)
 {
 	p->g->stream_destroy(p->s);
 	mori_comm_destroy(p->k);
-	mori_group_leave(p->grp);
+	mori_shmem_finalize(p->grp);
 	mori_client_close(p->c);
 }
 
@@ -244,8 +244,8 @@ static int pe_graph(int pe, int n, void *arg)
 			PCHECK(pe, out[i] == e, "replay %u element %d: %g, want %g", it, i, out[i], e);
 		}
 	}
-	int who;
-	PCHECK(pe, mori_comm_status(P.k, &who) == 0, "status %d", who);
+	mori_status st;
+	PCHECK(pe, mori_comm_status(P.k, &st) == 0, "status %d", st.pe);
 	SH->cases[pe] = REPLAYS;
 	P.g->mem_free(din);
 	P.g->mem_free(dout);
@@ -310,7 +310,8 @@ static int pe_missing(int pe, int n, void *arg)
 		POK(pe, mori_allreduce(P.k, (void *)(uintptr_t)b, (void *)(uintptr_t)b, 1024, MORI_FLOAT32, MORI_SUM, P.s));
 		GOK(pe, P.g->stream_synchronize(P.s));
 		SH->waited[pe] = (mori_now_us() - t0) * 1e-6;
-		int who = -1, rc = mori_comm_status(P.k, &who);
+		mori_status st;
+		int rc = mori_comm_status(P.k, &st), who = st.pe;
 		const char *m = mori_client_last_error(P.c);
 		char want[32];
 		snprintf(want, sizeof(want), "rank %d never", n - 1);
@@ -340,7 +341,8 @@ static int pe_killed(int pe, int n, void *arg)
 	POK(pe, mori_allreduce(P.k, (void *)(uintptr_t)b, (void *)(uintptr_t)b, 1024, MORI_FLOAT32, MORI_SUM, P.s));
 	GOK(pe, P.g->stream_synchronize(P.s));
 	SH->waited[pe] = (mori_now_us() - t0) * 1e-6;
-	int who = -1, rc = mori_comm_status(P.k, &who);
+	mori_status st;
+	int rc = mori_comm_status(P.k, &st), who = st.pe;
 	PCHECK(pe, rc == MORI_EPEERDEAD && who == n - 1, "status %s pe %d (%s)", mori_strerror(rc), who,
 	       mori_client_last_error(P.c));
 	PCHECK(pe, SH->waited[pe] < 10, "the kernel returned after %.1f s", SH->waited[pe]);

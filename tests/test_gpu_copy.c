@@ -119,9 +119,9 @@ START_TEST(random_batches_vram)
 			 : k < 90 ? 1 + test_rand(&seed) % 3000                  /* one slice */
 				  : 16385 + test_rand(&seed) % (cap - 16385);     /* several slices */
 		uint64_t maxlen = k % 3 == 0 ? (4u << 20) : k % 3 == 1 ? 65536 : 300;
-		int op = test_rand(&seed) & 1 ? MORI_OP_WRITE : MORI_OP_READ;
-		uint8_t *msrc = op == MORI_OP_WRITE ? ma : mb, *mdst = op == MORI_OP_WRITE ? mb : ma;
-		gpu_dptr ddst = op == MORI_OP_WRITE ? B : A;
+		int op = test_rand(&seed) & 1 ? MORI_XFER_WRITE : MORI_XFER_READ;
+		uint8_t *msrc = op == MORI_XFER_WRITE ? ma : mb, *mdst = op == MORI_XFER_WRITE ? mb : ma;
+		gpu_dptr ddst = op == MORI_XFER_WRITE ? B : A;
 		gpu_random_moves(&seed, mv, n, size, size, maxlen);
 		gpu_moves_to_descs(mv, n, op, d);
 		int rc = run_xfer(op, &L, &R, d, n);
@@ -159,12 +159,12 @@ START_TEST(random_batches_host)
 	mori_desc d[600];
 	for (int b = 0; b < gpu_batches(400) / 2; b++) {
 		size_t n = 1 + test_rand(&seed) % 600;
-		int op = test_rand(&seed) & 1 ? MORI_OP_WRITE : MORI_OP_READ; /* write: GPU -> host */
+		int op = test_rand(&seed) & 1 ? MORI_XFER_WRITE : MORI_XFER_READ; /* write: GPU -> host */
 		gpu_random_moves(&seed, mv, n, size, size, 40000);
 		gpu_moves_to_descs(mv, n, op, d);
 		int rc = run_xfer(op, &L, &H, d, n);
 		ck_assert_msg(rc == MORI_OK, "batch %d: %s: %s", b, mori_strerror(rc), mori_client_last_error(&C));
-		if (op == MORI_OP_WRITE) {
+		if (op == MORI_XFER_WRITE) {
 			gpu_model_apply(mv, n, ma, mh);
 			long long at = gpu_first_diff(hp, mh, size);
 			ck_assert_msg(at < 0, "GPU->host batch %d: first wrong byte at %lld", b, at);
@@ -205,8 +205,8 @@ START_TEST(alignment_edges)
 			uint64_t len = 1 + test_rand(&seed) % 600;
 			mv[i] = (struct gpu_move){4096 * i + s, 4096 * i + t, len};
 		}
-	gpu_moves_to_descs(mv, 256, MORI_OP_WRITE, d);
-	ck_assert_int_eq(run_xfer(MORI_OP_WRITE, &P.L, &P.R, d, 256), MORI_OK);
+	gpu_moves_to_descs(mv, 256, MORI_XFER_WRITE, d);
+	ck_assert_int_eq(run_xfer(MORI_XFER_WRITE, &P.L, &P.R, d, 256), MORI_OK);
 	gpu_model_apply(mv, 256, P.ma, P.mb);
 	CKR(g->memcpy_dtoh_async(P.got, P.B, P.size, NULL));
 	CKR(g->stream_synchronize(NULL));
@@ -237,7 +237,7 @@ START_TEST(random_lists)
 		 * chunks (the kernel's uniform case without a list-wide length) */
 		int uniform = round % 3 == 1, bucket = round % 3 == 2;
 		size_t n = round < 6 ? (bucket ? 4000 : N) : 1 + test_rand(&seed) % 500;
-		int op = (round / 3) & 1 ? MORI_OP_READ : MORI_OP_WRITE;
+		int op = (round / 3) & 1 ? MORI_XFER_READ : MORI_XFER_WRITE;
 		uint64_t src_size = size, dst_size = size;
 		gpu_random_moves(&seed, mv, n, src_size, dst_size, 70000);
 		if (uniform || bucket) { /* in shuffled slots (>= 512 bytes; >= 3 KiB for buckets) */
@@ -272,9 +272,9 @@ START_TEST(random_lists)
 				while ((rc = gpu_xfer_poll(&x)) == MORI_EINPROGRESS)
 					;
 			ck_assert_msg(rc == MORI_OK, "round %d sub %d: %s: %s", round, sub, mori_strerror(rc), mori_client_last_error(&C));
-			uint8_t *msrc = op == MORI_OP_WRITE ? ma : mb, *mdst = op == MORI_OP_WRITE ? mb : ma;
+			uint8_t *msrc = op == MORI_XFER_WRITE ? ma : mb, *mdst = op == MORI_XFER_WRITE ? mb : ma;
 			gpu_model_apply(sel, k, msrc, mdst);
-			CKR(g->memcpy_dtoh_async(got, op == MORI_OP_WRITE ? B : A, size, NULL));
+			CKR(g->memcpy_dtoh_async(got, op == MORI_XFER_WRITE ? B : A, size, NULL));
 			CKR(g->stream_synchronize(NULL));
 			long long at = gpu_first_diff(got, mdst, size);
 			ck_assert_msg(at < 0, "round %d (uniform %d, bucket %d, op %d) sub %d (k=%zu of %zu): first wrong byte at %lld",
@@ -310,8 +310,8 @@ START_TEST(copy_service)
 	uint64_t jobs0 = 0;
 	for (int round = 0; round < 8; round++) {
 		int burst = round % 2 ? BURST : 1;
-		int op = round & 2 ? MORI_OP_READ : MORI_OP_WRITE;
-		uint8_t *msrc = op == MORI_OP_WRITE ? P.ma : P.mb, *mdst = op == MORI_OP_WRITE ? P.mb : P.ma;
+		int op = round & 2 ? MORI_XFER_READ : MORI_XFER_WRITE;
+		uint8_t *msrc = op == MORI_XFER_WRITE ? P.ma : P.mb, *mdst = op == MORI_XFER_WRITE ? P.mb : P.ma;
 		for (int i = 0; i < burst; i++) { /* disjoint destinations: each burst entry its own slot */
 			nd[i] = 1 + test_rand(&seed) % 3;
 			uint64_t slot = P.size / BURST;
@@ -330,7 +330,7 @@ START_TEST(copy_service)
 			ck_assert_msg(rc == MORI_OK, "round %d entry %d: %s", round, i, mori_client_last_error(&C));
 			gpu_model_apply(mv[i], nd[i], msrc, mdst);
 		}
-		CKR(g->memcpy_dtoh_async(P.got, op == MORI_OP_WRITE ? P.B : P.A, P.size, NULL));
+		CKR(g->memcpy_dtoh_async(P.got, op == MORI_XFER_WRITE ? P.B : P.A, P.size, NULL));
 		CKR(g->stream_synchronize(NULL));
 		long long at = gpu_first_diff(P.got, mdst, P.size);
 		ck_assert_msg(at < 0, "round %d (burst %d, op %d): first wrong byte at %lld", round, burst, op, at);
@@ -456,14 +456,14 @@ START_TEST(bad_transfers)
 	mori_mem L = {.c = &C, .local = 1, .kind = MORI_MEM_VRAM, .size = 1u << 20, .dptr = A};
 	mori_mem R = {.c = &C, .kind = MORI_MEM_VRAM, .size = 4096, .dptr = A + 8192};
 	mori_desc d = {0, 4000, 97};
-	ck_assert_int_eq(run_xfer(MORI_OP_WRITE, &L, &R, &d, 1), MORI_ERANGE);
+	ck_assert_int_eq(run_xfer(MORI_XFER_WRITE, &L, &R, &d, 1), MORI_ERANGE);
 	d = (mori_desc){UINT64_MAX - 10, 0, 20};
-	ck_assert_int_eq(run_xfer(MORI_OP_WRITE, &L, &R, &d, 1), MORI_ERANGE);
-	ck_assert_int_eq(run_xfer(MORI_OP_WRITE, &L, &R, &d, 0), MORI_EINVAL);
+	ck_assert_int_eq(run_xfer(MORI_XFER_WRITE, &L, &R, &d, 1), MORI_ERANGE);
+	ck_assert_int_eq(run_xfer(MORI_XFER_WRITE, &L, &R, &d, 0), MORI_EINVAL);
 	/* a host region with no mapping here (cross-memory attach) cannot be reached by the GPU */
 	mori_mem H = {.c = &C, .kind = MORI_MEM_HOST, .size = 4096, .ptr = NULL};
 	d = (mori_desc){0, 0, 64};
-	ck_assert_int_eq(run_xfer(MORI_OP_WRITE, &L, &H, &d, 1), MORI_ENOTSUP);
+	ck_assert_int_eq(run_xfer(MORI_XFER_WRITE, &L, &H, &d, 1), MORI_ENOTSUP);
 	g->mem_free(A);
 }
 END_TEST

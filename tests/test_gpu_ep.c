@@ -77,11 +77,11 @@ static int pe_open(struct pe *p, int me, int n, uint64_t heap)
 
 /* ---- acceptance 1 ---- */
 static const struct shape ref_shapes[] = {
-	{0, 2048, 64, 4, 8, MORI_EP_BF16, MORI_EP_NORMAL, 0, 0},
-	{0, 2048, 64, 4, 8, MORI_EP_FP8_E4M3, MORI_EP_NORMAL, 16, 0},
-	{0, 2048, 32, 4, 8, MORI_EP_BF16, MORI_EP_LOW_LATENCY, 0, 0},
-	{0, 2048, 64, 4, 8, MORI_EP_BF16, MORI_EP_NORMAL, 16, 1},      /* bf16 quantised to fp8 by dispatch */
-	{0, 2048, 32, 4, 8, MORI_EP_BF16, MORI_EP_LOW_LATENCY, 16, 1}, /* DeepEP's use_fp8 */
+	{0, 2048, 64, 4, 8, MORI_BFLOAT16, MORI_EP_NORMAL, 0, 0},
+	{0, 2048, 64, 4, 8, MORI_FLOAT8_E4M3, MORI_EP_NORMAL, 16, 0},
+	{0, 2048, 32, 4, 8, MORI_BFLOAT16, MORI_EP_LOW_LATENCY, 0, 0},
+	{0, 2048, 64, 4, 8, MORI_BFLOAT16, MORI_EP_NORMAL, 16, 1},      /* bf16 quantised to fp8 by dispatch */
+	{0, 2048, 32, 4, 8, MORI_BFLOAT16, MORI_EP_LOW_LATENCY, 16, 1}, /* DeepEP's use_fp8 */
 };
 #define NREF (int)(sizeof(ref_shapes) / sizeof(ref_shapes[0]))
 
@@ -137,7 +137,7 @@ static int pe_deepep(int me, int n, void *arg)
 	for (int m = 0; m < 2; m++)
 		for (int hi = 0; hi < 4; hi++)
 			for (int ki = 0; ki < 3; ki++)
-				cs[nc++] = (struct shape){n, Hs[hi], 32, 8, Ks[ki], MORI_EP_BF16, m, 0, 0};
+				cs[nc++] = (struct shape){n, Hs[hi], 32, 8, Ks[ki], MORI_BFLOAT16, m, 0, 0};
 	struct pe P, *p = &P;
 	if (pe_open(p, me, n, heap_for(cs, nc, n)))
 		return 1;
@@ -201,7 +201,7 @@ typedef int (*cu_launch_fn)(void *, void *);
 
 static int pe_graph(int me, int n, void *arg)
 {
-	struct shape c = {n, 512, 32, 4, 8, MORI_EP_BF16, MORI_EP_NORMAL, 0, 0};
+	struct shape c = {n, 512, 32, 4, 8, MORI_BFLOAT16, MORI_EP_NORMAL, 0, 0};
 	if (arg)
 		c.mode = MORI_EP_LOW_LATENCY;
 	struct pe P, *p = &P;
@@ -229,7 +229,7 @@ static int pe_graph(int me, int n, void *arg)
 		GOK(me, p->g->memcpy_dtod_async((gpu_dptr)(uintptr_t)eo, (gpu_dptr)(uintptr_t)r.tokens,
 						(size_t)r.max_recv * c.epr * c.H * 2, p->s));
 	}
-	POK(me, mori_ep_combine(h, MORI_EP_BF16, eo, NULL, NULL, (void *)(uintptr_t)p->out, p->s));
+	POK(me, mori_ep_combine(h, MORI_BFLOAT16, eo, NULL, NULL, (void *)(uintptr_t)p->out, p->s));
 	void *graph = NULL, *exec = NULL;
 	GOK(me, end(p->s, &graph));
 	GOK(me, inst(&exec, graph, 0));
@@ -281,18 +281,20 @@ static int pe_graph(int me, int n, void *arg)
 		}
 		SH->checked[me]++;
 	}
-	POK(me, mori_ep_status(h, 0));
+	POK(me, mori_ep_status(h, NULL));
 	POK(me, mori_ep_destroy(h));
 	/* the graph replayed after the destroy, over a new handle on the same heap space: its kernels
 	 * must find their handle retired and return, touching nothing (the new handle still works) */
-	POK(me, mori_ep_retired_status(p->c, 1));
+	POK(me, mori_ep_retired_status_clear(p->c));
 	POK(me, mori_ep_create(p->grp, &f, &h));
 	GOK(me, glaunch(exec, p->s));
 	GOK(me, p->g->stream_synchronize(p->s));
-	int rc = mori_ep_retired_status(p->c, 1);
-	PCHECK(me, rc == MORI_ESTALE && strstr(mori_client_last_error(p->c), "destroyed handle generation"),
-	       "replay after destroy: %s (%s)", mori_strerror(rc), mori_client_last_error(p->c));
-	POK(me, mori_ep_retired_status(p->c, 0)); /* cleared */
+	mori_status st;
+	int rc = mori_ep_retired_status(p->c, &st);
+	PCHECK(me, rc == MORI_ESTALE && st.code == rc && strstr(st.message, "destroyed handle generation"),
+	       "replay after destroy: %s (%s)", mori_strerror(rc), st.message);
+	POK(me, mori_ep_retired_status_clear(p->c));
+	POK(me, mori_ep_retired_status(p->c, NULL)); /* cleared */
 	if (round_trip(p, h, &c, 7, NULL))
 		return 1;
 	POK(me, mori_ep_destroy(h));
@@ -316,7 +318,7 @@ END_TEST
 #define INFLIGHT 3
 static int pe_inflight(int me, int n, void *arg)
 {
-	struct shape c = {n, 512, 32, 4, 8, MORI_EP_BF16, arg ? MORI_EP_LOW_LATENCY : MORI_EP_NORMAL, 0, 0};
+	struct shape c = {n, 512, 32, 4, 8, MORI_BFLOAT16, arg ? MORI_EP_LOW_LATENCY : MORI_EP_NORMAL, 0, 0};
 	struct pe P, *p = &P;
 	mori_ep_config f = cfg_of(&c, me);
 	f.num_in_flight = INFLIGHT;
@@ -362,16 +364,16 @@ static int pe_inflight(int me, int n, void *arg)
 							(size_t)r[j].max_recv * c.epr * c.H * 2, p->s));
 		}
 		p->out = out0 + (size_t)(j % INFLIGHT) * ob;
-		POK(me, mori_ep_combine(h, MORI_EP_BF16, eo, NULL, NULL, (void *)(uintptr_t)p->out, p->s));
+		POK(me, mori_ep_combine(h, MORI_BFLOAT16, eo, NULL, NULL, (void *)(uintptr_t)p->out, p->s));
 		int bad = check_combine(p, &c, seed[j], T[j], NULL);
 		p->out = out0;
 		if (bad)
 			return 1;
 	}
-	int rc = mori_ep_combine(h, MORI_EP_BF16, r[0].tokens, NULL, NULL, (void *)(uintptr_t)p->out, p->s);
+	int rc = mori_ep_combine(h, MORI_BFLOAT16, r[0].tokens, NULL, NULL, (void *)(uintptr_t)p->out, p->s);
 	PCHECK(me, rc == MORI_EINVAL && strstr(mori_client_last_error(p->c), "no dispatch to combine"),
 	       "combine with none waiting: %s (%s)", mori_strerror(rc), mori_client_last_error(p->c));
-	POK(me, mori_ep_status(h, 0));
+	POK(me, mori_ep_status(h, NULL));
 	POK(me, mori_ep_destroy(h));
 	pe_close(p);
 	return 0;
@@ -393,7 +395,7 @@ END_TEST
 /* ---- faults ---- */
 static int pe_faults(int me, int n, void *arg)
 {
-	struct shape c = {n, 256, 16, 2, 4, MORI_EP_BF16, MORI_EP_NORMAL, 0, 0};
+	struct shape c = {n, 256, 16, 2, 4, MORI_BFLOAT16, MORI_EP_NORMAL, 0, 0};
 	struct pe P, *p = &P;
 	if (pe_open(p, me, n, heap_for(&c, 1, n)))
 		return 1;
@@ -422,18 +424,19 @@ static int pe_faults(int me, int n, void *arg)
 		return 1;
 	mori_ep_recv r;
 	POK(me, mori_ep_dispatch(h, (void *)(uintptr_t)p->in, NULL, NULL, (int32_t *)(uintptr_t)p->idx, T, p->s, &r));
-	rc = mori_ep_combine(h, MORI_EP_BF16, r.tokens, NULL, r.indices, (void *)(uintptr_t)p->out, p->s);
+	rc = mori_ep_combine(h, MORI_BFLOAT16, r.tokens, NULL, r.indices, (void *)(uintptr_t)p->out, p->s);
 	PCHECK(me, rc == MORI_EINVAL && strstr(mori_client_last_error(p->c), "dispatch's received indices"),
 	       "combine with dispatch's indices: %s (%s)", mori_strerror(rc), mori_client_last_error(p->c));
-	POK(me, mori_ep_combine(h, MORI_EP_BF16, r.tokens, NULL, NULL, (void *)(uintptr_t)p->out, p->s));
+	POK(me, mori_ep_combine(h, MORI_BFLOAT16, r.tokens, NULL, NULL, (void *)(uintptr_t)p->out, p->s));
 	GOK(me, p->g->stream_synchronize(p->s));
-	rc = mori_ep_status(h, 1);
+	rc = mori_ep_status(h, NULL);
+	POK(me, mori_ep_status_clear(h));
 	if (me == 0 && T > 0)
 		PCHECK(me, rc == MORI_EINVAL && strstr(mori_client_last_error(p->c), "token 0 slot 0: expert index"),
 		       "bad index: status %s (%s)", mori_strerror(rc), mori_client_last_error(p->c));
 	else
 		POK(me, rc);
-	POK(me, mori_ep_status(h, 0));
+	POK(me, mori_ep_status(h, NULL));
 	POK(me, mori_shmem_barrier_all(p->grp));
 	/* the last rank dies before its next dispatch: the others' kernels end with MORI_EPEERDEAD */
 	if (me == n - 1) {
@@ -450,7 +453,7 @@ static int pe_faults(int me, int n, void *arg)
 	PCHECK(me, rc == MORI_OK || rc == MORI_EPEERDEAD, "dispatch: %s", mori_strerror(rc)); /* the abort may come first */
 	GOK(me, p->g->stream_synchronize(p->s));
 	SH->waited[me] = now_s() - SH->killed_at;
-	rc = mori_ep_status(h, 0);
+	rc = mori_ep_status(h, NULL);
 	PCHECK(me, rc == MORI_EPEERDEAD, "after the kill: status %s (%s)", mori_strerror(rc), mori_client_last_error(p->c));
 	PCHECK(me, SH->waited[me] < 1.0, "the dispatch ended %.3f s after the kill", SH->waited[me]);
 	return 0; /* the group is dead: leave without the collective destroy */

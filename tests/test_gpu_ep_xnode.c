@@ -96,11 +96,11 @@ static int pe_join(struct pe *p, int me, int n, const struct lay *l, uint64_t he
 
 /* ---- acceptance 1 ---- */
 static const struct shape ref_shapes[] = {
-	{0, 2048, 64, 4, 8, MORI_EP_BF16, MORI_EP_NORMAL, 0, 0},
-	{0, 2048, 64, 4, 8, MORI_EP_FP8_E4M3, MORI_EP_NORMAL, 16, 0},
-	{0, 2048, 32, 4, 8, MORI_EP_BF16, MORI_EP_LOW_LATENCY, 0, 0},
-	{0, 2048, 64, 4, 8, MORI_EP_BF16, MORI_EP_NORMAL, 16, 1},      /* bf16 quantised to fp8 by dispatch */
-	{0, 2048, 32, 4, 8, MORI_EP_BF16, MORI_EP_LOW_LATENCY, 16, 1}, /* DeepEP's use_fp8 */
+	{0, 2048, 64, 4, 8, MORI_BFLOAT16, MORI_EP_NORMAL, 0, 0},
+	{0, 2048, 64, 4, 8, MORI_FLOAT8_E4M3, MORI_EP_NORMAL, 16, 0},
+	{0, 2048, 32, 4, 8, MORI_BFLOAT16, MORI_EP_LOW_LATENCY, 0, 0},
+	{0, 2048, 64, 4, 8, MORI_BFLOAT16, MORI_EP_NORMAL, 16, 1},      /* bf16 quantised to fp8 by dispatch */
+	{0, 2048, 32, 4, 8, MORI_BFLOAT16, MORI_EP_LOW_LATENCY, 16, 1}, /* DeepEP's use_fp8 */
 };
 #define NREF (int)(sizeof(ref_shapes) / sizeof(ref_shapes[0]))
 
@@ -114,7 +114,7 @@ static int pe_reference(int me, int n, void *arg)
 	for (int i = 0; i < NREF; i++) {
 		struct shape c = ref_shapes[i];
 		c.W = n;
-		const int plain = c.dtype == MORI_EP_BF16 && !c.quant;
+		const int plain = c.dtype == MORI_BFLOAT16 && !c.quant;
 		/* the plain bf16 shapes ask for the intranode type; across nodes mori_ep_create picks the
 		 * internode one (on one node, 1x4, they would run the intranode kernels: forced there) */
 		ep_kt_add = plain && l->nodes > 1 ? 0 : MORI_EP_INTERNODE;
@@ -168,7 +168,7 @@ typedef int (*cu_launch_fn)(void *, void *);
 static int pe_graph(int me, int n, void *arg)
 {
 	static const struct lay l = {2, 4, "2x4"};
-	struct shape c = {n, 512, 32, 4, 8, MORI_EP_BF16, arg ? MORI_EP_LOW_LATENCY : MORI_EP_NORMAL, 0, 0};
+	struct shape c = {n, 512, 32, 4, 8, MORI_BFLOAT16, arg ? MORI_EP_LOW_LATENCY : MORI_EP_NORMAL, 0, 0};
 	struct pe P, *p = &P;
 	ep_kt_add = MORI_EP_INTERNODE;
 	if (pe_join(p, me, n, &l, heap_for(&c, 1, n), arg ? "graph-ll" : "graph"))
@@ -195,7 +195,7 @@ static int pe_graph(int me, int n, void *arg)
 		GOK(me, p->g->memcpy_dtod_async((gpu_dptr)(uintptr_t)eo, (gpu_dptr)(uintptr_t)r.tokens,
 						(size_t)r.max_recv * c.epr * c.H * 2, p->s));
 	}
-	POK(me, mori_ep_combine(h, MORI_EP_BF16, eo, NULL, NULL, (void *)(uintptr_t)p->out, p->s));
+	POK(me, mori_ep_combine(h, MORI_BFLOAT16, eo, NULL, NULL, (void *)(uintptr_t)p->out, p->s));
 	void *graph = NULL, *exec = NULL;
 	GOK(me, end(p->s, &graph));
 	GOK(me, inst(&exec, graph, 0));
@@ -209,7 +209,7 @@ static int pe_graph(int me, int n, void *arg)
 		GOK(me, p->g->stream_synchronize(p->s));
 		if (check_dispatch(p, &c, &r, seed) || check_combine(p, &c, seed, T, NULL))
 			return 1;
-		POK(me, mori_ep_status(h, 0));
+		POK(me, mori_ep_status(h, NULL));
 	}
 	POK(me, mori_ep_destroy(h));
 	pe_close(p);
@@ -234,7 +234,7 @@ END_TEST
 static int pe_faults(int me, int n, void *arg)
 {
 	static const struct lay l = {2, 2, "2x2"};
-	struct shape c = {n, 512, 16, 2, 4, MORI_EP_BF16, MORI_EP_NORMAL, 0, 0};
+	struct shape c = {n, 512, 16, 2, 4, MORI_BFLOAT16, MORI_EP_NORMAL, 0, 0};
 	struct pe P, *p = &P;
 	ep_kt_add = MORI_EP_INTERNODE;
 	if (pe_join(p, me, n, &l, heap_for(&c, 1, n), "faults"))
@@ -271,10 +271,10 @@ static int pe_faults(int me, int n, void *arg)
 		rc = mori_ep_dispatch(h, (void *)(uintptr_t)p->in, (float *)(uintptr_t)p->w, NULL,
 				      (int32_t *)(uintptr_t)p->idx, T, p->s, &r);
 		if (!rc)
-			rc = mori_ep_combine(h, MORI_EP_BF16, r.tokens, NULL, NULL, (void *)(uintptr_t)p->out, p->s);
+			rc = mori_ep_combine(h, MORI_BFLOAT16, r.tokens, NULL, NULL, (void *)(uintptr_t)p->out, p->s);
 		if (!rc) {
 			GOK(me, p->g->stream_synchronize(p->s));
-			rc = mori_ep_status(h, 0);
+			rc = mori_ep_status(h, NULL);
 		}
 		if (rc) {
 			PCHECK(me, SH->killed_at > 0, "round %llu failed before the kill: %s (%s)", (unsigned long long)it,

@@ -68,13 +68,13 @@ static uint8_t pattern(int from, int to, uint64_t off)
 static int join_vram(int pe, int n, const char *name, mori_client **c, mori_group **g)
 {
 	POK(pe, mori_client_open(D.dir, "vram-pe", c));
-	mori_group_opts o;
-	mori_group_opts_init(&o);
+	mori_shmem_opts o;
+	mori_shmem_opts_init(&o, sizeof(o));
 	o.heap_kind = MORI_MEM_VRAM;
 	o.heap_size = HEAP;
 	o.gpu_device = 0;
 	o.timeout_us = 60000000;
-	POK(pe, mori_group_join(*c, name, pe, n, &o, g));
+	POK(pe, mori_shmem_init(*c, name, pe, n, &o, g));
 	return 0;
 }
 
@@ -199,7 +199,7 @@ static int pe_vram(int pe, int n, void *arg)
 	POK(pe, mori_shmem_free(g, buf));
 	free(h);
 	free(back);
-	mori_group_leave(g);
+	mori_shmem_finalize(g);
 	mori_client_close(c);
 	return 0;
 }
@@ -223,9 +223,10 @@ static int pe_vram_killed(int pe, int n, void *arg)
 		usleep(300000);
 		raise(SIGKILL);
 	}
-	int rc = mori_shmem_barrier_all(g), who = -1;
+	int rc = mori_shmem_barrier_all(g);
 	PCHECK(pe, rc == MORI_EPEERDEAD, "barrier: %d", rc);
-	PCHECK(pe, mori_shmem_status(g, &who) == MORI_EPEERDEAD && who == n - 1, "status names %d", who);
+	mori_status sst;
+	PCHECK(pe, mori_shmem_status(g, &sst) == MORI_EPEERDEAD && sst.pe == n - 1, "status names %d", sst.pe);
 	/* the abort word as a kernel sees it: through the control page's device address */
 	struct mori_shmem_state st;
 	struct mori_shmem_ctrl k;
@@ -239,7 +240,7 @@ static int pe_vram_killed(int pe, int n, void *arg)
 	uint64_t p = (uint64_t)(uintptr_t)mori_shmem_ptr_p2p(g, mori_shmem_heap_base(g), n - 1);
 	GOK(pe, api->memcpy_dtoh_async(b, p, sizeof(b), NULL));
 	GOK(pe, api->stream_synchronize(NULL));
-	mori_group_leave(g);
+	mori_shmem_finalize(g);
 	mori_client_close(c);
 	return 0;
 }

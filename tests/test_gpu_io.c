@@ -230,21 +230,21 @@ static void batches(const char *node, int nbatches)
 		int ri = (int)(test_rand(&seed) % NREG), li = (int)(test_rand(&seed) & 1);
 		if (ri == 2 && li == 1)
 			li = 0; /* host to host is the host path, not this test's */
-		int op = test_rand(&seed) & 1 ? MORI_OP_WRITE : MORI_OP_READ;
+		int op = test_rand(&seed) & 1 ? MORI_XFER_WRITE : MORI_XFER_READ;
 		uint64_t k = test_rand(&seed) % 100;
 		size_t n = k < 70 ? 1 + test_rand(&seed) % 16 : k < 97 ? 17 + test_rand(&seed) % 500 : 16385 + test_rand(&seed) % 3000;
 		const uint64_t maxlens[] = {64, 4096, 65536, 1u << 20};
 		uint64_t maxlen = maxlens[test_rand(&seed) % 4];
 		uint64_t ls = LOCAL_SZ, rs = reg_size[ri];
-		if (op == MORI_OP_WRITE)
+		if (op == MORI_XFER_WRITE)
 			gpu_random_moves(&seed, mv, n, ls, rs, maxlen);
 		else
 			gpu_random_moves(&seed, mv, n, rs, ls, maxlen);
 		gpu_moves_to_descs(mv, n, op, d);
 		mori_xfer *x;
 		if (n == 1 && (k & 1))
-			OK(op == MORI_OP_WRITE ? mori_write(loc[li], d[0].local_offset, rem[ri], d[0].remote_offset, d[0].length, NULL, &x)
-					       : mori_read(loc[li], d[0].local_offset, rem[ri], d[0].remote_offset, d[0].length, NULL, &x));
+			OK(op == MORI_XFER_WRITE ? mori_xfer_write(loc[li], d[0].local_offset, rem[ri], d[0].remote_offset, d[0].length, NULL, &x)
+					       : mori_xfer_read(loc[li], d[0].local_offset, rem[ri], d[0].remote_offset, d[0].length, NULL, &x));
 		else
 			OK(mori_xfer_batch(op, loc[li], rem[ri], d, n, NULL, &x));
 		int rc = mori_xfer_wait(x, 10000000);
@@ -252,8 +252,8 @@ static void batches(const char *node, int nbatches)
 			      mori_strerror(rc), mori_client_last_error(c));
 		bytes += mori_xfer_bytes(x);
 		mori_xfer_free(x);
-		kinds[ri == 2 ? (op == MORI_OP_WRITE ? 1 : 2) : li == 0 ? 0 : (op == MORI_OP_WRITE ? 2 : 1)]++;
-		if (op == MORI_OP_WRITE) {
+		kinds[ri == 2 ? (op == MORI_XFER_WRITE ? 1 : 2) : li == 0 ? 0 : (op == MORI_XFER_WRITE ? 2 : 1)]++;
+		if (op == MORI_XFER_WRITE) {
 			gpu_model_apply(mv, n, lmodel[li], rmodel[ri]);
 			if (it < 300 || ++writes_since_check >= 50) {
 				writes_since_check = 0;
@@ -329,14 +329,14 @@ START_TEST(target_dies)
 	OK(mori_mem_register(c, (void *)(uintptr_t)lv, 1u << 20, MORI_MEM_VRAM, &l));
 	OK(mori_mem_open_remote(c, NULL, "t/legacy", &r0));
 	OK(mori_mem_open_remote(c, NULL, "t/vmm", &r1));
-	OK(mori_write(l, 0, r0, 0, 4096, NULL, &x));
+	OK(mori_xfer_write(l, 0, r0, 0, 4096, NULL, &x));
 	OK(mori_xfer_wait(x, 1000000));
 	mori_xfer_free(x);
 	kill(t.pid, SIGKILL); /* the target, with both regions */
 	waitpid(t.pid, NULL, 0);
 	int rc = write_until_refused(l, r1, 2000000);
 	ck_assert_msg(rc == MORI_ESTALE || rc == MORI_EPEERDEAD, "after the target died: %s", mori_strerror(rc));
-	ck_assert_int_ne(mori_write(l, 0, r0, 0, 4096, NULL, &x), MORI_OK);
+	ck_assert_int_ne(mori_xfer_write(l, 0, r0, 0, 4096, NULL, &x), MORI_OK);
 	OK(mori_mem_deregister(r0));
 	OK(mori_mem_deregister(r1));
 	ck_assert_ptr_null(c->gpu->maps); /* both mappings released */

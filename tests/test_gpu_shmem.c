@@ -100,13 +100,13 @@ static int pe_open(struct pe *p, int me, int n, const char *name)
 			   !p->g->ctx_push_current(ctx),
 	       "no GPU context: %s", gpu_unavailable_reason());
 	POK(me, mori_client_open(D.dir, "shmem-pe", &p->c));
-	mori_group_opts o;
-	mori_group_opts_init(&o);
+	mori_shmem_opts o;
+	mori_shmem_opts_init(&o, sizeof(o));
 	o.heap_kind = MORI_MEM_VRAM;
 	o.heap_size = HEAP;
 	o.gpu_device = 0;
 	o.timeout_us = 60000000;
-	POK(me, mori_group_join(p->c, name, me, n, &o, &p->grp));
+	POK(me, mori_shmem_init(p->c, name, me, n, &o, &p->grp));
 	GOK(me, p->g->module_load_data(&p->mod, mori_kernels_shmemtest_image));
 	POK(me, mori_shmem_module_init(p->grp, p->mod)); /* the module's mori_shmem_state_ptr */
 	POK(me, mori_shmem_calloc(p->grp, AREA, 4096, (void **)&p->area));
@@ -203,7 +203,7 @@ static int pe_cases(int me, int n, void *arg)
 	POK(me, mori_shmem_quiet_on_stream(p->grp, p->s));
 	GOK(me, p->g->stream_synchronize(p->s));
 	POK(me, mori_shmem_status(p->grp, NULL));
-	mori_group_leave(p->grp);
+	mori_shmem_finalize(p->grp);
 	mori_client_close(p->c);
 	return 0;
 }

@@ -108,14 +108,14 @@ static int pe_open(struct pe *p, int me, int n, const char *name)
 			   !p->g->ctx_push_current(ctx),
 	       "no GPU context: %s", gpu_unavailable_reason());
 	POK(me, mori_client_open(me & 1 ? NB.dir : NA.dir, "proxy-pe", &p->c));
-	mori_group_opts o;
-	mori_group_opts_init(&o);
+	mori_shmem_opts o;
+	mori_shmem_opts_init(&o, sizeof(o));
 	o.heap_kind = MORI_MEM_VRAM;
 	o.heap_size = HEAP;
 	o.gpu_device = 0;
 	o.root = NA.addr;
 	o.timeout_us = 60000000;
-	POK(me, mori_group_join(p->c, name, me, n, &o, &p->grp));
+	POK(me, mori_shmem_init(p->c, name, me, n, &o, &p->grp));
 	int right = (me + 1) % n;
 	PCHECK(me, n < 2 || !mori_shmem_ptr_p2p(p->grp, mori_shmem_heap_base(p->grp), right),
 	       "PE %d's heap is mapped here: not the proxy path", right);
@@ -224,7 +224,7 @@ static int pe_cases(int me, int n, void *arg)
 	GOK(me, p->g->stream_synchronize(p->s));
 	POK(me, mori_shmem_barrier_all(p->grp)); /* nobody leaves (tearing the group down) before all are done */
 	POK(me, mori_shmem_status(p->grp, NULL));
-	mori_group_leave(p->grp);
+	mori_shmem_finalize(p->grp);
 	mori_client_close(p->c);
 	return 0;
 }

@@ -245,17 +245,17 @@ static void span_batches(const char *node, int nbatches)
 	mori_desc *d = malloc(cap * sizeof(*d));
 	uint64_t bytes = 0, crossing = 0;
 	for (int it = 0; it < nbatches; it++) {
-		int op = test_rand(&seed) & 1 ? MORI_OP_WRITE : MORI_OP_READ, across = it & 1;
+		int op = test_rand(&seed) & 1 ? MORI_XFER_WRITE : MORI_XFER_READ, across = it & 1;
 		size_t n;
 		if (across) { /* every block crosses an allocation boundary on both sides */
-			n = op == MORI_OP_WRITE ? boundary_moves(&seed, mv, t.bound, t.nb, t.size, ls.bound, ls.nb, lsz)
+			n = op == MORI_XFER_WRITE ? boundary_moves(&seed, mv, t.bound, t.nb, t.size, ls.bound, ls.nb, lsz)
 						: boundary_moves(&seed, mv, ls.bound, ls.nb, lsz, t.bound, t.nb, t.size);
 			crossing += n;
 		} else {
 			n = 1 + test_rand(&seed) % 600;
 			const uint64_t maxlens[] = {4096, 65536, 1u << 20, 8u << 20};
 			uint64_t maxlen = maxlens[test_rand(&seed) % 4];
-			if (op == MORI_OP_WRITE)
+			if (op == MORI_XFER_WRITE)
 				gpu_random_moves(&seed, mv, n, lsz, t.size, maxlen);
 			else
 				gpu_random_moves(&seed, mv, n, t.size, lsz, maxlen);
@@ -269,7 +269,7 @@ static void span_batches(const char *node, int nbatches)
 			      mori_strerror(rc), mori_client_last_error(c));
 		bytes += mori_xfer_bytes(x);
 		mori_xfer_free(x);
-		if (op == MORI_OP_WRITE) {
+		if (op == MORI_XFER_WRITE) {
 			gpu_model_apply(mv, n, lmodel, rmodel);
 			if (it < 20 || it % 10 == 0)
 				ck_assert_msg(target_hash(&t, 0, t.size) == test_hash(0, rmodel, t.size),

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# `make install PREFIX=/usr DESTDIR=$tmp` installs binaries, header, libraries (libmori.so.0.1.0
-# with its SONAME and development links), pkg-config file, configuration and systemd unit.
+# `make install PREFIX=/usr DESTDIR=$tmp` installs binaries, headers, libraries (libmori.so.X.Y.Z
+# with its SONAME libmori.so.X and development links), pkg-config file, configuration and systemd unit.
 # libmori.so exports exactly the functions include/mori.h declares (any extra or missing name
 # is named) and needs no library of morid's (nng, libsystemd, ...). A small program built with
 # the installed pkg-config file links to libmori.so, and with `pkg-config --static` to libmori.a
@@ -19,7 +19,9 @@ if grep -q '^  CC ' <<< "$out"; then echo "# note: make install recompiled: $(gr
 
 want=$("$D/usr/bin/morid" --version | awk '{print $2}')
 [ -n "$want" ] || fail "installed morid --version says no version"
-for f in usr/bin/morid usr/bin/moractl usr/include/mori.h usr/include/mori_shmem.h usr/lib/libmori.so.$want usr/lib/libmori.so.0 \
+sov=libmori.so.${want%%.*} # the SONAME: the major version (README, "ABI")
+for f in usr/bin/morid usr/bin/moractl usr/include/mori.h usr/include/mori_types.h usr/include/mori_shmem.h \
+	usr/include/mori_ep.h usr/include/mori_coll.h usr/lib/libmori.so.$want usr/lib/$sov \
 	usr/lib/libmori.so usr/lib/libmori.a usr/lib/pkgconfig/mori.pc etc/mori/morid.conf \
 	usr/lib/systemd/system/morid.service; do
 	[ -e "$D/$f" ] || fail "not installed: /$f"
@@ -28,13 +30,13 @@ done
 # The real file carries the full version; the SONAME link and the development link point to it.
 SO=$D/usr/lib/libmori.so.$want
 [ -f "$SO" ] && [ ! -L "$SO" ] || fail "/usr/lib/libmori.so.$want is not a regular file"
-[ "$(readlink "$D/usr/lib/libmori.so.0")" = "libmori.so.$want" ] ||
-	fail "libmori.so.0 links to '$(readlink "$D/usr/lib/libmori.so.0")', not libmori.so.$want"
-[ "$(readlink "$D/usr/lib/libmori.so")" = libmori.so.0 ] ||
-	fail "libmori.so links to '$(readlink "$D/usr/lib/libmori.so")', not libmori.so.0"
+[ "$(readlink "$D/usr/lib/$sov")" = "libmori.so.$want" ] ||
+	fail "$sov links to '$(readlink "$D/usr/lib/$sov")', not libmori.so.$want"
+[ "$(readlink "$D/usr/lib/libmori.so")" = "$sov" ] ||
+	fail "libmori.so links to '$(readlink "$D/usr/lib/libmori.so")', not $sov"
 command -v readelf > /dev/null && command -v nm > /dev/null || fail "readelf/nm (binutils) not installed"
 soname=$(readelf -d "$SO" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
-[ "$soname" = libmori.so.0 ] || fail "SONAME is '$soname', not libmori.so.0"
+[ "$soname" = "$sov" ] || fail "SONAME is '$soname', not $sov"
 grep -q '^ExecStart=/usr/bin/morid --foreground$' "$D/usr/lib/systemd/system/morid.service" ||
 	fail "installed unit's ExecStart is not /usr/bin/morid"
 grep -q '@PREFIX@' "$D/usr/lib/systemd/system/morid.service" && fail "@PREFIX@ left in the unit"
@@ -60,7 +62,7 @@ make --no-print-directory -C "$ROOT" install B="$B_ARG" PREFIX=/usr DESTDIR="$D"
 [ ! -e "$D/etc/mori/morid.conf.new" ] || fail "morid.conf.new left beside an unchanged morid.conf"
 pass "a reinstall keeps an edited /etc/mori/morid.conf and leaves the shipped one as morid.conf.new"
 
-# Exactly the functions of the public headers (include/mori.h, include/mori_shmem.h) are exported.
+# Exactly the functions of the public headers (include/mori*.h) are exported.
 # The names come from the headers themselves (preprocessed with MORI_API empty, each declaration
 # `... mori_name(...)`), so a function declared without MORI_API, or left out of
 # libclient/libmori.map, shows up as missing.
@@ -70,13 +72,18 @@ hdr=$(for h in "$ROOT"/include/mori*.h; do printf '#include "%s"\n' "${h##*/}"; 
 	tr '\n' ' ' | tr ';{}' '\n\n\n' |
 	sed -n 's/^[^(]*[^A-Za-z0-9_]\(mori_[A-Za-z0-9_]*\) *(.*/\1/p' | sort -u)
 nhdr=$(grep -c . <<< "$hdr")
-[ "$nhdr" -ge 40 ] || fail "found only $nhdr function declarations in include/mori.h and mori_shmem.h: $hdr"
+[ "$nhdr" -ge 40 ] || fail "found only $nhdr function declarations in include/mori*.h: $hdr"
 dyn=$(nm -D --defined-only "$SO") || fail "nm -D $SO"
-# The one absolute symbol is the version node of libmori.map; every name carries it.
-vnodes=$(awk '$2 == "A" {print $3}' <<< "$dyn" | tr '\n' ' ')
-[ "$vnodes" = "MORI_0.1 " ] || fail "version nodes are '$vnodes', expected MORI_0.1"
-unver=$(awk '$2 != "A" && $3 !~ /@@MORI_0\.1$/ {print $3}' <<< "$dyn" | tr '\n' ' ')
-[ -z "$unver" ] || fail "exported without the MORI_0.1 version: $unver"
+# The absolute symbols are the version nodes of libmori.map, each of the SONAME's major version
+# (MORI_1.0, and MORI_1.1 ... for what later releases add); every name carries one of them.
+major=${want%%.*}
+vnodes=$(awk '$2 == "A" {print $3}' <<< "$dyn" | sort | tr '\n' ' ')
+mapnodes=$(grep -oE '^MORI_[0-9]+\.[0-9]+' "$ROOT/libclient/libmori.map" | sort | tr '\n' ' ')
+[ "$vnodes" = "$mapnodes" ] || fail "version nodes are '$vnodes', libmori.map has '$mapnodes'"
+[ -z "$(tr ' ' '\n' <<< "$vnodes" | grep . | grep -v "^MORI_$major\.")" ] ||
+	fail "version nodes '$vnodes' are not all of major version $major (the SONAME's)"
+unver=$(awk '$2 != "A" && $3 !~ /@@MORI_[0-9]+\.[0-9]+$/ {print $3}' <<< "$dyn" | tr '\n' ' ')
+[ -z "$unver" ] || fail "exported without a MORI_ version: $unver"
 exp=$(awk '$2 != "A" {sub(/@.*/, "", $3); print $3}' <<< "$dyn" | sort -u)
 extra=$(comm -13 <(echo "$hdr") <(echo "$exp") | tr '\n' ' ')
 missing=$(comm -23 <(echo "$hdr") <(echo "$exp") | tr '\n' ' ')
@@ -84,7 +91,7 @@ missing=$(comm -23 <(echo "$hdr") <(echo "$exp") | tr '\n' ' ')
 [ -z "$missing" ] || fail "the public headers declare functions libmori.so does not export: $missing"
 notfn=$(awk '$2 != "A" && $2 != "T" {print $3 " (" $2 ")"}' <<< "$dyn" | tr '\n' ' ')
 [ -z "$notfn" ] || fail "exports data, not functions: $notfn"
-pass "libmori.so exports exactly the $nhdr functions of include/mori.h and include/mori_shmem.h (version MORI_0.1)"
+pass "libmori.so exports exactly the $nhdr functions of include/mori*.h (versions $vnodes)"
 
 # Only what the library calls: none of morid's or the tools' libraries.
 needed=$(readelf -d "$SO" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' ')
@@ -118,8 +125,8 @@ proto=$(sed -n 's/^#define MORI_PROTOCOL_VERSION \([0-9]*\).*/\1/p' "$ROOT/inclu
 got=$(LD_LIBRARY_PATH=$D/usr/lib "$T/hello") || fail "program linked to the installed libmori.so failed"
 [ "$got" = "$want $proto" ] || fail "program printed '$got', expected '$want $proto'"
 ldd_out=$(LD_LIBRARY_PATH=$D/usr/lib ldd "$T/hello")
-grep -q "libmori.so.0 => $D/usr/lib/libmori.so.0" <<< "$ldd_out" || fail "not linked to the installed libmori.so.0: $ldd_out"
-pass "program built with pkg-config links to libmori.so.0 and runs: $got"
+grep -q "$sov => $D/usr/lib/$sov" <<< "$ldd_out" || fail "not linked to the installed $sov: $ldd_out"
+pass "program built with pkg-config links to $sov and runs: $got"
 
 # The static library, with what mori.pc's Requires.private/Libs.private add: -Bstatic makes
 # the linker take libmori.a (and the static archives of its dependencies), never libmori.so.

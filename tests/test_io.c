@@ -94,18 +94,18 @@ START_TEST(bad_input)
 	OK(mori_mem_alloc(c, 1 << 20, MORI_MEM_HOST, &a));
 	OK(mori_mem_alloc(c, 1 << 20, MORI_MEM_HOST, &b));
 	/* ranges and lengths */
-	ck_assert_int_eq(mori_write(a, 0, b, (1 << 20) - 10, 11, NULL, &x), MORI_ERANGE);
-	ck_assert_int_eq(mori_write(a, 1 << 20, b, 0, 1, NULL, &x), MORI_ERANGE);
-	ck_assert_int_eq(mori_write(a, UINT64_MAX, b, 0, 2, NULL, &x), MORI_ERANGE);
-	ck_assert_int_eq(mori_write(a, 0, b, 0, 0, NULL, &x), MORI_EINVAL);
+	ck_assert_int_eq(mori_xfer_write(a, 0, b, (1 << 20) - 10, 11, NULL, &x), MORI_ERANGE);
+	ck_assert_int_eq(mori_xfer_write(a, 1 << 20, b, 0, 1, NULL, &x), MORI_ERANGE);
+	ck_assert_int_eq(mori_xfer_write(a, UINT64_MAX, b, 0, 2, NULL, &x), MORI_ERANGE);
+	ck_assert_int_eq(mori_xfer_write(a, 0, b, 0, 0, NULL, &x), MORI_EINVAL);
 	mori_desc d = {0, 0, 16};
-	ck_assert_int_eq(mori_xfer_batch(MORI_OP_WRITE, a, b, &d, 0, NULL, &x), MORI_EINVAL);
+	ck_assert_int_eq(mori_xfer_batch(MORI_XFER_WRITE, a, b, &d, 0, NULL, &x), MORI_EINVAL);
 	ck_assert_int_eq(mori_xfer_batch(7, a, b, &d, 1, NULL, &x), MORI_EINVAL);
 	mori_xfer_list *l;
 	OK(mori_xfer_prep(a, b, &d, 1, &l));
 	uint32_t bad_idx = 1;
-	ck_assert_int_eq(mori_xfer_submit(l, MORI_OP_WRITE, &bad_idx, 1, NULL, &x), MORI_ERANGE);
-	ck_assert_int_eq(mori_xfer_submit(l, MORI_OP_WRITE, &bad_idx, 0, NULL, &x), MORI_EINVAL);
+	ck_assert_int_eq(mori_xfer_submit(l, MORI_XFER_WRITE, &bad_idx, 1, NULL, &x), MORI_ERANGE);
+	ck_assert_int_eq(mori_xfer_submit(l, MORI_XFER_WRITE, &bad_idx, 0, NULL, &x), MORI_EINVAL);
 	mori_xfer_list_free(l);
 	/* the index check runs in blocks of 16 and a tail (idx_copy_below): a bad index anywhere is
 	 * refused with its position, and a good array moves exactly its blocks */
@@ -121,7 +121,7 @@ START_TEST(bad_input)
 				idx[i] = (uint32_t)(i * 37 % 100);
 			idx[at[k]] = v ? UINT32_MAX : 100;
 			x = NULL;
-			ck_assert_int_eq(mori_xfer_submit(l, MORI_OP_WRITE, idx, 53, NULL, &x), MORI_ERANGE);
+			ck_assert_int_eq(mori_xfer_submit(l, MORI_XFER_WRITE, idx, 53, NULL, &x), MORI_ERANGE);
 			ck_assert_ptr_null(x);
 			char want[32];
 			snprintf(want, sizeof(want), "at %d >=", at[k]);
@@ -134,7 +134,7 @@ START_TEST(bad_input)
 	memset(pb, 0, 100 * 64);
 	for (int i = 0; i < 53; i++)
 		idx[i] = (uint32_t)(i * 37 % 100);
-	OK(mori_xfer_submit(l, MORI_OP_WRITE, idx, 53, NULL, &x));
+	OK(mori_xfer_submit(l, MORI_XFER_WRITE, idx, 53, NULL, &x));
 	OK(mori_xfer_wait(x, 5000000));
 	mori_xfer_free(x);
 	int moved[100] = {0};
@@ -232,7 +232,7 @@ static void owner_dies(int use_cma)
 	OK(mori_client_open(D.dir, "survivor", &c));
 	OK(mori_mem_alloc(c, 1 << 20, MORI_MEM_HOST, &l));
 	OK(mori_mem_open_remote(c, NULL, "victim/kv", &v));
-	OK(mori_write(l, 0, v, 0, 4096, NULL, &x));
+	OK(mori_xfer_write(l, 0, v, 0, 4096, NULL, &x));
 	OK(mori_xfer_wait(x, 1000000));
 	mori_xfer_free(x);
 	ck_assert_int_eq(daemon_regions(), 2);
@@ -268,9 +268,9 @@ START_TEST(initiator_killed)
 		if (mori_client_open(D.dir, "doomed", &k) || mori_mem_alloc(k, 16 << 20, MORI_MEM_HOST, &l) ||
 		    mori_mem_open_remote(k, NULL, "t/kv", &r))
 			_exit(1);
-		mori_xfer_opts o = {.has_notif = 1, .notif_tag = 7};
+		mori_xfer_opts o = {.size = sizeof(o), .has_notif = 1, .notif_tag = 7};
 		for (;;) {
-			if (mori_write(l, 0, r, 0, 16 << 20, &o, &x) == MORI_OK) {
+			if (mori_xfer_write(l, 0, r, 0, 16 << 20, &o, &x) == MORI_OK) {
 				mori_xfer_wait(x, 1000000);
 				mori_xfer_free(x);
 			}
@@ -287,7 +287,7 @@ START_TEST(initiator_killed)
 	mori_xfer *x;
 	OK(mori_mem_alloc(c, 4096, MORI_MEM_HOST, &l2));
 	memset(mori_mem_ptr(l2), 0xab, 4096);
-	OK(mori_write(l2, 0, t, 100, 4096, NULL, &x));
+	OK(mori_xfer_write(l2, 0, t, 100, 4096, NULL, &x));
 	OK(mori_xfer_wait(x, 1000000));
 	mori_xfer_free(x);
 	ck_assert_int_eq(((uint8_t *)mori_mem_ptr(t))[100 + 4095], 0xab);
@@ -314,11 +314,11 @@ START_TEST(ring_full)
 	OK(mori_mem_publish(mb, "b/kv"));
 	OK(mori_mem_open_remote(a, NULL, "b/kv", &rb));
 	kill(D.pid, SIGSTOP);
-	mori_xfer_opts o = {.has_notif = 1};
+	mori_xfer_opts o = {.size = sizeof(o), .has_notif = 1};
 	int ok = 0, again = 0;
 	for (int i = 0; i < 65; i++) {
 		o.notif_tag = (uint64_t)i;
-		OK(mori_write(ma, 0, rb, 0, 64, &o, &x));
+		OK(mori_xfer_write(ma, 0, rb, 0, 64, &o, &x));
 		int rc = mori_xfer_wait(x, 3000000);
 		ok += rc == MORI_OK;
 		again += rc == MORI_EAGAIN;
@@ -372,11 +372,11 @@ START_TEST(client_caps)
 	 * wait behind it, the other 1288 - 576 are dropped */
 	enum { SENT = 64 + 1024 + 200, KEPT = 64 + 1024 / 2 };
 	uint64_t dropped0 = ctl_counter(D.dir, "notifications_dropped");
-	mori_xfer_opts o = {.has_notif = 1};
+	mori_xfer_opts o = {.size = sizeof(o), .has_notif = 1};
 	for (int i = 0; i < SENT; i++) {
 		mori_xfer *x;
 		o.notif_tag = (uint64_t)i;
-		OK(mori_write(m[0], 0, rb, 0, 64, &o, &x));
+		OK(mori_xfer_write(m[0], 0, rb, 0, 64, &o, &x));
 		OK(mori_xfer_wait(x, 3000000));
 		mori_xfer_free(x);
 	}
@@ -401,7 +401,7 @@ START_TEST(client_caps)
 	/* with room again, notifications flow as before */
 	mori_xfer *x;
 	o.notif_tag = 777777;
-	OK(mori_write(m[0], 0, rb, 0, 64, &o, &x));
+	OK(mori_xfer_write(m[0], 0, rb, 0, 64, &o, &x));
 	OK(mori_xfer_wait(x, 3000000));
 	mori_xfer_free(x);
 	ck_assert_int_eq(mori_notif_poll(b, nb, 1, 3000000), 1);
@@ -438,12 +438,12 @@ START_TEST(notifs_at_kill)
 		if (mori_client_open(D.dir, "a", &c) || mori_mem_alloc(c, 4096, MORI_MEM_HOST, &ma) ||
 		    mori_mem_open_remote(c, NULL, "b/kv", &rb) || write(up[1], "r", 1) != 1 || read(down[0], &go, 1) != 1)
 			_exit(10);
-		mori_xfer_opts o = {.has_notif = 1};
+		mori_xfer_opts o = {.size = sizeof(o), .has_notif = 1};
 		uint32_t done = 0;
 		for (int i = 0; i < N; i++) {
 			mori_xfer *x;
 			o.notif_tag = (uint64_t)i;
-			if (mori_write(ma, 0, rb, 0, 64, &o, &x) || mori_xfer_wait(x, 3000000))
+			if (mori_xfer_write(ma, 0, rb, 0, 64, &o, &x) || mori_xfer_wait(x, 3000000))
 				break;
 			mori_xfer_free(x);
 			done++;
@@ -531,7 +531,7 @@ START_TEST(dereg_with_idle_cma_opener)
 		mori_mem *l, *r;
 		mori_xfer *x;
 		if (mori_client_open(D.dir, "idle", &k) || mori_mem_alloc(k, 4096, MORI_MEM_HOST, &l) ||
-		    mori_mem_open_remote(k, NULL, "owner/idle", &r) || mori_read(l, 0, r, 0, 16, NULL, &x) ||
+		    mori_mem_open_remote(k, NULL, "owner/idle", &r) || mori_xfer_read(l, 0, r, 0, 16, NULL, &x) ||
 		    mori_xfer_wait(x, 5000000))
 			_exit(1);
 		mori_xfer_free(x);
@@ -583,7 +583,7 @@ START_TEST(dereg_during_cma_writes)
 			_exit(2);
 		int rc = MORI_OK;
 		for (int i = 0; i < 100000 && rc == MORI_OK; i++) {
-			rc = mori_write(l, 0, r, 0, SZ, NULL, &x);
+			rc = mori_xfer_write(l, 0, r, 0, SZ, NULL, &x);
 			if (rc == MORI_OK) {
 				rc = mori_xfer_wait(x, 5000000);
 				mori_xfer_free(x);
@@ -638,12 +638,12 @@ START_TEST(owner_truncates)
 		    mori_mem_open_remote(k, NULL, "o/sealed", &r1) || mori_mem_open_remote(k, NULL, "o/plain", &r2))
 			_exit(1);
 		usleep(200000); /* the owner truncates meanwhile */
-		int rc1 = mori_write(l, 0, r1, 0, SZ, NULL, &x);
+		int rc1 = mori_xfer_write(l, 0, r1, 0, SZ, NULL, &x);
 		if (rc1 == MORI_OK) {
 			rc1 = mori_xfer_wait(x, 1000000);
 			mori_xfer_free(x);
 		}
-		int rc2 = mori_write(l, 0, r2, 0, SZ, NULL, &x);
+		int rc2 = mori_xfer_write(l, 0, r2, 0, SZ, NULL, &x);
 		if (rc2 == MORI_OK) {
 			rc2 = mori_xfer_wait(x, 1000000);
 			mori_xfer_free(x);

@@ -41,10 +41,10 @@ static void overlap_case(mori_client *c, int op, size_t len, size_t src, size_t 
 		p[i] = want[i] = (uint32_t)(i * 2654435761u);
 	memmove((uint8_t *)want + dst, (uint8_t *)want + src, len); /* the reference */
 	mori_xfer *x;
-	if (op == MORI_OP_READ)
-		OK(mori_read(m, dst, m, src, len, NULL, &x));
+	if (op == MORI_XFER_READ)
+		OK(mori_xfer_read(m, dst, m, src, len, NULL, &x));
 	else
-		OK(mori_write(m, src, m, dst, len, NULL, &x));
+		OK(mori_xfer_write(m, src, m, dst, len, NULL, &x));
 	OK(mori_xfer_wait(x, 10000000));
 	mori_xfer_free(x);
 	size_t bad = 0, first = 0;
@@ -52,7 +52,7 @@ static void overlap_case(mori_client *c, int op, size_t len, size_t src, size_t 
 		if (p[i] != want[i] && !bad++)
 			first = i;
 	ck_assert_msg(!bad, "%s of %zu bytes %zu -> %zu: %zu words differ from memmove's, first at %zu",
-		      op == MORI_OP_READ ? "read" : "write", len, src, dst, bad, first);
+		      op == MORI_XFER_READ ? "read" : "write", len, src, dst, bad, first);
 	free(want);
 	OK(mori_mem_deregister(m));
 }
@@ -69,7 +69,7 @@ START_TEST(overlap_is_memmove)
 			overlap_case(c, op, lens[i], 4096, 0);  /* below */
 			overlap_case(c, op, lens[i], 0, 4);     /* by one word */
 		}
-	overlap_case(c, MORI_OP_READ, 4096, 0, 0);      /* onto itself */
+	overlap_case(c, MORI_XFER_READ, 4096, 0, 0);      /* onto itself */
 	mori_client_close(c);
 }
 END_TEST
@@ -83,7 +83,7 @@ START_TEST(null_and_bad_arguments)
 	mori_mem *m, *r = NULL;
 	OK(mori_mem_alloc(c, 4096, MORI_MEM_HOST, &m));
 	const char *nodes[2] = {"127.0.0.1:7100", NULL};
-	mori_access a = {.nodes = nodes, .n_nodes = 2};
+	mori_access a = {.size = sizeof(a), .nodes = nodes, .n_nodes = 2};
 	ck_assert_int_eq(mori_mem_publish_access(m, "edges/kv", &a), MORI_EINVAL);
 	ck_assert_msg(strstr(mori_client_last_error(c), "node 1 is NULL"), "%s", mori_client_last_error(c));
 	/* nothing was published: the name does not open */
@@ -121,14 +121,14 @@ START_TEST(comm_after_leave)
 {
 	mori_client *c;
 	OK(mori_client_open(D.dir, "leave", &c));
-	mori_group_opts o;
-	mori_group_opts_init(&o);
+	mori_shmem_opts o;
+	mori_shmem_opts_init(&o, sizeof(o));
 	o.heap_size = 8u << 20;
 	o.timeout_us = 5000000;
 	mori_group *g;
-	OK(mori_group_join(c, "lib-edges-leave", 0, 1, &o, &g));
+	OK(mori_shmem_init(c, "lib-edges-leave", 0, 1, &o, &g));
 	mori_comm_opts co;
-	mori_comm_opts_init(&co);
+	mori_comm_opts_init(&co, sizeof(co));
 	co.scratch_bytes = 1u << 20;
 	mori_comm *k1, *k2, *k3;
 	OK(mori_comm_create(g, &co, &k1));
@@ -138,24 +138,25 @@ START_TEST(comm_after_leave)
 	OK(mori_allreduce(k1, x, y, 4, MORI_FLOAT32, MORI_SUM, NULL));
 	ck_assert(y[3] == 4.0f);
 	mori_comm_destroy(k3); /* destroyed before the leave: as ever */
-	mori_group_leave(g);
+	mori_shmem_finalize(g);
 	y[3] = 0;
 	ck_assert_int_eq(mori_allreduce(k1, x, y, 4, MORI_FLOAT32, MORI_SUM, NULL), MORI_ESTALE);
 	ck_assert_msg(strstr(mori_client_last_error(c), "has left"), "%s", mori_client_last_error(c));
 	ck_assert(y[3] == 0.0f);
-	int pe = 7;
-	ck_assert_int_eq(mori_comm_status(k1, &pe), MORI_ESTALE);
+	mori_status st;
+	ck_assert_int_eq(mori_comm_status(k1, &st), MORI_ESTALE);
+	ck_assert_int_eq(st.code, MORI_ESTALE);
 	mori_window *w = NULL;
 	ck_assert_int_eq(mori_comm_window_register(k1, x, sizeof(x), &w), MORI_ESTALE);
 	ck_assert_ptr_null(w);
-	mori_group_leave(g); /* a second leave while communicators live: nothing */
+	mori_shmem_finalize(g); /* a second leave while communicators live: nothing */
 	mori_comm_destroy(k1);
 	mori_client_close(c);
 	mori_comm_destroy(k2); /* after the client too; the last one frees the group's shell */
 	/* the name is free again: a new group of it forms (the daemon saw the leave) */
 	OK(mori_client_open(D.dir, "leave2", &c));
-	OK(mori_group_join(c, "lib-edges-leave", 0, 1, &o, &g));
-	mori_group_leave(g);
+	OK(mori_shmem_init(c, "lib-edges-leave", 0, 1, &o, &g));
+	mori_shmem_finalize(g);
 	mori_client_close(c);
 }
 END_TEST

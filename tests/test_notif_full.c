@@ -46,20 +46,20 @@ START_TEST(owner_not_detached)
 	OK(mori_client_open(NA.dir, "flooder", &c));
 	OK(mori_mem_alloc(c, 4096, MORI_MEM_HOST, &l));
 	OK(mori_mem_open_remote(c, NB.addr, "owner/kv", &r));
-	mori_xfer_opts o = {.has_notif = 1};
+	mori_xfer_opts o = {.size = sizeof(o), .has_notif = 1};
 	int ok = 0, again = 0;
 	char msg[300] = "";
 	for (int i = 0; i < SENT; i++) {
 		mori_xfer *x;
 		o.notif_tag = (uint64_t)i;
-		OK(mori_write(l, 0, r, 0, 64, &o, &x));
+		OK(mori_xfer_write(l, 0, r, 0, 64, &o, &x));
 		int rc = mori_xfer_wait(x, 5000000);
-		const char *why = "";
-		mori_xfer_status(x, &why);
+		mori_status st;
+		mori_xfer_status(x, &st);
 		if (rc == MORI_EAGAIN && !again++)
-			snprintf(msg, sizeof(msg), "%s", why ? why : "");
+			snprintf(msg, sizeof(msg), "%s", st.message);
 		ok += rc == MORI_OK;
-		ck_assert_msg(rc == MORI_OK || rc == MORI_EAGAIN, "write %d: %s (%s)", i, mori_strerror(rc), why ? why : "");
+		ck_assert_msg(rc == MORI_OK || rc == MORI_EAGAIN, "write %d: %s (%s)", i, mori_strerror(rc), st.message);
 		mori_xfer_free(x);
 	}
 	ck_assert_int_eq(ok, KEPT);
@@ -81,7 +81,7 @@ START_TEST(owner_not_detached)
 	/* with room again, a notification goes through */
 	mori_xfer *x;
 	o.notif_tag = 4242;
-	OK(mori_write(l, 0, r, 0, 64, &o, &x));
+	OK(mori_xfer_write(l, 0, r, 0, 64, &o, &x));
 	OK(mori_xfer_wait(x, 5000000));
 	mori_xfer_free(x);
 	ck_assert_int_eq(mori_notif_poll(owner, n, 1, 5000000), 1);

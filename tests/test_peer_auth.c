@@ -107,8 +107,8 @@ START_TEST(same_key)
 	OK(mori_mem_alloc(ca, 1 << 20, MORI_MEM_HOST, &l));
 	OK(mori_mem_open_remote(ca, ab, "auth/r", &m));
 	mori_xfer *x;
-	mori_xfer_opts o = {.has_notif = 1, .notif_tag = 5};
-	OK(mori_write(l, 0, m, 0, 1 << 20, &o, &x));
+	mori_xfer_opts o = {.size = sizeof(o), .has_notif = 1, .notif_tag = 5};
+	OK(mori_xfer_write(l, 0, m, 0, 1 << 20, &o, &x));
 	OK(mori_xfer_wait(x, 5000000));
 	mori_xfer_free(x);
 	mori_notif n;

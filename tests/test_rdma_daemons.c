@@ -415,8 +415,9 @@ int main(int argc, char **argv)
 				int st = mori_xfer_status(s->x, NULL);
 				if (st == MORI_EINPROGRESS || (!st && !s->reported))
 					continue;
-				const char *msg = "";
-				st = mori_xfer_status(s->x, &msg);
+				mori_status xs;
+				st = mori_xfer_status(s->x, &xs);
+				const char *msg = xs.message;
 				if (st)
 					fail("batch %llu (%s): %s: %s", (unsigned long long)s->seq, s->read ? "read" : "write",
 					     mori_strerror(st), msg);
@@ -444,8 +445,8 @@ int main(int argc, char **argv)
 									: wpat(s->seq, s->d[i].remote_offset + b);
 				}
 				s->read ? nr++ : nw++;
-				mori_xfer_opts o = {.notif_tag = s->seq, .has_notif = 1, .timeout_us = 30000000};
-				rc = mori_xfer_batch(s->read ? MORI_OP_READ : MORI_OP_WRITE, l, r, s->d, s->n, &o, &s->x);
+				mori_xfer_opts o = {.size = sizeof(o), .notif_tag = s->seq, .has_notif = 1, .timeout_us = 30000000};
+				rc = mori_xfer_batch(s->read ? MORI_XFER_READ : MORI_XFER_WRITE, l, r, s->d, s->n, &o, &s->x);
 				if (rc) {
 					fail("submit %llu: %s", (unsigned long long)s->seq, mori_strerror(rc));
 					continue;
@@ -491,7 +492,7 @@ int main(int argc, char **argv)
 		mori_desc d = {0, HALF, 65536};
 		mori_xfer *x;
 		memset(lp, 0, 65536);
-		if ((rc = mori_xfer_batch(MORI_OP_READ, l, r, &d, 1, NULL, &x)) || (rc = mori_xfer_wait(x, 20000000)))
+		if ((rc = mori_xfer_batch(MORI_XFER_READ, l, r, &d, 1, NULL, &x)) || (rc = mori_xfer_wait(x, 20000000)))
 			fail("read after garbage: %s", mori_strerror(rc));
 		else if (lp[100] != rpat(HALF + 100) || lp[65535] != rpat(HALF + 65535))
 			fail("read after garbage: wrong data");
@@ -512,11 +513,13 @@ int main(int argc, char **argv)
 	{
 		mori_desc d = {0, 0, 1u << 20};
 		mori_xfer *x;
-		const char *em = "";
-		rc = mori_xfer_batch(MORI_OP_WRITE, l, r, &d, 1, NULL, &x);
+		mori_status xs = {.message = ""};
+		const char *em = xs.message;
+		rc = mori_xfer_batch(MORI_XFER_WRITE, l, r, &d, 1, NULL, &x);
 		if (!rc) {
 			rc = mori_xfer_wait(x, 20000000);
-			mori_xfer_status(x, &em);
+			mori_xfer_status(x, &xs);
+			em = xs.message;
 		}
 		printf("3. write to a region deregistered at the target: %s (%s)\n", mori_strerror(rc), em);
 		if (rc != MORI_ESTALE && rc != MORI_EPERM && rc != MORI_ENOENT)
@@ -538,8 +541,8 @@ int main(int argc, char **argv)
 	mori_desc dk[16];
 	for (int i = 0; i < 16; i++) {
 		dk[i] = (mori_desc){(uint64_t)i << 21, (uint64_t)i << 21, 2u << 20};
-		mori_xfer_opts o = {.timeout_us = 6000000};
-		if ((rc = mori_xfer_batch(i % 2 ? MORI_OP_READ : MORI_OP_WRITE, l, r, &dk[i], 1, &o, &xs[i])))
+		mori_xfer_opts o = {.size = sizeof(o), .timeout_us = 6000000};
+		if ((rc = mori_xfer_batch(i % 2 ? MORI_XFER_READ : MORI_XFER_WRITE, l, r, &dk[i], 1, &o, &xs[i])))
 			fail("submit %d: %s", i, mori_strerror(rc));
 	}
 	uint64_t tk = now_us();
@@ -575,16 +578,17 @@ int main(int argc, char **argv)
 			for (uint64_t b = 0; b < 4096; b++)
 				lp[b] = wpat(seq, d.remote_offset + b);
 			mori_xfer *x = NULL;
-			mori_xfer_opts o = {.timeout_us = 20000000};
-			int wr = mori_xfer_batch(MORI_OP_WRITE, l, r, &d, 1, &o, &x);
+			mori_xfer_opts o = {.size = sizeof(o), .timeout_us = 20000000};
+			int wr = mori_xfer_batch(MORI_XFER_WRITE, l, r, &d, 1, &o, &x);
 			if (!wr)
 				wr = mori_xfer_wait(x, 25000000);
 			if (!wr) {
 				ok++;
 			} else {
-				const char *em = "";
+				mori_status xs = {.message = ""};
 				if (x)
-					mori_xfer_status(x, &em);
+					mori_xfer_status(x, &xs);
+				const char *em = xs.message;
 				printf("   write %d after the restart: %s (%s)\n", i, mori_strerror(wr), em);
 			}
 			mori_xfer_free(x);

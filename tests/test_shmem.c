@@ -76,9 +76,9 @@ static struct shared *SH;
 /* The node PE pe runs on: A, or B for odd PEs when two nodes run. */
 static struct test_node *node_of(int pe) { return two_nodes && (pe & 1) ? &NB : &NA; }
 
-static void opts_for(mori_group_opts *o, uint64_t heap)
+static void opts_for(mori_shmem_opts *o, uint64_t heap)
 {
-	mori_group_opts_init(o);
+	mori_shmem_opts_init(o, sizeof(*o));
 	o->heap_size = heap;
 	o->root = two_nodes ? NA.addr : NULL;
 	o->timeout_us = 20000000;
@@ -89,9 +89,9 @@ static int join(int pe, int n, const char *name, mori_client **c, mori_group **g
 	char label[32];
 	snprintf(label, sizeof(label), "pe%d", pe);
 	POK(pe, mori_client_open(node_of(pe)->dir, label, c));
-	mori_group_opts o;
+	mori_shmem_opts o;
 	opts_for(&o, HEAP);
-	POK(pe, mori_group_join(*c, name, pe, n, &o, g));
+	POK(pe, mori_shmem_init(*c, name, pe, n, &o, g));
 	return 0;
 }
 
@@ -226,12 +226,12 @@ static int pe_basic(int pe, int n, void *arg)
 	PCHECK(pe, s->ctrl && s->ctrl->magic == MORI_SHMEM_MAGIC && s->ctrl->abort == 0 && s->ctrl->ring_entries == 1024 &&
 		       (void *)s->ring == (char *)s->ctrl + MORI_SHMEM_CTRL_BYTES,
 	       "control page");
-	int who = 7;
-	PCHECK(pe, mori_shmem_status(g, &who) == 0 && who == -1, "status %d", who);
+	mori_status sst;
+	PCHECK(pe, mori_shmem_status(g, &sst) == 0 && sst.pe == -1 && !strcmp(sst.message, ""), "status %d", sst.pe);
 	POK(pe, mori_shmem_module_init(g, (void *)1) == MORI_ENOTSUP ? MORI_OK : MORI_EINVAL);
 	POK(pe, mori_shmem_barrier_all(g));
 	POK(pe, mori_shmem_free(g, w));
-	mori_group_leave(g);
+	mori_shmem_finalize(g);
 	mori_client_close(c);
 	return 0;
 }
@@ -290,7 +290,7 @@ static int pe_random(int pe, int n, void *arg)
 		memset(p, slot * 7 + pe, size);
 	}
 	POK(pe, mori_shmem_barrier_all(g));
-	mori_group_leave(g);
+	mori_shmem_finalize(g);
 	mori_client_close(c);
 	return 0;
 }
@@ -364,7 +364,7 @@ static int pe_divergent(int pe, int n, void *arg)
 	PCHECK(pe, rc == MORI_EINVAL, "rc %d", rc);
 	POK(pe, mori_shmem_free(g, first));
 	POK(pe, mori_shmem_barrier_all(g));
-	mori_group_leave(g);
+	mori_shmem_finalize(g);
 	mori_client_close(c);
 	return 0;
 }
@@ -448,7 +448,7 @@ static int pe_putget(int pe, int n, void *arg)
 	POK(pe, mori_shmem_barrier_all(g));
 	PCHECK(pe, base[HEAP - 1] == before, "a refused put wrote");
 	free(priv);
-	mori_group_leave(g);
+	mori_shmem_finalize(g);
 	mori_client_close(c);
 	return 0;
 }
@@ -497,7 +497,7 @@ static int pe_barrier(int pe, int n, void *arg)
 	POK(pe, mori_shmem_barrier_all(g));
 	if (pe == 0)
 		fprintf(stderr, "# %d PEs: %d barriers in %.2f s\n", n, a->iters, (double)(mori_now_us() - t0) / 1e6);
-	mori_group_leave(g);
+	mori_shmem_finalize(g);
 	mori_client_close(c);
 	return 0;
 }
@@ -519,14 +519,14 @@ static int pe_bar_timeout(int pe, int n, void *arg)
 	mori_client *c;
 	mori_group *g;
 	POK(pe, mori_client_open(node_of(pe)->dir, "slow", &c));
-	mori_group_opts o;
+	mori_shmem_opts o;
 	opts_for(&o, HEAP);
 	o.timeout_us = 500000;
-	POK(pe, mori_group_join(c, "slowpoke", pe, n, &o, &g));
+	POK(pe, mori_shmem_init(c, "slowpoke", pe, n, &o, &g));
 	if (pe == n - 1)
 		usleep(1500000);
 	uint64_t t0 = mori_now_us();
-	int rc = mori_shmem_barrier_all(g), who = -1;
+	int rc = mori_shmem_barrier_all(g);
 	const char *m = mori_client_last_error(c);
 	PCHECK(pe, rc == MORI_ETIMEDOUT, "barrier: %d (%s)", rc, m);
 	char want[32];
@@ -534,8 +534,10 @@ static int pe_bar_timeout(int pe, int n, void *arg)
 	PCHECK(pe, strstr(m, want), "%s", m);
 	if (pe != n - 1)
 		PCHECK(pe, mori_now_us() - t0 < 1400000, "the barrier took %llu us", (unsigned long long)(mori_now_us() - t0));
-	PCHECK(pe, mori_shmem_status(g, &who) == MORI_ETIMEDOUT && who == n - 1, "status names PE %d", who);
-	mori_group_leave(g);
+	mori_status sst;
+	PCHECK(pe, mori_shmem_status(g, &sst) == MORI_ETIMEDOUT && sst.code == MORI_ETIMEDOUT && sst.pe == n - 1,
+	       "status names PE %d", sst.pe);
+	mori_shmem_finalize(g);
 	mori_client_close(c);
 	return 0;
 }
@@ -586,7 +588,7 @@ static int pe_calloc(int pe, int n, void *arg)
 	PCHECK(pe, big == NULL, "malloc(0) is NULL");
 	POK(pe, mori_shmem_free(g, NULL));
 	POK(pe, mori_shmem_free(g, q));
-	mori_group_leave(g);
+	mori_shmem_finalize(g);
 	mori_client_close(c);
 	return 0;
 }
@@ -619,11 +621,11 @@ static int pe_refused(int pe, int n, void *arg)
 	POK(pe, mori_client_open(node_of(pe)->dir, "refused", &c));
 	if (a->late == pe)
 		usleep(300000);
-	mori_group_opts o;
+	mori_shmem_opts o;
 	opts_for(&o, a->heap[pe] ? a->heap[pe] : HEAP);
 	if (a->timeout_us)
 		o.timeout_us = a->timeout_us;
-	int rc = mori_group_join(c, a->name, a->rank[pe] >= 0 ? a->rank[pe] : pe, a->world[pe] ? a->world[pe] : n, &o, &g);
+	int rc = mori_shmem_init(c, a->name, a->rank[pe] >= 0 ? a->rank[pe] : pe, a->world[pe] ? a->world[pe] : n, &o, &g);
 	const char *m = mori_client_last_error(c);
 	PCHECK(pe, rc == a->want && g == NULL, "join gave %d (%s)", rc, m);
 	for (int i = 0; i < 3; i++)
@@ -674,8 +676,8 @@ static int pe_killed(int pe, int n, void *arg)
 	int rc = mori_shmem_barrier_all(g);
 	PCHECK(pe, rc == MORI_EPEERDEAD, "barrier after PE %d died: %d (%s)", n - 1, rc, mori_client_last_error(c));
 	PCHECK(pe, strstr(mori_client_last_error(c), "died"), "%s", mori_client_last_error(c));
-	int who = -1;
-	PCHECK(pe, mori_shmem_status(g, &who) == MORI_EPEERDEAD && who == n - 1, "status names PE %d", who);
+	mori_status sst;
+	PCHECK(pe, mori_shmem_status(g, &sst) == MORI_EPEERDEAD && sst.pe == n - 1, "status names PE %d", sst.pe);
 	const struct mori_shmem_state *s = mori_shmem_state(g);
 	PCHECK(pe, s->ctrl->abort == MORI_SHMEM_ABORT_PEER_DEAD && s->ctrl->abort_pe == n - 1, "abort word %u pe %d",
 	       s->ctrl->abort, s->ctrl->abort_pe);
@@ -685,7 +687,7 @@ static int pe_killed(int pe, int n, void *arg)
 	uint64_t v = 1;
 	rc = mori_shmem_putmem(g, mori_shmem_heap_base(g), &v, sizeof(v), 0);
 	PCHECK(pe, rc == MORI_EPEERDEAD, "a put after the abort: %d", rc);
-	mori_group_leave(g);
+	mori_shmem_finalize(g);
 	mori_client_close(c);
 	return 0;
 }
@@ -726,17 +728,17 @@ static int pe_names(int pe, int n, void *arg)
 	mori_group *g1, *g2, *x = NULL;
 	if (join(pe, n, "first", &c, &g1))
 		return 1;
-	mori_group_opts o;
+	mori_shmem_opts o;
 	opts_for(&o, HEAP / 2);
-	POK(pe, mori_group_join(c, "second", pe, n, &o, &g2)); /* one client, two groups */
-	int rc = mori_group_join(c, "first", pe, n, &o, &x);
+	POK(pe, mori_shmem_init(c, "second", pe, n, &o, &g2)); /* one client, two groups */
+	int rc = mori_shmem_init(c, "first", pe, n, &o, &x);
 	PCHECK(pe, rc == MORI_EBUSY && x == NULL && strstr(mori_client_last_error(c), "already"), "rejoin: %d", rc);
 	/* a client of another process may not take a live group's name */
 	if (pe == 0) {
 		mori_client *c3;
 		POK(pe, mori_client_open(node_of(0)->dir, "intruder", &c3));
 		opts_for(&o, HEAP);
-		rc = mori_group_join(c3, "first", 0, n, &o, &x);
+		rc = mori_shmem_init(c3, "first", 0, n, &o, &x);
 		PCHECK(pe, rc == MORI_EEXIST && strstr(mori_client_last_error(c3), "still lives"), "name reuse: %d (%s)", rc,
 		       mori_client_last_error(c3));
 		mori_client_close(c3);
@@ -756,8 +758,8 @@ static int pe_names(int pe, int n, void *arg)
 	if (pe == 0)
 		list_groups(); /* the other PE waits in the barrier */
 	POK(pe, mori_shmem_barrier_all(g1));
-	mori_group_leave(g1);
-	mori_group_leave(g2);
+	mori_shmem_finalize(g1);
+	mori_shmem_finalize(g2);
 	/* once every PE has left, the name is free again: the same PEs form it anew */
 	__atomic_add_fetch(&SH->rc[5], 1, __ATOMIC_ACQ_REL);
 	while (__atomic_load_n(&SH->rc[5], __ATOMIC_ACQUIRE) < n)
@@ -765,7 +767,7 @@ static int pe_names(int pe, int n, void *arg)
 	for (int i = 0; i < 500 && daemon_groups(&NA, NULL); i++)
 		usleep(2000);
 	opts_for(&o, HEAP);
-	POK(pe, mori_group_join(c, "first", pe, n, &o, &g1));
+	POK(pe, mori_shmem_init(c, "first", pe, n, &o, &g1));
 	POK(pe, mori_shmem_malloc(g1, 64, 0, &a));
 	PCHECK(pe, mori_shmem_offset(g1, a) == MORI_SHMEM_RESERVED, "a fresh allocator");
 	mori_client_close(c); /* leaves g1 too */
@@ -797,7 +799,7 @@ static int pe_uid(int pe, int n, void *arg)
 	}
 	while (!__atomic_load_n(&SH->uid_ready, __ATOMIC_ACQUIRE))
 		usleep(1000);
-	mori_group_opts o;
+	mori_shmem_opts o;
 	opts_for(&o, HEAP);
 	o.root = NULL; /* the id names the root */
 	POK(pe, mori_shmem_init_uid(c, SH->uid, SH->uid_len, pe, n, &o, &g));
@@ -809,7 +811,7 @@ static int pe_uid(int pe, int n, void *arg)
 	PCHECK(pe, *w == 1000 + (uint64_t)((pe + n - 1) % n), "got %llu", (unsigned long long)*w);
 	int rc = mori_shmem_init_uid(c, "garbage!", 8, 0, 1, NULL, &g);
 	PCHECK(pe, rc == MORI_EINVAL, "garbage uid: %d", rc);
-	mori_group_leave(g);
+	mori_shmem_finalize(g);
 	mori_client_close(c);
 	return 0;
 }
@@ -856,7 +858,7 @@ static int pe_inproc_peer(int pe, int n, void *arg)
 	PCHECK(pe, v == 42, "PE 0 put %llu", (unsigned long long)v);
 	POK(pe, mori_shmem_barrier_all(g));
 	POK(pe, mori_shmem_free(g, w));
-	mori_group_leave(g);
+	mori_shmem_finalize(g);
 	mori_client_close(c);
 	return 0;
 }
@@ -870,10 +872,10 @@ START_TEST(in_process_pe)
 	}
 	mori_client *c;
 	mori_group *g;
-	mori_group_opts o;
+	mori_shmem_opts o;
 	OK(mori_client_open(node_of(0)->dir, "pe0", &c));
 	opts_for(&o, HEAP);
-	OK(mori_group_join(c, "inproc", 0, 2, &o, &g));
+	OK(mori_shmem_init(c, "inproc", 0, 2, &o, &g));
 	uint64_t *w, v = 42;
 	OK(mori_shmem_calloc(g, 4096, 0, (void **)&w));
 	OK(mori_shmem_putmem(g, w, &v, sizeof(v), 0));

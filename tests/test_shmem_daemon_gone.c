@@ -34,26 +34,26 @@ START_TEST(kill9_sets_abort)
 	OK(mori_client_open(D.dir, "gone", &c));
 	mori_group *g = join_alone(c, "gone1", 1u << 20);
 	mori_group *g2 = join_alone(c, "gone2", 1u << 20);
-	int pe = -2;
-	ck_assert_int_eq(mori_shmem_status(g, &pe), MORI_OK);
-	ck_assert_int_eq(pe, -1);
+	mori_status st;
+	ck_assert_int_eq(mori_shmem_status(g, &st), MORI_OK);
+	ck_assert_int_eq(st.pe, -1);
 	usleep(200000);
 	ck_assert_msg(mori_shmem_status(g, NULL) == MORI_OK, "aborted while morid is alive");
 	daemon_kill9(&D);
 	uint64_t t0 = now_ms();
 	int rc;
-	while ((rc = mori_shmem_status(g, &pe)) == MORI_OK && now_ms() - t0 < 2000)
+	while ((rc = mori_shmem_status(g, &st)) == MORI_OK && now_ms() - t0 < 2000)
 		usleep(1000);
 	ck_assert_msg(rc == MORI_ECANCELED, "2 s after kill -9 of morid: status %s, want MORI_ECANCELED",
 		      mori_strerror(rc));
-	ck_assert_int_eq(pe, -1);
-	ck_assert_int_eq(mori_shmem_status(g2, &pe), MORI_ECANCELED); /* every group of the client */
-	ck_assert_int_eq(pe, -1);
+	ck_assert_int_eq(st.pe, -1);
+	ck_assert_int_eq(mori_shmem_status(g2, &st), MORI_ECANCELED); /* every group of the client */
+	ck_assert_int_eq(st.pe, -1);
 	rc = mori_shmem_barrier_all(g);
 	ck_assert_int_eq(rc, MORI_ECANCELED);
 	ck_assert_msg(strstr(mori_client_last_error(c), "went away"), "message: %s", mori_client_last_error(c));
-	mori_group_leave(g);
-	mori_group_leave(g2);
+	mori_shmem_finalize(g);
+	mori_shmem_finalize(g2);
 	mori_client_close(c);
 }
 END_TEST
@@ -69,10 +69,9 @@ START_TEST(alive_no_abort)
 	mori_group *h = join_alone(c2, "alive2", 1u << 20);
 	mori_client_close(c2); /* leaves h and stops c2's watcher */
 	usleep(200000);
-	int pe = -2;
-	ck_assert_int_eq(mori_shmem_status(g, &pe), MORI_OK);
+	ck_assert_int_eq(mori_shmem_status(g, NULL), MORI_OK);
 	OK(mori_shmem_barrier_all(g));
-	mori_group_leave(g);
+	mori_shmem_finalize(g);
 	mori_client_close(c);
 	(void)h;
 }
@@ -88,8 +87,8 @@ START_TEST(clean_stop_cancels)
 	OK(mori_client_open(D.dir, "stop", &c));
 	mori_group *g = join_alone(c, "stop1", 1u << 20);
 	ck_assert_int_eq(daemon_stop(&D), 0);
-	int pe = -2;
-	int rc = mori_shmem_status(g, &pe);
+	mori_status st;
+	int rc = mori_shmem_status(g, &st), pe = st.pe;
 	ck_assert_msg(rc == MORI_ECANCELED && pe == -1, "after morid stopped: status %s, PE %d; want MORI_ECANCELED, -1",
 		      mori_strerror(rc), pe);
 	rc = mori_shmem_barrier_all(g);
@@ -101,7 +100,7 @@ START_TEST(clean_stop_cancels)
 	uint64_t dt = now_ms() - t0;
 	ck_assert_msg(rc == MORI_ECONN, "notif_poll after morid stopped: %d (%s)", rc, mori_client_last_error(c));
 	ck_assert_msg(dt < 500, "notif_poll on a lost session took %llu ms of its 2 s", (unsigned long long)dt);
-	mori_group_leave(g);
+	mori_shmem_finalize(g);
 	mori_client_close(c);
 }
 END_TEST
@@ -119,7 +118,9 @@ static void *barrier_main(void *arg)
 {
 	struct bar *b = arg;
 	b->rc = mori_shmem_barrier_all(b->g);
-	b->st = mori_shmem_status(b->g, &b->pe); /* right after: no waiting for the hang-up thread */
+	mori_status st;
+	b->st = mori_shmem_status(b->g, &st); /* right after: no waiting for the hang-up thread */
+	b->pe = st.pe;
 	return NULL;
 }
 
@@ -132,11 +133,11 @@ struct joiner {
 static void *join_main(void *arg)
 {
 	struct joiner *j = arg;
-	mori_group_opts o;
-	mori_group_opts_init(&o);
+	mori_shmem_opts o;
+	mori_shmem_opts_init(&o, sizeof(o));
 	o.heap_size = 1u << 20;
 	o.timeout_us = 20000000;
-	j->rc = mori_group_join(j->c, "killbar", j->rank, 2, &o, &j->g);
+	j->rc = mori_shmem_init(j->c, "killbar", j->rank, 2, &o, &j->g);
 	return NULL;
 }
 
@@ -162,7 +163,7 @@ START_TEST(kill9_in_barrier)
 		      mori_client_last_error(j[0].c));
 	ck_assert_msg(b.st == MORI_ECANCELED && b.pe == -1, "status right after: %s, PE %d", mori_strerror(b.st), b.pe);
 	for (int i = 0; i < 2; i++) {
-		mori_group_leave(j[i].g);
+		mori_shmem_finalize(j[i].g);
 		mori_client_close(j[i].c);
 	}
 }

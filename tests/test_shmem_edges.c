@@ -18,10 +18,10 @@ static void teardown(void)
 	daemon_cleanup(&D);
 }
 
-static mori_group_opts opts(void)
+static mori_shmem_opts opts(void)
 {
-	mori_group_opts o;
-	mori_group_opts_init(&o);
+	mori_shmem_opts o;
+	mori_shmem_opts_init(&o, sizeof(o));
 	o.heap_size = 1u << 20;
 	o.timeout_us = 5000000;
 	return o;
@@ -35,7 +35,7 @@ START_TEST(uid_trailing_bytes)
 	size_t len = 0;
 	OK(mori_shmem_get_unique_id(c, uid, sizeof(uid), &len));
 	ck_assert_uint_lt(len, sizeof(uid));
-	mori_group_opts o = opts();
+	mori_shmem_opts o = opts();
 	mori_group *g = NULL;
 	uid[len] = 'x';
 	ck_assert_int_eq(mori_shmem_init_uid(c, uid, len + 1, 0, 1, &o, &g), MORI_EINVAL);
@@ -44,7 +44,7 @@ START_TEST(uid_trailing_bytes)
 	uid[len] = 0; /* a fixed-size, zero-padded id buffer joins */
 	OK(mori_shmem_init_uid(c, uid, sizeof(uid), 0, 1, &o, &g));
 	OK(mori_shmem_barrier_all(g));
-	mori_group_leave(g);
+	mori_shmem_finalize(g);
 	mori_client_close(c);
 }
 END_TEST
@@ -60,16 +60,16 @@ static void *pe_main(void *arg)
 {
 	struct pe *p = arg;
 	mori_client *c;
-	mori_group_opts o = opts();
+	mori_shmem_opts o = opts();
 	mori_group *g;
 	p->rc = -999;
 	if (mori_client_open(D.dir, "mm", &c))
 		return NULL;
-	if (mori_group_join(c, "mismatch", p->rank, 2, &o, &g) == MORI_OK) {
+	if (mori_shmem_init(c, "mismatch", p->rank, 2, &o, &g) == MORI_OK) {
 		void *ptr;
 		p->rc = mori_shmem_malloc(g, p->size, 0, &ptr);
 		snprintf(p->msg, sizeof(p->msg), "%s", mori_client_last_error(c));
-		mori_group_leave(g);
+		mori_shmem_finalize(g);
 	}
 	mori_client_close(c);
 	return NULL;
@@ -103,11 +103,11 @@ START_TEST(wrapped_message_not_doubled)
 {
 	mori_client *c;
 	OK(mori_client_open(D.dir, "wrap", &c));
-	mori_group_opts o = opts();
+	mori_shmem_opts o = opts();
 	mori_group *g;
-	OK(mori_group_join(c, "wrap", 0, 1, &o, &g));
+	OK(mori_shmem_init(c, "wrap", 0, 1, &o, &g));
 	mori_comm_opts co;
-	mori_comm_opts_init(&co);
+	mori_comm_opts_init(&co, sizeof(co));
 	co.scratch_bytes = 4u << 20; /* more than the 1 MiB heap */
 	mori_comm *k = NULL;
 	int rc = mori_comm_create(g, &co, &k);
@@ -115,7 +115,7 @@ START_TEST(wrapped_message_not_doubled)
 	ck_assert_msg(rc == MORI_ENOMEM, "comm create: %s (%s)", mori_strerror(rc), m);
 	ck_assert_msg(count_of(m, "comm create") == 1, "'comm create' %d times: %s", count_of(m, "comm create"), m);
 	ck_assert_msg(strstr(m, "no room"), "the heap's reason is lost: %s", m);
-	mori_group_leave(g);
+	mori_shmem_finalize(g);
 	mori_client_close(c);
 }
 END_TEST

@@ -2,7 +2,7 @@
  * fork() every call on it fails with MORI_ESTALE and touches nothing of the parent's") must hold
  * for a group too. A child that inherited the parent's mori_group must not act as the parent's PE:
  * its collective calls (barrier_all, malloc) are refused with MORI_ESTALE, and its
- * mori_group_leave (or the group's teardown in the child) does not tear the parent's group down.
+ * mori_shmem_finalize (or the group's teardown in the child) does not tear the parent's group down.
  * The parent's group keeps working afterwards. Public API only; one morid, a 1-PE host group. */
 #include <check.h>
 #include <sys/wait.h>
@@ -53,7 +53,7 @@ START_TEST(child_calls_refused)
 	void *p = NULL;
 	OK(mori_shmem_malloc(g, 4096, 0, &p));
 	OK(mori_shmem_barrier_all(g));
-	mori_group_leave(g);
+	mori_shmem_finalize(g);
 	mori_client_close(c);
 }
 END_TEST
@@ -65,18 +65,18 @@ START_TEST(child_leave_is_local)
 	mori_group *g = join_alone(c, "forkleave", 4u << 20);
 	pid_t child = fork();
 	if (child == 0) {
-		mori_group_leave(g); /* the child's copy only */
+		mori_shmem_finalize(g); /* the child's copy only */
 		_exit(0);
 	}
 	int st;
 	ck_assert_int_eq(waitpid(child, &st, 0), child);
-	int pe = -2;
-	ck_assert_msg(mori_shmem_status(g, &pe) == MORI_OK, "the parent's group was aborted by the child's leave (PE %d)",
-		      pe);
+	mori_status sst;
+	ck_assert_msg(mori_shmem_status(g, &sst) == MORI_OK, "the parent's group was aborted by the child's leave (PE %d)",
+		      sst.pe);
 	int rc = mori_shmem_barrier_all(g);
 	ck_assert_msg(rc == MORI_OK, "parent's barrier after the child's leave: %s (%s)", mori_strerror(rc),
 		      mori_client_last_error(c));
-	mori_group_leave(g);
+	mori_shmem_finalize(g);
 	mori_client_close(c);
 }
 END_TEST
@@ -111,7 +111,7 @@ START_TEST(child_rma_and_ccl_refused)
 		mori_comm *k2 = NULL;
 		STALE(mori_comm_create(g, NULL, &k2), 24);
 		mori_comm_destroy(k); /* the child's copy only */
-		mori_group_leave(g);
+		mori_shmem_finalize(g);
 		_exit(0);
 	}
 	int st;
@@ -124,7 +124,7 @@ START_TEST(child_rma_and_ccl_refused)
 	for (int i = 0; i < 64; i++)
 		ck_assert_msg(b[i] == (float)i, "b[%d] = %g, want %d (one rank: the sum is the input)", i, b[i], i);
 	mori_comm_destroy(k);
-	mori_group_leave(g);
+	mori_shmem_finalize(g);
 	mori_client_close(c);
 }
 END_TEST

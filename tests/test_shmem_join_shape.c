@@ -31,15 +31,15 @@ static int join(const char *name, int rank, int world, int64_t timeout_us, char 
 	int rc = mori_client_open(D.dir, "shape", &c);
 	if (rc)
 		return rc;
-	mori_group_opts o;
-	mori_group_opts_init(&o);
+	mori_shmem_opts o;
+	mori_shmem_opts_init(&o, sizeof(o));
 	o.heap_size = 1u << 20;
 	o.timeout_us = timeout_us;
 	mori_group *g = NULL;
-	rc = mori_group_join(c, name, rank, world, &o, &g);
+	rc = mori_shmem_init(c, name, rank, world, &o, &g);
 	snprintf(msg, cap, "%s", mori_client_last_error(c));
 	if (g)
-		mori_group_leave(g);
+		mori_shmem_finalize(g);
 	mori_client_close(c);
 	return rc;
 }
@@ -93,14 +93,14 @@ START_TEST(unreachable_root_within_deadline)
 	ck_assert_int_eq(daemon_start(&L, extra), 0);
 	mori_client *c;
 	ck_assert_int_eq(mori_client_open(L.dir, "shape", &c), MORI_OK);
-	mori_group_opts o;
-	mori_group_opts_init(&o);
+	mori_shmem_opts o;
+	mori_shmem_opts_init(&o, sizeof(o));
 	o.heap_size = 1u << 20;
 	o.timeout_us = 2000000;
 	o.root = "127.0.0.1:1"; /* nobody listens there */
 	mori_group *g = NULL;
 	uint64_t t0 = mori_now_us();
-	int rc = mori_group_join(c, "noroot", 1, 2, &o, &g);
+	int rc = mori_shmem_init(c, "noroot", 1, 2, &o, &g);
 	uint64_t dt = mori_now_us() - t0;
 	char msg[512];
 	snprintf(msg, sizeof(msg), "%s", mori_client_last_error(c));
@@ -120,12 +120,12 @@ END_TEST
  * option, another client still joins, and a leave makes room again. */
 static int join_one(mori_client *c, const char *name, mori_group **g)
 {
-	mori_group_opts o;
-	mori_group_opts_init(&o);
+	mori_shmem_opts o;
+	mori_shmem_opts_init(&o, sizeof(o));
 	o.heap_size = 1u << 20;
 	o.timeout_us = 5000000;
 	*g = NULL;
-	return mori_group_join(c, name, 0, 1, &o, g);
+	return mori_shmem_init(c, name, 0, 1, &o, g);
 }
 
 START_TEST(client_group_cap)
@@ -147,11 +147,11 @@ START_TEST(client_group_cap)
 		      mori_strerror(rc), mori_client_last_error(c));
 	ck_assert_ptr_null(g[3]);
 	ck_assert_msg(join_one(c2, "cap3", &o) == MORI_OK, "another client: %s", mori_client_last_error(c2));
-	mori_group_leave(g[1]);
+	mori_shmem_finalize(g[1]);
 	ck_assert_msg(join_one(c, "cap1", &g[1]) == MORI_OK, "after a leave: %s", mori_client_last_error(c));
 	for (int i = 0; i < 3; i++)
-		mori_group_leave(g[i]);
-	mori_group_leave(o);
+		mori_shmem_finalize(g[i]);
+	mori_shmem_finalize(o);
 	mori_client_close(c2);
 	mori_client_close(c);
 	int st = daemon_stop(&L);

@@ -46,18 +46,18 @@ static void join_n(const char *dir, const char *root, const char *name, int rank
 		snprintf(res->msg, sizeof(res->msg), "open: %s", mori_strerror(res->rc));
 		return;
 	}
-	mori_group_opts o;
-	mori_group_opts_init(&o);
+	mori_shmem_opts o;
+	mori_shmem_opts_init(&o, sizeof(o));
 	o.heap_size = 1u << 20;
 	o.timeout_us = timeout_us;
 	o.root = root;
 	mori_group *g = NULL;
-	res->rc = mori_group_join(c, name, rank, world, &o, &g);
+	res->rc = mori_shmem_init(c, name, rank, world, &o, &g);
 	if (res->rc == MORI_OK) /* both PEs mapped each other's heap before either leaves */
 		res->rc = mori_shmem_barrier_all(g);
 	snprintf(res->msg, sizeof(res->msg), "%s", mori_client_last_error(c));
 	if (g)
-		mori_group_leave(g);
+		mori_shmem_finalize(g);
 	mori_client_close(c);
 }
 
@@ -81,12 +81,12 @@ static void pair(const char *dir, const char *root, const char *name, int rank, 
 		snprintf(res->msg, sizeof(res->msg), "open: %s", mori_strerror(res->rc));
 		return;
 	}
-	mori_group_opts o;
-	mori_group_opts_init(&o);
+	mori_shmem_opts o;
+	mori_shmem_opts_init(&o, sizeof(o));
 	o.heap_size = 1u << 20;
 	o.timeout_us = 20000000;
 	o.root = root;
-	res->rc = mori_group_join(c, name, rank, 2, &o, &g);
+	res->rc = mori_shmem_init(c, name, rank, 2, &o, &g);
 	if (res->rc == MORI_OK && uid == OWNER && (res->rc = mori_shmem_malloc(g, 4096, 0, &a)) == MORI_OK)
 		res->off_a = mori_shmem_offset(g, a);
 	if (res->rc == MORI_OK && (res->rc = mori_shmem_malloc(g, 8192, 0, &b)) == MORI_OK) {
@@ -111,7 +111,7 @@ static void pair(const char *dir, const char *root, const char *name, int rank, 
 	while (!__atomic_load_n(GO, __ATOMIC_ACQUIRE))
 		usleep(5000); /* bounded by the child's deadline */
 	if (g)
-		mori_group_leave(g);
+		mori_shmem_finalize(g);
 	mori_client_close(c);
 }
 

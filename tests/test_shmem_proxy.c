@@ -77,12 +77,12 @@ static int join(int pe, int n, const char *name, struct pe *e)
 	char label[32];
 	snprintf(label, sizeof(label), "pe%d", pe);
 	POK(pe, mori_client_open(node_of(pe)->dir, label, &e->c));
-	mori_group_opts o;
-	mori_group_opts_init(&o);
+	mori_shmem_opts o;
+	mori_shmem_opts_init(&o, sizeof(o));
 	o.heap_size = HEAP;
 	o.root = NA.addr;
 	o.timeout_us = 20000000;
-	POK(pe, mori_group_join(e->c, name, pe, n, &o, &e->g));
+	POK(pe, mori_shmem_init(e->c, name, pe, n, &o, &e->g));
 	e->st = mori_shmem_state(e->g);
 	PCHECK(pe, e->st && e->st->ctrl && e->st->ring, "no host state");
 	e->heap = mori_shmem_heap_base(e->g);
@@ -211,7 +211,7 @@ static int pe_rma(int pe, int n, void *arg)
 	POK(pe, mori_shmem_barrier_all(e.g));
 	free(model);
 	free(wrote);
-	mori_group_leave(e.g);
+	mori_shmem_finalize(e.g);
 	mori_client_close(e.c);
 	return 0;
 }
@@ -292,7 +292,7 @@ static int pe_signal(int pe, int n, void *arg)
 		PCHECK(pe, checks > 0, "nothing checked");
 	}
 	POK(pe, mori_shmem_barrier_all(e.g));
-	mori_group_leave(e.g);
+	mori_shmem_finalize(e.g);
 	mori_client_close(e.c);
 	return 0;
 }
@@ -367,7 +367,7 @@ static int pe_lsignal(int pe, int n, void *arg)
 	PCHECK(pe, e.st->ctrl->error == 0, "ring error %d", e.st->ctrl->error);
 	POK(pe, quiet(&e));
 	POK(pe, mori_shmem_barrier_all(e.g));
-	mori_group_leave(e.g);
+	mori_shmem_finalize(e.g);
 	mori_client_close(e.c);
 	return 0;
 }
@@ -590,7 +590,7 @@ static int pe_amo(int pe, int n, void *arg)
 	if (pe == 1)
 		PCHECK(pe, *(volatile uint64_t *)(e.heap + SEQW) == (uint64_t)SH->figures[3], "final word %llx",
 		       (unsigned long long)*(volatile uint64_t *)(e.heap + SEQW));
-	mori_group_leave(e.g);
+	mori_shmem_finalize(e.g);
 	mori_client_close(e.c);
 	return 0;
 }
@@ -657,7 +657,7 @@ static int pe_full(int pe, int n, void *arg)
 			memcpy(&v, e.heap + AREA_OFF + 8ull * k, 8);
 			PCHECK(pe, v == 0x1000000ull + (uint64_t)k, "put %d: %llx", k, (unsigned long long)v);
 		}
-	mori_group_leave(e.g);
+	mori_shmem_finalize(e.g);
 	mori_client_close(e.c);
 	return 0;
 }
@@ -733,7 +733,7 @@ static int pe_bad(int pe, int n, void *arg)
 				PCHECK(pe, e.heap[i] == 0, "byte %llu written", (unsigned long long)i);
 		}
 	}
-	mori_group_leave(e.g);
+	mori_shmem_finalize(e.g);
 	mori_client_close(e.c);
 	return 0;
 }
@@ -917,7 +917,8 @@ static int pe_root_killed(int pe, int n, void *arg)
 	}
 	int rc = mori_shmem_barrier_all(e.g);
 	uint64_t waited = SH->kill_us ? now_us() - SH->kill_us : 0;
-	int who = -2, st = mori_shmem_status(e.g, &who);
+	mori_status sst;
+	int st = mori_shmem_status(e.g, &sst), who = sst.pe;
 	PCHECK(pe, SH->stage == 2, "the barrier ended (%s) before the kill", mori_strerror(rc));
 	PCHECK(pe, rc == MORI_EPEERDEAD, "the barrier ended with %s (%s)", mori_strerror(rc), mori_client_last_error(e.c));
 	PCHECK(pe, st == rc && who == 0, "status %s naming PE %d, the barrier %s", mori_strerror(st), who,

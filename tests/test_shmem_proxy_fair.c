@@ -39,12 +39,12 @@ static int flood(struct shared *sh)
 	mori_client *c;
 	if (mori_client_open(D.dir, "flood", &c))
 		return 1;
-	mori_group_opts o;
-	mori_group_opts_init(&o);
+	mori_shmem_opts o;
+	mori_shmem_opts_init(&o, sizeof(o));
 	o.heap_size = HEAP;
 	o.timeout_us = 30000000;
 	mori_group *g;
-	if (mori_group_join(c, "fair", 0, 1, &o, &g))
+	if (mori_shmem_init(c, "fair", 0, 1, &o, &g))
 		return 2;
 	struct mori_shmem_state *st = mori_shmem_state(g);
 	struct mori_shmem_ctrl *ct = st->ctrl;

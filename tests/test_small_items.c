@@ -238,8 +238,8 @@ START_TEST(notif_order)
 		uint64_t len = (test_rand(&seed) % 8 == 0) ? (1u << 20) + test_rand(&seed) % (3u << 20)
 							    : 1 + test_rand(&seed) % 16384;
 		uint64_t off = test_rand(&seed) % ((64u << 20) - len);
-		mori_xfer_opts o = {.has_notif = 1, .notif_tag = (uint64_t)i + 1};
-		OK(mori_write(l, off, rr, off, len, &o, slot));
+		mori_xfer_opts o = {.size = sizeof(o), .has_notif = 1, .notif_tag = (uint64_t)i + 1};
+		OK(mori_xfer_write(l, off, rr, off, len, &o, slot));
 		int k = mori_notif_poll(ct, nb, 256, 0);
 		for (int j = 0; j < k; j++, got++) {
 			out_of_order += nb[j].tag != next;

@@ -111,8 +111,9 @@ START_TEST(random_batches)
 		mori_xfer *x;
 		rand_xfer_submit(&rx, locals[li], remotes[which], lists[li][which], &x);
 		int rc = mori_xfer_wait(x, 10000000);
-		const char *msg = "";
-		mori_xfer_status(x, &msg);
+		mori_status st;
+		mori_xfer_status(x, &st);
+		const char *msg = st.message;
 		ck_assert_msg(rc == MORI_OK, "batch %d: %s (%s)", it, mori_strerror(rc), msg);
 		bytes += mori_xfer_bytes(x);
 		mori_xfer_free(x);
@@ -163,12 +164,12 @@ START_TEST(forced_rdma_without_device)
 	mori_xfer *x;
 	c = initiator("forced", 1 << 20, "target/a", &l, &ra);
 	char why[300] = "";
-	int rc = mori_write(l, 0, ra, 0, 4096, NULL, &x);
+	int rc = mori_xfer_write(l, 0, ra, 0, 4096, NULL, &x);
 	if (rc == MORI_OK) {
-		const char *w = NULL;
+		mori_status st;
 		rc = mori_xfer_wait(x, 5000000);
-		mori_xfer_status(x, &w);
-		snprintf(why, sizeof(why), "%s", w ? w : "");
+		mori_xfer_status(x, &st);
+		snprintf(why, sizeof(why), "%s", st.message);
 		mori_xfer_free(x);
 	} else {
 		snprintf(why, sizeof(why), "%s", mori_client_last_error(c));
@@ -207,9 +208,9 @@ START_TEST(bad_input)
 	ck_assert_int_eq(mori_mem_open_remote(c, "no-port", "target/a", &m), MORI_EINVAL);
 	/* ranges are checked (the library checks first; the daemon checks its copy again) */
 	OK(mori_mem_open_remote(c, NB.addr, "target/a", &ra));
-	ck_assert_int_eq(mori_write(l, 0, ra, REGION_A - 10, 11, NULL, &x), MORI_ERANGE);
-	ck_assert_int_eq(mori_read(l, (1 << 20) - 1, ra, 0, 2, NULL, &x), MORI_ERANGE);
-	ck_assert_int_eq(mori_write(l, 0, ra, 0, 0, NULL, &x), MORI_EINVAL);
+	ck_assert_int_eq(mori_xfer_write(l, 0, ra, REGION_A - 10, 11, NULL, &x), MORI_ERANGE);
+	ck_assert_int_eq(mori_xfer_read(l, (1 << 20) - 1, ra, 0, 2, NULL, &x), MORI_ERANGE);
+	ck_assert_int_eq(mori_xfer_write(l, 0, ra, 0, 0, NULL, &x), MORI_EINVAL);
 	/* the owner's blob of a remote region opens by handle; an opener's opens nothing (it was
 	 * granted the region, not the right to pass it on) */
 	uint8_t blob[MORI_MEM_BLOB_MAX];
@@ -218,7 +219,7 @@ START_TEST(bad_input)
 	ck_assert_int_eq(mori_mem_unpack(c, blob, bl, &m), MORI_EPERM);
 	bl = ask_blob(&t, 0, blob);
 	OK(mori_mem_unpack(c, blob, bl, &m));
-	OK(mori_write(l, 0, m, 4096, 4096, NULL, &x));
+	OK(mori_xfer_write(l, 0, m, 4096, 4096, NULL, &x));
 	xfer_done(x);
 	OK(mori_mem_deregister(m));
 	/* the owner deregisters A: the open handle is stale at its next transfer, and so is a blob */
@@ -226,11 +227,11 @@ START_TEST(bad_input)
 	ck_assert(write(t.to, &h, sizeof(h)) == sizeof(h));
 	ck_assert(read(t.from, &rc, sizeof(rc)) == sizeof(rc));
 	OK(rc);
-	OK(mori_write(l, 0, ra, 0, 4096, NULL, &x));
+	OK(mori_xfer_write(l, 0, ra, 0, 4096, NULL, &x));
 	rc = mori_xfer_wait(x, 5000000);
 	ck_assert_msg(rc == MORI_ESTALE, "write to a freed region gave %s", mori_strerror(rc));
 	mori_xfer_free(x);
-	OK(mori_read(l, 0, ra, 0, 4096, NULL, &x));
+	OK(mori_xfer_read(l, 0, ra, 0, 4096, NULL, &x));
 	ck_assert_int_eq(mori_xfer_wait(x, 5000000), MORI_ESTALE);
 	mori_xfer_free(x);
 	ck_assert_int_eq(mori_mem_unpack(c, blob, bl, &m), MORI_ESTALE);
@@ -250,17 +251,18 @@ START_TEST(deadline_and_cancel)
 	mori_mem *l, *ra;
 	mori_xfer *x, *y;
 	c = initiator("deadline", 16 << 20, "target/a", &l, &ra);
-	OK(mori_write(l, 0, ra, 0, 4096, NULL, &x)); /* the streams are up */
+	OK(mori_xfer_write(l, 0, ra, 0, 4096, NULL, &x)); /* the streams are up */
 	xfer_done(x);
 	kill(NB.pid, SIGSTOP);
-	mori_xfer_opts o = {.timeout_us = 300000};
+	mori_xfer_opts o = {.size = sizeof(o), .timeout_us = 300000};
 	uint64_t t0 = mori_now_us();
-	OK(mori_write(l, 0, ra, 0, 16 << 20, &o, &x));
-	OK(mori_read(l, 0, ra, 0, 16 << 20, NULL, &y));
+	OK(mori_xfer_write(l, 0, ra, 0, 16 << 20, &o, &x));
+	OK(mori_xfer_read(l, 0, ra, 0, 16 << 20, NULL, &y));
 	int rc = mori_xfer_wait(x, 3000000);
 	uint64_t dt = mori_now_us() - t0;
-	const char *msg = "";
-	mori_xfer_status(x, &msg);
+	mori_status st;
+	mori_xfer_status(x, &st);
+	const char *msg = st.message;
 	ck_assert_msg(rc == MORI_ETIMEDOUT, "stopped peer gave %s (%s)", mori_strerror(rc), msg);
 	ck_assert_ptr_nonnull(strstr(msg, "300"));
 	ck_assert_uint_ge(dt, 290000);
@@ -272,10 +274,10 @@ START_TEST(deadline_and_cancel)
 	kill(NB.pid, SIGCONT);
 	/* the peer is still usable afterwards, and the daemon has nothing left in flight */
 	memset(mori_mem_ptr(l), 0x5a, 8192);
-	OK(mori_write(l, 0, ra, 100, 8192, NULL, &x));
+	OK(mori_xfer_write(l, 0, ra, 100, 8192, NULL, &x));
 	xfer_done(x);
 	memset(mori_mem_ptr(l), 0, 8192);
-	OK(mori_read(l, 0, ra, 100, 8192, NULL, &x));
+	OK(mori_xfer_read(l, 0, ra, 100, 8192, NULL, &x));
 	xfer_done(x);
 	for (int i = 0; i < 8192; i++)
 		ck_assert_uint_eq(((uint8_t *)mori_mem_ptr(l))[i], 0x5a);
@@ -299,17 +301,18 @@ START_TEST(deregister_stalled_transfer)
 	mori_mem *l, *ra;
 	mori_xfer *x;
 	c = initiator("dereg-stalled", 16 << 20, "target/a", &l, &ra);
-	OK(mori_write(l, 0, ra, 0, 4096, NULL, &x)); /* the streams are up */
+	OK(mori_xfer_write(l, 0, ra, 0, 4096, NULL, &x)); /* the streams are up */
 	xfer_done(x);
 	kill(NB.pid, SIGSTOP);
-	OK(mori_read(l, 0, ra, 0, 16 << 20, NULL, &x));
+	OK(mori_xfer_read(l, 0, ra, 0, 16 << 20, NULL, &x));
 	uint64_t t0 = mori_now_us();
 	OK(mori_mem_deregister(l));
 	uint64_t dt = mori_now_us() - t0;
 	ck_assert_uint_ge(dt, 900000);
 	ck_assert_uint_lt(dt, 5000000);
-	const char *msg = "";
-	ck_assert_int_eq(mori_xfer_status(x, &msg), MORI_ECANCELED);
+	mori_status st;
+	ck_assert_int_eq(mori_xfer_status(x, &st), MORI_ECANCELED);
+	const char *msg = st.message;
 	ck_assert_ptr_nonnull(strstr(msg, "deregistered"));
 	kill(NB.pid, SIGCONT);
 	/* the daemon's answer to the dropped transfer arrives later: the client keeps working */
@@ -317,7 +320,7 @@ START_TEST(deregister_stalled_transfer)
 	OK(mori_mem_alloc(c, 1 << 20, MORI_MEM_HOST, &l2));
 	memset(mori_mem_ptr(l2), 0x3c, 4096);
 	mori_xfer *y;
-	OK(mori_write(l2, 0, ra, 0, 4096, NULL, &y));
+	OK(mori_xfer_write(l2, 0, ra, 0, 4096, NULL, &y));
 	xfer_done(y);
 	mori_xfer_free(x);
 	OK(mori_mem_deregister(l2));
@@ -341,12 +344,12 @@ START_TEST(peer_killed)
 	size_t bl = ask_blob(&t, 0, blob);
 	enum { N = 64 };
 	mori_xfer *xs[N];
-	mori_xfer_opts o = {.timeout_us = 3000000};
+	mori_xfer_opts o = {.size = sizeof(o), .timeout_us = 3000000};
 	for (int i = 0; i < N; i++) {
 		if (i & 1)
-			OK(mori_read(l, 0, ra, 0, 64 << 20, &o, &xs[i]));
+			OK(mori_xfer_read(l, 0, ra, 0, 64 << 20, &o, &xs[i]));
 		else
-			OK(mori_write(l, 0, ra, 0, 64 << 20, &o, &xs[i]));
+			OK(mori_xfer_write(l, 0, ra, 0, 64 << 20, &o, &xs[i]));
 	}
 	usleep(30000);
 	uint64_t t0 = mori_now_us();
@@ -354,8 +357,9 @@ START_TEST(peer_killed)
 	int ok = 0, failed = 0;
 	for (int i = 0; i < N; i++) {
 		int rc = mori_xfer_wait(xs[i], 5000000);
-		const char *msg = "";
-		mori_xfer_status(xs[i], &msg);
+		mori_status st;
+		mori_xfer_status(xs[i], &st);
+		const char *msg = st.message;
 		ck_assert_msg(rc == MORI_OK || rc == MORI_EPEERDEAD || rc == MORI_EIO || rc == MORI_ETIMEDOUT ||
 				      rc == MORI_ESTALE || rc == MORI_ECONN,
 			      "transfer %d: %s (%s)", i, mori_strerror(rc), msg);
@@ -373,7 +377,7 @@ START_TEST(peer_killed)
 	/* restart B: same address, new epoch */
 	ck_assert_int_eq(node_start(&NB, NULL), 0);
 	mori_xfer *x;
-	OK(mori_write(l, 0, ra, 0, 4096, NULL, &x));
+	OK(mori_xfer_write(l, 0, ra, 0, 4096, NULL, &x));
 	int rc = mori_xfer_wait(x, 5000000);
 	ck_assert_msg(rc == MORI_ESTALE, "old handle after restart gave %s", mori_strerror(rc));
 	mori_xfer_free(x);
@@ -385,7 +389,7 @@ START_TEST(peer_killed)
 	fill_random(mori_mem_ptr(l), 1 << 20, 99);
 	mori_desc d = {0, 12345, 1 << 20};
 	uint64_t want = local_hash(mori_mem_ptr(l), &d, NULL, 1);
-	OK(mori_write(l, 0, ra, 12345, 1 << 20, NULL, &x));
+	OK(mori_xfer_write(l, 0, ra, 12345, 1 << 20, NULL, &x));
 	xfer_done(x);
 	ck_assert_uint_eq(ask_hash(&t, 0, &d, NULL, 1), want);
 	target_end(&t, NULL, NULL);
@@ -407,7 +411,7 @@ START_TEST(initiator_killed)
 		    mori_mem_open_remote(k, NB.addr, "target/a", &r))
 			_exit(1);
 		for (;;)
-			if (mori_write(l, 0, r, 0, 32 << 20, NULL, &x) == MORI_OK)
+			if (mori_xfer_write(l, 0, r, 0, 32 << 20, NULL, &x) == MORI_OK)
 				(void)x; /* never waited for, never freed: the process dies with them */
 	}
 	usleep(300000);
@@ -427,7 +431,7 @@ START_TEST(initiator_killed)
 	mori_mem *l, *ra;
 	mori_xfer *x;
 	c = initiator("next", 4096, "target/a", &l, &ra);
-	OK(mori_read(l, 0, ra, 0, 4096, NULL, &x));
+	OK(mori_xfer_read(l, 0, ra, 0, 4096, NULL, &x));
 	xfer_done(x);
 	target_end(&t, NULL, NULL);
 	mori_client_close(c);
@@ -449,15 +453,16 @@ START_TEST(deregister_under_traffic)
 	enum { N = 24 };
 	mori_xfer *xs[N];
 	for (int i = 0; i < N; i++)
-		OK(mori_write(l, 0, rb, 0, REGION_B, NULL, &xs[i]));
+		OK(mori_xfer_write(l, 0, rb, 0, REGION_B, NULL, &xs[i]));
 	usleep(20000);
 	struct hreq h = {HREQ_DEREG_B_UNDER_TRAFFIC, 1};
 	ck_assert(write(t.to, &h, sizeof(h)) == sizeof(h));
 	int ok = 0, stale = 0;
 	for (int i = 0; i < N; i++) {
 		int rc = mori_xfer_wait(xs[i], 10000000);
-		const char *msg = "";
-		mori_xfer_status(xs[i], &msg);
+		mori_status st;
+		mori_xfer_status(xs[i], &st);
+		const char *msg = st.message;
 		ck_assert_msg(rc == MORI_OK || rc == MORI_ESTALE, "transfer %d: %s (%s)", i, mori_strerror(rc), msg);
 		ok += rc == MORI_OK;
 		stale += rc == MORI_ESTALE;
@@ -486,9 +491,9 @@ START_TEST(stop_mid_transfer)
 	mori_xfer *xs[16];
 	for (int i = 0; i < 16; i++) {
 		if (i & 1)
-			OK(mori_read(l, 0, ra, 0, REGION_A, NULL, &xs[i]));
+			OK(mori_xfer_read(l, 0, ra, 0, REGION_A, NULL, &xs[i]));
 		else
-			OK(mori_write(l, 0, ra, 0, REGION_A, NULL, &xs[i]));
+			OK(mori_xfer_write(l, 0, ra, 0, REGION_A, NULL, &xs[i]));
 	}
 	usleep(50000);
 	ck_assert_int_eq(node_stop(&NB), 0);
@@ -509,14 +514,14 @@ START_TEST(small_behind_large)
 	mori_mem *l, *ra;
 	mori_xfer *big, *small;
 	c = initiator("mixed", REGION_A, "target/a", &l, &ra);
-	OK(mori_write(l, 0, ra, 0, 4096, NULL, &small)); /* the streams are up */
+	OK(mori_xfer_write(l, 0, ra, 0, 4096, NULL, &small)); /* the streams are up */
 	xfer_done(small);
 	mori_desc d[16];
 	for (int i = 0; i < 16; i++)
 		d[i] = (mori_desc){0, 0, REGION_A}; /* 1 GiB in all */
 	uint64_t t0 = mori_now_us();
-	OK(mori_xfer_batch(MORI_OP_WRITE, l, ra, d, 16, NULL, &big));
-	OK(mori_read(l, 0, ra, 4096, 4096, NULL, &small));
+	OK(mori_xfer_batch(MORI_XFER_WRITE, l, ra, d, 16, NULL, &big));
+	OK(mori_xfer_read(l, 0, ra, 4096, 4096, NULL, &small));
 	OK(mori_xfer_wait(small, 10000000));
 	uint64_t t_small = mori_now_us() - t0;
 	OK(mori_xfer_wait(big, 30000000));
@@ -853,7 +858,7 @@ START_TEST(misbehaving_peer)
 	OK(mori_mem_alloc(c, 4096, MORI_MEM_HOST, &l));
 	memset(mori_mem_ptr(l), 0x33, 4096);
 	mori_xfer *x;
-	OK(mori_write(l, 0, ra, 8192, 4096, NULL, &x));
+	OK(mori_xfer_write(l, 0, ra, 8192, 4096, NULL, &x));
 	xfer_done(x);
 	mori_desc d = {0, 8192, 4096};
 	ck_assert_uint_eq(ask_hash(&t, 0, &d, NULL, 1), local_hash(mori_mem_ptr(l), &d, NULL, 1));

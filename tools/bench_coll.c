@@ -145,10 +145,11 @@ static int row(struct rk *r, const struct spec *sp, uint64_t S, int iters, doubl
 		GK(g->event_record(r->ev[2 * i + 1], r->s));
 	}
 	GK(g->stream_synchronize(r->s));
-	int pe = -1, rc = mori_comm_status(r->k, &pe);
+	mori_status st;
+	int rc = mori_comm_status(r->k, &st);
 	if (rc) {
 		fprintf(stderr, "rank %d: %s %llu: %s (%s)\n", me, sp->label, (unsigned long long)S, mori_strerror(rc),
-			mori_client_last_error(NULL));
+			st.message);
 		return 1;
 	}
 	double t[MAXIT];
@@ -267,9 +268,10 @@ static int overlap(struct rk *r)
 				done[i] = (m + 1) * every;
 			GK(g->stream_synchronize(r->s2));
 		}
-		int pe = -1, rc = mori_comm_status(r->k, &pe);
+		mori_status st;
+		int rc = mori_comm_status(r->k, &st);
 		if (rc) {
-			fprintf(stderr, "rank %d: overlap %s: %s (%s)\n", me, forms[f], mori_strerror(rc), mori_client_last_error(NULL));
+			fprintf(stderr, "rank %d: overlap %s: %s (%s)\n", me, forms[f], mori_strerror(rc), st.message);
 			return 1;
 		}
 		if (me == 0) {
@@ -373,15 +375,15 @@ static int one_rank(int me, int n, const char *dir, uint64_t maxb, int iters)
 	const struct gpu_api *g = r->g;
 	mori_client *c;
 	MOK(mori_client_open(dir, "bench-coll", &c));
-	mori_group_opts o;
-	mori_group_opts_init(&o);
+	mori_shmem_opts o;
+	mori_shmem_opts_init(&o, sizeof(o));
 	o.heap_kind = MORI_MEM_VRAM;
 	o.gpu_device = 0;
 	o.heap_size = 2 * maxb + (80ull << 20);
 	o.timeout_us = 60000000;
 	char name[64];
 	snprintf(name, sizeof(name), "bench-coll-%d-%d", n, (int)getppid());
-	MOK(mori_group_join(c, name, me, n, &o, &r->grp));
+	MOK(mori_shmem_init(c, name, me, n, &o, &r->grp));
 	MOK(mori_comm_create(r->grp, NULL, &r->k));
 	MOK(mori_shmem_malloc(r->grp, maxb, 4096, (void **)&r->A));
 	MOK(mori_shmem_malloc(r->grp, maxb, 4096, (void **)&r->B));
@@ -459,7 +461,7 @@ static int one_rank(int me, int n, const char *dir, uint64_t maxb, int iters)
 	MOK(mori_comm_window_deregister(r->k, wa));
 	MOK(mori_comm_window_deregister(r->k, wb));
 	mori_comm_destroy(r->k);
-	mori_group_leave(r->grp);
+	mori_shmem_finalize(r->grp);
 	mori_client_close(c);
 	return 0;
 }

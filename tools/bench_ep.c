@@ -129,21 +129,21 @@ static int one_rank(int me, int n, int ll, int iters, const char *dir)
 		FAIL("no GPU: %s", gpu_unavailable_reason());
 	const int T = ll ? 128 : 4096;
 	mori_ep_config f;
-	mori_ep_config_init(&f);
+	mori_ep_config_init(&f, sizeof(f));
 	f.rank = me, f.world_size = n, f.hidden_dim = H, f.max_num_inp_token_per_rank = T;
-	f.num_experts_per_rank = NEXP / n, f.num_experts_per_token = TOPK, f.data_type = MORI_EP_FP8_E4M3;
+	f.num_experts_per_rank = NEXP / n, f.num_experts_per_token = TOPK, f.data_type = MORI_FLOAT8_E4M3;
 	f.max_token_type_size = 2, f.scale_dim = H / 128, f.scale_type_size = 4;
 	f.kernel_type = ll ? MORI_EP_LOW_LATENCY : MORI_EP_NORMAL;
 	if (NODES > 1) /* what mori_ep_create picks for a group over several nodes; the heap is sized for it */
 		f.kernel_type = ll ? MORI_EP_INTERNODE_LL : MORI_EP_INTERNODE;
 	const int per = n / NODES, node = me / per, span = NEXP / NODES; /* the experts of one node */
 	if (QUANT)
-		f.data_type = MORI_EP_BF16, f.quant_type = MORI_EP_QUANT_FP8_BLOCK128;
+		f.data_type = MORI_BFLOAT16, f.quant_type = MORI_EP_QUANT_FP8_BLOCK128;
 	const size_t in_es = QUANT ? 2 : 1;
 	mori_client *c;
 	MOK(mori_client_open(NODES > 1 ? DIRS[node] : dir, "bench-ep", &c));
-	mori_group_opts o;
-	mori_group_opts_init(&o);
+	mori_shmem_opts o;
+	mori_shmem_opts_init(&o, sizeof(o));
 	o.heap_kind = MORI_MEM_VRAM;
 	o.heap_size = (mori_ep_heap_bytes(&f) + (8u << 20) + (2u << 20) - 1) & ~(uint64_t)((2u << 20) - 1);
 	o.gpu_device = 0;
@@ -152,7 +152,7 @@ static int one_rank(int me, int n, int ll, int iters, const char *dir)
 	char name[64];
 	snprintf(name, sizeof(name), "bench-ep-%d-%s-%d-%d", n, ll ? "ll" : "normal", ROUTE, (int)getppid());
 	mori_group *grp;
-	MOK(mori_group_join(c, name, me, n, &o, &grp));
+	MOK(mori_shmem_init(c, name, me, n, &o, &grp));
 	mori_ep_handle *h;
 	MOK(mori_ep_create(grp, &f, &h));
 	gpu_stream s;
@@ -206,7 +206,7 @@ static int one_rank(int me, int n, int ll, int iters, const char *dir)
 				     (int32_t *)(uintptr_t)idx, T, s, NULL));
 		GCK(g->event_record(e1, s));
 		/* the experts' outputs: the received rows read as bf16 (H x 2 bytes = the row stride) */
-		MOK(mori_ep_combine(h, MORI_EP_BF16, pass ? rb.tokens : cin, NULL, NULL, (void *)(uintptr_t)out, s));
+		MOK(mori_ep_combine(h, MORI_BFLOAT16, pass ? rb.tokens : cin, NULL, NULL, (void *)(uintptr_t)out, s));
 		GCK(g->event_record(e2, s));
 		GCK(g->stream_synchronize(s));
 		if (it < 0)
@@ -229,7 +229,7 @@ static int one_rank(int me, int n, int ll, int iters, const char *dir)
 			sum += cnt[l];
 		R->disp_us[it] = a * 1e3, R->comb_us[it] = b * 1e3, R->recv[it] = sum;
 	}
-	MOK(mori_ep_status(h, 0));
+	MOK(mori_ep_status(h, NULL));
 	/* a graph of dispatch + combine, replayed */
 	void *cu = dlopen(g->library, RTLD_NOW | RTLD_NOLOAD);
 	cu_begin_fn begin = cu ? (cu_begin_fn)dlsym(cu, "cuStreamBeginCapture_v2") : NULL;
@@ -241,7 +241,7 @@ static int one_rank(int me, int n, int ll, int iters, const char *dir)
 		GCK(begin(s, 2));
 		MOK(mori_ep_dispatch(h, (void *)(uintptr_t)in, (float *)(uintptr_t)w, QUANT ? NULL : (void *)(uintptr_t)sc,
 				     (int32_t *)(uintptr_t)idx, T, s, NULL));
-		MOK(mori_ep_combine(h, MORI_EP_BF16, cin, NULL, NULL, (void *)(uintptr_t)out, s));
+		MOK(mori_ep_combine(h, MORI_BFLOAT16, cin, NULL, NULL, (void *)(uintptr_t)out, s));
 		GCK(end(s, &graph));
 		GCK(inst(&exec, graph, 0));
 		for (int it = -3; it < iters; it++) {
@@ -257,9 +257,9 @@ static int one_rank(int me, int n, int ll, int iters, const char *dir)
 		}
 		R->graph_n = iters;
 	}
-	MOK(mori_ep_status(h, 0));
+	MOK(mori_ep_status(h, NULL));
 	MOK(mori_ep_destroy(h));
-	mori_group_leave(grp);
+	mori_shmem_finalize(grp);
 	mori_client_close(c);
 	R->ok = 1;
 	return 0;

@@ -16,7 +16,7 @@
  *   fetch-add throughput: every PE's 4 x 256 threads on one word at PE 0
  *   barrier_all_block latency for 2, 4, 8 PEs: p50/p99/mean
  *
- * The group API (mori_group_join) is not used: this measures the device functions alone. */
+ * The group API (mori_shmem_init) is not used: this measures the device functions alone. */
 #include <dlfcn.h>
 #include <signal.h>
 #include <stdint.h>

@@ -322,7 +322,7 @@ static int pe_sigbig(struct pe *e, int iters)
 			mori_desc d = {SRC_OFF, DST_OFF, b};
 			mori_xfer *x = NULL;
 			uint64_t t0 = shmem_ring_now_us();
-			PCK(0, mori_xfer_batch(MORI_OP_WRITE, loc, rem, &d, 1, NULL, &x));
+			PCK(0, mori_xfer_batch(MORI_XFER_WRITE, loc, rem, &d, 1, NULL, &x));
 			PCK(0, mori_xfer_wait(x, 10000000));
 			mori_xfer_free(x);
 			if (k >= warm)
@@ -381,7 +381,7 @@ static int pe_put(struct pe *e)
 				size_t nd = 0;
 				for (uint64_t bytes = 0; k < n && nd < 64 && bytes + b <= (16ull << 20); k++, nd++, bytes += b)
 					d[nd] = (mori_desc){SRC_OFF + k * b % SPAN, DST_OFF + k * b % SPAN, b};
-				PCK(0, mori_xfer_batch(MORI_OP_WRITE, loc, rem, d, nd, NULL, &x[slot]));
+				PCK(0, mori_xfer_batch(MORI_XFER_WRITE, loc, rem, d, nd, NULL, &x[slot]));
 			}
 			for (int s = 0; s < 8; s++)
 				if (x[s]) {
@@ -454,12 +454,12 @@ static int pe_main(int me)
 	prctl(PR_SET_TIMERSLACK, 1); /* a PE plays a kernel that polls: its 20 us naps stay 20 us (default slack 50 us) */
 	snprintf(label, sizeof(label), "bench%d", me);
 	PCK(me, mori_client_open(node_dir[me], label, &e.c));
-	mori_group_opts o;
-	mori_group_opts_init(&o);
+	mori_shmem_opts o;
+	mori_shmem_opts_init(&o, sizeof(o));
 	o.heap_size = HEAP;
 	o.root = root_addr;
 	o.timeout_us = 20000000;
-	PCK(me, mori_group_join(e.c, "proxybench", me, NPE, &o, &e.g));
+	PCK(me, mori_shmem_init(e.c, "proxybench", me, NPE, &o, &e.g));
 	struct mori_shmem_state *st = mori_shmem_state(e.g);
 	if (!st || !st->ctrl || !st->ring)
 		PFAIL(me, "no proxy ring");
@@ -524,7 +524,7 @@ static int pe_main(int me)
 		usleep(10000);
 	PCK(me, mori_shmem_barrier_all(e.g));
 	mori_mem_deregister(mine);
-	mori_group_leave(e.g);
+	mori_shmem_finalize(e.g);
 	mori_client_close(e.c);
 	return 0;
 }

@@ -85,9 +85,9 @@ static void die(const char *what, int rc)
 /* A transfer that failed: its own reason (the client's last error is not about it). */
 static void die_xfer(const char *what, mori_xfer *x, int rc)
 {
-	const char *msg = NULL;
-	mori_xfer_status(x, &msg);
-	fprintf(stderr, "mori-bench: %s: %s (%s)\n", what, mori_strerror(rc), msg && *msg ? msg : "no reason given");
+	mori_status st;
+	mori_xfer_status(x, &st);
+	fprintf(stderr, "mori-bench: %s: %s (%s)\n", what, mori_strerror(rc), *st.message ? st.message : "no reason given");
 	exit(1);
 }
 
@@ -136,7 +136,7 @@ static mori_mem *stage_for(mori_client *c, uint64_t len)
 static void stage_move(mori_mem *s, mori_mem *m, uint64_t off, uint64_t len, int op)
 {
 	mori_xfer *x;
-	int rc = op == MORI_OP_WRITE ? mori_write(s, 0, m, off, len, NULL, &x) : mori_read(s, 0, m, off, len, NULL, &x);
+	int rc = op == MORI_XFER_WRITE ? mori_xfer_write(s, 0, m, off, len, NULL, &x) : mori_xfer_read(s, 0, m, off, len, NULL, &x);
 	if (rc)
 		die("staging transfer", rc);
 	if ((rc = mori_xfer_wait(x, 60000000)))
@@ -159,7 +159,7 @@ static void region_fill(mori_client *c, mori_mem *m, int kind, uint64_t len)
 		uint64_t n = len - off < mori_mem_size(s) ? len - off : mori_mem_size(s);
 		for (uint64_t i = 0; i < n; i++)
 			sp[i] = pattern(off + i);
-		stage_move(s, m, off, n, MORI_OP_WRITE);
+		stage_move(s, m, off, n, MORI_XFER_WRITE);
 	}
 	mori_mem_deregister(s);
 }
@@ -179,7 +179,7 @@ static int region_check(mori_client *c, mori_mem *m, int kind, uint64_t len)
 	int ok = 1;
 	for (uint64_t off = 0; ok && off < len; off += mori_mem_size(s)) {
 		uint64_t n = len - off < mori_mem_size(s) ? len - off : mori_mem_size(s);
-		stage_move(s, m, off, n, MORI_OP_READ);
+		stage_move(s, m, off, n, MORI_XFER_READ);
 		for (uint64_t i = 0; i < n; i++)
 			if (sp[i] != pattern(off + i)) {
 				ok = 0;
@@ -451,7 +451,7 @@ static void parse(int argc, char **argv, struct opts *o)
 		else if (ARG("--node")) o->node = v;
 		else if (ARG("--name")) o->name = v;
 		else if (ARG("--tcp")) o->tcp = v;
-		else if (ARG("--op")) o->op = !strcmp(v, "read") ? MORI_OP_READ : MORI_OP_WRITE;
+		else if (ARG("--op")) o->op = !strcmp(v, "read") ? MORI_XFER_READ : MORI_XFER_WRITE;
 		else if (ARG("--block-min")) o->block_min = parse_size(v);
 		else if (ARG("--block-max")) o->block_max = parse_size(v);
 		else if (ARG("--block")) o->block_min = o->block_max = parse_size(v);
@@ -604,7 +604,7 @@ static void io_open(const struct opts *o, struct io_run *io)
 
 static void io_header(const struct opts *o, const struct io_run *io)
 {
-	const char *opname = o->op == MORI_OP_READ ? "read" : "write";
+	const char *opname = o->op == MORI_XFER_READ ? "read" : "write";
 	if (o->json) {
 		printf("{\"mode\": \"%s\", \"op\": \"%s\", \"rows\": [\n", io->cross ? "cross" : "same", opname);
 		return;
@@ -614,7 +614,7 @@ static void io_header(const struct opts *o, const struct io_run *io)
 	       (unsigned long long)(o->region >> 20));
 	if (io->gpu) {
 		const char *k = o->lmem == o->rmem ? "DtoD"
-			      : (o->op == MORI_OP_WRITE) == (o->lmem == MORI_MEM_HOST) ? "HtoD" : "DtoH";
+			      : (o->op == MORI_XFER_WRITE) == (o->lmem == MORI_MEM_HOST) ? "HtoD" : "DtoH";
 		printf("# memory: local %s, remote %s%s\n", mem_name(o->lmem), mem_name(o->rmem),
 		       o->prep ? "; submitted as all indices of a prepared list" : "");
 		printf("# baselines: ceil = one cuMemcpy%sAsync of the batch's bytes; blk = one cuMemcpy%sAsync per block\n",
@@ -717,7 +717,7 @@ static void row_baselines(const struct opts *o, const struct io_run *io, struct 
 	w->blk_gbps = 0;
 	if (io->gpu) {
 		/* a write copies local -> remote, a read remote -> local */
-		int wr = o->op == MORI_OP_WRITE;
+		int wr = o->op == MORI_XFER_WRITE;
 		uint64_t la = (uint64_t)(uintptr_t)io->lp, ba = (uint64_t)(uintptr_t)io->bp;
 		int dk = wr ? o->rmem : o->lmem, sk = wr ? o->lmem : o->rmem;
 		uint64_t dst = wr ? ba : la, src = wr ? la : ba;
@@ -849,7 +849,7 @@ static int run_io(struct opts *o)
 			break;
 		}
 		row_measure(o, &io, &w);
-		if (o->check && o->op == MORI_OP_READ && !region_check(io.c, io.l, o->lmem, w.batch * block))
+		if (o->check && o->op == MORI_XFER_READ && !region_check(io.c, io.l, o->lmem, w.batch * block))
 			io.bad++;
 		row_baselines(o, &io, &w);
 		row_print(o, &io, &w);
@@ -872,7 +872,7 @@ int main(int argc, char **argv)
 {
 	struct opts o = {
 		.name = "bench/target", .block_min = 4096, .block_max = 64ull << 20, .batch = 256,
-		.iters = 20, .warmup = 3, .depth = 1, .op = MORI_OP_WRITE, .region = 1ull << 30,
+		.iters = 20, .warmup = 3, .depth = 1, .op = MORI_XFER_WRITE, .region = 1ull << 30,
 	};
 	if (argc < 2)
 		usage();

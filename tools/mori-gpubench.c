@@ -137,7 +137,7 @@ static void lib_mode(const char *dir, uint64_t block, uint64_t count, int iters,
 	for (int i = -1; i < iters; i++) { /* -1: warm-up */
 		mori_xfer *x;
 		double t0 = now_us();
-		MK(mori_xfer_batch(MORI_OP_WRITE, l, r, descs, count, NULL, &x));
+		MK(mori_xfer_batch(MORI_XFER_WRITE, l, r, descs, count, NULL, &x));
 		MK(mori_xfer_wait(x, 10000000));
 		double t1 = now_us();
 		mori_xfer_free(x);
@@ -150,7 +150,7 @@ static void lib_mode(const char *dir, uint64_t block, uint64_t count, int iters,
 	for (int i = -10; i < lat_iters; i++) {
 		mori_xfer *x;
 		double t0 = now_us();
-		MK(mori_write(l, 0, r, 0, 4096, NULL, &x));
+		MK(mori_xfer_write(l, 0, r, 0, 4096, NULL, &x));
 		MK(mori_xfer_wait(x, 1000000));
 		double t1 = now_us();
 		mori_xfer_free(x);

@@ -99,7 +99,7 @@ static int decode_setup(struct sched *sc, struct opts *o, struct msg *m)
 		}
 		if (side_connect(&sc->s, g, node, pname, err, sizeof(err)) ||
 		    (o->warmup &&
-		     side_warm_peer(&sc->s, g, MORI_OP_READ, o->timeout_ms, err, sizeof(err)))) {
+		     side_warm_peer(&sc->s, g, MORI_XFER_READ, o->timeout_ms, err, sizeof(err)))) {
 			fprintf(stderr, "mori-kvreplay: %s\n", err);
 			return -1;
 		}
@@ -151,7 +151,7 @@ static void io_baseline(struct sched *sc)
 		}
 		free(m);
 	} else {
-		code = side_sweep(&sc->s, g, MORI_OP_READ, batch, target, o->window, o->timeout_ms,
+		code = side_sweep(&sc->s, g, MORI_XFER_READ, batch, target, o->window, o->timeout_ms,
 				  &res->io_bytes, &res->io_us);
 	}
 	if (code) {

@@ -50,7 +50,7 @@ static int prefill_setup(struct side *s, const struct opts *o, const struct geom
 		}
 		if (side_connect(s, g, node, m->b, err, sizeof(err)) ||
 		    (o->warmup &&
-		     side_warm_peer(s, g, MORI_OP_WRITE, o->timeout_ms, err, sizeof(err)))) {
+		     side_warm_peer(s, g, MORI_XFER_WRITE, o->timeout_ms, err, sizeof(err)))) {
 			send_err(fd, "%s", err);
 			return -1;
 		}
@@ -66,7 +66,7 @@ static int prefill_bench(struct side *s, const struct opts *o, const struct geom
 {
 	struct msg *r = xcalloc(1, offsetof(struct msg, blk));
 	r->type = M_BENCH;
-	r->code = side_sweep(s, g, MORI_OP_WRITE, m->u0, m->u1, o->window, o->timeout_ms, &r->t0, &r->t1);
+	r->code = side_sweep(s, g, MORI_XFER_WRITE, m->u0, m->u1, o->window, o->timeout_ms, &r->t0, &r->t1);
 	int srv = msg_send(fd, r);
 	free(r);
 	return srv;
@@ -92,12 +92,12 @@ static int prefill_job(struct side *s, const struct opts *o, const struct geom *
 	r->type = M_DONE;
 	r->job = job;
 	if (job_sampled(o, job))
-		r->code = side_stage(s, g, o, MORI_OP_WRITE, m, idx, r->text, sizeof(r->text));
+		r->code = side_stage(s, g, o, MORI_XFER_WRITE, m, idx, r->text, sizeof(r->text));
 	*fill_us += now_us() - t;
 	if (r->code) {
 		/* reported as this job's transfer failure */
 	} else if (o->mode == MODE_PUSH) {
-		r->code = move_job(s, g, o, MORI_OP_WRITE, m, idx, &r->t0, &r->t1, &r->bytes, r->text,
+		r->code = move_job(s, g, o, MORI_XFER_WRITE, m, idx, &r->t0, &r->t1, &r->bytes, r->text,
 				   sizeof(r->text));
 		(*xfers)++;
 	} else {

@@ -68,7 +68,7 @@ static int job_transfer(struct sched *sc, const struct job *j, int *code, uint64
 		note_error(res, "%s", r.text);
 	} else {
 		char text[192];
-		*code = move_job(&sc->s, sc->g, o, MORI_OP_READ, m, sc->idx, t0, t1, bytes, text,
+		*code = move_job(&sc->s, sc->g, o, MORI_XFER_READ, m, sc->idx, t0, t1, bytes, text,
 				 sizeof(text));
 		if (*code)
 			note_error(res, "transfer failed: %s", text);
@@ -86,7 +86,7 @@ static void verify_job(struct sched *sc, const struct job *j)
 	struct msg *m = j->m;
 	uint64_t tv = now_us();
 	char text[192];
-	int src = side_stage(&sc->s, g, sc->o, MORI_OP_READ, m, sc->idx, text, sizeof(text));
+	int src = side_stage(&sc->s, g, sc->o, MORI_XFER_READ, m, sc->idx, text, sizeof(text));
 	if (src) {
 		note_error(res, "%s", text);
 		res->transfer_errors++;

@@ -71,7 +71,7 @@ int side_open(struct side *s, const char *role, const char *rt, const struct geo
 		/* the first GPU copy touching the shadow pins it (seconds for GiBs): do it now */
 		uint32_t first = 0;
 		mori_xfer *x = NULL;
-		rc = mori_xfer_submit(s->stage, MORI_OP_READ, &first, 1, NULL, &x);
+		rc = mori_xfer_submit(s->stage, MORI_XFER_READ, &first, 1, NULL, &x);
 		if (rc == MORI_OK)
 			rc = mori_xfer_wait(x, 60000000);
 		mori_xfer_free(x);
@@ -149,7 +149,7 @@ int side_warm_peer(struct side *s, const struct geom *g, int op, int64_t timeout
 	if (per < 1)
 		per = 1;
 	uint32_t *idx = xcalloc(per, sizeof(uint32_t));
-	mori_xfer_opts xo = {.timeout_us = timeout_ms * 1000};
+	mori_xfer_opts xo = {.size = sizeof(xo), .timeout_us = timeout_ms * 1000};
 	int rc = MORI_OK;
 	for (uint64_t i = 0; i < g->pool_descs && rc == MORI_OK; i += per) {
 		size_t n = g->pool_descs - i < per ? (size_t)(g->pool_descs - i) : per;
@@ -182,7 +182,7 @@ int side_sweep(struct side *s, const struct geom *g, int op, uint64_t batch, uin
 	depth = depth < 1 ? 1 : depth;
 	uint32_t *idx = xcalloc(batch * (uint64_t)depth, sizeof(uint32_t));
 	mori_xfer **x = xcalloc((size_t)depth, sizeof(*x));
-	mori_xfer_opts xo = {.timeout_us = timeout_ms * 1000};
+	mori_xfer_opts xo = {.size = sizeof(xo), .timeout_us = timeout_ms * 1000};
 	uint64_t pos = 0, submitted = 0;
 	*bytes = 0;
 	/* the warm-up: one submission alone, not counted */
@@ -250,14 +250,14 @@ int side_stage(struct side *s, const struct geom *g, const struct opts *o, int o
 	if (!s->stage)
 		return MORI_OK;
 	size_t n = job_indices(g, m, idx);
-	mori_xfer_opts xo = {.timeout_us = o->timeout_ms * 1000};
+	mori_xfer_opts xo = {.size = sizeof(xo), .timeout_us = o->timeout_ms * 1000};
 	mori_xfer *x = NULL;
 	int rc = mori_xfer_submit(s->stage, op, idx, n, &xo, &x);
 	if (rc == MORI_OK)
 		rc = mori_xfer_wait(x, o->timeout_ms * 1000);
 	if (rc)
 		snprintf(msg, msglen, "%s: staging %s the VRAM pool: %s (%s)", s->role,
-			 op == MORI_OP_WRITE ? "into" : "out of", mori_strerror(rc), mori_client_last_error(s->c));
+			 op == MORI_XFER_WRITE ? "into" : "out of", mori_strerror(rc), mori_client_last_error(s->c));
 	mori_xfer_free(x);
 	return rc;
 }
@@ -286,7 +286,7 @@ int move_job(struct side *s, const struct geom *g, const struct opts *o, int op,
 		size_t cnt = n - i * per < per ? n - i * per : per;
 		/* the notification goes with the last part: it arrives after all parts landed only
 		 * if the parts complete in order, so the parts before it are waited for first */
-		mori_xfer_opts xo = {.timeout_us = o->timeout_ms * 1000};
+		mori_xfer_opts xo = {.size = sizeof(xo), .timeout_us = o->timeout_ms * 1000};
 		if (i == nx - 1) {
 			if (nx > 1) {
 				rc = mori_xfer_wait_all(xs, i, o->timeout_ms * 1000);
@@ -316,9 +316,10 @@ int move_job(struct side *s, const struct geom *g, const struct opts *o, int op,
 	*t1 = now_us();
 	if (rc) {
 		const char *why = NULL;
+		mori_status st;
 		for (size_t i = 0; i < done && !why; i++)
-			if (mori_xfer_status(xs[i], &why) == MORI_OK)
-				why = NULL;
+			if (mori_xfer_status(xs[i], &st) != MORI_OK)
+				why = st.message;
 		snprintf(msg, msglen, "job %u (%zu descriptors): %s: %s", m->job, n,
 			 mori_strerror(rc), why ? why : mori_client_last_error(s->c));
 	}
