@@ -103,13 +103,6 @@ static inline const mori_desc *bdesc(const struct batch *b, size_t j)
 	return &b->descs[b->idx ? b->idx[j] : j];
 }
 
-/* Does descriptor e lie inside both regions? (Its length may be 0.) */
-static inline int desc_inside(const mori_desc *e, const mori_mem *l, const mori_mem *r)
-{
-	return e->local_offset <= l->size && e->length <= l->size - e->local_offset && e->remote_offset <= r->size &&
-	       e->length <= r->size - e->remote_offset;
-}
-
 /* Entry j of a batch of descriptors (for a list without a GPU copy, its index first). */
 static inline int entry_check(mori_client *c, const mori_mem *l, const mori_mem *r, const struct batch *b, size_t j)
 {
@@ -118,22 +111,20 @@ static inline int entry_check(mori_client *c, const mori_mem *l, const mori_mem 
 	const mori_desc *e = bdesc(b, j);
 	if (e->length && desc_inside(e, l, r))
 		return MORI_OK;
-	return xfer_check_desc(c, l, r, e, j); /* names the fault */
+	return desc_check(c, l, r, e, j); /* names the fault */
 }
 
 /* Check entries [i, i + k) (descriptors against both regions, or indices against the list,
  * whose descriptors were checked at prep); sum their bytes. Indices are checked in one vectorised
- * pass (idx_copy_below), which also stages them to `stage` when given. */
+ * pass (desc_check_idx), which also stages them to `stage` when given. */
 static int check_slice(mori_client *c, const mori_mem *l, const mori_mem *r, const struct batch *b, size_t i,
 		       size_t k, uint32_t *stage, uint64_t *total)
 {
 	uint64_t t = 0;
 	if (b->dev_descs) {
-		if (!idx_copy_below(stage, b->idx + i, k, b->list_n))
-			for (size_t j = i; j < i + k; j++) /* name the first bad one */
-				if (b->idx[j] >= b->list_n)
-					return set_error(c, MORI_ERANGE, "GPU copy: index %u at %zu >= list length %zu",
-							 b->idx[j], j, b->list_n);
+		int rc = desc_check_idx(c, "GPU copy", b->idx, i, i + k, b->list_n, stage);
+		if (rc)
+			return rc;
 		if (b->uniform_len) {
 			*total = k * b->uniform_len;
 			return MORI_OK;

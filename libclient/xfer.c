@@ -146,21 +146,6 @@ static int gpu_local(const mori_mem *l, const mori_mem *r)
 	return !r->remote && (l->kind == MORI_MEM_VRAM || r->kind == MORI_MEM_VRAM);
 }
 
-int xfer_check_desc(mori_client *c, const mori_mem *l, const mori_mem *r, const mori_desc *d, size_t i)
-{
-	if (d->length == 0)
-		return set_error(c, MORI_EINVAL, "descriptor %zu: zero length", i);
-	if (d->local_offset > l->size || d->length > l->size - d->local_offset)
-		return set_error(c, MORI_ERANGE, "descriptor %zu: local [%llu, +%llu) outside region of %llu bytes",
-				 i, (unsigned long long)d->local_offset, (unsigned long long)d->length,
-				 (unsigned long long)l->size);
-	if (d->remote_offset > r->size || d->length > r->size - d->remote_offset)
-		return set_error(c, MORI_ERANGE, "descriptor %zu: remote [%llu, +%llu) outside region of %llu bytes",
-				 i, (unsigned long long)d->remote_offset, (unsigned long long)d->length,
-				 (unsigned long long)r->size);
-	return MORI_OK;
-}
-
 static struct mori_xfer *xfer_new(mori_client *c, mori_mem *l, mori_mem *r, const mori_xfer_opts *o)
 {
 	struct mori_xfer *x = calloc(1, sizeof(*x));
@@ -413,7 +398,7 @@ int mori_xfer_batch(mori_xfer_op op, mori_mem *local, mori_mem *remote, const mo
 		return set_error(c, MORI_EINVAL, "transfer: batch of %zu descriptors is too large", n);
 	uint64_t total = 0; /* a GPU batch is checked and summed as it is staged, in one pass */
 	for (size_t i = 0, checked = !gpu_local(local, remote); checked && i < n; i++) {
-		if ((rc = xfer_check_desc(c, local, remote, &descs[i], i)) != MORI_OK)
+		if ((rc = desc_check(c, local, remote, &descs[i], i)) != MORI_OK)
 			return rc;
 		total += descs[i].length;
 	}
@@ -497,7 +482,7 @@ int mori_xfer_prep(mori_mem *local, mori_mem *remote, const mori_desc *descs, si
 	if (n > UINT32_MAX)
 		return set_error(c, MORI_EINVAL, "xfer_prep: list of %zu descriptors is too large", n);
 	for (size_t i = 0; i < n; i++)
-		if ((rc = xfer_check_desc(c, local, remote, &descs[i], i)) != MORI_OK)
+		if ((rc = desc_check(c, local, remote, &descs[i], i)) != MORI_OK)
 			return rc;
 	mori_xfer_list *l = calloc(1, sizeof(*l));
 	if (!l || !(l->descs = malloc(n * sizeof(*descs)))) {
@@ -548,11 +533,8 @@ int mori_xfer_submit(mori_xfer_list *l, mori_xfer_op op, const uint32_t *idx, si
 	uint64_t total = 0;
 	if (gpu_local(l->local, l->remote))
 		return submit(op, l->local, l->remote, l->descs, idx, n, l, 0, opts, out);
-	if (!idx_all_below(idx, n, l->n)) {
-		for (size_t i = 0; i < n; i++)
-			if (idx[i] >= l->n)
-				return set_error(c, MORI_ERANGE, "xfer_submit: index %u at %zu >= list length %zu", idx[i], i, l->n);
-	}
+	if ((rc = desc_check_idx(c, "xfer_submit", idx, 0, n, l->n, NULL)) != MORI_OK)
+		return rc;
 	if (l->uniform_len)
 		total = (uint64_t)n * l->uniform_len;
 	else
