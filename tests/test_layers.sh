@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Layering (tools/check-layers over $B's objects): daemon/'s files call each other without a
-# cycle, libclient/ never references a daemon/ symbol, common/ neither a libclient/ nor a
+# cycle, and so do libclient/'s; libclient/ never references a daemon/ symbol, common/ neither a libclient/ nor a
 # daemon/ one. The checker is first tried on a few tiny objects with a planted cycle, planted
 # breaches and a stale object, so that a broken checker cannot pass quietly.
 source "$(dirname "$0")/testlib.bash"
@@ -35,6 +35,14 @@ grep -q '^  daemon/low.c -> daemon/top.c -> daemon/low.c$' <<< "$out" || fail "s
 pass "planted cycle named with its edge and shortest cycle"
 plant daemon/low.c 'int low(void) { return 0; }'
 
+plant libclient/up.c 'int cl(void); int up(void) { return cl(); }'
+plant libclient/cl.c 'int co(void); int up(void); int cl(void) { return co() + up(); }'
+out=$("$CHECK" -s "$S" b 2>&1) && fail "planted libclient cycle cl -> up not found: $out"
+grep -q '^FAIL: libclient/ has a cycle of 2 files: libclient/cl.c libclient/up.c$' <<< "$out" ||
+	fail "planted libclient cycle not named: $out"
+pass "planted libclient cycle named"
+rm "$S/libclient/up.c"
+
 plant common/co.c 'int cl(void); int co(void) { return cl(); }'
 plant libclient/cl.c 'int co(void); int mid(void); int cl(void) { return co() + mid(); }'
 out=$("$CHECK" -s "$S" b 2>&1) && fail "planted layer breaches not found: $out"
@@ -47,4 +55,4 @@ echo "--- $B"
 "$CHECK" "$B"
 rc=$?
 [ $rc = 0 ] || fail "check-layers on $B_ARG: exit $rc (the cycle and its edges above; cut an edge so that no file calls back up)"
-pass "daemon/ has no cycle; libclient/ and common/ keep to their layers"
+pass "daemon/ and libclient/ have no cycle; libclient/ and common/ keep to their layers"
