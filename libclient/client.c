@@ -1,4 +1,6 @@
-/* libmori: connecting to morid, the session socket, and the ring pair. */
+/* libmori: connecting to morid, the session socket, and the ring pair. The bottom of libclient/:
+ * it calls no file above it; what those files do when a client closes, a completion or a
+ * revocation arrives or morid hangs up, they register as hooks here (internal.h). */
 #include <errno.h>
 #include <poll.h>
 #include <stdarg.h>

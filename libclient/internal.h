@@ -48,7 +48,7 @@ struct mori_client {
 	struct mori_mem *mems;
 	/* the copy thread pool */
 	struct copy_pool *pool;
-	/* GPU state, created on first VRAM use (gpu_mem.c) */
+	/* GPU state, created on first VRAM use (gpu_dev.c) */
 	struct gpu_ctx *gpu;
 	/* MORI-SHMEM groups this client is a PE of (shmem.c) */
 	pthread_mutex_t group_lock;
@@ -154,7 +154,7 @@ enum client_close_step {
 	CLOSE_XFERS,    /* xfer.c: cross-node transfers still in flight */
 	CLOSE_REGIONS,  /* mem.c: every region left registered or open */
 	CLOSE_POOL,     /* xfer.c: the copy threads */
-	CLOSE_GPU,      /* gpu_mem.c: the GPU context */
+	CLOSE_GPU,      /* gpu_dev.c: the GPU context and its devices */
 	CLOSE_STEPS
 };
 void client_on_close(enum client_close_step step, void (*fn)(mori_client *c));
