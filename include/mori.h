@@ -31,7 +31,7 @@
  *   start with `size_t size`, set by their mori_<struct>_init(opts, sizeof(*opts)) together with
  *   the defaults. The library reads only the `size` bytes the caller's struct has (fields a newer
  *   library added keep their defaults), so a struct can grow without breaking compiled callers; a
- *   size below this release's struct is MORI_EINVAL, and a nonzero byte past the fields this
+ *   size below the struct as 1.0 declared it is MORI_EINVAL, and a nonzero byte past the fields this
  *   library knows (a caller built against a newer header setting a newer field) is MORI_ENOTSUP.
  *   A struct built with a designated initializer must set .size = sizeof it; its other fields
  *   left zero then mean what a zero says in their comment (for mori_xfer_opts and mori_access,
@@ -220,7 +220,7 @@ typedef struct mori_access {
 } mori_access;
 
 /* Fill access with its defaults (no uids, no nodes: only the owner) and access->size = size
- * (sizeof(*access)). MORI_EINVAL for NULL or a size below this release's struct. */
+ * (sizeof(*access)). MORI_EINVAL for NULL or a size below 1.0's struct. */
 MORI_API int mori_access_init(mori_access *access, size_t size);
 
 /* Publish with an access list: only the owner's uid, the uids listed (opening on this node) and
@@ -287,7 +287,7 @@ typedef struct mori_xfer_opts {
 } mori_xfer_opts;
 
 /* Fill opts with the defaults (no notification, morid's deadline, no stream: every field zero)
- * and opts->size = size (sizeof(*opts)). MORI_EINVAL for NULL or a size below this release's. */
+ * and opts->size = size (sizeof(*opts)). MORI_EINVAL for NULL or a size below 1.0's struct. */
 MORI_API int mori_xfer_opts_init(mori_xfer_opts *opts, size_t size);
 
 /* One contiguous range: write copies local [local_offset, +length) to remote [remote_offset, +length),

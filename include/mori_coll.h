@@ -91,7 +91,7 @@ typedef struct mori_comm_opts {
 } mori_comm_opts;
 
 /* Fill opts with the defaults (every PE, 32 MiB scratch, the group's deadline, the size table)
- * and opts->size = size (sizeof(*opts)). MORI_EINVAL for NULL or a size below this release's.
+ * and opts->size = size (sizeof(*opts)). MORI_EINVAL for NULL or a size below 1.0's struct.
  * mori_comm_create reads only opts->size bytes (mori.h's conventions). */
 MORI_API int mori_comm_opts_init(mori_comm_opts *opts, size_t size);
 

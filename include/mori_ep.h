@@ -83,7 +83,7 @@ typedef struct mori_ep_config {
 
 /* Defaults: bf16, normal mode, launch shape 0 (chosen at creation), timeout 10 s; the shape
  * fields zero (the caller fills rank, world size, H, tokens, experts and top-k); cfg->size = size
- * (sizeof(*cfg)). MORI_EINVAL for NULL or a size below this release's. Every function taking a
+ * (sizeof(*cfg)). MORI_EINVAL for NULL or a size below 1.0's struct. Every function taking a
  * config reads only cfg->size bytes (mori.h's conventions): MORI_EINVAL / MORI_ENOTSUP for a bad
  * size, named in msg or the client's last error. */
 MORI_API int mori_ep_config_init(mori_ep_config *cfg, size_t size);

@@ -57,7 +57,7 @@ typedef struct mori_shmem_opts {
 } mori_shmem_opts;
 
 /* Fill opts with the defaults (host heap of morid's size, gpu_device -1, this node only, 30 s)
- * and opts->size = size (sizeof(*opts)). MORI_EINVAL for NULL or a size below this release's.
+ * and opts->size = size (sizeof(*opts)). MORI_EINVAL for NULL or a size below 1.0's struct.
  * The join reads only opts->size bytes (see mori.h's conventions). */
 MORI_API int mori_shmem_opts_init(mori_shmem_opts *opts, size_t size);
 
@@ -163,8 +163,9 @@ MORI_API int mori_shmem_quiet_on_stream(mori_group *g, void *stream);
  * PEs), MORI_ECANCELED (torn down: a PE left, pe names it, or a message to the root daemon failed
  * or this node's morid went away: pe -1; libmori sets that itself when its session hangs up) or
  * MORI_ETIMEDOUT (a collective call missed its deadline: pe names the first PE that never made
- * it). message: static text naming the cause. Returns the code; MORI_EINVAL for NULL g,
- * MORI_ESTALE in a child after fork. */
+ * it). message: "" while healthy, else the cause (also the client's mori_client_last_error, valid
+ * until the next call on the group's client from this thread). Returns the code; MORI_EINVAL for
+ * NULL g, MORI_ESTALE in a child after fork. */
 MORI_API int mori_shmem_status(const mori_group *g, mori_status *out);
 
 /* ---- the device API's state ----

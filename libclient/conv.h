@@ -12,13 +12,14 @@
 
 #include "mori.h"
 
-/* The smallest size a caller may give: the struct as this release (0.2, the first with size
- * fields) declared it. A later release that appends fields keeps these numbers. */
-#define OPTS_MIN_XFER sizeof(mori_xfer_opts)
-#define OPTS_MIN_ACCESS sizeof(mori_access)
-#define OPTS_MIN_SHMEM sizeof(mori_shmem_opts)
-#define OPTS_MIN_COMM sizeof(mori_comm_opts)
-#define OPTS_MIN_EP sizeof(mori_ep_config)
+/* The smallest size a caller may give: the end of the last field the struct had in 1.0, the first
+ * release with size fields. Fields are only appended, so these stay as they are. */
+#define OPTS_END(type, field) (offsetof(type, field) + sizeof(((type *)0)->field))
+#define OPTS_MIN_XFER OPTS_END(mori_xfer_opts, stream)
+#define OPTS_MIN_ACCESS OPTS_END(mori_access, n_nodes)
+#define OPTS_MIN_SHMEM OPTS_END(mori_shmem_opts, timeout_us)
+#define OPTS_MIN_COMM OPTS_END(mori_comm_opts, algo)
+#define OPTS_MIN_EP OPTS_END(mori_ep_config, quant_type)
 
 /* Copy the caller's struct src (src->size bytes) over dst, which holds the defaults and is `have`
  * bytes (this library's sizeof). MORI_EINVAL for a size below min, MORI_ENOTSUP for a nonzero byte
