@@ -4,7 +4,7 @@
 
 #include "internal.h"
 
-int desc_check(mori_client *c, const mori_mem *l, const mori_mem *r, const mori_desc *d, size_t i)
+int desc_fault(mori_client *c, const mori_mem *l, const mori_mem *r, const mori_desc *d, size_t i)
 {
 	if (d->length == 0)
 		return set_error(c, MORI_EINVAL, "descriptor %zu: zero length", i);

@@ -108,10 +108,7 @@ static inline int entry_check(mori_client *c, const mori_mem *l, const mori_mem 
 {
 	if (b->idx && b->idx[j] >= b->list_n)
 		return set_error(c, MORI_ERANGE, "GPU copy: index %u at %zu >= list length %zu", b->idx[j], j, b->list_n);
-	const mori_desc *e = bdesc(b, j);
-	if (e->length && desc_inside(e, l, r))
-		return MORI_OK;
-	return desc_check(c, l, r, e, j); /* names the fault */
+	return desc_check(c, l, r, bdesc(b, j), j);
 }
 
 /* Check entries [i, i + k) (descriptors against both regions, or indices against the list,

@@ -205,8 +205,12 @@ static inline int desc_inside(const mori_desc *e, const mori_mem *l, const mori_
 	       e->length <= r->size - e->remote_offset;
 }
 /* Descriptor i against both regions: MORI_EINVAL (zero length) or MORI_ERANGE naming the side and
- * its bounds; MORI_OK. */
-int desc_check(mori_client *c, const mori_mem *l, const mori_mem *r, const mori_desc *d, size_t i);
+ * its bounds (desc_fault); MORI_OK. Inline: it runs once per descriptor of every list. */
+int desc_fault(mori_client *c, const mori_mem *l, const mori_mem *r, const mori_desc *d, size_t i);
+static inline int desc_check(mori_client *c, const mori_mem *l, const mori_mem *r, const mori_desc *d, size_t i)
+{
+	return d->length && desc_inside(d, l, r) ? MORI_OK : desc_fault(c, l, r, d, i);
+}
 /* Indices idx[from, to) of a prepared list of list_n descriptors: MORI_ERANGE naming the first
  * one out of range ("who: index ..."), else MORI_OK; copies them to stage[0, to - from) when
  * stage is not NULL. */
