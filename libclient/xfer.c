@@ -286,7 +286,7 @@ static int submit(mori_xfer_op op, mori_mem *l, mori_mem *r, const mori_desc *d,
 	/* The revocation check again, now that the transfer counts as in flight: the owner's
 	 * revocation (mem_revoked, maybe on the watcher thread) sets revoked, then reads inflight;
 	 * we raised inflight, then read revoked (both sequentially consistent), so either we see it
-	 * here or it sees us and waits for finish() to acknowledge (tester6). */
+	 * here or it sees us and waits for finish() to acknowledge. */
 	if (atomic_load(&r->revoked)) {
 		finish(x, MORI_ESTALE, "");
 		free(x);
