@@ -1,4 +1,6 @@
-/* libmori: connecting to morid, the session socket, and the ring pair. */
+/* libmori: connecting to morid, the session socket, and the ring pair. The bottom of libclient/:
+ * it calls no file above it; what those files do when a client closes, a completion or a
+ * revocation arrives or morid hangs up, they register as hooks here (internal.h). */
 #include <errno.h>
 #include <poll.h>
 #include <stdarg.h>
@@ -74,6 +76,20 @@ static void on_fork_child(void)
 	}
 }
 static void fork_watch(void) { pthread_atfork(NULL, NULL, on_fork_child); }
+
+/* ---- hooks of the files above ---- */
+
+static struct {
+	void (*close[CLOSE_STEPS])(mori_client *c);
+	void (*xfer_done)(mori_client *c, uint64_t id, int code, const char *msg);
+	void (*revoked)(mori_client *c, uint64_t region_id);
+	void (*session_lost)(mori_client *c);
+} hooks;
+
+void client_on_close(enum client_close_step step, void (*fn)(mori_client *c)) { hooks.close[step] = fn; }
+void client_on_xfer_done(void (*fn)(mori_client *c, uint64_t id, int code, const char *msg)) { hooks.xfer_done = fn; }
+void client_on_revoked(void (*fn)(mori_client *c, uint64_t region_id)) { hooks.revoked = fn; }
+void client_on_session_lost(void (*fn)(mori_client *c)) { hooks.session_lost = fn; }
 
 int client_forked(const mori_client *c)
 {
@@ -327,9 +343,6 @@ static int do_hello(mori_client *c, const char *name)
 	return MORI_OK;
 }
 
-int arena_init(mori_client *c);
-void arena_fini(mori_client *c);
-
 int mori_client_open(const char *runtime_dir, const char *name, mori_client **out)
 {
 	if (!out)
@@ -357,8 +370,8 @@ int mori_client_open(const char *runtime_dir, const char *name, mori_client **ou
 	pthread_mutex_init(&c->mem_lock, NULL);
 	pthread_mutex_init(&c->group_lock, NULL);
 	int rc = do_hello(c, name);
-	if (rc == MORI_OK)
-		rc = arena_init(c);
+	if (rc == MORI_OK && (rc = arena_init(c)) != MORI_OK)
+		set_error(c, rc, "out of memory");
 	if (rc != MORI_OK) {
 		char keep[sizeof(last_error)];
 		memcpy(keep, last_error, sizeof(keep));
@@ -378,9 +391,9 @@ int mori_client_open(const char *runtime_dir, const char *name, mori_client **ou
  * replies stay for their callers) and then aborts the client's groups. It costs one sleeping
  * thread per client with groups; a child after fork has none (threads are not inherited).
  * A client that opened memory reached by cross-memory attach owes the owner an acknowledgement
- * when it is freed (mem_revoked), which it sends when it reaps its completion queue: an opener
- * idle between calls held every deregistration of that memory for morid's 5 s deadline
- * (tester5). With hup_reap set, the thread reaps every 100 ms as well (client_reap takes the
+ * when it is freed (the revoked hook), which it sends when it reaps its completion queue: an opener
+ * idle between calls would hold every deregistration of that memory for morid's 5 s deadline.
+ * With hup_reap set, the thread reaps every 100 ms as well (client_reap takes the
  * queue's lock with a trylock: a caller reaping at the same time does the work). */
 static void *hup_main(void *arg)
 {
@@ -404,7 +417,8 @@ static void *hup_main(void *arg)
 		if (n < 0 || p[1].revents)
 			return NULL; /* mori_client_close stops us */
 		if (p[0].revents & (POLLHUP | POLLERR | POLLNVAL)) {
-			shmem_session_lost(c);
+			if (hooks.session_lost)
+				hooks.session_lost(c);
 			return NULL;
 		}
 	}
@@ -439,8 +453,6 @@ static void hup_stop(mori_client *c)
 	c->hup_on = 0;
 }
 
-void xfer_close_all(mori_client *c);
-
 /* In a child after fork: let go of the child's copies of the descriptors and mappings, and
  * nothing else (the parent's client, its regions and transfers, stay as they are). */
 static void close_in_child(mori_client *c)
@@ -463,13 +475,9 @@ int mori_client_close(mori_client *c)
 	}
 	slot_remove(c); /* first: a fork from here on leaves the child nothing to close */
 	hup_stop(c); /* before the goodbye and close: our own hang-up is no abort */
-	shmem_close_all(c); /* its groups first: they hold regions and transfers of their own */
-	xfer_close_all(c);
-	while (c->mems)
-		mori_mem_deregister(c->mems);
-	if (c->pool)
-		copy_pool_free(c->pool);
-	gpu_ctx_free(c);
+	for (int i = 0; i < CLOSE_STEPS; i++) /* in step order: groups first, the GPU context last */
+		if (hooks.close[i])
+			hooks.close[i](c);
 	if (c->ring) {
 		/* a clean close, not a death (morid counts clients_died): the ring is drained as the
 		 * session ends, so the goodbye is read however full it was */
@@ -512,8 +520,13 @@ int client_submit(mori_client *c, const struct mori_sqe *e)
 	return MORI_OK;
 }
 
-void xfer_complete_id(mori_client *c, uint64_t id, int code, const char *msg);
-void mem_revoked(mori_client *c, uint64_t region_id);
+void client_ack_revoke(mori_client *c, const mori_mem *m)
+{
+	struct mori_sqe e = {.op = SQE_REVOKE_ACK, .local_region = m->region_id};
+	if (client_submit(c, &e) != MORI_OK) {
+		/* a full ring: the daemon's deadline (5 s) covers a lost acknowledgement */
+	}
+}
 
 void client_reap(mori_client *c)
 {
@@ -526,7 +539,8 @@ void client_reap(mori_client *c)
 		e.msg[CQE_MSG - 1] = 0;
 		switch (e.type) {
 		case CQE_XFER_DONE:
-			xfer_complete_id(c, e.user_data, e.code, e.msg);
+			if (hooks.xfer_done)
+				hooks.xfer_done(c, e.user_data, e.code, e.msg);
 			break;
 		case CQE_NOTIF:
 			pthread_mutex_lock(&c->xfer_lock);
@@ -544,7 +558,8 @@ void client_reap(mori_client *c)
 			pthread_mutex_unlock(&c->xfer_lock);
 			break;
 		case CQE_REVOKED:
-			mem_revoked(c, e.value);
+			if (hooks.revoked)
+				hooks.revoked(c, e.value);
 			break;
 		default:
 			break;
@@ -606,7 +621,7 @@ int mori_notif_poll(mori_client *c, mori_notif *out, size_t max, int64_t timeout
 			return (int)n;
 		uint64_t now = mori_now_us();
 		if (now >= deadline || (spin > 64 && client_session_gone(c)))
-			/* a lost session ends the wait at once (tester3's D4: it slept its whole timeout),
+			/* a lost session ends the wait at once instead of sleeping the whole timeout,
 			 * checked before each sleep (of 100 ms at most) */
 			return client_session_gone(c) ? session_lost(c, "closed") : 0;
 		if (spin > 64)

@@ -1,4 +1,4 @@
-/* libmori's GPU state, private to gpu_mem.c and gpu_copy.c. */
+/* libmori's GPU state, private to the gpu_*.c files (and the tests and tools that look inside). */
 #ifndef LIBMORI_GPU_INT_H
 #define LIBMORI_GPU_INT_H
 #include <pthread.h>
@@ -87,13 +87,44 @@ struct gpu_ctx {
 	struct gpu_map *maps;
 };
 
-/* gpu_mem.c */
+/* Make d's context current on this thread, and back. */
+static inline int gpu_push(const struct gpu_api *g, struct gpu_dev *d) { return g->ctx_push_current(d->ctx); }
+static inline void gpu_pop(const struct gpu_api *g)
+{
+	gpu_context old;
+	g->ctx_pop_current(&old);
+}
+
+/* gpu_dev.c: the context (made at first use) and its devices (each at its first use). */
 int gpu_ctx_get(mori_client *c, struct gpu_ctx **out);
 int gpu_dev_get(mori_client *c, struct gpu_ctx *x, int ordinal, struct gpu_dev **out);
-/* Device address of a HOST region's bytes, pinning them for the GPU on first use. */
+/* Free the context: peers' regions still mapped, then every device (mori_client_close). */
+void gpu_ctx_free(mori_client *c);
+/* Wait (bounded) until every copy launched on d has finished; reclaims finished ops. */
+void gpu_dev_drain(const struct gpu_api *g, struct gpu_dev *d, uint64_t wait_us);
+/* Unmap a peer's region once no copy on its device still runs, and free mp. */
+void gpu_map_release(const struct gpu_api *g, struct gpu_map *mp);
+/* A device's copy resources, d->lock held and (where a driver call is made) d's context
+ * current: the copy kernel, loaded at first use (MORI_ENOKERNEL naming the architecture when
+ * the image has none for it); the staging ring, made at first use; ring_alloc reserves `need`
+ * bytes (16-aligned), waiting for older slices up to deadline; ring_push records a staged
+ * slice that ends at `end` with the event that completes it; idle events from a pool. */
+int gpu_kernel_load(mori_client *c, const struct gpu_api *g, struct gpu_dev *d);
+int gpu_staging_init(mori_client *c, const struct gpu_api *g, struct gpu_dev *d);
+int gpu_ring_alloc(mori_client *c, const struct gpu_api *g, struct gpu_dev *d, uint64_t need, uint64_t deadline,
+		   uint64_t *off);
+int gpu_ring_push(struct gpu_dev *d, uint64_t end, gpu_event ev);
+int gpu_ev_get(const struct gpu_api *g, struct gpu_dev *d, gpu_event *e);
+void gpu_ev_put(const struct gpu_api *g, struct gpu_dev *d, gpu_event e);
+/* The live copies of a device: GPU_SUCCESS once op has finished, GPU_ERROR_NOT_READY before,
+ * or the event's error (locked: the caller holds d->lock); unlink op from the live list; free
+ * the orphaned ops that have finished (d->lock held). */
+int gpu_op_query(const struct gpu_api *g, struct gpu_op *op, int locked);
+void gpu_op_unlink(struct gpu_op *op);
+void gpu_reap_orphans(const struct gpu_api *g, struct gpu_dev *d);
+
+/* gpu_mem.c: device address of a HOST region's bytes, pinning them for the GPU on first use. */
 int gpu_host_dptr(mori_client *c, struct gpu_ctx *x, struct gpu_dev *d, mori_mem *m, gpu_dptr *out);
-int gpu_push(const struct gpu_api *g, struct gpu_dev *d);
-void gpu_pop(const struct gpu_api *g);
 
 /* gpu_span.c: ranges over several VMM allocations mapped back to back (expandable segments). */
 struct gpu_piece { gpu_dptr base; uint64_t size; }; /* one VMM allocation's mapping */
@@ -114,9 +145,6 @@ int gpu_span_import(mori_client *c, const struct gpu_api *g, struct gpu_map *mp,
 		    const int *fds, int nfds);
 
 /* gpu_copy.c */
-/* Wait (bounded) until every copy launched on d has finished; reclaims finished ops. */
-void gpu_dev_drain(const struct gpu_api *g, struct gpu_dev *d, uint64_t wait_us);
-void gpu_dev_free(const struct gpu_api *g, struct gpu_dev *d);
 
 /* Inspection for tests and mori-gpubench: load (if needed) and return the copy kernel of
  * device `ordinal`. MORI_ENOKERNEL with a message naming the architecture when absent. */

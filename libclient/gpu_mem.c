@@ -1,8 +1,8 @@
-/* libmori GPU memory: the per-client GPU context, registration of device memory (cudaMalloc
- * memory by the legacy IPC handle of its allocation base plus the offset of the range; VMM
- * memory by a POSIX fd of its physical allocation, passed to morid with SCM_RIGHTS; a range over
- * several VMM allocations by one fd each, gpu_span.c), mapping of peers' regions (once per
- * allocation, cached), and pinning of host regions that GPU copies touch. */
+/* libmori GPU memory: registration of device memory (cudaMalloc memory by the legacy IPC handle
+ * of its allocation base plus the offset of the range; VMM memory by a POSIX fd of its physical
+ * allocation, passed to morid with SCM_RIGHTS; a range over several VMM allocations by one fd
+ * each, gpu_span.c), mapping of peers' regions (once per allocation, cached), and pinning of
+ * host regions that GPU copies touch. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,89 +10,6 @@
 
 #include "gpu_int.h"
 #include "log.h"
-
-static pthread_mutex_t create_lock = PTHREAD_MUTEX_INITIALIZER;
-
-int gpu_ctx_get(mori_client *c, struct gpu_ctx **out)
-{
-	struct gpu_ctx *x = __atomic_load_n(&c->gpu, __ATOMIC_ACQUIRE);
-	if (x) {
-		*out = x;
-		return MORI_OK;
-	}
-	const struct gpu_api *g = gpu_api();
-	if (!g)
-		return set_error(c, MORI_ENOGPU, "no GPU: %s", gpu_unavailable_reason());
-	pthread_mutex_lock(&create_lock);
-	x = c->gpu;
-	if (!x) {
-		x = calloc(1, sizeof(*x));
-		if (x) {
-			x->g = g;
-			pthread_mutex_init(&x->lock, NULL);
-			__atomic_store_n(&c->gpu, x, __ATOMIC_RELEASE);
-		}
-	}
-	pthread_mutex_unlock(&create_lock);
-	if (!x)
-		return set_error(c, MORI_ENOMEM, "out of memory");
-	*out = x;
-	return MORI_OK;
-}
-
-int gpu_push(const struct gpu_api *g, struct gpu_dev *d)
-{
-	return g->ctx_push_current(d->ctx);
-}
-
-void gpu_pop(const struct gpu_api *g)
-{
-	gpu_context old;
-	g->ctx_pop_current(&old);
-}
-
-int gpu_dev_get(mori_client *c, struct gpu_ctx *x, int ordinal, struct gpu_dev **out)
-{
-	const struct gpu_api *g = x->g;
-	if (ordinal < 0 || ordinal >= g->device_count || ordinal >= GPU_MAX_DEVICES)
-		return set_error(c, MORI_EINVAL, "GPU %d: this process sees %d device(s)", ordinal,
-				 g->device_count);
-	pthread_mutex_lock(&x->lock);
-	struct gpu_dev *d = x->devs[ordinal];
-	if (d) {
-		pthread_mutex_unlock(&x->lock);
-		*out = d;
-		return MORI_OK;
-	}
-	char msg[200];
-	int rc = MORI_ENOMEM;
-	d = calloc(1, sizeof(*d));
-	if (!d) {
-		snprintf(msg, sizeof(msg), "out of memory");
-		goto fail;
-	}
-	d->ordinal = ordinal;
-	if ((rc = gpu_err(g->device_get(&d->dev, ordinal), "cuDeviceGet", msg, sizeof(msg))))
-		goto fail;
-	if ((rc = gpu_err(g->primary_ctx_retain(&d->ctx, d->dev), "retain primary context", msg, sizeof(msg))))
-		goto fail;
-	gpu_arch_name(g, d->dev, d->arch, sizeof(d->arch));
-	d->sm_count = 0;
-	if (g->device_get_attribute)
-		g->device_get_attribute(&d->sm_count, GPU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d->dev);
-	if (d->sm_count <= 0)
-		d->sm_count = 64; /* HIP: not queried; a guess that only sizes the grid */
-	pthread_mutex_init(&d->lock, NULL);
-	d->live.next = d->live.prev = &d->live;
-	x->devs[ordinal] = d;
-	pthread_mutex_unlock(&x->lock);
-	*out = d;
-	return MORI_OK;
-fail:
-	pthread_mutex_unlock(&x->lock);
-	free(d);
-	return set_error(c, rc, "GPU %d: %s", ordinal, msg);
-}
 
 int gpu_ptr_is_device(const void *ptr)
 {
@@ -410,18 +327,6 @@ int gpu_mem_alloc_on(mori_client *c, mori_mem *m, int ordinal, size_t *sizep, in
 
 /* ---- peers' regions ---- */
 
-static void map_release(const struct gpu_api *g, struct gpu_map *mp)
-{
-	gpu_dev_drain(g, mp->d, GPU_UNMAP_WAIT_US); /* no copy of ours may still touch it */
-	gpu_push(g, mp->d);
-	if (mp->type == GPU_HANDLE_POSIX_FDS)
-		gpu_vmm_free(g, &mp->span);
-	else
-		gpu_unimport(g, mp->type, mp->base, mp->size);
-	gpu_pop(g);
-	free(mp);
-}
-
 static int map_import(mori_client *c, const struct gpu_api *g, struct gpu_map *mp, const Mori__MemOpenReply *o,
 		      const int *fds, int nfds)
 {
@@ -514,7 +419,7 @@ int gpu_mem_open(mori_client *c, mori_mem *m, const Mori__MemOpenReply *o, int *
 					*pp = mp->next;
 					break;
 				}
-			map_release(g, mp);
+			gpu_map_release(g, mp);
 		}
 		mp = NULL;
 	}
@@ -609,30 +514,10 @@ void gpu_mem_close(mori_client *c, mori_mem *m)
 					*pp = mp->next;
 					break;
 				}
-			map_release(g, mp);
+			gpu_map_release(g, mp);
 		}
 	}
 	m->gpu_priv = NULL;
 	m->dptr = 0;
 	pthread_mutex_unlock(&x->lock);
-}
-
-void gpu_ctx_free(mori_client *c)
-{
-	struct gpu_ctx *x = c ? c->gpu : NULL;
-	if (!x)
-		return;
-	const struct gpu_api *g = x->g;
-	while (x->maps) { /* handles left open: unmap anyway, the client is going */
-		struct gpu_map *mp = x->maps;
-		x->maps = mp->next;
-		mlog_warn("gpu", "peer region %llu still mapped at client close", (unsigned long long)mp->region_id);
-		map_release(g, mp);
-	}
-	for (int i = 0; i < GPU_MAX_DEVICES; i++)
-		if (x->devs[i])
-			gpu_dev_free(g, x->devs[i]);
-	pthread_mutex_destroy(&x->lock);
-	free(x);
-	c->gpu = NULL;
 }

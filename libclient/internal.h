@@ -48,7 +48,7 @@ struct mori_client {
 	struct mori_mem *mems;
 	/* the copy thread pool */
 	struct copy_pool *pool;
-	/* GPU state, created on first VRAM use (gpu_mem.c) */
+	/* GPU state, created on first VRAM use (gpu_dev.c) */
 	struct gpu_ctx *gpu;
 	/* MORI-SHMEM groups this client is a PE of (shmem.c) */
 	pthread_mutex_t group_lock;
@@ -138,13 +138,40 @@ int client_forked(const mori_client *c);     /* 1 in a child of the opener (no e
 /* Has morid closed our session? (Never consumes a reply another thread waits for.) */
 int client_session_gone(mori_client *c);
 /* Tell the daemon no copy of ours still touches revoked region m (cross-memory attach). */
-void mem_ack_revoke(mori_client *c, mori_mem *m);
+void client_ack_revoke(mori_client *c, const mori_mem *m);
 /* Submit one SQE, ringing the doorbell when the daemon sleeps. MORI_EAGAIN when full. */
 int client_submit(mori_client *c, const struct mori_sqe *e);
 /* Drain the CQ: completes transfers, queues notifications, marks revocations. */
 void client_reap(mori_client *c);
 /* Block on the CQ doorbell up to timeout_us (after the ring said empty). */
 void client_sleep(mori_client *c, int64_t timeout_us);
+/* What the files above client.c do at its events, so that client.c calls none of them. Each file
+ * registers from a constructor, which runs only where the file is linked: where none of its
+ * objects can exist, there is nothing to close. mori_client_close runs the close steps in this
+ * order. */
+enum client_close_step {
+	CLOSE_GROUPS,   /* shmem.c: groups hold regions and transfers of their own */
+	CLOSE_XFERS,    /* xfer.c: cross-node transfers still in flight */
+	CLOSE_REGIONS,  /* mem.c: every region left registered or open */
+	CLOSE_POOL,     /* xfer.c: the copy threads */
+	CLOSE_GPU,      /* gpu_dev.c: the GPU context and its devices */
+	CLOSE_STEPS
+};
+void client_on_close(enum client_close_step step, void (*fn)(mori_client *c));
+/* client_reap's events: a transfer completed (CQE_XFER_DONE), an opened region revoked by its
+ * owner (CQE_REVOKED). */
+void client_on_xfer_done(void (*fn)(mori_client *c, uint64_t id, int code, const char *msg));
+void client_on_revoked(void (*fn)(mori_client *c, uint64_t region_id));
+/* The hang-up watcher saw morid close the session. */
+void client_on_session_lost(void (*fn)(mori_client *c));
+
+/* arena.c: the argument arena of the ring pair (c->lay.arena_bytes). arena_alloc: MORI_EAGAIN
+ * when full; arena_init: MORI_ENOMEM. */
+int arena_init(mori_client *c);
+void arena_fini(mori_client *c);
+int arena_alloc(mori_client *c, uint64_t len, uint64_t *off);
+void arena_release(mori_client *c, uint64_t off, uint64_t len);
+
 /* xfer.c: end (MORI_ECANCELED) the daemon-side transfers that use m, which is being deregistered;
  * returns how many. */
 int xfer_cancel_mem(mori_client *c, mori_mem *m);
@@ -156,23 +183,39 @@ int xfer_cancel_mem(mori_client *c, mori_mem *m);
 int mem_open_handle(mori_client *c, const Mori__Handle *h, mori_mem **out);
 int mem_open_heap(mori_client *c, const Mori__Handle *h, mori_mem **out);
 void mem_take_handle(mori_mem *m, const Mori__Handle *h);
-/* shmem.c: leave every group of c (mori_client_close). */
-void shmem_close_all(mori_client *c);
-/* shmem.c: morid is gone (the session hung up): set each group's abort word (TEARDOWN, PE -1)
- * unless it is set already, so that waits on it end. */
-void shmem_session_lost(mori_client *c);
 /* client.c: start c's hang-up watcher once (with its first group): one thread that polls the
- * session for hang-up only, never reads it, and calls shmem_session_lost. Caller holds
+ * session for hang-up only, never reads it, and runs the session-lost hook. Caller holds
  * group_lock. 0, or MORI_ESYS. */
 int client_hup_watch(mori_client *c);
 
 /* copy.c: memcpy over several threads for large batches. */
 struct copy_pool *copy_pool_new(int threads);
-void copy_pool_free(struct copy_pool *p);
 struct copy_op { uint8_t *dst; const uint8_t *src; uint64_t len; };
 /* Copy every op (total: their bytes), split across the pool's threads; a batch with an op whose
  * sides overlap runs on the caller's thread, in order, with memmove for that op (mori.h). */
+void copy_pool_free(struct copy_pool *p);
 void copy_pool_run(struct copy_pool *p, const struct copy_op *ops, size_t n, uint64_t total);
+
+/* desc.c: descriptor and index checks, for the host and the GPU transfer paths alike. */
+/* Does descriptor e lie inside both regions? (Its length may be 0.) The fast test, inline for
+ * the GPU staging loop; desc_check names the fault. */
+static inline int desc_inside(const mori_desc *e, const mori_mem *l, const mori_mem *r)
+{
+	return e->local_offset <= l->size && e->length <= l->size - e->local_offset && e->remote_offset <= r->size &&
+	       e->length <= r->size - e->remote_offset;
+}
+/* Descriptor i against both regions: MORI_EINVAL (zero length) or MORI_ERANGE naming the side and
+ * its bounds (desc_fault); MORI_OK. Inline: it runs once per descriptor of every list. */
+int desc_fault(mori_client *c, const mori_mem *l, const mori_mem *r, const mori_desc *d, size_t i);
+static inline int desc_check(mori_client *c, const mori_mem *l, const mori_mem *r, const mori_desc *d, size_t i)
+{
+	return d->length && desc_inside(d, l, r) ? MORI_OK : desc_fault(c, l, r, d, i);
+}
+/* Indices idx[from, to) of a prepared list of list_n descriptors: MORI_ERANGE naming the first
+ * one out of range ("who: index ..."), else MORI_OK; copies them to stage[0, to - from) when
+ * stage is not NULL. */
+int desc_check_idx(mori_client *c, const char *who, const uint32_t *idx, size_t from, size_t to, size_t list_n,
+		   uint32_t *stage);
 
 /* gpu_*.c: GPU memory and copies; MORI_ENOGPU where no runtime is present. */
 int gpu_mem_register(mori_client *c, mori_mem *m, void *ptr, size_t len, Mori__MemRegister *req,
@@ -202,48 +245,10 @@ int gpu_xfer_poll(struct mori_xfer *x); /* MORI_EINPROGRESS, MORI_OK or an error
  * copies still reading them. gpu_xfer_list also works without a prep (it then stages the
  * indexed descriptors, like gpu_xfer on a flattened array). */
 int gpu_list_prep(mori_client *c, struct mori_xfer_list *l);
-/* One descriptor against both regions: MORI_EINVAL (zero length) or MORI_ERANGE naming the side
- * and its bounds; MORI_OK. */
-int xfer_check_desc(mori_client *c, const mori_mem *l, const mori_mem *r, const mori_desc *d, size_t i);
 void gpu_list_free(mori_client *c, struct mori_xfer_list *l);
 int gpu_xfer_list(mori_client *c, mori_xfer_op op, struct mori_xfer_list *l, const uint32_t *idx, size_t n,
 		  void *stream, struct mori_xfer *x);
-void gpu_ctx_free(mori_client *c);
 /* Is this pointer device memory? 1 yes, 0 no, <0 no runtime. */
 int gpu_ptr_is_device(const void *ptr);
 
-/* Index checks of prepared-list submissions, on the path of every submission: a loop over fixed
- * blocks of 16 that gcc -O2 vectorises (an early exit, or a bound wider than the indices, keeps
- * it scalar: 150 us for 262 144 indices, measured on the H200 machine, a fifth of the copy).
- * 1 when every idx[0..n) < bound; idx_copy_below also copies them to out. */
-static inline int idx_copy_below(uint32_t *restrict out, const uint32_t *restrict idx, size_t n, size_t bound)
-{
-	if (bound > UINT32_MAX) { /* every index fits */
-		if (out)
-			memcpy(out, idx, n * sizeof(*idx));
-		return 1;
-	}
-	uint32_t b = (uint32_t)bound, bad = 0;
-	size_t i = 0;
-	if (out) {
-		for (; i + 16 <= n; i += 16)
-			for (int j = 0; j < 16; j++) {
-				uint32_t v = idx[i + j];
-				out[i + j] = v;
-				bad |= v >= b;
-			}
-		for (; i < n; i++) {
-			out[i] = idx[i];
-			bad |= idx[i] >= b;
-		}
-	} else {
-		for (; i + 16 <= n; i += 16)
-			for (int j = 0; j < 16; j++)
-				bad |= idx[i + j] >= b;
-		for (; i < n; i++)
-			bad |= idx[i] >= b;
-	}
-	return !bad;
-}
-static inline int idx_all_below(const uint32_t *idx, size_t n, size_t bound) { return idx_copy_below(NULL, idx, n, bound); }
 #endif

@@ -32,17 +32,9 @@ static void mem_unlink(mori_client *c, mori_mem *m)
 	pthread_mutex_unlock(&c->mem_lock);
 }
 
-void mem_ack_revoke(mori_client *c, mori_mem *m)
-{
-	struct mori_sqe e = {.op = SQE_REVOKE_ACK, .local_region = m->region_id};
-	if (client_submit(c, &e) != MORI_OK) {
-		/* a full ring: the daemon's deadline (5 s) covers a lost acknowledgement */
-	}
-}
-
 /* The owner freed a region we opened. For memory reached by cross-memory attach the owner is
  * waiting to free the bytes: acknowledge once no copy of ours touches them. */
-void mem_revoked(mori_client *c, uint64_t region_id)
+static void mem_revoked(mori_client *c, uint64_t region_id)
 {
 	pthread_mutex_lock(&c->mem_lock);
 	for (mori_mem *m = c->mems; m; m = m->next) {
@@ -53,7 +45,7 @@ void mem_revoked(mori_client *c, uint64_t region_id)
 			continue;
 		atomic_store(&m->ack_pending, 1);
 		if (atomic_load(&m->inflight) == 0 && atomic_exchange(&m->ack_pending, 0))
-			mem_ack_revoke(c, m);
+			client_ack_revoke(c, m);
 	}
 	pthread_mutex_unlock(&c->mem_lock);
 }
@@ -273,6 +265,18 @@ void *mori_mem_ptr(const mori_mem *m)
 }
 
 size_t mori_mem_size(const mori_mem *m) { return m ? (size_t)m->size : 0; }
+
+static void mem_close_all(mori_client *c)
+{
+	while (c->mems)
+		mori_mem_deregister(c->mems);
+}
+
+__attribute__((constructor)) static void mem_hooks(void)
+{
+	client_on_revoked(mem_revoked);
+	client_on_close(CLOSE_REGIONS, mem_close_all);
+}
 
 static void wait_idle(mori_mem *m)
 {

@@ -1,8 +1,8 @@
-/* libmori MORI-SHMEM (issue 11), the group: joining (by name or unique id) through the node's
- * morid, mapping every local peer's heap, the local queries, the collective calls (malloc,
- * calloc, free, barrier_all) answered by the group's root daemon, status from the control page,
- * and leaving. Host puts and gets are in shmem_rma.c, VRAM heaps and the device state in
- * shmem_gpu.c. */
+/* libmori MORI-SHMEM, the group's life: joining (by name or unique id) through the node's morid,
+ * mapping every local peer's heap, the collective calls (malloc, calloc, free, barrier_all)
+ * answered by the group's root daemon, and leaving. Status, holds and the local queries are in
+ * shmem_status.c, host puts and gets in shmem_rma.c, VRAM heaps and the device state in
+ * shmem_gpu.c: this file calls them, they call none of it. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,62 +44,6 @@ static int timeout_ms_of(const mori_group *g)
 	return (int)(ms > 3600000 ? 3600000 : ms < 1 ? 1 : ms);
 }
 
-/* ---- status ---- */
-
-int shmem_check(const mori_group *g)
-{
-	if (g && shmem_left(g))
-		return set_error(NULL, MORI_ESTALE, "group '%s': this PE has left it; a communicator or EP handle on it can "
-						    "only be destroyed", g->name);
-	if (!g || !client_forked(g->c))
-		return MORI_OK;
-	return set_error(g->c, MORI_ESTALE, "group '%s' was joined by pid %d, used in pid %d: a child after fork "
-					     "must open its own client and join its own group", g->name, (int)g->c->pid,
-			 (int)getpid());
-}
-
-int shmem_abort_status(mori_group *g)
-{
-	uint32_t a = g->ctrl ? __atomic_load_n(&g->ctrl->abort, __ATOMIC_ACQUIRE) : 0;
-	if (a == MORI_SHMEM_ABORT_NONE)
-		return MORI_OK;
-	int pe = g->ctrl->abort_pe;
-	if (a == MORI_SHMEM_ABORT_PEER_DEAD)
-		return set_error(g->c, MORI_EPEERDEAD, "group '%s': PE %d died; the group is aborted", g->name, pe);
-	if (a == MORI_SHMEM_ABORT_TIMEOUT)
-		return set_error(g->c, MORI_ETIMEDOUT, "group '%s': a collective call timed out (PE %d never made it); the "
-						       "group is aborted", g->name, pe);
-	return set_error(g->c, MORI_ECANCELED, "group '%s' is torn down%s", g->name,
-			 pe >= 0 ? " (a PE left it)" : " (its root daemon, or this node's morid, went away)");
-}
-
-void shmem_session_lost(mori_client *c)
-{
-	pthread_mutex_lock(&c->group_lock); /* a leaving group unlinks under it before it unmaps */
-	for (mori_group *g = c->groups; g; g = g->next) {
-		uint32_t none = MORI_SHMEM_ABORT_NONE;
-		if (!g->ctrl || __atomic_load_n(&g->ctrl->abort, __ATOMIC_ACQUIRE) != none)
-			continue; /* a reason morid gave stays */
-		g->ctrl->abort_pe = -1;
-		__atomic_compare_exchange_n(&g->ctrl->abort, &none, MORI_SHMEM_ABORT_TEARDOWN, 0, __ATOMIC_RELEASE,
-					    __ATOMIC_RELAXED);
-	}
-	pthread_mutex_unlock(&c->group_lock);
-}
-
-int mori_shmem_status(const mori_group *g, mori_status *out)
-{
-	if (!g)
-		return status_set(out, MORI_EINVAL, -1, "NULL group");
-	int rc = shmem_check(g);
-	if (!rc)
-		rc = shmem_abort_status((mori_group *)g); /* the detail goes to the client's last error */
-	if (!rc)
-		return status_set(out, MORI_OK, -1, "");
-	int pe = rc != MORI_ESTALE && g->ctrl ? g->ctrl->abort_pe : -1;
-	return status_set(out, rc, pe, mori_client_last_error(g->c));
-}
-
 /* ---- joining ---- */
 
 /* morid's shmem_heap_size (its config, asked on the session), for VRAM heaps the PE allocates. */
@@ -122,46 +66,6 @@ static int daemon_heap_size(mori_client *c, uint64_t *out)
 			}
 	mori__reply__free_unpacked(rep, NULL);
 	return rc;
-}
-
-/* ---- holds (communicators and EP handles on a group) ---- */
-
-static pthread_mutex_t hold_mu = PTHREAD_MUTEX_INITIALIZER; /* holds and left of every group */
-
-void shmem_hold(mori_group *g)
-{
-	pthread_mutex_lock(&hold_mu);
-	g->holds++;
-	pthread_mutex_unlock(&hold_mu);
-}
-
-void shmem_release(mori_group *g)
-{
-	pthread_mutex_lock(&hold_mu);
-	int last = --g->holds == 0 && g->left;
-	pthread_mutex_unlock(&hold_mu);
-	if (last)
-		free(g); /* the shell: everything else went at the leave */
-}
-
-int shmem_left(const mori_group *g)
-{
-	return __atomic_load_n(&g->left, __ATOMIC_ACQUIRE);
-}
-
-/* After g's resources are gone: free it, or, while communicators or EP handles hold it, keep it
- * as a shell that says how it left. */
-static void free_or_shell(mori_group *g, int how)
-{
-	pthread_mutex_lock(&hold_mu);
-	int keep = g->holds > 0;
-	if (keep) {
-		g->c = NULL; /* the client may close next; nothing on a shell reaches it */
-		__atomic_store_n(&g->left, how, __ATOMIC_RELEASE);
-	}
-	pthread_mutex_unlock(&hold_mu);
-	if (!keep)
-		free(g);
 }
 
 /* Everything of g but the struct itself. */
@@ -584,7 +488,7 @@ static void leave_in_child(mori_group *g)
 	free(g->state_team);
 	g->gpu = NULL, g->own = NULL, g->peers = NULL, g->team = NULL, g->state_peer_base = NULL, g->state_team = NULL;
 	g->heap_map = NULL, g->ctrl = NULL;
-	free_or_shell(g, SHMEM_LEFT_CHILD);
+	shmem_free_or_shell(g, SHMEM_LEFT_CHILD);
 }
 
 int mori_shmem_finalize(mori_group *g)
@@ -598,47 +502,17 @@ int mori_shmem_finalize(mori_group *g)
 	unlink_group(g);
 	send_leave(g);
 	group_close(g);
-	free_or_shell(g, SHMEM_LEFT);
+	shmem_free_or_shell(g, SHMEM_LEFT);
 	return MORI_OK;
 }
 
-void shmem_close_all(mori_client *c)
+static void shmem_close_all(mori_client *c)
 {
 	while (c->groups)
 		mori_shmem_finalize(c->groups);
 }
 
-/* ---- queries ---- */
-
-int mori_shmem_my_pe(const mori_group *g) { return g ? g->my_pe : -1; }
-int mori_shmem_n_pes(const mori_group *g) { return g ? g->n_pes : 0; }
-void *mori_shmem_heap_base(const mori_group *g) { return g ? (void *)(uintptr_t)g->base : NULL; }
-uint64_t mori_shmem_heap_size(const mori_group *g) { return g ? g->heap_size : 0; }
-
-int mori_shmem_team_node(const mori_group *g, const int **pes, int *n)
-{
-	if (!g || !pes || !n)
-		return MORI_EINVAL;
-	*pes = g->team;
-	*n = g->team_n;
-	return MORI_OK;
-}
-
-int64_t mori_shmem_offset(const mori_group *g, const void *ptr)
-{
-	uint64_t a = (uint64_t)(uintptr_t)ptr;
-	if (!g || a < g->base || a - g->base >= g->heap_size)
-		return -1;
-	return (int64_t)(a - g->base);
-}
-
-void *mori_shmem_ptr_p2p(const mori_group *g, const void *ptr, int pe)
-{
-	int64_t off = mori_shmem_offset(g, ptr);
-	if (off < 0 || pe < 0 || pe >= g->n_pes || !g->peers[pe].local || !g->peers[pe].base)
-		return NULL;
-	return (void *)(uintptr_t)(g->peers[pe].base + (uint64_t)off);
-}
+__attribute__((constructor)) static void shmem_hooks(void) { client_on_close(CLOSE_GROUPS, shmem_close_all); }
 
 /* ---- collective calls ---- */
 
@@ -667,10 +541,9 @@ static int gcall(mori_group *g, uint32_t op, uint64_t size, uint64_t align, uint
 	rc = client_rpc_timeout(g->c, &req, NULL, 0, &rep, NULL, NULL, timeout_ms_of(g) + RPC_GRACE_MS);
 	pthread_mutex_unlock(&g->lock);
 	if (rc && client_session_gone(g->c)) {
-		/* morid went away (tester3's D3: barrier said MORI_ECONN while status still read
-		 * healthy until the hang-up thread came round): the abort word is set here, now, and
-		 * the call returns what mori_shmem_status says (ECANCELED, PE -1, unless morid gave a
-		 * reason first) */
+		/* morid went away: the abort word is set here, now, so that the call and
+		 * mori_shmem_status agree (ECANCELED, PE -1, unless morid gave a reason first) instead
+		 * of status reading healthy until the hang-up thread comes round */
 		shmem_session_lost(g->c);
 		int a = shmem_abort_status(g);
 		return a ? a : rc;

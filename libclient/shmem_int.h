@@ -1,6 +1,7 @@
-/* libmori's MORI-SHMEM internals (issue 11): the group behind mori_group, shared by shmem.c
- * (joining, queries, collective calls, leaving), shmem_rma.c (host puts and gets) and
- * shmem_gpu.c (VRAM heaps, the device state, module init, stream operations). */
+/* libmori's MORI-SHMEM internals: the group behind mori_group, shared by shmem_status.c
+ * (status, holds, queries), shmem_gpu.c (VRAM heaps, the device state, module init, stream
+ * operations), shmem_rma.c (host puts and gets) and shmem.c (joining, collective calls,
+ * leaving), in that order bottom up. */
 #ifndef LIBMORI_SHMEM_INT_H
 #define LIBMORI_SHMEM_INT_H
 #include <pthread.h>
@@ -66,6 +67,9 @@ struct mori_group {
 int shmem_check(const mori_group *g);
 /* The status of g from its control page: 0, or the abort's code with last_error set. */
 int shmem_abort_status(mori_group *g);
+/* morid is gone (the session hung up): set each group's abort word (TEARDOWN, PE -1) unless it
+ * is set already, so that waits on it end. */
+void shmem_session_lost(mori_client *c);
 /* A communicator or EP handle made on g holds it (after its creation succeeded) and releases it
  * at its destroy. shmem_left: 0 while g is joined; else SHMEM_LEFT or SHMEM_LEFT_CHILD, and g is
  * a shell (no heap, no client): the destroy frees only the object's own memory (the GPU's too
@@ -74,6 +78,9 @@ int shmem_abort_status(mori_group *g);
 void shmem_hold(mori_group *g);
 void shmem_release(mori_group *g);
 int shmem_left(const mori_group *g);
+/* After g's resources are gone (its leave): free it, or, while communicators or EP handles hold
+ * it, keep it as a shell that says how it left (how: SHMEM_LEFT*). */
+void shmem_free_or_shell(mori_group *g, int how);
 
 /* shmem_rma.c */
 void shmem_rma_close(mori_group *g);

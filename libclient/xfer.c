@@ -19,88 +19,6 @@
 #define DEADLINE_GRACE_US 2000000 /* the daemon owns cross-node deadlines; this is a backstop */
 #define CMA_IOV 1024              /* iovecs per process_vm_* call (IOV_MAX) */
 
-/* ---- the argument arena: first fit over a sorted free list, 64-byte granules ---- */
-
-struct arena_block {
-	struct arena_block *next;
-	uint64_t off, len;
-};
-
-int arena_init(mori_client *c)
-{
-	struct arena_block *b = calloc(1, sizeof(*b));
-	if (!b)
-		return set_error(c, MORI_ENOMEM, "out of memory");
-	b->off = 0;
-	b->len = c->lay.arena_bytes;
-	c->arena_free = b;
-	return MORI_OK;
-}
-
-void arena_fini(mori_client *c)
-{
-	while (c->arena_free) {
-		struct arena_block *n = c->arena_free->next;
-		free(c->arena_free);
-		c->arena_free = n;
-	}
-}
-
-static int arena_alloc(mori_client *c, uint64_t len, uint64_t *off)
-{
-	len = (len + 63) & ~63ull;
-	int rc = MORI_EAGAIN;
-	pthread_mutex_lock(&c->arena_lock);
-	for (struct arena_block **p = &c->arena_free; *p; p = &(*p)->next) {
-		struct arena_block *b = *p;
-		if (b->len < len)
-			continue;
-		*off = b->off;
-		b->off += len;
-		b->len -= len;
-		if (b->len == 0) {
-			*p = b->next;
-			free(b);
-		}
-		rc = MORI_OK;
-		break;
-	}
-	pthread_mutex_unlock(&c->arena_lock);
-	return rc;
-}
-
-static void arena_release(mori_client *c, uint64_t off, uint64_t len)
-{
-	len = (len + 63) & ~63ull;
-	pthread_mutex_lock(&c->arena_lock);
-	struct arena_block **p = &c->arena_free, *prev = NULL;
-	while (*p && (*p)->off < off) {
-		prev = *p;
-		p = &(*p)->next;
-	}
-	struct arena_block *next = *p;
-	if (prev && prev->off + prev->len == off) {
-		prev->len += len;
-		if (next && prev->off + prev->len == next->off) {
-			prev->len += next->len;
-			prev->next = next->next;
-			free(next);
-		}
-	} else if (next && off + len == next->off) {
-		next->off = off;
-		next->len += len;
-	} else {
-		struct arena_block *b = malloc(sizeof(*b));
-		if (b) { /* on failure the space is lost until the client closes; never corrupted */
-			b->off = off;
-			b->len = len;
-			b->next = next;
-			*p = b;
-		}
-	}
-	pthread_mutex_unlock(&c->arena_lock);
-}
-
 /* ---- the table of transfers waiting for the daemon ---- */
 
 static void finish(struct mori_xfer *x, int code, const char *msg)
@@ -113,7 +31,7 @@ static void finish(struct mori_xfer *x, int code, const char *msg)
 		atomic_fetch_sub(&x->local->inflight, 1);
 	if (x->remote && atomic_fetch_sub(&x->remote->inflight, 1) == 1 &&
 	    atomic_load(&x->remote->ack_pending) && atomic_exchange(&x->remote->ack_pending, 0))
-		mem_ack_revoke(x->c, x->remote);
+		client_ack_revoke(x->c, x->remote);
 	atomic_store_explicit(&x->state, XS_DONE, memory_order_release);
 }
 
@@ -127,7 +45,7 @@ static void table_remove_locked(mori_client *c, struct mori_xfer *x)
 		}
 }
 
-void xfer_complete_id(mori_client *c, uint64_t id, int code, const char *msg)
+static void xfer_complete_id(mori_client *c, uint64_t id, int code, const char *msg)
 {
 	pthread_mutex_lock(&c->xfer_lock);
 	for (size_t i = 0; i < c->npending; i++) {
@@ -144,7 +62,7 @@ void xfer_complete_id(mori_client *c, uint64_t id, int code, const char *msg)
 	pthread_mutex_unlock(&c->xfer_lock);
 }
 
-void xfer_close_all(mori_client *c)
+static void xfer_close_all(mori_client *c)
 {
 	/* Give in-flight cross-node transfers a moment, then forget them (the daemon fails them
 	 * when the session closes). Handles stay owned by the application. */
@@ -160,6 +78,19 @@ void xfer_close_all(mori_client *c)
 		finish(x, MORI_ECANCELED, "client closed");
 	}
 	pthread_mutex_unlock(&c->xfer_lock);
+}
+
+static void pool_close(mori_client *c)
+{
+	if (c->pool)
+		copy_pool_free(c->pool);
+}
+
+__attribute__((constructor)) static void xfer_hooks(void)
+{
+	client_on_xfer_done(xfer_complete_id);
+	client_on_close(CLOSE_XFERS, xfer_close_all);
+	client_on_close(CLOSE_POOL, pool_close); /* the pool is made by host_batch, below */
 }
 
 /* m is being deregistered while daemon-side transfers still use it: ask the daemon to drop
@@ -213,21 +144,6 @@ static int check_pair(mori_mem *local, mori_mem *remote)
 static int gpu_local(const mori_mem *l, const mori_mem *r)
 {
 	return !r->remote && (l->kind == MORI_MEM_VRAM || r->kind == MORI_MEM_VRAM);
-}
-
-int xfer_check_desc(mori_client *c, const mori_mem *l, const mori_mem *r, const mori_desc *d, size_t i)
-{
-	if (d->length == 0)
-		return set_error(c, MORI_EINVAL, "descriptor %zu: zero length", i);
-	if (d->local_offset > l->size || d->length > l->size - d->local_offset)
-		return set_error(c, MORI_ERANGE, "descriptor %zu: local [%llu, +%llu) outside region of %llu bytes",
-				 i, (unsigned long long)d->local_offset, (unsigned long long)d->length,
-				 (unsigned long long)l->size);
-	if (d->remote_offset > r->size || d->length > r->size - d->remote_offset)
-		return set_error(c, MORI_ERANGE, "descriptor %zu: remote [%llu, +%llu) outside region of %llu bytes",
-				 i, (unsigned long long)d->remote_offset, (unsigned long long)d->length,
-				 (unsigned long long)r->size);
-	return MORI_OK;
 }
 
 static struct mori_xfer *xfer_new(mori_client *c, mori_mem *l, mori_mem *r, const mori_xfer_opts *o)
@@ -370,7 +286,7 @@ static int submit(mori_xfer_op op, mori_mem *l, mori_mem *r, const mori_desc *d,
 	/* The revocation check again, now that the transfer counts as in flight: the owner's
 	 * revocation (mem_revoked, maybe on the watcher thread) sets revoked, then reads inflight;
 	 * we raised inflight, then read revoked (both sequentially consistent), so either we see it
-	 * here or it sees us and waits for finish() to acknowledge (tester6). */
+	 * here or it sees us and waits for finish() to acknowledge. */
 	if (atomic_load(&r->revoked)) {
 		finish(x, MORI_ESTALE, "");
 		free(x);
@@ -482,7 +398,7 @@ int mori_xfer_batch(mori_xfer_op op, mori_mem *local, mori_mem *remote, const mo
 		return set_error(c, MORI_EINVAL, "transfer: batch of %zu descriptors is too large", n);
 	uint64_t total = 0; /* a GPU batch is checked and summed as it is staged, in one pass */
 	for (size_t i = 0, checked = !gpu_local(local, remote); checked && i < n; i++) {
-		if ((rc = xfer_check_desc(c, local, remote, &descs[i], i)) != MORI_OK)
+		if ((rc = desc_check(c, local, remote, &descs[i], i)) != MORI_OK)
 			return rc;
 		total += descs[i].length;
 	}
@@ -566,7 +482,7 @@ int mori_xfer_prep(mori_mem *local, mori_mem *remote, const mori_desc *descs, si
 	if (n > UINT32_MAX)
 		return set_error(c, MORI_EINVAL, "xfer_prep: list of %zu descriptors is too large", n);
 	for (size_t i = 0; i < n; i++)
-		if ((rc = xfer_check_desc(c, local, remote, &descs[i], i)) != MORI_OK)
+		if ((rc = desc_check(c, local, remote, &descs[i], i)) != MORI_OK)
 			return rc;
 	mori_xfer_list *l = calloc(1, sizeof(*l));
 	if (!l || !(l->descs = malloc(n * sizeof(*descs)))) {
@@ -617,11 +533,8 @@ int mori_xfer_submit(mori_xfer_list *l, mori_xfer_op op, const uint32_t *idx, si
 	uint64_t total = 0;
 	if (gpu_local(l->local, l->remote))
 		return submit(op, l->local, l->remote, l->descs, idx, n, l, 0, opts, out);
-	if (!idx_all_below(idx, n, l->n)) {
-		for (size_t i = 0; i < n; i++)
-			if (idx[i] >= l->n)
-				return set_error(c, MORI_ERANGE, "xfer_submit: index %u at %zu >= list length %zu", idx[i], i, l->n);
-	}
+	if ((rc = desc_check_idx(c, "xfer_submit", idx, 0, n, l->n, NULL)) != MORI_OK)
+		return rc;
 	if (l->uniform_len)
 		total = (uint64_t)n * l->uniform_len;
 	else

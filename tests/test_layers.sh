@@ -35,6 +35,16 @@ grep -q '^  daemon/low.c -> daemon/top.c -> daemon/low.c$' <<< "$out" || fail "s
 pass "planted cycle named with its edge and shortest cycle"
 plant daemon/low.c 'int low(void) { return 0; }'
 
+# libclient/ is a tree of its own: a file cycle there fails as one in daemon/ does
+plant libclient/up.c 'int cl(void); int up(void) { return cl(); }'
+plant libclient/cl.c 'int co(void); int up(void); int cl(void) { return co() + up(); }'
+out=$("$CHECK" -s "$S" b 2>&1) && fail "planted libclient cycle cl -> up not found: $out"
+grep -q '^FAIL: libclient/ has a cycle of 2 files: libclient/cl.c libclient/up.c$' <<< "$out" ||
+	fail "planted libclient cycle not named: $out"
+pass "planted libclient cycle named"
+rm -f "$S/libclient/up.c" "$S/b/obj/libclient/up.o"
+plant libclient/cl.c 'int co(void); int cl(void) { return co(); }'
+
 plant common/co.c 'int cl(void); int co(void) { return cl(); }'
 plant libclient/cl.c 'int co(void); int mid(void); int cl(void) { return co() + mid(); }'
 out=$("$CHECK" -s "$S" b 2>&1) && fail "planted layer breaches not found: $out"
