@@ -1,4 +1,4 @@
-/* libmori MORI-CCL (issue 15): communicators over a group (or its node team), windows, the
+/* libmori MORI-CCL: communicators over a group (or its node team), windows, the
  * algorithm table and its overrides, the checks every collective makes before anything runs, and
  * the dispatch to the GPU path (coll_gpu.c) or the host path (coll_host.c). */
 #include <errno.h>
@@ -424,7 +424,8 @@ static int extent(mori_comm *k, const void *p, uint64_t len, const char *what)
 						     "of the heap (%llu bytes)", what, (unsigned long long)len, (long long)off,
 				 (unsigned long long)k->g->heap_size);
 	/* the group's reserved area (barrier flags, signals) and this communicator's own area (its
-	 * flags, generations, tables, scratch) are not the caller's to hand in (tester5) */
+	 * flags, generations, tables, scratch) are not the caller's to hand in: a window over them
+	 * would let a collective overwrite the communicator's own state */
 	int64_t a = mori_shmem_offset(k->g, k->area);
 	if ((uint64_t)off < MORI_SHMEM_RESERVED)
 		return set_error(k->c, MORI_ERANGE, "collective: %s at heap offset %lld lies in the group's reserved area "

@@ -1,4 +1,4 @@
-/* libmori MORI-CCL on the GPU (issue 15): the rank's device state (struct mori_coll_dev in device
+/* libmori MORI-CCL on the GPU: the rank's device state (struct mori_coll_dev in device
  * memory, the status word in mapped host memory), and each collective as launches on the caller's
  * stream: kernels/coll.cu's mori_coll_kernel, or for the copy-engine forms cuMemcpyDtoDAsync
  * between peer-mapped heap addresses between two one-block barrier kernels. A communicator with

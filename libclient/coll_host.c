@@ -1,4 +1,4 @@
-/* libmori MORI-CCL on host heaps (issue 15): the GPU kernels' algorithms (kernels/coll.cu) run by
+/* libmori MORI-CCL on host heaps: the GPU kernels' algorithms (kernels/coll.cu) run by
  * the calling thread, for machines without a GPU and for make check. The same scratch layout and
  * the same steps (stage into this rank's scratch, barrier, read the peers' scratch, barrier);
  * barriers are the group's (mori_shmem_barrier_all: its deadline names the PEs that never came),

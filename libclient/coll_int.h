@@ -1,4 +1,4 @@
-/* libmori's MORI-CCL internals (issue 15): the communicator, shared by coll.c (creation, windows,
+/* libmori's MORI-CCL internals: the communicator, shared by coll.c (creation, windows,
  * the algorithm table, argument checks, dispatch), coll_gpu.c (the device state and the launches:
  * kernels/coll.cu, and the copy-engine forms) and coll_host.c (the host paths of host heaps). */
 #ifndef LIBMORI_COLL_INT_H

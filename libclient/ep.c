@@ -1,4 +1,4 @@
-/* libmori MORI-EP (issue 13): handles on a group's VRAM heap and the launches of the EP kernels
+/* libmori MORI-EP: handles on a group's VRAM heap and the launches of the EP kernels
  * of libmori's image (kernels/ep.cu) on the caller's stream. The host never waits for the GPU on
  * the data path: what it checks here is what it knows (shapes, token counts, call order, pointer
  * alignment); what only the GPU sees lands in the handle's status word (mori_ep_status). */

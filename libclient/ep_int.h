@@ -1,4 +1,4 @@
-/* libmori MORI-EP internals (issue 13): shared by ep_layout.c (host-only: config, layout) and
+/* libmori MORI-EP internals: shared by ep_layout.c (host-only: config, layout) and
  * ep.c (handles, launches). */
 #ifndef LIBMORI_EP_INT_H
 #define LIBMORI_EP_INT_H

@@ -1,4 +1,4 @@
-/* libmori MORI-EP (issue 13), the host-only part: configuration defaults and checks, the layout
+/* libmori MORI-EP, the host-only part: configuration defaults and checks, the layout
  * of a handle's symmetric block (kernels/ep_kernels.h), and DeepEP's dispatch layout computed
  * on host memory. No GPU, no daemon: tests/test_ep_layout runs it everywhere. */
 #include <stdarg.h>

@@ -1,4 +1,4 @@
-/* MORI-EP's launch tuning table (issue 13): rules generated at build time from
+/* MORI-EP's launch tuning table: rules generated at build time from
  * data/ep_tuning/ JSON files by tools/gen-ep-tuning (ROCm/mori's tuning_configs format), looked up
  * at mori_ep_create for the launch parameters the caller leaves 0. Host-only. */
 #ifndef LIBMORI_EP_TUNE_H

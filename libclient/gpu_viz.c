@@ -1,4 +1,4 @@
-/* MORI-VIZ for libmori's copy kernel (issue 19): with MORI_VIZ_TRACE=FILE in the environment a
+/* MORI-VIZ for libmori's copy kernel: with MORI_VIZ_TRACE=FILE in the environment a
  * device's copies run mori_copy_batch_viz, which records each warp's batch and chunks into a
  * trace buffer in device memory; at client close the buffer is written to FILE (FILE.<ordinal>
  * for devices after the first) for `mori-viz FILE -o trace.json`. MORI_VIZ_KERNEL=1 alone runs

@@ -1,4 +1,4 @@
-/* libmori MORI-SHMEM on the GPU side of the host (issue 11): a VRAM heap (a VMM allocation with
+/* libmori MORI-SHMEM on the GPU side of the host: a VRAM heap (a VMM allocation with
  * a POSIX fd handle, gpu_mem.c's, on the group's device), the device state kernels read
  * (struct mori_shmem_state in device memory, with the peers' heap addresses as this process maps
  * them and the control page registered with the driver), mori_shmem_module_init, copies and
