@@ -20,15 +20,7 @@ if [ -z "$PY" ]; then
 fi
 export B PYTHONPATH=$ROOT/python PYTHONDONTWRITEBYTECODE=1
 unset MORI_LIB
-# A sanitizer build's libmori needs its runtimes loaded first; python3 itself leaks by design.
-if grep -q fsanitize "$B/.flags" 2> /dev/null; then
-	pre=
-	for r in libasan.so libubsan.so; do
-		f=$(${CC:-cc} -print-file-name=$r)
-		[ -e "$f" ] && pre="$pre $f"
-	done
-	export LD_PRELOAD=${pre# } ASAN_OPTIONS=detect_leaks=0:abort_on_error=0
-fi
+sanitizer_preload
 echo "# $("$PY" --version) at $(command -v "$PY"), pytest $("$PY" -c 'import pytest; print(pytest.__version__)')"
 "$PY" -m pytest -q -rsx -p no:cacheprovider --basetemp "$T/pytest" tests/python || fail "pytest failed"
 

@@ -30,7 +30,7 @@ pass "pip install ./python (no index): mori $v imports mori.io, ops, shmem, ccl,
 venv "$T/v2"
 out=$("$T/v2/bin/pip" install --config-settings "libmori=$B/libmori.so" "$ROOT/python" 2>&1) ||
 	fail "pip install with libmori=: $(tail -n 20 <<< "$out")"
-got=$(cd "$T" && "$T/v2/bin/python" -c 'import mori; print(mori.lib_path(), mori.lib_version())') ||
+got=$(cd "$T" && sanitizer_preload && "$T/v2/bin/python" -c 'import mori; print(mori.lib_path(), mori.lib_version())') ||
 	fail "the wheel's libmori does not load: $got"
 read -r lp lv <<< "$got"
 case $lp in "$T/v2/"*/mori/libmori.so) ;; *) fail "libmori loaded from $lp, not the wheel's copy" ;; esac

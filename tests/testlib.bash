@@ -100,3 +100,16 @@ ctl() { "$MORACTL" --runtime-dir "$RUN" "$@"; }
 json_get() {
 	sed -n "s/^[[:space:]]*\"$1\":[[:space:]]*\(.*\)\$/\1/p" | head -n 1 | sed -e 's/,$//' -e 's/^"\(.*\)"$/\1/'
 }
+
+# A sanitizer build's libmori loaded into a program built without the sanitizer (python3) needs
+# the sanitizer runtimes loaded first: exports LD_PRELOAD and ASAN_OPTIONS for what follows
+# (leak reports off: python3 leaks by design). Nothing in a normal build.
+sanitizer_preload() {
+	grep -q fsanitize "$B/.flags" 2> /dev/null || return 0
+	local pre= r f
+	for r in libasan.so libubsan.so; do
+		f=$(${CC:-cc} -print-file-name=$r)
+		[ -e "$f" ] && pre="$pre $f"
+	done
+	export LD_PRELOAD=${pre# } ASAN_OPTIONS=detect_leaks=0:abort_on_error=0
+}
