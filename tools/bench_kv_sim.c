@@ -416,7 +416,7 @@ static void usage(int code)
 		"usage: mori-bench kv --sim TRACE|synthetic [--capacity N[,N...]] [--policy NAME[,NAME...]|all]\n"
 		"  TRACE: JSON lines with hash_ids (the Mooncake trace format); capacities in blocks\n"
 		"  (default 1000,10000,50000); policies of the KV store: lru, default, s3fifo, tinylfu,\n"
-		"  prefix-lru (default all).\n");
+		"  prefix-lru, prefix-slru (default all).\n");
 	exit(code);
 }
 
@@ -429,7 +429,7 @@ static size_t parse_list(const char *s, uint64_t *out, size_t max, int policies)
 		long long v = policies ? kv_policy_parse(tok) : strtoll(tok, &e, 10);
 		if (n == max || v < (policies ? 0 : 1) || (!policies && *e)) {
 			fprintf(stderr, "mori-bench kv: bad %s '%s' (%s)\n", policies ? "policy" : "capacity", tok,
-				n == max ? "too many" : policies ? "lru, default, s3fifo, tinylfu, prefix-lru" : "a block count >= 1");
+				n == max ? "too many" : policies ? "lru, default, s3fifo, tinylfu, prefix-lru, prefix-slru" : "a block count >= 1");
 			exit(2);
 		}
 		out[n++] = (uint64_t)v;

@@ -19,6 +19,7 @@ enum kv_policy_kind {
 	KV_POLICY_S3FIFO = 2,  /* small FIFO, main CLOCK, ghost of hashes (Yang et al., SOSP'23) */
 	KV_POLICY_TINYLFU = 3, /* W-TinyLFU: LRU window, frequency-sketch admission, SLRU main */
 	KV_POLICY_PREFIX_LRU = 4, /* LRU over chain tails never hit, then LRU over the rest */
+	KV_POLICY_PREFIX_SLRU = 5, /* prefix-LRU with the hit blocks in a protected segment */
 	KV_POLICY_NKINDS
 };
 
