@@ -511,7 +511,7 @@ static struct kv_pnode *tlfu_victim(struct kv_policy *p, skip_fn skip, void *arg
 		struct kv_pnode *main_v = oldest_free(p, L_B, skip, arg);
 		if (!main_v)
 			main_v = oldest_free(p, L_C, skip, arg);
-		if (p->l[L_A].bytes <= win && main_v)
+		if (p->l[L_A].bytes < win && main_v) /* the put to come stays within the window */
 			return main_v;
 		struct kv_pnode *cand = oldest_free(p, L_A, skip, arg);
 		if (!cand || !main_v)
