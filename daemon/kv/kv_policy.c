@@ -35,7 +35,7 @@
 #define S3_SMALL_PM 100     /* S3-FIFO's small FIFO: 10 % */
 #define TLFU_WINDOW_PM 10   /* TinyLFU's admission window: 1 % */
 #define TLFU_PROTECT_PM 800 /* of the main part: the protected segment */
-#define PSLRU_PROTECT_PM 300 /* prefix-SLRU's protected segment (measured: 100..500 within 0.5 pp) */
+#define PSLRU_PROTECT_PM 300 /* prefix-SLRU's protected segment (docs/umbp-policy.md) */
 
 enum { L_NONE = 0, L_A = 1, L_B = 2, L_C = 3, NLISTS = 4 };
 
