@@ -149,6 +149,10 @@ $(B)/tests/test_gpu_shmem_dev $(B)/tests/test_gpu_shmem $(B)/tests/test_gpu_shme
 		$(B)/obj/kernels/shmemtest_image.o $(B)/libmori.a $(B)/libmorid.a
 	@mkdir -p $(dir $@); echo "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(B)/libmorid.a $(B)/libmori.a $(PKG_LIBS) $(CHECK_LIBS) -libverbs -lm
+# mori-bench kv --sim (tools/bench_kv_sim.c) runs the KV store's eviction policies (daemon/kv/kv_policy.c,
+# pure C without daemon dependencies) offline on a trace.
+$(B)/obj/tools/bench_kv_sim.o: CFLAGS_ALL += -Idaemon
+$(B)/mori-bench: $(B)/obj/tools/bench_kv_sim.o $(B)/obj/daemon/kv/kv_policy.o
 # mori-bench ep (tools/bench_ep.c: MORI-EP) links into it as well.
 $(B)/mori-bench: $(B)/obj/tools/bench_ep.o
 # tests/test_gpu_coll and its fused kernel (tests/coll_dev_kernels.cu: MORI-CCL's device API).
