@@ -117,6 +117,39 @@ void *pool_get(struct buf_pool *bp, size_t size, size_t *got); /* NULL on ENOMEM
 void pool_put(struct buf_pool *bp, void *p, size_t size);
 void pool_drain(struct buf_pool *bp);
 
+/* The tier (kv_ssd.h). */
+struct op;
+struct flush;
+struct compact;
+struct kv_ssd {
+	uv_loop_t *loop;
+	char dir[256];
+	int dfd, lockfd, efd, odirect;
+	struct io_uring ring;
+	uv_poll_t poll;
+	struct seg_table segs;
+	struct seg *active;
+	uint32_t next_no;
+	uint64_t capacity, seg_max, reserve, used;
+	uint32_t inflight;
+	uint64_t inflight_bytes, seq;
+	struct op *wait_head, *wait_tail;
+	struct op *w_head, *w_tail;
+	struct flush *fl_head, *fl_tail;
+	struct compact *cp;
+	struct buf_pool pool;
+	int dir_dirty, closing, in_poll, freed;
+	kv_ssd_moved_cb moved;
+	void *arg;
+	struct kv_ssd_stats st;
+};
+
+/* kv_ssd.c's, for kv_ssd_open.c: the loop's handlers, closing a segment, a compaction's start. */
+void ssd_on_poll(uv_poll_t *h, int status, int events);
+void ssd_on_closed(uv_handle_t *h);
+void ssd_seg_release(struct kv_ssd *s, struct seg *g);
+void ssd_compact_maybe(struct kv_ssd *s, int pressed);
+
 /* The open-time scan: reads every segment file of dir (open at dfd), verifying every record,
  * into t (each segment's entries: the live set, sorted), and calls found for each live record.
  * Counts into st. Opens each segment with oflags. 0, or a MORI_E* with err. */
