@@ -632,13 +632,13 @@ static void compact_step(struct kv_ssd *s)
 }
 
 /* Start compacting the closed segment with the least live fraction, when it is below
- * SSD_COMPACT_LIVE percent (pressed: the tier is full, any dead bytes will do). */
+ * SSD_COMPACT_LIVE percent (pressed: the tier is full, below 90 percent). */
 void ssd_compact_maybe(struct kv_ssd *s, int pressed)
 {
 	if (s->cp || s->closing)
 		return;
 	struct seg *best = NULL;
-	uint64_t best_pct = pressed ? 100 : SSD_COMPACT_LIVE;
+	uint64_t best_pct = pressed ? 90 : SSD_COMPACT_LIVE;
 	for (uint32_t i = 0; i < s->segs.n; i++) {
 		struct seg *g = s->segs.v[i];
 		if (!g->sealed || g->doomed || g->writes_inflight || !g->end)

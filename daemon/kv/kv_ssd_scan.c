@@ -267,7 +267,8 @@ int ssd_scan(int dfd, const char *dir, int oflags, struct seg_table *t, struct k
 		}
 		nos[n++] = no;
 	}
-	qsort(nos, n, sizeof(*nos), name_cmp);
+	if (n)
+		qsort(nos, n, sizeof(*nos), name_cmp);
 	*max_no = n ? nos[n - 1] : 0;
 	w.buf = mmap(NULL, SSD_SCAN_WINDOW, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (w.buf == MAP_FAILED) {
