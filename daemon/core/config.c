@@ -94,6 +94,8 @@ static const struct opt opts[] = {
 	{"shmem_heap_size", T_INT, S(shmem_heap_size), 1 << 20, 1ll << 40, "1073741824", 1, "MORI-SHMEM: bytes of a PE's symmetric heap when its group names no size (new groups)"},
 	{"shmem_ring_entries", T_INT, S(shmem_ring_entries), 64, 65536, "1024", 1, "MORI-SHMEM: proxy ring entries per PE, a power of two (new groups)"},
 	{"shmem_proxy_spin_us", T_INT, S(shmem_proxy_spin_us), 0, 1000000, "2000", 1, "MORI-SHMEM: the proxy polls its rings on every loop turn (yielding the CPU when a turn finds nothing) for this long after the last request, then on a 1 ms timer (10 ms after 1 s without requests); 0: the timer alone"},
+	{"kv_ssd_dir", T_STR, S(kv_ssd_dir), 0, 0, "", 0, "KV store: directory of the SSD tier's segment files (a local SSD's filesystem, writable by morid); empty: no SSD tier"},
+	{"kv_ssd_bytes", T_INT, S(kv_ssd_bytes), 0, 1ll << 50, "0", 0, "KV store: bytes the SSD tier may take in kv_ssd_dir; 0: 90 % of the filesystem's free space at start"},
 };
 #define NOPTS (sizeof(opts) / sizeof(opts[0]))
 

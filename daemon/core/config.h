@@ -51,6 +51,8 @@ struct config {
 	int64_t shmem_heap_size;   /* MORI-SHMEM: a PE's heap when its join names no size */
 	int64_t shmem_ring_entries; /* MORI-SHMEM: proxy ring entries per PE (power of two) */
 	int64_t shmem_proxy_spin_us; /* MORI-SHMEM: the proxy's busy-poll window after a request */
+	char kv_ssd_dir[256];      /* KV store: the SSD tier's directory; empty: no SSD tier */
+	int64_t kv_ssd_bytes;      /* KV store: the SSD tier's size on disk; 0: 90 % of free space */
 
 	/* derived at validation */
 	uid_t uids[CFG_MAX_UIDS];
