@@ -149,8 +149,8 @@ $(B)/tests/test_gpu_shmem_dev $(B)/tests/test_gpu_shmem $(B)/tests/test_gpu_shme
 		$(B)/obj/kernels/shmemtest_image.o $(B)/libmori.a $(B)/libmorid.a
 	@mkdir -p $(dir $@); echo "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(B)/libmorid.a $(B)/libmori.a $(PKG_LIBS) $(CHECK_LIBS) -libverbs -lm
-# mori-bench ep (tools/bench_ep.c: MORI-EP) links into it as well.
-$(B)/mori-bench: $(B)/obj/tools/bench_ep.o
+# mori-bench ep (tools/bench_ep.c: MORI-EP) links into it as well, and flood (tools/bench_flood.c).
+$(B)/mori-bench: $(B)/obj/tools/bench_ep.o $(B)/obj/tools/bench_flood.o
 # tests/test_gpu_coll and its fused kernel (tests/coll_dev_kernels.cu: MORI-CCL's device API).
 $(B)/kernels/colltest_image.c: $(B)/kernels/mori_kernels.c ; @:
 $(B)/tests/test_gpu_coll: $(B)/obj/tests/test_gpu_coll.o $(B)/obj/kernels/colltest_image.o $(B)/libmori.a $(B)/libmorid.a
