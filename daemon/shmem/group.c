@@ -701,6 +701,7 @@ static int do_call(struct client *c, const Mori__Request *req, Mori__Reply *rep)
 	m.size = q->size;
 	m.align = q->align;
 	m.offset = q->offset;
+	m.timeout_ms = q->timeout_ms;
 	p->waiting = W_CALL;
 	p->wait_req = req->id;
 	p->wait_seq = q->seq;
