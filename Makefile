@@ -156,8 +156,8 @@ $(B)/tests/test_gpu_shmem_dev $(B)/tests/test_gpu_shmem $(B)/tests/test_gpu_shme
 # pure C without daemon dependencies) offline on a trace.
 $(B)/obj/tools/bench_kv_sim.o: CFLAGS_ALL += -Idaemon
 $(B)/mori-bench: $(B)/obj/tools/bench_kv_sim.o $(B)/obj/daemon/kv/kv_policy.o
-# mori-bench ep (tools/bench_ep.c: MORI-EP) links into it as well.
-$(B)/mori-bench: $(B)/obj/tools/bench_ep.o
+# mori-bench ep (tools/bench_ep.c: MORI-EP) links into it as well, and flood (tools/bench_flood.c).
+$(B)/mori-bench: $(B)/obj/tools/bench_ep.o $(B)/obj/tools/bench_flood.o
 # tests/test_gpu_coll and its fused kernel (tests/coll_dev_kernels.cu: MORI-CCL's device API).
 $(B)/kernels/colltest_image.c: $(B)/kernels/mori_kernels.c ; @:
 $(B)/tests/test_gpu_coll: $(B)/obj/tests/test_gpu_coll.o $(B)/obj/kernels/colltest_image.o $(B)/libmori.a $(B)/libmorid.a
