@@ -149,20 +149,36 @@ endif
 
 .PHONY: all FORCE
 
-# Every .cu of kernels/ compiled alone (PTX for compute_80: the front end and NVVM, not ptxas), so
-# none of them leans on what the aggregate unit included before it. tests/test_kernels_alone.sh
-# runs it (make check); without nvcc it says so and skips.
-ALONE := $(patsubst kernels/%.cu,$(OUT)/alone/%.ok,$(filter-out $(SRC),$(KSRC)))
+# Every .cu of kernels/ compiled alone (nvcc: PTX for compute_80, the front end and NVVM, not
+# ptxas; AMD: a syntax check for each arch built, by its compiler), so none of them leans on what
+# the aggregate unit included before it. tests/test_kernels_alone.sh runs it (make check);
+# without a compiler it says so and skips that side.
+KALONE := $(filter-out $(SRC),$(KSRC))
+ALONE := $(patsubst kernels/%.cu,$(OUT)/alone/%.ok,$(KALONE))
 ifeq ($(HAVE_NVCC),yes)
 $(OUT)/alone/%.ok: kernels/%.cu $(DEPS) $(OUT)/.nvcc
 	@mkdir -p $(dir $@); echo "  NVCC    $< alone"
 	@$(NVCC) $(NVFLAGS) --ptx -arch=compute_80 -Ikernels -Iinclude -o $(@:.ok=.ptx) $< && touch $@
 check-alone: $(ALONE)
 else
-check-alone:
-	@echo "skipped: no nvcc ($(NVCC_OK)): the kernels' sources were not compiled one by one"
+check-alone: check-alone-nv-skip
+check-alone-nv-skip:
+	@echo "skipped (CUDA): no nvcc ($(NVCC_OK)): the kernels' sources were not compiled one by one for NVIDIA"
 endif
-.PHONY: check-alone
+define hip_alone
+$(OUT)/alone/%.$(1).ok: kernels/%.cu $(DEPS) $(OUT)/.hipcc $(OUT)/.hipclang
+	@mkdir -p $$(dir $$@); echo "  HIP     $$< alone ($(1))"
+	@$(if $(filter $(1),$(HIP_GOOD)),$(HIPCC) $(HIPFLAGS) --genco,$(HIP_CLANG) $(HIP_CLANG_FLAGS) -nogpulib \
+		--cuda-device-only) --offload-arch=$(1) -fsyntax-only -Ikernels -Iinclude $$< && touch $$@
+check-alone: $(patsubst kernels/%.cu,$(OUT)/alone/%.$(1).ok,$(KALONE))
+endef
+$(foreach a,$(HIP_BUILT),$(eval $(call hip_alone,$(a))))
+ifeq ($(HIP_BUILT),)
+check-alone: check-alone-hip-skip
+check-alone-hip-skip:
+	@echo "skipped (AMD): no compiler here targets $(HIP_ARCHS): the kernels' sources were not compiled one by one for AMD"
+endif
+.PHONY: check-alone check-alone-nv-skip check-alone-hip-skip
 
 # MORI-IR: the device API as bitcode, its function table, the static device library.
 include mk/ir.mk
