@@ -220,7 +220,8 @@ install: $(B)/morid $(addprefix $(B)/,$(TOOLS)) $(B)/libmori.so $(B)/libmori.a
 	@# MORI-IR (mk/ir.mk), what of it was built: bitcode, table, device header (apart from
 	@# include/: it shares four names with mori_shmem.h), static device library
 	install -d $(DESTDIR)$(PREFIX)/lib/mori/ir
-	for f in libmori_shmem_device.bc libmori_shmem_device.json mori_shmem_device.h libmori_shmem_device.a; do \
+	for f in libmori_shmem_device.bc libmori_shmem_device.json mori_shmem_device.h libmori_shmem_device.a \
+	  $(notdir $(wildcard $(B)/kernels/ir/libmori_shmem_device_gfx*.bc)); do \
 	  [ ! -f $(B)/kernels/ir/$$f ] || install -m 644 $(B)/kernels/ir/$$f $(DESTDIR)$(PREFIX)/lib/mori/ir/ || exit 1; done
 
 # The Python package (python/mori, pure Python) into $(PYTHON)'s module path under PREFIX, with
