@@ -113,6 +113,17 @@ $(B)/tests/%: $(B)/obj/tests/%.o $(B)/libmori.a $(B)/libmorid.a
 	@mkdir -p $(dir $@); echo "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(B)/libmorid.a $(B)/libmori.a $(PKG_LIBS) $(CHECK_LIBS) -libverbs -lm
 
+# tests/test_gpu_hip_stub drives the HIP runtime table against a stub libamdhip64.so built here
+# (tests/hip_stub.c); where HIP's headers are, the stub's entry points are first checked against
+# their declarations (a signature that differs is an error).
+HIP_API_H := $(firstword $(wildcard /opt/rocm/include/hip/hip_runtime_api.h /usr/include/hip/hip_runtime_api.h))
+$(B)/tests/hipstub/libamdhip64.so: tests/hip_stub.c
+	@mkdir -p $(dir $@); echo "  CC      $@ (stub HIP runtime)"
+	$(if $(HIP_API_H),$(Q)$(CC) -std=gnu11 -Wall -Werror -Wno-enum-conversion -Wno-enum-compare -fsyntax-only \
+		-DHIP_STUB_WITH_HEADERS -D__HIP_PLATFORM_AMD__ -I$(patsubst %/hip/hip_runtime_api.h,%,$(HIP_API_H)) $<)
+	$(Q)$(CC) -std=gnu11 -O1 -g -Wall -Wextra -Werror -fPIC -shared -o $@ $<
+$(B)/tests/test_gpu_hip_stub: $(B)/tests/hipstub/libamdhip64.so
+
 # mori-kvreplay is several files (tools/kvreplay/) and uses libmori's API alone; its unit test
 # links them all but main.o.
 KVREPLAY_O := $(call obj,$(filter-out tools/kvreplay/main.c,$(wildcard tools/kvreplay/*.c)))
