@@ -476,8 +476,8 @@ hipError_t hipMemRetainAllocationHandle(hipMemGenericAllocationHandle_t *h, void
 }
 
 /* ---- modules: the code object for this arch out of a clang offload bundle (or a bare ELF) ---- */
-struct module { const unsigned char *elf; size_t n; int magic; };
 struct function { struct module *m; char name[64]; int magic; };
+struct module { const unsigned char *elf; size_t n; int magic, nfn; struct function *fn[64]; }; /* owns its functions */
 static const char *arch(void)
 {
 	const char *a = getenv("HIP_STUB_ARCH");
@@ -540,8 +540,8 @@ hipError_t hipModuleLoadData(hipModule_t *mod, const void *image)
 	}
 	if (!co || !elf_ok(co, con))
 		return ENOBIN;
-	struct module *m = malloc(sizeof(*m));
-	*m = (struct module){co, con, VMM_MAGIC + 1};
+	struct module *m = calloc(1, sizeof(*m));
+	*m = (struct module){co, con, VMM_MAGIC + 1, 0, {NULL}};
 	*mod = (hipModule_t)m;
 	return OK;
 }
@@ -552,6 +552,8 @@ hipError_t hipModuleUnload(hipModule_t mod)
 	if (!m || m->magic != VMM_MAGIC + 1)
 		return EHANDLE;
 	m->magic = 0;
+	for (int i = 0; i < m->nfn; i++)
+		free(m->fn[i]);
 	free(m);
 	return OK;
 }
@@ -565,7 +567,9 @@ hipError_t hipModuleGetFunction(hipFunction_t *f, hipModule_t mod, const char *n
 	snprintf(kd, sizeof(kd), "%s.kd", name); /* the kernel descriptor a dispatch points at */
 	if (strlen(name) >= 64 || sym(m, kd, STT_OBJECT, NULL) < 0)
 		return ENOTFOUND;
-	struct function *fn = malloc(sizeof(*fn));
+	if (m->nfn == 64)
+		return ENOMEM_;
+	struct function *fn = m->fn[m->nfn++] = malloc(sizeof(*fn));
 	*fn = (struct function){m, "", VMM_MAGIC + 2};
 	snprintf(fn->name, sizeof(fn->name), "%s", name);
 	*f = (hipFunction_t)fn;
