@@ -75,8 +75,10 @@ MORI_API int mori_cco_comm_opts_init(mori_cco_comm_opts *opts, size_t size);
  * mori_shmem_init_uid's: MORI_EINVAL (rank out of range, an id that is not one, ranks
  * disagreeing on nranks or heap size), MORI_EEXIST (the id's communicator already formed),
  * MORI_ENOTSUP (a VRAM heap without VMM), MORI_ENOMEM. One process may hold several communicators,
- * over the same ranks or not; each has its own heap, windows, signals and barriers. Owned by the
- * caller until mori_cco_comm_destroy (mori_client_close destroys what is left). */
+ * over the same ranks or not; each has its own heap, windows, signals and barriers, and its own
+ * session with morid (opened here on c's daemon), so that collective calls of several
+ * communicators made at once by several threads never wait on each other. Owned by the caller
+ * until mori_cco_comm_destroy; closing c does not end it. */
 MORI_API int mori_cco_comm_create(mori_client *c, const mori_cco_unique_id *id, int nranks, int rank,
 				  const mori_cco_comm_opts *opts, mori_cco_comm **out);
 

@@ -38,7 +38,7 @@ struct cco_dc { /* a device communicator's host side */
 };
 
 struct mori_cco_comm {
-	mori_client *c;
+	mori_client *c;           /* the communicator's own session with morid (see create) */
 	mori_group *g;
 	int rank, n;
 	int lsa_size, lsa_rank, node_start;
@@ -185,9 +185,6 @@ int mori_cco_comm_create(mori_client *c, const mori_cco_unique_id *id, int nrank
 		return set_error(c, opts->size < OPTS_MIN_CCO_COMM ? MORI_EINVAL : MORI_ENOTSUP,
 				 "cco comm_create: opts->size %zu is not a mori_cco_comm_opts this library reads (%zu "
 				 "bytes): call mori_cco_comm_opts_init", opts->size, sizeof(o));
-	size_t len = strnlen(id->internal, sizeof(id->internal));
-	if (len < 8) /* magic and version come first: the real length is past them */
-		len = sizeof(id->internal);
 	mori_shmem_opts so;
 	mori_shmem_opts_init(&so, sizeof(so));
 	so.heap_size = o.per_rank_size;
@@ -197,18 +194,29 @@ int mori_cco_comm_create(mori_client *c, const mori_cco_unique_id *id, int nrank
 	mori_cco_comm *k = calloc(1, sizeof(*k));
 	if (!k)
 		return set_error(c, MORI_ENOMEM, "out of memory");
-	int rc = mori_shmem_init_uid(c, id->internal, sizeof(id->internal), rank, nranks, &so, &k->g);
+	/* Its own session: a client has one request in flight at a time, and a collective call
+	 * blocks until every rank made it, so two communicators sharing a session would wait on each
+	 * other's calls (threads of two ranks taking them in opposite orders would never finish). */
+	mori_client *own;
+	int rc = mori_client_open(c->runtime_dir, "cco", &own);
 	if (rc) {
+		char keep[512];
+		snprintf(keep, sizeof(keep), "%s", mori_client_last_error(c));
+		free(k);
+		return set_error(c, rc, "cco comm_create: a session of its own with morid: %s", keep);
+	}
+	if ((rc = mori_shmem_init_uid(own, id->internal, sizeof(id->internal), rank, nranks, &so, &k->g))) {
+		mori_client_close(own); /* the join's message stays: last_error is the thread's */
 		free(k);
 		return rc;
 	}
 	pthread_mutex_init(&k->lock, NULL);
-	k->c = c;
+	k->c = own;
 	k->rank = rank;
 	k->n = nranks;
 	k->timeout_us = k->g->timeout_us;
 	topology(k);
-	shmem_hold(k->g); /* a finalize by mori_client_close leaves a shell our calls see as stale */
+	shmem_hold(k->g); /* released by destroy, after the group's leave */
 	*out = k;
 	return MORI_OK;
 }
@@ -242,6 +250,7 @@ int mori_cco_comm_destroy(mori_cco_comm *k)
 	}
 	mori_shmem_finalize(k->g); /* leaves (the heap goes with it), or nothing for a shell */
 	shmem_release(k->g);
+	mori_client_close(k->c);
 	pthread_mutex_destroy(&k->lock);
 	free(k);
 	return MORI_OK;
