@@ -21,7 +21,7 @@ want=$("$D/usr/bin/morid" --version | awk '{print $2}')
 [ -n "$want" ] || fail "installed morid --version says no version"
 sov=libmori.so.${want%%.*} # the SONAME: the major version (README, "ABI")
 for f in usr/bin/morid usr/bin/moractl usr/include/mori.h usr/include/mori_types.h usr/include/mori_shmem.h \
-	usr/include/mori_ep.h usr/include/mori_coll.h usr/lib/libmori.so.$want usr/lib/$sov \
+	usr/include/mori_ep.h usr/include/mori_coll.h usr/include/mori_cco.h usr/lib/libmori.so.$want usr/lib/$sov \
 	usr/lib/libmori.so usr/lib/libmori.a usr/lib/pkgconfig/mori.pc etc/mori/morid.conf \
 	usr/lib/systemd/system/morid.service; do
 	[ -e "$D/$f" ] || fail "not installed: /$f"
