@@ -10,8 +10,8 @@
  * daemons from the unique id: its own heap of per_rank_size bytes per rank (VRAM, or host memory
  * on machines without a GPU), its own control page, abort word and proxy ring. Memory and windows
  * are ranges of that heap, at the same offset on every rank. Ranks are node-major: the ranks of
- * one node are consecutive (the teams' arithmetic, as ROCm/mori's, relies on it; create refuses
- * other orders).
+ * one node are consecutive (the teams' arithmetic, as ROCm/mori's, relies on it;
+ * mori_cco_dev_comm_create refuses other orders).
  *
  * Names: ROCm/mori's, with the object as prefix: ccoGetUniqueId -> mori_cco_get_unique_id,
  * ccoCommCreate / ccoCommDestroy -> mori_cco_comm_create / _destroy, ccoMemAlloc / ccoMemFree ->
