@@ -12,6 +12,15 @@ enum shmem_call_op {
 	SHMEM_CALL_CALLOC = 2,
 	SHMEM_CALL_FREE = 3,
 	SHMEM_CALL_BARRIER = 4,
+	SHMEM_CALL_MATCH = 5, /* a barrier whose (align = tag, size, offset) must agree on every PE */
+};
+
+/* GroupCall.align of SHMEM_CALL_MATCH: what the matched call is, for the root's messages (a
+ * mismatch or a deadline names it). */
+enum shmem_match_tag {
+	SHMEM_MATCH_CCO_WINDOW = 1,       /* mori_cco_window_register(heap offset, bytes) */
+	SHMEM_MATCH_CCO_UNWINDOW = 2,     /* mori_cco_window_deregister(heap offset, bytes) */
+	SHMEM_MATCH_CCO_DEV_COMM = 3,     /* mori_cco_dev_comm_create(resource bytes, requirements digest) */
 };
 
 /* A collective's first barrier carries its arguments (GroupCall size: the count; align: this tag,

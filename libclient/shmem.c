@@ -628,3 +628,10 @@ int mori_shmem_barrier_all(mori_group *g)
 		return MORI_EINVAL;
 	return gcall(g, SHMEM_CALL_BARRIER, 0, 0, 0, NULL);
 }
+
+int shmem_match(mori_group *g, uint32_t tag, uint64_t size, uint64_t offset)
+{
+	if (!g)
+		return MORI_EINVAL;
+	return gcall(g, SHMEM_CALL_MATCH, size, tag, offset, NULL);
+}

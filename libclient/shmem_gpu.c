@@ -278,3 +278,9 @@ int mori_shmem_quiet_on_stream(mori_group *g, void *stream)
 {
 	return launch(g, stream, MORI_SHMEM_QUIET_KERNEL, 1, g && g->gpu ? &((struct shm_gpu *)g->gpu)->quiet_fn : NULL);
 }
+
+uint64_t shmem_gpu_ctrl_dptr(const mori_group *g)
+{
+	const struct shm_gpu *s = g->gpu;
+	return s ? (uint64_t)s->ctrl_d : 0;
+}

@@ -81,6 +81,11 @@ int shmem_left(const mori_group *g);
 /* After g's resources are gone (its leave): free it, or, while communicators or EP handles hold
  * it, keep it as a shell that says how it left (how: SHMEM_LEFT*). */
 void shmem_free_or_shell(mori_group *g, int how);
+/* A collective call that does nothing but must agree on every PE: (tag, size, offset) compared
+ * by the root (enum shmem_match_tag names what it is in the root's messages); a PE that differs
+ * gets MORI_EINVAL on every PE, one that never comes MORI_ETIMEDOUT naming it (the group aborts,
+ * as for any collective call). */
+int shmem_match(mori_group *g, uint32_t tag, uint64_t size, uint64_t offset);
 
 /* A barrier_all inside a collective: tag (shmem_coll_tag, common/shmem_wire.h) and count are
  * compared by the root with every PE's (0: a plain barrier); it ends at timeout_us (at most the
@@ -102,6 +107,8 @@ void shmem_gpu_close(mori_group *g);
 /* Copy len bytes between addresses of this process where either may be device memory (VRAM
  * heaps): the driver picks the direction from the pointers. */
 int shmem_gpu_copy(mori_group *g, void *dst, const void *src, size_t len);
+/* The device address of g's control page (VRAM groups; 0 before shmem_gpu_state). */
+uint64_t shmem_gpu_ctrl_dptr(const mori_group *g);
 /* Zero len bytes of device memory at dptr. */
 int shmem_gpu_zero(mori_group *g, uint64_t dptr, size_t len);
 #endif

@@ -393,6 +393,7 @@ static const char *op_name(uint32_t op)
 	case SHMEM_CALL_CALLOC: return "calloc";
 	case SHMEM_CALL_FREE: return "free";
 	case SHMEM_CALL_BARRIER: return "barrier_all";
+	case SHMEM_CALL_MATCH: return "matched call";
 	}
 	return "an unknown call";
 }
@@ -406,6 +407,16 @@ static void describe(const struct rrank *k, char *buf, size_t len)
 		snprintf(buf, len, "free(heap offset %#llx)", (unsigned long long)k->offset);
 	else if (k->op == SHMEM_CALL_BARRIER)
 		shmem_coll_describe(buf, len, k->size, k->align);
+	else if (k->op == SHMEM_CALL_MATCH && (k->align == SHMEM_MATCH_CCO_WINDOW || k->align == SHMEM_MATCH_CCO_UNWINDOW))
+		snprintf(buf, len, "cco window_%sregister(heap offset %#llx, %llu bytes)",
+			 k->align == SHMEM_MATCH_CCO_WINDOW ? "" : "de", (unsigned long long)k->offset,
+			 (unsigned long long)k->size);
+	else if (k->op == SHMEM_CALL_MATCH && k->align == SHMEM_MATCH_CCO_DEV_COMM)
+		snprintf(buf, len, "cco dev_comm_create(%llu resource bytes, requirements %#llx)",
+			 (unsigned long long)k->size, (unsigned long long)k->offset);
+	else if (k->op == SHMEM_CALL_MATCH)
+		snprintf(buf, len, "matched call (tag %llu, %llu, %#llx)", (unsigned long long)k->align,
+			 (unsigned long long)k->size, (unsigned long long)k->offset);
 	else
 		snprintf(buf, len, "%s", op_name(k->op));
 }
@@ -418,13 +429,15 @@ static int same_call(const struct rrank *a, const struct rrank *b)
 		return a->size == b->size && a->align == b->align;
 	if (a->op == SHMEM_CALL_FREE)
 		return a->offset == b->offset;
+	if (a->op == SHMEM_CALL_MATCH)
+		return a->align == b->align && a->size == b->size && a->offset == b->offset;
 	return a->size == b->size && a->align == b->align; /* a collective's arguments (shmem_coll_tag) */
 }
 
 /* Every PE made call g->seq: compare them, run it, answer them all. */
 static void complete_call(struct rgroup *g)
 {
-	char msg[700] = "", a[96], b[96];
+	char msg[700] = "", a[128], b[128];
 	int code = MORI_OK;
 	uint64_t off = 0;
 	const struct rrank *ref = &g->ranks[0];
@@ -445,7 +458,7 @@ static void complete_call(struct rgroup *g)
 			code = symheap_alloc(&g->heap, ref->size, ref->align, &off, why, sizeof(why));
 		else if (ref->op == SHMEM_CALL_FREE)
 			code = symheap_free(&g->heap, ref->offset, why, sizeof(why));
-		else if (ref->op != SHMEM_CALL_BARRIER) {
+		else if (ref->op != SHMEM_CALL_BARRIER && ref->op != SHMEM_CALL_MATCH) {
 			code = MORI_EINVAL;
 			snprintf(why, sizeof(why), "unknown op %u", ref->op);
 		}
@@ -605,7 +618,7 @@ int root_tick(struct morid *d, uint64_t now)
 			int first = 0;
 			while (first < g->world && !not_arrived(&g->ranks[first]))
 				first++;
-			char what[96];
+			char what[128];
 			int i0 = 0;
 			while (i0 < g->world && !g->ranks[i0].arrived)
 				i0++;

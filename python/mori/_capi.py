@@ -1,5 +1,5 @@
 """libmori's C API as ctypes: the structures, constants and prototypes of include/mori.h,
-mori_shmem.h, mori_ep.h and mori_coll.h, written here in C and turned into ctypes types by one
+mori_shmem.h, mori_ep.h, mori_coll.h and mori_cco.h, written here in C and turned into ctypes types by one
 rule (ctype below).
 
 The C text is the header's own, so tests/test_python_capi.sh can hold it to the headers:
@@ -26,7 +26,7 @@ SCALARS = {
     "uint64_t": ctypes.c_uint64, "uint8_t": ctypes.c_uint8,
 }
 ENUMS = ("mori_err", "mori_dtype", "mori_redop", "mori_mem_kind", "mori_xfer_op", "mori_ep_kernel_type",
-         "mori_ep_quant", "mori_coll_algo")
+         "mori_ep_quant", "mori_coll_algo", "mori_cco_gda_connection")
 
 _STRUCTS = {}  # C name -> ctypes.Structure, filled below
 
@@ -47,6 +47,8 @@ def ctype(t):
             return None
         if base in ENUMS:
             return ctypes.c_int
+        if base in _STRUCTS:  # a structure by value (mori_cco_window_dev's result)
+            return _STRUCTS[base]
         return SCALARS[base]
     if stars == 1 and base == "char":
         return ctypes.c_char_p
@@ -135,7 +137,41 @@ class EpRecv(ctypes.Structure):
               "int64_t max_recv; void *combine_input; int32_t slot")
 
 
-STRUCTS = (Status, Desc, XferOpts, Access, Notif, ShmemOpts, CommOpts, EpConfig, EpRecv)
+class CcoCommOpts(ctypes.Structure):
+    """mori_cco_comm_opts."""
+    c_name = "mori_cco_comm_opts"
+    c_decl = "size_t size; uint64_t per_rank_size; mori_mem_kind mem_kind; int gpu_device; int64_t timeout_us"
+
+
+class CcoDevCommReqs(ctypes.Structure):
+    """mori_cco_dev_comm_reqs (ROCm/mori's ccoDevCommRequirements)."""
+    c_name = "mori_cco_dev_comm_reqs"
+    c_decl = ("size_t size; mori_cco_gda_connection gda_connection_type; int gda_signal_count;"
+              "int gda_counter_count; int lsa_barrier_count; int rail_gda_barrier_count; int barrier_count;"
+              "int ce_queue_count")
+
+
+class CcoWin(ctypes.Structure):
+    """mori_cco_win: a window as kernels take it (heap offset, bytes)."""
+    c_name = "mori_cco_win"
+    c_decl = "uint64_t off; uint64_t bytes"
+
+
+class CcoDevComm(ctypes.Structure):
+    """mori_cco_dev_comm (ROCm/mori's ccoDevComm): passed by value into kernels."""
+    c_name = "mori_cco_dev_comm"
+    c_decl = ("uint32_t magic; uint32_t version; int32_t rank; int32_t world_size; int32_t lsa_size;"
+              "int32_t lsa_rank; int32_t node_start; int32_t gda_connection_type; uint64_t heap_base;"
+              "uint64_t heap_size; uint64_t shmem; uint64_t ctrl; uint64_t live; uint32_t live_slot; uint32_t pad0;"
+              "uint64_t live_gen; uint64_t timeout_ns; int32_t signal_count; int32_t counter_count;"
+              "int32_t lsa_barrier_count; int32_t rail_gda_barrier_count; int32_t barrier_count;"
+              "int32_t ce_queue_count; uint64_t res_off; uint64_t res_bytes; uint64_t signal_off;"
+              "uint64_t counter_off; uint64_t lsa_bar_off; uint64_t rail_bar_off; uint64_t bar_off; uint64_t ce_ctrl;"
+              "uint64_t ce_ring; uint32_t ce_entries; uint32_t pad1")
+
+
+STRUCTS = (Status, Desc, XferOpts, Access, Notif, ShmemOpts, CommOpts, EpConfig, EpRecv, CcoCommOpts, CcoDevCommReqs,
+           CcoWin, CcoDevComm)
 for _s in STRUCTS:
     _STRUCTS[_s.c_name] = _s
 for _s in STRUCTS:  # after the registry: a field may point to another structure
@@ -156,6 +192,9 @@ SUM, MAX, MIN = 0, 2, 3     # mori_redop
 EP_NORMAL, EP_LOW_LATENCY, EP_INTERNODE, EP_INTERNODE_LL = 0, 1, 2, 3  # mori_ep_kernel_type
 EP_QUANT_NONE, EP_QUANT_FP8_BLOCK128 = 0, 1  # mori_ep_quant
 EP_MAX_WORLD, EP_MAX_TOPK, EP_MAX_IN_FLIGHT = 32, 32, 16
+CCO_UID_BYTES = 128         # MORI_CCO_UID_BYTES
+CCO_GDA_NONE, CCO_GDA_FULL, CCO_GDA_CROSSNODE, CCO_GDA_RAIL = 0, 1, 2, 3  # mori_cco_gda_connection
+CCO_MAGIC = 0x4f43434d      # MORI_CCO_MAGIC
 
 # The C name of each constant above (capi_check asserts them; error codes: mori.errors.Code).
 CONSTANTS = {
@@ -168,6 +207,9 @@ CONSTANTS = {
     "MORI_EP_INTERNODE_LL": EP_INTERNODE_LL, "MORI_EP_QUANT_NONE": EP_QUANT_NONE,
     "MORI_EP_QUANT_FP8_BLOCK128": EP_QUANT_FP8_BLOCK128, "MORI_EP_MAX_WORLD": EP_MAX_WORLD,
     "MORI_EP_MAX_TOPK": EP_MAX_TOPK, "MORI_EP_MAX_IN_FLIGHT": EP_MAX_IN_FLIGHT,
+    "MORI_CCO_UID_BYTES": CCO_UID_BYTES, "MORI_CCO_GDA_CONNECTION_NONE": CCO_GDA_NONE,
+    "MORI_CCO_GDA_CONNECTION_FULL": CCO_GDA_FULL, "MORI_CCO_GDA_CONNECTION_CROSSNODE": CCO_GDA_CROSSNODE,
+    "MORI_CCO_GDA_CONNECTION_RAIL": CCO_GDA_RAIL, "MORI_CCO_MAGIC": CCO_MAGIC,
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -305,8 +347,39 @@ int mori_broadcast(mori_comm *comm, const void *sendbuf, void *recvbuf, size_t c
 size_t mori_dtype_size(mori_dtype dtype);
 """)
 
+MORI_CCO_H = _protos("""
+int mori_cco_get_unique_id(mori_client *c, mori_cco_unique_id *id);
+int mori_cco_comm_opts_init(mori_cco_comm_opts *opts, size_t size);
+int mori_cco_comm_create(mori_client *c, const mori_cco_unique_id *id, int nranks, int rank,
+                         const mori_cco_comm_opts *opts, mori_cco_comm **out);
+int mori_cco_comm_destroy(mori_cco_comm *comm);
+int mori_cco_comm_rank(const mori_cco_comm *comm);
+int mori_cco_comm_size(const mori_cco_comm *comm);
+int mori_cco_comm_lsa(const mori_cco_comm *comm, int *lsa_size, int *lsa_rank, int *node_start);
+int mori_cco_comm_status(const mori_cco_comm *comm, mori_status *out);
+int mori_cco_mem_alloc(mori_cco_comm *comm, size_t size, void **ptr);
+int mori_cco_mem_free(mori_cco_comm *comm, void *ptr);
+int mori_cco_window_register(mori_cco_comm *comm, void *ptr, size_t size, mori_cco_window **win);
+int mori_cco_window_deregister(mori_cco_comm *comm, mori_cco_window *win);
+mori_cco_win mori_cco_window_dev(const mori_cco_window *win);
+void *mori_cco_window_local_ptr(const mori_cco_window *win);
+void *mori_cco_get_peer_ptr(const mori_cco_comm *comm, const void *local_ptr, int rank);
+int mori_cco_put(mori_cco_comm *comm, const mori_cco_window *win, uint64_t dst_off, const void *src, size_t bytes,
+                 int rank);
+int mori_cco_get(mori_cco_comm *comm, void *dst, const mori_cco_window *win, uint64_t src_off, size_t bytes,
+                 int rank);
+int mori_cco_barrier_all(mori_cco_comm *comm);
+int mori_cco_dev_comm_reqs_init(mori_cco_dev_comm_reqs *reqs, size_t size);
+int mori_cco_dev_comm_create(mori_cco_comm *comm, const mori_cco_dev_comm_reqs *reqs, mori_cco_dev_comm *out);
+int mori_cco_dev_comm_destroy(mori_cco_dev_comm *dev);
+int mori_cco_dev_comm_check(const mori_cco_dev_comm *dev);
+int mori_cco_dev_comm_read_signal(const mori_cco_dev_comm *dev, int id, uint64_t *value);
+int mori_cco_dev_comm_read_counter(const mori_cco_dev_comm *dev, int id, uint64_t *value);
+""")
+
 # header -> its table, for mori._lib.bind and capi_check
-HEADERS = {"mori.h": MORI_H, "mori_shmem.h": MORI_SHMEM_H, "mori_ep.h": MORI_EP_H, "mori_coll.h": MORI_COLL_H}
+HEADERS = {"mori.h": MORI_H, "mori_shmem.h": MORI_SHMEM_H, "mori_ep.h": MORI_EP_H, "mori_coll.h": MORI_COLL_H,
+           "mori_cco.h": MORI_CCO_H}
 
 
 def ctypes_protos(table):
