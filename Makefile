@@ -17,6 +17,9 @@ PKGS       := libuv libprotobuf-c libsystemd inih libcjson libsodium
 PKG_CFLAGS  = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS    = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lnng -lpthread -ldl
 CHECK_LIBS  = $(shell pkg-config --libs check 2>/dev/null)
+# What morid alone calls (the KV store's SSD tier): ISA-L's CRC32C and io_uring.
+DAEMON_PKGS := libisal liburing
+DAEMON_LIBS  = $(shell pkg-config --libs $(DAEMON_PKGS) 2>/dev/null || echo -lisal -luring)
 # What libmori itself calls (no nng, no libsystemd: only common/svc/ uses those); mori.pc's
 # Requires.private and Libs.private say the same for static linking.
 LIB_PKGS    := libprotobuf-c
@@ -61,7 +64,7 @@ all: $(B)/morid $(addprefix $(B)/,$(TOOLS)) $(B)/libmori.so $(B)/libmori.a $(B)/
 
 # Rebuild everything when the flags change.
 $(B)/.flags: FORCE
-	@mkdir -p $(B); echo '$(CFLAGS_ALL) $(LDFLAGS) $(PKG_LIBS)' | cmp -s - $@ || echo '$(CFLAGS_ALL) $(LDFLAGS) $(PKG_LIBS)' > $@
+	@mkdir -p $(B); echo '$(CFLAGS_ALL) $(LDFLAGS) $(PKG_LIBS) $(DAEMON_LIBS)' | cmp -s - $@ || echo '$(CFLAGS_ALL) $(LDFLAGS) $(PKG_LIBS) $(DAEMON_LIBS)' > $@
 
 # one run of protoc-c makes both files (a grouped target: make 4.3)
 $(B)/proto/mori.pb-c.c $(B)/proto/mori.pb-c.h &: proto/mori.proto
@@ -83,7 +86,7 @@ $(B)/libmorid.a: $(DAEMON_O) $(COMMON_O) $(COMMON_SVC_O)
 
 $(B)/morid: $(call obj,daemon/main.c) $(B)/libmorid.a
 	@echo "  LD      $@"
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS) -libverbs
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS) $(DAEMON_LIBS) -libverbs
 
 # -z defs: a symbol the library uses from a library it does not link fails here, not in a user.
 $(B)/libmori.so: $(LIB_O) $(COMMON_O) libclient/libmori.map
@@ -111,7 +114,7 @@ $(B)/%: $(B)/obj/tools/%.o $(B)/libmori-svc.a $(B)/libmori.a
 
 $(B)/tests/%: $(B)/obj/tests/%.o $(B)/libmori.a $(B)/libmorid.a
 	@mkdir -p $(dir $@); echo "  LD      $@"
-	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(B)/libmorid.a $(B)/libmori.a $(PKG_LIBS) $(CHECK_LIBS) -libverbs -lm
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(B)/libmorid.a $(B)/libmori.a $(PKG_LIBS) $(DAEMON_LIBS) $(CHECK_LIBS) -libverbs -lm
 
 # mori-kvreplay is several files (tools/kvreplay/) and uses libmori's API alone; its unit test
 # links them all but main.o.
@@ -148,14 +151,18 @@ $(B)/kernels/shmemtest_image.c $(B)/kernels/shmembench_image.c: $(B)/kernels/mor
 $(B)/tests/test_gpu_shmem_dev $(B)/tests/test_gpu_shmem $(B)/tests/test_gpu_shmem_proxy: $(B)/tests/%: $(B)/obj/tests/%.o \
 		$(B)/obj/kernels/shmemtest_image.o $(B)/libmori.a $(B)/libmorid.a
 	@mkdir -p $(dir $@); echo "  LD      $@"
-	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(B)/libmorid.a $(B)/libmori.a $(PKG_LIBS) $(CHECK_LIBS) -libverbs -lm
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(B)/libmorid.a $(B)/libmori.a $(PKG_LIBS) $(DAEMON_LIBS) $(CHECK_LIBS) -libverbs -lm
+# mori-bench kv --sim (tools/bench_kv_sim.c) runs the KV store's eviction policies (daemon/kv/kv_policy.c,
+# pure C without daemon dependencies) offline on a trace.
+$(B)/obj/tools/bench_kv_sim.o: CFLAGS_ALL += -Idaemon
+$(B)/mori-bench: $(B)/obj/tools/bench_kv_sim.o $(B)/obj/daemon/kv/kv_policy.o
 # mori-bench ep (tools/bench_ep.c: MORI-EP) links into it as well.
 $(B)/mori-bench: $(B)/obj/tools/bench_ep.o
 # tests/test_gpu_coll and its fused kernel (tests/coll_dev_kernels.cu: MORI-CCL's device API).
 $(B)/kernels/colltest_image.c: $(B)/kernels/mori_kernels.c ; @:
 $(B)/tests/test_gpu_coll: $(B)/obj/tests/test_gpu_coll.o $(B)/obj/kernels/colltest_image.o $(B)/libmori.a $(B)/libmorid.a
 	@mkdir -p $(dir $@); echo "  LD      $@"
-	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(B)/libmorid.a $(B)/libmori.a $(PKG_LIBS) $(CHECK_LIBS) -libverbs -lm
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(B)/libmorid.a $(B)/libmori.a $(PKG_LIBS) $(DAEMON_LIBS) $(CHECK_LIBS) -libverbs -lm
 # mori-bench coll (tools/bench_coll.c: MORI-CCL) and its GEMM kernel.
 $(B)/kernels/collbench_image.c: $(B)/kernels/mori_kernels.c ; @:
 $(B)/mori-bench: $(B)/obj/tools/bench_coll.o $(B)/obj/kernels/collbench_image.o

@@ -34,6 +34,8 @@ fi
 [ -x "$BUNDLE/bin/morid" ] && [ -f "$BUNDLE/lib/libmori.so" ] || { echo "no bundle at $BUNDLE: run 'tests/device-python.sh bundle' where you build and copy it here"; exit 1; }
 dev_init python "$BUNDLE"
 export B=$BIN MORI_LIB=$DEV_BUNDLE/lib/libmori.so PYTHONPATH=$PWD/python
+# The MORI-IR bitcode and table, where the bundle has them, at the build tree's path (test_ir.py)
+[ -d "$DEV_BUNDLE/ir" ] && mkdir -p "$BIN/kernels" && ln -sfn "$DEV_BUNDLE/ir" "$BIN/kernels/ir"
 export PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 # several processes as ranks (test_gpu_torch_ops): their spinning kernels run side by side only under MPS
 mps_start

@@ -105,8 +105,8 @@ static const struct opt opts[] = {
 	{"kv_batch_max", T_INT, S(kv_batch_max), 1, 512, "256", 1, "UMBP: keys of one request (libmori splits larger batches)"},
 	{"kv_timeout_ms", T_INT, S(kv_timeout_ms), 1, 3600000, "10000", 1, "UMBP: a client call's deadline unless it gives one"},
 	{"kv_lease_max_ms", T_INT, S(kv_lease_max_ms), 10, 3600000, "30000", 1, "UMBP: a get's lease or a put's reservation ends after this; its slot may then be reused"},
-	{"kv_ssd_dir", T_STR, S(kv_ssd_dir), 0, 0, "", 0, "UMBP: directory of the SSD tier's segment files; empty: no SSD tier"},
-	{"kv_ssd_bytes", T_INT, S(kv_ssd_bytes), 0, 1ll << 50, "0", 0, "UMBP: bytes the SSD tier may take on disk (with kv_ssd_dir)"},
+	{"kv_ssd_dir", T_STR, S(kv_ssd_dir), 0, 0, "", 0, "KV store: directory of the SSD tier's segment files (a local SSD's filesystem, writable by morid); empty: no SSD tier"},
+	{"kv_ssd_bytes", T_INT, S(kv_ssd_bytes), 0, 1ll << 50, "0", 0, "KV store: bytes the SSD tier may take in kv_ssd_dir; 0: 90 % of the filesystem's free space at start"},
 };
 #define NOPTS (sizeof(opts) / sizeof(opts[0]))
 
@@ -341,10 +341,6 @@ int config_validate(struct config *cfg, char *err, size_t errlen)
 	}
 	if (cfg->kv_slab_bytes % 4096) {
 		snprintf(err, errlen, "kv_slab_bytes: %lld is not a multiple of 4096", (long long)cfg->kv_slab_bytes);
-		return -1;
-	}
-	if (cfg->kv_ssd_dir[0] && cfg->kv_ssd_bytes <= 0) {
-		snprintf(err, errlen, "kv_ssd_dir is set but kv_ssd_bytes is 0: give the SSD tier a size");
 		return -1;
 	}
 	const char *addrs[3][2] = {{"listen", cfg->listen}, {"advertise", cfg->advertise},

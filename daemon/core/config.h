@@ -63,8 +63,8 @@ struct config {
 	int64_t kv_batch_max;      /* items of one request */
 	int64_t kv_timeout_ms;     /* default deadline of a client's call */
 	int64_t kv_lease_max_ms;   /* longest a get's lease or a put's reservation lives */
-	char kv_ssd_dir[256];      /* SSD tier's segment files; empty: no SSD tier */
-	int64_t kv_ssd_bytes;      /* SSD tier capacity */
+	char kv_ssd_dir[256];      /* KV store: the SSD tier's directory; empty: no SSD tier */
+	int64_t kv_ssd_bytes;      /* KV store: the SSD tier's size on disk; 0: 90 % of free space */
 
 	/* derived at validation */
 	uid_t uids[CFG_MAX_UIDS];

@@ -3,9 +3,11 @@
  * only orders nodes and picks victims. The same code runs in morid and in the offline
  * simulator (mori-bench kv --sim), so a policy's hit rate on a trace is measured once for both.
  *
- * Policies: LRU (the baseline, what Mooncake Store and LMCache use) and the default, chosen by
- * measurement on the Mooncake conversation trace (docs/umbp.md). Costs: O(1) per call, and a
- * few words per node. */
+ * Policies: LRU (the baseline, what Mooncake Store and LMCache use), S3-FIFO, W-TinyLFU, and
+ * prefix-LRU (chain tails that were never hit go first); the default is chosen by measurement on
+ * the Mooncake conversation trace (docs/umbp.md). Costs: O(1) per call apart from skipped nodes
+ * (a victim walk passes over them), the node's two words, and for S3-FIFO and TinyLFU a table
+ * sized by the resident entries and capped (kv_policy_aux_bytes). */
 #ifndef MORID_KV_POLICY_H
 #define MORID_KV_POLICY_H
 #include <stddef.h>
@@ -14,7 +16,11 @@
 enum kv_policy_kind {
 	KV_POLICY_LRU = 0,
 	KV_POLICY_DEFAULT = 1, /* the measured best (docs/umbp.md says which and why) */
-	/* further kinds as measured (S3-FIFO, ARC, prefix-aware ...) */
+	KV_POLICY_S3FIFO = 2,  /* small FIFO, main CLOCK, ghost of hashes (Yang et al., SOSP'23) */
+	KV_POLICY_TINYLFU = 3, /* W-TinyLFU: LRU window, frequency-sketch admission, SLRU main */
+	KV_POLICY_PREFIX_LRU = 4, /* LRU over chain tails never hit, then LRU over the rest */
+	KV_POLICY_PREFIX_SLRU = 5, /* prefix-LRU with the hit blocks in a protected segment */
+	KV_POLICY_NKINDS
 };
 
 /* Per-entry state; the store embeds it and never reads it. */
@@ -29,16 +35,24 @@ struct kv_policy;
 const char *kv_policy_name(enum kv_policy_kind kind);
 int kv_policy_parse(const char *name);
 
-/* A policy for one tier of capacity bytes. NULL on ENOMEM. */
+/* The kind p runs: KV_POLICY_DEFAULT resolved to the concrete kind. */
+enum kv_policy_kind kv_policy_kind_of(const struct kv_policy *p);
+/* Bytes p holds beyond itself and the nodes (ghost table, sketch): grows with the most resident
+ * entries seen, up to a fixed cap (64 MiB each). */
+size_t kv_policy_aux_bytes(const struct kv_policy *p);
+
+/* A policy for one tier of capacity bytes (the simulator counts blocks: bytes 1 each). NULL on
+ * ENOMEM or an unknown kind. */
 struct kv_policy *kv_policy_new(enum kv_policy_kind kind, uint64_t capacity);
 void kv_policy_free(struct kv_policy *p);
 
 /* A value entered the tier. hash: a 64-bit hash of the (uid, key) (ghost lists use it);
  * depth: the key's depth in its prefix chain, -1 unknown; parent: the node of the key's
- * predecessor in its chain when the store knows it, else NULL. */
+ * predecessor in its chain when the store knows it (the previous item of the same batch put),
+ * else NULL; it must be a node of p or NULL. n's prev/next/word are the policy's from here. */
 void kv_policy_insert(struct kv_policy *p, struct kv_pnode *n, uint64_t hash, uint64_t bytes, int depth,
 		      struct kv_pnode *parent);
-/* A get found it (or a put replaced its value in place). */
+/* A get found it (or a put replaced its value in place). n must be in p. */
 void kv_policy_hit(struct kv_policy *p, struct kv_pnode *n);
 /* It left the tier for a reason other than eviction (removed, replaced, moved). */
 void kv_policy_remove(struct kv_policy *p, struct kv_pnode *n);

@@ -3,13 +3,17 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/utsname.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "diagnose.h"
@@ -463,6 +467,127 @@ static void check_peers(struct run *R, struct morid *d)
 		add(R, "clock_skew", DIAG_OK, "", "%d peers within 100 ms (largest %lld us)", known, worst);
 }
 
+/* ---- the KV store's SSD directory ---- */
+
+#define SSD_PROBE_NAME ".mori-diagnose-probe"
+#define SSD_PROBE_BYTES (32u << 20)
+#define SSD_PROBE_CHUNK (1u << 20)
+
+static double mono_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Bytes the tier's segment files take already (they count as the tier's, not as used space). */
+static uint64_t ssd_segment_bytes(const char *dir)
+{
+	uint64_t sum = 0;
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
+		struct stat sb;
+		char p[4096];
+		if (strncmp(e->d_name, "seg-", 4))
+			continue;
+		snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
+		if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode))
+			sum += (uint64_t)sb.st_blocks * 512;
+	}
+	if (d)
+		closedir(d);
+	return sum;
+}
+
+static void ssd_write_probe(struct run *R, int fd, int odirect)
+{
+	char *buf = mmap(NULL, SSD_PROBE_CHUNK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (buf == MAP_FAILED) {
+		add(R, "kv_ssd_write_bw", DIAG_SKIPPED, "", "no memory for the probe");
+		return;
+	}
+	memset(buf, 0x5a, SSD_PROBE_CHUNK);
+	double t0 = mono_s();
+	uint64_t done = 0;
+	int e = 0;
+	while (done < SSD_PROBE_BYTES && !e) {
+		ssize_t w = pwrite(fd, buf, SSD_PROBE_CHUNK, (off_t)done);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			e = w < 0 ? errno : EIO;
+		else
+			done += (uint64_t)w;
+	}
+	if (!e && fdatasync(fd) != 0)
+		e = errno;
+	double dt = mono_s() - t0;
+	munmap(buf, SSD_PROBE_CHUNK);
+	if (e) {
+		add(R, "kv_ssd_write_bw", DIAG_PROBLEM, "free space in kv_ssd_dir's filesystem, or check the disk (dmesg)",
+		    "writing %u MiB failed after %llu MiB: %s", SSD_PROBE_BYTES >> 20, (unsigned long long)(done >> 20),
+		    strerror(e));
+		return;
+	}
+	double mbs = dt > 0 ? (double)done / dt / 1e6 : 0;
+	add(R, "kv_ssd_write_bw", mbs < 200 ? DIAG_WARNING : DIAG_OK,
+	    "values spilled to SSD move no faster than this: put kv_ssd_dir on a local NVMe SSD",
+	    "%.0f MB/s (%u MiB in 1 MiB %s writes and an fdatasync)", mbs, SSD_PROBE_BYTES >> 20,
+	    odirect ? "O_DIRECT" : "buffered");
+}
+
+int diagnose_kv_ssd(const char *dir, uint64_t bytes, struct diag_check *out, int max)
+{
+	struct diag_check tmp[3];
+	struct run R = {.out = tmp};
+	char p[4096];
+	snprintf(p, sizeof(p), "%s/" SSD_PROBE_NAME, dir);
+	int odirect = 1;
+	int fd = open(p, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0600);
+	if (fd < 0 && errno == EINVAL) {
+		odirect = 0;
+		fd = open(p, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	}
+	if (fd < 0) {
+		int e = errno;
+		add(&R, "kv_ssd_dir", DIAG_PROBLEM,
+		    e == ENOENT ? "create kv_ssd_dir, owned by morid's user, on a local SSD"
+				: "make kv_ssd_dir writable by morid's user (and its filesystem read-write)",
+		    "kv_ssd_dir %s: %s", dir, strerror(e));
+	} else {
+		if (odirect)
+			add(&R, "kv_ssd_odirect", DIAG_OK, "", "%s takes O_DIRECT", dir);
+		else
+			add(&R, "kv_ssd_odirect", DIAG_WARNING,
+			    "put kv_ssd_dir on a filesystem that takes O_DIRECT (ext4, xfs): buffered I/O keeps spilled "
+			    "values in the page cache too",
+			    "%s refuses O_DIRECT: the SSD tier falls back to buffered I/O", dir);
+		struct statvfs vf;
+		if (fstatvfs(fd, &vf) != 0) {
+			add(&R, "kv_ssd_space", DIAG_WARNING, "check the filesystem", "statvfs: %s", strerror(errno));
+		} else {
+			uint64_t avail = (uint64_t)vf.f_bavail * vf.f_frsize, have = avail + ssd_segment_bytes(dir);
+			if (bytes && bytes > have)
+				add(&R, "kv_ssd_space", DIAG_WARNING,
+				    "lower kv_ssd_bytes or free space: the tier fails writes when the filesystem fills first",
+				    "kv_ssd_bytes %llu MiB, but only %llu MiB free (segments included)",
+				    (unsigned long long)(bytes >> 20), (unsigned long long)(have >> 20));
+			else
+				add(&R, "kv_ssd_space", DIAG_OK, "", "%llu MiB free of %llu MiB; the tier takes %s%llu MiB",
+				    (unsigned long long)(avail >> 20), (unsigned long long)((uint64_t)vf.f_blocks * vf.f_frsize >> 20),
+				    bytes ? "" : "90 % of the free space: ",
+				    (unsigned long long)((bytes ? bytes : have / 10 * 9) >> 20));
+		}
+		ssd_write_probe(&R, fd, odirect);
+		close(fd);
+		unlink(p);
+	}
+	int n = R.n < max ? R.n : max;
+	memcpy(out, tmp, (size_t)n * sizeof(*out));
+	return n;
+}
+
 int diagnose_run(struct morid *d, const char *sysroot, const char *procroot, struct diag_check *out)
 {
 	struct run R = {.out = out, .sys = sysroot, .proc = procroot, .g = gpu_api()};
@@ -482,6 +607,8 @@ int diagnose_run(struct morid *d, const char *sysroot, const char *procroot, str
 	check_dmabuf(&R);
 	check_peers(&R, d);
 	check_hugepages(&R);
+	if (d->cfg.kv_ssd_dir[0] && R.n < DIAG_MAX)
+		R.n += diagnose_kv_ssd(d->cfg.kv_ssd_dir, (uint64_t)d->cfg.kv_ssd_bytes, out + R.n, DIAG_MAX - R.n);
 	topo_free(t);
 	free(R.nics);
 	return R.n;

@@ -5,6 +5,7 @@
  * Loop thread (it reads the client and peer tables). */
 #ifndef MORID_DIAGNOSE_H
 #define MORID_DIAGNOSE_H
+#include <stdint.h>
 
 struct morid;
 
@@ -24,4 +25,10 @@ struct diag_check {
 /* Run every check into out[0..DIAG_MAX); returns how many. sysroot and procroot are "/sys" and
  * "/proc" (tests point them elsewhere). */
 int diagnose_run(struct morid *d, const char *sysroot, const char *procroot, struct diag_check *out);
+
+/* The KV store's SSD directory dir for a tier of bytes (0: 90 % of the free space): whether the
+ * filesystem takes O_DIRECT, its free space, and a short sequential write probe (32 MiB in 1 MiB
+ * writes and an fdatasync, in a file it deletes; it blocks the calling thread for as long). Fills
+ * out[0..max) and returns how many: 3, or 1 when dir is missing or not writable. */
+int diagnose_kv_ssd(const char *dir, uint64_t bytes, struct diag_check *out, int max);
 #endif

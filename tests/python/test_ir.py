@@ -25,6 +25,8 @@ def fresh(monkeypatch):
 
 
 def test_table_from_the_build():
+    if not os.path.isdir(os.path.join(BUILD, "kernels")):
+        pytest.skip("%s is not a build tree and holds no MORI-IR table (a bundle without ir/)" % BUILD)
     assert os.path.isfile(TABLE), "make all builds the table (mk/ir.mk)"
     with open(TABLE) as f:
         raw = json.load(f)
