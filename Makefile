@@ -127,8 +127,8 @@ $(B)/tests/test_kv_logic: $(B)/obj/tests/test_kv_logic.o $(KVREPLAY_O) $(B)/libm
 	@mkdir -p $(dir $@); echo "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(B)/libmori.a $(PKG_LIBS) $(CHECK_LIBS) -lm
 
-# moractl's observation commands (topo, diagnose, metrics) are in tools/moractl_obs.c.
-$(B)/moractl: $(B)/obj/tools/moractl.o $(B)/obj/tools/moractl_obs.o $(B)/libmori-svc.a $(B)/libmori.a
+# moractl's observation commands (topo, diagnose, metrics) are in tools/moractl_obs.c, kv in moractl_kv.c.
+$(B)/moractl: $(B)/obj/tools/moractl.o $(B)/obj/tools/moractl_obs.o $(B)/obj/tools/moractl_kv.o $(B)/libmori-svc.a $(B)/libmori.a
 	@echo "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(B)/libmori-svc.a $(B)/libmori.a $(PKG_LIBS) -lm
 

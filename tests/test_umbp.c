@@ -165,6 +165,22 @@ START_TEST(batches_and_keys)
 		ck_assert_uint_eq(it[i].tier, MORI_UMBP_TIER_DRAM);
 		ck_assert_msg(!memcmp(out[i], vals[i], it[i].len), "item %d's bytes differ", i);
 	}
+	/* moractl kv says the same, in JSON and in its table */
+	char cmd[600], line[4096];
+	snprintf(cmd, sizeof(cmd), "%s/moractl --runtime-dir %s --json kv", build_dir(), e.D.dir);
+	FILE *p = popen(cmd, "r");
+	ck_assert_ptr_nonnull(p);
+	size_t got = fread(line, 1, sizeof(line) - 1, p);
+	line[got] = 0;
+	ck_assert_int_eq(pclose(p), 0);
+	ck_assert_msg(strstr(line, "\"dram_keys\":\t600") || strstr(line, "\"dram_keys\": 600"), "moractl kv --json: %s", line);
+	ck_assert_msg(strstr(line, "\"hits\":\t599") || strstr(line, "\"hits\": 599"), "moractl kv --json: %s", line);
+	snprintf(cmd, sizeof(cmd), "%s/moractl --runtime-dir %s kv", build_dir(), e.D.dir);
+	p = popen(cmd, "r");
+	got = fread(line, 1, sizeof(line) - 1, p);
+	line[got] = 0;
+	ck_assert_int_eq(pclose(p), 0);
+	ck_assert_msg(strstr(line, "600 keys"), "moractl kv: %s", line);
 	/* exists */
 	mori_umbp_key ks[N];
 	uint8_t present[N];
