@@ -14,7 +14,6 @@
 
 #define POOL_MIN_BYTES (1u << 20) /* a batch below this is copied by the calling thread */
 #define POOL_MIN_VALUE (256u << 10)
-#define MAX_ROUNDS 64             /* retries of items a reply had no room for (descriptors) */
 
 struct umbp_map {
 	uint32_t id;
@@ -559,7 +558,21 @@ static int batch(mori_umbp *u, mori_umbp_item *items, size_t n, size_t *n_ok, in
 		else
 			idx[todo++] = i;
 	}
-	for (int round = 0; todo && round < MAX_ROUNDS && rc == MORI_OK; round++) {
+	/* items morid had no room for yet (values spilling to SSD, a reply full of descriptors) go
+	 * again after a pause, until the call's deadline */
+	uint64_t deadline = mori_now_us() + (uint64_t)u->timeout_ms * 1000, pause_us = 100;
+	for (int round = 0; todo && rc == MORI_OK; round++) {
+		if (round && mori_now_us() + pause_us >= deadline) {
+			for (size_t i = 0; i < todo; i++)
+				items[idx[i]].status = MORI_ETIMEDOUT;
+			set_error(u->c, MORI_ETIMEDOUT, "%zu items found no room within %d ms (morid: values still spilling)",
+				  todo, u->timeout_ms);
+			break;
+		}
+		if (round) {
+			usleep((useconds_t)pause_us);
+			pause_us = pause_us < 10000 ? pause_us * 2 : pause_us;
+		}
 		for (size_t at = 0; at < todo && rc == MORI_OK; at += bmax) {
 			size_t k = todo - at < bmax ? todo - at : bmax;
 			rc = put ? put_round(u, items, idx + at, k) : get_round(u, items, idx + at, k);

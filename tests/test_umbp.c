@@ -619,6 +619,67 @@ START_TEST(million_keys)
 }
 END_TEST
 
+/* With an SSD tier: evicted values spill, gets read them back byte-exact (promoted, or not), flush,
+ * and a restart finds what was on SSD (DRAM contents are lost; a removed key stays removed). */
+START_TEST(ssd_tier)
+{
+	char ssd[] = "/tmp/mori-kvssd-XXXXXX";
+	ck_assert_ptr_nonnull(mkdtemp(ssd));
+	for (int promote = 1; promote >= 0; promote--) {
+		struct env e;
+		const char *extra[] = {"--kv-dram-bytes", "4194304", "--kv-slab-bytes", "1048576", "--kv-ssd-dir", ssd,
+				       "--kv-ssd-bytes", "268435456", "--kv-promote-on-read", promote ? "1" : "0", NULL};
+		env_up(&e, extra);
+		enum { V = 65536, N = 160 };
+		uint8_t *v = malloc(V);
+		char key[N][16];
+		for (int i = 0; i < N; i++) {
+			snprintf(key[i], sizeof(key[i]), "s%03d", i);
+			fill(v, V, 500 + (uint64_t)i);
+			OK(mori_umbp_put(e.u, key[i], strlen(key[i]), v, V));
+		}
+		OK(mori_umbp_flush(e.u));
+		mori_umbp_stats s = stats(e.u);
+		ck_assert_uint_gt(s.spills, 0);
+		ck_assert_uint_gt(s.ssd_keys, 0);
+		ck_assert_uint_eq(s.dram_keys + s.ssd_keys, N);
+		int from_ssd = 0;
+		for (int i = 0; i < N; i++) {
+			mori_umbp_item it = {.key = {key[i], strlen(key[i])}, .buf = v, .size = V};
+			OK(mori_umbp_batch_get(e.u, &it, 1, NULL));
+			ck_assert_msg(it.status == MORI_OK, "get %s: %s", key[i], mori_strerror(it.status));
+			ck_assert_uint_eq(it.len, V);
+			ck_assert_msg(same(v, V, 500 + (uint64_t)i), "%s came back different (tier %d)", key[i], it.tier);
+			from_ssd += it.tier == MORI_UMBP_TIER_SSD;
+		}
+		ck_assert_int_gt(from_ssd, 0);
+		mori_umbp_stats s2 = stats(e.u);
+		if (promote)
+			ck_assert_uint_gt(s2.promotions, 0);
+		else
+			ck_assert_uint_eq(s2.promotions, 0);
+		OK(mori_umbp_remove(e.u, key[0], strlen(key[0])));
+		OK(mori_umbp_flush(e.u));
+		uint64_t on_ssd = stats(e.u).ssd_keys;
+		free(v);
+		env_down(&e);
+		/* again on the same directory: what was on SSD is found */
+		env_up(&e, extra);
+		mori_umbp_stats s3 = stats(e.u);
+		ck_assert_uint_eq(s3.dram_keys, 0);
+		ck_assert_uint_ge(s3.ssd_keys, on_ssd);
+		ck_assert_int_eq(mori_umbp_exists(e.u, key[0], strlen(key[0])), 0);
+		OK(mori_umbp_clear(e.u)); /* both tiers, for the next round */
+		OK(mori_umbp_flush(e.u));
+		ck_assert_uint_eq(stats(e.u).ssd_keys, 0);
+		env_down(&e);
+	}
+	char cmd[300];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", ssd);
+	ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 START_TEST(no_store)
 {
 	struct test_daemon D;
@@ -646,7 +707,7 @@ int main(void)
 		{"roundtrip_sizes", roundtrip_sizes}, {"batches_and_keys", batches_and_keys}, {"bad_input", bad_input},
 		{"lease_keeps_version", lease_keeps_version}, {"client_killed_mid_put_and_get", client_killed_mid_put_and_get},
 		{"lease_expiry", lease_expiry}, {"eviction_and_pins", eviction_and_pins}, {"quota_per_uid", quota_per_uid},
-		{"million_keys", million_keys}, {"no_store", no_store},
+		{"million_keys", million_keys}, {"ssd_tier", ssd_tier}, {"no_store", no_store},
 	};
 	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
 		TCase *t = tcase_create(tests[i].name);

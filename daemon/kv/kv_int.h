@@ -21,7 +21,8 @@ enum kv_state {
 enum kv_flag {
 	KV_F_SPILLING = 1 << 0, /* an SSD write from its DRAM run is in flight */
 	KV_F_READING = 1 << 1,  /* an SSD read into DRAM is in flight */
-	KV_F_IN_POLICY = 1 << 2,
+	KV_F_IN_POLICY = 1 << 2,    /* in the policy of its tier (DRAM's, or the SSD tier's) */
+	KV_F_TOMB = 1 << 3,         /* removed mid-spill: its record gets a tombstone */
 };
 
 /* One version of one key. The key's bytes follow the struct. */
@@ -95,6 +96,27 @@ struct kv_client {
 	uint32_t live;           /* holds in the table */
 	uint32_t *sent;          /* sent[slab index] = the id of the slab whose fd it was sent */
 	uint32_t nsent;
+	struct list pgets;       /* its gets waiting for SSD reads */
+};
+
+/* A get waiting for values read back from SSD (its reply is deferred until the last one). */
+struct kv_pget {
+	struct kv_client *kc;    /* NULL once its client is gone */
+	struct list link;        /* its client's pending gets */
+	Mori__Reply rep;
+	struct rctx r;
+	uint32_t waiting;
+};
+
+/* A value being read back from SSD into a DRAM run (dst, a temporary entry: the promoted version
+ * when promote_on_read, else the slot the waiting gets lease and that goes at their release). */
+struct kv_read {
+	struct list link;        /* the store's reads in flight */
+	struct kv_store *st;
+	struct kv_entry *src;    /* on SSD, referenced for the read */
+	struct kv_entry *dst;
+	struct { struct kv_pget *g; Mori__KvSlot *slot; } *w;
+	uint32_t nw, capw;
 };
 
 struct kv_store {
@@ -108,6 +130,10 @@ struct kv_store {
 	struct kv_uid *uids;
 	uint32_t nuids;
 	struct list expiry;      /* holds by deadline */
+	struct list reads;       /* struct kv_read in flight */
+	uint64_t spilling;       /* DRAM bytes whose spill is in flight (freed when it lands) */
+	uint64_t ssd_ops;        /* spills and reads in flight: the store outlives them at stop */
+	int closing;
 	uv_timer_t timer;
 	uint64_t timer_at;       /* loop ms the timer is set for, 0 none */
 	uint64_t gen, hold_seq;
@@ -128,9 +154,24 @@ void kv_client_reset(struct kv_store *st, struct kv_client *kc);
 /* A new slot for a put: *e the reserved entry (its DRAM run says where), *id its hold's id. */
 int kv_put_alloc(struct kv_store *st, struct kv_client *kc, const void *key, size_t klen, uint64_t size, int depth,
 		 int pin, struct kv_entry **e, uint64_t *id, char *msg, size_t msglen);
-int kv_put_commit(struct kv_store *st, struct kv_client *kc, uint64_t id, int abort, char *msg, size_t msglen);
-/* A lease on key's value, in DRAM (a value only on SSD: MORI_EINPROGRESS, not yet). */
-int kv_get(struct kv_store *st, struct kv_client *kc, const void *key, size_t klen, struct kv_entry **e, uint64_t *id);
+/* parent: the entry committed just before in the same batch (the policy's chain), or NULL. *out
+ * (may be NULL) gets the committed entry. */
+int kv_put_commit(struct kv_store *st, struct kv_client *kc, uint64_t id, int abort, struct kv_entry *parent,
+		  struct kv_entry **out, char *msg, size_t msglen);
+/* A lease on key's value in DRAM (*e, *id). A value only on SSD: MORI_EINPROGRESS, and g waits
+ * for its read (g->waiting counts it; slot is filled, or its status set, when the read lands and
+ * kv_pget_done(g) runs once g->waiting is 0). */
+int kv_get(struct kv_store *st, struct kv_client *kc, const void *key, size_t klen, struct kv_entry **e, uint64_t *id,
+	   struct kv_pget *g, Mori__KvSlot *slot);
+/* kv_req.c: a pending get's last read landed: reply and free g. */
+void kv_pget_done(struct kv_store *st, struct kv_pget *g);
+/* kv_req.c: fill slot for e (leased by kc) in reply rep; MORI_OK or the item's error. */
+int kv_fill_slot(struct kv_store *st, struct kv_client *kc, Mori__Reply *rep, struct rctx *r, Mori__KvSlot *sl,
+		 struct kv_entry *e);
+/* The SSD tier: open it and rebuild the index from its records; flush. */
+int kv_ssd_start(struct kv_store *st, char *err, size_t errlen);
+/* MORI_OK at once without an SSD tier, MORI_EINPROGRESS when done will run, MORI_EINVAL. */
+int kv_flush(struct kv_store *st, kv_ssd_done_cb done, void *arg);
 int kv_release(struct kv_store *st, struct kv_client *kc, uint64_t id);
 struct kv_entry *kv_lookup(struct kv_store *st, uid_t uid, const void *key, size_t klen);
 int kv_remove(struct kv_store *st, uid_t uid, const void *key, size_t klen);

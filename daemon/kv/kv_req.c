@@ -28,9 +28,10 @@ static void first_error(Mori__Reply *rep, struct rctx *r, const char *msg)
 
 /* The slot of e for the reply, with its slab's fd when the client does not have it. MORI_EAGAIN
  * when the reply carries as many fds as one message can (the client asks again). */
-static int add_slot(struct kv_store *st, struct kv_client *kc, Mori__KvReply *kr, Mori__Reply *rep,
-		    struct rctx *r, Mori__KvSlot *sl, struct kv_entry *e)
+int kv_fill_slot(struct kv_store *st, struct kv_client *kc, Mori__Reply *rep, struct rctx *r, Mori__KvSlot *sl,
+		 struct kv_entry *e)
 {
+	Mori__KvReply *kr = rep->kv;
 	struct kv_slab *s = kv_dram_slab(st->dram, e->u.ext.slab);
 	int send = kv_slab_send(kc, s);
 	if (send < 0)
@@ -100,9 +101,9 @@ static void do_put_alloc(struct kv_store *st, struct kv_client *kc, Mori__KvRequ
 			rc = kv_put_alloc(st, kc, it->key.data, it->key.len, it->size, it->depth, (int)it->pin, &e, &id, msg,
 					  sizeof(msg));
 		if (rc == MORI_OK) {
-			rc = add_slot(st, kc, kr, rep, r, sl, e);
+			rc = kv_fill_slot(st, kc, rep, r, sl, e);
 			if (rc != MORI_OK) {
-				kv_put_commit(st, kc, id, 1, msg, sizeof(msg));
+				kv_put_commit(st, kc, id, 1, NULL, NULL, msg, sizeof(msg));
 				snprintf(msg, sizeof(msg), rc == MORI_EAGAIN ? "reply full of descriptors: ask again" :
 					 "cannot pass the slab's descriptor");
 			}
@@ -115,21 +116,26 @@ static void do_put_alloc(struct kv_store *st, struct kv_client *kc, Mori__KvRequ
 	}
 }
 
-static void do_get(struct kv_store *st, struct kv_client *kc, Mori__KvRequest *kq, Mori__KvReply *kr,
-		   Mori__Reply *rep, struct rctx *r)
+/* Gets: values in DRAM answered now; a batch with values on SSD is answered when the last read
+ * lands (1: deferred, the reply moved into g). */
+static int do_get(struct kv_store *st, struct kv_client *kc, Mori__KvRequest *kq, Mori__KvReply *kr,
+		  Mori__Reply *rep, struct rctx *r)
 {
 	kr->slots = ALLOC(r, Mori__KvSlot *, kq->n_items);
 	kr->slabs = ALLOC(r, Mori__KvSlab *, kq->n_items);
-	if (!kr->slots || !kr->slabs) {
+	struct kv_pget *g = calloc(1, sizeof(*g));
+	if (!kr->slots || !kr->slabs || !g) {
+		free(g);
 		reply_error(rep, MORI_ENOMEM, "out of memory");
-		return;
+		return 0;
 	}
+	g->waiting = 1; /* this function's own, dropped at its end */
 	for (size_t i = 0; i < kq->n_items; i++) {
 		Mori__KvItem *it = kq->items[i];
 		Mori__KvSlot *sl = rctx_alloc(r, sizeof(*sl));
 		if (!sl) {
 			reply_error(rep, MORI_ENOMEM, "out of memory");
-			return;
+			break;
 		}
 		mori__kv_slot__init(sl);
 		kr->slots[kr->n_slots++] = sl;
@@ -138,9 +144,11 @@ static void do_get(struct kv_store *st, struct kv_client *kc, Mori__KvRequest *k
 		struct kv_entry *e = NULL;
 		uint64_t id = 0;
 		if (rc == MORI_OK)
-			rc = kv_get(st, kc, it->key.data, it->key.len, &e, &id);
+			rc = kv_get(st, kc, it->key.data, it->key.len, &e, &id, g, sl);
+		if (rc == MORI_EINPROGRESS)
+			continue; /* its read fills the slot */
 		if (rc == MORI_OK) {
-			rc = add_slot(st, kc, kr, rep, r, sl, e);
+			rc = kv_fill_slot(st, kc, rep, r, sl, e);
 			if (rc != MORI_OK)
 				kv_release(st, kc, id);
 		}
@@ -150,6 +158,32 @@ static void do_get(struct kv_store *st, struct kv_client *kc, Mori__KvRequest *k
 		else if (rc != MORI_ENOENT)
 			first_error(rep, r, msg[0] ? msg : mori_strerror(rc));
 	}
+	if (g->waiting == 1 || rep->code != 0) {
+		if (g->waiting == 1) {
+			free(g);
+			return 0;
+		}
+	}
+	/* reads are in flight: the reply waits for them in g (the dispatcher's copies are dropped) */
+	g->kc = kc;
+	g->rep = *rep;
+	g->r = *r;
+	list_add(&kc->pgets, &g->link);
+	g->waiting--;
+	return 1;
+}
+
+void kv_pget_done(struct kv_store *st, struct kv_pget *g)
+{
+	if (g->kc) {
+		list_del(&g->link);
+		for (size_t i = 0; i < g->rep.kv->n_slots; i++)
+			if (g->rep.kv->slots[i]->status != MORI_OK && g->rep.kv->slots[i]->status != MORI_ENOENT)
+				first_error(&g->rep, &g->r, mori_strerror(g->rep.kv->slots[i]->status));
+		client_reply(g->kc->c, &g->rep, &g->r);
+	}
+	rctx_free(&g->r);
+	free(g);
 }
 
 static void do_ids(struct kv_store *st, struct kv_client *kc, Mori__KvRequest *kq, Mori__KvReply *kr,
@@ -160,11 +194,15 @@ static void do_ids(struct kv_store *st, struct kv_client *kc, Mori__KvRequest *k
 		reply_error(rep, MORI_ENOMEM, "out of memory");
 		return;
 	}
+	struct kv_entry *parent = NULL;
 	for (size_t i = 0; i < kq->n_ids; i++) {
 		char msg[200] = "";
 		int rc;
 		if (kq->op == MORI__KV_OP__KV_PUT_COMMIT) {
-			rc = kv_put_commit(st, kc, kq->ids[i], kq->abort, msg, sizeof(msg));
+			/* a batch put's items in order: each one's parent in its chain is the one before */
+			struct kv_entry *e = NULL;
+			rc = kv_put_commit(st, kc, kq->ids[i], kq->abort, parent, &e, msg, sizeof(msg));
+			parent = rc == MORI_OK ? e : NULL;
 		} else {
 			rc = kv_release(st, kc, kq->ids[i]);
 			if (rc == MORI_EINVAL)
@@ -217,6 +255,54 @@ static void do_keys(struct kv_store *st, uid_t uid, Mori__KvRequest *kq, Mori__K
 		if (rc != MORI_OK && rc != MORI_ENOENT)
 			first_error(rep, r, msg);
 	}
+}
+
+struct pflush {
+	struct kv_client *kc; /* checked against its client still being there */
+	uint64_t client_id;
+	struct morid *d;
+	uint64_t req_id;
+};
+
+static void flush_done(void *arg, int rc, const struct kv_ssd_loc *loc, const char *msg)
+{
+	struct pflush *f = arg;
+	struct client *c = client_find(f->d, f->client_id);
+	if (c) {
+		Mori__Reply rep = MORI__REPLY__INIT;
+		struct rctx r = {0};
+		Mori__KvReply kr = MORI__KV_REPLY__INIT;
+		rep.id = f->req_id;
+		rep.body_case = MORI__REPLY__BODY_KV;
+		rep.kv = &kr;
+		if (rc != MORI_OK) {
+			rep.body_case = MORI__REPLY__BODY__NOT_SET;
+			reply_error(&rep, rc, "flush of the SSD tier: %s", msg);
+		}
+		client_reply(c, &rep, &r);
+		rctx_free(&r);
+	}
+	free(f);
+}
+
+/* Flush: answered when every spill so far is durable (at once without an SSD tier). */
+static int do_flush(struct kv_store *st, struct kv_client *kc, Mori__Reply *rep, struct rctx *r)
+{
+	struct pflush *f = calloc(1, sizeof(*f));
+	if (!f) {
+		reply_error(rep, MORI_ENOMEM, "out of memory");
+		return 0;
+	}
+	*f = (struct pflush){kc, kc->c->id, st->d, rep->id};
+	int rc = kv_flush(st, flush_done, f);
+	if (rc == MORI_EINPROGRESS) {
+		rctx_free(r);
+		return 1;
+	}
+	free(f);
+	if (rc != MORI_OK)
+		reply_error(rep, rc, "the SSD tier is closing");
+	return 0;
 }
 
 static void uid_stats(Mori__KvUidStats *us, const struct kv_uid *u, uint64_t quota)
@@ -328,8 +414,7 @@ int kv_handle_request(struct morid *d, struct client *c, uid_t uid, Mori__KvRequ
 		do_put_alloc(st, kc, kq, kr, rep, r);
 		return 0;
 	case MORI__KV_OP__KV_GET:
-		do_get(st, kc, kq, kr, rep, r);
-		return 0;
+		return do_get(st, kc, kq, kr, rep, r);
 	case MORI__KV_OP__KV_PUT_COMMIT:
 	case MORI__KV_OP__KV_RELEASE:
 		do_ids(st, kc, kq, kr, rep, r);
@@ -343,7 +428,7 @@ int kv_handle_request(struct morid *d, struct client *c, uid_t uid, Mori__KvRequ
 		kr->count = kv_clear(st, c->uid);
 		return 0;
 	case MORI__KV_OP__KV_FLUSH:
-		return 0; /* nothing is spilled without an SSD tier */
+		return do_flush(st, kc, rep, r);
 	case MORI__KV_OP__KV_STATS: {
 		Mori__KvStats *s = rctx_alloc(r, sizeof(*s));
 		if (!s || kv_stats_fill(d, s, r, kq->node && (uid == 0 || uid == getuid()), uid) < 0)
@@ -379,14 +464,17 @@ int kv_start(struct morid *d)
 	if (d->cfg.kv_dram_bytes == 0)
 		return 0;
 	char err[300];
-	if (d->cfg.kv_ssd_dir[0]) {
-		mlog_err("kv", "kv_ssd_dir is set but this morid has no SSD tier built in");
-		return -1;
-	}
 	if (!(d->kv = kv_store_new(d, err, sizeof(err)))) {
 		mlog_err("kv", "%s", err);
 		return -1;
 	}
+	if (kv_ssd_start(d->kv, err, sizeof(err)) != MORI_OK) {
+		mlog_err("kv", "SSD tier: %s", err);
+		kv_stop(d);
+		return -1;
+	}
+	if (d->kv->ssd)
+		mlog_info("kv", "SSD tier in %s: %llu keys found", d->cfg.kv_ssd_dir, (unsigned long long)d->kv->ssd_keys);
 	mlog_info("kv", "KV store: DRAM tier of %lld bytes in slabs of %lld, policy %s", (long long)d->cfg.kv_dram_bytes,
 		  (long long)d->cfg.kv_slab_bytes, d->cfg.kv_policy);
 	return 0;
