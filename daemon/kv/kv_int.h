@@ -163,9 +163,12 @@ int kv_put_commit(struct kv_store *st, struct kv_client *kc, uint64_t id, int ab
  * kv_pget_done(g) runs once g->waiting is 0). */
 int kv_get(struct kv_store *st, struct kv_client *kc, const void *key, size_t klen, struct kv_entry **e, uint64_t *id,
 	   struct kv_pget *g, Mori__KvSlot *slot);
-/* kv_req.c: a pending get's last read landed: reply and free g. */
+/* kv_reply.c: a pending get's last read landed: reply and free g. */
 void kv_pget_done(struct kv_store *st, struct kv_pget *g);
-/* kv_req.c: fill slot for e (leased by kc) in reply rep; MORI_OK or the item's error. */
+/* kv_reply.c: rep's message becomes msg unless it has one already. */
+void kv_first_error(Mori__Reply *rep, struct rctx *r, const char *msg);
+/* kv_reply.c: fill slot for e (leased by kc) in reply rep, with the slab's fd where kc lacks it;
+ * MORI_OK or the item's error (MORI_EAGAIN: the reply carries all the fds it can). */
 int kv_fill_slot(struct kv_store *st, struct kv_client *kc, Mori__Reply *rep, struct rctx *r, Mori__KvSlot *sl,
 		 struct kv_entry *e);
 /* The SSD tier: open it and rebuild the index from its records; flush. */
@@ -177,7 +180,7 @@ struct kv_entry *kv_lookup(struct kv_store *st, uid_t uid, const void *key, size
 int kv_remove(struct kv_store *st, uid_t uid, const void *key, size_t klen);
 int kv_pin(struct kv_store *st, uid_t uid, const void *key, size_t klen, int pin, char *msg, size_t msglen);
 uint64_t kv_clear(struct kv_store *st, uid_t uid);
-/* 1 when kc must be sent slab s's fd with this reply (and it is now marked sent); 0 when it has
- * it; <0 ENOMEM. */
+/* kv_reply.c: 1 when kc must be sent slab s's fd with this reply (and it is now marked sent); 0
+ * when it has it; <0 ENOMEM. */
 int kv_slab_send(struct kv_client *kc, const struct kv_slab *s);
 #endif

@@ -20,48 +20,6 @@ static int check_key(const ProtobufCBinaryData *k, char *msg, size_t len)
 	return MORI_OK;
 }
 
-static void first_error(Mori__Reply *rep, struct rctx *r, const char *msg)
-{
-	if (!rep->message || !rep->message[0])
-		rep->message = rctx_strdup(r, msg);
-}
-
-/* The slot of e for the reply, with its slab's fd when the client does not have it. MORI_EAGAIN
- * when the reply carries as many fds as one message can (the client asks again). */
-int kv_fill_slot(struct kv_store *st, struct kv_client *kc, Mori__Reply *rep, struct rctx *r, Mori__KvSlot *sl,
-		 struct kv_entry *e)
-{
-	Mori__KvReply *kr = rep->kv;
-	struct kv_slab *s = kv_dram_slab(st->dram, e->u.ext.slab);
-	int send = kv_slab_send(kc, s);
-	if (send < 0)
-		return MORI_ENOMEM;
-	if (send) {
-		if (r->nfds >= WIRE_MAX_FDS) {
-			if (!s->dedicated)
-				kc->sent[s->index] = 0;
-			return MORI_EAGAIN;
-		}
-		Mori__KvSlab *ks = rctx_alloc(r, sizeof(*ks));
-		if (!ks || rctx_dup_fd(r, rep, s->fd) != 0) {
-			if (!s->dedicated)
-				kc->sent[s->index] = 0;
-			rep->code = 0; /* rctx_dup_fd's error is this item's */
-			return MORI_ESYS;
-		}
-		mori__kv_slab__init(ks);
-		ks->id = s->id;
-		ks->bytes = s->bytes;
-		ks->dedicated = s->dedicated;
-		kr->slabs[kr->n_slabs++] = ks;
-	}
-	sl->slab = s->id;
-	sl->offset = kv_ext_offset(&e->u.ext);
-	sl->len = e->size;
-	sl->tier = KV_TIER_DRAM;
-	return MORI_OK;
-}
-
 static void do_put_alloc(struct kv_store *st, struct kv_client *kc, Mori__KvRequest *kq, Mori__KvReply *kr,
 			 Mori__Reply *rep, struct rctx *r)
 {
@@ -112,7 +70,7 @@ static void do_put_alloc(struct kv_store *st, struct kv_client *kc, Mori__KvRequ
 		if (rc == MORI_OK)
 			sl->id = id;
 		else
-			first_error(rep, r, msg);
+			kv_first_error(rep, r, msg);
 	}
 }
 
@@ -156,7 +114,7 @@ static int do_get(struct kv_store *st, struct kv_client *kc, Mori__KvRequest *kq
 		if (rc == MORI_OK)
 			sl->id = id;
 		else if (rc != MORI_ENOENT)
-			first_error(rep, r, msg[0] ? msg : mori_strerror(rc));
+			kv_first_error(rep, r, msg[0] ? msg : mori_strerror(rc));
 	}
 	if (g->waiting == 1 || rep->code != 0) {
 		if (g->waiting == 1) {
@@ -171,19 +129,6 @@ static int do_get(struct kv_store *st, struct kv_client *kc, Mori__KvRequest *kq
 	list_add(&kc->pgets, &g->link);
 	g->waiting--;
 	return 1;
-}
-
-void kv_pget_done(struct kv_store *st, struct kv_pget *g)
-{
-	if (g->kc) {
-		list_del(&g->link);
-		for (size_t i = 0; i < g->rep.kv->n_slots; i++)
-			if (g->rep.kv->slots[i]->status != MORI_OK && g->rep.kv->slots[i]->status != MORI_ENOENT)
-				first_error(&g->rep, &g->r, mori_strerror(g->rep.kv->slots[i]->status));
-		client_reply(g->kc->c, &g->rep, &g->r);
-	}
-	rctx_free(&g->r);
-	free(g);
 }
 
 static void do_ids(struct kv_store *st, struct kv_client *kc, Mori__KvRequest *kq, Mori__KvReply *kr,
@@ -213,7 +158,7 @@ static void do_ids(struct kv_store *st, struct kv_client *kc, Mori__KvRequest *k
 		}
 		kr->status[kr->n_status++] = rc;
 		if (rc != MORI_OK)
-			first_error(rep, r, msg);
+			kv_first_error(rep, r, msg);
 	}
 }
 
@@ -240,7 +185,7 @@ static void do_keys(struct kv_store *st, uid_t uid, Mori__KvRequest *kq, Mori__K
 			run = run && p;
 			kr->count += run;
 			if (rc != MORI_OK)
-				first_error(rep, r, msg);
+				kv_first_error(rep, r, msg);
 			if (kq->consecutive && !run)
 				break;
 			continue;
@@ -253,7 +198,7 @@ static void do_keys(struct kv_store *st, uid_t uid, Mori__KvRequest *kq, Mori__K
 			rc = kv_pin(st, uid, it->key.data, it->key.len, (int)it->pin, msg, sizeof(msg));
 		kr->status[kr->n_status++] = rc;
 		if (rc != MORI_OK && rc != MORI_ENOENT)
-			first_error(rep, r, msg);
+			kv_first_error(rep, r, msg);
 	}
 }
 

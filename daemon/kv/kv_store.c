@@ -465,25 +465,6 @@ void kv_client_reset(struct kv_store *st, struct kv_client *kc)
 	kc->nholds = kc->cap_holds = kc->nfree = kc->live = kc->nsent = 0;
 }
 
-int kv_slab_send(struct kv_client *kc, const struct kv_slab *s)
-{
-	if (s->dedicated)
-		return 1; /* the client maps it for one copy and lets it go */
-	if (s->index >= kc->nsent) {
-		uint32_t n = s->index + 16;
-		uint32_t *ns = realloc(kc->sent, sizeof(*ns) * n);
-		if (!ns)
-			return MORI_ENOMEM;
-		memset(ns + kc->nsent, 0, sizeof(*ns) * (n - kc->nsent));
-		kc->sent = ns;
-		kc->nsent = n;
-	}
-	if (kc->sent[s->index] == s->id)
-		return 0;
-	kc->sent[s->index] = s->id;
-	return 1;
-}
-
 /* ---- operations ---- */
 
 struct kv_entry *kv_lookup(struct kv_store *st, uid_t uid, const void *key, size_t klen)

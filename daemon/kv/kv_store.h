@@ -4,6 +4,7 @@
  *   kv_dram.c    the DRAM tier: memfd slabs per uid and the allocator inside them
  *   kv_ssd.c     the SSD tier (kv_ssd.h)
  *   kv_index.c   the hash table from (uid, key) to entries, grown incrementally
+ *   kv_reply.c   slots in replies (a slab's fd where the client lacks it), deferred replies
  *   kv_store.c   entries and their versions, reservations and leases, eviction, pins, quotas,
  *                clients' state
  *   kv_req.c     the KvRequest messages of sessions and moractl, and the stats
