@@ -116,6 +116,17 @@ $(B)/tests/%: $(B)/obj/tests/%.o $(B)/libmori.a $(B)/libmorid.a
 	@mkdir -p $(dir $@); echo "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(B)/libmorid.a $(B)/libmori.a $(PKG_LIBS) $(DAEMON_LIBS) $(CHECK_LIBS) -libverbs -lm
 
+# tests/test_gpu_hip_stub drives the HIP runtime table against a stub libamdhip64.so built here
+# (tests/hip_stub.c); where HIP's headers are, the stub's entry points are first checked against
+# their declarations (a signature that differs is an error).
+HIP_API_H := $(firstword $(wildcard /opt/rocm/include/hip/hip_runtime_api.h /usr/include/hip/hip_runtime_api.h))
+$(B)/tests/hipstub/libamdhip64.so: tests/hip_stub.c
+	@mkdir -p $(dir $@); echo "  CC      $@ (stub HIP runtime)"
+	$(if $(HIP_API_H),$(Q)$(CC) -std=gnu11 -Wall -Werror -Wno-enum-conversion -Wno-enum-compare -fsyntax-only \
+		-DHIP_STUB_WITH_HEADERS -D__HIP_PLATFORM_AMD__ -I$(patsubst %/hip/hip_runtime_api.h,%,$(HIP_API_H)) $<)
+	$(Q)$(CC) -std=gnu11 -O1 -g -Wall -Wextra -Werror -fPIC -shared -o $@ $<
+$(B)/tests/test_gpu_hip_stub: $(B)/tests/hipstub/libamdhip64.so
+
 # mori-kvreplay is several files (tools/kvreplay/) and uses libmori's API alone; its unit test
 # links them all but main.o.
 KVREPLAY_O := $(call obj,$(filter-out tools/kvreplay/main.c,$(wildcard tools/kvreplay/*.c)))
@@ -156,8 +167,8 @@ $(B)/tests/test_gpu_shmem_dev $(B)/tests/test_gpu_shmem $(B)/tests/test_gpu_shme
 # pure C without daemon dependencies) offline on a trace.
 $(B)/obj/tools/bench_kv_sim.o: CFLAGS_ALL += -Idaemon
 $(B)/mori-bench: $(B)/obj/tools/bench_kv_sim.o $(B)/obj/daemon/kv/kv_policy.o
-# mori-bench ep (tools/bench_ep.c: MORI-EP) links into it as well.
-$(B)/mori-bench: $(B)/obj/tools/bench_ep.o
+# mori-bench ep (tools/bench_ep.c: MORI-EP) links into it as well, and flood (tools/bench_flood.c).
+$(B)/mori-bench: $(B)/obj/tools/bench_ep.o $(B)/obj/tools/bench_flood.o
 # tests/test_gpu_coll and its fused kernel (tests/coll_dev_kernels.cu: MORI-CCL's device API).
 $(B)/kernels/colltest_image.c: $(B)/kernels/mori_kernels.c ; @:
 $(B)/tests/test_gpu_coll: $(B)/obj/tests/test_gpu_coll.o $(B)/obj/kernels/colltest_image.o $(B)/libmori.a $(B)/libmorid.a
@@ -227,7 +238,8 @@ install: $(B)/morid $(addprefix $(B)/,$(TOOLS)) $(B)/libmori.so $(B)/libmori.a
 	@# MORI-IR (mk/ir.mk), what of it was built: bitcode, table, device header (apart from
 	@# include/: it shares four names with mori_shmem.h), static device library
 	install -d $(DESTDIR)$(PREFIX)/lib/mori/ir
-	for f in libmori_shmem_device.bc libmori_shmem_device.json mori_shmem_device.h libmori_shmem_device.a; do \
+	for f in libmori_shmem_device.bc libmori_shmem_device.json mori_shmem_device.h libmori_shmem_device.a \
+	  $(notdir $(wildcard $(B)/kernels/ir/libmori_shmem_device_gfx*.bc)); do \
 	  [ ! -f $(B)/kernels/ir/$$f ] || install -m 644 $(B)/kernels/ir/$$f $(DESTDIR)$(PREFIX)/lib/mori/ir/ || exit 1; done
 
 # The Python package (python/mori, pure Python) into $(PYTHON)'s module path under PREFIX, with

@@ -115,6 +115,28 @@ static void *resolve(void *h, const char *names)
 	return NULL;
 }
 
+const char *gpu_api_entry(enum gpu_backend b, size_t i, size_t *off, int *optional)
+{
+	if (i >= sizeof(syms) / sizeof(syms[0]))
+		return NULL;
+	if (off)
+		*off = syms[i].off;
+	if (optional)
+		*optional = syms[i].optional;
+	const char *n = b == GPU_BACKEND_CUDA ? syms[i].cuda : syms[i].hip;
+	return n ? n : "";
+}
+
+/* hipMemImportFromShareableHandle takes a POSIX fd by value (the pointer's bits, as CUDA does)
+ * from HIP 7.1 on and a pointer to it before: the table keeps CUDA's form, this adapts. */
+#define HIP_IMPORT_FD_BY_VALUE 70100000
+static int (*hip_import_real)(gpu_memhandle *h, void *os_handle, int type);
+static int hip_import_fd_by_pointer(gpu_memhandle *h, void *os_handle, int type)
+{
+	int fd = (int)(uintptr_t)os_handle;
+	return hip_import_real(h, type == GPU_MEM_HANDLE_TYPE_POSIX_FD ? (void *)&fd : os_handle, type);
+}
+
 /* Fill the table from one library. Returns 0, or -1 with reason set. The library stays
  * loaded on failure too: dlclose of a GPU driver is not safe once it has run. */
 static int load_one(enum gpu_backend b, const char *const *libs)
@@ -153,6 +175,10 @@ static int load_one(enum gpu_backend b, const char *const *libs)
 		return -1;
 	}
 	t.driver_get_version(&t.driver_version);
+	if (b == GPU_BACKEND_HIP && t.mem_import_from_shareable_handle && t.driver_version < HIP_IMPORT_FD_BY_VALUE) {
+		hip_import_real = t.mem_import_from_shareable_handle;
+		t.mem_import_from_shareable_handle = hip_import_fd_by_pointer;
+	}
 	api = t;
 	return 0;
 }

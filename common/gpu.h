@@ -48,6 +48,7 @@ enum {
 	GPU_ERROR_INVALID_CONTEXT = 201,
 	GPU_ERROR_ALREADY_MAPPED = 208,
 	GPU_ERROR_NO_BINARY_FOR_GPU = 209,
+	GPU_ERROR_NOT_FOUND = 500,
 	GPU_ERROR_NOT_READY = 600,
 	GPU_ERROR_HOST_MEMORY_ALREADY_REGISTERED = 712,
 	GPU_ERROR_NOT_SUPPORTED = 801,
@@ -190,6 +191,10 @@ struct gpu_api {
  * =hip picks one runtime. Thread-safe. */
 const struct gpu_api *gpu_api(void);
 const char *gpu_unavailable_reason(void);
+/* Entry i of the table gpu_api() fills: the exported name(s) backend b's library is asked for
+ * ("a|b": the first found), "" where b has none, NULL past the last; *off its offset in struct
+ * gpu_api, *optional whether the runtime may lack it (either pointer may be NULL). */
+const char *gpu_api_entry(enum gpu_backend b, size_t i, size_t *off, int *optional);
 
 /* The driver's name for a status ("CUDA_ERROR_INVALID_VALUE: invalid argument"). Static. */
 const char *gpu_strerror(int rc);

@@ -39,7 +39,10 @@
  * count runs past its end: the only buffers whose size the library knows), MORI_ENOTSUP (all-to-
  * all-v on a GPU communicator across nodes). Buffers outside the heap are the caller's to size: they
  * must hold what the shapes below say, and be device memory for a GPU communicator, host memory
- * for a host one. Found while running:
+ * for a host one. Found while running: on host heaps, a collective whose operation, count, dtype,
+ * reduction or root differs on some rank fails with MORI_EINVAL on every rank, naming the first
+ * rank that differs and what it called, before anything moves (all-to-all-v: the first pair whose
+ * counts disagree); GPU heaps do not compare them (a mismatch there is undefined);
  * a rank that does not call the collective makes its peers' waits end at the communicator's
  * deadline (opts.timeout_us) with MORI_ETIMEDOUT naming the missing ranks; a PE killed mid-
  * collective ends its peers' waits with MORI_EPEERDEAD (the group's abort word); GPU waits are

@@ -9,8 +9,20 @@
 #include <string.h>
 
 #include "coll_int.h"
+#include "shmem_wire.h"
 
-static int bar(mori_comm *k) { return mori_shmem_barrier_all(k->g); }
+_Static_assert(MORI_COLL_K_AR_ONESHOT == 2 && MORI_COLL_K_AR_TWOSHOT == 3 && MORI_COLL_K_REDSCAT == 4 &&
+		       MORI_COLL_K_ALLGATHER == 5 && MORI_COLL_K_ALLTOALL == 6 && MORI_COLL_K_BCAST == 7 &&
+		       MORI_COLL_K_ALLTOALLV == 8, "shmem_coll_describe (common/shmem_wire.h) names these values");
+
+/* The group's barrier at the communicator's deadline; the first of a call carries its arguments
+ * (k->tag), which the root compares across the ranks. */
+static int bar(mori_comm *k)
+{
+	uint64_t tag = k->tag, count = k->tag_count;
+	k->tag = 0;
+	return shmem_barrier_coll(k->g, count, tag, k->timeout_us);
+}
 
 /* len bytes at `own` (an address in this rank's heap) of rank r, into dst. */
 static int rd(mori_comm *k, void *dst, const uint8_t *own, size_t len, int r)
@@ -213,6 +225,9 @@ int coll_host_run(mori_comm *k, const struct coll_call *cc)
 	if (k->n != k->g->n_pes)
 		return set_error(k->c, MORI_ENOTSUP, "coll: host-heap communicators span the whole group (a node team "
 						     "of %d of %d PEs needs a VRAM heap)", k->n, k->g->n_pes);
+	/* all-to-all-v's counts are compared pair by pair (a2av_meta); the rest here */
+	k->tag = shmem_coll_tag((unsigned)cc->kind, (unsigned)cc->dtype, (unsigned)cc->op, cc->root);
+	k->tag_count = cc->kind == MORI_COLL_K_ALLTOALLV ? 0 : cc->count;
 	if (cc->kind != MORI_COLL_K_AR_ONESHOT && cc->kind != MORI_COLL_K_AR_TWOSHOT && cc->kind != MORI_COLL_K_REDSCAT)
 		return host_pulls(k, cc);
 	size_t m = k->scratch_bytes / cc->es;

@@ -48,6 +48,7 @@ struct mori_comm {
 	uint64_t tile;          /* kernels' tile bytes ($MORI_COLL_TILE; rank 0's on every rank) */
 	struct mori_window *wins;
 	int failed;             /* host path: the first failure's code (sticks) */
+	uint64_t tag, tag_count; /* host path: the call's arguments, for its first barrier (coll_host.c) */
 	void *gpu_priv;         /* coll_gpu.c */
 };
 

@@ -107,7 +107,7 @@ int gpu_kernel_load(mori_client *c, const struct gpu_api *g, struct gpu_dev *d)
 	if (!image_len) {
 		snprintf(d->kernel_msg, sizeof(d->kernel_msg),
 			 "no GPU kernel for %s: libmori was built without %s for it, so it embeds none", d->arch,
-			 hip ? "a hipcc that targets gfx942/gfx950" : "nvcc");
+			 hip ? "an AMD compiler (hipcc, clang-19) that targets it" : "nvcc");
 	} else {
 		char msg[160];
 		int r = g->module_load_data(&d->module, image);

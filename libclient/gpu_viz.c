@@ -41,8 +41,9 @@ int gpu_viz_load(mori_client *c, const struct gpu_api *g, struct gpu_dev *d, cha
 		return rc;
 	}
 	if (path) {
-		/* one ring per warp the largest launch can have (gpu_copy_grid's cap) */
-		uint32_t wpb = MORI_COPY_BLOCK_THREADS / 32;
+		/* one ring per warp the largest launch can have (gpu_copy_grid's cap); AMD's waves are
+		 * 64 lanes wide */
+		uint32_t wpb = MORI_COPY_BLOCK_THREADS / (g->backend == GPU_BACKEND_HIP ? 64 : 32);
 		uint32_t warps = (uint32_t)(d->sm_count > 0 ? d->sm_count : 1) * MORI_COPY_BLOCKS_PER_SM * wpb;
 		if (snprintf(v->path, sizeof(v->path), d->ordinal ? "%s.%d" : "%s", path, d->ordinal) >= (int)sizeof(v->path)) {
 			snprintf(msg, len, "MORI_VIZ_TRACE: path too long");

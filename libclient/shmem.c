@@ -516,7 +516,9 @@ __attribute__((constructor)) static void shmem_hooks(void) { client_on_close(CLO
 
 /* ---- collective calls ---- */
 
-static int gcall(mori_group *g, uint32_t op, uint64_t size, uint64_t align, uint64_t offset, uint64_t *out)
+/* One collective call; timeout_ms: its deadline at the root, 0 for the group's. */
+static int gcall_t(mori_group *g, uint32_t op, uint64_t size, uint64_t align, uint64_t offset, uint32_t timeout_ms,
+		   uint64_t *out)
 {
 	int rc = shmem_check(g);
 	if (rc)
@@ -536,6 +538,7 @@ static int gcall(mori_group *g, uint32_t op, uint64_t size, uint64_t align, uint
 	q.size = size;
 	q.align = align;
 	q.offset = offset;
+	q.timeout_ms = timeout_ms;
 	req.body_case = MORI__REQUEST__BODY_GROUP_CALL;
 	req.group_call = &q;
 	rc = client_rpc_timeout(g->c, &req, NULL, 0, &rep, NULL, NULL, timeout_ms_of(g) + RPC_GRACE_MS);
@@ -554,6 +557,20 @@ static int gcall(mori_group *g, uint32_t op, uint64_t size, uint64_t align, uint
 		*out = rep->body_case == MORI__REPLY__BODY_GROUP_CALL ? rep->group_call->offset : 0;
 	mori__reply__free_unpacked(rep, NULL);
 	return MORI_OK;
+}
+
+static int gcall(mori_group *g, uint32_t op, uint64_t size, uint64_t align, uint64_t offset, uint64_t *out)
+{
+	return gcall_t(g, op, size, align, offset, 0, out);
+}
+
+int shmem_barrier_coll(mori_group *g, uint64_t count, uint64_t tag, int64_t timeout_us)
+{
+	if (!g)
+		return MORI_EINVAL;
+	int64_t ms = (timeout_us + 999) / 1000;
+	uint32_t t = timeout_us <= 0 ? 0 : ms > 3600000 ? 3600000 : (uint32_t)ms;
+	return gcall_t(g, SHMEM_CALL_BARRIER, tag ? count : 0, tag, 0, t, NULL);
 }
 
 static int do_alloc(mori_group *g, uint32_t op, size_t size, size_t align, void **out)

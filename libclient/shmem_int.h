@@ -82,6 +82,11 @@ int shmem_left(const mori_group *g);
  * it, keep it as a shell that says how it left (how: SHMEM_LEFT*). */
 void shmem_free_or_shell(mori_group *g, int how);
 
+/* A barrier_all inside a collective: tag (shmem_coll_tag, common/shmem_wire.h) and count are
+ * compared by the root with every PE's (0: a plain barrier); it ends at timeout_us (at most the
+ * group's; <= 0: the group's) with MORI_ETIMEDOUT naming the PEs that never came. */
+int shmem_barrier_coll(mori_group *g, uint64_t count, uint64_t tag, int64_t timeout_us);
+
 /* shmem_rma.c */
 void shmem_rma_close(mori_group *g);
 

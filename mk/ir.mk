@@ -19,7 +19,10 @@
 #   mori_shmem_device.h        extern "C" __device__ declarations of the same functions
 #   libmori_shmem_device.a     the static device library for nvcc -rdc users (sm_80, sm_90,
 #                              compute_90 PTX), from the same source; needs nvcc
-#   libmori_shmem_device_<gfx>.bc  AMD bitcode per arch, where hipcc targets it (HIP_GOOD)
+#   libmori_shmem_device_<gfx>.bc  AMD bitcode (amdgcn-amd-amdhsa) per arch built (HIP_BUILT: gfx90a
+#                              by hipcc, gfx942 by clang-19), as ROCm/mori ships its
+#                              libmori_shmem_device.bc; the device libraries' functions it uses
+#                              linked in (clang's -mlink-builtin-bitcode: internal), as hipcc does
 # Without clang-16 the bitcode is skipped, saying so (tools/install-deps installs clang-16 and
 # llvm-16); the table and header need only $(CC).
 IR        := $(OUT)/ir
@@ -62,17 +65,19 @@ $(IR)/libmori_shmem_device.a: $(IR_DEPS) $(OUT)/.nvcc
 		mv $@.tmp.a $@
 endif
 
-# AMD: one bitcode file per arch hipcc can target (amdgcn bitcode is specific to its gfx target).
-# Not yet built anywhere: no hipcc where this was written; a failure is reported, not fatal.
-ifneq ($(HIP_GOOD),)
-IR_OUT += $(foreach a,$(HIP_GOOD),$(IR)/libmori_shmem_device_$(a).bc)
-$(IR)/libmori_shmem_device_%.bc: $(IR_DEPS) $(OUT)/.hipcc
+# AMD: one bitcode file per arch (amdgcn bitcode is specific to its gfx target), by the compiler
+# that builds that arch's kernels.
+IR_OUT += $(foreach a,$(HIP_BUILT),$(IR)/libmori_shmem_device_$(a).bc)
+IR_HIP_FLAGS := -x hip --cuda-device-only -fgpu-rdc -emit-llvm -c -DMORI_SHMEM_NO_KERNELS -Ikernels -Iinclude
+$(foreach a,$(HIP_GOOD),$(IR)/libmori_shmem_device_$(a).bc): $(IR)/libmori_shmem_device_%.bc: $(IR_DEPS) $(OUT)/.hipcc
 	@mkdir -p $(IR)
 	@echo "  HIPCC   $(IR_SRC) -> $(notdir $@)"
-	@$(HIPCC) $(HIPFLAGS) -x hip --cuda-device-only -fgpu-rdc -emit-llvm -c --offload-arch=$* \
-		-DMORI_SHMEM_NO_KERNELS -Ikernels -Iinclude -o $@ $(IR_SRC) 2> $(IR)/$*.log || \
-		{ echo "  IR      AMD bitcode for $*: $(HIPCC) failed (see $(IR)/$*.log)"; rm -f $@; }
-endif
+	@$(HIPCC) $(HIPFLAGS) $(IR_HIP_FLAGS) --offload-arch=$* -o $@.tmp $(IR_SRC) && mv $@.tmp $@
+$(foreach a,$(HIPC_GOOD),$(IR)/libmori_shmem_device_$(a).bc): $(IR)/libmori_shmem_device_%.bc: $(IR_DEPS) $(OUT)/.hipclang $(HIP_DEVLIBS)/.ok
+	@mkdir -p $(IR)
+	@echo "  CLANG   $(IR_SRC) -> $(notdir $@) ($(notdir $(HIP_CLANG)))"
+	@$(HIP_CLANG) $(HIP_CLANG_FLAGS) $(IR_HIP_FLAGS) --offload-arch=$* -o $@.tmp $(IR_SRC) && \
+		mv $@.tmp $@
 
 ir: $(IR_OUT)
 all: ir

@@ -1,16 +1,28 @@
 # GPU kernels, built ahead of time and embedded in libmori as a generated C array.
-# Invoked by the top Makefile as: make -f mk/kernels.mk B=build NVCC=/path/to/nvcc
+# Invoked by the top Makefile as: make -f mk/kernels.mk B=build NVCC=/path/to/nvcc HIPCC=/path/to/hipcc
 #   with nvcc:    a fatbin for sm_80 and sm_90 plus compute_90 PTX (newer GPUs JIT the PTX);
 #                 kernels/abi_check.c also checks gpu.h's restated driver ABI against cuda.h.
 #   without nvcc, or with one that cannot compile (mk/probe-gpucc.sh):
 #                 an empty image; libmori then answers GPU transfers with MORI_ENOKERNEL.
-#   with hipcc:   a code-object bundle for the HIP_ARCHS it can target (gfx942 gfx950), from the
-#                 same source through include/mori/device/gpu.h; archs it cannot target are
-#                 skipped, saying so (mk/probe-gpucc.sh). Without: AMD GPUs get MORI_ENOKERNEL.
+#   AMD:          a code object for each arch of HIP_ARCHS from the first compiler that targets
+#                 it (mk/probe-gpucc.sh), from the same source through include/mori/device/gpu.h:
+#                   hipcc      ROCm's; Debian 12's (ROCm 5.2, clang 15) targets gfx90a only;
+#                   HIP_CLANG  a newer clang (Debian 12's clang-19: gfx942, not gfx950) with the
+#                              HIP headers of hipcc's installation (HIP_ROOT) and ROCm's device
+#                              libraries (mk/hip-devlibs.sh adds the one-constant ISA-version
+#                              library where they lack the arch: Debian's lack gfx942);
+#                 bundled as clang's offload bundle (mk/hip-bundle.sh), which hipModuleLoadData
+#                 reads. Archs no compiler here targets are skipped, saying so; with none, AMD
+#                 GPUs get MORI_ENOKERNEL.
 B      ?= build
 NVCC   ?=
 HIPCC  ?=
-HIP_ARCHS ?= gfx942 gfx950
+HIP_ARCHS ?= gfx90a gfx942 gfx950
+HIP_CLANG ?= $(firstword $(foreach v,21 20 19,$(shell command -v clang-$(v) 2>/dev/null)))
+# The HIP headers' installation: hipcc's (/usr for Debian's, /opt/rocm for ROCm's).
+HIP_ROOT  ?= $(if $(HIPCC),$(abspath $(dir $(realpath $(HIPCC)))..),$(if $(wildcard /usr/include/hip/hip_runtime.h),/usr))
+HIP_DEVLIB_SRC ?= $(patsubst %/ocml.bc,%,$(firstword $(wildcard $(HIP_ROOT)/amdgcn/bitcode/ocml.bc \
+                  $(HIP_ROOT)/lib/*/amdgcn/bitcode/ocml.bc $(HIP_ROOT)/lib/llvm/lib/clang/*/lib/amdgcn/bitcode/ocml.bc)))
 CC     ?= cc
 OUT    := $(B)/kernels
 GEN    := $(OUT)/mori_kernels.c
@@ -42,6 +54,12 @@ NVCC_OK   := $(if $(NVCC),$(shell sh mk/probe-gpucc.sh nvcc "$(NVCC)" "$(OUT)"),
 HAVE_NVCC := $(if $(filter yes,$(NVCC_OK)),yes,)
 HIP_OK    := $(if $(HIPCC),$(shell sh mk/probe-gpucc.sh hipcc "$(HIPCC)" "$(OUT)" $(HIP_ARCHS)),none: hipcc not found)
 HIP_GOOD  := $(if $(filter none:,$(firstword $(HIP_OK))),,$(HIP_OK))
+HIP_REST  := $(filter-out $(HIP_GOOD),$(HIP_ARCHS))
+HIPC_OK   := $(if $(HIP_REST),$(if $(and $(HIP_CLANG),$(HIP_ROOT),$(HIP_DEVLIB_SRC)),$(shell sh mk/probe-gpucc.sh \
+               hipclang "$(HIP_CLANG)" "$(OUT)" "$(HIP_ROOT)" $(HIP_REST)),none: $(if $(HIP_CLANG),$(if \
+               $(HIP_ROOT),no ROCm device libraries under $(HIP_ROOT),no HIP headers),no clang-19 or newer)),)
+HIPC_GOOD := $(if $(filter none:,$(firstword $(HIPC_OK))),,$(HIPC_OK))
+HIP_BUILT := $(filter $(HIP_GOOD) $(HIPC_GOOD),$(HIP_ARCHS))
 
 all: $(GEN) $(XGEN)
 
@@ -93,37 +111,74 @@ $(CUDA_PART): $(DEPS) $(OUT)/.nvcc
 	@sh mk/embed.sh cuda "" "" > $@.tmp && mv $@.tmp $@
 endif
 
-HIPFLAGS ?= -O3 -std=c++17
-HIP_SKIP := $(filter-out $(HIP_GOOD),$(HIP_ARCHS))
-ifneq ($(HIP_GOOD),)
-$(OUT)/copy.hipfb: $(DEPS) mk/probe-gpucc.sh $(OUT)/.hipcc
-	@echo "  HIPCC   $(SRC) -> $(HIP_GOOD)$(if $(HIP_SKIP), (skipped: $(HIP_SKIP), which $(HIPCC) cannot target),)"
-	@$(HIPCC) $(HIPFLAGS) --genco $(addprefix --offload-arch=,$(HIP_GOOD)) -Ikernels -Iinclude -o $@ $(SRC)
+HIPFLAGS ?= -O3 -std=c++17 -Wno-pass-failed
+HIP_SKIP := $(filter-out $(HIP_BUILT),$(HIP_ARCHS))
+HIP_DEVLIBS := $(OUT)/hip/devlibs
+HIP_CLANG_FLAGS = -x hip --rocm-path=$(HIP_ROOT) --rocm-device-lib-path=$(HIP_DEVLIBS) $(HIPFLAGS)
+$(OUT)/.hipclang: FORCE
+	@mkdir -p $(OUT); echo '$(HIP_CLANG) $(HIP_ROOT) $(HIPC_GOOD) $(HIPFLAGS)' | cmp -s - $@ || \
+		echo '$(HIP_CLANG) $(HIP_ROOT) $(HIPC_GOOD) $(HIPFLAGS)' > $@
+ifneq ($(HIP_BUILT),)
+$(HIP_DEVLIBS)/.ok: mk/hip-devlibs.sh $(OUT)/.hipclang
+	@made=$$(sh mk/hip-devlibs.sh "$(HIP_CLANG)" "$(HIP_DEVLIB_SRC)" $(HIP_DEVLIBS) $(HIPC_GOOD)) && \
+		{ [ -z "$$made" ] || echo "  HIPLIB  $(HIP_DEVLIB_SRC) has no $$made: made in $(HIP_DEVLIBS)"; } && touch $@
+
+$(addprefix $(OUT)/hip/copy_,$(addsuffix .co,$(HIP_GOOD))): $(OUT)/hip/copy_%.co: $(DEPS) $(OUT)/.hipcc
+	@mkdir -p $(dir $@); echo "  HIPCC   $(SRC) -> $*"
+	@$(HIPCC) $(HIPFLAGS) --genco --no-gpu-bundle-output --offload-arch=$* -Ikernels -Iinclude -o $@ $(SRC)
+$(addprefix $(OUT)/hip/copy_,$(addsuffix .co,$(HIPC_GOOD))): $(OUT)/hip/copy_%.co: $(DEPS) $(OUT)/.hipclang $(HIP_DEVLIBS)/.ok
+	@mkdir -p $(dir $@); echo "  CLANG   $(SRC) -> $* ($(notdir $(HIP_CLANG)), HIP headers of $(HIP_ROOT))"
+	@$(HIP_CLANG) $(HIP_CLANG_FLAGS) --cuda-device-only --no-gpu-bundle-output --offload-arch=$* -Ikernels -Iinclude \
+		-o $@ $(SRC)
+
+# The code objects built, each checked (an AMD GPU ELF for its arch, with kernels) and listed.
+$(OUT)/copy.hipfb: $(foreach a,$(HIP_BUILT),$(OUT)/hip/copy_$(a).co) mk/hip-bundle.sh
+	@echo "  HIPFB   $(notdir $@): $(HIP_BUILT)$(if $(HIP_SKIP), (skipped: $(HIP_SKIP): $(if $(HIPCC),$(HIPCC),no hipcc) \
+		and $(if $(HIP_CLANG),$(HIP_CLANG),no clang-19) cannot target $(if $(filter 1,$(words $(HIP_SKIP))),it,them)),)"
+	@sh mk/hip-bundle.sh $@ $(foreach a,$(HIP_BUILT),$(a)=$(OUT)/hip/copy_$(a).co@$(notdir \
+		$(if $(filter $(a),$(HIP_GOOD)),$(HIPCC),$(HIP_CLANG)))) | sed 's/^/          /'
 
 $(HIP_PART): $(OUT)/copy.hipfb
-	@sh mk/embed.sh hip $< "$(HIP_GOOD)" > $@.tmp && mv $@.tmp $@
+	@sh mk/embed.sh hip $< "$(HIP_BUILT)" > $@.tmp && mv $@.tmp $@
 else
-$(HIP_PART): $(DEPS) mk/probe-gpucc.sh $(OUT)/.hipcc
-	@echo "  KERNELS no HIP kernels for $(HIP_ARCHS): $(strip $(patsubst none:%,%,$(HIP_OK))); AMD GPUs get MORI_ENOKERNEL"
+$(HIP_PART): $(DEPS) mk/probe-gpucc.sh $(OUT)/.hipcc $(OUT)/.hipclang
+	@echo "  KERNELS no HIP kernels for $(HIP_ARCHS): $(strip $(patsubst none:%,%,$(HIP_OK)))$(if $(HIPC_OK),; \
+		$(strip $(patsubst none:%,%,$(HIPC_OK)))); AMD GPUs get MORI_ENOKERNEL"
 	@sh mk/embed.sh hip "" "" > $@.tmp && mv $@.tmp $@
 endif
 
 .PHONY: all FORCE
 
-# Every .cu of kernels/ compiled alone (PTX for compute_80: the front end and NVVM, not ptxas), so
-# none of them leans on what the aggregate unit included before it. tests/test_kernels_alone.sh
-# runs it (make check); without nvcc it says so and skips.
-ALONE := $(patsubst kernels/%.cu,$(OUT)/alone/%.ok,$(filter-out $(SRC),$(KSRC)))
+# Every .cu of kernels/ compiled alone (nvcc: PTX for compute_80, the front end and NVVM, not
+# ptxas; AMD: a syntax check for each arch built, by its compiler), so none of them leans on what
+# the aggregate unit included before it. tests/test_kernels_alone.sh runs it (make check);
+# without a compiler it says so and skips that side.
+KALONE := $(filter-out $(SRC),$(KSRC))
+ALONE := $(patsubst kernels/%.cu,$(OUT)/alone/%.ok,$(KALONE))
 ifeq ($(HAVE_NVCC),yes)
 $(OUT)/alone/%.ok: kernels/%.cu $(DEPS) $(OUT)/.nvcc
 	@mkdir -p $(dir $@); echo "  NVCC    $< alone"
 	@$(NVCC) $(NVFLAGS) --ptx -arch=compute_80 -Ikernels -Iinclude -o $(@:.ok=.ptx) $< && touch $@
 check-alone: $(ALONE)
 else
-check-alone:
-	@echo "skipped: no nvcc ($(NVCC_OK)): the kernels' sources were not compiled one by one"
+check-alone: check-alone-nv-skip
+check-alone-nv-skip:
+	@echo "skipped (CUDA): no nvcc ($(NVCC_OK)): the kernels' sources were not compiled one by one for NVIDIA"
 endif
-.PHONY: check-alone
+define hip_alone
+$(OUT)/alone/%.$(1).ok: kernels/%.cu $(DEPS) $(OUT)/.hipcc $(OUT)/.hipclang
+	@mkdir -p $$(dir $$@); echo "  HIP     $$< alone ($(1))"
+	@$(if $(filter $(1),$(HIP_GOOD)),$(HIPCC) $(HIPFLAGS) --genco,$(HIP_CLANG) $(HIP_CLANG_FLAGS) -nogpulib \
+		--cuda-device-only) --offload-arch=$(1) -fsyntax-only -Ikernels -Iinclude $$< && touch $$@
+check-alone: $(patsubst kernels/%.cu,$(OUT)/alone/%.$(1).ok,$(KALONE))
+endef
+$(foreach a,$(HIP_BUILT),$(eval $(call hip_alone,$(a))))
+ifeq ($(HIP_BUILT),)
+check-alone: check-alone-hip-skip
+check-alone-hip-skip:
+	@echo "skipped (AMD): no compiler here targets $(HIP_ARCHS): the kernels' sources were not compiled one by one for AMD"
+endif
+.PHONY: check-alone check-alone-nv-skip check-alone-hip-skip
 
 # MORI-IR: the device API as bitcode, its function table, the static device library.
 include mk/ir.mk

@@ -26,6 +26,7 @@ static int two_nodes;
 struct shared {
 	char msg[MAXPE][PE_MSG_LEN];
 	int cases[MAXPE];
+	int ended[MAXPE]; /* comm_deadline: this rank's call has returned */
 };
 static struct shared *SH;
 
@@ -238,6 +239,125 @@ static int pe_faults(int pe, int n, void *arg)
 	return 0;
 }
 
+/* A well-formed all-reduce after a refused call: every rank in step, the right sum. */
+static int in_step(int pe, int n, mori_comm *k)
+{
+	float x[64], y[64];
+	for (int i = 0; i < 64; i++)
+		x[i] = (float)(pe + 1), y[i] = -1;
+	POK(pe, mori_allreduce(k, x, y, 64, MORI_FLOAT32, MORI_SUM, NULL));
+	for (int i = 0; i < 64; i++)
+		PCHECK(pe, y[i] == (float)(n * (n + 1) / 2), "y[%d] = %g after a refused call, want %d", i, y[i],
+		       n * (n + 1) / 2);
+	return 0;
+}
+
+/* Each rank's collective differs on rank 1 only (the operation, the count, the dtype, the root,
+ * the reduction): every rank refuses it with MORI_EINVAL naming PE 1 and what it called, nothing
+ * is moved, and the next collective is right. */
+static int pe_mismatch(int pe, int n, void *arg)
+{
+	mori_client *c;
+	mori_group *g;
+	mori_comm *k;
+	if (open_pe(pe, n, "coll-mismatch", 20000000, &c, &g, &k))
+		return 1;
+	size_t big = 1000000; /* more chunks than the scratch holds (1 MiB) */
+	float *x = calloc(big * (size_t)n, sizeof(float)), *y = calloc(big * (size_t)n, sizeof(float));
+	PCHECK(pe, x && y, "out of memory");
+	for (size_t i = 0; i < big; i++)
+		x[i] = 1;
+	struct {
+		const char *what, *want;
+	} cases[] = {
+		{"allreduce count 100 / 4000", "count 4000"},
+		{"allreduce count 100 / 1000000", "count 1000000"},
+		{"allgather float32 / uint8", "uint8"},
+		{"broadcast root 0 / 1", "root 1"},
+		{"allreduce sum / max", "max"},
+		{"alltoall / allgather", "allgather"},
+		{"reducescatter count 64 / 65", "count 65"},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		int odd = pe == 1, rv = MORI_OK;
+		switch (i) {
+		case 0: rv = mori_allreduce(k, x, y, odd ? 4000 : 100, MORI_FLOAT32, MORI_SUM, NULL); break;
+		case 1: rv = mori_allreduce(k, x, y, odd ? big : 100, MORI_FLOAT32, MORI_SUM, NULL); break;
+		case 2: rv = mori_allgather(k, x, y, 64, odd ? MORI_UINT8 : MORI_FLOAT32, NULL); break;
+		case 3: rv = mori_broadcast(k, x, y, 64, MORI_FLOAT32, odd ? 1 : 0, NULL); break;
+		case 4: rv = mori_allreduce(k, x, y, 64, MORI_FLOAT32, odd ? MORI_MAX : MORI_SUM, NULL); break;
+		case 5: rv = odd ? mori_allgather(k, x, y, 64, MORI_FLOAT32, NULL)
+				 : mori_alltoall(k, x, y, 64, MORI_FLOAT32, NULL); break;
+		case 6: rv = mori_reducescatter(k, x, y, odd ? 65 : 64, MORI_FLOAT32, MORI_SUM, NULL); break;
+		}
+		const char *m = mori_client_last_error(c);
+		PCHECK(pe, rv == MORI_EINVAL && strstr(m, "PE 1 calls") && strstr(m, cases[i].want),
+		       "%s: %s (%s)", cases[i].what, mori_strerror(rv), m);
+		if (in_step(pe, n, k))
+			return 1;
+	}
+	free(x);
+	free(y);
+	mori_comm_destroy(k);
+	mori_shmem_finalize(g);
+	mori_client_close(c);
+	return 0;
+}
+
+/* The communicator's own deadline (1.5 s) ends its waits, not the group's (20 s): the last rank
+ * never calls, and exits only once the others' call has returned; theirs ends in MORI_ETIMEDOUT
+ * naming it and the communicator's deadline, never in MORI_ECANCELED at its exit. */
+static int pe_comm_deadline(int pe, int n, void *arg)
+{
+	mori_client *c;
+	mori_group *g;
+	mori_comm *k;
+	if (open_pe(pe, n, "coll-deadline", 20000000, &c, &g, &k))
+		return 1;
+	mori_comm_destroy(k);
+	mori_comm_opts co;
+	mori_comm_opts_init(&co, sizeof(co));
+	co.scratch_bytes = SCRATCH;
+	co.timeout_us = 1500000;
+	POK(pe, mori_comm_create(g, &co, &k));
+	float x[16] = {1}, y[16];
+	if (pe == n - 1) {
+		/* the others have returned (or 15 s passed: they waited past the communicator's deadline) */
+		WAIT_UNTIL(({
+				   int all = 1;
+				   for (int r = 0; r < n - 1; r++)
+					   all &= __atomic_load_n(&SH->ended[r], __ATOMIC_ACQUIRE);
+				   all;
+			   }),
+			   15000);
+		_exit(0); /* gone without a word: its session closes */
+	}
+	int rc = mori_allreduce(k, x, y, 16, MORI_FLOAT32, MORI_SUM, NULL);
+	__atomic_store_n(&SH->ended[pe], 1, __ATOMIC_RELEASE);
+	const char *m = mori_client_last_error(c);
+	char want[32];
+	snprintf(want, sizeof(want), "PE %d", n - 1);
+	PCHECK(pe, rc == MORI_ETIMEDOUT && strstr(m, want) && strstr(m, "1500 ms"),
+	       "a rank that never calls, communicator deadline 1.5 s, group's 20 s: %s (%s)", mori_strerror(rc), m);
+	mori_comm_destroy(k);
+	mori_shmem_finalize(g);
+	mori_client_close(c);
+	return 0;
+}
+
+START_TEST(mismatch)
+{
+	pe_run_all(3, pe_mismatch, NULL, 120, 0);
+}
+END_TEST
+
+START_TEST(comm_deadline)
+{
+	memset(SH->ended, 0, sizeof(SH->ended));
+	pe_run_all(3, pe_comm_deadline, NULL, 60, 0);
+}
+END_TEST
+
 START_TEST(every_collective)
 {
 	static const int sizes[] = {1, 2, 3, 4, 8};
@@ -273,6 +393,8 @@ int main(void)
 	tcase_add_loop_test(t, every_collective, 0, 5);
 	tcase_add_test(t, windows);
 	tcase_add_test(t, faults);
+	tcase_add_test(t, mismatch);
+	tcase_add_test(t, comm_deadline);
 	suite_add_tcase(s, t);
 	SRunner *r = srunner_create(s);
 	srunner_run_all(r, CK_NORMAL);

@@ -13,8 +13,10 @@
 #    or $ROCM_MORI's python/mori/ir/ops.py) for every function both have; mori's extra functions
 #    are listed;
 #  - mori_shmem_device.h compiles (clang-16 -x cuda -nocudainc) and declares every function;
-#  - where HIP's headers are: the same source compiles for AMD (gfx90a, gfx940) with every
-#    function of the table defined as declared;
+#  - AMD: every libmori_shmem_device_<gfx>.bc built (mk/ir.mk: gfx90a by hipcc, gfx942 by clang-19)
+#    is amdgcn bitcode for its arch with every function of the table defined as declared (llvm-19's
+#    tools: LLVM 16's cannot read clang-19's bitcode), and llc-19 turns it into a code object;
+#    skipped, saying why, where no AMD compiler is;
 #  - with nvcc: a CUDA program built with -rdc against libmori_shmem_device.a links
 #    (tests/ir_rdc_ring.cu, the ring that tests/device-ir.sh runs on the GPU machine).
 # Skips the bitcode checks, saying why, without clang-16/llvm-16 (tools/install-deps installs them).
@@ -83,9 +85,11 @@ command -v clang-16 > /dev/null && command -v llvm-dis-16 > /dev/null && command
 # check_bitcode FILE TAG: every function of the table defined in FILE with the declared types and
 # exported, nothing else exported but the state global (an externally initialised pointer in
 # global memory); prints what it found, fails with the differences.
+# LLVM_V: the version of llvm-dis and llvm-nm (16; 19 for AMD bitcode).
 check_bitcode() {
-	llvm-dis-16 "$1" -o "$T/$2.ll" || { echo "llvm-dis-16 cannot read $1"; return 1; }
-	llvm-nm-16 "$1" > "$T/$2.nm" || { echo "llvm-nm-16 $1"; return 1; }
+	local v=${LLVM_V:-16}
+	llvm-dis-$v "$1" -o "$T/$2.ll" || { echo "llvm-dis-$v cannot read $1"; return 1; }
+	llvm-nm-$v "$1" > "$T/$2.nm" || { echo "llvm-nm-$v $1"; return 1; }
 	"$PY" - "$J" "$T/$2.ll" "$T/$2.nm" <<-'EOF'
 	import json, re, sys
 	LL = {"int32": "i32", "uint32": "i32", "int64": "i64", "uint64": "i64", "float32": "float", "float64": "double"}
@@ -109,7 +113,9 @@ check_bitcode() {
 	    want = (LL[f["ret"]], [LL[a] for a in f["args"]])
 	    if (words[-1], params) != want:
 	        errs.append("%s: bitcode %s(%s), table %s(%s)" % (n, words[-1], ",".join(params), want[0], ",".join(want[1])))
-	exported = sorted(l.split()[-1] for l in open(sys.argv[3]) if l.split()[-2:-1] in (["T"], ["D"]))
+	# clang's compilation-unit id of a -fgpu-rdc HIP build (__hip_cuid_*) is not the API
+	exported = sorted(l.split()[-1] for l in open(sys.argv[3])
+	                  if l.split()[-2:-1] in (["T"], ["D"]) and not l.split()[-1].startswith("__hip_cuid_"))
 	want = sorted([f["name"] for f in t["functions"]] + [t["state_global"]])
 	if exported != want:
 	    errs.append("exported symbols differ: extra %s, missing %s" % (sorted(set(exported) - set(want)),
@@ -184,25 +190,33 @@ grep -q '^\.func\|call\.uni' "$T/k.ptx" && fail "the linked kernel still calls f
 [ -z "$PTXAS" ] || "$PTXAS" -arch=sm_90 -c "$T/k.ptx" -o "$T/k.o" || fail "ptxas rejects the linked kernel"
 pass "a consumer module (nvvm-reflect-ftz 1, as Triton's) links, inlines every call, keeps mori_shmem_state_ptr visible"
 
-# AMD: the same source through the HIP side of include/mori/device/gpu.h, compiled by clang-16 for the
-# gfx targets it knows (gfx90a, gfx940; gfx942 needs LLVM 17, gfx950 LLVM 19), with HIP's
-# headers where they are ($HIP_INCLUDE, /opt/rocm/include, /usr/include: Debian's
-# libamdhip64-dev has them). A compile check: these files are not shipped (mk/ir.mk builds
-# AMD bitcode with hipcc for the archs it targets).
-HIPINC=${HIP_INCLUDE:-}
-if [ -z "$HIPINC" ]; then
-	for d in /opt/rocm/include /usr/include; do [ -f "$d/hip/hip_runtime.h" ] && { HIPINC=$d; break; }; done
-fi
-if [ -n "$HIPINC" ]; then
-	for a in gfx90a gfx940; do
-		clang-16 -x hip --cuda-device-only -fgpu-rdc -nogpulib -nogpuinc -D__HIP_PLATFORM_AMD__ -I"$HIPINC" \
-			-Wno-ignored-attributes --offload-arch=$a -O2 -std=c++17 -DMORI_SHMEM_NO_KERNELS -Ikernels -Iinclude -emit-llvm -c \
-			-o "$T/amd_$a.bc" kernels/shmem.cu > "$T/amd.log" 2>&1 || fail "HIP compile for $a: $(tail -20 "$T/amd.log")"
-		out=$(check_bitcode "$T/amd_$a.bc" "amd_$a") || fail "AMD $a bitcode against the table: $out"
-	done
-	pass "AMD: kernels/shmem.cu compiles for gfx90a and gfx940 (clang-16, HIP headers of $HIPINC): $out"
+# AMD: the bitcode mk/ir.mk built for each arch, by the compiler of that arch's kernels. Where
+# clang-19 and HIP's headers are, gfx942 must be among them (else the build skipped it silently).
+amd=$(ls "$IR"/libmori_shmem_device_gfx*.bc 2> /dev/null)
+HIPCC_HERE=$(command -v hipcc || ls /opt/rocm/bin/hipcc 2> /dev/null)
+if [ -n "$HIPCC_HERE" ] || { command -v clang-19 > /dev/null && [ -f /usr/include/hip/hip_runtime.h ]; }; then
+	if command -v clang-19 > /dev/null && [ -f /usr/include/hip/hip_runtime.h ] && [ -d /usr/lib/x86_64-linux-gnu/amdgcn/bitcode ]; then
+		[ -f "$IR/libmori_shmem_device_gfx942.bc" ] || fail "clang-19 and HIP's headers are here but $IR/libmori_shmem_device_gfx942.bc was not built"
+	fi
+	[ -n "$amd" ] || fail "an AMD compiler is here (${HIPCC_HERE:-clang-19}) but no $IR/libmori_shmem_device_gfx*.bc was built"
+	if ! command -v llvm-dis-19 > /dev/null || ! command -v llvm-nm-19 > /dev/null || ! command -v llc-19 > /dev/null; then
+		echo "# AMD bitcode ($(basename -a $amd | tr '\n' ' ')) not checked: llvm-19 not installed (tools/install-deps installs it)"
+	else
+		archs=
+		for f in $amd; do
+			a=${f##*_}
+			a=${a%.bc}
+			out=$(LLVM_V=19 check_bitcode "$f" "amd_$a") || fail "AMD $a bitcode against the table: $out"
+			grep -q '^target triple = "amdgcn-amd-amdhsa"' "$T/amd_$a.ll" || fail "$f is not amdgcn-amd-amdhsa bitcode"
+			grep -q "\"target-cpu\"=\"$a\"" "$T/amd_$a.ll" || fail "$f's functions are not for target-cpu $a"
+			llc-19 -march=amdgcn -mcpu="$a" -filetype=obj -o "$T/amd_$a.o" "$f" 2> "$T/llc.log" ||
+				fail "llc-19 cannot codegen $f for $a: $(head -5 "$T/llc.log")"
+			archs="$archs $a"
+		done
+		pass "AMD bitcode for$archs: amdgcn-amd-amdhsa, $out; llc-19 codegens each for its arch"
+	fi
 else
-	echo "# AMD: not compile-checked: no HIP headers (hip/hip_runtime.h; HIP_INCLUDE=DIR names a directory with them)"
+	echo "# AMD: no AMD bitcode checked: neither hipcc nor clang-19 with HIP's headers is here (tools/install-deps installs them)"
 fi
 
 # The header: compiles, declares every function.

@@ -94,7 +94,8 @@ START_TEST(client_made_peers_are_capped_and_expire)
 		usleep(100000);
 	ck_assert_msg(n == 0, "%zu peers %llu ms after the opens failed", n, (unsigned long long)(mori_now_us() - t0) / 1000);
 	int fds2 = proc_fds(A.pid);
-	ck_assert_msg(fds2 <= fds0 + 1, "%d descriptors after the peers went (before %d)", fds2, fds0);
+	/* + 2: libnng's poller (an epoll and its eventfd) starts with the first dial and stays */
+	ck_assert_msg(fds2 <= fds0 + 1 + 2, "%d descriptors after the peers went (before %d)", fds2, fds0);
 	printf("# %d openers, cap %d: %d EBUSY, %d ECONN; peers %zu, fds %d -> %d -> %d (expired %.1f s after)\n",
 	       OPENERS, CAP, busy, conn, n1, fds0, fds1, fds2, (mori_now_us() - t0) / 1e6);
 	int st = daemon_stop(&A);

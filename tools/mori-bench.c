@@ -430,6 +430,7 @@ static void usage_exit(int code)
 		"       mori-bench ep [--dir RUNTIME_DIR] [--pes \"2 4 8\"] [--mode normal|ll|both] [--iters 30]   (tools/bench_ep.c)\n"
 		"       mori-bench kv --sim TRACE|synthetic [--capacity 1000,10000,50000] [--policy NAME,...|all]\n"
 		"                     (the KV store's eviction policies on a trace, offline: tools/bench_kv_sim.c)\n"
+		"       mori-bench flood --node HOST:PORT [--runtime-dir DIR] [--conns 2000] [--seconds 10]   (tools/bench_flood.c)\n"
 		"Same node (default): a forked target process publishes a region on the same morid; baseline\n"
 		"memcpy of the same bytes. Cross node: the target is on another morid; baseline a plain TCP\n"
 		"stream between the same two hosts.\n"
@@ -870,6 +871,7 @@ int bench_shmem_main(int argc, char **argv);
 int bench_ep_main(int argc, char **argv);
 int bench_coll_main(int argc, char **argv);
 int bench_kv_sim_main(int argc, char **argv);
+int bench_flood_main(int argc, char **argv);
 
 int main(int argc, char **argv)
 {
@@ -894,6 +896,8 @@ int main(int argc, char **argv)
 		return bench_coll_main(argc, argv); /* tools/bench_coll.c */
 	if (!strcmp(argv[1], "kv") && argc > 2 && !strcmp(argv[2], "--sim"))
 		return bench_kv_sim_main(argc, argv); /* tools/bench_kv_sim.c */
+	if (!strcmp(argv[1], "flood"))
+		return bench_flood_main(argc, argv); /* tools/bench_flood.c */
 	if (!strcmp(argv[1], "io-target")) {
 		parse(argc, argv, &o);
 		target_main(&o, 1);

@@ -88,6 +88,7 @@ static const struct opt opts[] = {
 	{"client_max_list_bytes", T_INT, S(client_max_list_bytes), 4096, 1ll << 40, "268435456", 1, "bytes of prepared-list descriptors one client may make morid hold, all its lists together"},
 	{"cluster_key_file", T_STR, S(cluster_key_file), 0, 0, "", 0, "cluster key (64 hex digits, mode 0600; moractl keygen makes one): peers authenticate with it; empty: peers are not authenticated"},
 	{"insecure_peers", T_INT, S(insecure_peers), 0, 1, "0", 0, "1: allow a non-loopback listen address without cluster_key_file (anyone who reaches it can use published memory)"},
+	{"local_fds_pct", T_INT, S(local_fds_pct), 0, 90, "25", 0, "percent of the descriptor limit (RLIMIT_NOFILE) kept for local sessions and moractl: the peer listener accepts no unauthenticated connection into it; 0: none kept"},
 	{"max_client_peers", T_INT, S(max_client_peers), 1, 1000, "64", 1, "peers a client's open may add that are not reached yet (not in peers=); one never reached goes 10 s after its last use"},
 	{"peer_dead_ms", T_INT, S(peer_dead_ms), 1000, 600000, "15000", 1, "a data stream whose link stays silent this long (keepalive, unacknowledged data) is down; its transfers end at their deadlines (new streams)"},
 	{"arena_mib", T_INT, S(arena_mib), 1, 1024, "64", 0, "per-client argument arena for cross-node batches, MiB"},

@@ -31,6 +31,7 @@ struct config {
 	int64_t client_max_groups;   /* MORI-SHMEM groups one client may be a PE of at once */
 	char cluster_key_file[256];  /* peer authentication; empty: none */
 	int64_t insecure_peers;      /* 1: listen on a non-loopback address without a key */
+	int64_t local_fds_pct;       /* share of RLIMIT_NOFILE the peer listener leaves to local sessions */
 	int64_t max_client_peers;    /* peers added for clients' opens, not yet reached */
 	int64_t peer_dead_ms;        /* data streams: keepalive idle and TCP_USER_TIMEOUT */
 	int64_t socket_mode;

@@ -12,4 +12,6 @@ const char *const counter_names[C_COUNT] = {
 	 * the write being ready to the copies seen done); frames whose copy to VRAM held their
 	 * stream's reading, and for how long */
 	"vram_send_waits", "vram_send_wait_us", "vram_recv_waits", "vram_recv_wait_us",
+	/* peer listener connections closed before they authenticated (cap, deadline, descriptors) */
+	"peer_connections_dropped",
 };

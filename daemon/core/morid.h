@@ -27,7 +27,7 @@ enum counter {
 	C_BYTES_RECEIVED, C_RELOADS, C_RELOAD_FAILURES, C_CQ_OVERFLOWS,
 	C_VRAM_STAGED, C_PEER_AUTH_REFUSED, C_NOTIFS_DROPPED, C_DATA_HANDSHAKES_DROPPED,
 	C_METRICS_CONNS_DROPPED, C_VRAM_UNPINNED, C_VRAM_TX_WAITS, C_VRAM_TX_WAIT_US,
-	C_VRAM_RX_WAITS, C_VRAM_RX_WAIT_US, C_COUNT
+	C_VRAM_RX_WAITS, C_VRAM_RX_WAIT_US, C_PEER_CONNS_DROPPED, C_COUNT
 };
 extern const char *const counter_names[C_COUNT];
 
@@ -102,9 +102,6 @@ struct morid {
 	uint64_t epoch;
 	uint64_t counters[C_COUNT];
 	uint64_t loop_iterations, last_watchdog_iter;
-	/* control socket (nng rep) */
-	nng_socket rep;
-	uv_poll_t rep_poll;
 	/* session socket */
 	int session_fd;
 	uv_poll_t session_poll;

@@ -1,5 +1,5 @@
 /* Authentication of the peer control link (the exchange is in auth.h). Requests from
- * other daemons arrive on the nng rep0 listener, each on the pipe (TCP connection) of its
+ * other daemons arrive on the listener (core/sp_rep.h), each on the pipe (TCP connection) of its
  * sender's req0 socket: a pipe is authenticated once its dialer answered our challenge, and only
  * requests on such a pipe are served. The dialer's half (peer.c) re-authenticates whenever a
  * request is refused for want of it (nng redialled on a new connection).
@@ -137,6 +137,18 @@ static void serve_auth(struct peers *P, uint32_t pipe, const Mori__PeerAuth *pa,
 	memset(e, 0, sizeof(*e));
 	*node = a->node;
 	mlog_info("peer", "peer %s authenticated (pipe %u)", a->node, pipe);
+}
+
+void peer_auth_forget(struct peers *P, uint32_t pipe)
+{
+	struct pauth_table *t = P->pauth;
+	if (!t)
+		return;
+	struct pauth *e = slot(t->pending, PAUTH_PENDING, pipe, 0, 0);
+	if (e)
+		memset(e, 0, sizeof(*e));
+	if ((e = slot(t->authed, PAUTH_AUTHED, pipe, 0, 0)))
+		memset(e, 0, sizeof(*e));
 }
 
 int peer_auth_gate(struct peers *P, uint32_t pipe, const Mori__Request *req, Mori__Reply *rep, struct rctx *r,

@@ -235,12 +235,7 @@ struct peers {
 	int npref;
 	void *tp[TR_MAX];             /* each transport's node-wide state */
 	char self[128];
-	nng_socket rep;               /* rep0 in raw mode: replies carry the request's header */
-	int rep_ok;
-	uv_poll_t rep_poll;
-	uv_timer_t rep_timer;         /* retries replies the pipe was not ready for */
-	nng_msg *rep_wait[64];        /* those replies, oldest first */
-	int nrep_wait;
+	struct sp_server *lsn;        /* the listener other daemons' requests arrive on */
 	uv_timer_t tick;
 	uv_prepare_t prep;
 	uv_idle_t prep_idle;          /* runs prep_jobs a step per loop turn */
@@ -284,6 +279,14 @@ void peers_dirty(struct peers *P);   /* run the transports' flush before the loo
 void peer_unref(struct peer *p);
 /* Close p's request path (daemon stopping); its poll handle lets go of p when closed. */
 void peer_close_requests(struct peer *p);
+/* The listener (core/sp_rep.h): anyone who reaches it may connect, so connections that have not
+ * authenticated (without a cluster key: sent no well-formed request) are bounded in number,
+ * time and message size, and the descriptors they may take (local_fds_pct is kept). */
+#define PEER_MAX_CONNS 1024
+#define PEER_UNAUTH_MAX 128
+#define PEER_AUTH_DEADLINE_MS 10000
+#define PEER_MAX_MSG (1u << 20)
+#define PEER_UNAUTH_MAX_MSG (16u << 10)
 /* How long closing a peer socket may take (svc_nng_close: nng 1.5.2 can deadlock in nng_close). */
 #define PEER_CLOSE_WAIT_MS 1000
 /* A handle (a stream, a QP connection...) that holds P until its close callback. */
@@ -338,6 +341,8 @@ const char *peer_auth_describe(struct peers *P);   /* for moractl status */
 /* A request from another daemon on nng pipe `pipe`: 1 serve it (*node: the node it authenticated
  * as, NULL without a key); 0 answered in rep (an authentication step, or refused: counted). An
  * authentication that succeeded sets *node too. */
+/* Connection pipe closed: its challenge or authentication goes. */
+void peer_auth_forget(struct peers *P, uint32_t pipe);
 int peer_auth_gate(struct peers *P, uint32_t pipe, const Mori__Request *req, Mori__Reply *rep, struct rctx *r,
 		   const char **node);
 /* The dialer's steps: a challenge (nc filled), then the answer to the listener's reply (0, or -1

@@ -2,12 +2,12 @@
  * listener at `listen` that other daemons' requests arrive on), reload, stop, serving those
  * requests (hello, lookups, opens, and each transport's own), and the listings moractl shows. */
 #include <nng/nng.h>
-#include <nng/protocol/reqrep0/rep.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "log.h"
 #include "core/mstats.h"
+#include "core/sp_rep.h"
 #include "peer.h"
 #include "peer_int.h"
 #include "svc/nng_close.h"
@@ -42,67 +42,26 @@ int (*peers_shmem_serve)(struct peers *P, const Mori__Request *req, const char *
 int (*peers_group_serve)(struct peers *P, const Mori__Request *req, const char *from, Mori__Reply *rep,
 			 struct rctx *r);
 
-/* ---- replies ----
- * nng 1.5's rep0 refuses a non-blocking send while the pipe's previous reply is still being
- * written by its thread; in cooked mode the refused reply is lost with the request's state (the
- * peer resends a second later and the request is served twice). In raw mode a reply is just a
- * message with the request's header: one the pipe was not ready for waits here and goes again
- * a millisecond later, in order. */
-static void reply_retry(uv_timer_t *t);
-
-static int reply_try(struct peers *P, nng_msg *m)
+/* A request from another daemon (or anyone who reached the listener) on connection k. */
+static void serve_one(struct sp_conn *k, const uint8_t *body, size_t len)
 {
-	int rc = nng_sendmsg(P->rep, m, NNG_FLAG_NONBLOCK);
-	if (rc == 0)
-		return 0;
-	if (rc == NNG_EAGAIN)
-		return 1;
-	mlog_info("peer", "reply to a peer request lost: %s", nng_strerror(rc)); /* the pipe is gone */
-	nng_msg_free(m);
-	return 0;
-}
-
-static void reply_send(struct peers *P, nng_msg *m)
-{
-	if (P->nrep_wait == 0 && !reply_try(P, m))
-		return;
-	if (P->nrep_wait == (int)(sizeof(P->rep_wait) / sizeof(P->rep_wait[0]))) {
-		mlog_ratelimited(MLOG_WARN, "peer", "replies to peer requests dropped: %d wait for their pipes", P->nrep_wait);
-		nng_msg_free(m); /* the peer resends after its timeout */
-		return;
-	}
-	P->rep_wait[P->nrep_wait++] = m;
-	if (!uv_is_active((uv_handle_t *)&P->rep_timer))
-		uv_timer_start(&P->rep_timer, reply_retry, 1, 1);
-}
-
-static void reply_retry(uv_timer_t *t)
-{
-	struct peers *P = t->data;
-	int k = 0;
-	while (k < P->nrep_wait && !reply_try(P, P->rep_wait[k]))
-		k++;
-	memmove(P->rep_wait, P->rep_wait + k, sizeof(P->rep_wait[0]) * (size_t)(P->nrep_wait - k));
-	P->nrep_wait -= k;
-	if (!P->nrep_wait)
-		uv_timer_stop(t);
-}
-
-static void serve_one(struct peers *P, nng_msg *m)
-{
+	struct peers *P = sp_conn_arg(k);
 	struct morid *d = P->d;
 	Mori__Reply rep = MORI__REPLY__INIT;
 	struct rctx r = {0};
-	Mori__Request *req = mori__request__unpack(NULL, nng_msg_len(m), nng_msg_body(m));
+	Mori__Request *req = mori__request__unpack(NULL, len, body);
 	const char *from = NULL; /* the node the sender authenticated as */
 	if (!req) {
 		count(d, C_BAD_REQUESTS, 1);
-		reply_error(&rep, MORI_EPROTO, "malformed request (%zu bytes)", nng_msg_len(m));
-	} else if (rep.id = req->id, !peer_auth_gate(P, (uint32_t)nng_pipe_id(nng_msg_get_pipe(m)), req, &rep, &r, &from)) {
+		reply_error(&rep, MORI_EPROTO, "malformed request (%zu bytes)", len);
+	} else if (rep.id = req->id, !peer_auth_gate(P, sp_conn_id(k), req, &rep, &r, &from)) {
 		struct peer *p = from && strcmp(from, P->self) ? peer_get(P, from, 1) : NULL;
-		if (p) /* it just authenticated: known for moractl peers */
+		if (from) /* it just authenticated: the untrusted rules end for k */
+			sp_conn_trust(k);
+		if (p) /* known for moractl peers */
 			p->auth_in = 1;
 	} else {
+		sp_conn_trust(k);
 		switch (req->body_case) {
 		case MORI__REQUEST__BODY_PEER_HELLO: {
 			Mori__PeerHello *ph = req->peer_hello;
@@ -201,28 +160,10 @@ static void serve_one(struct peers *P, nng_msg *m)
 					    (int)req->body_case);
 		}
 	}
-	size_t len = mori__reply__get_packed_size(&rep);
-	nng_msg_clear(m); /* the body; the header (the request's route back) stays */
-	if (nng_msg_realloc(m, len) == 0) {
-		mori__reply__pack(&rep, nng_msg_body(m));
-		reply_send(P, m);
-	} else {
-		nng_msg_free(m);
-	}
+	sp_conn_reply(k, &rep);
 	rctx_free(&r);
 	if (req)
 		mori__request__free_unpacked(req, NULL);
-}
-
-static void rep_readable(uv_poll_t *h, int status, int events)
-{
-	struct peers *P = h->data;
-	for (int i = 0; i < 32; i++) {
-		nng_msg *m;
-		if (nng_recvmsg(P->rep, &m, NNG_FLAG_NONBLOCK) != 0)
-			return;
-		serve_one(P, m);
-	}
 }
 
 /* ---- start and stop ---- */
@@ -232,29 +173,40 @@ static void handle_closed(uv_handle_t *h)
 	peers_release(h->data);
 }
 
+static const char *peer_admit(struct sp_conn *k, uint64_t len)
+{
+	return len > PEER_MAX_MSG ? "message over 1 MiB" : NULL;
+}
+
+static void peer_conn_closed(struct sp_conn *k)
+{
+	peer_auth_forget(sp_conn_arg(k), sp_conn_id(k));
+}
+
 static int listen_requests(struct peers *P)
 {
 	struct morid *d = P->d;
-	char url[160];
-	int rc, fd;
-	snprintf(url, sizeof(url), "tcp://%s", d->cfg.listen);
-	if ((rc = nng_rep0_open_raw(&P->rep)) != 0) {
-		mlog_err("peer", "nng_rep0_open_raw: %s", nng_strerror(rc));
+	const struct sp_rep_opts o = {
+		.sub = "peer",
+		.tcp = 1,
+		.max_conns = PEER_MAX_CONNS,
+		.max_untrusted = PEER_UNAUTH_MAX,
+		.untrusted_max_msg = PEER_UNAUTH_MAX_MSG,
+		.trust_ms = PEER_AUTH_DEADLINE_MS,
+		.handshake_ms = PEER_AUTH_DEADLINE_MS,
+		.keep_fds_pct = (int)d->cfg.local_fds_pct,
+		.dropped = C_PEER_CONNS_DROPPED,
+		.arg = P,
+		.admit = peer_admit,
+		.request = serve_one,
+		.closed = peer_conn_closed,
+	};
+	if (!(P->lsn = sp_rep_listen(d, &o, d->cfg.listen)))
 		return -1;
-	}
-	P->rep_ok = 1;
-	nng_socket_set_size(P->rep, NNG_OPT_RECVMAXSZ, 1 << 20);
-	if ((rc = nng_listen(P->rep, url, NULL, 0)) != 0 ||
-	    (rc = nng_socket_get_int(P->rep, NNG_OPT_RECVFD, &fd)) != 0) {
-		mlog_err("peer", "cannot listen on %s: %s", url, nng_strerror(rc));
-		return -1;
-	}
-	uv_poll_init(d->loop, &P->rep_poll, fd);
-	P->rep_poll.data = P;
-	uv_poll_start(&P->rep_poll, UV_READABLE, rep_readable);
-	peers_hold(P);
 	P->on = 1;
-	mlog_notice("peer", "peer listener %s (node %s, data port %u)", url, P->self, P->data_port);
+	mlog_notice("peer", "peer listener tcp://%s (node %s, data port %u; at most %d unauthenticated connections, "
+		    "%d ms each; %d %% of the descriptors kept for local sessions)", d->cfg.listen, P->self,
+		    P->data_port, PEER_UNAUTH_MAX, PEER_AUTH_DEADLINE_MS, (int)d->cfg.local_fds_pct);
 	return 0;
 }
 
@@ -282,12 +234,10 @@ int peers_start(struct morid *d, const struct transport *const *tr, int ntr)
 	if (peer_auth_start(P) != 0)
 		return -1;
 	uv_timer_init(d->loop, &P->tick);
-	uv_timer_init(d->loop, &P->rep_timer);
-	P->rep_timer.data = P;
 	uv_prepare_init(d->loop, &P->prep);
 	P->tick.data = P->prep.data = P;
 	peers_prep_init(P);
-	P->handles = 4;
+	P->handles = 3;
 	snprintf(P->self, sizeof(P->self), "%s", d->cfg.advertise[0] ? d->cfg.advertise : d->cfg.listen);
 	if (!d->cfg.listen[0])
 		mlog_info("peer", "no listen address: cross-node service off");
@@ -351,17 +301,11 @@ void peers_stop(struct morid *d)
 	for (int i = 0; i < HBUCKETS; i++)
 		list_each(it, &P->refs.b[i])
 			free(list_entry(it, struct rref, hlink));
-	if (P->rep_ok) {
-		if (P->on)
-			uv_close((uv_handle_t *)&P->rep_poll, handle_closed);
-		svc_nng_close(P->rep, PEER_CLOSE_WAIT_MS, "the peer listener");
-	}
+	sp_rep_close(P->lsn); /* its connections' close hooks reach the auth tables: before those go */
+	P->lsn = NULL;
 	P->on = 0;
 	peer_auth_stop(P);
 	uv_close((uv_handle_t *)&P->tick, handle_closed);
-	while (P->nrep_wait)
-		nng_msg_free(P->rep_wait[--P->nrep_wait]);
-	uv_close((uv_handle_t *)&P->rep_timer, handle_closed);
 	uv_close((uv_handle_t *)&P->prep, handle_closed);
 	uv_close((uv_handle_t *)&P->prep_idle, handle_closed);
 	d->peers = NULL;

@@ -647,6 +647,12 @@ static void on_message(struct morid *d, const Mori__PeerGroup *m)
 	tick_arm();
 }
 
+static int holds(uint64_t member_gid, uint64_t root_gid)
+{
+	struct lgroup *g = lg_find(member_gid);
+	return g && (!g->root_gid || root_gid == g->root_gid);
+}
+
 /* Something this daemon sent never arrived: to the root (our PEs lose it), or, as the root, to
  * a member daemon (its PEs are lost to the group). */
 static void on_failure(struct morid *d, const char *node, const Mori__PeerGroup *m, int code, const char *why)
@@ -701,6 +707,7 @@ static int do_call(struct client *c, const Mori__Request *req, Mori__Reply *rep)
 	m.size = q->size;
 	m.align = q->align;
 	m.offset = q->offset;
+	m.timeout_ms = q->timeout_ms;
 	p->waiting = W_CALL;
 	p->wait_req = req->id;
 	p->wait_seq = q->seq;
@@ -924,7 +931,7 @@ int groups_start(struct morid *d)
 	uv_timer_init(d->loop, &G.tick);
 	G.on = 1;
 	root_start(d);
-	return glink_start(d, on_message, on_failure);
+	return glink_start(d, on_message, on_failure, holds);
 }
 
 void groups_stop(struct morid *d)

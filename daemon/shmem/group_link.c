@@ -25,6 +25,7 @@ static struct {
 	struct morid *d;
 	glink_recv_fn recv;
 	glink_fail_fn fail;
+	glink_known_fn known;
 	uv_idle_t idle;
 	int on;
 	struct qmsg *head, **tail;
@@ -81,6 +82,9 @@ static int serve(struct peers *P, const Mori__Request *req, const char *from, Mo
 		mlog_ratelimited(MLOG_WARN, "group", "a daemon authenticated as %s sent a group message as %s: refused",
 				 from, m->node);
 		reply_error(rep, MORI_EPERM, "authenticated as %s, not %s", from, m->node);
+	} else if (m->kind == GL_EVENT && L.known && !L.known(m->member_gid, m->root_gid)) {
+		reply_error(rep, MORI_ENOENT, "%s holds no PE of group '%s' (member group %llu): it restarted, or they "
+			    "left", glink_self(L.d), m->name ? m->name : "?", (unsigned long long)m->member_gid);
 	} else if (enqueue(m) != MORI_OK) {
 		reply_error(rep, MORI_ENOMEM, "out of memory");
 	}
@@ -153,11 +157,12 @@ int glink_send(struct morid *d, const char *node, Mori__PeerGroup *m)
 	return MORI_OK;
 }
 
-int glink_start(struct morid *d, glink_recv_fn recv, glink_fail_fn fail)
+int glink_start(struct morid *d, glink_recv_fn recv, glink_fail_fn fail, glink_known_fn known)
 {
 	L.d = d;
 	L.recv = recv;
 	L.fail = fail;
+	L.known = known;
 	L.head = NULL;
 	L.tail = &L.head;
 	uv_idle_init(d->loop, &L.idle);

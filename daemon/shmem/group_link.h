@@ -23,7 +23,12 @@ typedef void (*glink_recv_fn)(struct morid *d, const Mori__PeerGroup *m);
 typedef void (*glink_fail_fn)(struct morid *d, const char *node, const Mori__PeerGroup *m, int code,
 			      const char *why);
 
-int glink_start(struct morid *d, glink_recv_fn recv, glink_fail_fn fail);
+/* Does this daemon hold the member group an event is for (member_gid, of the root's root_gid)? */
+typedef int (*glink_known_fn)(uint64_t member_gid, uint64_t root_gid);
+
+/* known: an event for a member group this daemon does not hold is refused (MORI_ENOENT), so that
+ * a root whose member daemon restarted (and lost its groups) learns it from its next event. */
+int glink_start(struct morid *d, glink_recv_fn recv, glink_fail_fn fail, glink_known_fn known);
 void glink_stop(struct morid *d);
 /* This daemon's peer address ("" without a peer listener). */
 const char *glink_self(struct morid *d);

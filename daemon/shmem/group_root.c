@@ -47,6 +47,7 @@ struct rgroup {
 	uint64_t seq;             /* the call being gathered: every PE's call number seq */
 	int arrived;
 	uint64_t call_deadline_us;
+	uint32_t call_timeout_ms;     /* the shortest deadline a PE gave the call (at most timeout_ms) */
 	uint64_t calls;           /* calls completed */
 	uint32_t abort;
 	int32_t abort_pe;
@@ -403,6 +404,8 @@ static void describe(const struct rrank *k, char *buf, size_t len)
 			 (unsigned long long)k->align);
 	else if (k->op == SHMEM_CALL_FREE)
 		snprintf(buf, len, "free(heap offset %#llx)", (unsigned long long)k->offset);
+	else if (k->op == SHMEM_CALL_BARRIER)
+		shmem_coll_describe(buf, len, k->size, k->align);
 	else
 		snprintf(buf, len, "%s", op_name(k->op));
 }
@@ -415,7 +418,7 @@ static int same_call(const struct rrank *a, const struct rrank *b)
 		return a->size == b->size && a->align == b->align;
 	if (a->op == SHMEM_CALL_FREE)
 		return a->offset == b->offset;
-	return 1;
+	return a->size == b->size && a->align == b->align; /* a collective's arguments (shmem_coll_tag) */
 }
 
 /* Every PE made call g->seq: compare them, run it, answer them all. */
@@ -498,8 +501,13 @@ void root_call(struct morid *d, const Mori__PeerGroup *m)
 	k->size = m->size;
 	k->align = m->align;
 	k->offset = m->offset;
-	if (g->arrived++ == 0)
-		g->call_deadline_us = mori_now_us() + g->timeout_ms * 1000ull;
+	/* the call ends at the shortest deadline any PE gave it (a communicator's own) */
+	uint32_t t = m->timeout_ms && m->timeout_ms < g->timeout_ms ? m->timeout_ms : g->timeout_ms;
+	uint64_t due = mori_now_us() + t * 1000ull;
+	if (g->arrived++ == 0 || due < g->call_deadline_us) {
+		g->call_deadline_us = due;
+		g->call_timeout_ms = t;
+	}
 	if (g->arrived == g->world)
 		complete_call(g);
 }
@@ -605,7 +613,7 @@ int root_tick(struct morid *d, uint64_t now)
 			rank_list(g, not_arrived, ranks, sizeof(ranks));
 			abort_group(g, MORI_SHMEM_ABORT_TIMEOUT, first,
 				    "call #%llu (%s) of group '%s' timed out after %u ms: PE%s %s never made it (%d of %d did)",
-				    (unsigned long long)g->seq, what, g->name, g->timeout_ms,
+				    (unsigned long long)g->seq, what, g->name, g->call_timeout_ms,
 				    strchr(ranks, ',') || strchr(ranks, '-') ? "s" : "", ranks, g->arrived, g->world);
 		}
 	}

@@ -17,7 +17,7 @@ BC = os.path.join(BUILD, "kernels", "ir", "libmori_shmem_device.bc")
 
 @pytest.fixture(autouse=True)
 def fresh(monkeypatch):
-    for k in ("MORI_SHMEM_BC", "MORI_IR_DIR", "MORI_IR_TABLE"):
+    for k in ("MORI_SHMEM_BC", "MORI_IR_DIR", "MORI_IR_TABLE", "MORI_GPU_ARCH"):
         monkeypatch.delenv(k, raising=False)
     ir._table = None
     yield
@@ -93,3 +93,37 @@ def test_triton_wrappers():
 
 def test_package_attribute():
     assert mori.ir is ir
+
+
+def test_bitcode_by_gpu(tmp_path, monkeypatch):
+    """The file for the GPU found: AMD's per arch (KFD's gfx_target_version), NVIDIA's otherwise."""
+    for name in ("libmori_shmem_device.bc", "libmori_shmem_device_gfx942.bc", "libmori_shmem_device_gfx90a.bc"):
+        (tmp_path / name).write_bytes(b"BC")
+    monkeypatch.setenv("MORI_IR_DIR", str(tmp_path))
+    nodes = tmp_path / "nodes"
+    monkeypatch.setattr(ir, "_KFD_NODES", str(nodes))
+    assert ir.gpu_arch() is None  # no KFD: not an AMD machine
+    assert ir.find_bitcode() == str(tmp_path / "libmori_shmem_device.bc")
+    # node 0 a CPU (gfx_target_version 0), node 1 an MI300X (9.4.2), node 2 an MI250X (9.0.10)
+    for n, v in ((0, 0), (1, 90402), (2, 90010)):
+        (nodes / str(n)).mkdir(parents=True)
+        (nodes / str(n) / "properties").write_text("cpu_cores_count 0\ngfx_target_version %d\nsimd_count 1216\n" % v)
+    assert ir.gpu_arch() == "gfx942"
+    assert ir.find_bitcode() == str(tmp_path / "libmori_shmem_device_gfx942.bc")
+    assert ir.find_bitcode("gfx90a:sramecc+:xnack-") == str(tmp_path / "libmori_shmem_device_gfx90a.bc")
+    assert ir.find_bitcode("sm_90") == str(tmp_path / "libmori_shmem_device.bc")
+    monkeypatch.setenv("MORI_GPU_ARCH", "gfx90a")
+    assert ir.find_bitcode() == str(tmp_path / "libmori_shmem_device_gfx90a.bc")
+    with pytest.raises(FileNotFoundError, match="libmori_shmem_device_gfx950.bc"):
+        ir.find_bitcode("gfx950")
+
+
+def test_amd_bitcode_built():
+    """Where the build made AMD bitcode (mk/ir.mk), mori.ir finds it by arch beside the NVIDIA file."""
+    d = os.path.join(BUILD, "kernels", "ir")
+    amd = sorted(f for f in os.listdir(d) if f.startswith("libmori_shmem_device_gfx")) if os.path.isdir(d) else []
+    if not amd:
+        pytest.skip("no AMD bitcode in %s (no hipcc or clang-19 here: tools/install-deps installs them)" % d)
+    for f in amd:
+        arch = f[len("libmori_shmem_device_"):-len(".bc")]
+        assert ir.find_bitcode(arch) == os.path.abspath(os.path.join(d, f))

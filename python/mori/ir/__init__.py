@@ -2,7 +2,8 @@
 mori.ir; NVIDIA ships the same pattern as libnvshmem_device.bc).
 
     from mori import ir
-    ir.find_bitcode()          # path of libmori_shmem_device.bc (nvptx64)
+    ir.find_bitcode()          # the bitcode for this machine's GPU: libmori_shmem_device.bc
+                               # (nvptx64) or libmori_shmem_device_gfx942.bc (amdgcn, per arch)
     ir.FUNCTIONS["putmem_nbi_signal_block"]   # {"symbol": ..., "args": [...], "ret": ...}
     ir.SIGNAL_SET, ir.SIGNAL_ADD              # 9, 10 (ROCm/mori's and NVSHMEM's numbers)
     from mori.ir import triton as mt          # Triton wrappers of every function (imports triton)
@@ -22,6 +23,8 @@ import json
 import os
 
 _BC = "libmori_shmem_device.bc"
+_AMD_BC = "libmori_shmem_device_%s.bc"
+_KFD_NODES = "/sys/class/kfd/kfd/topology/nodes"  # AMD's kernel driver: one directory a GPU or CPU
 _TABLE = "libmori_shmem_device.json"
 _here = os.path.dirname(os.path.abspath(__file__))
 
@@ -60,14 +63,45 @@ def _find(name, env):
         if os.path.isfile(f):
             return f
         tried.append(f)
-    raise FileNotFoundError("%s not found; tried %s (build it with `make all`: mk/ir.mk needs clang-16; "
+    raise FileNotFoundError("%s not found; tried %s (build it with `make all`: mk/ir.mk needs clang-16, AMD's hipcc or clang-19; "
                             "or set $%s or $MORI_IR_DIR)" % (name, ", ".join(tried), env))
 
 
-def find_bitcode():
-    """Absolute path of libmori_shmem_device.bc (NVIDIA, nvptx64): $MORI_SHMEM_BC, else the first of
-    $MORI_IR_DIR, this package's directory, the checkout's build tree ($B/kernels/ir), the
-    installed <libdir>/mori/ir. FileNotFoundError naming every place tried."""
+def gpu_arch():
+    """The arch of this machine's first AMD GPU as its compiler names it ("gfx942"), from the
+    KFD topology (gfx_target_version 90402: major 9, minor 4, stepping 2); None where there is
+    none (an NVIDIA machine, or no GPU). $MORI_GPU_ARCH overrides ("gfx90a", "sm_90")."""
+    env = os.environ.get("MORI_GPU_ARCH")
+    if env:
+        return env
+    try:
+        nodes = sorted(os.listdir(_KFD_NODES), key=lambda n: int(n) if n.isdigit() else 0)
+    except OSError:
+        return None
+    for n in nodes:
+        try:
+            with open(os.path.join(_KFD_NODES, n, "properties")) as f:
+                props = dict(line.split(None, 1) for line in f if len(line.split()) == 2)
+            v = int(props.get("gfx_target_version", "0"))
+        except (OSError, ValueError):
+            continue
+        if v:  # CPU nodes have 0
+            return "gfx%d%x%x" % (v // 10000, v // 100 % 100, v % 100)
+    return None
+
+
+def find_bitcode(arch=None):
+    """Absolute path of the bitcode for arch: libmori_shmem_device.bc (NVIDIA, nvptx64, one file
+    for every sm_XX) or, for an AMD "gfxNNN" (target features after a colon are ignored),
+    libmori_shmem_device_gfxNNN.bc (amdgcn bitcode is specific to its arch). arch None: this
+    machine's GPU (gpu_arch(): an AMD GPU's arch, else NVIDIA's file). $MORI_SHMEM_BC overrides,
+    else the first of $MORI_IR_DIR, this package's directory, the checkout's build tree
+    ($B/kernels/ir), the installed <libdir>/mori/ir. FileNotFoundError naming every place tried."""
+    if arch is None:
+        arch = gpu_arch()
+    arch = (arch or "").split(":")[0]
+    if arch.startswith("gfx"):
+        return os.path.abspath(_find(_AMD_BC % arch, "MORI_SHMEM_BC"))
     return os.path.abspath(_find(_BC, "MORI_SHMEM_BC"))
 
 
@@ -122,4 +156,4 @@ def table_constants():
     return dict(table()["constants"])
 
 
-__all__ = ["find_bitcode", "get_bitcode_path", "table", "table_constants"]
+__all__ = ["find_bitcode", "get_bitcode_path", "gpu_arch", "table", "table_constants"]
