@@ -138,8 +138,8 @@ $(B)/tests/test_kv_logic: $(B)/obj/tests/test_kv_logic.o $(KVREPLAY_O) $(B)/libm
 	@mkdir -p $(dir $@); echo "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(B)/libmori.a $(PKG_LIBS) $(CHECK_LIBS) -lm
 
-# moractl's observation commands (topo, diagnose, metrics) are in tools/moractl_obs.c.
-$(B)/moractl: $(B)/obj/tools/moractl.o $(B)/obj/tools/moractl_obs.o $(B)/libmori-svc.a $(B)/libmori.a
+# moractl's observation commands (topo, diagnose, metrics) are in tools/moractl_obs.c, kv in moractl_kv.c.
+$(B)/moractl: $(B)/obj/tools/moractl.o $(B)/obj/tools/moractl_obs.o $(B)/obj/tools/moractl_kv.o $(B)/libmori-svc.a $(B)/libmori.a
 	@echo "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(B)/libmori-svc.a $(B)/libmori.a $(PKG_LIBS) -lm
 
@@ -217,7 +217,7 @@ install: $(B)/morid $(addprefix $(B)/,$(TOOLS)) $(B)/libmori.so $(B)/libmori.a
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include \
 	  $(DESTDIR)/etc/mori $(DESTDIR)$(PREFIX)/lib/systemd/system
 	install -m 755 $(B)/morid $(addprefix $(B)/,$(TOOLS)) $(DESTDIR)$(PREFIX)/bin/
-	install -m 644 include/mori.h include/mori_types.h include/mori_shmem.h include/mori_ep.h include/mori_coll.h include/mori_cco.h \
+	install -m 644 include/mori.h include/mori_types.h include/mori_shmem.h include/mori_ep.h include/mori_coll.h include/mori_cco.h include/mori_umbp.h \
 	  $(DESTDIR)$(PREFIX)/include/
 	@# the device API (kernels include it) and the types host and device share, as NVSHMEM splits them
 	install -d $(DESTDIR)$(PREFIX)/include/mori/device $(DESTDIR)$(PREFIX)/include/mori/device_host

@@ -38,7 +38,9 @@
  *   value of 0 bytes), MORI_EMSGSIZE (value larger than the store takes, or a get's buffer
  *   smaller than the value: item.len says the size needed), MORI_ENOMEM (no room: quota or tier
  *   full of leased or hard-pinned values), MORI_EIO (the SSD copy failed its checksum: the key is
- *   dropped and counted, never returned with wrong bytes), MORI_ETIMEDOUT.
+ *   dropped and counted, never returned with wrong bytes), MORI_ETIMEDOUT (a get's lease expired
+ *   while it copied, kv_lease_max_ms, so the bytes may be torn; or a put found no room before the
+ *   call's deadline while values were still spilling to SSD).
  * Thread safety: a mori_umbp may be used from several threads at once. After fork() the child's
  * calls fail with MORI_ESTALE, as every call on its client does.
  */
@@ -129,9 +131,9 @@ MORI_API int mori_umbp_get(mori_umbp *u, const void *key, size_t key_len, void *
 /* 1 if key is in the store (on any tier), 0 if not, or a negative MORI_E*. ROCm/mori: Exists. */
 MORI_API int mori_umbp_exists(mori_umbp *u, const void *key, size_t key_len);
 
-/* Batches of n items (n >= 1, at most the daemon's kv_batch_max): one round trip to morid for the
- * slots or leases of the whole batch and one for the commit or release; the values' copies run in
- * parallel. Each item gets its own status; the call returns MORI_OK when it ran (whatever the
+/* Batches of n items (n >= 1): one round trip to morid for the slots or leases of the whole batch
+ * and one for the commit or release (a batch over the daemon's kv_batch_max goes in several); the
+ * values' copies run in parallel. Each item gets its own status; the call returns MORI_OK when it ran (whatever the
  * items' statuses), or an error of the whole call (MORI_EINVAL for items NULL or n 0,
  * MORI_ECONN, MORI_ETIMEDOUT, MORI_ESTALE), in which case no item of a put was committed.
  * *n_ok (may be NULL) gets the number of items whose status is MORI_OK.

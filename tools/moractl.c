@@ -33,6 +33,7 @@ static void usage(FILE *f)
 		"  topo        GPUs, NICs, CPUs, NUMA: a matrix like nvidia-smi topo -m, and each GPU's NIC ranking\n"
 		"  diagnose    checks with verdict (ok, warning, problem, skipped) and remedy; exit 1 on a problem\n"
 		"  metrics     morid's Prometheus metrics (the text its metrics_listen endpoint serves)\n"
+		"  kv          the KV store (UMBP): keys and bytes per tier, hits, evictions, spills, leases, uids\n"
 		"  clients     attached clients\n"
 		"  memory      registered memory regions\n"
 		"  peers       other nodes' daemons and per-peer counters\n"
@@ -688,6 +689,8 @@ int main(int argc, char **argv)
 		return moractl_diagnose(url, timeout_ms, json);
 	if (!strcmp(cmd, "metrics"))
 		return moractl_metrics(url, timeout_ms, json);
+	if (!strcmp(cmd, "kv"))
+		return moractl_kv(url, timeout_ms, json);
 	if (!strcmp(cmd, "clients"))
 		return cmd_list(1);
 	if (!strcmp(cmd, "memory"))

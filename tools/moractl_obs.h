@@ -11,6 +11,8 @@
 int moractl_topo(const char *url, int timeout_ms, int json);
 int moractl_diagnose(const char *url, int timeout_ms, int json);
 int moractl_metrics(const char *url, int timeout_ms, int json);
+/* moractl kv (moractl_kv.c): the KV store's state; 1 when morid did not answer or has no store. */
+int moractl_kv(const char *url, int timeout_ms, int json);
 
 /* Shared by moractl.c (which defines them) and moractl_obs.c. */
 /* req to the daemon at url within timeout_ms; its reply (the caller frees it) when that is code

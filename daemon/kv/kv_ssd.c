@@ -377,7 +377,7 @@ static void compact_write_done(struct kv_ssd *s, struct op *o, int e)
 		} else {
 			seg_ent_del(c->g, i);
 			settle_entry(o->seg, o->off, 1);
-			if (!(o->old_flags & ENT_TOMB) && s->moved) {
+			if (!(o->old_flags & ENT_TOMB) && s->moved && !s->closing) { /* the owner may be gone once closed */
 				struct rec_hdr h;
 				memcpy(&h, o->buf, sizeof(h));
 				s->moved(s->arg, o->buf + sizeof(h), h.key_len, h.uid, h.gen, &o->old, &o->loc);

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "host_port.h"
+#include "kv/kv_store.h"
 #include "log.h"
 #include "metrics.h"
 #include "core/morid.h"
@@ -225,6 +226,58 @@ static void render_rdma(struct buf *b, struct morid *d)
 	}
 }
 
+/* The KV store (UMBP): node-wide gauges and counters, then each uid's. */
+static void render_kv(struct buf *b, struct morid *d)
+{
+	Mori__KvStats s;
+	struct rctx r = {0};
+	if (kv_stats_fill(d, &s, &r, 1, 0) <= 0) {
+		rctx_free(&r);
+		return;
+	}
+	const struct { const char *name, *type, *help; uint64_t v; } e[] = {
+		{"mori_kv_dram_keys", "gauge", "Keys whose value is in the KV store's DRAM tier.", s.dram_keys},
+		{"mori_kv_dram_bytes", "gauge", "Bytes of values in the DRAM tier.", s.dram_bytes},
+		{"mori_kv_dram_allocated_bytes", "gauge", "DRAM tier bytes the values take (64-byte granules).", s.dram_allocated},
+		{"mori_kv_dram_capacity_bytes", "gauge", "The DRAM tier's capacity (kv_dram_bytes).", s.dram_capacity},
+		{"mori_kv_ssd_keys", "gauge", "Keys whose value is only on the SSD tier.", s.ssd_keys},
+		{"mori_kv_ssd_bytes", "gauge", "Bytes of values on the SSD tier.", s.ssd_bytes},
+		{"mori_kv_ssd_capacity_bytes", "gauge", "The SSD tier's capacity.", s.ssd_capacity},
+		{"mori_kv_leases", "gauge", "Leases of gets held now.", s.leases},
+		{"mori_kv_reservations", "gauge", "Puts allocated and not yet committed.", s.reservations},
+		{"mori_kv_hits_total", "counter", "Gets that found their key.", s.hits},
+		{"mori_kv_misses_total", "counter", "Gets that did not.", s.misses},
+		{"mori_kv_puts_total", "counter", "Values committed.", s.puts},
+		{"mori_kv_evictions_total", "counter", "Values evicted from DRAM (spilled or dropped).", s.evictions},
+		{"mori_kv_spills_total", "counter", "Values written to the SSD tier on eviction.", s.spills},
+		{"mori_kv_promotions_total", "counter", "Values read back from SSD into DRAM.", s.promotions},
+		{"mori_kv_expired_leases_total", "counter", "Leases and reservations ended by kv_lease_max_ms.", s.expired_leases},
+		{"mori_kv_ssd_errors_total", "counter", "Values dropped after SSD checksum or I/O errors.", s.ssd_errors},
+	};
+	for (size_t i = 0; i < sizeof(e) / sizeof(e[0]); i++) {
+		family(b, e[i].name, e[i].type, e[i].help);
+		bprintf(b, "%s %llu\n", e[i].name, (unsigned long long)e[i].v);
+	}
+	static const struct { const char *name, *type, *help; } fam[] = {
+		{"mori_kv_uid_keys", "gauge", "Keys of the uid in the KV store."},
+		{"mori_kv_uid_used_bytes", "gauge", "Bytes the uid's values take, both tiers."},
+		{"mori_kv_uid_quota_bytes", "gauge", "The uid's quota (0: none)."},
+		{"mori_kv_uid_hits_total", "counter", "The uid's gets that found their key."},
+		{"mori_kv_uid_misses_total", "counter", "The uid's gets that did not."},
+		{"mori_kv_uid_evictions_total", "counter", "The uid's values evicted from DRAM."},
+	};
+	for (size_t f = 0; f < sizeof(fam) / sizeof(fam[0]); f++) {
+		family(b, fam[f].name, fam[f].type, fam[f].help);
+		for (size_t i = 0; i < s.n_uids; i++) {
+			const Mori__KvUidStats *u = s.uids[i];
+			uint64_t v = f == 0 ? u->keys : f == 1 ? u->used_bytes : f == 2 ? u->quota_bytes : f == 3 ? u->hits
+				   : f == 4 ? u->misses : u->evictions;
+			bprintf(b, "%s{uid=\"%u\"} %llu\n", fam[f].name, u->uid, (unsigned long long)v);
+		}
+	}
+	rctx_free(&r);
+}
+
 char *metrics_render(struct morid *d, size_t *len)
 {
 	struct buf b = {.p = malloc(16384), .cap = 16384};
@@ -236,6 +289,7 @@ char *metrics_render(struct morid *d, size_t *len)
 	render_peers(&b, d);
 	render_clients(&b, d);
 	render_rdma(&b, d);
+	render_kv(&b, d);
 	if (b.oom) {
 		free(b.p);
 		return NULL;

@@ -1,0 +1,947 @@
+/* The KV store's entries (kv_int.h): versions of keys, the reservations of puts and the leases
+ * of gets that clients hold on them, eviction under the watermarks and the uids' quotas, pins.
+ * A version lives while it is in the index or while anyone holds it (refs): a put replacing a
+ * key, a remove or an eviction takes it out of the index, and the last lease frees it. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "invariant.h"
+#include "kv/kv_int.h"
+#include "log.h"
+
+#define KV_HOLDS_MAX (1u << 20) /* holds one client may have at once (each names a hold slot) */
+#define HOLD_IDX_BITS 24
+
+static struct kv_entry *entry_of(struct kv_pnode *n)
+{
+	return (struct kv_entry *)((char *)n - offsetof(struct kv_entry, pn));
+}
+
+struct kv_uid *kv_uid_get(struct kv_store *st, uid_t uid)
+{
+	for (uint32_t i = 0; i < st->nuids; i++)
+		if (st->uids[i].uid == uid)
+			return &st->uids[i];
+	struct kv_uid *nu = realloc(st->uids, sizeof(*nu) * (st->nuids + 1));
+	MORI_REQUIRE(nu, "out of memory for a uid's record"); /* tens of bytes, once per uid */
+	st->uids = nu;
+	memset(&nu[st->nuids], 0, sizeof(*nu));
+	nu[st->nuids].uid = uid;
+	return &nu[st->nuids++];
+}
+
+/* ---- entries ---- */
+
+static void entry_free(struct kv_store *st, struct kv_entry *e)
+{
+	struct kv_uid *u = kv_uid_get(st, e->uid);
+	if (e->tier == KV_TIER_DRAM)
+		kv_dram_release(st->dram, &e->u.ext);
+	if (e->flags & KV_F_SPILLING)
+		st->spilling -= kv_ext_bytes(&e->u.ext);
+	MORI_REQUIRE(u->used >= e->size, "uid usage underflow");
+	u->used -= e->size;
+	if (e->state == KV_ZOMBIE)
+		st->zombies--;
+	st->entry_bytes -= sizeof(*e) + e->key_len;
+	free(e);
+}
+
+enum unlink_how {
+	U_REMOVED,      /* removed or replaced: a tombstone keeps a restart from bringing it back */
+	U_EVICTED,      /* evicted from DRAM: its policy's victim */
+	U_EVICTED_SSD,  /* evicted from the SSD tier: gone */
+	U_DROPPED,      /* its SSD record failed its checksum */
+};
+
+static struct kv_policy *policy_of(struct kv_store *st, const struct kv_entry *e)
+{
+	return e->tier == KV_TIER_SSD ? st->pol_ssd : st->pol;
+}
+
+static void policy_out(struct kv_store *st, struct kv_entry *e, int evicted)
+{
+	if (!(e->flags & KV_F_IN_POLICY))
+		return;
+	if (evicted)
+		kv_policy_evicted(policy_of(st, e), &e->pn);
+	else
+		kv_policy_remove(policy_of(st, e), &e->pn);
+	e->flags &= (uint8_t)~KV_F_IN_POLICY;
+}
+
+static void policy_in(struct kv_store *st, struct kv_entry *e, struct kv_entry *parent)
+{
+	if (e->pin == 2 || (e->flags & KV_F_IN_POLICY))
+		return;
+	struct kv_policy *p = policy_of(st, e);
+	kv_policy_insert(p, &e->pn, e->hash, e->size, e->depth,
+			 parent && parent->tier == e->tier && (parent->flags & KV_F_IN_POLICY) ? &parent->pn : NULL);
+	e->flags |= KV_F_IN_POLICY;
+}
+
+static void tier_count(struct kv_store *st, struct kv_entry *e, int sign)
+{
+	struct kv_uid *u = kv_uid_get(st, e->uid);
+	int64_t b = sign * (int64_t)e->size;
+	if (e->tier == KV_TIER_DRAM) {
+		u->dram_keys += (uint64_t)(int64_t)sign, u->dram_bytes += (uint64_t)b;
+		st->dram_keys += (uint64_t)(int64_t)sign, st->dram_bytes += (uint64_t)b;
+	} else {
+		u->ssd_keys += (uint64_t)(int64_t)sign, u->ssd_bytes += (uint64_t)b;
+		st->ssd_keys += (uint64_t)(int64_t)sign, st->ssd_bytes += (uint64_t)b;
+	}
+}
+
+/* e leaves the index; freed now unless held (leases, I/O in flight). */
+static void entry_unlink(struct kv_store *st, struct kv_entry *e, enum unlink_how how)
+{
+	MORI_REQUIRE(e->state == KV_LIVE, "unlink of an entry not in the index");
+	struct kv_uid *u = kv_uid_get(st, e->uid);
+	kv_index_remove(&st->idx, e);
+	policy_out(st, e, how == U_EVICTED || how == U_EVICTED_SSD);
+	u->keys--;
+	tier_count(st, e, -1);
+	if (e->pin == 2)
+		u->hard_pinned -= e->size;
+	if (e->tier == KV_TIER_SSD && st->ssd)
+		kv_ssd_remove(st->ssd, &e->u.loc, e->key, e->key_len, e->uid, e->gen, how == U_REMOVED);
+	else if ((e->flags & KV_F_SPILLING) && how == U_REMOVED)
+		e->flags |= KV_F_TOMB; /* its record, once written, goes with a tombstone */
+	if (e->refs) {
+		e->state = KV_ZOMBIE;
+		st->zombies++;
+		return;
+	}
+	entry_free(st, e);
+}
+
+/* ---- eviction ---- */
+
+struct evict_ctx {
+	uid_t uid;
+	int uid_only;  /* a uid at its quota: only its own values */
+	int soft_ok;   /* second pass: soft-pinned values too */
+};
+
+static int skip_victim(struct kv_pnode *n, void *arg)
+{
+	struct evict_ctx *x = arg;
+	struct kv_entry *e = entry_of(n);
+	return e->refs || (e->flags & (KV_F_SPILLING | KV_F_READING)) || (x->uid_only && e->uid != x->uid) ||
+	       (e->pin == 1 && !x->soft_ok);
+}
+
+static void spill_done(void *arg, int rc, const struct kv_ssd_loc *loc, const char *msg);
+static void kv_store_finish(struct kv_store *st);
+
+struct spill_op {
+	struct kv_store *st;
+	struct kv_entry *e;
+};
+
+/* Room on the SSD tier for len more bytes: its own victims go (for good). */
+static int ssd_make_room(struct kv_store *st, uint64_t len)
+{
+	struct evict_ctx any = {.soft_ok = 1};
+	while (kv_ssd_free_bytes(st->ssd) < len + 8192) {
+		struct kv_pnode *n = kv_policy_victim(st->pol_ssd, skip_victim, &any);
+		if (!n)
+			return 0;
+		struct kv_entry *v = entry_of(n);
+		kv_uid_get(st, v->uid)->evictions++;
+		entry_unlink(st, v, U_EVICTED_SSD);
+	}
+	return 1;
+}
+
+/* Evict one value from DRAM (soft-pinned ones only when nothing else can go): spilled to the SSD
+ * tier where there is one (its run is freed when the write lands), else dropped. 1 when one
+ * went or started going. */
+static int evict_one(struct kv_store *st, struct evict_ctx *x)
+{
+	struct kv_pnode *n = kv_policy_victim(st->pol, skip_victim, x);
+	if (!n && !x->soft_ok) {
+		x->soft_ok = 1;
+		n = kv_policy_victim(st->pol, skip_victim, x);
+	}
+	if (!n)
+		return 0;
+	struct kv_entry *e = entry_of(n);
+	struct kv_uid *u = kv_uid_get(st, e->uid);
+	u->evictions++;
+	st->evictions++;
+	if (st->ssd && !st->closing) {
+		struct kv_slab *sl = kv_dram_slab(st->dram, e->u.ext.slab);
+		const uint8_t *src = sl->base + kv_ext_offset(&e->u.ext);
+		struct spill_op *op = malloc(sizeof(*op));
+		int rc = op ? MORI_OK : MORI_ENOMEM;
+		policy_out(st, e, 1);
+		if (op) {
+			*op = (struct spill_op){st, e};
+			rc = kv_ssd_write(st->ssd, e->key, e->key_len, e->uid, e->gen, src, e->size, spill_done, op);
+			if (rc == MORI_ENOMEM && ssd_make_room(st, e->size))
+				rc = kv_ssd_write(st->ssd, e->key, e->key_len, e->uid, e->gen, src, e->size, spill_done, op);
+			if (rc != MORI_OK)
+				free(op);
+		}
+		if (rc == MORI_OK) {
+			e->flags |= KV_F_SPILLING;
+			e->refs++;
+			st->ssd_ops++;
+			st->spilling += kv_ext_bytes(&e->u.ext);
+			return 1;
+		}
+		mlog_ratelimited(MLOG_WARN, "kv", "spill of a %llu-byte value to SSD refused (%s): dropped instead",
+				 (unsigned long long)e->size, mori_strerror(rc));
+	}
+	entry_unlink(st, e, U_EVICTED);
+	return 1;
+}
+
+/* A spill landed: the value now lives on SSD and its DRAM run is free (or, failed, it is gone). */
+static void spill_done(void *arg, int rc, const struct kv_ssd_loc *loc, const char *msg)
+{
+	struct spill_op *op = arg;
+	struct kv_store *st = op->st;
+	struct kv_entry *e = op->e;
+	free(op);
+	st->ssd_ops--;
+	if (st->closing) {
+		if (e->state == KV_ZOMBIE)
+			free(e);
+		kv_store_finish(st);
+		return;
+	}
+	e->flags &= (uint8_t)~KV_F_SPILLING;
+	st->spilling -= kv_ext_bytes(&e->u.ext);
+	e->refs--;
+	struct kv_uid *u = kv_uid_get(st, e->uid);
+	if (rc != MORI_OK) {
+		st->ssd_errors++;
+		mlog_ratelimited(MLOG_WARN, "kv", "spill to SSD failed (%s): value dropped", msg);
+		if (e->state == KV_LIVE)
+			entry_unlink(st, e, U_EVICTED);
+		else if (!e->refs && e->state == KV_ZOMBIE)
+			entry_free(st, e);
+		return;
+	}
+	if (e->state != KV_LIVE) {
+		/* replaced or removed while it was written: the record is dead at once */
+		kv_ssd_remove(st->ssd, loc, e->key, e->key_len, e->uid, e->gen, (e->flags & KV_F_TOMB) != 0);
+		if (!e->refs)
+			entry_free(st, e);
+		return;
+	}
+	if (e->refs) {
+		/* leased again meanwhile (a get while it was written): keep it in DRAM, the record dead */
+		kv_ssd_remove(st->ssd, loc, e->key, e->key_len, e->uid, e->gen, 0);
+		policy_in(st, e, NULL);
+		return;
+	}
+	tier_count(st, e, -1);
+	kv_dram_release(st->dram, &e->u.ext);
+	e->tier = KV_TIER_SSD;
+	e->u.loc = *loc;
+	tier_count(st, e, +1);
+	policy_in(st, e, NULL);
+	u->spills++;
+	st->spills++;
+}
+
+/* Room for a value of size bytes for uid (quota, then the watermarks), then its DRAM run. */
+static int make_room(struct kv_store *st, uid_t uid, uint64_t size, int pin, struct kv_ext *ext, char *msg,
+		     size_t msglen)
+{
+	const struct config *cfg = &st->d->cfg;
+	struct kv_uid *u = kv_uid_get(st, uid);
+	uint64_t quota = (uint64_t)cfg->kv_uid_quota_bytes;
+	if (quota && pin == 2 && u->hard_pinned + size > quota) {
+		snprintf(msg, msglen, "hard pin of %llu bytes would take uid %u past its quota (%llu of %llu bytes "
+			 "hard-pinned)", (unsigned long long)size, (unsigned)uid, (unsigned long long)u->hard_pinned,
+			 (unsigned long long)quota);
+		return MORI_ENOMEM;
+	}
+	struct evict_ctx own = {.uid = uid, .uid_only = 1};
+	while (quota && u->used + size > quota)
+		if (!evict_one(st, &own)) {
+			snprintf(msg, msglen, "uid %u is at its quota (%llu of %llu bytes) and none of its values can be "
+				 "evicted (leased or hard-pinned)", (unsigned)uid, (unsigned long long)u->used,
+				 (unsigned long long)quota);
+			return MORI_ENOMEM;
+		}
+	struct kv_dram_stats ds;
+	kv_dram_stats_get(st->dram, &ds);
+	uint64_t cap = (uint64_t)cfg->kv_dram_bytes, need = (size + KV_GRANULE - 1) / KV_GRANULE * KV_GRANULE;
+	uint64_t high = cap / 100 * (uint64_t)cfg->kv_high_watermark, low = cap / 100 * (uint64_t)cfg->kv_low_watermark;
+	struct evict_ctx any = {0};
+	/* bytes still to be freed by spills in flight count as free: a put does not spill twice */
+#define HELD (ds.allocated - st->spilling)
+	if (HELD + need > high)
+		while (HELD + need > low && evict_one(st, &any))
+			kv_dram_stats_get(st->dram, &ds);
+	while (HELD + need > cap) {
+		if (!evict_one(st, &any))
+			goto full;
+		kv_dram_stats_get(st->dram, &ds);
+	}
+	for (;;) {
+		int rc = ds.allocated + need > cap ? MORI_ENOMEM : kv_dram_alloc(st->dram, uid, size, ext);
+		if (rc == MORI_OK)
+			break;
+		if (rc != MORI_ENOMEM) {
+			snprintf(msg, msglen, "DRAM tier: cannot make a slab: %s", strerror(errno));
+			return rc;
+		}
+		if (st->spilling) {
+			snprintf(msg, msglen, "room is being made (values spilling to SSD): ask again");
+			return MORI_EAGAIN;
+		}
+		if (!evict_one(st, &any))
+			goto full;
+		kv_dram_stats_get(st->dram, &ds);
+	}
+#undef HELD
+	u->used += size;
+	return MORI_OK;
+full:
+	snprintf(msg, msglen, "DRAM tier full (%llu of %llu bytes) of values that cannot be evicted (leased or "
+		 "pinned)", (unsigned long long)ds.allocated, (unsigned long long)cap);
+	return MORI_ENOMEM;
+}
+
+/* ---- holds ---- */
+
+static void timer_arm(struct kv_store *st);
+
+static int hold_add(struct kv_store *st, struct kv_client *kc, int kind, struct kv_entry *e, uint64_t *id)
+{
+	if (kc->live >= KV_HOLDS_MAX)
+		return MORI_EAGAIN;
+	uint32_t idx;
+	if (kc->nfree) {
+		idx = kc->free_idx[--kc->nfree];
+	} else {
+		if (kc->nholds == kc->cap_holds) {
+			uint32_t ncap = kc->cap_holds ? 2 * kc->cap_holds : 64;
+			struct kv_hold **nh = realloc(kc->holds, sizeof(*nh) * ncap);
+			if (!nh)
+				return MORI_ENOMEM;
+			kc->holds = nh;
+			uint32_t *nf = realloc(kc->free_idx, sizeof(*nf) * ncap);
+			if (!nf)
+				return MORI_ENOMEM;
+			kc->free_idx = nf;
+			kc->cap_holds = ncap;
+		}
+		idx = kc->nholds++;
+	}
+	struct kv_hold *h = calloc(1, sizeof(*h));
+	if (!h) {
+		kc->free_idx[kc->nfree++] = idx;
+		return MORI_ENOMEM;
+	}
+	h->id = (++st->hold_seq << HOLD_IDX_BITS) | idx;
+	h->e = e;
+	h->kc = kc;
+	h->kind = (uint8_t)kind;
+	h->deadline_ms = uv_now(st->d->loop) + (uint64_t)st->d->cfg.kv_lease_max_ms;
+	list_add(&st->expiry, &h->link);
+	kc->holds[idx] = h;
+	kc->live++;
+	if (kind == KV_HOLD_LEASE)
+		st->leases++;
+	else
+		st->reservations++;
+	*id = h->id;
+	timer_arm(st);
+	return MORI_OK;
+}
+
+/* kc's hold named id, of kind; NULL for an id that is not one of kc's (forged, another client's,
+ * already ended). */
+static struct kv_hold *hold_find(struct kv_client *kc, uint64_t id, int kind)
+{
+	uint32_t idx = (uint32_t)(id & ((1u << HOLD_IDX_BITS) - 1));
+	if (idx >= kc->nholds || !kc->holds[idx] || kc->holds[idx]->id != id || kc->holds[idx]->kind != kind)
+		return NULL;
+	return kc->holds[idx];
+}
+
+/* What the hold kept ends: a reservation's slot is freed, a lease's version let go. */
+static void hold_let_go(struct kv_store *st, struct kv_hold *h)
+{
+	struct kv_entry *e = h->e;
+	if (!e)
+		return;
+	h->e = NULL;
+	list_del(&h->link);
+	if (h->kind == KV_HOLD_LEASE) {
+		st->leases--;
+		MORI_REQUIRE(e->refs > 0, "lease on an entry without references");
+		if (--e->refs == 0 && e->state == KV_ZOMBIE)
+			entry_free(st, e);
+	} else {
+		st->reservations--;
+		entry_free(st, e);
+	}
+}
+
+static void hold_drop(struct kv_store *st, struct kv_hold *h)
+{
+	struct kv_client *kc = h->kc;
+	hold_let_go(st, h);
+	uint32_t idx = (uint32_t)(h->id & ((1u << HOLD_IDX_BITS) - 1));
+	kc->holds[idx] = NULL;
+	kc->free_idx[kc->nfree++] = idx;
+	kc->live--;
+	free(h);
+}
+
+/* Holds past their deadline end: leases let their version go (a release then says it expired),
+ * reservations free their slot (a commit then fails). */
+static void on_expiry(uv_timer_t *t)
+{
+	struct kv_store *st = t->data;
+	uint64_t now = uv_now(st->d->loop);
+	st->timer_at = 0;
+	while (st->expiry.next != &st->expiry) {
+		struct kv_hold *h = list_entry(st->expiry.next, struct kv_hold, link);
+		if (h->deadline_ms > now)
+			break;
+		mlog_info("kv", "client %llu: %s %llx expired after kv_lease_max_ms", (unsigned long long)h->kc->c->id,
+			  h->kind == KV_HOLD_LEASE ? "lease" : "reservation", (unsigned long long)h->id);
+		hold_let_go(st, h);
+		h->expired = 1;
+		st->expired++;
+	}
+	timer_arm(st);
+}
+
+static void timer_arm(struct kv_store *st)
+{
+	if (st->expiry.next == &st->expiry)
+		return;
+	struct kv_hold *h = list_entry(st->expiry.next, struct kv_hold, link);
+	if (st->timer_at && st->timer_at <= h->deadline_ms)
+		return;
+	uint64_t now = uv_now(st->d->loop);
+	st->timer_at = h->deadline_ms;
+	uv_timer_start(&st->timer, on_expiry, h->deadline_ms > now ? h->deadline_ms - now : 0, 0);
+}
+
+/* ---- clients ---- */
+
+struct kv_client *kv_client_of(struct kv_store *st, struct client *c)
+{
+	if (c->kv)
+		return c->kv;
+	struct kv_client *kc = calloc(1, sizeof(*kc));
+	if (!kc)
+		return NULL;
+	kc->c = c;
+	LIST_INIT(&kc->pgets);
+	c->kv = kc;
+	return kc;
+}
+
+void kv_client_reset(struct kv_store *st, struct kv_client *kc)
+{
+	list_each(it, &kc->pgets) { /* their reads land later, for nobody */
+		struct kv_pget *g = list_entry(it, struct kv_pget, link);
+		g->kc = NULL;
+		list_del(&g->link);
+	}
+	for (uint32_t i = 0; i < kc->nholds; i++)
+		if (kc->holds[i])
+			hold_drop(st, kc->holds[i]);
+	free(kc->holds);
+	free(kc->free_idx);
+	free(kc->sent);
+	kc->holds = NULL;
+	kc->free_idx = NULL;
+	kc->sent = NULL;
+	kc->nholds = kc->cap_holds = kc->nfree = kc->live = kc->nsent = 0;
+}
+
+/* ---- operations ---- */
+
+struct kv_entry *kv_lookup(struct kv_store *st, uid_t uid, const void *key, size_t klen)
+{
+	return kv_index_find(&st->idx, uid, key, klen, kv_index_hash(&st->idx, uid, key, klen));
+}
+
+int kv_put_alloc(struct kv_store *st, struct kv_client *kc, const void *key, size_t klen, uint64_t size, int depth,
+		 int pin, struct kv_entry **out, uint64_t *id, char *msg, size_t msglen)
+{
+	uid_t uid = kc->c->uid;
+	struct kv_entry *e = calloc(1, sizeof(*e) + klen);
+	if (!e) {
+		snprintf(msg, msglen, "out of memory");
+		return MORI_ENOMEM;
+	}
+	int rc = make_room(st, uid, size, pin, &e->u.ext, msg, msglen);
+	if (rc != MORI_OK) {
+		free(e);
+		return rc;
+	}
+	e->tier = KV_TIER_DRAM;
+	e->size = size;
+	e->uid = uid;
+	e->key_len = (uint16_t)klen;
+	memcpy(e->key, key, klen);
+	e->hash = (uint32_t)kv_index_hash(&st->idx, uid, key, klen);
+	e->pin = (uint8_t)pin;
+	e->depth = (int8_t)(depth < -1 ? -1 : depth > 127 ? 127 : depth);
+	e->state = KV_RESERVED;
+	st->entry_bytes += sizeof(*e) + klen;
+	rc = hold_add(st, kc, KV_HOLD_RES, e, id);
+	if (rc != MORI_OK) {
+		entry_free(st, e);
+		snprintf(msg, msglen, rc == MORI_EAGAIN ? "client holds %u reservations and leases already" : "out of memory",
+			 KV_HOLDS_MAX);
+		return rc;
+	}
+	*out = e;
+	return MORI_OK;
+}
+
+int kv_put_commit(struct kv_store *st, struct kv_client *kc, uint64_t id, int abort, struct kv_entry *parent,
+		  struct kv_entry **out, char *msg, size_t msglen)
+{
+	struct kv_hold *h = hold_find(kc, id, KV_HOLD_RES);
+	if (!h) {
+		snprintf(msg, msglen, "no reservation %llx of this client", (unsigned long long)id);
+		return MORI_EINVAL;
+	}
+	if (h->expired) {
+		hold_drop(st, h);
+		snprintf(msg, msglen, "reservation %llx expired (kv_lease_max_ms): put again", (unsigned long long)id);
+		return MORI_ETIMEDOUT;
+	}
+	if (abort) {
+		hold_drop(st, h);
+		return MORI_OK;
+	}
+	struct kv_entry *e = h->e;
+	h->e = NULL; /* the index owns e from here */
+	list_del(&h->link);
+	st->reservations--;
+	hold_drop(st, h);
+	struct kv_entry *old = kv_index_find(&st->idx, e->uid, e->key, e->key_len, e->hash);
+	if (old)
+		entry_unlink(st, old, U_REMOVED);
+	e->gen = ++st->gen;
+	e->state = KV_LIVE;
+	kv_index_insert(&st->idx, e); /* a table that could not grow only makes chains longer */
+	struct kv_uid *u = kv_uid_get(st, e->uid);
+	u->keys++;
+	tier_count(st, e, +1);
+	st->puts++;
+	if (e->pin == 2)
+		u->hard_pinned += e->size;
+	policy_in(st, e, parent && parent->depth >= 0 && e->depth == parent->depth + 1 ? parent : NULL);
+	if (out)
+		*out = e;
+	return MORI_OK;
+}
+
+static void read_done(void *arg, int rc, const struct kv_ssd_loc *loc, const char *msg);
+
+/* Read src (on SSD) back into a new DRAM run for g (one read however many gets wait for it). */
+static int read_start(struct kv_store *st, struct kv_entry *src, struct kv_pget *g, Mori__KvSlot *slot)
+{
+	struct kv_read *rd = NULL;
+	list_each(it, &st->reads) {
+		struct kv_read *x = list_entry(it, struct kv_read, link);
+		if (x->src == src)
+			rd = x;
+	}
+	if (!rd) {
+		char msg[200];
+		struct kv_entry *dst = calloc(1, sizeof(*dst) + src->key_len);
+		if (!(rd = calloc(1, sizeof(*rd))) || !dst) {
+			free(rd), free(dst);
+			return MORI_ENOMEM;
+		}
+		int rc = make_room(st, src->uid, src->size, 0, &dst->u.ext, msg, sizeof(msg));
+		if (rc != MORI_OK) {
+			free(rd), free(dst);
+			return rc;
+		}
+		dst->size = src->size;
+		dst->gen = src->gen;
+		dst->hash = src->hash;
+		dst->uid = src->uid;
+		dst->key_len = src->key_len;
+		dst->pin = src->pin;
+		dst->depth = src->depth;
+		memcpy(dst->key, src->key, src->key_len);
+		dst->tier = KV_TIER_DRAM;
+		dst->state = KV_RESERVED;
+		st->entry_bytes += sizeof(*dst) + dst->key_len;
+		rd->st = st;
+		rd->src = src;
+		rd->dst = dst;
+		struct kv_slab *sl = kv_dram_slab(st->dram, dst->u.ext.slab);
+		rc = kv_ssd_read(st->ssd, &src->u.loc, src->key, src->key_len, src->gen, sl->base + kv_ext_offset(&dst->u.ext),
+				 read_done, rd);
+		if (rc != MORI_OK) {
+			entry_free(st, dst);
+			free(rd);
+			return rc == MORI_ENOENT ? MORI_EIO : rc;
+		}
+		src->refs++;
+		src->flags |= KV_F_READING;
+		st->ssd_ops++;
+		list_add(&st->reads, &rd->link);
+	}
+	if (rd->nw == rd->capw) {
+		uint32_t nc = rd->capw ? 2 * rd->capw : 4;
+		void *nw = realloc(rd->w, sizeof(*rd->w) * nc);
+		if (!nw)
+			return MORI_ENOMEM;
+		rd->w = nw;
+		rd->capw = nc;
+	}
+	rd->w[rd->nw].g = g;
+	rd->w[rd->nw++].slot = slot;
+	g->waiting++;
+	return MORI_EINPROGRESS;
+}
+
+/* A read from SSD landed: the waiting gets take leases on the DRAM copy (the promoted version, or
+ * with promote_on_read off a temporary one freed at their release), or get MORI_EIO and the key
+ * is dropped (counted). */
+static void read_done(void *arg, int rc, const struct kv_ssd_loc *loc, const char *msg)
+{
+	struct kv_read *rd = arg;
+	struct kv_store *st = rd->st;
+	struct kv_entry *src = rd->src, *dst = rd->dst;
+	st->ssd_ops--;
+	list_del(&rd->link);
+	src->refs--;
+	src->flags &= (uint8_t)~KV_F_READING;
+	if (st->closing) {
+		if (src->state == KV_ZOMBIE)
+			free(src);
+		free(dst);
+		for (uint32_t i = 0; i < rd->nw; i++)
+			rd->w[i].g->waiting--; /* freed with their clients' reset */
+		free(rd->w);
+		free(rd);
+		kv_store_finish(st);
+		return;
+	}
+	if (rc != MORI_OK) {
+		st->ssd_errors++;
+		mlog_ratelimited(MLOG_WARN, "kv", "read from SSD failed (%s): key dropped", msg);
+		entry_free(st, dst);
+		dst = NULL;
+		if (src->state == KV_LIVE) {
+			int gone = !src->refs;
+			entry_unlink(st, src, U_DROPPED);
+			src = gone ? NULL : src;
+		}
+	} else if (src->state == KV_LIVE && st->d->cfg.kv_promote_on_read) {
+		/* dst becomes the key's version in DRAM; the SSD record goes (no tombstone: the same bytes) */
+		struct kv_uid *u = kv_uid_get(st, src->uid);
+		int gone = !src->refs;
+		entry_unlink(st, src, U_EVICTED_SSD);
+		src = gone ? NULL : src;
+		dst->state = KV_LIVE;
+		kv_index_insert(&st->idx, dst);
+		u->keys++;
+		tier_count(st, dst, +1);
+		if (dst->pin == 2)
+			u->hard_pinned += dst->size;
+		policy_in(st, dst, NULL);
+		u->promotions++;
+		st->promotions++;
+	} else {
+		dst->state = KV_ZOMBIE; /* read for these gets only: freed at their last release */
+		st->zombies++;
+		if (src->state == KV_LIVE)
+			policy_in(st, src, NULL);
+	}
+	if (src && !src->refs && src->state == KV_ZOMBIE)
+		entry_free(st, src);
+	for (uint32_t i = 0; i < rd->nw; i++) {
+		struct kv_pget *g = rd->w[i].g;
+		Mori__KvSlot *sl = rd->w[i].slot;
+		uint64_t id = 0;
+		int src_rc = dst ? MORI_OK : MORI_EIO;
+		if (dst && g->kc && (src_rc = hold_add(st, g->kc, KV_HOLD_LEASE, dst, &id)) == MORI_OK) {
+			dst->refs++;
+			src_rc = kv_fill_slot(st, g->kc, &g->rep, &g->r, sl, dst);
+			if (src_rc != MORI_OK)
+				kv_release(st, g->kc, id);
+			else
+				sl->id = id;
+		}
+		sl->status = src_rc;
+		sl->tier = KV_TIER_SSD;
+		if (--g->waiting == 0)
+			kv_pget_done(st, g);
+	}
+	if (dst && dst->state == KV_ZOMBIE && !dst->refs)
+		entry_free(st, dst);
+	free(rd->w);
+	free(rd);
+}
+
+int kv_get(struct kv_store *st, struct kv_client *kc, const void *key, size_t klen, struct kv_entry **out,
+	   uint64_t *id, struct kv_pget *g, Mori__KvSlot *slot)
+{
+	struct kv_uid *u = kv_uid_get(st, kc->c->uid);
+	struct kv_entry *e = kv_lookup(st, kc->c->uid, key, klen);
+	if (!e) {
+		u->misses++;
+		st->misses++;
+		return MORI_ENOENT;
+	}
+	u->hits++;
+	st->hits++;
+	if (e->tier != KV_TIER_DRAM)
+		return read_start(st, e, g, slot);
+	int rc = hold_add(st, kc, KV_HOLD_LEASE, e, id);
+	if (rc != MORI_OK)
+		return rc;
+	e->refs++;
+	if (e->flags & KV_F_IN_POLICY)
+		kv_policy_hit(st->pol, &e->pn);
+	*out = e;
+	return MORI_OK;
+}
+
+int kv_release(struct kv_store *st, struct kv_client *kc, uint64_t id)
+{
+	struct kv_hold *h = hold_find(kc, id, KV_HOLD_LEASE);
+	if (!h)
+		return MORI_EINVAL;
+	int expired = h->expired;
+	hold_drop(st, h);
+	return expired ? MORI_ETIMEDOUT : MORI_OK;
+}
+
+int kv_remove(struct kv_store *st, uid_t uid, const void *key, size_t klen)
+{
+	struct kv_entry *e = kv_lookup(st, uid, key, klen);
+	if (!e)
+		return MORI_ENOENT;
+	entry_unlink(st, e, 0);
+	return MORI_OK;
+}
+
+int kv_pin(struct kv_store *st, uid_t uid, const void *key, size_t klen, int pin, char *msg, size_t msglen)
+{
+	struct kv_entry *e = kv_lookup(st, uid, key, klen);
+	if (!e)
+		return MORI_ENOENT;
+	struct kv_uid *u = kv_uid_get(st, uid);
+	uint64_t quota = (uint64_t)st->d->cfg.kv_uid_quota_bytes;
+	if (pin == e->pin)
+		return MORI_OK;
+	if (pin == 2) {
+		if (quota && u->hard_pinned + e->size > quota) {
+			snprintf(msg, msglen, "hard pin would take uid %u past its quota (%llu + %llu > %llu bytes)",
+				 (unsigned)uid, (unsigned long long)u->hard_pinned, (unsigned long long)e->size,
+				 (unsigned long long)quota);
+			return MORI_ENOMEM;
+		}
+		u->hard_pinned += e->size;
+		policy_out(st, e, 0);
+	} else if (e->pin == 2) {
+		u->hard_pinned -= e->size;
+		e->pin = (uint8_t)pin;
+		if (!(e->flags & KV_F_SPILLING))
+			policy_in(st, e, NULL);
+	}
+	e->pin = (uint8_t)pin;
+	return MORI_OK;
+}
+
+struct clear_ctx {
+	struct kv_store *st;
+	uid_t uid;
+	uint64_t n;
+};
+
+static int clear_one(struct kv_entry *e, void *arg)
+{
+	struct clear_ctx *x = arg;
+	if (e->uid == x->uid) {
+		entry_unlink(x->st, e, 0);
+		x->n++;
+	}
+	return 0;
+}
+
+uint64_t kv_clear(struct kv_store *st, uid_t uid)
+{
+	struct clear_ctx x = {st, uid, 0};
+	kv_index_each(&st->idx, clear_one, &x);
+	return x.n;
+}
+
+/* ---- the SSD tier ---- */
+
+/* A record found at start: the key comes back on the SSD tier. */
+static void ssd_found(void *arg, const void *key, size_t klen, uint32_t uid, uint64_t gen, const struct kv_ssd_loc *loc)
+{
+	struct kv_store *st = arg;
+	struct kv_entry *e = calloc(1, sizeof(*e) + klen);
+	if (!e || klen == 0 || klen > KV_KEY_MAX || loc->len == 0) {
+		free(e);
+		mlog_ratelimited(MLOG_ERR, "kv", "a record of the SSD tier could not be indexed (out of memory or bad key)");
+		return;
+	}
+	memcpy(e->key, key, klen);
+	e->key_len = (uint16_t)klen;
+	e->uid = uid;
+	e->gen = gen;
+	e->size = loc->len;
+	e->u.loc = *loc;
+	e->tier = KV_TIER_SSD;
+	e->depth = -1;
+	e->hash = (uint32_t)kv_index_hash(&st->idx, uid, key, klen);
+	e->state = KV_LIVE;
+	st->entry_bytes += sizeof(*e) + klen;
+	if (gen > st->gen)
+		st->gen = gen;
+	kv_index_insert(&st->idx, e);
+	struct kv_uid *u = kv_uid_get(st, uid);
+	u->keys++;
+	u->used += e->size;
+	tier_count(st, e, +1);
+	policy_in(st, e, NULL);
+}
+
+/* Compaction moved a record: where the store still holds it at old, it is now at now (NULL: gone). */
+static void ssd_moved(void *arg, const void *key, size_t klen, uint32_t uid, uint64_t gen, const struct kv_ssd_loc *old,
+		      const struct kv_ssd_loc *now)
+{
+	struct kv_store *st = arg;
+	struct kv_entry *e = kv_lookup(st, uid, key, klen);
+	if (!e || e->tier != KV_TIER_SSD || e->gen != gen || e->u.loc.seg != old->seg || e->u.loc.off != old->off)
+		return;
+	if (now) {
+		e->u.loc = *now;
+		return;
+	}
+	st->ssd_errors++;
+	if (!e->refs) {
+		memset(&e->u.loc, 0, sizeof(e->u.loc));
+		entry_unlink(st, e, U_DROPPED);
+	}
+}
+
+int kv_ssd_start(struct kv_store *st, char *err, size_t errlen)
+{
+	const struct config *cfg = &st->d->cfg;
+	if (!cfg->kv_ssd_dir[0])
+		return MORI_OK;
+	if (!(st->pol_ssd = kv_policy_new(st->policy, (uint64_t)cfg->kv_ssd_bytes))) {
+		snprintf(err, errlen, "out of memory");
+		return MORI_ENOMEM;
+	}
+	return kv_ssd_open(st->d->loop, cfg->kv_ssd_dir, (uint64_t)cfg->kv_ssd_bytes, ssd_found, ssd_moved, st, &st->ssd,
+			   err, errlen);
+}
+
+int kv_flush(struct kv_store *st, kv_ssd_done_cb done, void *arg)
+{
+	if (!st->ssd)
+		return MORI_OK;
+	return kv_ssd_flush(st->ssd, done, arg) == MORI_OK ? MORI_EINPROGRESS : MORI_EINVAL;
+}
+
+/* ---- the store ---- */
+
+struct kv_store *kv_store_new(struct morid *d, char *err, size_t errlen)
+{
+	const struct config *cfg = &d->cfg;
+	int kind = kv_policy_parse(cfg->kv_policy);
+	if (kind < 0) {
+		snprintf(err, errlen, "kv_policy: '%s' is not a policy this morid knows", cfg->kv_policy);
+		return NULL;
+	}
+	struct kv_store *st = calloc(1, sizeof(*st));
+	if (!st)
+		goto oom;
+	st->d = d;
+	st->policy = (enum kv_policy_kind)kind;
+	LIST_INIT(&st->expiry);
+	LIST_INIT(&st->reads);
+	uint64_t cap = (uint64_t)cfg->kv_dram_bytes;
+	if (kv_index_init(&st->idx) != MORI_OK)
+		goto oom;
+	/* slabs may exceed the capacity by one: a uid's last slab is kept while it has free runs */
+	if (!(st->dram = kv_dram_new((uint64_t)cfg->kv_slab_bytes, cap + (uint64_t)cfg->kv_slab_bytes)) ||
+	    !(st->pol = kv_policy_new(st->policy, cap)))
+		goto oom;
+	uv_timer_init(d->loop, &st->timer);
+	st->timer.data = st;
+	return st;
+oom:
+	snprintf(err, errlen, "out of memory");
+	kv_store_free(st);
+	return NULL;
+}
+
+static int free_entry_cb(struct kv_entry *e, void *arg)
+{
+	if (!e->refs)
+		free(e); /* the tier goes whole after: no run is given back one by one */
+	else
+		e->state = KV_ZOMBIE; /* its I/O's completion frees it */
+	return 0;
+}
+
+static void timer_closed(uv_handle_t *h)
+{
+	free(h->data);
+}
+
+/* The last of the store, once no SSD operation is in flight. */
+static void kv_store_finish(struct kv_store *st)
+{
+	if (st->ssd_ops)
+		return;
+	kv_index_fini(&st->idx);
+	kv_policy_free(st->pol);
+	kv_policy_free(st->pol_ssd);
+	kv_dram_free(st->dram);
+	free(st->uids);
+	if (st->timer.data) {
+		uv_close((uv_handle_t *)&st->timer, timer_closed);
+		return;
+	}
+	free(st);
+}
+
+void kv_store_free(struct kv_store *st)
+{
+	if (!st)
+		return;
+	list_each(it, &st->d->clients) {
+		struct client *c = list_entry(it, struct client, link);
+		if (c->kv) {
+			kv_client_reset(st, c->kv);
+			free(c->kv);
+			c->kv = NULL;
+		}
+	}
+	st->closing = 1;
+	if (st->dram)
+		kv_index_each(&st->idx, free_entry_cb, st);
+	st->ssd_ops++; /* callbacks run inside kv_ssd_close must not finish the store under us */
+	if (st->ssd)
+		kv_ssd_close(st->ssd); /* pending operations end with MORI_ECANCELED: their entries go then */
+	st->ssd = NULL;
+	st->ssd_ops--;
+	if (st->timer.data)
+		uv_timer_stop(&st->timer);
+	kv_store_finish(st);
+}

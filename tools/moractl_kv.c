@@ -1,0 +1,89 @@
+/* moractl kv: the node's KV store (UMBP) as morid holds it: keys and bytes per tier, capacity,
+ * hits and misses, evictions, spills, promotions, leases, and each uid's usage and quota. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "moractl_obs.h"
+#include "mori.h"
+
+#define STATS_FIELDS                                                                                          \
+	"dram_keys dram_bytes dram_capacity dram_allocated dram_slab_bytes ssd_keys ssd_bytes ssd_capacity hits " \
+	"misses evictions spills promotions leases reservations expired_leases puts zombies ssd_errors "       \
+	"index_bytes policy"
+#define UID_FIELDS                                                                                            \
+	"uid keys used_bytes quota_bytes hard_pinned_bytes dram_keys dram_bytes ssd_keys ssd_bytes hits misses " \
+	"evictions spills promotions"
+
+static double pct(uint64_t a, uint64_t b)
+{
+	return b ? 100.0 * (double)a / (double)b : 0.0;
+}
+
+int moractl_kv(const char *url, int timeout_ms, int json)
+{
+	Mori__KvRequest kq = MORI__KV_REQUEST__INIT;
+	kq.op = MORI__KV_OP__KV_STATS;
+	kq.node = 1;
+	Mori__Request req = MORI__REQUEST__INIT;
+	req.body_case = MORI__REQUEST__BODY_KV;
+	req.kv = &kq;
+	char err[512];
+	Mori__Reply *rep = moractl_ask(url, timeout_ms, &req, MORI__REPLY__BODY_KV, err, sizeof(err));
+	if (!rep) {
+		fprintf(stderr, "moractl: %s\n", err);
+		return 1;
+	}
+	const Mori__KvStats *s = rep->kv->stats;
+	if (!s) {
+		fprintf(stderr, "moractl: morid's reply has no KV statistics\n");
+		mori__reply__free_unpacked(rep, NULL);
+		return 1;
+	}
+	if (json) {
+		cJSON *o = cJSON_CreateObject();
+		moractl_json_fields(o, &s->base, STATS_FIELDS);
+		cJSON *arr = cJSON_AddArrayToObject(o, "uids");
+		for (size_t i = 0; i < s->n_uids; i++)
+			moractl_json_row(arr, &s->uids[i]->base, UID_FIELDS);
+		moractl_print_json(o);
+		mori__reply__free_unpacked(rep, NULL);
+		return 0;
+	}
+	uint64_t gets = s->hits + s->misses;
+	printf("policy       %s\n", s->policy);
+	printf("DRAM         %" PRIu64 " keys, %" PRIu64 " bytes (%" PRIu64 " allocated, %.1f %% of %" PRIu64
+	       "); slabs %" PRIu64 " bytes\n",
+	       s->dram_keys, s->dram_bytes, s->dram_allocated, pct(s->dram_allocated, s->dram_capacity), s->dram_capacity,
+	       s->dram_slab_bytes);
+	if (s->ssd_capacity)
+		printf("SSD          %" PRIu64 " keys, %" PRIu64 " bytes of %" PRIu64 " (%" PRIu64 " values dropped on errors)\n",
+		       s->ssd_keys, s->ssd_bytes, s->ssd_capacity, s->ssd_errors);
+	else
+		printf("SSD          none (kv_ssd_dir unset)\n");
+	printf("gets         %" PRIu64 " hits, %" PRIu64 " misses (%.1f %% hit)\n", s->hits, s->misses, pct(s->hits, gets));
+	printf("puts         %" PRIu64 "; evictions %" PRIu64 ", spills %" PRIu64 ", promotions %" PRIu64 "\n", s->puts,
+	       s->evictions, s->spills, s->promotions);
+	printf("held now     %" PRIu64 " leases, %" PRIu64 " reservations, %" PRIu64 " old versions still read; %" PRIu64
+	       " leases expired\n",
+	       s->leases, s->reservations, s->zombies, s->expired_leases);
+	printf("index        %" PRIu64 " bytes of morid's memory\n", s->index_bytes);
+	if (s->n_uids) {
+		printf("\n%8s %10s %14s %14s %12s %10s %10s %10s %8s %8s\n", "uid", "keys", "used", "quota", "hard-pinned",
+		       "hits", "misses", "evictions", "spills", "promoted");
+		for (size_t i = 0; i < s->n_uids; i++) {
+			const Mori__KvUidStats *u = s->uids[i];
+			char q[32];
+			if (u->quota_bytes)
+				snprintf(q, sizeof(q), "%" PRIu64, u->quota_bytes);
+			else
+				snprintf(q, sizeof(q), "none");
+			printf("%8u %10" PRIu64 " %14" PRIu64 " %14s %12" PRIu64 " %10" PRIu64 " %10" PRIu64 " %10" PRIu64
+			       " %8" PRIu64 " %8" PRIu64 "\n",
+			       u->uid, u->keys, u->used_bytes, q, u->hard_pinned_bytes, u->hits, u->misses, u->evictions,
+			       u->spills, u->promotions);
+		}
+	}
+	mori__reply__free_unpacked(rep, NULL);
+	return 0;
+}
