@@ -1,5 +1,5 @@
 """libmori's C API as ctypes: the structures, constants and prototypes of include/mori.h,
-mori_shmem.h, mori_ep.h and mori_coll.h, written here in C and turned into ctypes types by one
+mori_shmem.h, mori_ep.h, mori_coll.h and mori_umbp.h, written here in C and turned into ctypes types by one
 rule (ctype below).
 
 The C text is the header's own, so tests/test_python_capi.sh can hold it to the headers:
@@ -23,10 +23,10 @@ ABI_MAJOR = 1
 SCALARS = {
     "int": ctypes.c_int, "unsigned": ctypes.c_uint, "size_t": ctypes.c_size_t, "float": ctypes.c_float,
     "int32_t": ctypes.c_int32, "uint32_t": ctypes.c_uint32, "int64_t": ctypes.c_int64,
-    "uint64_t": ctypes.c_uint64, "uint8_t": ctypes.c_uint8,
+    "uint64_t": ctypes.c_uint64, "uint8_t": ctypes.c_uint8, "uint16_t": ctypes.c_uint16,
 }
 ENUMS = ("mori_err", "mori_dtype", "mori_redop", "mori_mem_kind", "mori_xfer_op", "mori_ep_kernel_type",
-         "mori_ep_quant", "mori_coll_algo")
+         "mori_ep_quant", "mori_coll_algo", "mori_umbp_tier", "mori_umbp_pin_kind")
 
 _STRUCTS = {}  # C name -> ctypes.Structure, filled below
 
@@ -38,6 +38,7 @@ def ctype(t):
       address (by_address: mori_desc, whose arrays numpy builds);
     every other pointer (handles, void *, arrays, out-parameters): c_void_p, which takes an int
       address, None, a ctypes array or a byref();
+    a structure of this module by value (a field of another): the structure;
     scalars and enums: their integer type; void: None."""
     t = " ".join(t.replace("*", " * ").split())
     stars = t.count("*")
@@ -47,6 +48,8 @@ def ctype(t):
             return None
         if base in ENUMS:
             return ctypes.c_int
+        if base in _STRUCTS:
+            return _STRUCTS[base]
         return SCALARS[base]
     if stars == 1 and base == "char":
         return ctypes.c_char_p
@@ -135,7 +138,37 @@ class EpRecv(ctypes.Structure):
               "int64_t max_recv; void *combine_input; int32_t slot")
 
 
-STRUCTS = (Status, Desc, XferOpts, Access, Notif, ShmemOpts, CommOpts, EpConfig, EpRecv)
+class UmbpKey(ctypes.Structure):
+    """mori_umbp_key: len (1..MORI_UMBP_KEY_MAX) bytes at data."""
+    c_name = "mori_umbp_key"
+    c_decl = "const void *data; size_t len"
+    by_address = True
+
+
+class UmbpItem(ctypes.Structure):
+    """mori_umbp_item: one key of a batch put or get (buffer sizes in bytes)."""
+    c_name = "mori_umbp_item"
+    c_decl = ("mori_umbp_key key; void *buf; size_t size; size_t len; int32_t depth; uint8_t pin; uint8_t tier;"
+              "uint16_t reserved; int status")
+    by_address = True
+
+
+class UmbpOpts(ctypes.Structure):
+    """mori_umbp_opts."""
+    c_name = "mori_umbp_opts"
+    c_decl = "size_t size; int64_t timeout_us; uint32_t copy_threads"
+
+
+class UmbpStats(ctypes.Structure):
+    """mori_umbp_stats: the store as the caller's uid sees it (bytes and counts)."""
+    c_name = "mori_umbp_stats"
+    c_decl = ("size_t size; uint64_t dram_keys; uint64_t dram_bytes; uint64_t dram_capacity; uint64_t ssd_keys;"
+              "uint64_t ssd_bytes; uint64_t ssd_capacity; uint64_t quota_bytes; uint64_t used_bytes; uint64_t hits;"
+              "uint64_t misses; uint64_t evictions; uint64_t spills; uint64_t promotions")
+
+
+STRUCTS = (Status, Desc, XferOpts, Access, Notif, ShmemOpts, CommOpts, EpConfig, EpRecv, UmbpKey, UmbpItem, UmbpOpts,
+           UmbpStats)
 for _s in STRUCTS:
     _STRUCTS[_s.c_name] = _s
 for _s in STRUCTS:  # after the registry: a field may point to another structure
@@ -156,6 +189,9 @@ SUM, MAX, MIN = 0, 2, 3     # mori_redop
 EP_NORMAL, EP_LOW_LATENCY, EP_INTERNODE, EP_INTERNODE_LL = 0, 1, 2, 3  # mori_ep_kernel_type
 EP_QUANT_NONE, EP_QUANT_FP8_BLOCK128 = 0, 1  # mori_ep_quant
 EP_MAX_WORLD, EP_MAX_TOPK, EP_MAX_IN_FLIGHT = 32, 32, 16
+UMBP_KEY_MAX = 256          # MORI_UMBP_KEY_MAX
+UMBP_TIER_UNKNOWN, UMBP_TIER_HBM, UMBP_TIER_DRAM, UMBP_TIER_SSD = 0, 1, 2, 3  # mori_umbp_tier
+UMBP_PIN_NONE, UMBP_PIN_SOFT, UMBP_PIN_HARD = 0, 1, 2  # mori_umbp_pin_kind
 
 # The C name of each constant above (capi_check asserts them; error codes: mori.errors.Code).
 CONSTANTS = {
@@ -168,6 +204,9 @@ CONSTANTS = {
     "MORI_EP_INTERNODE_LL": EP_INTERNODE_LL, "MORI_EP_QUANT_NONE": EP_QUANT_NONE,
     "MORI_EP_QUANT_FP8_BLOCK128": EP_QUANT_FP8_BLOCK128, "MORI_EP_MAX_WORLD": EP_MAX_WORLD,
     "MORI_EP_MAX_TOPK": EP_MAX_TOPK, "MORI_EP_MAX_IN_FLIGHT": EP_MAX_IN_FLIGHT,
+    "MORI_UMBP_KEY_MAX": UMBP_KEY_MAX, "MORI_UMBP_TIER_UNKNOWN": UMBP_TIER_UNKNOWN,
+    "MORI_UMBP_TIER_HBM": UMBP_TIER_HBM, "MORI_UMBP_TIER_DRAM": UMBP_TIER_DRAM, "MORI_UMBP_TIER_SSD": UMBP_TIER_SSD,
+    "MORI_UMBP_PIN_NONE": UMBP_PIN_NONE, "MORI_UMBP_PIN_SOFT": UMBP_PIN_SOFT, "MORI_UMBP_PIN_HARD": UMBP_PIN_HARD,
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -305,8 +344,29 @@ int mori_broadcast(mori_comm *comm, const void *sendbuf, void *recvbuf, size_t c
 size_t mori_dtype_size(mori_dtype dtype);
 """)
 
+MORI_UMBP_H = _protos("""
+int mori_umbp_opts_init(mori_umbp_opts *opts, size_t size);
+int mori_umbp_open(mori_client *c, const mori_umbp_opts *opts, mori_umbp **out);
+int mori_umbp_close(mori_umbp *u);
+int mori_umbp_put(mori_umbp *u, const void *key, size_t key_len, const void *src, size_t size);
+int mori_umbp_get(mori_umbp *u, const void *key, size_t key_len, void *dst, size_t cap, size_t *len);
+int mori_umbp_exists(mori_umbp *u, const void *key, size_t key_len);
+int mori_umbp_batch_put(mori_umbp *u, mori_umbp_item *items, size_t n, size_t *n_ok);
+int mori_umbp_batch_get(mori_umbp *u, mori_umbp_item *items, size_t n, size_t *n_ok);
+int mori_umbp_batch_exists(mori_umbp *u, const mori_umbp_key *keys, size_t n, uint8_t *present);
+int mori_umbp_batch_exists_consecutive(mori_umbp *u, const mori_umbp_key *keys, size_t n, size_t *count);
+int mori_umbp_remove(mori_umbp *u, const void *key, size_t key_len);
+int mori_umbp_pin(mori_umbp *u, const void *key, size_t key_len, mori_umbp_pin_kind pin);
+int mori_umbp_clear(mori_umbp *u);
+int mori_umbp_flush(mori_umbp *u);
+int mori_umbp_register_memory(mori_umbp *u, void *ptr, size_t size);
+int mori_umbp_deregister_memory(mori_umbp *u, void *ptr);
+int mori_umbp_stats_get(mori_umbp *u, mori_umbp_stats *out);
+""")
+
 # header -> its table, for mori._lib.bind and capi_check
-HEADERS = {"mori.h": MORI_H, "mori_shmem.h": MORI_SHMEM_H, "mori_ep.h": MORI_EP_H, "mori_coll.h": MORI_COLL_H}
+HEADERS = {"mori.h": MORI_H, "mori_shmem.h": MORI_SHMEM_H, "mori_ep.h": MORI_EP_H, "mori_coll.h": MORI_COLL_H,
+           "mori_umbp.h": MORI_UMBP_H}
 
 
 def ctypes_protos(table):
