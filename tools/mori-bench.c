@@ -3,6 +3,7 @@
  *   mori-bench io [options]          nixlbench-style loop over block sizes (same node, or cross node
  *                                    with --remote-runtime-dir / --node)
  *   mori-bench io-target [options]   the target side alone (for a target in another namespace)
+ *   mori-bench kv [options]          UMBP, the KV-cache store (tools/bench_kv.c)
  *
  * Each row prints mori's GB/s and batch latency p50/p99 beside the baseline: memcpy of the same
  * bytes (same node), or a plain TCP stream between the same two addresses (cross node).
@@ -428,6 +429,7 @@ static void usage_exit(int code)
 		"       mori-bench shmem --proxy [--iters 2000] [--max 16M] [--only PHASES]   (the proxy path, no GPU: tools/bench_shmem_proxy.c)\n"
 		"       mori-bench coll [--dir RUNTIME_DIR] [--pes \"2 4 8\"] [--max 1G] [--min 8] [--iters 40] [--only LABEL]   (tools/bench_coll.c)\n"
 		"       mori-bench ep [--dir RUNTIME_DIR] [--pes \"2 4 8\"] [--mode normal|ll|both] [--iters 30]   (tools/bench_ep.c)\n"
+		"       mori-bench kv [--runtime-dir DIR] [--ssd-dir DIR] [--profile P [--record FILE] | --replay FILE]   (UMBP: tools/bench_kv.c; --help)\n"
 		"Same node (default): a forked target process publishes a region on the same morid; baseline\n"
 		"memcpy of the same bytes. Cross node: the target is on another morid; baseline a plain TCP\n"
 		"stream between the same two hosts.\n"
@@ -867,6 +869,7 @@ static int run_io(struct opts *o)
 int bench_shmem_main(int argc, char **argv);
 int bench_ep_main(int argc, char **argv);
 int bench_coll_main(int argc, char **argv);
+int bench_kv_main(int argc, char **argv);
 
 int main(int argc, char **argv)
 {
@@ -889,6 +892,8 @@ int main(int argc, char **argv)
 		return bench_ep_main(argc, argv); /* tools/bench_ep.c */
 	if (!strcmp(argv[1], "coll"))
 		return bench_coll_main(argc, argv); /* tools/bench_coll.c */
+	if (!strcmp(argv[1], "kv"))
+		return bench_kv_main(argc, argv); /* tools/bench_kv.c */
 	if (!strcmp(argv[1], "io-target")) {
 		parse(argc, argv, &o);
 		target_main(&o, 1);
