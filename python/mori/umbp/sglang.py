@@ -244,6 +244,11 @@ class _MoriHiCacheStorage:
 
     # ---- the rest of SGLang's interface ----
 
+    def remove(self, keys):
+        """Remove the pages of keys from the store (not SGLang's: for callers cleaning up their
+        own pages); how many of their parts were there."""
+        return sum(self.client.remove(k) for k in self._keys(keys))
+
     def clear(self):
         """Remove every key of this uid from the store (SGLang's cache reset)."""
         self.client.clear()
