@@ -477,6 +477,23 @@ static void usage_kv(int code)
 	exit(code);
 }
 
+static void bad(const char *opt, const char *why)
+{
+	fprintf(stderr, "mori-bench kv: %s %s (--help)\n", opt, why);
+	exit(2);
+}
+
+static long num(const char *opt, const char *v, long lo, long hi)
+{
+	char *e;
+	long n = strtol(v, &e, 10);
+	if (e == v || *e || n < lo || n > hi) {
+		fprintf(stderr, "mori-bench kv: %s '%s' is not a number from %ld to %ld\n", opt, v, lo, hi);
+		exit(2);
+	}
+	return n;
+}
+
 static void parse_kv(int argc, char **argv, struct kvo *o)
 {
 	for (int i = 2; i < argc; i++) {
@@ -495,32 +512,43 @@ static void parse_kv(int argc, char **argv, struct kvo *o)
 		else if (ARG("--ssd-bytes")) o->ssd_bytes = parse_size(v);
 		else if (ARG("--small")) o->small = parse_size(v);
 		else if (ARG("--value")) o->value = parse_size(v);
-		else if (ARG("--iters")) o->iters = atoi(v);
-		else if (ARG("--batch")) o->batch = (size_t)atol(v);
-		else if (ARG("--ops")) o->ops = atoi(v);
-		else if (ARG("--keys")) o->keys = atoi(v);
-		else if (ARG("--seed")) o->seed = strtoull(v, NULL, 0);
+		else if (ARG("--iters")) o->iters = (int)num(a, v, 1, 100000);
+		else if (ARG("--batch")) o->batch = (size_t)num(a, v, 1, 65536);
+		else if (ARG("--ops")) o->ops = (int)num(a, v, 1, 100000000);
+		else if (ARG("--keys")) o->keys = (int)num(a, v, 0, 100000000);
+		else if (ARG("--seed")) o->seed = (uint64_t)num(a, v, 0, 0x7fffffffffffffffL);
 		else if (ARG("--clients")) {
 			char *e, *p = (char *)v;
 			o->n_clients = 0;
-			while (*p && o->n_clients < 8) {
+			while (*p) {
 				long n = strtol(p, &e, 10);
-				if (e == p || n < 1 || n > 1024)
-					usage_kv(2);
+				if (e == p || n < 1 || n > 1024 || o->n_clients == 8)
+					bad("--clients", "takes up to 8 counts from 1 to 1024 (\"1 8 64\")");
 				o->clients[o->n_clients++] = (int)n;
 				p = e;
 				while (*p == ' ' || *p == ',')
 					p++;
 			}
-		} else
-			usage_kv(2);
+		} else {
+			fprintf(stderr, "mori-bench kv: unknown option or missing value: %s (--help)\n", a);
+			exit(2);
+		}
 #undef ARG
 	}
-	if (!o->min || o->max < o->min || o->iters < 1 || !o->batch || o->ops < 1 || o->keys < 0 || !o->small ||
-	    !o->value || !o->n_clients)
-		usage_kv(2);
+	if (!o->min || o->max < o->min || o->max > (1ull << 32))
+		bad("--min/--max", "must be 1 <= min <= max <= 4G bytes");
+	if (!o->small || o->small > (64ull << 20))
+		bad("--small", "must be 1 byte to 64M");
+	if (!o->value || o->value > (1ull << 30))
+		bad("--value", "must be 1 byte to 1G");
+	if (!o->n_clients)
+		bad("--clients", "names no count");
 	if (o->only && strcmp(o->only, "bw") && strcmp(o->only, "ssd") && strcmp(o->only, "clients"))
-		usage_kv(2);
+		bad("--only", "is bw, ssd or clients");
+	if (o->record && o->replay)
+		bad("--record", "and --replay exclude each other");
+	if (o->record && !o->profile)
+		bad("--record", "needs --profile");
 }
 
 int bench_kv_main(int argc, char **argv)
