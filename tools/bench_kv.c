@@ -545,6 +545,9 @@ static void parse_kv(int argc, char **argv, struct kvo *o)
 		bad("--clients", "names no count");
 	if (o->only && strcmp(o->only, "bw") && strcmp(o->only, "ssd") && strcmp(o->only, "clients"))
 		bad("--only", "is bw, ssd or clients");
+	if (o->profile && strcmp(o->profile, "uniform") && strcmp(o->profile, "zipf") && strcmp(o->profile, "raw") &&
+	    strcmp(o->profile, "pressure"))
+		bad("--profile", "is uniform, zipf, raw or pressure");
 	if (o->record && o->replay)
 		bad("--record", "and --replay exclude each other");
 	if (o->record && !o->profile)

@@ -132,7 +132,7 @@ static void lat(struct tally *r, double v)
 	r->t += v;
 }
 
-static int replay(const struct kvo *o, mori_umbp *u, FILE *f, const char *name)
+static int replay(mori_umbp *u, FILE *f, const char *name)
 {
 	char line[LINE_MAX_], key[LINE_MAX_], hdr[LINE_MAX_] = "";
 	struct tally r = { 0 };
@@ -192,10 +192,14 @@ static int replay(const struct kvo *o, mori_umbp *u, FILE *f, const char *name)
 		}
 		kv_fill(want, len, key, kl, seed);
 		if (it.status || it.len != len || memcmp(want, buf, len)) {
-			if (r.failures++ < 5)
-				fprintf(stderr, "mori-bench kv: %s:%lu: get %s: %s, %zu bytes of %llu%s\n", name, lineno, key,
-					mori_strerror(it.status), it.len, len,
-					it.status ? "" : it.len != len ? "" : ", other bytes than (key, seed)'s");
+			if (r.failures++ < 5) {
+				if (it.status)
+					fprintf(stderr, "mori-bench kv: %s:%lu: get %s: %s\n", name, lineno, key,
+						mori_strerror(it.status));
+				else
+					fprintf(stderr, "mori-bench kv: %s:%lu: get %s: %zu bytes, want %llu%s\n", name, lineno,
+						key, it.len, len, it.len == len ? ", other bytes than (key, seed)'s" : "");
+			}
 			continue;
 		}
 		r.bytes += len;
@@ -262,7 +266,7 @@ int kv_trace_main(const struct kvo *o)
 		}
 		rewind(f);
 	}
-	rc = replay(o, u, f, name);
+	rc = replay(u, f, name);
 	fclose(f);
 	kv_close(u, c);
 	return rc;
