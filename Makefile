@@ -201,7 +201,7 @@ install: $(B)/morid $(addprefix $(B)/,$(TOOLS)) $(B)/libmori.so $(B)/libmori.a
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include \
 	  $(DESTDIR)/etc/mori $(DESTDIR)$(PREFIX)/lib/systemd/system
 	install -m 755 $(B)/morid $(addprefix $(B)/,$(TOOLS)) $(DESTDIR)$(PREFIX)/bin/
-	install -m 644 include/mori.h include/mori_types.h include/mori_shmem.h include/mori_ep.h include/mori_coll.h \
+	install -m 644 include/mori.h include/mori_types.h include/mori_shmem.h include/mori_ep.h include/mori_coll.h include/mori_umbp.h \
 	  $(DESTDIR)$(PREFIX)/include/
 	@# the device API (kernels include it) and the types host and device share, as NVSHMEM splits them
 	install -d $(DESTDIR)$(PREFIX)/include/mori/device $(DESTDIR)$(PREFIX)/include/mori/device_host

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "gpu/gpu_stage.h"
+#include "kv/kv_store.h"
 #include "shmem/group.h"
 #include "shmem/shmem_proxy.h"
 #include "log.h"
@@ -60,6 +61,7 @@ void morid_stop(struct morid *d, const char *why)
 	metrics_stop(d); /* first: no scrape is answered while the rest stops */
 	sd_notify(0, "STOPPING=1");
 	session_stop(d);
+	kv_stop(d); /* after the clients: their leases and reservations are gone */
 	shmem_proxy_stop(d); /* lets go of the rings the PEs left */
 	groups_stop(d); /* after the clients (their PEs), before the peer service */
 	peers_stop(d); /* ends the transfers, then stops the transports */
@@ -265,6 +267,8 @@ int main(int argc, char **argv)
 		return 1;
 	if (!(d->reg = registry_new()))
 		goto out_lock;
+	if (kv_start(d) != 0)
+		goto out_reg;
 	morid_notify_status(d, "binding sockets in %s", d->cfg.runtime_dir);
 	if (control_start(d) != 0)
 		goto out_reg;
@@ -323,6 +327,7 @@ out_session:
 out_control:
 	control_stop(d);
 out_reg:
+	kv_stop(d);
 	uv_run(d->loop, UV_RUN_NOWAIT);
 	registry_free(d->reg);
 out_lock:

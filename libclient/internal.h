@@ -50,6 +50,8 @@ struct mori_client {
 	struct copy_pool *pool;
 	/* GPU state, created on first VRAM use (gpu_dev.c) */
 	struct gpu_ctx *gpu;
+	/* UMBP: the store's slabs this process maps (umbp.c), shared by the client's handles */
+	struct umbp_maps *umbp;
 	/* MORI-SHMEM groups this client is a PE of (shmem.c) */
 	pthread_mutex_t group_lock;
 	struct mori_group *groups;

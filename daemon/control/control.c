@@ -10,6 +10,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "kv/kv_store.h"
 #include "shmem/group.h"
 #include "log.h"
 #include "memory.h"
@@ -86,7 +87,7 @@ static void do_status(struct morid *d, Mori__Reply *rep, struct rctx *r)
 static void do_config(struct morid *d, Mori__Reply *rep, struct rctx *r)
 {
 	Mori__ConfigReply *cr = rctx_alloc(r, sizeof(*cr));
-	Mori__ConfigEntry **es = rctx_alloc(r, sizeof(*es) * 64);
+	Mori__ConfigEntry **es = rctx_alloc(r, sizeof(*es) * 96);
 	if (!cr || !es) {
 		reply_error(rep, MORI_ENOMEM, "out of memory");
 		return;
@@ -96,7 +97,7 @@ static void do_config(struct morid *d, Mori__Reply *rep, struct rctx *r)
 	const char *name, *help;
 	char value[1100];
 	int reloadable, i;
-	for (i = 0; i < 64 && config_entry(&d->cfg, i, &name, value, sizeof(value), &reloadable, &help); i++) {
+	for (i = 0; i < 96 && config_entry(&d->cfg, i, &name, value, sizeof(value), &reloadable, &help); i++) {
 		es[i] = rctx_alloc(r, sizeof(Mori__ConfigEntry));
 		if (!es[i]) {
 			reply_error(rep, MORI_ENOMEM, "out of memory");
@@ -233,6 +234,9 @@ int dispatch(struct morid *d, struct client *c, uid_t uid, Mori__Request *req, M
 			break;
 		}
 		return group_handle_request(d, c, req, rep, r, fds, nfds);
+	case MORI__REQUEST__BODY_KV: /* kv/kv_req.c */
+		deferred = kv_handle_request(d, c, uid, req->kv, rep, r);
+		break;
 	case MORI__REQUEST__BODY_NICS: /* transport/rdma/rdma_ctl.c */
 		rdma_nics_reply(d, rep, r);
 		break;

@@ -12,6 +12,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "kv/kv_store.h"
 #include "shmem/group.h"
 #include "invariant.h"
 #include "log.h"
@@ -119,6 +120,7 @@ void client_destroy(struct client *c, const char *why)
 		count(d, C_CLIENTS_DIED, strcmp(why, "closed") != 0 || !c->said_bye);
 	group_client_gone(d, c); /* its PEs die before its regions (their heaps) go */
 	peer_client_gone(d, c);
+	kv_client_gone(d, c); /* its reservations freed, its leases ended */
 	region_forget_waiter(d, c);
 	list_each(it, &c->regions)
 		region_remove(d, list_entry(it, struct region, owner_link), "owner gone");

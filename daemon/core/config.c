@@ -94,6 +94,19 @@ static const struct opt opts[] = {
 	{"shmem_heap_size", T_INT, S(shmem_heap_size), 1 << 20, 1ll << 40, "1073741824", 1, "MORI-SHMEM: bytes of a PE's symmetric heap when its group names no size (new groups)"},
 	{"shmem_ring_entries", T_INT, S(shmem_ring_entries), 64, 65536, "1024", 1, "MORI-SHMEM: proxy ring entries per PE, a power of two (new groups)"},
 	{"shmem_proxy_spin_us", T_INT, S(shmem_proxy_spin_us), 0, 1000000, "2000", 1, "MORI-SHMEM: the proxy polls its rings on every loop turn (yielding the CPU when a turn finds nothing) for this long after the last request, then on a 1 ms timer (10 ms after 1 s without requests); 0: the timer alone"},
+	{"kv_dram_bytes", T_INT, S(kv_dram_bytes), 0, 1ll << 44, "1073741824", 0, "UMBP: bytes of the KV store's DRAM tier (memfd pages, taken from the kernel only as values are written); 0: no store"},
+	{"kv_slab_bytes", T_INT, S(kv_slab_bytes), 1 << 20, 1ll << 32, "67108864", 0, "UMBP: bytes of one memfd of the DRAM tier (a multiple of 4096); a value over a quarter of it gets a memfd of its own"},
+	{"kv_value_max", T_INT, S(kv_value_max), 64ll << 20, 1ll << 36, "67108864", 0, "UMBP: largest value, bytes (at least 64 MiB)"},
+	{"kv_policy", T_STR, S(kv_policy), 0, 0, "default", 0, "UMBP: eviction policy (lru, default: docs/umbp.md)"},
+	{"kv_high_watermark", T_INT, S(kv_high_watermark), 1, 100, "95", 1, "UMBP: percent of kv_dram_bytes past which a put evicts (or spills) values ..."},
+	{"kv_low_watermark", T_INT, S(kv_low_watermark), 0, 100, "85", 1, "UMBP: ... until the DRAM tier is down to this percent"},
+	{"kv_promote_on_read", T_INT, S(kv_promote_on_read), 0, 1, "1", 1, "UMBP: a get of a value on SSD brings it back into DRAM (else it is read into a slot freed after the get)"},
+	{"kv_uid_quota_bytes", T_INT, S(kv_uid_quota_bytes), 0, 1ll << 46, "0", 1, "UMBP: bytes one uid may store, both tiers (at it, its own values are evicted first); 0: no quota"},
+	{"kv_batch_max", T_INT, S(kv_batch_max), 1, 512, "256", 1, "UMBP: keys of one request (libmori splits larger batches)"},
+	{"kv_timeout_ms", T_INT, S(kv_timeout_ms), 1, 3600000, "10000", 1, "UMBP: a client call's deadline unless it gives one"},
+	{"kv_lease_max_ms", T_INT, S(kv_lease_max_ms), 10, 3600000, "30000", 1, "UMBP: a get's lease or a put's reservation ends after this; its slot may then be reused"},
+	{"kv_ssd_dir", T_STR, S(kv_ssd_dir), 0, 0, "", 0, "UMBP: directory of the SSD tier's segment files; empty: no SSD tier"},
+	{"kv_ssd_bytes", T_INT, S(kv_ssd_bytes), 0, 1ll << 50, "0", 0, "UMBP: bytes the SSD tier may take on disk (with kv_ssd_dir)"},
 };
 #define NOPTS (sizeof(opts) / sizeof(opts[0]))
 
@@ -319,6 +332,19 @@ int config_validate(struct config *cfg, char *err, size_t errlen)
 	}
 	if (cfg->shmem_ring_entries & (cfg->shmem_ring_entries - 1)) {
 		snprintf(err, errlen, "shmem_ring_entries: %lld is not a power of two", (long long)cfg->shmem_ring_entries);
+		return -1;
+	}
+	if (cfg->kv_low_watermark > cfg->kv_high_watermark) {
+		snprintf(err, errlen, "kv_low_watermark (%lld) is above kv_high_watermark (%lld)",
+			 (long long)cfg->kv_low_watermark, (long long)cfg->kv_high_watermark);
+		return -1;
+	}
+	if (cfg->kv_slab_bytes % 4096) {
+		snprintf(err, errlen, "kv_slab_bytes: %lld is not a multiple of 4096", (long long)cfg->kv_slab_bytes);
+		return -1;
+	}
+	if (cfg->kv_ssd_dir[0] && cfg->kv_ssd_bytes <= 0) {
+		snprintf(err, errlen, "kv_ssd_dir is set but kv_ssd_bytes is 0: give the SSD tier a size");
 		return -1;
 	}
 	const char *addrs[3][2] = {{"listen", cfg->listen}, {"advertise", cfg->advertise},

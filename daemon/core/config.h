@@ -51,6 +51,20 @@ struct config {
 	int64_t shmem_heap_size;   /* MORI-SHMEM: a PE's heap when its join names no size */
 	int64_t shmem_ring_entries; /* MORI-SHMEM: proxy ring entries per PE (power of two) */
 	int64_t shmem_proxy_spin_us; /* MORI-SHMEM: the proxy's busy-poll window after a request */
+	/* UMBP, the KV store (kv/) */
+	int64_t kv_dram_bytes;     /* DRAM tier capacity; 0: no store */
+	int64_t kv_slab_bytes;     /* one memfd of the DRAM tier */
+	int64_t kv_value_max;      /* largest value */
+	char kv_policy[32];        /* eviction policy name (kv_policy_parse) */
+	int64_t kv_high_watermark; /* percent of kv_dram_bytes: a put past it evicts ... */
+	int64_t kv_low_watermark;  /* ... down to this */
+	int64_t kv_promote_on_read;
+	int64_t kv_uid_quota_bytes; /* per uid, both tiers; 0: none */
+	int64_t kv_batch_max;      /* items of one request */
+	int64_t kv_timeout_ms;     /* default deadline of a client's call */
+	int64_t kv_lease_max_ms;   /* longest a get's lease or a put's reservation lives */
+	char kv_ssd_dir[256];      /* SSD tier's segment files; empty: no SSD tier */
+	int64_t kv_ssd_bytes;      /* SSD tier capacity */
 
 	/* derived at validation */
 	uid_t uids[CFG_MAX_UIDS];

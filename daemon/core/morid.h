@@ -17,6 +17,8 @@ struct client;
 struct region;
 struct peer;
 struct conn;
+struct kv_client;
+struct kv_store;
 
 /* Counters shown by moractl status; names in counters.c. */
 enum counter {
@@ -86,6 +88,7 @@ struct client {
 	struct list opens;           /* struct open_ref: regions of others it opened */
 	struct list lists;           /* prepared descriptor lists (cross node) */
 	uint64_t list_bytes;         /* their descriptors' bytes (client_max_list_bytes) */
+	struct kv_client *kv;        /* its part of the KV store (kv/), NULL until it uses it */
 	int said_bye;                /* it closed on purpose (SQE_BYE): not counted as died */
 	int dying;
 };
@@ -120,6 +123,7 @@ struct morid {
 	uint64_t next_client_id;
 	struct registry *reg;
 	struct peers *peers;
+	struct kv_store *kv;         /* UMBP (kv/), NULL without a store */
 	/* Detach a client (session.c sets it): lower layers that must drop a client (a backlog
 	 * at its cap) call through here instead of into the session layer. */
 	void (*client_kill)(struct client *c, const char *why);

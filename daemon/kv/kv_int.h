@@ -1,0 +1,142 @@
+/* The KV store's internals shared by kv_index.c, kv_store.c and kv_req.c (kv_store.h says who
+ * is who). */
+#ifndef MORID_KV_INT_H
+#define MORID_KV_INT_H
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "core/morid.h"
+#include "kv/kv_dram.h"
+#include "kv/kv_policy.h"
+#include "kv/kv_ssd.h"
+
+#define KV_KEY_MAX 256
+
+enum kv_tier { KV_TIER_NONE = 0, KV_TIER_DRAM = 2, KV_TIER_SSD = 3 }; /* mori_umbp_tier's numbers */
+enum kv_state {
+	KV_RESERVED = 1, /* a put's slot, not yet committed: only its client's hold names it */
+	KV_LIVE = 2,     /* in the index */
+	KV_ZOMBIE = 3,   /* replaced, removed or evicted while leased: freed at its last release */
+};
+enum kv_flag {
+	KV_F_SPILLING = 1 << 0, /* an SSD write from its DRAM run is in flight */
+	KV_F_READING = 1 << 1,  /* an SSD read into DRAM is in flight */
+	KV_F_IN_POLICY = 1 << 2,
+};
+
+/* One version of one key. The key's bytes follow the struct. */
+struct kv_entry {
+	struct kv_entry *hnext;  /* index chain */
+	struct kv_pnode pn;      /* the tier's policy */
+	union {
+		struct kv_ext ext;       /* tier DRAM */
+		struct kv_ssd_loc loc;   /* tier SSD */
+	} u;
+	uint64_t size;           /* the value's bytes */
+	uint64_t gen;            /* commit order, daemon-wide (the SSD tier's records carry it) */
+	uint32_t hash;           /* the index's hash, low 32 bits */
+	uid_t uid;
+	uint32_t refs;           /* leases and in-flight I/O: the version stays while > 0 */
+	uint16_t key_len;
+	uint8_t tier, pin, state, flags;
+	int8_t depth;
+	uint8_t key[];
+};
+
+/* The index (kv_index.c): chained, doubled when it holds as many entries as buckets, old buckets
+ * moved a few per operation (never a stall of the whole table). */
+struct kv_index {
+	struct kv_entry **t[2];  /* t[1]: the table being moved out of, while rehashing */
+	uint64_t size[2];
+	uint64_t count;
+	uint64_t moved;          /* t[1]'s buckets moved so far */
+	unsigned char seed[16];  /* SipHash key: a client cannot pick colliding keys */
+};
+int kv_index_init(struct kv_index *x);
+void kv_index_fini(struct kv_index *x);
+uint64_t kv_index_hash(const struct kv_index *x, uid_t uid, const void *key, size_t len);
+struct kv_entry *kv_index_find(struct kv_index *x, uid_t uid, const void *key, size_t len, uint64_t hash);
+/* e->hash set from hash; e must not be in the index. MORI_ENOMEM when the table could not grow
+ * (e is inserted all the same: chains only get longer). */
+int kv_index_insert(struct kv_index *x, struct kv_entry *e);
+void kv_index_remove(struct kv_index *x, struct kv_entry *e);
+/* Every entry, fn may remove the one it is given. Stops when fn returns non-zero. */
+void kv_index_each(struct kv_index *x, int (*fn)(struct kv_entry *e, void *arg), void *arg);
+uint64_t kv_index_bytes(const struct kv_index *x);
+
+/* What one uid holds and did. */
+struct kv_uid {
+	uid_t uid;
+	uint64_t used;           /* values' bytes on both tiers: reserved, live and still-leased old ones */
+	uint64_t hard_pinned;
+	uint64_t keys, dram_keys, dram_bytes, ssd_keys, ssd_bytes;
+	uint64_t hits, misses, evictions, spills, promotions;
+};
+
+enum kv_hold_kind { KV_HOLD_RES = 1, KV_HOLD_LEASE = 2 };
+
+/* A put's reservation or a get's lease, in its client's table; its id names it in requests. */
+struct kv_hold {
+	uint64_t id;
+	struct kv_entry *e;      /* NULL once expired */
+	struct kv_client *kc;
+	uint64_t deadline_ms;    /* loop time */
+	struct list link;        /* the store's expiry queue, oldest first (off it once expired) */
+	uint8_t kind, expired;
+};
+
+/* A client's part of the store. */
+struct kv_client {
+	struct client *c;
+	struct kv_hold **holds;  /* by the low bits of the id */
+	uint32_t nholds, cap_holds;
+	uint32_t *free_idx;
+	uint32_t nfree;
+	uint32_t live;           /* holds in the table */
+	uint32_t *sent;          /* sent[slab index] = the id of the slab whose fd it was sent */
+	uint32_t nsent;
+};
+
+struct kv_store {
+	struct morid *d;
+	struct kv_dram *dram;
+	struct kv_policy *pol;   /* the DRAM tier's */
+	struct kv_policy *pol_ssd;
+	struct kv_ssd *ssd;      /* NULL: no SSD tier */
+	enum kv_policy_kind policy;
+	struct kv_index idx;
+	struct kv_uid *uids;
+	uint32_t nuids;
+	struct list expiry;      /* holds by deadline */
+	uv_timer_t timer;
+	uint64_t timer_at;       /* loop ms the timer is set for, 0 none */
+	uint64_t gen, hold_seq;
+	uint64_t entry_bytes;    /* malloc'd for entries */
+	/* node-wide counters */
+	uint64_t hits, misses, evictions, spills, promotions, puts, expired, zombies, ssd_errors;
+	uint64_t leases, reservations;
+	uint64_t dram_keys, dram_bytes, ssd_keys, ssd_bytes;
+};
+
+/* kv_store.c, for kv_req.c. Statuses are MORI_* codes; msg (may be NULL) gets why it failed. */
+struct kv_store *kv_store_new(struct morid *d, char *err, size_t errlen);
+void kv_store_free(struct kv_store *st);
+struct kv_uid *kv_uid_get(struct kv_store *st, uid_t uid);
+struct kv_client *kv_client_of(struct kv_store *st, struct client *c); /* created on first use; NULL ENOMEM */
+/* End every hold of kc (reservations freed, leases ended) and forget what slabs it was sent. */
+void kv_client_reset(struct kv_store *st, struct kv_client *kc);
+/* A new slot for a put: *e the reserved entry (its DRAM run says where), *id its hold's id. */
+int kv_put_alloc(struct kv_store *st, struct kv_client *kc, const void *key, size_t klen, uint64_t size, int depth,
+		 int pin, struct kv_entry **e, uint64_t *id, char *msg, size_t msglen);
+int kv_put_commit(struct kv_store *st, struct kv_client *kc, uint64_t id, int abort, char *msg, size_t msglen);
+/* A lease on key's value, in DRAM (a value only on SSD: MORI_EINPROGRESS, not yet). */
+int kv_get(struct kv_store *st, struct kv_client *kc, const void *key, size_t klen, struct kv_entry **e, uint64_t *id);
+int kv_release(struct kv_store *st, struct kv_client *kc, uint64_t id);
+struct kv_entry *kv_lookup(struct kv_store *st, uid_t uid, const void *key, size_t klen);
+int kv_remove(struct kv_store *st, uid_t uid, const void *key, size_t klen);
+int kv_pin(struct kv_store *st, uid_t uid, const void *key, size_t klen, int pin, char *msg, size_t msglen);
+uint64_t kv_clear(struct kv_store *st, uid_t uid);
+/* 1 when kc must be sent slab s's fd with this reply (and it is now marked sent); 0 when it has
+ * it; <0 ENOMEM. */
+int kv_slab_send(struct kv_client *kc, const struct kv_slab *s);
+#endif

@@ -1,0 +1,399 @@
+/* The KV store's requests (KvRequest, proto/mori.proto) on sessions and the control socket, and
+ * its statistics. Input is checked here, before kv_store.c sees it: a bad key, size, id or batch
+ * gets a clear error and changes nothing. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kv/kv_int.h"
+#include "kv/kv_store.h"
+#include "log.h"
+
+#define ALLOC(r, T, n) ((T *)rctx_alloc((r), sizeof(T) * ((n) ? (n) : 1)))
+
+static int check_key(const ProtobufCBinaryData *k, char *msg, size_t len)
+{
+	if (k->len == 0 || k->len > KV_KEY_MAX) {
+		snprintf(msg, len, "key of %zu bytes (keys have 1..%d)", k->len, KV_KEY_MAX);
+		return MORI_EINVAL;
+	}
+	return MORI_OK;
+}
+
+static void first_error(Mori__Reply *rep, struct rctx *r, const char *msg)
+{
+	if (!rep->message || !rep->message[0])
+		rep->message = rctx_strdup(r, msg);
+}
+
+/* The slot of e for the reply, with its slab's fd when the client does not have it. MORI_EAGAIN
+ * when the reply carries as many fds as one message can (the client asks again). */
+static int add_slot(struct kv_store *st, struct kv_client *kc, Mori__KvReply *kr, Mori__Reply *rep,
+		    struct rctx *r, Mori__KvSlot *sl, struct kv_entry *e)
+{
+	struct kv_slab *s = kv_dram_slab(st->dram, e->u.ext.slab);
+	int send = kv_slab_send(kc, s);
+	if (send < 0)
+		return MORI_ENOMEM;
+	if (send) {
+		if (r->nfds >= WIRE_MAX_FDS) {
+			if (!s->dedicated)
+				kc->sent[s->index] = 0;
+			return MORI_EAGAIN;
+		}
+		Mori__KvSlab *ks = rctx_alloc(r, sizeof(*ks));
+		if (!ks || rctx_dup_fd(r, rep, s->fd) != 0) {
+			if (!s->dedicated)
+				kc->sent[s->index] = 0;
+			rep->code = 0; /* rctx_dup_fd's error is this item's */
+			return MORI_ESYS;
+		}
+		mori__kv_slab__init(ks);
+		ks->id = s->id;
+		ks->bytes = s->bytes;
+		ks->dedicated = s->dedicated;
+		kr->slabs[kr->n_slabs++] = ks;
+	}
+	sl->slab = s->id;
+	sl->offset = kv_ext_offset(&e->u.ext);
+	sl->len = e->size;
+	sl->tier = KV_TIER_DRAM;
+	return MORI_OK;
+}
+
+static void do_put_alloc(struct kv_store *st, struct kv_client *kc, Mori__KvRequest *kq, Mori__KvReply *kr,
+			 Mori__Reply *rep, struct rctx *r)
+{
+	const struct config *cfg = &st->d->cfg;
+	kr->slots = ALLOC(r, Mori__KvSlot *, kq->n_items);
+	kr->slabs = ALLOC(r, Mori__KvSlab *, kq->n_items);
+	if (!kr->slots || !kr->slabs) {
+		reply_error(rep, MORI_ENOMEM, "out of memory");
+		return;
+	}
+	for (size_t i = 0; i < kq->n_items; i++) {
+		Mori__KvItem *it = kq->items[i];
+		Mori__KvSlot *sl = rctx_alloc(r, sizeof(*sl));
+		if (!sl) {
+			reply_error(rep, MORI_ENOMEM, "out of memory");
+			return;
+		}
+		mori__kv_slot__init(sl);
+		kr->slots[kr->n_slots++] = sl;
+		char msg[300] = "";
+		int rc = check_key(&it->key, msg, sizeof(msg));
+		if (rc == MORI_OK && it->size == 0) {
+			rc = MORI_EINVAL;
+			snprintf(msg, sizeof(msg), "value of 0 bytes");
+		} else if (rc == MORI_OK && (it->size > (uint64_t)cfg->kv_value_max || it->size > (uint64_t)cfg->kv_dram_bytes)) {
+			rc = MORI_EMSGSIZE;
+			snprintf(msg, sizeof(msg), "value of %llu bytes is larger than the store takes (kv_value_max %lld, "
+				 "kv_dram_bytes %lld)", (unsigned long long)it->size, (long long)cfg->kv_value_max,
+				 (long long)cfg->kv_dram_bytes);
+		} else if (rc == MORI_OK && it->pin > 2) {
+			rc = MORI_EINVAL;
+			snprintf(msg, sizeof(msg), "pin %u is not none (0), soft (1) or hard (2)", it->pin);
+		}
+		struct kv_entry *e = NULL;
+		uint64_t id = 0;
+		if (rc == MORI_OK)
+			rc = kv_put_alloc(st, kc, it->key.data, it->key.len, it->size, it->depth, (int)it->pin, &e, &id, msg,
+					  sizeof(msg));
+		if (rc == MORI_OK) {
+			rc = add_slot(st, kc, kr, rep, r, sl, e);
+			if (rc != MORI_OK) {
+				kv_put_commit(st, kc, id, 1, msg, sizeof(msg));
+				snprintf(msg, sizeof(msg), rc == MORI_EAGAIN ? "reply full of descriptors: ask again" :
+					 "cannot pass the slab's descriptor");
+			}
+		}
+		sl->status = rc;
+		if (rc == MORI_OK)
+			sl->id = id;
+		else
+			first_error(rep, r, msg);
+	}
+}
+
+static void do_get(struct kv_store *st, struct kv_client *kc, Mori__KvRequest *kq, Mori__KvReply *kr,
+		   Mori__Reply *rep, struct rctx *r)
+{
+	kr->slots = ALLOC(r, Mori__KvSlot *, kq->n_items);
+	kr->slabs = ALLOC(r, Mori__KvSlab *, kq->n_items);
+	if (!kr->slots || !kr->slabs) {
+		reply_error(rep, MORI_ENOMEM, "out of memory");
+		return;
+	}
+	for (size_t i = 0; i < kq->n_items; i++) {
+		Mori__KvItem *it = kq->items[i];
+		Mori__KvSlot *sl = rctx_alloc(r, sizeof(*sl));
+		if (!sl) {
+			reply_error(rep, MORI_ENOMEM, "out of memory");
+			return;
+		}
+		mori__kv_slot__init(sl);
+		kr->slots[kr->n_slots++] = sl;
+		char msg[300] = "";
+		int rc = check_key(&it->key, msg, sizeof(msg));
+		struct kv_entry *e = NULL;
+		uint64_t id = 0;
+		if (rc == MORI_OK)
+			rc = kv_get(st, kc, it->key.data, it->key.len, &e, &id);
+		if (rc == MORI_OK) {
+			rc = add_slot(st, kc, kr, rep, r, sl, e);
+			if (rc != MORI_OK)
+				kv_release(st, kc, id);
+		}
+		sl->status = rc;
+		if (rc == MORI_OK)
+			sl->id = id;
+		else if (rc != MORI_ENOENT)
+			first_error(rep, r, msg[0] ? msg : mori_strerror(rc));
+	}
+}
+
+static void do_ids(struct kv_store *st, struct kv_client *kc, Mori__KvRequest *kq, Mori__KvReply *kr,
+		   Mori__Reply *rep, struct rctx *r)
+{
+	kr->status = ALLOC(r, int32_t, kq->n_ids);
+	if (!kr->status) {
+		reply_error(rep, MORI_ENOMEM, "out of memory");
+		return;
+	}
+	for (size_t i = 0; i < kq->n_ids; i++) {
+		char msg[200] = "";
+		int rc;
+		if (kq->op == MORI__KV_OP__KV_PUT_COMMIT) {
+			rc = kv_put_commit(st, kc, kq->ids[i], kq->abort, msg, sizeof(msg));
+		} else {
+			rc = kv_release(st, kc, kq->ids[i]);
+			if (rc == MORI_EINVAL)
+				snprintf(msg, sizeof(msg), "no lease %llx of this client", (unsigned long long)kq->ids[i]);
+			else if (rc == MORI_ETIMEDOUT)
+				snprintf(msg, sizeof(msg), "lease %llx had expired (kv_lease_max_ms): the value may have been "
+					 "overwritten while it was read", (unsigned long long)kq->ids[i]);
+		}
+		kr->status[kr->n_status++] = rc;
+		if (rc != MORI_OK)
+			first_error(rep, r, msg);
+	}
+}
+
+static void do_keys(struct kv_store *st, uid_t uid, Mori__KvRequest *kq, Mori__KvReply *kr, Mori__Reply *rep,
+		    struct rctx *r)
+{
+	int exists = kq->op == MORI__KV_OP__KV_EXISTS;
+	if (exists)
+		kr->present = ALLOC(r, protobuf_c_boolean, kq->n_items);
+	else
+		kr->status = ALLOC(r, int32_t, kq->n_items);
+	if (exists ? !kr->present : !kr->status) {
+		reply_error(rep, MORI_ENOMEM, "out of memory");
+		return;
+	}
+	int run = 1;
+	for (size_t i = 0; i < kq->n_items; i++) {
+		Mori__KvItem *it = kq->items[i];
+		char msg[300] = "";
+		int rc = check_key(&it->key, msg, sizeof(msg));
+		if (exists) {
+			int p = rc == MORI_OK && kv_lookup(st, uid, it->key.data, it->key.len) != NULL;
+			kr->present[kr->n_present++] = p;
+			run = run && p;
+			kr->count += run;
+			if (rc != MORI_OK)
+				first_error(rep, r, msg);
+			if (kq->consecutive && !run)
+				break;
+			continue;
+		}
+		if (rc == MORI_OK && kq->op == MORI__KV_OP__KV_REMOVE)
+			rc = kv_remove(st, uid, it->key.data, it->key.len);
+		else if (rc == MORI_OK && it->pin > 2)
+			rc = MORI_EINVAL, snprintf(msg, sizeof(msg), "pin %u is not none (0), soft (1) or hard (2)", it->pin);
+		else if (rc == MORI_OK)
+			rc = kv_pin(st, uid, it->key.data, it->key.len, (int)it->pin, msg, sizeof(msg));
+		kr->status[kr->n_status++] = rc;
+		if (rc != MORI_OK && rc != MORI_ENOENT)
+			first_error(rep, r, msg);
+	}
+}
+
+static void uid_stats(Mori__KvUidStats *us, const struct kv_uid *u, uint64_t quota)
+{
+	mori__kv_uid_stats__init(us);
+	us->uid = u->uid;
+	us->keys = u->keys;
+	us->used_bytes = u->used;
+	us->quota_bytes = quota;
+	us->hard_pinned_bytes = u->hard_pinned;
+	us->hits = u->hits;
+	us->misses = u->misses;
+	us->evictions = u->evictions;
+	us->spills = u->spills;
+	us->promotions = u->promotions;
+	us->dram_keys = u->dram_keys;
+	us->dram_bytes = u->dram_bytes;
+	us->ssd_keys = u->ssd_keys;
+	us->ssd_bytes = u->ssd_bytes;
+}
+
+int kv_stats_fill(struct morid *d, Mori__KvStats *s, struct rctx *r, int all_uids, uid_t uid)
+{
+	struct kv_store *st = d->kv;
+	mori__kv_stats__init(s);
+	if (!st)
+		return 0;
+	struct kv_dram_stats ds;
+	kv_dram_stats_get(st->dram, &ds);
+	s->dram_keys = st->dram_keys;
+	s->dram_bytes = st->dram_bytes;
+	s->dram_capacity = (uint64_t)d->cfg.kv_dram_bytes;
+	s->dram_allocated = ds.allocated;
+	s->dram_slab_bytes = ds.slab_bytes;
+	s->ssd_keys = st->ssd_keys;
+	s->ssd_bytes = st->ssd_bytes;
+	s->ssd_capacity = st->ssd ? (uint64_t)d->cfg.kv_ssd_bytes : 0;
+	s->hits = st->hits;
+	s->misses = st->misses;
+	s->evictions = st->evictions;
+	s->spills = st->spills;
+	s->promotions = st->promotions;
+	s->leases = st->leases;
+	s->reservations = st->reservations;
+	s->expired_leases = st->expired;
+	s->puts = st->puts;
+	s->zombies = st->zombies;
+	s->ssd_errors = st->ssd_errors;
+	s->index_bytes = kv_index_bytes(&st->idx) + st->entry_bytes + ds.meta_bytes;
+	s->policy = (char *)kv_policy_name(st->policy);
+	s->uids = ALLOC(r, Mori__KvUidStats *, st->nuids);
+	if (!s->uids)
+		return MORI_ENOMEM;
+	for (uint32_t i = 0; i < st->nuids; i++) {
+		if (!all_uids && st->uids[i].uid != uid)
+			continue;
+		Mori__KvUidStats *us = rctx_alloc(r, sizeof(*us));
+		if (!us)
+			return MORI_ENOMEM;
+		uid_stats(us, &st->uids[i], (uint64_t)d->cfg.kv_uid_quota_bytes);
+		s->uids[s->n_uids++] = us;
+	}
+	return 1;
+}
+
+int kv_handle_request(struct morid *d, struct client *c, uid_t uid, Mori__KvRequest *kq, Mori__Reply *rep,
+		      struct rctx *r)
+{
+	struct kv_store *st = d->kv;
+	const struct config *cfg = &d->cfg;
+	if (!st) {
+		reply_error(rep, MORI_ENOTSUP, "morid runs without a KV store (kv_dram_bytes = 0)");
+		return 0;
+	}
+	if (!c && kq->op != MORI__KV_OP__KV_STATS) {
+		reply_error(rep, MORI_EPROTO, "KV requests but STATS need an attached session");
+		return 0;
+	}
+	if (kq->n_items > (size_t)cfg->kv_batch_max || kq->n_ids > (size_t)cfg->kv_batch_max) {
+		reply_error(rep, MORI_EINVAL, "batch of %zu items over kv_batch_max (%lld)",
+			    kq->n_items > kq->n_ids ? kq->n_items : kq->n_ids, (long long)cfg->kv_batch_max);
+		return 0;
+	}
+	struct kv_client *kc = c ? kv_client_of(st, c) : NULL;
+	Mori__KvReply *kr = rctx_alloc(r, sizeof(*kr));
+	if (!kr || (c && !kc)) {
+		reply_error(rep, MORI_ENOMEM, "out of memory");
+		return 0;
+	}
+	mori__kv_reply__init(kr);
+	rep->body_case = MORI__REPLY__BODY_KV;
+	rep->kv = kr;
+	switch (kq->op) {
+	case MORI__KV_OP__KV_OPEN: {
+		Mori__KvInfo *in = rctx_alloc(r, sizeof(*in));
+		if (!in)
+			break;
+		mori__kv_info__init(in);
+		in->dram_capacity = (uint64_t)cfg->kv_dram_bytes;
+		in->value_max = (uint64_t)cfg->kv_value_max;
+		in->batch_max = (uint32_t)cfg->kv_batch_max;
+		in->timeout_ms = (uint32_t)cfg->kv_timeout_ms;
+		in->lease_max_ms = (uint32_t)cfg->kv_lease_max_ms;
+		in->key_max = KV_KEY_MAX;
+		kr->info = in;
+		return 0;
+	}
+	case MORI__KV_OP__KV_PUT_ALLOC:
+		do_put_alloc(st, kc, kq, kr, rep, r);
+		return 0;
+	case MORI__KV_OP__KV_GET:
+		do_get(st, kc, kq, kr, rep, r);
+		return 0;
+	case MORI__KV_OP__KV_PUT_COMMIT:
+	case MORI__KV_OP__KV_RELEASE:
+		do_ids(st, kc, kq, kr, rep, r);
+		return 0;
+	case MORI__KV_OP__KV_EXISTS:
+	case MORI__KV_OP__KV_REMOVE:
+	case MORI__KV_OP__KV_PIN:
+		do_keys(st, c->uid, kq, kr, rep, r);
+		return 0;
+	case MORI__KV_OP__KV_CLEAR:
+		kr->count = kv_clear(st, c->uid);
+		return 0;
+	case MORI__KV_OP__KV_FLUSH:
+		return 0; /* nothing is spilled without an SSD tier */
+	case MORI__KV_OP__KV_STATS: {
+		Mori__KvStats *s = rctx_alloc(r, sizeof(*s));
+		if (!s || kv_stats_fill(d, s, r, kq->node && (uid == 0 || uid == getuid()), uid) < 0)
+			break;
+		kr->stats = s;
+		return 0;
+	}
+	case MORI__KV_OP__KV_CLOSE:
+		kv_client_reset(st, kc);
+		return 0;
+	default:
+		rep->body_case = MORI__REPLY__BODY__NOT_SET;
+		reply_error(rep, MORI_EINVAL, "unknown KV op %d", (int)kq->op);
+		return 0;
+	}
+	rep->body_case = MORI__REPLY__BODY__NOT_SET;
+	reply_error(rep, MORI_ENOMEM, "out of memory");
+	return 0;
+}
+
+void kv_client_gone(struct morid *d, struct client *c)
+{
+	if (!c->kv)
+		return;
+	if (d->kv)
+		kv_client_reset(d->kv, c->kv);
+	free(c->kv);
+	c->kv = NULL;
+}
+
+int kv_start(struct morid *d)
+{
+	if (d->cfg.kv_dram_bytes == 0)
+		return 0;
+	char err[300];
+	if (d->cfg.kv_ssd_dir[0]) {
+		mlog_err("kv", "kv_ssd_dir is set but this morid has no SSD tier built in");
+		return -1;
+	}
+	if (!(d->kv = kv_store_new(d, err, sizeof(err)))) {
+		mlog_err("kv", "%s", err);
+		return -1;
+	}
+	mlog_info("kv", "KV store: DRAM tier of %lld bytes in slabs of %lld, policy %s", (long long)d->cfg.kv_dram_bytes,
+		  (long long)d->cfg.kv_slab_bytes, d->cfg.kv_policy);
+	return 0;
+}
+
+void kv_stop(struct morid *d)
+{
+	kv_store_free(d->kv);
+	d->kv = NULL;
+}
