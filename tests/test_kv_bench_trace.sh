@@ -72,3 +72,6 @@ rc=$?
 	fail "a malformed trace: exit $rc: $(cat "$T/junk.err")"
 pass "a changed seed fails the replay (exit 1, failures=1); a malformed line is refused (exit 2)"
 
+
+stop_morid
+[ "$STOP_RC" = 0 ] || fail "morid exited $STOP_RC after the runs: $(tail -5 "$DLOG")"
