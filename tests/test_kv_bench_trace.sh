@@ -48,7 +48,7 @@ for p in uniform zipf raw; do
 done
 
 tr=$T/pressure.trace
-rec=$(run_trace pressure --profile pressure --ops 1000 --value 256K --seed 3 --record "$tr")
+rec=$(run_trace pressure --profile pressure --value 256K --seed 3 --record "$tr")
 check_counts pressure "$tr" "$rec"
 keys=$(awk '$1 == "P"' "$tr" | wc -l)
 [ "$keys" = $((3 * 256 + 1)) ] || fail "pressure: $keys keys, want 3 x 64 MiB / 256 KiB + 1"

@@ -10,8 +10,9 @@
  *   zipf      the same with keys drawn from a Zipf law (s = 1.1): a hot set
  *   raw       read after write: each operation puts a new key and gets it back, and every fourth
  *             gets one of the last 64 again
- *   pressure  capacity pressure: keys put in order until 3x the DRAM tier (KEYS default), each
- *             put followed by a get of a key drawn from all put so far (half from the last 64):
+ *   pressure  capacity pressure: keys put in order until 3x the DRAM tier (KEYS default; OPS is
+ *             not used), each put followed by a get of a key drawn from all put so far (half from
+ *             the last 64):
  *             old keys are evicted (misses without an SSD tier, SSD hits with one)
  * A miss is counted, not a failure (the store may evict); a hit with other bytes or another
  * length is a failure, and the run exits 1.
@@ -100,7 +101,7 @@ static int generate(const struct kvo *o, const mori_umbp_stats *st, FILE *f, int
 				op(&g, 'G', i - (int)(rnd(&x) % (uint64_t)(i < 64 ? i + 1 : 64)));
 		}
 	} else if (!strcmp(p, "pressure")) {
-		for (int i = 0; i < keys && i < o->ops; i++) {
+		for (int i = 0; i < keys; i++) { /* every key: the pressure is the point, --ops does not cut it */
 			op(&g, 'P', i);
 			int k = rnd(&x) % 2 ? i - (int)(rnd(&x) % (uint64_t)(i < 64 ? i + 1 : 64)) :
 			                      (int)(rnd(&x) % (uint64_t)(i + 1));
