@@ -340,9 +340,11 @@ int mori_umbp_close(mori_umbp *u)
 	return MORI_OK;
 }
 
-static int is_vram(const void *p)
+/* Device memory? Asked of the driver only where this process loaded a GPU runtime (once a
+ * batch: finding out costs a dlopen probe). */
+static int is_vram(int runtime, const void *p)
 {
-	return gpu_ptr_is_device(p) == 1;
+	return runtime && gpu_ptr_is_device(p) == 1;
 }
 
 /* One round of a put: items idx[0..n) (n <= batch_max). */
@@ -384,6 +386,7 @@ static int put_round(mori_umbp *u, mori_umbp_item *items, const size_t *idx, siz
 		goto out;
 	}
 	size_t nk = 0, nids = 0;
+	int runtime = gpu_runtime_loaded();
 	for (size_t i = 0; i < n; i++) {
 		mori_umbp_item *it = &items[idx[i]];
 		const Mori__KvSlot *sl = kr->slots[i];
@@ -398,7 +401,7 @@ static int put_round(mori_umbp *u, mori_umbp_item *items, const size_t *idx, siz
 			it->status = set_error(u->c, MORI_EPROTO, "morid's slot for item %zu is outside its slab", idx[i]);
 			continue;
 		}
-		ks[nk++] = (struct copy){.dst = p, .src = it->buf, .len = it->size, .to_slab = 1, .vram = is_vram(it->buf),
+		ks[nk++] = (struct copy){.dst = p, .src = it->buf, .len = it->size, .to_slab = 1, .vram = is_vram(runtime, it->buf),
 					 .map = m, .status = &it->status};
 	}
 	copy_all(u, ks, nk);
@@ -475,6 +478,7 @@ static int get_round(mori_umbp *u, mori_umbp_item *items, const size_t *idx, siz
 	if (rc == MORI_OK && kr->n_slots != n)
 		rc = set_error(u->c, MORI_EPROTO, "morid answered %zu slots for %zu items", kr->n_slots, n);
 	size_t nk = 0;
+	int runtime = gpu_runtime_loaded();
 	for (size_t i = 0; i < n && i < kr->n_slots; i++) {
 		mori_umbp_item *it = &items[idx[i]];
 		const Mori__KvSlot *sl = kr->slots[i];
@@ -498,7 +502,7 @@ static int get_round(mori_umbp *u, mori_umbp_item *items, const size_t *idx, siz
 			it->status = set_error(u->c, MORI_EPROTO, "morid's slot for item %zu is outside its slab", idx[i]);
 			continue;
 		}
-		ks[nk++] = (struct copy){.dst = it->buf, .src = p, .len = sl->len, .to_slab = 0, .vram = is_vram(it->buf),
+		ks[nk++] = (struct copy){.dst = it->buf, .src = p, .len = sl->len, .to_slab = 0, .vram = is_vram(runtime, it->buf),
 					 .map = m, .status = &it->status};
 	}
 	if (rc == MORI_OK)

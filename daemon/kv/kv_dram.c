@@ -163,26 +163,17 @@ void kv_dram_free(struct kv_dram *t)
 {
 	if (!t)
 		return;
-	for (uint32_t i = 0; i < t->nslots; i++) {
-		struct kv_slab *s = t->slots[i];
-		if (!s)
-			continue;
-		MORI_REQUIRE(s->used == 0 || s->dedicated, "slab freed with values in it");
-		if (!s->dedicated) {
-			/* its one free run is the allocator's node */
-			struct arena *a = arena_of(t, s->uid, 0);
-			for (int fl = 0; a && fl < FL_N; fl++)
-				for (uint32_t sl = 0; sl < SL_N; sl++)
-					for (struct kv_free *f = a->bins[fl][sl], *nx; f; f = nx) {
-						nx = f->fnext;
-						if (f->e.slab == s->index) {
-							bin_remove(t, a, f);
-							free(f);
-						}
-					}
-		}
-		slab_close(t, s);
-	}
+	/* wholesale: the free runs' nodes, then every slab (the values' runs are their entries') */
+	for (uint32_t k = 0; k < t->narenas; k++)
+		for (int fl = 0; fl < FL_N; fl++)
+			for (uint32_t sl = 0; sl < SL_N; sl++)
+				for (struct kv_free *f = t->arenas[k].bins[fl][sl], *nx; f; f = nx) {
+					nx = f->fnext;
+					free(f);
+				}
+	for (uint32_t i = 0; i < t->nslots; i++)
+		if (t->slots[i])
+			slab_close(t, t->slots[i]);
 	free(t->slots);
 	free(t->free_slots);
 	free(t->arenas);
@@ -372,8 +363,8 @@ void kv_dram_release(struct kv_dram *t, struct kv_ext *ext)
 	}
 	memset(ext, 0, sizeof(*ext));
 	if (s->used == 0 && a->nslabs > 1) {
-		/* empty, and not the uid's last slab: its memory goes back whole */
-		bin_remove(t, a, f);
+		/* empty, and not the uid's last slab: its memory goes back whole (f, its one run, is in no
+		 * bin yet) */
 		free(f);
 		for (struct kv_slab **pp = &a->slabs; *pp; pp = &(*pp)->next_of_uid)
 			if (*pp == s) {

@@ -39,7 +39,7 @@ struct kv_dram;
 /* A tier making slabs of slab_bytes (a multiple of 4096), whose slabs together (regular and
  * dedicated) stay within limit_bytes. NULL on ENOMEM. */
 struct kv_dram *kv_dram_new(uint64_t slab_bytes, uint64_t limit_bytes);
-/* Frees every slab; values still allocated are the caller's bug (MORI_REQUIRE). */
+/* Frees every slab, values still in them too (their runs are the caller's to forget). */
 void kv_dram_free(struct kv_dram *t);
 /* Reserve bytes (>= 1) for uid: ext (the caller's, embedded in its entry) gets the run.
  * MORI_ENOMEM (no free run fits and no room for another slab: evict, then retry), MORI_ESYS

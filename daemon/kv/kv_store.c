@@ -544,8 +544,7 @@ oom:
 
 static int free_entry_cb(struct kv_entry *e, void *arg)
 {
-	struct kv_store *st = arg;
-	entry_unlink(st, e, 0);
+	free(e); /* the tier goes whole after: no run is given back one by one */
 	return 0;
 }
 
