@@ -178,6 +178,8 @@ $(B)/tests/test_gpu_coll: $(B)/obj/tests/test_gpu_coll.o $(B)/obj/kernels/collte
 $(B)/kernels/collbench_image.c: $(B)/kernels/mori_kernels.c ; @:
 $(B)/mori-bench: $(B)/obj/tools/bench_coll.o $(B)/obj/kernels/collbench_image.o
 # mori-bench shmem (tools/bench_shmem.c) and its kernels; --proxy: tools/bench_shmem_proxy.c (no GPU).
+# mori-bench kv (tools/bench_kv.c, tools/bench_kv_trace.c: UMBP, the KV-cache store).
+$(B)/mori-bench: $(B)/obj/tools/bench_kv.o $(B)/obj/tools/bench_kv_trace.o
 $(B)/mori-bench: $(B)/obj/tools/mori-bench.o $(B)/obj/tools/bench_shmem.o $(B)/obj/tools/bench_shmem_proxy.o \
 		$(B)/obj/kernels/shmembench_image.o \
 		$(B)/libmori-svc.a $(B)/libmori.a

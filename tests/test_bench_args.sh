@@ -62,3 +62,14 @@ proxy_refused "unknown option --bogus" --bogus x
 proxy_refused "size 'abc'" --max abc
 proxy_refused "is not 4K .. 1G" --max 2G
 pass "mori-bench shmem --proxy refuses unknown --only phases, bad --iters and --max, and unknown options: exit 2 naming them"
+
+# mori-bench kv checks its options before it connects
+sub_refused kv --iters --iters 0
+sub_refused kv --batch --batch 100000000
+sub_refused kv --ops --ops -1
+sub_refused kv --clients --clients "8 0"
+sub_refused kv --profile --profile bogus
+sub_refused kv --record --record /dev/null
+sub_refused kv "--min/--max" --min 64K --max 4K
+sub_refused kv "size 'x'" --value x
+pass "mori-bench kv refuses bad --iters, --batch, --ops, --clients, --profile, --record, sizes: exit 2 naming them"

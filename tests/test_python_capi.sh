@@ -26,6 +26,15 @@ if "$CC" -std=c11 -Wall -Wextra -Werror -I"$T/inc" -c "$T/capi.c" -o "$T/capi.o"
 	exit 1
 fi
 
+# The same in mori_umbp.h: a field after mori_umbp_item's status, in its tail padding.
+rm -rf "$T/inc" && cp -r include "$T/inc"
+sed -i 's/^\(\s*int status;\)/\1 int added;/' "$T/inc/mori_umbp.h"
+cmp -s include/mori_umbp.h "$T/inc/mori_umbp.h" && { echo "FAIL: could not plant a field in mori_umbp_item (status moved?)"; exit 1; }
+if "$CC" -std=c11 -Wall -Wextra -Werror -I"$T/inc" -c "$T/capi.c" -o "$T/capi.o" 2> /dev/null; then
+	echo "FAIL: a field added to mori_umbp_item (in its padding) went unnoticed"
+	exit 1
+fi
+
 n=$(grep -c '^CHECK' "$T/capi.c")
 p=$(grep -c '(\*const capi_' "$T/capi.c")
-echo "ok: python/mori/_capi.py matches include/: $n static asserts, $p prototypes; a planted field fails it"
+echo "ok: python/mori/_capi.py matches include/: $n static asserts, $p prototypes; a field planted in mori_xfer_opts or mori_umbp_item fails it"

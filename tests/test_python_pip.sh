@@ -17,14 +17,14 @@ venv() { # venv DIR: a fresh environment, or fail
 venv "$T/v1"
 before=$(git -C "$ROOT" status --porcelain --ignored python)
 out=$("$T/v1/bin/pip" install "$ROOT/python" 2>&1) || fail "pip install ./python: $(tail -n 20 <<< "$out")"
-got=$(cd "$T" && "$T/v1/bin/python" -c 'import mori, mori.io, mori.ops, mori.shmem, mori.ccl, mori.ir, mori.nixl_compat
+got=$(cd "$T" && "$T/v1/bin/python" -c 'import mori, mori.io, mori.ops, mori.shmem, mori.ccl, mori.ir, mori.umbp, mori.nixl_compat
 print(mori.__version__, mori.io.IOEngine.__module__, mori.__file__)') || fail "the installed package does not import"
 read -r v mod file <<< "$got"
 case $file in "$T/v1/"*) ;; *) fail "mori imported from $file, not the venv" ;; esac
 [ "$mod" = mori.io ] || fail "mori.io.IOEngine shows as $mod"
 [ "$(git -C "$ROOT" status --porcelain --ignored python)" = "$before" ] ||
 	fail "pip left files in python/: $(git -C "$ROOT" status --porcelain --ignored python)"
-pass "pip install ./python (no index): mori $v imports mori.io, ops, shmem, ccl, ir"
+pass "pip install ./python (no index): mori $v imports mori.io, ops, shmem, ccl, ir, umbp"
 
 # A wheel that carries libmori: loaded from the package, whatever else is on the machine.
 venv "$T/v2"

@@ -3,6 +3,7 @@
  *   mori-bench io [options]          nixlbench-style loop over block sizes (same node, or cross node
  *                                    with --remote-runtime-dir / --node)
  *   mori-bench io-target [options]   the target side alone (for a target in another namespace)
+ *   mori-bench kv [options]          UMBP, the KV-cache store (tools/bench_kv.c)
  *
  * Each row prints mori's GB/s and batch latency p50/p99 beside the baseline: memcpy of the same
  * bytes (same node), or a plain TCP stream between the same two addresses (cross node).
@@ -431,6 +432,7 @@ static void usage_exit(int code)
 		"       mori-bench kv --sim TRACE|synthetic [--capacity 1000,10000,50000] [--policy NAME,...|all]\n"
 		"                     (the KV store's eviction policies on a trace, offline: tools/bench_kv_sim.c)\n"
 		"       mori-bench flood --node HOST:PORT [--runtime-dir DIR] [--conns 2000] [--seconds 10]   (tools/bench_flood.c)\n"
+		"       mori-bench kv [--runtime-dir DIR] [--ssd-dir DIR] [--profile P [--record FILE] | --replay FILE]   (UMBP: tools/bench_kv.c; --help)\n"
 		"Same node (default): a forked target process publishes a region on the same morid; baseline\n"
 		"memcpy of the same bytes. Cross node: the target is on another morid; baseline a plain TCP\n"
 		"stream between the same two hosts.\n"
@@ -872,6 +874,7 @@ int bench_ep_main(int argc, char **argv);
 int bench_coll_main(int argc, char **argv);
 int bench_kv_sim_main(int argc, char **argv);
 int bench_flood_main(int argc, char **argv);
+int bench_kv_main(int argc, char **argv);
 
 int main(int argc, char **argv)
 {
@@ -898,6 +901,8 @@ int main(int argc, char **argv)
 		return bench_kv_sim_main(argc, argv); /* tools/bench_kv_sim.c */
 	if (!strcmp(argv[1], "flood"))
 		return bench_flood_main(argc, argv); /* tools/bench_flood.c */
+	if (!strcmp(argv[1], "kv"))
+		return bench_kv_main(argc, argv); /* tools/bench_kv.c */
 	if (!strcmp(argv[1], "io-target")) {
 		parse(argc, argv, &o);
 		target_main(&o, 1);

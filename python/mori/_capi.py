@@ -1,5 +1,5 @@
 """libmori's C API as ctypes: the structures, constants and prototypes of include/mori.h,
-mori_shmem.h, mori_ep.h, mori_coll.h and mori_cco.h, written here in C and turned into ctypes types by one
+mori_shmem.h, mori_ep.h, mori_coll.h, mori_cco.h and mori_umbp.h, written here in C and turned into ctypes types by one
 rule (ctype below).
 
 The C text is the header's own, so tests/test_python_capi.sh can hold it to the headers:
@@ -23,10 +23,11 @@ ABI_MAJOR = 1
 SCALARS = {
     "int": ctypes.c_int, "unsigned": ctypes.c_uint, "size_t": ctypes.c_size_t, "float": ctypes.c_float,
     "int32_t": ctypes.c_int32, "uint32_t": ctypes.c_uint32, "int64_t": ctypes.c_int64,
-    "uint64_t": ctypes.c_uint64, "uint8_t": ctypes.c_uint8,
+    "uint64_t": ctypes.c_uint64, "uint8_t": ctypes.c_uint8, "uint16_t": ctypes.c_uint16,
 }
 ENUMS = ("mori_err", "mori_dtype", "mori_redop", "mori_mem_kind", "mori_xfer_op", "mori_ep_kernel_type",
-         "mori_ep_quant", "mori_coll_algo", "mori_cco_gda_connection")
+         "mori_ep_quant", "mori_coll_algo", "mori_cco_gda_connection",
+         "mori_umbp_tier", "mori_umbp_pin_kind")
 
 _STRUCTS = {}  # C name -> ctypes.Structure, filled below
 
@@ -38,6 +39,7 @@ def ctype(t):
       address (by_address: mori_desc, whose arrays numpy builds);
     every other pointer (handles, void *, arrays, out-parameters): c_void_p, which takes an int
       address, None, a ctypes array or a byref();
+    a structure of this module by value (a field of another): the structure;
     scalars and enums: their integer type; void: None."""
     t = " ".join(t.replace("*", " * ").split())
     stars = t.count("*")
@@ -170,8 +172,37 @@ class CcoDevComm(ctypes.Structure):
               "uint64_t ce_ring; uint32_t ce_entries; uint32_t pad1")
 
 
+class UmbpKey(ctypes.Structure):
+    """mori_umbp_key: len (1..MORI_UMBP_KEY_MAX) bytes at data."""
+    c_name = "mori_umbp_key"
+    c_decl = "const void *data; size_t len"
+    by_address = True
+
+
+class UmbpItem(ctypes.Structure):
+    """mori_umbp_item: one key of a batch put or get (buffer sizes in bytes)."""
+    c_name = "mori_umbp_item"
+    c_decl = ("mori_umbp_key key; void *buf; size_t size; size_t len; int32_t depth; uint8_t pin; uint8_t tier;"
+              "uint16_t reserved; int status")
+    by_address = True
+
+
+class UmbpOpts(ctypes.Structure):
+    """mori_umbp_opts."""
+    c_name = "mori_umbp_opts"
+    c_decl = "size_t size; int64_t timeout_us; uint32_t copy_threads"
+
+
+class UmbpStats(ctypes.Structure):
+    """mori_umbp_stats: the store as the caller's uid sees it (bytes and counts)."""
+    c_name = "mori_umbp_stats"
+    c_decl = ("size_t size; uint64_t dram_keys; uint64_t dram_bytes; uint64_t dram_capacity; uint64_t ssd_keys;"
+              "uint64_t ssd_bytes; uint64_t ssd_capacity; uint64_t quota_bytes; uint64_t used_bytes; uint64_t hits;"
+              "uint64_t misses; uint64_t evictions; uint64_t spills; uint64_t promotions")
+
+
 STRUCTS = (Status, Desc, XferOpts, Access, Notif, ShmemOpts, CommOpts, EpConfig, EpRecv, CcoCommOpts, CcoDevCommReqs,
-           CcoWin, CcoDevComm)
+           CcoWin, CcoDevComm, UmbpKey, UmbpItem, UmbpOpts, UmbpStats)
 for _s in STRUCTS:
     _STRUCTS[_s.c_name] = _s
 for _s in STRUCTS:  # after the registry: a field may point to another structure
@@ -195,6 +226,9 @@ EP_MAX_WORLD, EP_MAX_TOPK, EP_MAX_IN_FLIGHT = 32, 32, 16
 CCO_UID_BYTES = 128         # MORI_CCO_UID_BYTES
 CCO_GDA_NONE, CCO_GDA_FULL, CCO_GDA_CROSSNODE, CCO_GDA_RAIL = 0, 1, 2, 3  # mori_cco_gda_connection
 CCO_MAGIC = 0x4f43434d      # MORI_CCO_MAGIC
+UMBP_KEY_MAX = 256          # MORI_UMBP_KEY_MAX
+UMBP_TIER_UNKNOWN, UMBP_TIER_HBM, UMBP_TIER_DRAM, UMBP_TIER_SSD = 0, 1, 2, 3  # mori_umbp_tier
+UMBP_PIN_NONE, UMBP_PIN_SOFT, UMBP_PIN_HARD = 0, 1, 2  # mori_umbp_pin_kind
 
 # The C name of each constant above (capi_check asserts them; error codes: mori.errors.Code).
 CONSTANTS = {
@@ -210,6 +244,9 @@ CONSTANTS = {
     "MORI_CCO_UID_BYTES": CCO_UID_BYTES, "MORI_CCO_GDA_CONNECTION_NONE": CCO_GDA_NONE,
     "MORI_CCO_GDA_CONNECTION_FULL": CCO_GDA_FULL, "MORI_CCO_GDA_CONNECTION_CROSSNODE": CCO_GDA_CROSSNODE,
     "MORI_CCO_GDA_CONNECTION_RAIL": CCO_GDA_RAIL, "MORI_CCO_MAGIC": CCO_MAGIC,
+    "MORI_UMBP_KEY_MAX": UMBP_KEY_MAX, "MORI_UMBP_TIER_UNKNOWN": UMBP_TIER_UNKNOWN,
+    "MORI_UMBP_TIER_HBM": UMBP_TIER_HBM, "MORI_UMBP_TIER_DRAM": UMBP_TIER_DRAM, "MORI_UMBP_TIER_SSD": UMBP_TIER_SSD,
+    "MORI_UMBP_PIN_NONE": UMBP_PIN_NONE, "MORI_UMBP_PIN_SOFT": UMBP_PIN_SOFT, "MORI_UMBP_PIN_HARD": UMBP_PIN_HARD,
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -377,9 +414,30 @@ int mori_cco_dev_comm_read_signal(const mori_cco_dev_comm *dev, int id, uint64_t
 int mori_cco_dev_comm_read_counter(const mori_cco_dev_comm *dev, int id, uint64_t *value);
 """)
 
+MORI_UMBP_H = _protos("""
+int mori_umbp_opts_init(mori_umbp_opts *opts, size_t size);
+int mori_umbp_open(mori_client *c, const mori_umbp_opts *opts, mori_umbp **out);
+int mori_umbp_close(mori_umbp *u);
+int mori_umbp_put(mori_umbp *u, const void *key, size_t key_len, const void *src, size_t size);
+int mori_umbp_get(mori_umbp *u, const void *key, size_t key_len, void *dst, size_t cap, size_t *len);
+int mori_umbp_exists(mori_umbp *u, const void *key, size_t key_len);
+int mori_umbp_batch_put(mori_umbp *u, mori_umbp_item *items, size_t n, size_t *n_ok);
+int mori_umbp_batch_get(mori_umbp *u, mori_umbp_item *items, size_t n, size_t *n_ok);
+int mori_umbp_batch_exists(mori_umbp *u, const mori_umbp_key *keys, size_t n, uint8_t *present);
+int mori_umbp_batch_exists_consecutive(mori_umbp *u, const mori_umbp_key *keys, size_t n, size_t *count);
+int mori_umbp_remove(mori_umbp *u, const void *key, size_t key_len);
+int mori_umbp_pin(mori_umbp *u, const void *key, size_t key_len, mori_umbp_pin_kind pin);
+int mori_umbp_clear(mori_umbp *u);
+int mori_umbp_flush(mori_umbp *u);
+int mori_umbp_register_memory(mori_umbp *u, void *ptr, size_t size);
+int mori_umbp_deregister_memory(mori_umbp *u, void *ptr);
+int mori_umbp_stats_get(mori_umbp *u, mori_umbp_stats *out);
+""")
+
 # header -> its table, for mori._lib.bind and capi_check
 HEADERS = {"mori.h": MORI_H, "mori_shmem.h": MORI_SHMEM_H, "mori_ep.h": MORI_EP_H, "mori_coll.h": MORI_COLL_H,
-           "mori_cco.h": MORI_CCO_H}
+           "mori_cco.h": MORI_CCO_H,
+           "mori_umbp.h": MORI_UMBP_H}
 
 
 def ctypes_protos(table):
