@@ -13,6 +13,7 @@
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
+#include "core/auth.h"
 #include "gpu/gpu_stage.h"
 #include "kv/kv_store.h"
 #include "shmem/group.h"
@@ -232,7 +233,10 @@ int main(int argc, char **argv)
 		snprintf(d->config_path, sizeof(d->config_path), "%s", DEFAULT_CONFIG);
 		d->config_from_file = 1;
 	}
-	if (load_config(d, &d->cfg, err, sizeof(err)) != 0) {
+	/* the key file too: what peer_auth_start would refuse, refused before anything is bound and
+	 * by --check-config alike */
+	if (load_config(d, &d->cfg, err, sizeof(err)) != 0 ||
+	    (d->cfg.cluster_key_file[0] && auth_check_key_file(d->cfg.cluster_key_file, err, sizeof(err)) != 0)) {
 		fprintf(stderr, "morid: configuration error: %s\n", err);
 		return 2;
 	}

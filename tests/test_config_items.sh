@@ -4,7 +4,8 @@
 # the configuration file says so (it said "read error" at line 0); `listen = 127.0.0.1:7100x` is
 # rejected with file:line; morid on a filesystem that cannot take its pid refuses to start with
 # the reason (it started, logging "cannot write pid" with none); a second morid names the pid
-# holding the lock even when the lock file is empty (it said "pid ?").
+# holding the lock even when the lock file is empty (it said "pid ?"); --check-config refuses a
+# cluster_key_file the start refuses (missing, mode 0644, not hex), saying the same.
 source "$(dirname "$0")/testlib.bash"
 # Each item is checked on its own: a failure is reported and the rest still run.
 failed=0
@@ -33,6 +34,29 @@ printf '[morid]\npeers = 127.0.0.1:7100, nowhere\n' > "$T/peers.conf"
 out=$("$MORID" --check-config --config "$T/peers.conf" 2>&1) && bad "peers 'nowhere' accepted"
 grep -q "peers.conf:2: peers: 'nowhere' is not host:port" <<< "$out" || bad "bad peers: '$out'"
 pass "addresses are checked with file:line: $out"
+
+# ---- the cluster key file ----
+# --check-config refuses a key file the start refuses (missing, readable by others, not a key),
+# with the start's own reason (it passed all three, and only the start said no).
+"$MORACTL" keygen "$T/good.key" > /dev/null || bad "moractl keygen"
+"$MORID" --check-config --cluster-key-file "$T/good.key" > /dev/null 2>&1 || bad "--check-config refused a good key"
+cp "$T/good.key" "$T/open.key"
+chmod 0644 "$T/open.key"
+printf 'not a key at all\n' > "$T/text.key"
+chmod 0600 "$T/text.key"
+for k in "$T/absent.key" "$T/open.key" "$T/text.key"; do
+	chk=$("$MORID" --check-config --cluster-key-file "$k" 2>&1) && bad "--check-config passed $k: $chk"
+	mkdir -p "$T/krun"
+	run=$(timeout $((10 * SLOW)) "$MORID" --foreground --runtime-dir "$T/krun" \
+		--cluster-key-file "$k" 2>&1)
+	rc=$?
+	[ $rc != 0 ] && [ $rc != 124 ] || bad "the start with $k: exit $rc: $run"
+	why=$(grep -o "cluster_key_file $k.*" <<< "$run")
+	[ -n "$why" ] || bad "the start with $k gave no reason: $run"
+	[ "$(grep -o "cluster_key_file $k.*" <<< "$chk")" = "$why" ] ||
+		bad "--check-config with $k says '$chk', the start '$why'"
+	pass "a bad key file, refused by --check-config as by the start: $why"
+done
 
 # reload of a file with a key set twice: refused, the old configuration stays
 printf '[morid]\ndata_streams = 2\n' > "$T/live.conf"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # moractl's command line: an option without its value says "option --x needs a value", an empty
 # --runtime-dir or --socket is refused (both exit 2, before any daemon is asked; an empty
-# $MORI_RUNTIME_DIR counts as unset), an unknown option exits 2; and moractl peers keeps its
+# $MORI_RUNTIME_DIR counts as unset), an unknown option exits 2, --socket takes only a control
+# socket, an option given twice and `help extra` exit 2; and moractl peers keeps its
 # columns when a peer's state carries a long reason (the reason goes last, under REASON).
 source "$(dirname "$0")/testlib.bash"
 [ -x "$B/mori-bench" ] || fail "$B/mori-bench is not built"
@@ -28,6 +29,30 @@ expect_usage "option --runtime-dir: the value is empty" --runtime-dir= peers
 expect_usage "option --socket: the value is empty" --socket "" status
 expect_usage "--timeout 0: milliseconds" --timeout 0 status
 expect_usage "unknown option --bogus" --bogus status
+# --socket takes a control socket (an absolute path, ipc://PATH, tcp://HOST:PORT), never a word
+# nng would take for a relative path
+expect_usage "--socket notaurl: not a control socket" --socket notaurl status
+expect_usage "--socket tcp://: not a control socket" --socket tcp:// status
+expect_usage "--socket tcp://host: not a control socket" --socket tcp://host status
+expect_usage "usage: moractl" --socket notaurl status
+# an option given twice: the second may not silently win
+expect_usage "option --runtime-dir given twice" --runtime-dir "$T/a" --runtime-dir "$T/b" status
+expect_usage "option --socket given twice" --socket /x.sock --socket=/y.sock status
+expect_usage "option --timeout given twice" --timeout 100 --timeout 200 status
+expect_usage "--runtime-dir and --socket both name the daemon" --runtime-dir "$T/a" --socket /x.sock status
+# help takes a command's name, nothing else
+expect_usage "unexpected argument extra" status extra
+expect_usage "help: unknown command 'extra'" help extra
+"$MORACTL" help status > "$T/out" 2>&1 || fail "moractl help status: exit $?"
+grep -q "^usage: moractl" "$T/out" || fail "moractl help status: $(cat "$T/out")"
+# the absolute path and the URLs still reach no daemon the usual way: exit 1, not 2
+for s in "$T/none.sock" "ipc://$T/none.sock" "tcp://127.0.0.1:1"; do
+	"$MORACTL" --timeout 300 --socket "$s" status > /dev/null 2>&1
+	rc=$?
+	[ $rc = 1 ] || fail "moractl --socket $s status: exit $rc, want 1 (no daemon)"
+done
+pass "--socket notaurl, tcp:// (exit 2 with usage), an option twice, help extra: exit 2"
+
 MORI_RUNTIME_DIR= "$MORACTL" --timeout 300 status > /dev/null 2> "$T/err"
 grep -q "ipc:///morid" "$T/err" && fail "an empty MORI_RUNTIME_DIR named the root dir: $(cat "$T/err")"
 pass "empty runtime dir or socket refused (exit 2), unknown option exit 2, empty \$MORI_RUNTIME_DIR ignored"

@@ -10,7 +10,11 @@
  *     first ends near the last); the latencies are printed, not asserted (a loaded machine);
  *   - client_max_list_bytes counts every list of a client, those being read included; a bad
  *     descriptor at the end of a large list is still found (MORI_ERANGE with its index);
- *   - the caps change at reload. */
+ *   - the caps change at reload;
+ *   - node-wide caps (node_max_list_bytes, node_max_lists, node_max_regions): several clients,
+ *     each within its own caps, are refused when together they would cross one (MORI_ENOMEM
+ *     naming it and its value), every list already taken still moves the right bytes, and
+ *     room freed is taken again. */
 #include <check.h>
 #include <poll.h>
 #include <pthread.h>
@@ -22,6 +26,7 @@
 
 #include "../libclient/internal.h" /* raw session requests */
 #include "harness.h"
+#include "ctl_harness.h"
 #include "svc/ctl.h"
 #include "wire.h"
 #include "svc/nng_close.h"
@@ -237,7 +242,8 @@ END_TEST
 
 START_TEST(big_lists_keep_latency)
 {
-	const char *more[] = {"--client-max-list-descs", "16777216", "--client-max-list-bytes", "4294967296", NULL};
+	const char *more[] = {"--client-max-list-descs", "16777216", "--client-max-list-bytes", "4294967296",
+			      "--node-max-list-bytes", "4294967296", NULL};
 	start_pair(getenv("MORI_TEST_OLD_DAEMON") ? NULL : more); /* a morid without these options took them all */
 	struct side s;
 	side_open(&s);
@@ -342,6 +348,138 @@ START_TEST(bytes_per_client)
 }
 END_TEST
 
+/* ---- node-wide caps: many clients, each within its own caps ---- */
+
+#define NODE_CLIENTS 4
+#define NODE_DESCS 65536u /* 1.5 MiB of descriptors a list: read in steps */
+#define NODE_LIST_BYTES ((uint64_t)NODE_DESCS * sizeof(mori_desc))
+
+/* A list of NODE_DESCS 16-byte blocks covering the 1 MiB regions once, shifted by `shift` blocks. */
+static mori_desc *node_descs(uint32_t shift)
+{
+	mori_desc *d = malloc(NODE_DESCS * sizeof(*d));
+	for (uint32_t i = 0; i < NODE_DESCS; i++)
+		d[i] = (mori_desc){(uint64_t)i * 16, (uint64_t)((i + shift) % NODE_DESCS) * 16, 16};
+	return d;
+}
+
+/* Read remote through list (all of it) into l, and check l against the remote bytes as the
+ * list maps them (the target region holds byte (i * 7 + 3) at offset i). */
+static void node_read_check(mori_xfer_list *list, mori_mem *l, uint32_t shift)
+{
+	uint32_t *idx = malloc(NODE_DESCS * sizeof(*idx));
+	for (uint32_t i = 0; i < NODE_DESCS; i++)
+		idx[i] = i;
+	uint8_t *p = mori_mem_ptr(l);
+	memset(p, 0, 1 << 20);
+	mori_xfer *x;
+	OK(mori_xfer_submit(list, MORI_XFER_READ, idx, NODE_DESCS, NULL, &x));
+	OK(mori_xfer_wait(x, 60000000ll * SLOW));
+	mori_xfer_free(x);
+	for (uint32_t i = 0; i < (1u << 20); i++) {
+		uint32_t r = (((i / 16) + shift) % NODE_DESCS) * 16 + i % 16;
+		ck_assert_msg(p[i] == (uint8_t)(r * 7 + 3), "byte %u after the read: %u, want %u", i, p[i],
+			      (uint8_t)(r * 7 + 3));
+	}
+	free(idx);
+}
+
+START_TEST(node_caps)
+{
+	char bytes_cap[32], lists_cap[32], regions_cap[32];
+	/* room for 7 lists of 1.5 MiB in bytes, 9 in count; each client alone may hold far more */
+	snprintf(bytes_cap, sizeof(bytes_cap), "%llu", (unsigned long long)(7 * NODE_LIST_BYTES));
+	snprintf(lists_cap, sizeof(lists_cap), "9");
+	snprintf(regions_cap, sizeof(regions_cap), "%d", NODE_CLIENTS + 2);
+	const char *more[] = {"--node-max-list-bytes", bytes_cap, "--node-max-lists", lists_cap,
+			      "--node-max-regions", regions_cap, NULL};
+	start_pair(more);
+	mori_client *ct, *c[NODE_CLIENTS];
+	mori_mem *r, *l[NODE_CLIENTS], *rr[NODE_CLIENTS];
+	OK(mori_client_open(B.dir, "target", &ct));
+	OK(mori_mem_alloc(ct, 1 << 20, MORI_MEM_HOST, &r));
+	uint8_t *rp = mori_mem_ptr(r);
+	for (uint32_t i = 0; i < (1u << 20); i++)
+		rp[i] = (uint8_t)(i * 7 + 3);
+	OK(mori_mem_publish(r, "node/r"));
+	for (int i = 0; i < NODE_CLIENTS; i++) {
+		char name[32];
+		snprintf(name, sizeof(name), "preparer-%d", i);
+		OK(mori_client_open(A.dir, name, &c[i]));
+		OK(mori_mem_alloc(c[i], 1 << 20, MORI_MEM_HOST, &l[i]));
+		OK(mori_mem_open_remote(c[i], ab, "node/r", &rr[i]));
+	}
+	/* two lists a client, in turn: the 8th crosses node_max_list_bytes; client 3 is refused,
+	 * well within its own client_max_list_bytes */
+	mori_xfer_list *ls[NODE_CLIENTS][2] = {{0}};
+	mori_desc *ds[NODE_CLIENTS][2];
+	int held = 0;
+	for (int k = 0; k < 2; k++)
+		for (int i = 0; i < NODE_CLIENTS; i++) {
+			ds[i][k] = node_descs((uint32_t)(i * 2 + k) * 977);
+			int rc = mori_xfer_prep(l[i], rr[i], ds[i][k], NODE_DESCS, &ls[i][k]);
+			if (held < 7) {
+				ck_assert_msg(rc == MORI_OK, "list %d of client %d: %s %s", k, i, mori_strerror(rc),
+					      mori_client_last_error(c[i]));
+				held++;
+				continue;
+			}
+			ck_assert_msg(rc == MORI_ENOMEM && strstr(mori_client_last_error(c[i]), "node_max_list_bytes") &&
+					      strstr(mori_client_last_error(c[i]), bytes_cap),
+				      "the list over the node's bytes: %s %s", mori_strerror(rc), mori_client_last_error(c[i]));
+			ls[i][k] = NULL;
+		}
+	ck_assert_uint_eq(ctl_counter(A.dir, "node_cap_refusals"), 1);
+	/* nothing was lost for the others: every list taken moves the right bytes */
+	for (int i = 0; i < NODE_CLIENTS; i++)
+		for (int k = 0; k < 2; k++)
+			if (ls[i][k])
+				node_read_check(ls[i][k], l[i], (uint32_t)(i * 2 + k) * 977);
+	/* freed, the room comes back: the refused list is taken now */
+	OK(mori_xfer_list_free(ls[0][0]));
+	ls[0][0] = NULL;
+	OK(mori_xfer_prep(l[3], rr[3], ds[3][1], NODE_DESCS, &ls[3][1]));
+	node_read_check(ls[3][1], l[3], 7 * 977);
+	for (int i = 0; i < NODE_CLIENTS; i++)
+		for (int k = 0; k < 2; k++) {
+			mori_xfer_list_free(ls[i][k]);
+			free(ds[i][k]);
+			ls[i][k] = NULL;
+		}
+	/* in count: nine small lists over the clients, the tenth refused naming node_max_lists */
+	mori_desc one = {0, 0, 4096};
+	mori_xfer_list *small[10];
+	for (int n = 0; n < 9; n++)
+		OK(mori_xfer_prep(l[n % NODE_CLIENTS], rr[n % NODE_CLIENTS], &one, 1, &small[n]));
+	int rc = mori_xfer_prep(l[1], rr[1], &one, 1, &small[9]);
+	ck_assert_msg(rc == MORI_ENOMEM && strstr(mori_client_last_error(c[1]), "node_max_lists (9)"), "tenth: %s %s",
+		      mori_strerror(rc), mori_client_last_error(c[1]));
+	OK(mori_xfer_list_free(small[4]));
+	OK(mori_xfer_prep(l[1], rr[1], &one, 1, &small[4]));
+	for (int n = 0; n < 9; n++)
+		OK(mori_xfer_list_free(small[n]));
+	/* registrations: NODE_CLIENTS regions held, two more fit, the next is refused */
+	mori_mem *extra[3];
+	OK(mori_mem_alloc(c[0], 4096, MORI_MEM_HOST, &extra[0]));
+	OK(mori_mem_alloc(c[1], 4096, MORI_MEM_HOST, &extra[1]));
+	rc = mori_mem_alloc(c[2], 4096, MORI_MEM_HOST, &extra[2]);
+	ck_assert_msg(rc == MORI_ENOMEM && strstr(mori_client_last_error(c[2]), "node_max_regions") &&
+			      strstr(mori_client_last_error(c[2]), regions_cap),
+		      "a registration over the node's count: %s %s", mori_strerror(rc), mori_client_last_error(c[2]));
+	OK(mori_mem_deregister(extra[0]));
+	OK(mori_mem_alloc(c[2], 4096, MORI_MEM_HOST, &extra[2]));
+	OK(mori_mem_deregister(extra[1]));
+	OK(mori_mem_deregister(extra[2]));
+	ck_assert_uint_eq(ctl_counter(A.dir, "node_cap_refusals"), 3);
+	for (int i = 0; i < NODE_CLIENTS; i++) {
+		mori_mem_deregister(rr[i]);
+		mori_client_close(c[i]);
+	}
+	mori_client_close(ct);
+	stop_pair();
+}
+END_TEST
+
 START_TEST(caps_reload)
 {
 	char conf[128];
@@ -383,6 +521,7 @@ int main(void)
 	tcase_add_test(t, big_lists_keep_latency);
 	tcase_add_test(t, bytes_per_client);
 	tcase_add_test(t, caps_reload);
+	tcase_add_test(t, node_caps);
 	suite_add_tcase(s, t);
 	SRunner *r = srunner_create(s);
 	srunner_run_all(r, CK_NORMAL);

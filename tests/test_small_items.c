@@ -3,8 +3,9 @@
  *   - a 250 KB client name is MORI_EINVAL, and a request too large for the session socket
  *     MORI_EMSGSIZE with the session intact (both said MORI_ECONN "session lost: Message too long");
  *   - clients_died counts clients killed with SIGKILL (it stayed 0), not clients that close;
- *   - moractl status/clients/memory/config against a daemon of another protocol version fail
- *     (exit 1, saying so) instead of printing and exiting 0 (only `version` noticed);
+ *   - moractl status/clients/memory/config/topo/metrics/diagnose against a daemon of another
+ *     protocol version fail (exit 1, saying "another protocol") instead of printing and exiting 0
+ *     (only `version` noticed) or saying "no answer of that kind";
  *   - moractl --timeout 500 against a stopped (SIGSTOP) daemon returns within about 500 ms, not 10 s;
  *   - notifications from one initiator to one target across nodes arrive in submission order
  *     (about 45 in 10 000 did not), documented in mori.h.
@@ -168,10 +169,10 @@ START_TEST(other_protocol)
 	fake_run = 1;
 	pthread_t th;
 	pthread_create(&th, NULL, fake_daemon, NULL);
-	const char *cmds[] = {"status", "clients", "memory", "config", "peers", "transfers"};
+	const char *cmds[] = {"status", "clients", "memory", "config", "peers", "transfers", "topo", "metrics", "diagnose"};
 	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
 		int rc = moractl(out, sizeof(out), NULL, "--runtime-dir %s %s", dir, cmds[i]);
-		ck_assert_msg(rc == 1 && strstr(out, "protocol"), "moractl %s against protocol %d: exit %d: %s", cmds[i],
+		ck_assert_msg(rc == 1 && strstr(out, "another protocol"), "moractl %s against protocol %d: exit %d: %s", cmds[i],
 			      MORI_PROTOCOL_VERSION + 1, rc, out);
 	}
 	int rc = moractl(out, sizeof(out), NULL, "--runtime-dir %s version", dir);

@@ -1,11 +1,20 @@
-/* mori-bench flood: what an idle-connection flood on a morid's peer listener costs its local
- * service. A flooder thread keeps up to --conns TCP connections open to --node (the daemon's
- * `listen` address), never authenticating, and dials again whenever the daemon closes one;
- * meanwhile the main thread opens and closes local sessions and asks moractl's status, one after
- * the other. The same loop without the flood, measured first in the same run, is the baseline.
- * Figures: dials and closes by the daemon per second, connections open at the flooder's end
- * (sampled every 10 ms), the daemon's descriptors (every 100 ms, where it runs here), session open+close and status latency p50/p99/max in ms, and failed
- * local calls (the figure that must stay 0). */
+/* mori-bench flood: what a flood costs a morid's local service.
+ *
+ * Connections (the default): a flooder thread keeps up to --conns TCP connections open to --node
+ * (the daemon's `listen` address), never authenticating, and dials again whenever the daemon
+ * closes one. Figures: dials and closes by the daemon per second, connections open at the
+ * flooder's end (sampled every 10 ms), the daemon's descriptors (every 100 ms, where it runs here).
+ *
+ * Lists (--lists N): --clients threads, each a client of the daemon, prepare N cross-node lists of
+ * --descs descriptors (24 bytes each) to a region a target client publishes on the daemon at
+ * --peer-dir (listening at --node), free them and start again, for as long as the phase runs.
+ * Figures: lists prepared per second and refused (MORI_ENOMEM at a cap: expected where caps bind),
+ * other failures, and the daemon's RSS (sampled at each status call: mean and max, MiB).
+ *
+ * Either way the main thread meanwhile opens and closes local sessions and asks for status over
+ * the control socket (moractl's request, on a fresh connection each time), one after the other;
+ * the same loop without the load, measured first in the same run, is the baseline: session
+ * open+close and status latency p50/p99/max in ms, and failed local calls (must stay 0). */
 #include <dirent.h>
 #include <errno.h>
 #include <netdb.h>
@@ -26,6 +35,14 @@
 
 struct flood {
 	struct addrinfo *ai;
+	/* --lists */
+	const char *dir, *node;
+	int clients, lists;
+	uint32_t descs;
+	const mori_desc *desc;       /* one list's descriptors, shared by the threads (read only) */
+	atomic_ullong preps, refused, failed;
+	atomic_int next_client;
+	uint64_t rss_sum, rss_samples, rss_max; /* KiB, sampled by the main thread */
 	int conns;
 	atomic_int stop;
 	uint64_t dials, closes, dial_errors;
@@ -48,6 +65,21 @@ static int proc_fds(int pid)
 		n += e->d_name[0] != '.';
 	closedir(d);
 	return n;
+}
+
+/* The resident memory of pid (VmRSS, KiB); 0: unknown. */
+static uint64_t proc_rss_kib(int pid)
+{
+	char path[64], line[256];
+	uint64_t kib = 0;
+	snprintf(path, sizeof(path), "/proc/%d/status", pid);
+	FILE *f = pid > 0 ? fopen(path, "re") : NULL;
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmRSS: %llu", (unsigned long long *)&kib) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return kib;
 }
 
 static uint64_t now_us(void)
@@ -135,6 +167,46 @@ static void *flooder(void *arg)
 	return NULL;
 }
 
+/* One preparing client: --lists lists, freed, again, until the phase ends. */
+static void *preparer(void *arg)
+{
+	struct flood *F = arg;
+	mori_client *c;
+	mori_mem *l, *r;
+	mori_xfer_list **ls = calloc((size_t)F->lists, sizeof(*ls));
+	char name[32];
+	snprintf(name, sizeof(name), "flood-lists-%d", atomic_fetch_add(&F->next_client, 1));
+	if (!ls || mori_client_open(F->dir, name, &c) != MORI_OK) {
+		atomic_fetch_add(&F->failed, 1);
+		free(ls);
+		return NULL;
+	}
+	if (mori_mem_alloc(c, 1 << 20, MORI_MEM_HOST, &l) != MORI_OK ||
+	    mori_mem_open_remote(c, F->node, "flood/lists", &r) != MORI_OK) {
+		fprintf(stderr, "mori-bench flood: %s\n", mori_client_last_error(c));
+		atomic_fetch_add(&F->failed, 1);
+		mori_client_close(c);
+		free(ls);
+		return NULL;
+	}
+	while (!atomic_load(&F->stop)) {
+		for (int i = 0; i < F->lists && !atomic_load(&F->stop); i++) {
+			int rc = mori_xfer_prep(l, r, F->desc, F->descs, &ls[i]);
+			if (rc != MORI_OK)
+				ls[i] = NULL;
+			atomic_fetch_add(rc == MORI_OK ? &F->preps : rc == MORI_ENOMEM ? &F->refused : &F->failed, 1);
+		}
+		for (int i = 0; i < F->lists; i++) {
+			mori_xfer_list_free(ls[i]);
+			ls[i] = NULL;
+		}
+	}
+	mori_mem_deregister(r);
+	mori_client_close(c);
+	free(ls);
+	return NULL;
+}
+
 struct lat {
 	double *v;
 	size_t n, cap;
@@ -169,8 +241,10 @@ static double pct(struct lat *l, int p)
 	return l->v[i];
 }
 
-/* Sessions and status, one after the other, for secs seconds. */
-static void local_loop(const char *dir, double secs, struct lat *sess, struct lat *stat, atomic_int *pid)
+/* Sessions and status, one after the other, for secs seconds; the daemon's RSS into F when it
+ * is given. */
+static void local_loop(const char *dir, double secs, struct lat *sess, struct lat *stat, atomic_int *pid,
+		       struct flood *F)
 {
 	char url[400], err[256];
 	ctl_url(url, sizeof(url), dir);
@@ -193,6 +267,12 @@ static void local_loop(const char *dir, double secs, struct lat *sess, struct la
 			lat_add(stat, (double)(now_us() - t0) / 1000.0);
 			if (rep->body_case == MORI__REPLY__BODY_STATUS)
 				atomic_store(pid, rep->status->pid);
+			uint64_t kib = F ? proc_rss_kib(atomic_load(pid)) : 0;
+			if (kib) {
+				F->rss_sum += kib;
+				F->rss_samples++;
+				F->rss_max = kib > F->rss_max ? kib : F->rss_max;
+			}
 		} else
 			stat->failures++;
 		if (rep)
@@ -210,14 +290,80 @@ static void row(const char *phase, struct lat *l, const char *what)
 static void usage(void)
 {
 	fprintf(stderr, "usage: mori-bench flood --node HOST:PORT [--runtime-dir DIR] [--conns 2000] [--seconds 10]\n"
-			"  HOST:PORT: the daemon's listen address; DIR: its runtime directory (local sessions, status)\n");
+			"       mori-bench flood --lists N --node HOST:PORT --peer-dir DIR2 [--runtime-dir DIR] [--clients 8]\n"
+			"                        [--descs 1048576] [--seconds 10]\n"
+			"  connections: HOST:PORT is the daemon's listen address; DIR its runtime directory (local\n"
+			"  sessions, status). --lists: clients of DIR's daemon prepare N lists each to a region\n"
+			"  published on the daemon of DIR2, whose listen address is HOST:PORT\n");
 	exit(2);
+}
+
+/* The --lists load: a target client on F->peer's daemon publishes the region, then the preparer
+ * threads. The target is returned (closed by the caller after the phase). */
+static int lists_start(struct flood *F, const char *peer_dir, pthread_t *th, mori_client **target)
+{
+	mori_mem *m;
+	mori_desc *d = malloc((size_t)F->descs * sizeof(*d));
+	if (!d || mori_client_open(peer_dir, "flood-target", target) != MORI_OK) {
+		fprintf(stderr, "mori-bench flood: no target client on %s\n", peer_dir);
+		free(d);
+		return -1;
+	}
+	if (mori_mem_alloc(*target, 1 << 20, MORI_MEM_HOST, &m) != MORI_OK || mori_mem_publish(m, "flood/lists") != MORI_OK) {
+		fprintf(stderr, "mori-bench flood: %s\n", mori_client_last_error(*target));
+		free(d);
+		return -1;
+	}
+	for (uint32_t i = 0; i < F->descs; i++) /* 4 KiB blocks inside the 1 MiB regions */
+		d[i] = (mori_desc){(i % 256) * 4096ull, ((i * 7) % 256) * 4096ull, 4096};
+	F->desc = d;
+	for (int i = 0; i < F->clients; i++)
+		if (pthread_create(&th[i], NULL, preparer, F) != 0)
+			return -1;
+	return 0;
+}
+
+static int lists_main(const char *node, const char *dir, const char *peer_dir, int lists, int clients, uint32_t descs,
+		      double secs)
+{
+	struct flood F = {.dir = dir, .node = node, .lists = lists, .clients = clients, .descs = descs};
+	struct lat base_s = {0}, base_t = {0}, fl_s = {0}, fl_t = {0};
+	pthread_t *th = calloc((size_t)clients, sizeof(*th));
+	mori_client *target = NULL;
+	local_loop(dir, secs, &base_s, &base_t, &F.pid, &F);
+	uint64_t base_rss = F.rss_samples ? F.rss_sum / F.rss_samples : 0;
+	F.rss_sum = F.rss_samples = F.rss_max = 0;
+	uint64_t t0 = now_us();
+	if (!th || lists_start(&F, peer_dir, th, &target) != 0)
+		return 1;
+	local_loop(dir, secs, &fl_s, &fl_t, &F.pid, &F);
+	atomic_store(&F.stop, 1);
+	for (int i = 0; i < clients; i++)
+		pthread_join(th[i], NULL);
+	double el = (double)(now_us() - t0) / 1e6;
+	printf("# %d clients, each preparing %d lists of %u descriptors (%.1f MiB a list) and freeing them, for %.1f s: "
+	       "%.1f lists/s prepared, %llu refused (MORI_ENOMEM), %llu other failures\n",
+	       clients, lists, descs, (double)descs * sizeof(mori_desc) / 1048576.0, el,
+	       (double)atomic_load(&F.preps) / el, (unsigned long long)atomic_load(&F.refused),
+	       (unsigned long long)atomic_load(&F.failed));
+	printf("# the daemon (pid %d): RSS %.0f MiB in the baseline; %.0f MiB on average, %.0f MiB at most under the load\n",
+	       atomic_load(&F.pid), (double)base_rss / 1024, F.rss_samples ? (double)F.rss_sum / F.rss_samples / 1024 : 0.0,
+	       (double)F.rss_max / 1024);
+	printf("%-9s %-8s %8s %8s %9s %9s %9s\n", "phase", "call", "calls", "failed", "p50_ms", "p99_ms", "max_ms");
+	row("baseline", &base_s, "session");
+	row("baseline", &base_t, "status");
+	row("lists", &fl_s, "session");
+	row("lists", &fl_t, "status");
+	mori_client_close(target);
+	int bad = fl_s.failures || fl_t.failures || atomic_load(&F.failed);
+	free(base_s.v), free(base_t.v), free(fl_s.v), free(fl_t.v), free(th), free((void *)F.desc);
+	return bad ? 1 : 0;
 }
 
 int bench_flood_main(int argc, char **argv)
 {
-	const char *node = NULL, *dir = getenv("MORI_RUNTIME_DIR");
-	long conns = 2000;
+	const char *node = NULL, *dir = getenv("MORI_RUNTIME_DIR"), *peer_dir = NULL;
+	long conns = 2000, lists = 0, clients = 8, descs = 1 << 20;
 	double secs = 10;
 	for (int i = 2; i < argc; i++) {
 		if (i + 1 >= argc)
@@ -230,6 +376,14 @@ int bench_flood_main(int argc, char **argv)
 			conns = strtol(argv[++i], NULL, 10);
 		else if (!strcmp(argv[i], "--seconds"))
 			secs = strtod(argv[++i], NULL);
+		else if (!strcmp(argv[i], "--lists"))
+			lists = strtol(argv[++i], NULL, 10);
+		else if (!strcmp(argv[i], "--clients"))
+			clients = strtol(argv[++i], NULL, 10);
+		else if (!strcmp(argv[i], "--descs"))
+			descs = strtol(argv[++i], NULL, 10);
+		else if (!strcmp(argv[i], "--peer-dir"))
+			peer_dir = argv[++i];
 		else
 			usage();
 	}
@@ -238,8 +392,11 @@ int bench_flood_main(int argc, char **argv)
 	char host[256], ports[16];
 	int port;
 	if (!node || host_port_split(node, host, sizeof(host), &port) != 0 || conns < 1 || conns > 1000000 ||
-	    !(secs >= 1 && secs <= 3600))
+	    !(secs >= 1 && secs <= 3600) || lists < 0 || lists > 4096 || (lists && (!peer_dir || clients < 1 ||
+	    clients > 256 || descs < 1 || descs > (1 << 24))))
 		usage();
+	if (lists)
+		return lists_main(node, dir, peer_dir, (int)lists, (int)clients, (uint32_t)descs, secs);
 	struct rlimit rl;
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
 		rl.rlim_cur = rl.rlim_max;
@@ -259,12 +416,12 @@ int bench_flood_main(int argc, char **argv)
 		return 1;
 	}
 	struct lat base_s = {0}, base_t = {0}, fl_s = {0}, fl_t = {0};
-	local_loop(dir, secs, &base_s, &base_t, &F.pid);
+	local_loop(dir, secs, &base_s, &base_t, &F.pid, NULL);
 	pthread_t th;
 	uint64_t t0 = now_us();
 	if (pthread_create(&th, NULL, flooder, &F) != 0)
 		return 1;
-	local_loop(dir, secs, &fl_s, &fl_t, &F.pid);
+	local_loop(dir, secs, &fl_s, &fl_t, &F.pid, NULL);
 	atomic_store(&F.stop, 1);
 	pthread_join(th, NULL);
 	double el = (double)(now_us() - t0) / 1e6;

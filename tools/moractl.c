@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "host_port.h"
 #include "invariant.h"
 #include "moractl_obs.h"
 #include "svc/ctl.h"
@@ -25,6 +26,7 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: moractl [--runtime-dir DIR | --socket URL] [--json] [--timeout MS] COMMAND\n"
+		"  --socket: an absolute path, ipc://PATH or tcp://HOST:PORT\n"
 		"commands:\n"
 		"  status      version, uptime, pid, config, runtime dir, clients, memory, peers, counters\n"
 		"  version     moractl's and the daemon's versions\n"
@@ -53,34 +55,42 @@ static int time_left_ms(void)
 
 static Mori__Reply *call(Mori__Request *req);
 
-/* Every command first checks that the daemon speaks this moractl's protocol: read with another
- * version's messages its replies could say anything. */
-static void check_protocol(void)
+/* Does the daemon at to speak this moractl's protocol? Read with another version's messages its
+ * replies could say anything, so every command asks first (once per run). 0, or -1 with the
+ * reason in err (no answer, or another protocol). */
+static int protocol_ok(const char *to, int ms, char *err, size_t len)
 {
-	static int done;
-	if (done)
-		return;
-	done = 1;
+	static char checked[sizeof(url)]; /* the url that answered in this protocol */
+	if (!strcmp(checked, to))
+		return 0;
 	Mori__Request req = MORI__REQUEST__INIT;
 	Mori__Hello h = MORI__HELLO__INIT;
 	Mori__Reply *rep;
-	char err[512];
 	h.protocol_version = MORI_PROTOCOL_VERSION;
 	h.name = "moractl";
 	req.body_case = MORI__REQUEST__BODY_HELLO;
 	req.hello = &h;
-	if (ctl_call(url, &req, &rep, time_left_ms(), err, sizeof(err)) != MORI_OK) {
+	if (ctl_call(to, &req, &rep, ms, err, len) != MORI_OK)
+		return -1;
+	unsigned pv = rep->body_case == MORI__REPLY__BODY_HELLO ? rep->hello->protocol_version : 0;
+	int other = rep->code == MORI_EVERSION || (rep->code == 0 && pv != MORI_PROTOCOL_VERSION);
+	if (other)
+		snprintf(err, len, "the daemon at %s speaks another protocol (%s; this moractl %s speaks %u): use the "
+			 "moractl of that morid", to, rep->code ? rep->message : "its hello says so", MORI_VERSION,
+			 MORI_PROTOCOL_VERSION);
+	else
+		snprintf(checked, sizeof(checked), "%s", to);
+	mori__reply__free_unpacked(rep, NULL);
+	return other ? -1 : 0;
+}
+
+static void check_protocol(void)
+{
+	char err[1024];
+	if (protocol_ok(url, time_left_ms(), err, sizeof(err)) != 0) {
 		fprintf(stderr, "moractl: %s\n", err);
 		exit(1);
 	}
-	unsigned pv = rep->body_case == MORI__REPLY__BODY_HELLO ? rep->hello->protocol_version : 0;
-	if (rep->code == MORI_EVERSION || (rep->code == 0 && pv != MORI_PROTOCOL_VERSION)) {
-		fprintf(stderr, "moractl: the daemon at %s speaks another protocol (%s; this moractl %s speaks %u): use "
-			"the moractl of that morid\n", url, rep->code ? rep->message : "its hello says so", MORI_VERSION,
-			MORI_PROTOCOL_VERSION);
-		exit(1);
-	}
-	mori__reply__free_unpacked(rep, NULL);
 }
 
 static Mori__Reply *call(Mori__Request *req)
@@ -128,6 +138,8 @@ static Mori__Reply *list_call(uint32_t what)
 Mori__Reply *moractl_ask(const char *to, int ms, const Mori__Request *req, int body, char *err, size_t len)
 {
 	Mori__Reply *rep;
+	if (req->body_case != MORI__REQUEST__BODY_HELLO && protocol_ok(to, ms, err, len) != 0)
+		return NULL;
 	if (ctl_call(to, req, &rep, ms, err, len) != MORI_OK)
 		return NULL;
 	if (rep->code != 0 || (int)rep->body_case != body) {
@@ -623,10 +635,50 @@ static const char *opt_value(int argc, char **argv, int *i, const char *name)
 	return v;
 }
 
+/* An option given once: its value. Given twice (even with the same value): exit 2, as a
+ * second --runtime-dir silently winning could address the wrong daemon. */
+static const char *once(const char **seen, const char *name, const char *v)
+{
+	if (*seen) {
+		fprintf(stderr, "moractl: option %s given twice ('%s', then '%s')\n", name, *seen, v);
+		exit(2);
+	}
+	return *seen = v;
+}
+
+/* --socket's value as a control URL: an absolute path (a unix socket), ipc://PATH, or
+ * tcp://HOST:PORT (host_port.h's rule, as morid's listen option). 0, or -1 when it is none of
+ * them (nng would take "notaurl" as a relative socket path and fail later with MORI_ECONN). */
+static int socket_url(const char *sock, char *out, size_t len)
+{
+	char host[HOST_PORT_MAX + 1];
+	int port;
+	if (sock[0] == '/')
+		snprintf(out, len, "ipc://%s", sock);
+	else if (!strncmp(sock, "ipc://", 6) && sock[6])
+		snprintf(out, len, "%s", sock);
+	else if (!strncmp(sock, "tcp://", 6) && host_port_split(sock + 6, host, sizeof(host), &port) == 0)
+		snprintf(out, len, "%s", sock);
+	else
+		return -1;
+	return strlen(sock) + 6 < len ? 0 : -1;
+}
+
+static int known_command(const char *c)
+{
+	static const char *const cmds[] = {"status", "version", "config", "reload", "topo", "diagnose", "metrics",
+					   "clients", "memory", "peers", "transfers", "nics", "groups", "keygen",
+					   "help"};
+	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
+		if (!strcmp(c, cmds[i]))
+			return 1;
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *rundir = getenv("MORI_RUNTIME_DIR"), *v;
-	const char *sock = NULL, *cmd = NULL, *arg = NULL;
+	const char *sock = NULL, *cmd = NULL, *arg = NULL, *rundir_opt = NULL, *timeout_opt = NULL;
 	int force = 0;
 	if (rundir && !rundir[0])
 		rundir = NULL; /* MORI_RUNTIME_DIR= (empty): as if unset */
@@ -637,10 +689,11 @@ int main(int argc, char **argv)
 		else if (!strcmp(a, "--force") && cmd && !strcmp(cmd, "keygen"))
 			force = 1;
 		else if ((v = opt_value(argc, argv, &i, "--runtime-dir")))
-			rundir = v;
+			rundir = once(&rundir_opt, "--runtime-dir", v);
 		else if ((v = opt_value(argc, argv, &i, "--socket")))
-			sock = v;
+			sock = once(&sock, "--socket", v);
 		else if ((v = opt_value(argc, argv, &i, "--timeout"))) {
+			once(&timeout_opt, "--timeout", v);
 			char *end;
 			long ms = strtol(v, &end, 10);
 			if (*end || end == v || ms < 1 || ms > 3600000) {
@@ -664,16 +717,28 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (cmd && !strcmp(cmd, "help")) { /* as git and systemctl take it */
+	if (cmd && !strcmp(cmd, "help")) { /* as git and systemctl take it; help CMD names a command */
+		if (arg && !known_command(arg)) {
+			fprintf(stderr, "moractl: help: unknown command '%s' (try --help)\n", arg);
+			return 2;
+		}
 		usage(stdout);
 		return 0;
 	}
 	if (cmd && !strcmp(cmd, "keygen"))
 		return cmd_keygen(arg, force);
+	if (sock && rundir_opt) {
+		fprintf(stderr, "moractl: --runtime-dir and --socket both name the daemon: give one\n");
+		return 2;
+	}
 	deadline_us = mori_now_us() + (uint64_t)timeout_ms * 1000;
-	if (sock)
-		snprintf(url, sizeof(url), "%s%s", strstr(sock, "://") ? "" : "ipc://", sock);
-	else
+	if (sock && socket_url(sock, url, sizeof(url)) != 0) {
+		fprintf(stderr, "moractl: --socket %s: not a control socket (an absolute path, ipc://PATH or "
+			"tcp://HOST:PORT)\n\n", sock);
+		usage(stderr);
+		return 2;
+	}
+	if (!sock)
 		ctl_url(url, sizeof(url), rundir ? rundir : "/run/mori");
 	if (!cmd || !strcmp(cmd, "status"))
 		return cmd_status();

@@ -432,6 +432,7 @@ static void usage_exit(int code)
 		"       mori-bench kv --sim TRACE|synthetic [--capacity 1000,10000,50000] [--policy NAME,...|all]\n"
 		"                     (the KV store's eviction policies on a trace, offline: tools/bench_kv_sim.c)\n"
 		"       mori-bench flood --node HOST:PORT [--runtime-dir DIR] [--conns 2000] [--seconds 10]   (tools/bench_flood.c)\n"
+		"       mori-bench flood --lists N --node HOST:PORT --peer-dir DIR2 [--runtime-dir DIR] [--clients 8] [--descs 1048576]\n"
 		"       mori-bench kv [--runtime-dir DIR] [--ssd-dir DIR] [--profile P [--record FILE] | --replay FILE]   (UMBP: tools/bench_kv.c; --help)\n"
 		"Same node (default): a forked target process publishes a region on the same morid; baseline\n"
 		"memcpy of the same bytes. Cross node: the target is on another morid; baseline a plain TCP\n"

@@ -149,6 +149,12 @@ static int do_register(struct morid *d, struct client *c, Mori__MemRegister *m, 
 			    c->nregions);
 		goto fail;
 	}
+	if (registry_live(d) >= d->cfg.node_max_regions) {
+		count(d, C_NODE_CAP_REFUSALS, 1);
+		reply_error(rep, MORI_ENOMEM, "register: morid holds %u regions of all its clients, node_max_regions (%lld)",
+			    registry_live(d), (long long)d->cfg.node_max_regions);
+		goto fail;
+	}
 	if (m->has_fd != (fd >= 0)) {
 		reply_error(rep, MORI_EINVAL, "register: has_fd says %d but %d fds came", m->has_fd, nfds);
 		goto fail;

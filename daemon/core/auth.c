@@ -88,6 +88,14 @@ int auth_load_key(const char *path, struct auth_key *key, char *err, size_t errl
 	return 0;
 }
 
+int auth_check_key_file(const char *path, char *err, size_t errlen)
+{
+	struct auth_key key;
+	int rc = auth_load_key(path, &key, err, errlen);
+	sodium_memzero(&key, sizeof(key));
+	return rc;
+}
+
 void auth_mac(const struct auth_key *key, const char *label, const uint8_t *a, const uint8_t *b,
 	      uint8_t mac[AUTH_MAC_BYTES])
 {

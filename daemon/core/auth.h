@@ -37,6 +37,10 @@ int auth_init(void);
 /* Read the key file at path: 64 hex digits (surrounding white space allowed), the file a regular
  * file of mode 0600 or stricter owned by this uid or root. 0, or -1 with the reason in err. */
 int auth_load_key(const char *path, struct auth_key *key, char *err, size_t errlen);
+/* auth_load_key's verdict on path, the key itself not kept: how the start and --check-config
+ * refuse a missing, readable-by-others or malformed key file before anything is bound. 0 or -1
+ * with the reason in err. */
+int auth_check_key_file(const char *path, char *err, size_t errlen);
 /* Parse 64 hex digits (then only white space) into a key. 0 or -1. */
 int auth_parse_key(const char *text, uint8_t k[AUTH_KEY_BYTES]);
 /* mac = HMAC-SHA256(key, label || a || b), a and b AUTH_NONCE_BYTES each. */

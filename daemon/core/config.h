@@ -29,6 +29,9 @@ struct config {
 	int64_t client_max_list_descs; /* descriptors in one prepared list */
 	int64_t client_max_list_bytes; /* bytes of prepared-list descriptors one client may hold */
 	int64_t client_max_groups;   /* MORI-SHMEM groups one client may be a PE of at once */
+	int64_t node_max_regions;    /* node-wide caps: what all clients together can make it hold */
+	int64_t node_max_lists;
+	int64_t node_max_list_bytes;
 	char cluster_key_file[256];  /* peer authentication; empty: none */
 	int64_t insecure_peers;      /* 1: listen on a non-loopback address without a key */
 	int64_t local_fds_pct;       /* share of RLIMIT_NOFILE the peer listener leaves to local sessions */

@@ -14,4 +14,6 @@ const char *const counter_names[C_COUNT] = {
 	"vram_send_waits", "vram_send_wait_us", "vram_recv_waits", "vram_recv_wait_us",
 	/* peer listener connections closed before they authenticated (cap, deadline, descriptors) */
 	"peer_connections_dropped",
+	/* registrations and prepared lists refused at a node_max_* cap */
+	"node_cap_refusals",
 };

@@ -209,6 +209,8 @@ static struct plist *prep_end(struct peers *P, struct prep_job *j, int code, con
 	}
 	if (code) {
 		j->c->list_bytes -= j->bytes;
+		P->list_bytes -= j->bytes;
+		P->nlists--;
 		free(j->descs);
 	} else {
 		l->id = LIST_TAG | ++P->next_list;
@@ -249,20 +251,22 @@ static void on_prep_idle(uv_idle_t *h)
 }
 
 /* The prepared lists a client may hold: counted (client_max_lists), per list
- * (client_max_list_descs) and in bytes (client_max_list_bytes, large ones in progress included).
- * 0, or the code with the reason in rep. */
-static int prep_caps(struct morid *d, struct client *c, uint32_t count, uint64_t bytes, Mori__Reply *rep)
+ * (client_max_list_descs) and in bytes (client_max_list_bytes, large ones in progress included);
+ * and all clients' together (node_max_lists, node_max_list_bytes), so that many clients within
+ * their own caps cannot take the node's memory. 0, or the code with the reason in rep. */
+static int prep_caps(struct peers *P, struct client *c, uint32_t ndescs, uint64_t bytes, Mori__Reply *rep)
 {
+	struct morid *d = P->d;
 	uint64_t held = 0;
 	list_each(it, &c->lists)
 		held++;
-	if (count == 0 || count > (1u << 24)) {
-		reply_error(rep, MORI_EINVAL, "prep: %u descriptors (1 .. 16777216)", count);
+	if (ndescs == 0 || ndescs > (1u << 24)) {
+		reply_error(rep, MORI_EINVAL, "prep: %u descriptors (1 .. 16777216)", ndescs);
 		return MORI_EINVAL;
 	}
-	if ((int64_t)count > d->cfg.client_max_list_descs) {
+	if ((int64_t)ndescs > d->cfg.client_max_list_descs) {
 		reply_error(rep, MORI_ENOMEM, "prep: %u descriptors in one list, more than client_max_list_descs (%lld)",
-			    count, (long long)d->cfg.client_max_list_descs);
+			    ndescs, (long long)d->cfg.client_max_list_descs);
 		return MORI_ENOMEM;
 	}
 	if (c->list_bytes + bytes > (uint64_t)d->cfg.client_max_list_bytes) {
@@ -274,6 +278,19 @@ static int prep_caps(struct morid *d, struct client *c, uint32_t count, uint64_t
 	if (held >= (uint64_t)d->cfg.client_max_lists) {
 		reply_error(rep, MORI_ENOMEM, "prep: this client already holds %llu prepared lists (client_max_lists)",
 			    (unsigned long long)held);
+		return MORI_ENOMEM;
+	}
+	if (P->list_bytes + bytes > (uint64_t)d->cfg.node_max_list_bytes) {
+		count(d, C_NODE_CAP_REFUSALS, 1);
+		reply_error(rep, MORI_ENOMEM, "prep: %llu bytes of descriptors would make the prepared lists of all clients "
+			    "%llu bytes, more than node_max_list_bytes (%lld)", (unsigned long long)bytes,
+			    (unsigned long long)(P->list_bytes + bytes), (long long)d->cfg.node_max_list_bytes);
+		return MORI_ENOMEM;
+	}
+	if (P->nlists >= (uint64_t)d->cfg.node_max_lists) {
+		count(d, C_NODE_CAP_REFUSALS, 1);
+		reply_error(rep, MORI_ENOMEM, "prep: all clients together hold %llu prepared lists, node_max_lists (%lld)",
+			    (unsigned long long)P->nlists, (long long)d->cfg.node_max_lists);
 		return MORI_ENOMEM;
 	}
 	return 0;
@@ -298,7 +315,7 @@ static int prep_list(struct peers *P, struct client *c, Mori__XferPrep *xp, Mori
 		return 0;
 	}
 	uint64_t bytes = (uint64_t)xp->count * sizeof(mori_desc);
-	if (prep_caps(d, c, xp->count, bytes, rep) != 0)
+	if (prep_caps(P, c, xp->count, bytes, rep) != 0)
 		return 0;
 	if (*fd < 0 || fstat(*fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size < bytes) {
 		reply_error(rep, MORI_EINVAL, "prep: the descriptors must come as a memfd of %llu bytes",
@@ -316,6 +333,8 @@ static int prep_list(struct peers *P, struct client *c, Mori__XferPrep *xp, Mori
 			       .rsize = f->size, .n = xp->count, .bytes = bytes, .descs = ds};
 	*fd = -1; /* the job's */
 	c->list_bytes += bytes;
+	P->list_bytes += bytes;
+	P->nlists++;
 	list_add(&P->preps, &j->link);
 	if (bytes > PREP_SYNC_BYTES) {
 		j->req_id = req_id;
@@ -361,9 +380,11 @@ void peers_prep_init(struct peers *P)
 	P->prep_idle.data = P;
 }
 
-static void plist_free(struct client *c, struct plist *l)
+static void plist_free(struct peers *P, struct client *c, struct plist *l)
 {
 	c->list_bytes -= (uint64_t)l->n * sizeof(mori_desc);
+	P->list_bytes -= (uint64_t)l->n * sizeof(mori_desc);
+	P->nlists--;
 	list_del(&l->link);
 	free(l->descs);
 	free(l);
@@ -460,7 +481,7 @@ int peer_handle_request(struct morid *d, struct client *c, Mori__Request *req, M
 			reply_error(rep, MORI_ENOENT, "unprep: list %llx is not this client's",
 				    (unsigned long long)req->xfer_unprep->list_id);
 		else
-			plist_free(c, l);
+			plist_free(P, c, l);
 		break;
 	}
 	default:
@@ -491,10 +512,10 @@ void peer_submit(struct morid *d, struct client *c, const struct mori_sqe *e)
 void peer_client_gone(struct morid *d, struct client *c)
 {
 	struct peers *P = d->peers;
-	list_each(it, &c->lists)
-		plist_free(c, list_entry(it, struct plist, link));
 	if (!P)
-		return;
+		return; /* no peer service: no lists */
+	list_each(it, &c->lists)
+		plist_free(P, c, list_entry(it, struct plist, link));
 	preps_client_gone(P, c);
 	list_each(it, &P->peers) {
 		struct peer *p = list_entry(it, struct peer, link);

@@ -240,6 +240,8 @@ struct peers {
 	uv_prepare_t prep;
 	uv_idle_t prep_idle;          /* runs prep_jobs a step per loop turn */
 	struct list preps;            /* struct prep_job */
+	uint64_t list_bytes;          /* all clients' lists, those being read included (node_max_list_bytes) */
+	uint64_t nlists;              /* their count (node_max_lists) */
 	int handles;
 	struct list peers;
 	struct htab xfers, byuser, refs;

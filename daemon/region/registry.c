@@ -124,6 +124,11 @@ void registry_unlisten(struct region_listener *l)
 	list_del(&l->link);
 }
 
+uint32_t registry_live(struct morid *d)
+{
+	return d->reg->n;
+}
+
 uint32_t registry_count(struct registry *g, uint64_t *bytes)
 {
 	uint32_t n = 0;

@@ -84,6 +84,8 @@ void registry_listen(struct morid *d, struct region_listener *l);
 void registry_unlisten(struct region_listener *l);
 void registry_free(struct registry *g);
 uint32_t registry_count(struct registry *g, uint64_t *bytes);
+/* Regions registered now (not removed), every owner's: the figure node_max_regions caps. O(1). */
+uint32_t registry_live(struct morid *d);
 
 /* The registry owns fd from here (closed on failure too). */
 struct region *region_add(struct morid *d, struct client *owner, uint32_t kind, uint64_t size,
