@@ -18,9 +18,12 @@ SMALL = ["--layers", "2", "--hidden", "128", "--heads", "4", "--kv-heads", "2", 
          "--tokens-per-id", "16", "--max-tokens", "256", "--output", "4"]
 
 
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def serve(*args, timeout=600):
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
-    p = subprocess.run([sys.executable, SERVE] + SMALL + list(args), env=env, capture_output=True, text=True,
+    p = subprocess.run([sys.executable, SERVE] + SMALL + ["--device", DEVICE] + list(args), env=env, capture_output=True, text=True,
                        timeout=timeout)
     return p.returncode, p.stdout + p.stderr
 
@@ -56,6 +59,15 @@ def test_identical_with_umbp_reuse(daemon):
     assert rc == 0 and "identical to the colocated reference for every request" in out, out
     reused = [l for l in out.splitlines() if l.strip().startswith("reuse")][0]
     assert " 0 requests reused" not in reused, out  # the workload shares prefixes: some must be reused
+
+
+@pytest.mark.skipif(not umbp_available(), reason="mori.umbp not in this build")
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_identical_with_umbp_reuse_dtypes(daemon, dtype):
+    if DEVICE == "cpu" and dtype == "bf16":
+        pytest.skip("bf16 runs on the GPU machine (CPU bf16 matmuls are slow in Debian's torch)")
+    rc, out = serve("--runtime-dir", daemon.run, "--requests", "20", "--dtype", dtype, "--skip", "100")
+    assert rc == 0 and "identical" in out, out
 
 
 @pytest.mark.skipif(not umbp_available(), reason="mori.umbp not in this build")
