@@ -69,7 +69,7 @@ class UMBPStore:
 
     def __init__(self, runtime_dir, block_shape, dtype, device):
         from mori.umbp import UMBPClient
-        self.c = UMBPClient(runtime_dir=runtime_dir)
+        self.c = UMBPClient(runtime_dir=runtime_dir, name="prefill-prefix")
         self.shape, self.dtype, self.device = block_shape, dtype, device
         self.bytes = 0
 
@@ -77,10 +77,10 @@ class UMBPStore:
         """The stored blocks of hashes, in order, stopping at the first that is gone (evicted
         since the router looked): a prefix of the list."""
         bufs = [torch.empty(self.shape, dtype=self.dtype, device=self.device) for _ in hashes]
-        ok = self.c.batch_get([h.encode() for h in hashes], bufs)
+        st = self.c.batch_get([h.encode() for h in hashes], bufs)
         out = []
-        for b, good in zip(bufs, ok):
-            if not good:
+        for b, code in zip(bufs, st):
+            if code != 0:
                 break
             out.append(b)
             self.bytes += b.numel() * b.element_size()
