@@ -3,6 +3,7 @@
 #include "gpu.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -229,17 +230,26 @@ const char *gpu_unavailable_reason(void)
 	return loaded ? "available" : reason;
 }
 
+static int runtime_seen(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	(void)size;
+	(void)arg;
+	const char *slash = info->dlpi_name ? strrchr(info->dlpi_name, '/') : NULL;
+	const char *base = slash ? slash + 1 : info->dlpi_name ? info->dlpi_name : "";
+	return !strncmp(base, "libcuda.so", 10) || !strncmp(base, "libamdhip64.so", 14);
+}
+
+/* A walk of the loaded objects in memory: no dlopen probe, which searches the library path with
+ * a system call per directory and is too slow to ask once a call. Once loaded, a runtime stays. */
 int gpu_runtime_loaded(void)
 {
-	const char *const *sets[] = {cuda_libs, hip_libs};
-	for (int s = 0; s < 2; s++)
-		for (int i = 0; sets[s][i]; i++) {
-			void *h = dlopen(sets[s][i], RTLD_NOW | RTLD_NOLOAD);
-			if (h) {
-				dlclose(h); /* drops only the reference RTLD_NOLOAD took */
-				return 1;
-			}
-		}
+	static _Atomic int seen;
+	if (seen)
+		return 1;
+	if (dl_iterate_phdr(runtime_seen, NULL)) {
+		seen = 1;
+		return 1;
+	}
 	return 0;
 }
 

@@ -90,7 +90,8 @@ static int maps_take(mori_umbp *u, const Mori__KvReply *kr, int *fds, int nfds, 
 		const Mori__KvSlab *sl = (size_t)i < kr->n_slabs ? kr->slabs[i] : NULL;
 		void *base = MAP_FAILED;
 		if (sl && rc == MORI_OK && sl->bytes)
-			base = mmap(NULL, sl->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fds[i], 0);
+			base = mmap(NULL, sl->bytes, PROT_READ | PROT_WRITE,
+				    MAP_SHARED | (sl->dedicated ? 0 : MAP_POPULATE), fds[i], 0); /* its pages exist */
 		close(fds[i]);
 		if (!sl)
 			continue;

@@ -17,7 +17,6 @@
 #define SL_LOG 3
 #define SL_N (1u << SL_LOG)
 #define FL_N 32
-#define PUNCH_MIN (256u << 10) /* bytes: a freed run this large gives its pages back at once */
 
 struct kv_free {
 	struct kv_ext e;
@@ -206,6 +205,12 @@ static struct kv_slab *slab_new(struct kv_dram *t, uid_t uid, uint64_t bytes, in
 	/* Clients map it read-write: sealed, none can shrink it under morid (a SIGBUS on the loop). */
 	if (ftruncate(s->fd, (off_t)bytes) != 0 || fcntl(s->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
 		goto fail_fd;
+	/* A shared slab's pages are allocated now, once: puts then copy at memory speed instead of
+	 * faulting zeroed pages in one at a time, and a node short of memory fails here with a clear
+	 * error rather than a client's SIGBUS mid-copy. A dedicated slab is written once: its pages
+	 * fault in on that copy. */
+	if (!dedicated && fallocate(s->fd, 0, 0, (off_t)bytes) != 0)
+		goto fail_fd;
 	s->base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
 	if (s->base == MAP_FAILED)
 		goto fail_fd;
@@ -312,8 +317,9 @@ void kv_dram_release(struct kv_dram *t, struct kv_ext *ext)
 		memset(ext, 0, sizeof(*ext));
 		return;
 	}
-	if (kv_ext_bytes(ext) >= PUNCH_MIN)
-		punch(s, kv_ext_offset(ext), kv_ext_bytes(ext));
+	/* A freed run keeps its pages: the next put into it copies at memory speed instead of
+	 * faulting fresh zeroed pages in (the tier is bounded by kv_dram_bytes either way); an
+	 * emptied slab gives its pages back whole. */
 	struct arena *a = arena_of(t, s->uid, 0);
 	MORI_REQUIRE(a, "slab without an arena");
 	struct kv_ext *p = ext->prev, *n = ext->next;
@@ -362,7 +368,13 @@ void kv_dram_release(struct kv_dram *t, struct kv_ext *ext)
 		free(g);
 	}
 	memset(ext, 0, sizeof(*ext));
-	if (s->used == 0 && a->nslabs > 1) {
+	/* An emptied slab stays as the uid's one spare while the tier has room, so a put and free
+	 * cycle around a slab boundary does not create and destroy (allocate and zero) a slab each
+	 * turn; a second empty one, or any past the limit, goes. */
+	int spare = 0;
+	for (struct kv_slab *o = a->slabs; o && !spare; o = o->next_of_uid)
+		spare = o != s && o->used == 0;
+	if (s->used == 0 && a->nslabs > 1 && (spare || t->total_bytes > t->limit)) {
 		/* empty, and not the uid's last slab: its memory goes back whole (f, its one run, is in no
 		 * bin yet) */
 		free(f);
