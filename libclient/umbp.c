@@ -25,6 +25,9 @@ struct umbp_map {
 /* The slabs this process maps, one set per client (several handles share it). */
 struct umbp_maps {
 	pthread_mutex_t lock;
+	/* Held from a request that may carry slab fds until they are mapped: morid sends a slab's fd
+	 * once, so another thread's reply naming that slab must not be read before it is mapped. */
+	pthread_mutex_t take;
 	struct umbp_map *m;           /* sorted by id */
 	size_t n, cap;
 	int handles;
@@ -291,8 +294,10 @@ int mori_umbp_open(mori_client *c, const mori_umbp_opts *opts, mori_umbp **out)
 	}
 	u->timeout_ms = to ? to : (int)rep->kv->info->timeout_ms;
 	pthread_mutex_lock(&maps_lock);
-	if (!c->umbp && (c->umbp = calloc(1, sizeof(*c->umbp))))
+	if (!c->umbp && (c->umbp = calloc(1, sizeof(*c->umbp)))) {
 		pthread_mutex_init(&c->umbp->lock, NULL);
+		pthread_mutex_init(&c->umbp->take, NULL);
+	}
 	if (c->umbp) {
 		c->umbp->handles++;
 		c->umbp->info = *rep->kv->info;
@@ -332,6 +337,7 @@ int mori_umbp_close(mori_umbp *u)
 			map_drop(&s->m[i]);
 		free(s->m);
 		pthread_mutex_destroy(&s->lock);
+		pthread_mutex_destroy(&s->take);
 		free(s);
 	}
 	copy_pool_free(u->pool);
@@ -376,10 +382,15 @@ static int put_round(mori_umbp *u, mori_umbp_item *items, const size_t *idx, siz
 	kq.op = MORI__KV_OP__KV_PUT_ALLOC;
 	kq.n_items = n;
 	kq.items = kp;
-	if ((rc = kv_rpc(u, &kq, &rep, fds, &nfds)) != MORI_OK)
+	pthread_mutex_lock(&u->s->take);
+	if ((rc = kv_rpc(u, &kq, &rep, fds, &nfds)) != MORI_OK) {
+		pthread_mutex_unlock(&u->s->take);
 		goto out;
+	}
 	Mori__KvReply *kr = rep->kv;
-	if ((rc = maps_take(u, kr, fds, nfds, &cm)) != MORI_OK)
+	rc = maps_take(u, kr, fds, nfds, &cm);
+	pthread_mutex_unlock(&u->s->take);
+	if (rc != MORI_OK)
 		goto out;
 	if (kr->n_slots != n) {
 		rc = set_error(u->c, MORI_EPROTO, "morid answered %zu slots for %zu items", kr->n_slots, n);
@@ -471,10 +482,14 @@ static int get_round(mori_umbp *u, mori_umbp_item *items, const size_t *idx, siz
 	kq.op = MORI__KV_OP__KV_GET;
 	kq.n_items = n;
 	kq.items = kp;
-	if ((rc = kv_rpc(u, &kq, &rep, fds, &nfds)) != MORI_OK)
+	pthread_mutex_lock(&u->s->take);
+	if ((rc = kv_rpc(u, &kq, &rep, fds, &nfds)) != MORI_OK) {
+		pthread_mutex_unlock(&u->s->take);
 		goto out;
+	}
 	Mori__KvReply *kr = rep->kv;
 	rc = maps_take(u, kr, fds, nfds, &cm);
+	pthread_mutex_unlock(&u->s->take);
 	if (rc == MORI_OK && kr->n_slots != n)
 		rc = set_error(u->c, MORI_EPROTO, "morid answered %zu slots for %zu items", kr->n_slots, n);
 	size_t nk = 0;

@@ -144,6 +144,8 @@ def main():
     ap.add_argument("--no-umbp", action="store_true", help="no prefix reuse")
     ap.add_argument("--corrupt", type=int, default=0, help="flip a byte of this request's KV after its transfer")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads per worker")
+    ap.add_argument("--kv-namespace", help="prefix of this run's UMBP keys (default: one drawn per run, so the "
+                    "colocated reference holds every block the run can reuse; a deployment keys by model id)")
     ap.add_argument("--json", help="write per-request results here")
     a = ap.parse_args()
     rd = a.runtime_dir or os.environ.get("MORI_RUNTIME_DIR") or "/run/mori"
@@ -151,8 +153,9 @@ def main():
              "head_dim": a.hidden // a.heads, "ffn": 2 * a.hidden}
     reqs, source = load_requests(a.requests, a.tokens_per_id, a.vocab, a.max_tokens, a.trace, a.skip, a.output)
     blocks_max = max((len(r["tokens"]) + a.output) // a.block_size + 2 for r in reqs)
+    ns = a.kv_namespace or "pd-%s" % os.urandom(6).hex()
     for r in reqs:
-        r["hashes"] = block_hashes(r["tokens"], a.block_size)
+        r["hashes"] = ["%s/%s" % (ns, h) for h in block_hashes(r["tokens"], a.block_size)]
     cfg = {"shape": shape, "dtype": a.dtype, "device": a.device, "seed": 1234, "block_size": a.block_size,
            "transformers": a.transformers, "umbp": not a.no_umbp, "threads": a.threads,
            "prefill_runtime_dir": a.prefill_runtime_dir or rd, "decode_runtime_dir": a.decode_runtime_dir or rd,
