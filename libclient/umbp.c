@@ -25,13 +25,13 @@ struct umbp_map {
 /* The slabs this process maps, one set per client (several handles share it). */
 struct umbp_maps {
 	pthread_mutex_t lock;
-	/* Held from a request that may carry slab fds until they are mapped: morid sends a slab's fd
-	 * once, so another thread's reply naming that slab must not be read before it is mapped. */
-	pthread_mutex_t take;
 	struct umbp_map *m;           /* sorted by id */
 	size_t n, cap;
 	int handles;
 	Mori__KvInfo info;
+	/* Held from a request that may carry slab fds until they are mapped: morid sends a slab's fd
+	 * once, so another thread's reply naming that slab must not be read before it is mapped. */
+	pthread_mutex_t take;
 };
 
 struct mori_umbp {

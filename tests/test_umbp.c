@@ -322,7 +322,7 @@ START_TEST(lease_keeps_version)
 	for (int i = 0; i < nfds; i++)
 		close(fds[i]);
 	if (!base) {
-		struct umbp_maps_peek { pthread_mutex_t lock; struct { uint32_t id; uint8_t *base; uint64_t bytes; int r; } *m; size_t n; } *s = (void *)e.c->umbp;
+		struct umbp_maps_peek { /* libclient/umbp.c's struct umbp_maps, its first fields */ pthread_mutex_t lock; struct { uint32_t id; uint8_t *base; uint64_t bytes; int r; } *m; size_t n; } *s = (void *)e.c->umbp;
 		for (size_t i = 0; i < s->n; i++)
 			if (s->m[i].id == sl->slab)
 				base = s->m[i].base;
