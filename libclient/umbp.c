@@ -184,7 +184,7 @@ static int copy_vram(mori_umbp *u, struct copy *k)
 		return rc;
 	if (gpu_push(g, d) != 0)
 		return set_error(u->c, MORI_EIO, "cannot make GPU %d's context current", ordinal);
-	if (k->map && !k->map->registered && g->mem_host_register(k->map->base, k->map->bytes, 0) == 0)
+	if (k->map && !k->map->registered && g->mem_host_register(k->map->base, k->map->bytes, GPU_MEMHOSTREGISTER_PORTABLE) == 0)
 		k->map->registered = 1; /* pinned: the copy engine reads it directly, no staging */
 	int e = k->to_slab ? g->memcpy_dtoh_async(k->dst, (gpu_dptr)(uintptr_t)k->src, k->len, d->stream)
 			   : g->memcpy_htod_async((gpu_dptr)(uintptr_t)k->dst, k->src, k->len, d->stream);
@@ -828,6 +828,20 @@ int mori_umbp_stats_get(mori_umbp *u, mori_umbp_stats *out)
 
 /* Registration is advice here: host buffers are pinned for the copy engine, VRAM noted. Without
  * a GPU there is nothing to do for host memory. */
+/* Pinning host memory needs a current context: GPU $MORI_GPU_DEVICE's (default 0) primary one,
+ * pushed here (a caller's thread may have none); the pin is portable to every context. */
+static int host_pin_ctx(mori_umbp *u, const struct gpu_api *g, struct gpu_dev **d)
+{
+	const char *e = getenv("MORI_GPU_DEVICE");
+	struct gpu_ctx *x;
+	int rc = gpu_ctx_get(u->c, &x);
+	if (rc == MORI_OK)
+		rc = gpu_dev_get(u->c, x, e && *e ? atoi(e) : 0, d);
+	if (rc == MORI_OK && gpu_push(g, *d) != 0)
+		rc = set_error(u->c, MORI_EIO, "register memory: cannot make the GPU's context current");
+	return rc;
+}
+
 int mori_umbp_register_memory(mori_umbp *u, void *ptr, size_t size)
 {
 	int rc = call_check(u);
@@ -838,9 +852,14 @@ int mori_umbp_register_memory(mori_umbp *u, void *ptr, size_t size)
 	if (gpu_ptr_is_device(ptr) == 1 || !gpu_runtime_loaded())
 		return MORI_OK;
 	const struct gpu_api *g = gpu_api();
-	if (g && g->mem_host_register(ptr, size, 0) != 0)
-		return set_error(u->c, MORI_EBUSY, "register memory: the GPU runtime refused %p (+%zu): registered already?",
-				 ptr, size);
+	struct gpu_dev *d;
+	if (!g || (rc = host_pin_ctx(u, g, &d)) != MORI_OK)
+		return g ? rc : MORI_OK;
+	int e = g->mem_host_register(ptr, size, GPU_MEMHOSTREGISTER_PORTABLE);
+	gpu_pop(g);
+	if (e != 0)
+		return set_error(u->c, MORI_EBUSY, "register memory: the GPU runtime refused %p (+%zu) (%d): registered already?",
+				 ptr, size, e);
 	return MORI_OK;
 }
 
@@ -854,7 +873,10 @@ int mori_umbp_deregister_memory(mori_umbp *u, void *ptr)
 	if (gpu_ptr_is_device(ptr) == 1 || !gpu_runtime_loaded())
 		return MORI_OK;
 	const struct gpu_api *g = gpu_api();
-	if (g)
+	struct gpu_dev *d;
+	if (g && host_pin_ctx(u, g, &d) == MORI_OK) {
 		g->mem_host_unregister(ptr);
+		gpu_pop(g);
+	}
 	return MORI_OK;
 }
