@@ -248,6 +248,20 @@ static int kv_rpc(mori_umbp *u, Mori__KvRequest *kq, Mori__Reply **rep, int *fds
 	return rc;
 }
 
+/* A request whose reply names slots: the slab fds it carries are mapped before another thread's
+ * reply naming those slabs can be read (morid sends a slab's fd once). *rep is set whenever a
+ * reply came, also when mapping failed. */
+static int kv_rpc_slots(mori_umbp *u, Mori__KvRequest *kq, Mori__Reply **rep, struct call_maps *cm)
+{
+	int fds[WIRE_MAX_FDS], nfds = 0;
+	pthread_mutex_lock(&u->s->take);
+	int rc = kv_rpc(u, kq, rep, fds, &nfds);
+	if (rc == MORI_OK)
+		rc = maps_take(u, (*rep)->kv, fds, nfds, cm);
+	pthread_mutex_unlock(&u->s->take);
+	return rc;
+}
+
 static int check_key(mori_umbp *u, const void *key, size_t len)
 {
 	if (!key || len == 0 || len > MORI_UMBP_KEY_MAX)
@@ -362,7 +376,7 @@ static int put_round(mori_umbp *u, mori_umbp_item *items, const size_t *idx, siz
 	struct copy *ks = calloc(n, sizeof(*ks));
 	uint64_t *ids = calloc(n, sizeof(*ids));
 	size_t *who = calloc(n, sizeof(*who));
-	int rc = MORI_OK, fds[WIRE_MAX_FDS], nfds = 0;
+	int rc = MORI_OK;
 	struct call_maps cm = {.ntmp = 0};
 	Mori__Reply *rep = NULL;
 	if (!ki || !kp || !ks || !ids || !who) {
@@ -382,16 +396,9 @@ static int put_round(mori_umbp *u, mori_umbp_item *items, const size_t *idx, siz
 	kq.op = MORI__KV_OP__KV_PUT_ALLOC;
 	kq.n_items = n;
 	kq.items = kp;
-	pthread_mutex_lock(&u->s->take);
-	if ((rc = kv_rpc(u, &kq, &rep, fds, &nfds)) != MORI_OK) {
-		pthread_mutex_unlock(&u->s->take);
+	if ((rc = kv_rpc_slots(u, &kq, &rep, &cm)) != MORI_OK)
 		goto out;
-	}
 	Mori__KvReply *kr = rep->kv;
-	rc = maps_take(u, kr, fds, nfds, &cm);
-	pthread_mutex_unlock(&u->s->take);
-	if (rc != MORI_OK)
-		goto out;
 	if (kr->n_slots != n) {
 		rc = set_error(u->c, MORI_EPROTO, "morid answered %zu slots for %zu items", kr->n_slots, n);
 		goto out;
@@ -465,7 +472,7 @@ static int get_round(mori_umbp *u, mori_umbp_item *items, const size_t *idx, siz
 	struct copy *ks = calloc(n, sizeof(*ks));
 	uint64_t *ids = calloc(n, sizeof(*ids));
 	size_t *who = calloc(n, sizeof(*who));
-	int rc = MORI_OK, fds[WIRE_MAX_FDS], nfds = 0;
+	int rc = MORI_OK;
 	struct call_maps cm = {.ntmp = 0};
 	Mori__Reply *rep = NULL;
 	size_t nids = 0;
@@ -482,14 +489,9 @@ static int get_round(mori_umbp *u, mori_umbp_item *items, const size_t *idx, siz
 	kq.op = MORI__KV_OP__KV_GET;
 	kq.n_items = n;
 	kq.items = kp;
-	pthread_mutex_lock(&u->s->take);
-	if ((rc = kv_rpc(u, &kq, &rep, fds, &nfds)) != MORI_OK) {
-		pthread_mutex_unlock(&u->s->take);
+	if ((rc = kv_rpc_slots(u, &kq, &rep, &cm)) != MORI_OK && !rep)
 		goto out;
-	}
 	Mori__KvReply *kr = rep->kv;
-	rc = maps_take(u, kr, fds, nfds, &cm);
-	pthread_mutex_unlock(&u->s->take);
 	if (rc == MORI_OK && kr->n_slots != n)
 		rc = set_error(u->c, MORI_EPROTO, "morid answered %zu slots for %zu items", kr->n_slots, n);
 	size_t nk = 0;
