@@ -152,6 +152,7 @@ static int replay(mori_umbp *u, FILE *f, const char *name)
 		if (sscanf(line, "%c %511s %llu %llu", &what, key, &len, &seed) != 4 || (what != 'P' && what != 'G') ||
 		    !len || len > (1ull << 32)) {
 			fprintf(stderr, "mori-bench kv: %s:%lu: not an operation (P|G KEY LEN SEED): %s", name, lineno, line);
+			free(buf), free(want), free(r.lat);
 			return 2;
 		}
 		if (len > cap) {
