@@ -108,13 +108,19 @@ def prefill_chunk(model, cache, table, tokens, reused, store, hashes, bs):
     return logits, reused, full
 
 
-def run_prefill(cfg):
+def worker(cfg, role):
+    """A worker's model, its paged cache (cfg[role + "_blocks"] blocks) and a mori.io engine on
+    cfg[role + "_runtime_dir"] with the cache registered: (model, shape, cache, engine, desc)."""
     from mori.io import IOEngine, IOEngineConfig
     model, shape = build_model(cfg)
+    cache = PagedKVCache(shape, cfg[role + "_blocks"], cfg["block_size"], DTYPES[cfg["dtype"]], cfg["device"])
+    eng = IOEngine(role, IOEngineConfig(runtime_dir=cfg[role + "_runtime_dir"]))
+    return model, shape, cache, eng, eng.register_torch_tensor(cache.kv)
+
+
+def run_prefill(cfg):
+    model, shape, cache, eng, desc = worker(cfg, "prefill")
     dev, bs = cfg["device"], cfg["block_size"]
-    cache = PagedKVCache(shape, cfg["prefill_blocks"], bs, DTYPES[cfg["dtype"]], dev)
-    eng = IOEngine("prefill", IOEngineConfig(runtime_dir=cfg["prefill_runtime_dir"]))
-    desc = eng.register_torch_tensor(cache.kv)
     store = None
     if cfg.get("umbp"):
         store = UMBPStore(cfg["prefill_runtime_dir"], tuple(cache.kv.shape[:2]) + tuple(cache.kv.shape[3:]),
@@ -174,12 +180,9 @@ def decode_tokens(model, cache, table, tokens, first, n_out, bs):
 
 
 def run_decode(cfg):
-    from mori.io import IOEngine, IOEngineConfig, MemoryDesc
-    model, shape = build_model(cfg)
+    from mori.io import MemoryDesc
+    model, shape, cache, eng, local = worker(cfg, "decode")
     dev, bs = cfg["device"], cfg["block_size"]
-    cache = PagedKVCache(shape, cfg["decode_blocks"], bs, DTYPES[cfg["dtype"]], dev)
-    eng = IOEngine("decode", IOEngineConfig(runtime_dir=cfg["decode_runtime_dir"]))
-    local = eng.register_torch_tensor(cache.kv)
     remote = None
     for line in sys.stdin:
         msg = json.loads(line)

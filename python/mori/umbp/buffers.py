@@ -7,6 +7,7 @@ import sys
 from .. import _lib
 from .._capi import UmbpKey, UmbpItem
 from ..errors import MoriError, MORI_EINVAL
+from ..io.args import _numpy, _torch_tensor  # one test of each, shared with mori.io
 
 
 def key_bytes(k):
@@ -19,21 +20,6 @@ def key_bytes(k):
     if isinstance(k, (bytearray, memoryview)):
         return bytes(k)
     raise MoriError(MORI_EINVAL, "a key must be str or bytes, not %s" % type(k).__name__)
-
-
-def _torch_tensor(obj):
-    torch = sys.modules.get("torch")  # torch is never imported here: a tensor means it already is
-    return torch is not None and isinstance(obj, torch.Tensor)
-
-
-def _numpy():
-    np = sys.modules.get("numpy")
-    if np is None:
-        try:
-            import numpy as np
-        except ImportError:
-            return None
-    return np
 
 
 def span(obj, writable, what):
