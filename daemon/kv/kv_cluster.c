@@ -479,7 +479,8 @@ static void resync(struct kvc *k)
 	size_t setl[] = {3, strlen(k->live_key), strlen(live), 2, strlen(ttl)};
 	kvc_send(q, 5, set, setl);
 	kvc_sent(q);
-	kv_ext_resync(k); /* queued: goes out in order after this pipeline */
+	if (k->ext_resync)
+		k->ext_resync(k); /* queued: goes out in order after this pipeline */
 }
 
 struct beatreq {
@@ -865,19 +866,6 @@ int kv_cluster_nodes(struct morid *d, const struct kv_node_info **out, size_t *n
 	return MORI_OK;
 }
 
-int kv_cluster_check(struct morid *d, uid_t uid, const void *key, size_t klen, uint64_t epoch, uint64_t gen,
-		     struct kv_entry **e)
-{
-	*e = NULL;
-	if (epoch != d->epoch)
-		return MORI_ESTALE;
-	struct kv_entry *x = d->kv ? kv_lookup(d->kv, uid, key, klen) : NULL;
-	if (!x || x->gen != gen)
-		return MORI_ENOENT;
-	*e = x;
-	return MORI_OK;
-}
-
 /* ---- life cycle ---- */
 
 static int parse_url(struct kvc *k, const char *u, char *err, size_t errlen)
@@ -925,11 +913,6 @@ int kv_cluster_start(struct morid *d, struct kv_store *st)
 	k->d = d, k->st = st;
 	k->state = KVC_LOCAL;
 	snprintf(k->url, sizeof(k->url), "local");
-	if (kv_ext_init(k) != 0) {
-		free(k);
-		mlog_err("kv", "out of memory for the external KV table");
-		return -1;
-	}
 	st->cluster = k;
 	if (!strcmp(cfg->kv_index, "local"))
 		return 0;
@@ -994,7 +977,6 @@ void kv_cluster_stop(struct kv_store *st)
 	}
 	drop_ops(k);
 	free(k->ops), free(k->sent_ms), free(k->batches), free(k->nodes), free(k->infos);
-	kv_ext_fini(k);
 	if (!remote) {
 		free(k);
 		return;
