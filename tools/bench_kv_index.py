@@ -161,7 +161,7 @@ def main():
               % (t_puts, a.keys, t_pub, a.keys / t_pub))
         print("  baseline, kv_index local: puts %.2f s" % t_base)
         print("  Redis memory: %.1f bytes per key (used_memory %d -> %d)" % ((mem1 - mem0) / a.keys, mem0, mem1))
-        cl.cli("flushall")
+        cl.cli("flushall", "async")
         t0 = time.perf_counter()
         cl.wait(lambda: cl.cli("hlen", h) == str(a.keys), "the resync", 600)
         print("  FLUSHALL -> all %d keys published again in %.2f s (heartbeat every %.1f s included)"

@@ -422,7 +422,7 @@ static void resync_done(struct kvc_req *q)
 	free(q);
 }
 
-/* The node's whole state again, replacing what Redis had of this epoch: DEL of its hashes and
+/* The node's whole state again, replacing what Redis had of this epoch: UNLINK of its hashes and
  * its liveness key set, one pipeline; then every entry of the index and every external report
  * queued as an update (a copy each, no formatting: the loop is held only for that), going out
  * in slices behind it. Updates queued before are part of this snapshot and dropped. */
@@ -437,8 +437,9 @@ static void resync(struct kvc *k)
 		return;
 	}
 	*q = (struct kvc_req){.k = k, .reply = resync_reply, .done = resync_done, .sending = 1};
-	const char *del[] = {"DEL", k->kv_hash, k->ext_hash};
-	size_t dl[] = {3, strlen(k->kv_hash), strlen(k->ext_hash)};
+	/* UNLINK: freed in Redis's background, a million-field hash would stall it */
+	const char *del[] = {"UNLINK", k->kv_hash, k->ext_hash};
+	size_t dl[] = {6, strlen(k->kv_hash), strlen(k->ext_hash)};
 	kvc_send(q, 3, del, dl);
 	/* live from here: the first heartbeat finds this value */
 	char live[128], ttl[24];
