@@ -92,7 +92,7 @@ static void req_reply(redisAsyncContext *ac, void *rv, void *priv)
 	redisReply *r = rv;
 	sent_pop(k);
 	if (!r && q->status == MORI_OK) {
-		q->status = MORI_ECONN;
+		q->status = k->timed_out ? MORI_ETIMEDOUT : MORI_ECONN;
 		snprintf(q->msg, sizeof(q->msg), "cluster index %s: connection lost: %s", k->url,
 			 k->last_error[0] ? k->last_error : (ac && ac->errstr[0] ? ac->errstr : "closed"));
 	}
@@ -638,7 +638,9 @@ static void on_tick(uv_timer_t *t)
 	if (k->sent_n && now - since > k->timeout_ms) {
 		char why[100];
 		snprintf(why, sizeof(why), "no answer within kv_index_timeout_ms (%" PRIu64 " ms)", k->timeout_ms);
+		k->timed_out = 1; /* what was in flight ends with MORI_ETIMEDOUT */
 		conn_lost(k, why);
+		k->timed_out = 0;
 		return;
 	}
 	if (k->state == KVC_UP && now >= k->next_beat_ms)

@@ -71,6 +71,7 @@ struct kvc {
 	/* counters */
 	uint64_t published, round_trips, errors, resyncs, lookups, lookup_us_sum;
 	int closing;
+	int timed_out;           /* conn_lost from a command's deadline */
 	/* external KV (kv_ext.c, above this file: it sets these) */
 	struct kv_xkv *ext;
 	void (*ext_resync)(struct kvc *k);
