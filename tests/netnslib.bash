@@ -37,3 +37,46 @@ netns_pair() {
 	[ -n "$ok" ] || fail "veth $IPA <-> $IPB does not carry TCP"
 	echo "# namespaces $NSA ($IPA) and $NSB ($IPB) joined by veth $VA/$VB"
 }
+
+# netns_star TAG NET N: N "nodes" (namespaces mori-${TAG}N-PID, N = 0..N-1, at 10.NET.x.(N+1)) and
+# a hub namespace mori-${TAG}h-PID (10.NET.x.254) whose bridge joins them, for a service every
+# node reaches (the tests' own redis-server). Sets HUB HUBIP and the arrays STAR_NS STAR_IP,
+# removes everything on exit; skips (77) as netns_pair does, or where a bridge cannot be made.
+netns_star_cleanup() {
+	local ns
+	for ns in "${STAR_NS[@]}" "$HUB"; do ip netns del "$ns" 2> /dev/null; done
+}
+
+netns_star() {
+	local tag=$1 net=$2 n=$3 err i ok
+	command -v ip > /dev/null || skip "no ip(8) (iproute2) to make network namespaces"
+	[ "$(id -u)" = 0 ] || skip "network namespaces need root"
+	HUB=mori-${tag}h-$$
+	HUBIP=10.$net.$(($$ % 200)).254
+	STAR_NS=()
+	STAR_IP=()
+	trap 'rc=$?; netns_star_cleanup; (exit $rc); cleanup' EXIT
+	err=$(ip netns add "$HUB" 2>&1) || skip "cannot create a network namespace: $err"
+	err=$(ip -n "$HUB" link add br0 type bridge 2>&1) || skip "cannot create a bridge: $err"
+	ip -n "$HUB" addr add "$HUBIP/24" dev br0 && ip -n "$HUB" link set br0 up && ip -n "$HUB" link set lo up ||
+		fail "hub bridge up"
+	for ((i = 0; i < n; i++)); do
+		STAR_NS[i]=mori-${tag}$i-$$
+		STAR_IP[i]=10.$net.$(($$ % 200)).$((i + 1))
+		ip netns add "${STAR_NS[i]}" || fail "namespace ${STAR_NS[i]}"
+		ip link add "m${tag}$i$$" type veth peer name "m${tag}h$i$$" || fail "veth for node $i"
+		ip link set "m${tag}$i$$" netns "${STAR_NS[i]}" && ip link set "m${tag}h$i$$" netns "$HUB" || fail "veth ends"
+		ip -n "$HUB" link set "m${tag}h$i$$" master br0 && ip -n "$HUB" link set "m${tag}h$i$$" up || fail "bridge port"
+		ip -n "${STAR_NS[i]}" addr add "${STAR_IP[i]}/24" dev "m${tag}$i$$" || fail "address of node $i"
+		ip -n "${STAR_NS[i]}" link set "m${tag}$i$$" up && ip -n "${STAR_NS[i]}" link set lo up || fail "node $i up"
+	done
+	for ((i = 0; i < n; i++)); do
+		ok=
+		for _ in $(seq 100); do
+			if ip netns exec "${STAR_NS[i]}" bash -c "exec 3<>/dev/tcp/$HUBIP/9" 2>&1 | grep -q refused; then ok=1; break; fi
+			sleep 0.1
+		done
+		[ -n "$ok" ] || fail "node $i (${STAR_IP[i]}) does not reach the hub $HUBIP over TCP"
+	done
+	echo "# $n namespaces (${STAR_IP[*]}) joined by a bridge in $HUB ($HUBIP)"
+}

@@ -1,7 +1,9 @@
 """mori.umbp's argument helpers: keys as bytes, the memory a value is read from or written to
 (bytes, bytearray, memoryview, numpy arrays, torch tensors on the CPU or a GPU), and the C arrays
 of keys and items a batch hands to libmori."""
+import array
 import ctypes
+import itertools
 import sys
 
 from .. import _lib
@@ -79,17 +81,20 @@ class KeyArray:
     def __init__(self, keys):
         bs = [key_bytes(k) for k in keys]
         self.n = len(bs)
-        self.buf = ctypes.create_string_buffer(b"".join(bs), sum(len(b) for b in bs) or 1)
+        self.buf = ctypes.create_string_buffer(b"".join(bs), sum(map(len, bs)) or 1)
         base = ctypes.addressof(self.buf)
-        self.spans = []
-        off = 0
-        for b in bs:
-            self.spans.append((base + off, len(b)))
-            off += len(b)
+        lens = list(map(len, bs))
+        offs = list(itertools.accumulate(lens, initial=0))[:-1]
+        self.spans = [(base + o, n) for o, n in zip(offs, lens)]
 
     def keys(self):
-        """A mori_umbp_key array of the keys."""
+        """A mori_umbp_key array of the keys (filled in one copy where the struct is two 8-byte
+        words, as on every 64-bit ABI)."""
         arr = (UmbpKey * self.n)()
+        if self.n and ctypes.sizeof(UmbpKey) == 16:
+            flat = array.array("Q", itertools.chain.from_iterable(self.spans))
+            ctypes.memmove(arr, flat.buffer_info()[0], 16 * self.n)
+            return arr
         for i, (a, n) in enumerate(self.spans):
             arr[i].data, arr[i].len = a, n
         return arr
