@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "kv/kv_int.h"
+#include "kv/kv_remote.h"
 #include "kv/kv_store.h"
 #include "log.h"
 
@@ -116,18 +117,37 @@ static int do_get(struct kv_store *st, struct kv_client *kc, Mori__KvRequest *kq
 		else if (rc != MORI_ENOENT)
 			kv_first_error(rep, r, msg[0] ? msg : mori_strerror(rc));
 	}
-	if (g->waiting == 1 || rep->code != 0) {
-		if (g->waiting == 1) {
-			free(g);
-			return 0;
-		}
+	/* misses asked of another node's daemon where the request names one (kv_remote.c) */
+	struct kv_remote_key *rk = NULL;
+	uint32_t nrk = 0;
+	if (kq->holder && kq->holder[0] && kr->n_slots == kq->n_items && rep->code == 0) {
+		rk = calloc(kr->n_slots, sizeof(*rk));
+		for (size_t i = 0; rk && i < kr->n_slots; i++)
+			if (kr->slots[i]->status == MORI_ENOENT)
+				rk[nrk++] = (struct kv_remote_key){kr->slots[i], kq->items[i]->key, 0};
 	}
-	/* reads are in flight: the reply waits for them in g (the dispatcher's copies are dropped) */
+	if (g->waiting == 1 && nrk == 0) {
+		free(rk);
+		free(g);
+		return 0;
+	}
+	/* reads or fetches are in flight: the reply waits for them in g (the dispatcher's copies are
+	 * dropped) */
 	g->kc = kc;
 	g->rep = *rep;
 	g->r = *r;
 	list_add(&kc->pgets, &g->link);
-	g->waiting--;
+	if (nrk) {
+		uint32_t ms = kq->timeout_ms && kq->timeout_ms < (uint64_t)st->d->cfg.kv_timeout_ms ?
+			kq->timeout_ms : (uint32_t)st->d->cfg.kv_timeout_ms;
+		int rc = kv_remote_get(st, g, kc->c->uid, kq->holder, 0, rk, nrk, ms);
+		if (rc != MORI_EINPROGRESS && rc != MORI_ENOENT)
+			for (uint32_t i = 0; i < nrk; i++)
+				rk[i].sl->status = rc;
+	}
+	free(rk);
+	if (--g->waiting == 0)
+		kv_pget_done(st, g);
 	return 1;
 }
 
@@ -418,6 +438,11 @@ int kv_start(struct morid *d)
 		kv_stop(d);
 		return -1;
 	}
+	if (kv_remote_start(d->kv) != MORI_OK) {
+		mlog_err("kv", "out of memory for the store's remote gets");
+		kv_stop(d);
+		return -1;
+	}
 	if (d->kv->ssd)
 		mlog_info("kv", "SSD tier in %s: %llu keys found", d->cfg.kv_ssd_dir, (unsigned long long)d->kv->ssd_keys);
 	mlog_info("kv", "KV store: DRAM tier of %lld bytes in slabs of %lld, policy %s", (long long)d->cfg.kv_dram_bytes,
@@ -427,6 +452,8 @@ int kv_start(struct morid *d)
 
 void kv_stop(struct morid *d)
 {
+	if (d->kv)
+		kv_remote_stop(d->kv);
 	kv_store_free(d->kv);
 	d->kv = NULL;
 }

@@ -715,6 +715,66 @@ int kv_get(struct kv_store *st, struct kv_client *kc, const void *key, size_t kl
 	return MORI_OK;
 }
 
+int kv_peer_hold(struct kv_store *st, uid_t uid, const void *key, size_t klen, uint64_t gen, struct kv_entry **out)
+{
+	struct kv_uid *u = kv_uid_get(st, uid);
+	struct kv_entry *e = kv_lookup(st, uid, key, klen);
+	if (!e || (gen && e->gen != gen) || e->tier != KV_TIER_DRAM) {
+		u->misses++;
+		st->misses++;
+		return MORI_ENOENT;
+	}
+	u->hits++;
+	st->hits++;
+	e->refs++;
+	if (e->flags & KV_F_IN_POLICY)
+		kv_policy_hit(st->pol, &e->pn);
+	*out = e;
+	return MORI_OK;
+}
+
+void kv_unref(struct kv_store *st, struct kv_entry *e)
+{
+	MORI_REQUIRE(e->refs > 0, "reference dropped on an entry without references");
+	if (--e->refs == 0 && e->state == KV_ZOMBIE)
+		entry_free(st, e);
+}
+
+int kv_temp_new(struct kv_store *st, uid_t uid, const void *key, size_t klen, uint64_t size, struct kv_entry **out,
+		char *msg, size_t msglen)
+{
+	struct kv_entry *e = calloc(1, sizeof(*e) + klen);
+	if (!e) {
+		snprintf(msg, msglen, "out of memory");
+		return MORI_ENOMEM;
+	}
+	int rc = make_room(st, uid, size, 0, &e->u.ext, msg, msglen);
+	if (rc != MORI_OK) {
+		free(e);
+		return rc;
+	}
+	e->tier = KV_TIER_DRAM;
+	e->size = size;
+	e->uid = uid;
+	e->key_len = (uint16_t)klen;
+	memcpy(e->key, key, klen);
+	e->depth = -1;
+	e->state = KV_ZOMBIE; /* in no index: freed at its last reference */
+	e->refs = 1;
+	st->zombies++;
+	st->entry_bytes += sizeof(*e) + klen;
+	*out = e;
+	return MORI_OK;
+}
+
+int kv_temp_lease(struct kv_store *st, struct kv_client *kc, struct kv_entry *e, uint64_t *id)
+{
+	int rc = hold_add(st, kc, KV_HOLD_LEASE, e, id);
+	if (rc == MORI_OK)
+		e->refs++;
+	return rc;
+}
+
 int kv_release(struct kv_store *st, struct kv_client *kc, uint64_t id)
 {
 	struct kv_hold *h = hold_find(kc, id, KV_HOLD_LEASE);

@@ -1,0 +1,34 @@
+/* UMBP across nodes (kv_remote.c): gets of values another node's daemon holds, and serving this
+ * node's values to other daemons. Everything runs on morid's loop. */
+#ifndef MORID_KV_REMOTE_H
+#define MORID_KV_REMOTE_H
+#include "kv/kv_int.h"
+
+/* Serve PeerKv requests and keep regions over the DRAM tier's slabs for peers' reads. 0 or
+ * MORI_ENOMEM. */
+int kv_remote_start(struct kv_store *st);
+/* Before the store is freed: fetches end (MORI_ECANCELED), peers' leases end, the slabs' regions go. */
+void kv_remote_stop(struct kv_store *st);
+
+/* One key of a remote get: where its answer goes (a slot of g's reply), its bytes (copied) and
+ * the generation the index named (0: any). */
+struct kv_remote_key {
+	Mori__KvSlot *sl;
+	ProtobufCBinaryData key;
+	uint64_t gen;
+};
+/* Fetch keys[0..n) of uid from node's daemon (host:port; epoch: the one the index named, 0 any)
+ * into temporary DRAM slots leased to g's client, the whole within timeout_ms. MORI_EINPROGRESS:
+ * g->waiting counts it and each slot is filled (status MORI_OK, MORI_ENOENT for a miss or a stale
+ * entry, or the error, the reason naming the node in g's reply) before g completes. Else nothing
+ * started: MORI_ENOTSUP (no peer service), MORI_ENOENT (node is this one), MORI_ENOMEM, or the
+ * peer table's refusal (MORI_EINVAL, MORI_EBUSY), the slots' statuses set to it. */
+int kv_remote_get(struct kv_store *st, struct kv_pget *g, uid_t uid, const char *node, uint64_t epoch,
+		  const struct kv_remote_key *keys, uint32_t n, uint32_t timeout_ms);
+
+struct kv_remote_stats {
+	uint64_t fetched, fetched_bytes, fetch_misses, fetch_errors; /* as the asker */
+	uint64_t served, served_bytes, peer_leases, expired;         /* as the holder */
+};
+void kv_remote_stats(const struct kv_store *st, struct kv_remote_stats *out);
+#endif
