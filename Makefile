@@ -17,9 +17,10 @@ PKGS       := libuv libprotobuf-c libsystemd inih libcjson libsodium
 PKG_CFLAGS  = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS    = $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lnng -lpthread -ldl
 CHECK_LIBS  = $(shell pkg-config --libs check 2>/dev/null)
-# What morid alone calls (the KV store's SSD tier): ISA-L's CRC32C and io_uring.
-DAEMON_PKGS := libisal liburing
-DAEMON_LIBS  = $(shell pkg-config --libs $(DAEMON_PKGS) 2>/dev/null || echo -lisal -luring)
+# What morid alone calls (the KV store's SSD tier: ISA-L's CRC32C and io_uring; its cluster index:
+# hiredis).
+DAEMON_PKGS := libisal liburing hiredis
+DAEMON_LIBS  = $(shell pkg-config --libs $(DAEMON_PKGS) 2>/dev/null || echo -lisal -luring -lhiredis)
 # What libmori itself calls (no nng, no libsystemd: only common/svc/ uses those); mori.pc's
 # Requires.private and Libs.private say the same for static linking.
 LIB_PKGS    := libprotobuf-c

@@ -110,6 +110,9 @@ static const struct opt opts[] = {
 	{"kv_timeout_ms", T_INT, S(kv_timeout_ms), 1, 3600000, "10000", 1, "UMBP: a client call's deadline unless it gives one"},
 	{"kv_lease_max_ms", T_INT, S(kv_lease_max_ms), 10, 3600000, "30000", 1, "UMBP: a get's lease or a put's reservation ends after this; its slot may then be reused"},
 	{"kv_ssd_dir", T_STR, S(kv_ssd_dir), 0, 0, "", 0, "KV store: directory of the SSD tier's segment files (a local SSD's filesystem, writable by morid); empty: no SSD tier"},
+	{"kv_index", T_STR, S(kv_index), 0, 0, "local", 0, "UMBP: the cluster index: local (this node alone, no Redis) or redis://HOST:PORT/DB (every morid publishes its keys there; docs/umbp.md)"},
+	{"kv_index_ttl_ms", T_INT, S(kv_index_ttl_ms), 300, 3600000, "10000", 0, "UMBP: a node's index entries leave the index this long after its last heartbeat (heartbeats every third of it); kept by Redis's clock alone"},
+	{"kv_index_timeout_ms", T_INT, S(kv_index_timeout_ms), 50, 600000, "2000", 0, "UMBP: Redis must connect, and answer a command in flight, within this; else the index is down (lookups fail with MORI_ECONN) until it reconnects"},
 	{"kv_ssd_bytes", T_INT, S(kv_ssd_bytes), 0, 1ll << 50, "0", 0, "KV store: bytes the SSD tier may take in kv_ssd_dir; 0: 90 % of the filesystem's free space at start"},
 };
 #define NOPTS (sizeof(opts) / sizeof(opts[0]))
@@ -341,6 +344,10 @@ int config_validate(struct config *cfg, char *err, size_t errlen)
 	if (cfg->kv_low_watermark > cfg->kv_high_watermark) {
 		snprintf(err, errlen, "kv_low_watermark (%lld) is above kv_high_watermark (%lld)",
 			 (long long)cfg->kv_low_watermark, (long long)cfg->kv_high_watermark);
+		return -1;
+	}
+	if (strcmp(cfg->kv_index, "local") != 0 && strncmp(cfg->kv_index, "redis://", 8) != 0) {
+		snprintf(err, errlen, "kv_index: %s is neither local nor redis://HOST:PORT/DB", cfg->kv_index);
 		return -1;
 	}
 	if (cfg->kv_slab_bytes % 4096) {

@@ -68,6 +68,9 @@ struct config {
 	int64_t kv_timeout_ms;     /* default deadline of a client's call */
 	int64_t kv_lease_max_ms;   /* longest a get's lease or a put's reservation lives */
 	char kv_ssd_dir[256];      /* KV store: the SSD tier's directory; empty: no SSD tier */
+	char kv_index[300];        /* UMBP cluster index: "local" or redis://HOST:PORT/DB */
+	int64_t kv_index_ttl_ms;   /* a node's index entries live this long past its last heartbeat */
+	int64_t kv_index_timeout_ms; /* Redis connect and answer deadline */
 	int64_t kv_ssd_bytes;      /* KV store: the SSD tier's size on disk; 0: 90 % of free space */
 
 	/* derived at validation */

@@ -119,8 +119,11 @@ struct kv_read {
 	uint32_t nw, capw;
 };
 
+struct kvc;
+
 struct kv_store {
 	struct morid *d;
+	struct kvc *cluster;     /* the cluster index and external KV (kv_cluster.c, kv_ext.c) */
 	struct kv_dram *dram;
 	struct kv_policy *pol;   /* the DRAM tier's */
 	struct kv_policy *pol_ssd;
@@ -196,4 +199,9 @@ int kv_temp_lease(struct kv_store *st, struct kv_client *kc, struct kv_entry *e,
 /* kv_reply.c: 1 when kc must be sent slab s's fd with this reply (and it is now marked sent); 0
  * when it has it; <0 ENOMEM. */
 int kv_slab_send(struct kv_client *kc, const struct kv_slab *s);
+/* kv_req_cluster.c: EXISTS with a cluster index and the external-KV ops (1: reply deferred);
+ * the index's part of the stats. */
+int kv_cluster_request(struct kv_store *st, struct client *c, Mori__KvRequest *kq, Mori__KvReply *kr,
+		       Mori__Reply *rep, struct rctx *r);
+void kv_cluster_stats_fill(struct kv_store *st, Mori__KvStats *s, struct rctx *r);
 #endif

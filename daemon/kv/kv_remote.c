@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kv/kv_cluster.h"
 #include "kv/kv_int.h"
 #include "kv/kv_remote.h"
 #include "log.h"
@@ -606,6 +607,107 @@ int kv_remote_get(struct kv_store *st, struct kv_pget *g, uid_t uid, const char 
 		return MORI_ENOMEM;
 	}
 	peer_use(p);
+	return MORI_EINPROGRESS;
+}
+
+/* ---- gets through the cluster index ---- */
+
+/* A get's misses waiting for the index to say who holds them. */
+struct rloc {
+	struct kv_store *st;
+	struct kv_pget *g;
+	uid_t uid;
+	uint64_t deadline_us;
+	uint32_t n;
+	struct kv_remote_key k[];  /* key bytes copied after them */
+};
+
+static void loc_done(void *arg, int status, const char *msg, const struct kv_located *res, size_t n)
+{
+	struct rloc *rl = arg;
+	struct kv_store *st = rl->st;
+	struct kv_pget *g = rl->g;
+	if (status != MORI_OK || n != rl->n) {
+		for (uint32_t i = 0; i < rl->n; i++)
+			rl->k[i].sl->status = status != MORI_OK ? status : MORI_EPROTO;
+		kv_first_error(&g->rep, &g->r, msg && msg[0] ? msg : "the cluster index answered another count of keys");
+	} else {
+		/* each key from one holder that has it in DRAM (SSD copies are not served to peers),
+		 * a batch's keys of one holder in one request */
+		const char **node = calloc(n ? n : 1, sizeof(*node));
+		uint64_t *epoch = calloc(n ? n : 1, sizeof(*epoch));
+		struct kv_remote_key *grp = calloc(n ? n : 1, sizeof(*grp));
+		for (size_t i = 0; node && epoch && i < n; i++)
+			for (uint32_t h = 0; h < res[i].n; h++)
+				if (!res[i].holders[h].self && res[i].holders[h].tier == KV_TIER_DRAM) {
+					node[i] = res[i].holders[h].node;
+					epoch[i] = res[i].holders[h].epoch;
+					rl->k[i].gen = res[i].holders[h].gen;
+					break;
+				}
+		uint64_t now = mori_now_us();
+		uint32_t ms = rl->deadline_us > now ? (uint32_t)((rl->deadline_us - now) / 1000) + 1 : 1;
+		for (size_t i = 0; node && epoch && grp && i < n; i++) {
+			if (!node[i])
+				continue;
+			uint32_t m = 0;
+			const char *nd = node[i];
+			uint64_t ep = epoch[i];
+			for (size_t j = i; j < n; j++)
+				if (node[j] && epoch[j] == ep && !strcmp(node[j], nd)) {
+					grp[m++] = rl->k[j];
+					node[j] = NULL;
+				}
+			int rc = kv_remote_get(st, g, rl->uid, nd, ep, grp, m, ms);
+			if (rc != MORI_EINPROGRESS)
+				for (uint32_t j = 0; j < m; j++)
+					grp[j].sl->status = rc;
+		}
+		if (!node || !epoch || !grp)
+			for (uint32_t i = 0; i < rl->n; i++)
+				rl->k[i].sl->status = MORI_ENOMEM;
+		free(node), free(epoch), free(grp);
+	}
+	free(rl);
+	if (--g->waiting == 0)
+		kv_pget_done(st, g);
+}
+
+int kv_remote_locate_get(struct kv_store *st, struct kv_pget *g, uid_t uid, const struct kv_remote_key *keys,
+			 uint32_t n, uint32_t timeout_ms)
+{
+	size_t kbytes = 0;
+	for (uint32_t i = 0; i < n; i++)
+		kbytes += keys[i].key.len;
+	struct rloc *rl = calloc(1, sizeof(*rl) + sizeof(*keys) * n + kbytes);
+	struct kv_key *kk = calloc(n ? n : 1, sizeof(*kk));
+	if (!rl || !kk) {
+		free(rl), free(kk);
+		return MORI_ENOMEM;
+	}
+	uint8_t *kcopy = (uint8_t *)&rl->k[n];
+	*rl = (struct rloc){st, g, uid, mori_now_us() + (uint64_t)timeout_ms * 1000, n};
+	for (uint32_t i = 0; i < n; i++) {
+		rl->k[i] = keys[i];
+		memcpy(kcopy, keys[i].key.data, keys[i].key.len);
+		rl->k[i].key.data = kcopy;
+		kcopy += keys[i].key.len;
+		kk[i] = (struct kv_key){rl->k[i].key.data, rl->k[i].key.len};
+	}
+	char msg[300] = "";
+	g->waiting++;
+	int rc = kv_cluster_locate(st->d, uid, kk, n, KV_LOCATE_REMOTE, loc_done, rl, msg, sizeof(msg));
+	free(kk);
+	if (rc != MORI_OK) {
+		g->waiting--;
+		free(rl);
+		if (rc != MORI_ENOTSUP) {
+			for (uint32_t i = 0; i < n; i++)
+				keys[i].sl->status = rc;
+			kv_first_error(&g->rep, &g->r, msg);
+		}
+		return rc;
+	}
 	return MORI_EINPROGRESS;
 }
 

@@ -26,6 +26,14 @@ struct kv_remote_key {
 int kv_remote_get(struct kv_store *st, struct kv_pget *g, uid_t uid, const char *node, uint64_t epoch,
 		  const struct kv_remote_key *keys, uint32_t n, uint32_t timeout_ms);
 
+/* The same for keys this node lacks, their holders asked of the cluster index (kv_cluster.h):
+ * each key from a holder with it in DRAM, a holder's keys in one request, holders in parallel;
+ * keys no other node holds stay misses. MORI_EINPROGRESS as kv_remote_get; else nothing started:
+ * MORI_ENOTSUP (kv_index local: the slots untouched), or the index's failure (MORI_ECONN naming
+ * Redis, MORI_EINVAL, MORI_ENOMEM) set on the slots. */
+int kv_remote_locate_get(struct kv_store *st, struct kv_pget *g, uid_t uid, const struct kv_remote_key *keys,
+			 uint32_t n, uint32_t timeout_ms);
+
 struct kv_remote_stats {
 	uint64_t fetched, fetched_bytes, fetch_misses, fetch_errors; /* as the asker */
 	uint64_t served, served_bytes, peer_leases, expired;         /* as the holder */

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kv/kv_cluster.h"
 #include "kv/kv_int.h"
 #include "kv/kv_remote.h"
 #include "kv/kv_store.h"
@@ -120,7 +121,8 @@ static int do_get(struct kv_store *st, struct kv_client *kc, Mori__KvRequest *kq
 	/* misses asked of another node's daemon where the request names one (kv_remote.c) */
 	struct kv_remote_key *rk = NULL;
 	uint32_t nrk = 0;
-	if (kq->holder && kq->holder[0] && kr->n_slots == kq->n_items && rep->code == 0) {
+	int named = kq->holder && kq->holder[0];
+	if ((named || kv_cluster_on(st)) && kr->n_slots == kq->n_items && rep->code == 0) {
 		rk = calloc(kr->n_slots, sizeof(*rk));
 		for (size_t i = 0; rk && i < kr->n_slots; i++)
 			if (kr->slots[i]->status == MORI_ENOENT)
@@ -140,8 +142,9 @@ static int do_get(struct kv_store *st, struct kv_client *kc, Mori__KvRequest *kq
 	if (nrk) {
 		uint32_t ms = kq->timeout_ms && kq->timeout_ms < (uint64_t)st->d->cfg.kv_timeout_ms ?
 			kq->timeout_ms : (uint32_t)st->d->cfg.kv_timeout_ms;
-		int rc = kv_remote_get(st, g, kc->c->uid, kq->holder, 0, rk, nrk, ms);
-		if (rc != MORI_EINPROGRESS && rc != MORI_ENOENT)
+		int rc = named ? kv_remote_get(st, g, kc->c->uid, kq->holder, 0, rk, nrk, ms)
+			       : kv_remote_locate_get(st, g, kc->c->uid, rk, nrk, ms);
+		if (named && rc != MORI_EINPROGRESS && rc != MORI_ENOENT)
 			for (uint32_t i = 0; i < nrk; i++)
 				rk[i].sl->status = rc;
 	}
@@ -318,6 +321,7 @@ int kv_stats_fill(struct morid *d, Mori__KvStats *s, struct rctx *r, int all_uid
 	s->ssd_errors = st->ssd_errors;
 	s->index_bytes = kv_index_bytes(&st->idx) + st->entry_bytes + ds.meta_bytes;
 	s->policy = (char *)kv_policy_name(st->policy);
+	kv_cluster_stats_fill(st, s, r);
 	s->uids = ALLOC(r, Mori__KvUidStats *, st->nuids);
 	if (!s->uids)
 		return MORI_ENOMEM;
@@ -346,9 +350,12 @@ int kv_handle_request(struct morid *d, struct client *c, uid_t uid, Mori__KvRequ
 		reply_error(rep, MORI_EPROTO, "KV requests but STATS need an attached session");
 		return 0;
 	}
-	if (kq->n_items > (size_t)cfg->kv_batch_max || kq->n_ids > (size_t)cfg->kv_batch_max) {
-		reply_error(rep, MORI_EINVAL, "batch of %zu items over kv_batch_max (%lld)",
-			    kq->n_items > kq->n_ids ? kq->n_items : kq->n_ids, (long long)cfg->kv_batch_max);
+	/* lookups take no slots: they go by KV_LOOKUP_MAX, the rest by kv_batch_max */
+	int lookup = kq->op == MORI__KV_OP__KV_EXISTS || kq->op >= MORI__KV_OP__KV_EXT_REPORT;
+	size_t bmax = lookup ? KV_LOOKUP_MAX : (size_t)cfg->kv_batch_max;
+	if (kq->n_items > bmax || kq->n_ids > bmax) {
+		reply_error(rep, MORI_EINVAL, "batch of %zu items over %s (%zu)", kq->n_items > kq->n_ids ? kq->n_items : kq->n_ids,
+			    lookup ? "the lookup limit" : "kv_batch_max", bmax);
 		return 0;
 	}
 	struct kv_client *kc = c ? kv_client_of(st, c) : NULL;
@@ -372,6 +379,10 @@ int kv_handle_request(struct morid *d, struct client *c, uid_t uid, Mori__KvRequ
 		in->timeout_ms = (uint32_t)cfg->kv_timeout_ms;
 		in->lease_max_ms = (uint32_t)cfg->kv_lease_max_ms;
 		in->key_max = KV_KEY_MAX;
+		in->lookup_max = KV_LOOKUP_MAX;
+		struct kv_cluster_stats cs;
+		kv_cluster_stats_get(st, &cs);
+		in->index = (char *)cs.backend;
 		kr->info = in;
 		return 0;
 	}
@@ -385,6 +396,9 @@ int kv_handle_request(struct morid *d, struct client *c, uid_t uid, Mori__KvRequ
 		do_ids(st, kc, kq, kr, rep, r);
 		return 0;
 	case MORI__KV_OP__KV_EXISTS:
+		if (kv_cluster_on(st) && !kq->local && kq->n_items)
+			return kv_cluster_request(st, c, kq, kr, rep, r);
+		/* fall through */
 	case MORI__KV_OP__KV_REMOVE:
 	case MORI__KV_OP__KV_PIN:
 		do_keys(st, c->uid, kq, kr, rep, r);
@@ -404,6 +418,12 @@ int kv_handle_request(struct morid *d, struct client *c, uid_t uid, Mori__KvRequ
 	case MORI__KV_OP__KV_CLOSE:
 		kv_client_reset(st, kc);
 		return 0;
+	case MORI__KV_OP__KV_EXT_REPORT:
+	case MORI__KV_OP__KV_EXT_REVOKE:
+	case MORI__KV_OP__KV_EXT_REVOKE_TIER:
+	case MORI__KV_OP__KV_EXT_MATCH:
+	case MORI__KV_OP__KV_EXT_HITS:
+		return kv_cluster_request(st, c, kq, kr, rep, r);
 	default:
 		rep->body_case = MORI__REPLY__BODY__NOT_SET;
 		reply_error(rep, MORI_EINVAL, "unknown KV op %d", (int)kq->op);
@@ -416,6 +436,8 @@ int kv_handle_request(struct morid *d, struct client *c, uid_t uid, Mori__KvRequ
 
 void kv_client_gone(struct morid *d, struct client *c)
 {
+	if (d->kv)
+		kv_ext_client_gone(d->kv, c);
 	if (!c->kv)
 		return;
 	if (d->kv)
@@ -445,6 +467,10 @@ int kv_start(struct morid *d)
 	}
 	if (d->kv->ssd)
 		mlog_info("kv", "SSD tier in %s: %llu keys found", d->cfg.kv_ssd_dir, (unsigned long long)d->kv->ssd_keys);
+	if (kv_cluster_start(d, d->kv) != 0) {
+		kv_stop(d);
+		return -1;
+	}
 	mlog_info("kv", "KV store: DRAM tier of %lld bytes in slabs of %lld, policy %s", (long long)d->cfg.kv_dram_bytes,
 		  (long long)d->cfg.kv_slab_bytes, d->cfg.kv_policy);
 	return 0;
@@ -452,6 +478,7 @@ int kv_start(struct morid *d)
 
 void kv_stop(struct morid *d)
 {
+	kv_cluster_stop(d->kv); /* lookups end first: a get waiting for one then asks no holder */
 	if (d->kv)
 		kv_remote_stop(d->kv);
 	kv_store_free(d->kv);

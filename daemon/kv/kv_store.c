@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "invariant.h"
+#include "kv/kv_cluster.h"
 #include "kv/kv_int.h"
 #include "log.h"
 
@@ -100,6 +101,7 @@ static void entry_unlink(struct kv_store *st, struct kv_entry *e, enum unlink_ho
 	MORI_REQUIRE(e->state == KV_LIVE, "unlink of an entry not in the index");
 	struct kv_uid *u = kv_uid_get(st, e->uid);
 	kv_index_remove(&st->idx, e);
+	kv_cluster_unpublish(st, e);
 	policy_out(st, e, how == U_EVICTED || how == U_EVICTED_SSD);
 	u->keys--;
 	tier_count(st, e, -1);
@@ -245,6 +247,7 @@ static void spill_done(void *arg, int rc, const struct kv_ssd_loc *loc, const ch
 	e->tier = KV_TIER_SSD;
 	e->u.loc = *loc;
 	tier_count(st, e, +1);
+	kv_cluster_publish(st, e);
 	policy_in(st, e, NULL);
 	u->spills++;
 	st->spills++;
@@ -535,6 +538,7 @@ int kv_put_commit(struct kv_store *st, struct kv_client *kc, uint64_t id, int ab
 	e->gen = ++st->gen;
 	e->state = KV_LIVE;
 	kv_index_insert(&st->idx, e); /* a table that could not grow only makes chains longer */
+	kv_cluster_publish(st, e);
 	struct kv_uid *u = kv_uid_get(st, e->uid);
 	u->keys++;
 	tier_count(st, e, +1);
@@ -652,6 +656,7 @@ static void read_done(void *arg, int rc, const struct kv_ssd_loc *loc, const cha
 		src = gone ? NULL : src;
 		dst->state = KV_LIVE;
 		kv_index_insert(&st->idx, dst);
+		kv_cluster_publish(st, dst);
 		u->keys++;
 		tier_count(st, dst, +1);
 		if (dst->pin == 2)

@@ -1,0 +1,101 @@
+/* The cluster index's internals shared by kv_cluster.c (connection, publishing, heartbeat,
+ * lookups) and kv_ext.c (external KV). */
+#ifndef MORID_KV_CLUSTER_INT_H
+#define MORID_KV_CLUSTER_INT_H
+#include <hiredis/async.h>
+#include <hiredis/hiredis.h>
+
+#include "kv/kv_cluster.h"
+#include "kv/kv_int.h"
+
+enum kvc_state { KVC_LOCAL = 0, KVC_CONNECTING, KVC_RESYNCING, KVC_UP, KVC_DOWN };
+enum kvc_hash { KVC_H_KV = 0, KVC_H_EXT = 1 };
+
+/* A pipeline of commands whose replies arrive in order: reply(i) for each (r NULL: the
+ * connection went, the first such sets status), then done once after the last. */
+struct kvc_req {
+	struct kvc *k;
+	uint32_t sent, got;
+	int sending;             /* commands are still being added: done waits */
+	int status;
+	char msg[700];
+	uint64_t t0_us;
+	void (*reply)(struct kvc_req *q, uint32_t i, redisReply *r);
+	void (*done)(struct kvc_req *q);
+};
+
+/* A publish operation waiting for its batch. */
+struct kvc_op {
+	uint8_t hash;            /* enum kvc_hash */
+	uint8_t del;             /* 1: HDEL, else HSET field val */
+	uint8_t vlen;
+	uint16_t flen;
+	char b[];                /* field (uid + key), then val */
+};
+
+struct kvc_node {
+	char name[KV_NODE_MAX];
+	struct kv_node_info info;
+};
+
+struct kvc {
+	struct morid *d;
+	struct kv_store *st;
+	enum kvc_state state;
+	char url[300], host[256];
+	int port, db;
+	char self[KV_NODE_MAX];
+	char kv_hash[KV_NODE_MAX + 40], ext_hash[KV_NODE_MAX + 40], live_key[KV_NODE_MAX + 20];
+	char last_error[300];
+	redisAsyncContext *ac;
+	uv_timer_t tick;
+	uint64_t connect_at_ms, retry_at_ms, next_beat_ms, ttl_ms, timeout_ms, last_reply_ms;
+	uint32_t backoff_ms;
+	/* commands in flight, oldest first (their send times): a reply later than timeout_ms
+	 * takes the connection down */
+	uint64_t *sent_ms;
+	uint32_t sent_head, sent_n, sent_cap;
+	/* publishing */
+	struct kvc_op **ops;
+	uint32_t nops, capops;
+	uint64_t ops_oldest_ms;
+	struct { uint32_t nops; uint64_t oldest_ms; } *batches; /* publish batches in flight, FIFO */
+	uint32_t b_head, b_n, b_cap;
+	uint64_t ops_inflight;
+	uv_check_t flush;
+	int beat_inflight;
+	/* live nodes (heartbeat) */
+	struct kvc_node *nodes;
+	uint32_t nnodes;
+	struct kv_node_info *infos;
+	/* counters */
+	uint64_t published, round_trips, errors, resyncs, lookups, lookup_us_sum;
+	int closing;
+	/* external KV (kv_ext.c) */
+	struct kv_xkv *ext;
+};
+
+struct kvc *kvc_of(const struct kv_store *st);
+/* MORI_OK when commands can be sent now, else MORI_ECONN with msg naming the Redis address. */
+int kvc_ready(struct kvc *k, char *msg, size_t msglen);
+/* Send one command of q's pipeline (argv copied by hiredis). */
+void kvc_send(struct kvc_req *q, int argc, const char **argv, const size_t *lens);
+/* q's commands are all sent: done runs once the last reply came (maybe at once). */
+void kvc_sent(struct kvc_req *q);
+/* Queue a publish of field (uid + key) in hash h: val NULL deletes it. */
+void kvc_queue(struct kvc *k, enum kvc_hash h, uid_t uid, const void *key, size_t klen, const char *val);
+/* field = uid (4 bytes, big endian) + key into out (KV_KEY_MAX + 4 bytes); its length. */
+size_t kvc_field(uid_t uid, const void *key, size_t klen, char *out);
+/* Node j of the table is current: the MGET reply r (its liveness values, in table order) says
+ * its epoch is still snap's. */
+int kvc_live_epoch(const redisReply *r, uint32_t j, uint64_t epoch);
+uint64_t kvc_now_ms(const struct kvc *k);
+
+/* kv_ext.c */
+int kv_ext_init(struct kvc *k);
+void kv_ext_fini(struct kvc *k);
+/* Every node-level external entry queued again (a full resync). */
+void kv_ext_resync(struct kvc *k);
+
+
+#endif
