@@ -496,7 +496,7 @@ static int get_round(mori_umbp *u, mori_umbp_item *items, const size_t *idx, siz
 	kq.items = kp;
 	kq.holder = (char *)(holder ? holder : "");
 	/* what morid waits on for other nodes ends before this call stops waiting for its reply */
-	kq.timeout_ms = (uint32_t)(u->timeout_ms > 200 ? u->timeout_ms - 100 : u->timeout_ms / 2 + 1);
+	kq.timeout_ms = (uint32_t)(u->timeout_ms / 8 * 7 + 1);
 	if ((rc = kv_rpc_slots(u, &kq, &rep, &cm)) != MORI_OK && !rep)
 		goto out;
 	Mori__KvReply *kr = rep->kv;

@@ -7,7 +7,9 @@
  *                                                   none: mori_umbp_batch_get)
  *   umbp_node RUNTIME_DIR remove SEED N
  * Options after the command: --timeout-ms MS (the handle's deadline), --batch B (items per call,
- * default 16), --loop (get: again and again until killed or an error, for fault tests).
+ * default 16), --loop (get: again and again until an error, a miss or wrong bytes, for fault tests),
+ * --part I/P (put: only the keys whose index is I modulo P, so that several nodes share one
+ * key range).
  * Prints one line: "put N" / "get ok=A miss=M err=E bad=B first_error=CODE msg=..." and exits 0
  * when every byte that came back is right (misses and errors are counted, not failures: the
  * test decides what it expects), 1 on wrong bytes, 2 on usage or setup errors. */
@@ -53,6 +55,7 @@ int main(int argc, char **argv)
 	int64_t timeout_ms = 0;
 	uint32_t bmax = 16;
 	int loop = 0, a = 5;
+	uint32_t part = 0, parts = 1;
 	if (strcmp(cmd, "remove") != 0) {
 		if (argc < 6) {
 			fprintf(stderr, "umbp_node: %s needs SIZE\n", cmd);
@@ -68,6 +71,9 @@ int main(int argc, char **argv)
 			timeout_ms = strtoll(argv[++a], NULL, 0);
 		else if (!strcmp(argv[a], "--batch") && a + 1 < argc)
 			bmax = (uint32_t)strtoul(argv[++a], NULL, 0);
+		else if (!strcmp(argv[a], "--part") && a + 1 < argc && sscanf(argv[a + 1], "%u/%u", &part, &parts) == 2 &&
+			 parts > 0 && part < parts)
+			a++;
 		else if (!strcmp(argv[a], "--loop"))
 			loop = 1;
 		else {
@@ -116,14 +122,19 @@ int main(int argc, char **argv)
 	double t0 = now_s();
 	if (!strcmp(cmd, "put")) {
 		for (uint32_t at = 0; at < n; at += bmax) {
-			uint32_t m = n - at < bmax ? n - at : bmax;
-			for (uint32_t i = 0; i < m; i++) {
-				key_of(keys[i], 64, seed, at + i);
+			uint32_t m = 0;
+			for (uint32_t k = at; k < n && k < at + bmax; k++) {
+				if (k % parts != part)
+					continue;
+				key_of(keys[m], 64, seed, k);
 				for (uint64_t off = 0; off < size; off++)
-					buf[i * size + off] = byte_at(seed, at + i, off);
-				it[i] = (mori_umbp_item){.key = {keys[i], strlen(keys[i])}, .buf = buf + i * size, .size = size,
-							 .depth = (int32_t)(at + i)};
+					buf[m * size + off] = byte_at(seed, k, off);
+				it[m] = (mori_umbp_item){.key = {keys[m], strlen(keys[m])}, .buf = buf + m * size, .size = size,
+							 .depth = (int32_t)k};
+				m++;
 			}
+			if (m == 0)
+				continue;
 			rc = mori_umbp_batch_put(u, it, m, NULL);
 			for (uint32_t i = 0; i < m; i++) {
 				int s = rc != MORI_OK ? rc : it[i].status;
@@ -171,10 +182,10 @@ int main(int argc, char **argv)
 					bytes += size;
 				}
 			}
-			if (loop && (err || bad))
+			if (loop && (err || bad || miss))
 				break;
 		}
-	} while (loop && !err && !bad);
+	} while (loop && !err && !bad && !miss);
 	double dt = now_s() - t0;
 	printf("get ok=%llu miss=%llu err=%llu bad=%llu first_error=%d secs=%.3f gbps=%.3f msg=%s\n",
 	       (unsigned long long)ok, (unsigned long long)miss, (unsigned long long)err, (unsigned long long)bad,
