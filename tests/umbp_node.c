@@ -9,7 +9,8 @@
  * Options after the command: --timeout-ms MS (the handle's deadline), --batch B (items per call,
  * default 16), --loop (get: again and again until an error, a miss or wrong bytes, for fault tests),
  * --part I/P (put: only the keys whose index is I modulo P, so that several nodes share one
- * key range).
+ * key range), --no-verify (get: bytes not checked), --rounds R (get: the whole range R times);
+ * secs and gbps count the get calls alone.
  * Prints one line: "put N" / "get ok=A miss=M err=E bad=B first_error=CODE msg=..." and exits 0
  * when every byte that came back is right (misses and errors are counted, not failures: the
  * test decides what it expects), 1 on wrong bytes, 2 on usage or setup errors. */
@@ -55,7 +56,8 @@ int main(int argc, char **argv)
 	int64_t timeout_ms = 0;
 	uint32_t bmax = 16;
 	int loop = 0, a = 5;
-	uint32_t part = 0, parts = 1;
+	uint32_t part = 0, parts = 1, rounds = 1;
+	int verify = 1;
 	if (strcmp(cmd, "remove") != 0) {
 		if (argc < 6) {
 			fprintf(stderr, "umbp_node: %s needs SIZE\n", cmd);
@@ -74,6 +76,10 @@ int main(int argc, char **argv)
 		else if (!strcmp(argv[a], "--part") && a + 1 < argc && sscanf(argv[a + 1], "%u/%u", &part, &parts) == 2 &&
 			 parts > 0 && part < parts)
 			a++;
+		else if (!strcmp(argv[a], "--no-verify"))
+			verify = 0;
+		else if (!strcmp(argv[a], "--rounds") && a + 1 < argc)
+			rounds = (uint32_t)strtoul(argv[++a], NULL, 0);
 		else if (!strcmp(argv[a], "--loop"))
 			loop = 1;
 		else {
@@ -81,7 +87,7 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (n == 0 || bmax == 0 || (strcmp(cmd, "remove") && size == 0)) {
+	if (n == 0 || bmax == 0 || rounds == 0 || (strcmp(cmd, "remove") && size == 0)) {
 		fprintf(stderr, "umbp_node: N, SIZE and --batch must be positive\n");
 		return 2;
 	}
@@ -119,7 +125,7 @@ int main(int argc, char **argv)
 	uint64_t ok = 0, miss = 0, err = 0, bad = 0, bytes = 0;
 	int first_err = 0;
 	char first_msg[256] = "";
-	double t0 = now_s();
+	double t0 = now_s(), tget = 0;
 	if (!strcmp(cmd, "put")) {
 		for (uint32_t at = 0; at < n; at += bmax) {
 			uint32_t m = 0;
@@ -155,10 +161,13 @@ int main(int argc, char **argv)
 			uint32_t m = n - at < bmax ? n - at : bmax;
 			for (uint32_t i = 0; i < m; i++) {
 				key_of(keys[i], 64, seed, at + i);
-				memset(buf + i * size, 0xa5, size);
+				if (verify)
+					memset(buf + i * size, 0xa5, size);
 				it[i] = (mori_umbp_item){.key = {keys[i], strlen(keys[i])}, .buf = buf + i * size, .size = size};
 			}
+			double c0 = now_s();
 			rc = node ? mori_umbp_batch_get_from(u, node, it, m, NULL) : mori_umbp_batch_get(u, it, m, NULL);
+			tget += now_s() - c0;
 			for (uint32_t i = 0; i < m; i++) {
 				int s = rc != MORI_OK ? rc : it[i].status;
 				if (s == MORI_ENOENT) {
@@ -171,7 +180,7 @@ int main(int argc, char **argv)
 					continue;
 				}
 				int wrong = it[i].len != size;
-				for (uint64_t off = 0; !wrong && off < size; off++)
+				for (uint64_t off = 0; verify && !wrong && off < size; off++)
 					wrong = buf[i * size + off] != byte_at(seed, at + i, off);
 				if (wrong) {
 					bad++;
@@ -185,8 +194,9 @@ int main(int argc, char **argv)
 			if (loop && (err || bad || miss))
 				break;
 		}
-	} while (loop && !err && !bad && !miss);
-	double dt = now_s() - t0;
+	} while ((loop || --rounds) && !err && !bad && !miss);
+	double dt = tget;
+	(void)t0;
 	printf("get ok=%llu miss=%llu err=%llu bad=%llu first_error=%d secs=%.3f gbps=%.3f msg=%s\n",
 	       (unsigned long long)ok, (unsigned long long)miss, (unsigned long long)err, (unsigned long long)bad,
 	       first_err, dt, dt > 0 ? (double)bytes / dt / 1e9 : 0.0, first_msg);
