@@ -188,6 +188,58 @@ MORI_API int mori_umbp_flush(mori_umbp *u);
 MORI_API int mori_umbp_register_memory(mori_umbp *u, void *ptr, size_t size);
 MORI_API int mori_umbp_deregister_memory(mori_umbp *u, void *ptr);
 
+/* ---- Across nodes (docs/umbp.md, "Cluster") ----
+ * With the daemon's kv_index = redis://HOST:PORT/DB every morid publishes the keys it holds to
+ * that Redis, and mori_umbp_exists / batch_exists / batch_exists_consecutive count keys that any
+ * live node holds (this node's store first, the rest in one round trip to Redis per
+ * MORI_UMBP_LOOKUP_MAX keys). Keys keep their uid scope across nodes: uid 1000's keys on every
+ * node are one namespace. When Redis is unreachable, a lookup that needs it fails at once with
+ * MORI_ECONN naming the Redis address; keys of this node are still found. With kv_index = local
+ * (the default) everything below answers for this node alone. */
+#define MORI_UMBP_LOOKUP_MAX 4096 /* keys of one lookup request; larger batches go in several */
+#define MORI_UMBP_NODE_MAX 128    /* bytes of a node's name (its peer address host:port), NUL included */
+
+/* External KV (ROCm/mori's names): blocks a serving process holds in its own GPU (HBM) or host
+ * caches, reported so that schedulers can route by prefix. No bytes move. A report belongs to
+ * the handle's session: it ends with a revoke, when the process exits or dies, or when its node
+ * stops heartbeating (the daemon's kv_index_ttl_ms). Reporting a key again at the same tier is a
+ * no-op; reporting it at another tier adds that tier. tier: MORI_UMBP_TIER_HBM, _DRAM or _SSD.
+ * Errors: MORI_EINVAL (keys NULL, n 0 for report and revoke, a key out of range, a bad tier:
+ * nothing recorded), MORI_ENOMEM, MORI_ECONN, MORI_ETIMEDOUT. */
+MORI_API int mori_umbp_report_external_kv_blocks(mori_umbp *u, const mori_umbp_key *keys, size_t n,
+						 mori_umbp_tier tier);
+/* This session's reports of keys at tier end (keys it did not report: nothing). */
+MORI_API int mori_umbp_revoke_external_kv_blocks(mori_umbp *u, const mori_umbp_key *keys, size_t n,
+						 mori_umbp_tier tier);
+/* Every report of this session at tier ends; *count (may be NULL) gets how many keys.
+ * ROCm/mori: revoke_all_external_kv_blocks_at_tier. */
+MORI_API int mori_umbp_revoke_all_at_tier(mori_umbp *u, mori_umbp_tier tier, size_t *count);
+
+/* One node's part of a match: which of the query's keys it holds, on which tiers. */
+typedef struct mori_umbp_external_kv_match {
+	char *node_id;                    /* the node's peer address (host:port; at most
+	                                   * MORI_UMBP_NODE_MAX bytes with the NUL); with kv_index =
+	                                   * local this node's `listen`, or "local" */
+	size_t matched;                   /* distinct keys of the query it holds (any tier):
+	                                   * ROCm/mori's matched_hash_count() */
+	uint8_t *tier_mask;               /* n entries: bit (1 << tier) set where keys[i] is on tier */
+} mori_umbp_external_kv_match;
+
+/* Which live nodes hold keys[0..n) (n 1..MORI_UMBP_LOOKUP_MAX), one round trip: *out gets
+ * *n_out matches (only nodes holding at least one key; order unspecified), freed by the caller
+ * with mori_umbp_external_kv_match_free (also when *n_out is 0). count_as_hit: each key some
+ * node holds gets its hit counter incremented once (only on the real routing path, as ROCm/mori
+ * says). Errors: as report, and MORI_ECONN when Redis is unreachable. */
+MORI_API int mori_umbp_match_external_kv(mori_umbp *u, const mori_umbp_key *keys, size_t n, int count_as_hit,
+					 mori_umbp_external_kv_match **out, size_t *n_out);
+MORI_API void mori_umbp_external_kv_match_free(mori_umbp_external_kv_match *m, size_t n);
+
+/* Hit counters of keys[0..n) (n 1..MORI_UMBP_LOOKUP_MAX): counts[i] the lifetime count of
+ * count_as_hit matches of keys[i], present[i] 0 where it was never counted or its counter expired
+ * (2 h after its last hit; absent is not the same as 0). Counters outlive revokes. */
+MORI_API int mori_umbp_get_external_kv_hit_counts(mori_umbp *u, const mori_umbp_key *keys, size_t n,
+						  uint64_t *counts, uint8_t *present);
+
 /* The store as this uid sees it (moractl kv shows the node's whole). */
 typedef struct mori_umbp_stats {
 	size_t size;               /* sizeof(mori_umbp_stats) as the caller compiled it */

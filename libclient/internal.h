@@ -253,13 +253,4 @@ int gpu_xfer_list(mori_client *c, mori_xfer_op op, struct mori_xfer_list *l, con
 /* Is this pointer device memory? 1 yes, 0 no, <0 no runtime. */
 int gpu_ptr_is_device(const void *ptr);
 
-/* umbp.c, for umbp_remote.c: a batch put or get (holder: the node whose daemon the get's misses
- * are asked of, NULL none), and one get. As mori_umbp_batch_get and mori_umbp_get. */
-struct mori_umbp;
-struct mori_umbp_item;
-int umbp_batch(struct mori_umbp *u, struct mori_umbp_item *items, size_t n, size_t *n_ok, int put, const char *holder);
-mori_client *umbp_client(struct mori_umbp *u);
-int umbp_get_one(struct mori_umbp *u, const char *holder, const void *key, size_t key_len, void *dst, size_t cap,
-		 size_t *len);
-
 #endif

@@ -11,6 +11,7 @@
 #include "gpu_int.h"
 #include "internal.h"
 #include "mori_umbp.h"
+#include "umbp_int.h"
 
 #define POOL_MIN_BYTES (1u << 20) /* a batch below this is copied by the calling thread */
 #define POOL_MIN_VALUE (256u << 10)
@@ -234,7 +235,7 @@ static void copy_all(mori_umbp *u, struct copy *ks, size_t n)
 
 /* ---- requests ---- */
 
-static int kv_rpc(mori_umbp *u, Mori__KvRequest *kq, Mori__Reply **rep, int *fds, int *nfds)
+int umbp_kv_rpc(mori_umbp *u, Mori__KvRequest *kq, Mori__Reply **rep, int *fds, int *nfds)
 {
 	Mori__Request req = MORI__REQUEST__INIT;
 	req.body_case = MORI__REQUEST__BODY_KV;
@@ -255,7 +256,7 @@ static int kv_rpc_slots(mori_umbp *u, Mori__KvRequest *kq, Mori__Reply **rep, st
 {
 	int fds[WIRE_MAX_FDS], nfds = 0;
 	pthread_mutex_lock(&u->s->take);
-	int rc = kv_rpc(u, kq, rep, fds, &nfds);
+	int rc = umbp_kv_rpc(u, kq, rep, fds, &nfds);
 	if (rc == MORI_OK)
 		rc = maps_take(u, (*rep)->kv, fds, nfds, cm);
 	pthread_mutex_unlock(&u->s->take);
@@ -269,12 +270,7 @@ static int check_key(mori_umbp *u, const void *key, size_t len)
 	return MORI_OK;
 }
 
-mori_client *umbp_client(mori_umbp *u)
-{
-	return u->c;
-}
-
-static int call_check(mori_umbp *u)
+int umbp_call_check(mori_umbp *u)
 {
 	if (!u)
 		return MORI_EINVAL;
@@ -302,7 +298,7 @@ int mori_umbp_open(mori_client *c, const mori_umbp_opts *opts, mori_umbp **out)
 	Mori__Reply *rep = NULL;
 	int to = u->timeout_ms;
 	u->timeout_ms = to ? to : 15000;
-	rc = kv_rpc(u, &kq, &rep, NULL, NULL);
+	rc = umbp_kv_rpc(u, &kq, &rep, NULL, NULL);
 	if (rc == MORI_OK && !rep->kv->info)
 		rc = set_error(c, MORI_EPROTO, "morid's KV open reply has no info");
 	if (rc != MORI_OK) {
@@ -349,7 +345,7 @@ int mori_umbp_close(mori_umbp *u)
 			Mori__KvRequest kq = MORI__KV_REQUEST__INIT;
 			Mori__Reply *rep = NULL;
 			kq.op = MORI__KV_OP__KV_CLOSE; /* morid sends the slabs again to a later open */
-			if (kv_rpc(u, &kq, &rep, NULL, NULL) == MORI_OK)
+			if (umbp_kv_rpc(u, &kq, &rep, NULL, NULL) == MORI_OK)
 				mori__reply__free_unpacked(rep, NULL);
 		}
 		for (size_t i = 0; i < s->n; i++)
@@ -453,7 +449,7 @@ static int put_round(mori_umbp *u, mori_umbp_item *items, const size_t *idx, siz
 		cq.abort = pass == 1;
 		cq.n_ids = cnt;
 		cq.ids = &ids[from];
-		if ((rc = kv_rpc(u, &cq, &rep, NULL, NULL)) != MORI_OK)
+		if ((rc = umbp_kv_rpc(u, &cq, &rep, NULL, NULL)) != MORI_OK)
 			goto out;
 		for (size_t i = 0; !pass && i < cnt && i < rep->kv->n_status; i++)
 			items[who[from + i]].status = rep->kv->status[i];
@@ -541,7 +537,7 @@ static int get_round(mori_umbp *u, mori_umbp_item *items, const size_t *idx, siz
 		rq.op = MORI__KV_OP__KV_RELEASE;
 		rq.n_ids = nids;
 		rq.ids = ids;
-		int rrc = kv_rpc(u, &rq, &rep, NULL, NULL);
+		int rrc = umbp_kv_rpc(u, &rq, &rep, NULL, NULL);
 		if (rrc != MORI_OK && rc == MORI_OK)
 			rc = rrc;
 		for (size_t i = 0; rrc == MORI_OK && i < nids && i < rep->kv->n_status; i++)
@@ -561,7 +557,7 @@ out:
  * had no room for (MORI_EAGAIN) go again. */
 int umbp_batch(mori_umbp *u, mori_umbp_item *items, size_t n, size_t *n_ok, int put, const char *holder)
 {
-	int rc = call_check(u);
+	int rc = umbp_call_check(u);
 	if (rc != MORI_OK)
 		return rc;
 	if (!items || n == 0)
@@ -633,7 +629,7 @@ int mori_umbp_batch_get(mori_umbp *u, mori_umbp_item *items, size_t n, size_t *n
 int mori_umbp_put(mori_umbp *u, const void *key, size_t key_len, const void *src, size_t size)
 {
 	mori_umbp_item it = {.key = {key, key_len}, .buf = (void *)src, .size = size, .depth = -1};
-	int rc = call_check(u);
+	int rc = umbp_call_check(u);
 	if (rc == MORI_OK)
 		rc = check_key(u, key, key_len);
 	if (rc == MORI_OK)
@@ -647,7 +643,7 @@ int umbp_get_one(mori_umbp *u, const char *holder, const void *key, size_t key_l
 		 size_t *len)
 {
 	mori_umbp_item it = {.key = {key, key_len}, .buf = dst, .size = cap};
-	int rc = call_check(u);
+	int rc = umbp_call_check(u);
 	if (rc == MORI_OK)
 		rc = check_key(u, key, key_len);
 	if (rc == MORI_OK)
@@ -691,14 +687,14 @@ static int keys_rpc(mori_umbp *u, Mori__KvOp op, const mori_umbp_key *keys, size
 	kq.n_items = n;
 	kq.items = kp;
 	kq.consecutive = consecutive;
-	int rc = kv_rpc(u, &kq, out, NULL, NULL);
+	int rc = umbp_kv_rpc(u, &kq, out, NULL, NULL);
 	free(ki), free(kp);
 	return rc;
 }
 
 static int one_key(mori_umbp *u, Mori__KvOp op, const void *key, size_t key_len, uint32_t pin)
 {
-	int rc = call_check(u);
+	int rc = umbp_call_check(u);
 	if (rc == MORI_OK)
 		rc = check_key(u, key, key_len);
 	if (rc != MORI_OK)
@@ -736,10 +732,24 @@ int mori_umbp_pin(mori_umbp *u, const void *key, size_t key_len, mori_umbp_pin_k
 	return one_key(u, MORI__KV_OP__KV_PIN, key, key_len, (uint32_t)pin);
 }
 
-/* exists over a batch, in rounds of kv_batch_max; consecutive stops at the first absent key. */
+size_t umbp_lookup_round(mori_umbp *u, const mori_umbp_key *keys, size_t n)
+{
+	size_t max = u->s->info.lookup_max ? u->s->info.lookup_max : u->s->info.batch_max ? u->s->info.batch_max : 1;
+	size_t i = 0, bytes = 0;
+	while (i < n && i < max && (i == 0 || bytes + keys[i].len + 16 <= UMBP_LOOKUP_BYTES))
+		bytes += keys[i++].len + 16;
+	return i;
+}
+
+mori_client *umbp_client(mori_umbp *u)
+{
+	return u->c;
+}
+
+/* exists over a batch, in rounds of umbp_lookup_round; consecutive stops at the first absent key. */
 static int exists_batch(mori_umbp *u, const mori_umbp_key *keys, size_t n, uint8_t *present, size_t *count)
 {
-	int rc = call_check(u);
+	int rc = umbp_call_check(u);
 	if (rc != MORI_OK)
 		return rc;
 	if (!keys || n == 0 || (!present && !count))
@@ -748,11 +758,10 @@ static int exists_batch(mori_umbp *u, const mori_umbp_key *keys, size_t n, uint8
 		if (!keys[i].data || keys[i].len == 0 || keys[i].len > MORI_UMBP_KEY_MAX)
 			return set_error(u->c, MORI_EINVAL, "key %zu of %zu bytes (keys have 1..%d)", i, keys[i].len,
 					 MORI_UMBP_KEY_MAX);
-	size_t bmax = u->s->info.batch_max ? u->s->info.batch_max : 1;
 	if (count)
 		*count = 0;
-	for (size_t at = 0; at < n; at += bmax) {
-		size_t k = n - at < bmax ? n - at : bmax;
+	for (size_t at = 0, k; at < n; at += k) {
+		k = umbp_lookup_round(u, keys + at, n - at);
 		Mori__Reply *rep;
 		if ((rc = keys_rpc(u, MORI__KV_OP__KV_EXISTS, keys + at, k, count != NULL, 0, &rep)) != MORI_OK)
 			return rc;
@@ -785,13 +794,13 @@ int mori_umbp_batch_exists_consecutive(mori_umbp *u, const mori_umbp_key *keys, 
 
 static int simple(mori_umbp *u, Mori__KvOp op, Mori__Reply **out)
 {
-	int rc = call_check(u);
+	int rc = umbp_call_check(u);
 	if (rc != MORI_OK)
 		return rc;
 	Mori__KvRequest kq = MORI__KV_REQUEST__INIT;
 	Mori__Reply *rep;
 	kq.op = op;
-	if ((rc = kv_rpc(u, &kq, &rep, NULL, NULL)) != MORI_OK)
+	if ((rc = umbp_kv_rpc(u, &kq, &rep, NULL, NULL)) != MORI_OK)
 		return rc;
 	if (out)
 		*out = rep;
@@ -862,7 +871,7 @@ static int host_pin_ctx(mori_umbp *u, const struct gpu_api *g, struct gpu_dev **
 
 int mori_umbp_register_memory(mori_umbp *u, void *ptr, size_t size)
 {
-	int rc = call_check(u);
+	int rc = umbp_call_check(u);
 	if (rc != MORI_OK)
 		return rc;
 	if (!ptr || !size)
@@ -883,7 +892,7 @@ int mori_umbp_register_memory(mori_umbp *u, void *ptr, size_t size)
 
 int mori_umbp_deregister_memory(mori_umbp *u, void *ptr)
 {
-	int rc = call_check(u);
+	int rc = umbp_call_check(u);
 	if (rc != MORI_OK)
 		return rc;
 	if (!ptr)

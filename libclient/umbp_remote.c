@@ -3,8 +3,7 @@
  * kv_remote.c); here the node is checked and handed to umbp.c's get. */
 #include <string.h>
 
-#include "internal.h"
-#include "mori_umbp.h"
+#include "umbp_int.h"
 
 static int check_node(mori_umbp *u, const char *node)
 {

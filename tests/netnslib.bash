@@ -38,44 +38,45 @@ netns_pair() {
 	echo "# namespaces $NSA ($IPA) and $NSB ($IPB) joined by veth $VA/$VB"
 }
 
-# netns_star TAG NET N: N test "nodes" as namespaces mori-${TAG}1-PID .. ${TAG}N-PID, each with a veth
-# into a bridge in a switch namespace mori-${TAG}s-PID (which may run shared services such as a
-# redis-server at 10.NET.x.254). Sets NS[i] and IP[i] (i = 1..N), NSS and IPS; removes them on
-# exit; returns once node 1 reaches every other over TCP. Skips as netns_pair.
+# netns_star TAG NET N: N "nodes" (namespaces mori-${TAG}N-PID, N = 0..N-1, at 10.NET.x.(N+1)) and
+# a hub namespace mori-${TAG}h-PID (10.NET.x.254) whose bridge joins them, for a service every
+# node reaches (the tests' own redis-server). Sets HUB HUBIP and the arrays STAR_NS STAR_IP,
+# removes everything on exit; skips (77) as netns_pair does, or where a bridge cannot be made.
 netns_star_cleanup() {
-	local i
-	for i in "${!NS[@]}"; do ip netns del "${NS[$i]}" 2> /dev/null; done
-	ip netns del "$NSS" 2> /dev/null
+	local ns
+	for ns in "${STAR_NS[@]}" "$HUB"; do ip netns del "$ns" 2> /dev/null; done
 }
 
 netns_star() {
-	local tag=$1 net=$2 n=$3 err i ok sub=$(($$ % 200))
+	local tag=$1 net=$2 n=$3 err i ok
 	command -v ip > /dev/null || skip "no ip(8) (iproute2) to make network namespaces"
 	[ "$(id -u)" = 0 ] || skip "network namespaces need root"
-	NS=() IP=()
-	NSS=mori-${tag}s-$$
-	IPS=10.$net.$sub.254
+	HUB=mori-${tag}h-$$
+	HUBIP=10.$net.$(($$ % 200)).254
+	STAR_NS=()
+	STAR_IP=()
 	trap 'rc=$?; netns_star_cleanup; (exit $rc); cleanup' EXIT
-	err=$(ip netns add "$NSS" 2>&1) || skip "cannot create a network namespace: $err"
-	ip -n "$NSS" link add br0 type bridge || skip "cannot create a bridge"
-	ip -n "$NSS" addr add "$IPS/24" dev br0 && ip -n "$NSS" link set br0 up && ip -n "$NSS" link set lo up ||
-		fail "bridge address"
-	for i in $(seq "$n"); do
-		NS[$i]=mori-${tag}$i-$$
-		IP[$i]=10.$net.$sub.$i
-		ip netns add "${NS[$i]}" || fail "namespace ${NS[$i]}"
-		ip -n "${NS[$i]}" link add eth0 type veth peer name "p$i" netns "$NSS" || fail "veth of node $i"
-		ip -n "$NSS" link set "p$i" master br0 && ip -n "$NSS" link set "p$i" up || fail "bridge port $i"
-		ip -n "${NS[$i]}" addr add "${IP[$i]}/24" dev eth0 && ip -n "${NS[$i]}" link set eth0 up &&
-			ip -n "${NS[$i]}" link set lo up || fail "address of node $i"
+	err=$(ip netns add "$HUB" 2>&1) || skip "cannot create a network namespace: $err"
+	err=$(ip -n "$HUB" link add br0 type bridge 2>&1) || skip "cannot create a bridge: $err"
+	ip -n "$HUB" addr add "$HUBIP/24" dev br0 && ip -n "$HUB" link set br0 up && ip -n "$HUB" link set lo up ||
+		fail "hub bridge up"
+	for ((i = 0; i < n; i++)); do
+		STAR_NS[i]=mori-${tag}$i-$$
+		STAR_IP[i]=10.$net.$(($$ % 200)).$((i + 1))
+		ip netns add "${STAR_NS[i]}" || fail "namespace ${STAR_NS[i]}"
+		ip link add "m${tag}$i$$" type veth peer name "m${tag}h$i$$" || fail "veth for node $i"
+		ip link set "m${tag}$i$$" netns "${STAR_NS[i]}" && ip link set "m${tag}h$i$$" netns "$HUB" || fail "veth ends"
+		ip -n "$HUB" link set "m${tag}h$i$$" master br0 && ip -n "$HUB" link set "m${tag}h$i$$" up || fail "bridge port"
+		ip -n "${STAR_NS[i]}" addr add "${STAR_IP[i]}/24" dev "m${tag}$i$$" || fail "address of node $i"
+		ip -n "${STAR_NS[i]}" link set "m${tag}$i$$" up && ip -n "${STAR_NS[i]}" link set lo up || fail "node $i up"
 	done
-	for i in $(seq 2 "$n"); do
+	for ((i = 0; i < n; i++)); do
 		ok=
 		for _ in $(seq 100); do
-			if ip netns exec "${NS[1]}" bash -c "exec 3<>/dev/tcp/${IP[$i]}/9" 2>&1 | grep -q refused; then ok=1; break; fi
+			if ip netns exec "${STAR_NS[i]}" bash -c "exec 3<>/dev/tcp/$HUBIP/9" 2>&1 | grep -q refused; then ok=1; break; fi
 			sleep 0.1
 		done
-		[ -n "$ok" ] || fail "node 1 does not reach node $i (${IP[$i]}) over the bridge"
+		[ -n "$ok" ] || fail "node $i (${STAR_IP[i]}) does not reach the hub $HUBIP over TCP"
 	done
-	echo "# $n namespaces on bridge br0 of $NSS: ${IP[*]}"
+	echo "# $n namespaces (${STAR_IP[*]}) joined by a bridge in $HUB ($HUBIP)"
 }

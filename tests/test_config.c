@@ -368,7 +368,8 @@ START_TEST(reload_rules)
 		snprintf(plus, sizeof(plus), "%lld", v + 1);
 		snprintf(minus, sizeof(minus), "%lld", v - 1);
 		const char *candidates[] = {plus, minus, "0600", "128", "2", "stderr", "/tmp/elsewhere",
-					    "10.0.0.1:7000", "127.0.0.1:7000", "mlx5_0", "tcp", "2097152", NULL};
+					    "10.0.0.1:7000", "127.0.0.1:7000", "mlx5_0", "tcp", "2097152",
+					    "redis://127.0.0.1:6379/0", NULL};
 		int changed = 0;
 		for (int k = 0; candidates[k] && !changed; k++) {
 			b = a;

@@ -276,7 +276,7 @@ START_TEST(bad_input)
 	mori__reply__free_unpacked(rep, NULL);
 	ck_assert_int_eq(mori_umbp_exists(e.u, "theirs", 6), 1);
 	mori_client_close(c2);
-	/* a batch over kv_batch_max is refused whole */
+	/* a batch over kv_batch_max is refused whole (lookups, EXISTS, go by MORI_UMBP_LOOKUP_MAX) */
 	Mori__KvItem it[300], *ip[300];
 	for (int i = 0; i < 300; i++) {
 		mori__kv_item__init(&it[i]);
@@ -285,7 +285,7 @@ START_TEST(bad_input)
 		ip[i] = &it[i];
 	}
 	Mori__KvRequest kq = MORI__KV_REQUEST__INIT;
-	kq.op = MORI__KV_OP__KV_EXISTS;
+	kq.op = MORI__KV_OP__KV_REMOVE;
 	kq.n_items = 300;
 	kq.items = ip;
 	Mori__Request req = MORI__REQUEST__INIT;

@@ -13,6 +13,10 @@ NODE=$B/tests/umbp_node
 [ -x "$NODE" ] || fail "$NODE is not built"
 command -v redis-server > /dev/null || skip "no redis-server (tools/install-deps installs it)"
 netns_star c 215 3
+# nodes 1..3 here are the star's 0..2
+NS=() IP=()
+for i in 1 2 3; do NS[i]=${STAR_NS[i - 1]} IP[i]=${STAR_IP[i - 1]}; done
+NSS=$HUB IPS=$HUBIP
 "$MORACTL" keygen "$T/cluster.key" > /dev/null || fail "moractl keygen"
 PORT=7100
 TTL=3000

@@ -13,6 +13,10 @@ source "$(dirname "$0")/netnslib.bash"
 NODE=$B/tests/umbp_node
 [ -x "$NODE" ] || fail "$NODE is not built"
 netns_star u 214 3
+# nodes 1..3 here are the star's 0..2
+NS=() IP=()
+for i in 1 2 3; do NS[i]=${STAR_NS[i - 1]} IP[i]=${STAR_IP[i - 1]}; done
+NSS=$HUB IPS=$HUBIP
 "$MORACTL" keygen "$T/cluster.key" > /dev/null || fail "moractl keygen"
 "$MORACTL" keygen "$T/other.key" > /dev/null || fail "moractl keygen (a second key)"
 PORT=7100

@@ -3,6 +3,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "moractl_obs.h"
 #include "mori.h"
@@ -10,7 +11,9 @@
 #define STATS_FIELDS                                                                                          \
 	"dram_keys dram_bytes dram_capacity dram_allocated dram_slab_bytes ssd_keys ssd_bytes ssd_capacity hits " \
 	"misses evictions spills promotions leases reservations expired_leases puts zombies ssd_errors "       \
-	"index_bytes policy"
+	"index_bytes policy index_backend index_state index_error index_published index_queued index_lag_ms "     \
+	"index_round_trips index_errors index_resyncs index_lookups index_lookup_us"
+#define NODE_FIELDS "node epoch dram_free dram_capacity keys"
 #define UID_FIELDS                                                                                            \
 	"uid keys used_bytes quota_bytes hard_pinned_bytes dram_keys dram_bytes ssd_keys ssd_bytes hits misses " \
 	"evictions spills promotions"
@@ -46,6 +49,9 @@ int moractl_kv(const char *url, int timeout_ms, int json)
 		cJSON *arr = cJSON_AddArrayToObject(o, "uids");
 		for (size_t i = 0; i < s->n_uids; i++)
 			moractl_json_row(arr, &s->uids[i]->base, UID_FIELDS);
+		cJSON *nodes = cJSON_AddArrayToObject(o, "index_nodes");
+		for (size_t i = 0; i < s->n_index_nodes; i++)
+			moractl_json_row(nodes, &s->index_nodes[i]->base, NODE_FIELDS);
 		moractl_print_json(o);
 		mori__reply__free_unpacked(rep, NULL);
 		return 0;
@@ -68,6 +74,25 @@ int moractl_kv(const char *url, int timeout_ms, int json)
 	       " leases expired\n",
 	       s->leases, s->reservations, s->zombies, s->expired_leases);
 	printf("index        %" PRIu64 " bytes of morid's memory\n", s->index_bytes);
+	if (s->index_backend && strcmp(s->index_backend, "local") != 0) {
+		printf("cluster      %s: %s%s%s; %" PRIu64 " keys published, %" PRIu64 " updates queued (lag %" PRIu64
+		       " ms)\n",
+		       s->index_backend, s->index_state, s->index_error && s->index_error[0] ? ": " : "",
+		       s->index_error ? s->index_error : "", s->index_published, s->index_queued, s->index_lag_ms);
+		printf("             %" PRIu64 " round trips, %" PRIu64 " errors, %" PRIu64 " resyncs, %" PRIu64
+		       " lookups (mean %.0f us)\n",
+		       s->index_round_trips, s->index_errors, s->index_resyncs, s->index_lookups,
+		       s->index_lookups ? (double)s->index_lookup_us / (double)s->index_lookups : 0.0);
+		if (s->n_index_nodes)
+			printf("%-28s %16s %10s %16s %16s\n", "  node", "epoch", "keys", "DRAM free", "DRAM capacity");
+		for (size_t i = 0; i < s->n_index_nodes; i++) {
+			const Mori__KvIndexNode *x = s->index_nodes[i];
+			printf("  %-26s %16" PRIx64 " %10" PRIu64 " %16" PRIu64 " %16" PRIu64 "\n", x->node, x->epoch, x->keys,
+			       x->dram_free, x->dram_capacity);
+		}
+	} else {
+		printf("cluster      none (kv_index local)\n");
+	}
 	if (s->n_uids) {
 		printf("\n%8s %10s %14s %14s %12s %10s %10s %10s %8s %8s\n", "uid", "keys", "used", "quota", "hard-pinned",
 		       "hits", "misses", "evictions", "spills", "promoted");

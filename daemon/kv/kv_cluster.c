@@ -416,6 +416,16 @@ static int resync_entry(struct kv_entry *e, void *arg)
 
 static void beat(struct kvc *k);
 
+/* This node's liveness value: "epoch free capacity keys" (epoch in hex). */
+static void live_value(struct kvc *k, char *v, size_t len)
+{
+	struct kv_dram_stats ds;
+	kv_dram_stats_get(k->st->dram, &ds);
+	uint64_t cap = (uint64_t)k->d->cfg.kv_dram_bytes;
+	snprintf(v, len, "%" PRIx64 " %" PRIu64 " %" PRIu64 " %" PRIu64, k->d->epoch,
+		 cap > ds.allocated ? cap - ds.allocated : 0, cap, k->st->dram_keys + k->st->ssd_keys);
+}
+
 static void resync_reply(struct kvc_req *q, uint32_t i, redisReply *r)
 {
 }
@@ -461,8 +471,16 @@ static void resync(struct kvc *k)
 	kv_index_each(&k->st->idx, resync_entry, &x);
 	resync_flush(&x);
 	free(x.argv), free(x.lens), free(x.vals), free(x.fields);
+	/* live from here: the first heartbeat finds this value */
+	char live[128], ttl[24];
+	live_value(k, live, sizeof(live));
+	snprintf(ttl, sizeof(ttl), "%" PRIu64, k->ttl_ms);
+	const char *set[] = {"SET", k->live_key, live, "PX", ttl};
+	size_t setl[] = {3, strlen(k->live_key), strlen(live), 2, strlen(ttl)};
+	kvc_send(q, 5, set, setl);
 	kvc_sent(q);
-	kv_ext_resync(k); /* queued: goes out in order after this pipeline */
+	if (k->ext_resync)
+		k->ext_resync(k); /* queued: goes out in order after this pipeline */
 }
 
 struct beatreq {
@@ -605,12 +623,8 @@ static void beat(struct kvc *k)
 	b->q = (struct kvc_req){.k = k, .reply = beat_reply, .done = beat_done, .sending = 1};
 	k->beat_inflight = 1;
 	k->next_beat_ms = kvc_now_ms(k) + k->ttl_ms / 3;
-	struct kv_dram_stats ds;
-	kv_dram_stats_get(k->st->dram, &ds);
-	uint64_t cap = (uint64_t)k->d->cfg.kv_dram_bytes;
 	char live[128], ttl[24];
-	snprintf(live, sizeof(live), "%" PRIx64 " %" PRIu64 " %" PRIu64 " %" PRIu64, k->d->epoch,
-		 cap > ds.allocated ? cap - ds.allocated : 0, cap, k->st->dram_keys + k->st->ssd_keys);
+	live_value(k, live, sizeof(live));
 	snprintf(ttl, sizeof(ttl), "%" PRIu64, k->ttl_ms);
 	const char *set[] = {"SET", k->live_key, live, "PX", ttl, "GET"};
 	size_t setl[] = {3, strlen(k->live_key), strlen(live), 2, strlen(ttl), 3};
@@ -852,19 +866,6 @@ int kv_cluster_nodes(struct morid *d, const struct kv_node_info **out, size_t *n
 	return MORI_OK;
 }
 
-int kv_cluster_check(struct morid *d, uid_t uid, const void *key, size_t klen, uint64_t epoch, uint64_t gen,
-		     struct kv_entry **e)
-{
-	*e = NULL;
-	if (epoch != d->epoch)
-		return MORI_ESTALE;
-	struct kv_entry *x = d->kv ? kv_lookup(d->kv, uid, key, klen) : NULL;
-	if (!x || x->gen != gen)
-		return MORI_ENOENT;
-	*e = x;
-	return MORI_OK;
-}
-
 /* ---- life cycle ---- */
 
 static int parse_url(struct kvc *k, const char *u, char *err, size_t errlen)
@@ -912,11 +913,6 @@ int kv_cluster_start(struct morid *d, struct kv_store *st)
 	k->d = d, k->st = st;
 	k->state = KVC_LOCAL;
 	snprintf(k->url, sizeof(k->url), "local");
-	if (kv_ext_init(k) != 0) {
-		free(k);
-		mlog_err("kv", "out of memory for the external KV table");
-		return -1;
-	}
 	st->cluster = k;
 	if (!strcmp(cfg->kv_index, "local"))
 		return 0;
@@ -981,7 +977,6 @@ void kv_cluster_stop(struct kv_store *st)
 	}
 	drop_ops(k);
 	free(k->ops), free(k->sent_ms), free(k->batches), free(k->nodes), free(k->infos);
-	kv_ext_fini(k);
 	if (!remote) {
 		free(k);
 		return;

@@ -135,6 +135,10 @@ int kv_ext_revoke(struct kv_store *st, struct client *c, uid_t uid, const struct
 int kv_ext_revoke_tier(struct kv_store *st, struct client *c, int tier, uint64_t *count);
 /* c's session ended: its reports end. */
 void kv_ext_client_gone(struct kv_store *st, struct client *c);
+/* The external-KV table, after kv_cluster_start (0, or -1 after logging why) and before
+ * kv_cluster_stop. */
+int kv_ext_start(struct kv_store *st);
+void kv_ext_stop(struct kv_store *st);
 
 /* One node's part of a match: mask[i] has bit (1 << tier) where keys[i] is reported on tier. */
 struct kv_ext_match {

@@ -71,8 +71,9 @@ struct kvc {
 	/* counters */
 	uint64_t published, round_trips, errors, resyncs, lookups, lookup_us_sum;
 	int closing;
-	/* external KV (kv_ext.c) */
+	/* external KV (kv_ext.c, above this file: it sets these) */
 	struct kv_xkv *ext;
+	void (*ext_resync)(struct kvc *k);
 };
 
 struct kvc *kvc_of(const struct kv_store *st);
@@ -91,11 +92,7 @@ size_t kvc_field(uid_t uid, const void *key, size_t klen, char *out);
 int kvc_live_epoch(const redisReply *r, uint32_t j, uint64_t epoch);
 uint64_t kvc_now_ms(const struct kvc *k);
 
-/* kv_ext.c */
-int kv_ext_init(struct kvc *k);
-void kv_ext_fini(struct kvc *k);
-/* Every node-level external entry queued again (a full resync). */
-void kv_ext_resync(struct kvc *k);
+
 
 
 #endif

@@ -82,28 +82,37 @@ static void grow(void ***t, uint64_t *nb, uint64_t count, size_t next_off, size_
 	*nb = nn;
 }
 
-int kv_ext_init(struct kvc *k)
+static void ext_resync(struct kvc *k);
+
+int kv_ext_start(struct kv_store *st)
 {
+	struct kvc *k = kvc_of(st);
 	struct kv_xkv *x = calloc(1, sizeof(*x));
-	if (!x)
+	if (!x) {
+		mlog_err("kv", "out of memory for the external KV table");
 		return -1;
+	}
 	x->k = k;
 	x->nnb = x->nrb = 1024;
 	x->nt = calloc(x->nnb, sizeof(*x->nt));
 	x->rt = calloc(x->nrb, sizeof(*x->rt));
 	if (!x->nt || !x->rt) {
 		free(x->nt), free(x->rt), free(x);
+		mlog_err("kv", "out of memory for the external KV table");
 		return -1;
 	}
 	k->ext = x;
+	k->ext_resync = ext_resync;
 	return 0;
 }
 
-void kv_ext_fini(struct kvc *k)
+void kv_ext_stop(struct kv_store *st)
 {
-	struct kv_xkv *x = k->ext;
+	struct kvc *k = kvc_of(st);
+	struct kv_xkv *x = k ? k->ext : NULL;
 	if (!x)
 		return;
+	k->ext_resync = NULL;
 	for (uint64_t i = 0; i < x->nnb; i++)
 		for (struct xnode *n = x->nt[i], *nx; n; n = nx)
 			nx = n->next, free(n);
@@ -312,7 +321,7 @@ int kv_ext_revoke_tier(struct kv_store *st, struct client *c, int tier, uint64_t
 void kv_ext_client_gone(struct kv_store *st, struct client *c)
 {
 	struct kvc *k = kvc_of(st);
-	if (!k)
+	if (!k || !k->ext)
 		return;
 	struct kv_xkv *x = k->ext;
 	struct xcli **pp = &x->clis;
@@ -326,7 +335,8 @@ void kv_ext_client_gone(struct kv_store *st, struct client *c)
 	free(xc);
 }
 
-void kv_ext_resync(struct kvc *k)
+/* Every node-level entry queued again (a full resync). */
+static void ext_resync(struct kvc *k)
 {
 	struct kv_xkv *x = k->ext;
 	char v[8];

@@ -467,7 +467,7 @@ int kv_start(struct morid *d)
 	}
 	if (d->kv->ssd)
 		mlog_info("kv", "SSD tier in %s: %llu keys found", d->cfg.kv_ssd_dir, (unsigned long long)d->kv->ssd_keys);
-	if (kv_cluster_start(d, d->kv) != 0) {
+	if (kv_cluster_start(d, d->kv) != 0 || kv_ext_start(d->kv) != 0) {
 		kv_stop(d);
 		return -1;
 	}
@@ -478,6 +478,7 @@ int kv_start(struct morid *d)
 
 void kv_stop(struct morid *d)
 {
+	kv_ext_stop(d->kv);
 	kv_cluster_stop(d->kv); /* lookups end first: a get waiting for one then asks no holder */
 	if (d->kv)
 		kv_remote_stop(d->kv);

@@ -103,7 +103,8 @@ static int do_exists(struct kv_store *st, struct client *c, Mori__KvRequest *kq,
 	*p = (struct pend){st->d, c->id, rep->id, n, off, kq->consecutive, present};
 	char msg[300];
 	struct kv_key *keys = keys_of(kq, off, r);
-	int rc = keys ? kv_cluster_locate(st->d, c->uid, keys, n - off, 0, exists_done, p, msg, sizeof(msg))
+	/* this node's own keys are known exactly here: the index is asked about the others only */
+	int rc = keys ? kv_cluster_locate(st->d, c->uid, keys, n - off, KV_LOCATE_REMOTE, exists_done, p, msg, sizeof(msg))
 		      : (snprintf(msg, sizeof(msg), "out of memory"), MORI_ENOMEM);
 	if (rc != MORI_OK) {
 		free(p), free(present);
@@ -252,4 +253,17 @@ void kv_cluster_stats_fill(struct kv_store *st, Mori__KvStats *s, struct rctx *r
 		np[s->n_index_nodes++] = x;
 	}
 	s->index_nodes = np;
+}
+
+int kv_cluster_check(struct morid *d, uid_t uid, const void *key, size_t klen, uint64_t epoch, uint64_t gen,
+		     struct kv_entry **e)
+{
+	*e = NULL;
+	if (epoch != d->epoch)
+		return MORI_ESTALE;
+	struct kv_entry *x = d->kv ? kv_lookup(d->kv, uid, key, klen) : NULL;
+	if (!x || x->gen != gen)
+		return MORI_ENOENT;
+	*e = x;
+	return MORI_OK;
 }

@@ -253,10 +253,30 @@ static void render_kv(struct buf *b, struct morid *d)
 		{"mori_kv_promotions_total", "counter", "Values read back from SSD into DRAM.", s.promotions},
 		{"mori_kv_expired_leases_total", "counter", "Leases and reservations ended by kv_lease_max_ms.", s.expired_leases},
 		{"mori_kv_ssd_errors_total", "counter", "Values dropped after SSD checksum or I/O errors.", s.ssd_errors},
+		{"mori_kv_index_up", "gauge", "1 when the cluster index (kv_index) answers or is local, else 0.",
+		 s.index_state && (!strcmp(s.index_state, "up") || !strcmp(s.index_state, "local"))},
+		{"mori_kv_index_published_keys", "gauge", "This node's keys in the cluster index (as of its last heartbeat).",
+		 s.index_published},
+		{"mori_kv_index_queued", "gauge", "Index updates not yet acknowledged by Redis.", s.index_queued},
+		{"mori_kv_index_lag_ms", "gauge", "Age of the oldest index update not yet acknowledged, milliseconds.",
+		 s.index_lag_ms},
+		{"mori_kv_index_nodes", "gauge", "Live nodes in the cluster index.", s.n_index_nodes},
+		{"mori_kv_index_round_trips_total", "counter", "Pipelines answered by the cluster index (Redis).",
+		 s.index_round_trips},
+		{"mori_kv_index_errors_total", "counter", "Cluster index errors: error replies and lost connections.",
+		 s.index_errors},
+		{"mori_kv_index_resyncs_total", "counter", "Full publications of this node's keys (connects, Redis restarts).",
+		 s.index_resyncs},
+		{"mori_kv_index_lookups_total", "counter", "Lookups answered by the cluster index.", s.index_lookups},
+		{"mori_kv_index_lookup_seconds_total", "counter", "Time of those lookups, seconds (with _lookups_total: the mean).",
+		 0},
 	};
 	for (size_t i = 0; i < sizeof(e) / sizeof(e[0]); i++) {
 		family(b, e[i].name, e[i].type, e[i].help);
-		bprintf(b, "%s %llu\n", e[i].name, (unsigned long long)e[i].v);
+		if (!strcmp(e[i].name, "mori_kv_index_lookup_seconds_total"))
+			bprintf(b, "%s %.6f\n", e[i].name, (double)s.index_lookup_us / 1e6);
+		else
+			bprintf(b, "%s %llu\n", e[i].name, (unsigned long long)e[i].v);
 	}
 	static const struct { const char *name, *type, *help; } fam[] = {
 		{"mori_kv_uid_keys", "gauge", "Keys of the uid in the KV store."},

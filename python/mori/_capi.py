@@ -201,8 +201,14 @@ class UmbpStats(ctypes.Structure):
               "uint64_t misses; uint64_t evictions; uint64_t spills; uint64_t promotions")
 
 
+class UmbpExtMatch(ctypes.Structure):
+    """mori_umbp_external_kv_match: one node's part of match_external_kv (tier_mask: n bytes)."""
+    c_name = "mori_umbp_external_kv_match"
+    c_decl = "char *node_id; size_t matched; uint8_t *tier_mask"
+
+
 STRUCTS = (Status, Desc, XferOpts, Access, Notif, ShmemOpts, CommOpts, EpConfig, EpRecv, CcoCommOpts, CcoDevCommReqs,
-           CcoWin, CcoDevComm, UmbpKey, UmbpItem, UmbpOpts, UmbpStats)
+           CcoWin, CcoDevComm, UmbpKey, UmbpItem, UmbpOpts, UmbpStats, UmbpExtMatch)
 for _s in STRUCTS:
     _STRUCTS[_s.c_name] = _s
 for _s in STRUCTS:  # after the registry: a field may point to another structure
@@ -227,6 +233,8 @@ CCO_UID_BYTES = 128         # MORI_CCO_UID_BYTES
 CCO_GDA_NONE, CCO_GDA_FULL, CCO_GDA_CROSSNODE, CCO_GDA_RAIL = 0, 1, 2, 3  # mori_cco_gda_connection
 CCO_MAGIC = 0x4f43434d      # MORI_CCO_MAGIC
 UMBP_KEY_MAX = 256          # MORI_UMBP_KEY_MAX
+UMBP_LOOKUP_MAX = 4096      # MORI_UMBP_LOOKUP_MAX
+UMBP_NODE_MAX = 128         # MORI_UMBP_NODE_MAX
 UMBP_TIER_UNKNOWN, UMBP_TIER_HBM, UMBP_TIER_DRAM, UMBP_TIER_SSD = 0, 1, 2, 3  # mori_umbp_tier
 UMBP_PIN_NONE, UMBP_PIN_SOFT, UMBP_PIN_HARD = 0, 1, 2  # mori_umbp_pin_kind
 
@@ -244,7 +252,8 @@ CONSTANTS = {
     "MORI_CCO_UID_BYTES": CCO_UID_BYTES, "MORI_CCO_GDA_CONNECTION_NONE": CCO_GDA_NONE,
     "MORI_CCO_GDA_CONNECTION_FULL": CCO_GDA_FULL, "MORI_CCO_GDA_CONNECTION_CROSSNODE": CCO_GDA_CROSSNODE,
     "MORI_CCO_GDA_CONNECTION_RAIL": CCO_GDA_RAIL, "MORI_CCO_MAGIC": CCO_MAGIC,
-    "MORI_UMBP_KEY_MAX": UMBP_KEY_MAX, "MORI_UMBP_TIER_UNKNOWN": UMBP_TIER_UNKNOWN,
+    "MORI_UMBP_KEY_MAX": UMBP_KEY_MAX, "MORI_UMBP_LOOKUP_MAX": UMBP_LOOKUP_MAX, "MORI_UMBP_NODE_MAX": UMBP_NODE_MAX,
+    "MORI_UMBP_TIER_UNKNOWN": UMBP_TIER_UNKNOWN,
     "MORI_UMBP_TIER_HBM": UMBP_TIER_HBM, "MORI_UMBP_TIER_DRAM": UMBP_TIER_DRAM, "MORI_UMBP_TIER_SSD": UMBP_TIER_SSD,
     "MORI_UMBP_PIN_NONE": UMBP_PIN_NONE, "MORI_UMBP_PIN_SOFT": UMBP_PIN_SOFT, "MORI_UMBP_PIN_HARD": UMBP_PIN_HARD,
 }
@@ -434,6 +443,14 @@ int mori_umbp_deregister_memory(mori_umbp *u, void *ptr);
 int mori_umbp_stats_get(mori_umbp *u, mori_umbp_stats *out);
 int mori_umbp_get_from(mori_umbp *u, const char *node_address, const void *key, size_t key_len, void *dst, size_t cap, size_t *len);
 int mori_umbp_batch_get_from(mori_umbp *u, const char *node_address, mori_umbp_item *items, size_t n, size_t *n_ok);
+int mori_umbp_report_external_kv_blocks(mori_umbp *u, const mori_umbp_key *keys, size_t n, mori_umbp_tier tier);
+int mori_umbp_revoke_external_kv_blocks(mori_umbp *u, const mori_umbp_key *keys, size_t n, mori_umbp_tier tier);
+int mori_umbp_revoke_all_at_tier(mori_umbp *u, mori_umbp_tier tier, size_t *count);
+int mori_umbp_match_external_kv(mori_umbp *u, const mori_umbp_key *keys, size_t n, int count_as_hit,
+                                mori_umbp_external_kv_match **out, size_t *n_out);
+void mori_umbp_external_kv_match_free(mori_umbp_external_kv_match *m, size_t n);
+int mori_umbp_get_external_kv_hit_counts(mori_umbp *u, const mori_umbp_key *keys, size_t n, uint64_t *counts,
+                                         uint8_t *present);
 """)
 
 # header -> its table, for mori._lib.bind and capi_check

@@ -78,6 +78,34 @@ class UMBPStats:
         return "UMBPStats(%s)" % ", ".join("%s=%d" % (f, getattr(self, f)) for f in self.FIELDS)
 
 
+class UMBPExternalKvNodeMatch:
+    """One node of match_external_kv: node_id (its peer address), peer_address (the same),
+    hashes_by_tier {UMBPTierType: [hash]} in tier order (a hash on two tiers is in both)."""
+
+    def __init__(self, node_id, hashes_by_tier):
+        self.node_id = node_id
+        self.peer_address = node_id
+        self.hashes_by_tier = hashes_by_tier
+
+    def matched_hash_count(self):
+        """Distinct hashes this node holds (any tier)."""
+        return len({h for hs in self.hashes_by_tier.values() for h in hs})
+
+    def __repr__(self):
+        return "UMBPExternalKvNodeMatch(%r, %r)" % (self.node_id, self.hashes_by_tier)
+
+
+class UMBPExternalKvHitCountEntry:
+    """get_external_kv_hit_counts: hash and hit_count_total (count_as_hit matches)."""
+
+    def __init__(self, hash, hit_count_total):
+        self.hash = hash
+        self.hit_count_total = hit_count_total
+
+    def __repr__(self):
+        return "UMBPExternalKvHitCountEntry(%r, %d)" % (self.hash, self.hit_count_total)
+
+
 def _protos():
     return _lib.bind("UMBP", _capi.ctypes_protos(_capi.MORI_UMBP_H))
 
@@ -400,6 +428,78 @@ class UMBPClient:
         self._call(self._lib.mori_umbp_batch_exists_consecutive, "batch_exists_consecutive", ka.keys(), ka.n,
                    ctypes.byref(count))
         return count.value
+
+    # ---- external KV (ROCm/mori's names; docs/umbp.md, "Cluster") ----
+
+    def _tier(self, tier):
+        t = _lib.ival(int(tier), "tier", ctypes.c_int, lo=1, hi=3)
+        return t
+
+    def report_external_kv_blocks(self, hashes, tier):
+        """This process holds hashes (keys) in its own cache on tier (UMBPTierType HBM, DRAM or
+        SSD). Additive and idempotent; ends with a revoke, this client's close or death, or its
+        node's."""
+        ka = KeyArray(hashes)
+        if ka.n:
+            self._call(self._lib.mori_umbp_report_external_kv_blocks, "report_external_kv_blocks", ka.keys(), ka.n,
+                       self._tier(tier))
+
+    def revoke_external_kv_blocks(self, hashes, tier):
+        """This client's reports of hashes at tier end (others' reports and other tiers stay)."""
+        ka = KeyArray(hashes)
+        if ka.n:
+            self._call(self._lib.mori_umbp_revoke_external_kv_blocks, "revoke_external_kv_blocks", ka.keys(), ka.n,
+                       self._tier(tier))
+
+    def revoke_all_external_kv_blocks_at_tier(self, tier):
+        """Every report of this client at tier ends; how many keys."""
+        n = ctypes.c_size_t()
+        self._call(self._lib.mori_umbp_revoke_all_at_tier, "revoke_all_at_tier", self._tier(tier), ctypes.byref(n))
+        return n.value
+
+    revoke_all_at_tier = revoke_all_external_kv_blocks_at_tier
+
+    def match_external_kv(self, hashes, count_as_hit=False):
+        """[UMBPExternalKvNodeMatch]: one per live node holding any of hashes, with the hashes it
+        holds by tier. count_as_hit only on the real request-routing path (it feeds the hit
+        counters). Raises MoriError (MORI_ECONN: the cluster index is unreachable)."""
+        hashes = list(hashes)
+        ka = KeyArray(hashes)
+        if not ka.n:
+            return []
+        out = ctypes.POINTER(_capi.UmbpExtMatch)()
+        nout = ctypes.c_size_t()
+        self._call(self._lib.mori_umbp_match_external_kv, "match_external_kv", ka.keys(), ka.n,
+                   1 if count_as_hit else 0, ctypes.byref(out), ctypes.byref(nout))
+        try:
+            res = []
+            for j in range(nout.value):
+                m = out[j]
+                mask = ctypes.cast(m.tier_mask, ctypes.POINTER(ctypes.c_uint8))
+                node = ctypes.cast(m.node_id, ctypes.c_char_p).value.decode()
+                by_tier = {}
+                for i in range(ka.n):
+                    bits = mask[i]
+                    for t in (UMBPTierType.HBM, UMBPTierType.DRAM, UMBPTierType.SSD):
+                        if bits & (1 << int(t)):
+                            by_tier.setdefault(t, []).append(hashes[i])
+                res.append(UMBPExternalKvNodeMatch(node, dict(sorted(by_tier.items()))))
+            return res
+        finally:
+            self._lib.mori_umbp_external_kv_match_free(out, nout.value)
+
+    def get_external_kv_hit_counts(self, hashes):
+        """[UMBPExternalKvHitCountEntry] for the hashes that have a counter (sparse: a hash never
+        counted, or whose counter expired, is left out; duplicates once)."""
+        hashes = list(dict.fromkeys(hashes))
+        ka = KeyArray(hashes)
+        if not ka.n:
+            return []
+        counts = (ctypes.c_uint64 * ka.n)()
+        present = (ctypes.c_uint8 * ka.n)()
+        self._call(self._lib.mori_umbp_get_external_kv_hit_counts, "get_external_kv_hit_counts", ka.keys(), ka.n,
+                   counts, present)
+        return [UMBPExternalKvHitCountEntry(hashes[i], counts[i]) for i in range(ka.n) if present[i]]
 
     # ---- ROCm/mori's pointer calls (SGLang's host KV pool hands these addresses) ----
 
