@@ -25,11 +25,11 @@ ip netns exec "$NSS" redis-server --bind "$IPS" --port 6379 --save "" --appendon
 	--daemonize no > "$T/redis.log" 2>&1 &
 RPID=$!
 start_node() {
-	local i=$1 rt=$T/run$1
+	local i=$1 rt=$T/run$1 extra=("${@:2}")
 	mkdir -p "$rt"
 	ip netns exec "${NS[$i]}" "$MORID" --foreground --runtime-dir "$rt" --listen "${IP[$i]}:$PORT" \
 		--cluster-key-file "$T/cluster.key" --kv-dram-bytes $((256 << 20)) --kv-slab-bytes $((16 << 20)) \
-		--kv-index "redis://$IPS:6379/0" --kv-index-ttl-ms $TTL 2>> "$T/morid$i.log" &
+		--kv-index "redis://$IPS:6379/0" --kv-index-ttl-ms $TTL "${extra[@]}" 2>> "$T/morid$i.log" &
 	PIDS[$i]=$!
 	local deadline=$(($(now_ms) + 10000 * SLOW))
 	until [ -S "$rt/morid.session" ]; do
@@ -84,7 +84,20 @@ out=$("$NODE" "$T/run3" get 5 64 65536 --batch 64)
 	fail "after node 2 restarted: $out"
 pass "a holder restarted empty: its 32 keys are misses, node 1's 32 still come back ($out)"
 
-# 4. a holder SIGKILLed while node 3 fetches from it through the index
+# 4. placement: node 3 restarted with a high watermark of 10 % (25.6 MiB of 256): of 64 puts of
+# 1 MiB there, those past it go to the node with the most free DRAM; every one comes back, byte
+# for byte, through the index from node 2, and node 3 itself holds fewer than 64
+kill -9 "${PIDS[3]}"
+wait "${PIDS[3]}" 2> /dev/null
+start_node 3 --kv-high-watermark 10 --kv-low-watermark 5
+sleep $((TTL / 1000)) # node 3's first heartbeat lists nodes 1 and 2 with their free DRAM
+"$NODE" "$T/run3" put 12 64 1048576 --batch 1 > /dev/null || fail "put on node 3"
+until_ok "$T/run2" 12 64 1048576
+here=$("$NODE" "$T/run1" get 12 64 1048576 "${IP[3]}:$PORT" --batch 64)
+[ "$(field ok "$here")" -lt 64 ] && [ "$(field err "$here")" = 0 ] || fail "node 3 kept every put past its high watermark: $here"
+pass "placement: node 3 kept $(field ok "$here") of 64 puts past its 10 % high watermark, the others went to another node; all 64 came back through the index"
+
+# 5. a holder SIGKILLed while node 3 fetches from it through the index
 "$NODE" "$T/run1" put 9 32 1048576 > /dev/null || fail "put on node 1"
 until_ok "$T/run3" 9 32 1048576
 TMO=3000

@@ -171,6 +171,8 @@ static void do_ids(struct kv_store *st, struct kv_client *kc, Mori__KvRequest *k
 			struct kv_entry *e = NULL;
 			rc = kv_put_commit(st, kc, kq->ids[i], kq->abort, parent, &e, msg, sizeof(msg));
 			parent = rc == MORI_OK ? e : NULL;
+			if (rc == MORI_OK && e && !kq->abort)
+				kv_remote_place(st, e); /* past the high watermark: to the node with most room */
 		} else {
 			rc = kv_release(st, kc, kq->ids[i]);
 			if (rc == MORI_EINVAL)
