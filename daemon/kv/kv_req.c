@@ -324,6 +324,19 @@ int kv_stats_fill(struct morid *d, Mori__KvStats *s, struct rctx *r, int all_uid
 	s->index_bytes = kv_index_bytes(&st->idx) + st->entry_bytes + ds.meta_bytes;
 	s->policy = (char *)kv_policy_name(st->policy);
 	kv_cluster_stats_fill(st, s, r);
+	struct kv_remote_stats rs;
+	kv_remote_stats(st, &rs);
+	s->remote_fetched = rs.fetched;
+	s->remote_fetched_bytes = rs.fetched_bytes;
+	s->remote_misses = rs.fetch_misses;
+	s->remote_errors = rs.fetch_errors;
+	s->remote_served = rs.served;
+	s->remote_served_bytes = rs.served_bytes;
+	s->remote_leases = rs.peer_leases;
+	s->placed = rs.placed;
+	s->placed_bytes = rs.placed_bytes;
+	s->place_failed = rs.place_failed;
+	s->placed_here = rs.placed_here;
 	s->uids = ALLOC(r, Mori__KvUidStats *, st->nuids);
 	if (!s->uids)
 		return MORI_ENOMEM;
