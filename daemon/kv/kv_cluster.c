@@ -14,7 +14,8 @@
 #include "log.h"
 
 #define OPS_PER_CMD 1024    /* fields of one HSET or HDEL */
-#define CMDS_IN_FLIGHT 64   /* publish commands unanswered before the queue waits */
+#define CMDS_PER_FLUSH 16   /* commands of one publish pipeline */
+#define CMDS_IN_FLIGHT 8    /* publish pipelines unanswered before the queue waits */
 #define BACKOFF_MAX_MS 2000
 
 struct kvc *kvc_of(const struct kv_store *st)
@@ -27,9 +28,12 @@ int kv_cluster_on(const struct kv_store *st)
 	return st && st->cluster && st->cluster->state != KVC_LOCAL;
 }
 
+/* Fresh, not the loop's cached time: a long turn of the loop (a resync's snapshot) must not
+ * make commands sent at its end look old. */
 uint64_t kvc_now_ms(const struct kvc *k)
 {
-	return uv_now(k->d->loop);
+	(void)k;
+	return uv_hrtime() / 1000000;
 }
 
 size_t kvc_field(uid_t uid, const void *key, size_t klen, char *out)
@@ -175,9 +179,9 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
 
 static void drop_ops(struct kvc *k)
 {
-	for (uint32_t i = 0; i < k->nops; i++)
+	for (uint32_t i = k->ops_head; i < k->nops; i++)
 		free(k->ops[i]);
-	k->nops = 0;
+	k->nops = k->ops_head = 0;
 	k->ops_oldest_ms = 0;
 }
 
@@ -246,6 +250,11 @@ void kvc_queue(struct kvc *k, enum kvc_hash h, uid_t uid, const void *key, size_
 		return; /* the resync at the next connect publishes it */
 	size_t vlen = val ? strlen(val) : 0;
 	struct kvc_op *op = malloc(sizeof(*op) + klen + 4 + vlen);
+	if (op && k->nops == k->capops && k->ops_head) {
+		memmove(k->ops, k->ops + k->ops_head, sizeof(*k->ops) * (k->nops - k->ops_head));
+		k->nops -= k->ops_head;
+		k->ops_head = 0;
+	}
 	if (op && k->nops == k->capops) {
 		uint32_t nc = k->capops ? 2 * k->capops : 1024;
 		struct kvc_op **no = realloc(k->ops, sizeof(*no) * nc);
@@ -263,7 +272,7 @@ void kvc_queue(struct kvc *k, enum kvc_hash h, uid_t uid, const void *key, size_
 	op->vlen = (uint8_t)vlen;
 	op->flen = (uint16_t)kvc_field(uid, key, klen, op->b);
 	memcpy(op->b + op->flen, val ? val : "", vlen);
-	if (!k->nops)
+	if (k->nops == k->ops_head)
 		k->ops_oldest_ms = kvc_now_ms(k);
 	k->ops[k->nops++] = op;
 }
@@ -290,9 +299,7 @@ void kv_cluster_unpublish(struct kv_store *st, const struct kv_entry *e)
 		kvc_queue(k, KVC_H_KV, e->uid, e->key, e->key_len, NULL);
 }
 
-struct pubreq {
-	struct kvc_req q;
-};
+static void flush_ops(struct kvc *k);
 
 static void pub_reply(struct kvc_req *q, uint32_t i, redisReply *r)
 {
@@ -308,6 +315,7 @@ static void pub_done(struct kvc_req *q)
 		k->ops_inflight -= n;
 	}
 	free(q);
+	flush_ops(k); /* the next slice, if any */
 }
 
 static void batch_push(struct kvc *k, uint32_t nops, uint64_t oldest)
@@ -329,22 +337,25 @@ static void batch_push(struct kvc *k, uint32_t nops, uint64_t oldest)
 }
 
 /* Queued operations go out as HSET / HDEL commands of up to OPS_PER_CMD fields, in order (a put
- * then a remove of one key stay in that order). */
+ * then a remove of one key stay in that order), at most CMDS_PER_FLUSH commands a turn of the
+ * loop and CMDS_IN_FLIGHT pipelines unanswered: a resync's million keys go out as Redis takes
+ * them, the loop serving clients in between (each answer wakes it for the next slice). */
 static void flush_ops(struct kvc *k)
 {
-	if (!k->nops || !k->ac || (k->state != KVC_UP && k->state != KVC_RESYNCING) || k->b_n >= CMDS_IN_FLIGHT)
+	if (k->nops == k->ops_head || !k->ac || (k->state != KVC_UP && k->state != KVC_RESYNCING) ||
+	    k->b_n >= CMDS_IN_FLIGHT)
 		return;
 	const char **argv = malloc(sizeof(*argv) * (2 + 2 * OPS_PER_CMD));
 	size_t *lens = malloc(sizeof(*lens) * (2 + 2 * OPS_PER_CMD));
-	struct pubreq *p = calloc(1, sizeof(*p));
+	struct kvc_req *p = calloc(1, sizeof(*p));
 	if (!argv || !lens || !p) {
 		free(argv), free(lens), free(p);
 		return;
 	}
-	p->q = (struct kvc_req){.k = k, .reply = pub_reply, .done = pub_done, .sending = 1};
-	uint32_t i = 0, ncmd = 0;
+	*p = (struct kvc_req){.k = k, .reply = pub_reply, .done = pub_done, .sending = 1};
+	uint32_t i = k->ops_head, ncmd = 0;
 	uint64_t oldest = k->ops_oldest_ms;
-	while (i < k->nops) {
+	while (i < k->nops && ncmd < CMDS_PER_FLUSH) {
 		struct kvc_op *o = k->ops[i];
 		int argc = 2;
 		argv[0] = o->del ? "HDEL" : "HSET", lens[0] = 4;
@@ -356,18 +367,18 @@ static void flush_ops(struct kvc *k)
 			if (!x->del)
 				argv[argc] = x->b + x->flen, lens[argc++] = x->vlen;
 		}
-		kvc_send(&p->q, argc, argv, lens);
+		kvc_send(p, argc, argv, lens);
 		ncmd++;
 		i = j;
 	}
-	for (uint32_t j = 0; j < k->nops; j++)
+	for (uint32_t j = k->ops_head; j < i; j++)
 		free(k->ops[j]);
-	batch_push(k, k->nops, oldest);
-	k->nops = 0;
-	k->ops_oldest_ms = 0;
+	batch_push(k, i - k->ops_head, oldest);
+	k->ops_head = i;
+	if (k->ops_head == k->nops)
+		k->ops_head = k->nops = 0, k->ops_oldest_ms = 0;
 	free(argv), free(lens);
-	(void)ncmd;
-	kvc_sent(&p->q); /* one pipeline, acknowledged as one batch after the last of its commands */
+	kvc_sent(p); /* one pipeline, acknowledged as one batch after the last of its commands */
 }
 
 static void on_check(uv_check_t *h)
@@ -377,40 +388,9 @@ static void on_check(uv_check_t *h)
 
 /* ---- resync and heartbeat ---- */
 
-struct resync_ctx {
-	struct kvc *k;
-	const char **argv;
-	size_t *lens;
-	char (*vals)[64];
-	char **fields;
-	int argc;
-	struct kvc_req *q;
-};
-
-static void resync_flush(struct resync_ctx *x)
-{
-	if (x->argc > 2)
-		kvc_send(x->q, x->argc, x->argv, x->lens);
-	for (int i = 0; i < x->argc; i++)
-		if (x->fields[i])
-			free(x->fields[i]), x->fields[i] = NULL;
-	x->argc = 2;
-}
-
 static int resync_entry(struct kv_entry *e, void *arg)
 {
-	struct resync_ctx *x = arg;
-	char *f = malloc(e->key_len + 4);
-	if (!f)
-		return 1;
-	int a = x->argc;
-	x->fields[a] = f;
-	x->argv[a] = f, x->lens[a] = kvc_field(e->uid, e->key, e->key_len, f);
-	entry_val(e, x->vals[a + 1], sizeof(x->vals[a + 1]));
-	x->argv[a + 1] = x->vals[a + 1], x->lens[a + 1] = strlen(x->vals[a + 1]);
-	x->argc += 2;
-	if (x->argc >= 2 + 2 * OPS_PER_CMD)
-		resync_flush(x);
+	kv_cluster_publish(((struct kvc *)arg)->st, e);
 	return 0;
 }
 
@@ -442,35 +422,24 @@ static void resync_done(struct kvc_req *q)
 	free(q);
 }
 
-/* The node's whole state again, replacing what Redis had of this epoch: DEL, then the index's
- * entries and the external reports in HSETs of OPS_PER_CMD fields, one pipeline. Operations
- * queued before are part of this snapshot and dropped. */
+/* The node's whole state again, replacing what Redis had of this epoch: DEL of its hashes and
+ * its liveness key set, one pipeline; then every entry of the index and every external report
+ * queued as an update (a copy each, no formatting: the loop is held only for that), going out
+ * in slices behind it. Updates queued before are part of this snapshot and dropped. */
 static void resync(struct kvc *k)
 {
 	k->resyncs++;
 	k->state = KVC_RESYNCING;
 	drop_ops(k);
 	struct kvc_req *q = calloc(1, sizeof(*q));
-	struct resync_ctx x = {.k = k, .argc = 2};
-	x.argv = malloc(sizeof(*x.argv) * (2 + 2 * OPS_PER_CMD));
-	x.lens = malloc(sizeof(*x.lens) * (2 + 2 * OPS_PER_CMD));
-	x.vals = malloc(sizeof(*x.vals) * (2 + 2 * OPS_PER_CMD));
-	x.fields = calloc(2 + 2 * OPS_PER_CMD, sizeof(*x.fields));
-	if (!q || !x.argv || !x.lens || !x.vals || !x.fields) {
-		free(q), free(x.argv), free(x.lens), free(x.vals), free(x.fields);
+	if (!q) {
 		conn_lost(k, "out of memory for a resync");
 		return;
 	}
 	*q = (struct kvc_req){.k = k, .reply = resync_reply, .done = resync_done, .sending = 1};
-	x.q = q;
 	const char *del[] = {"DEL", k->kv_hash, k->ext_hash};
 	size_t dl[] = {3, strlen(k->kv_hash), strlen(k->ext_hash)};
 	kvc_send(q, 3, del, dl);
-	x.argv[0] = "HSET", x.lens[0] = 4;
-	x.argv[1] = k->kv_hash, x.lens[1] = strlen(k->kv_hash);
-	kv_index_each(&k->st->idx, resync_entry, &x);
-	resync_flush(&x);
-	free(x.argv), free(x.lens), free(x.vals), free(x.fields);
 	/* live from here: the first heartbeat finds this value */
 	char live[128], ttl[24];
 	live_value(k, live, sizeof(live));
@@ -479,8 +448,10 @@ static void resync(struct kvc *k)
 	size_t setl[] = {3, strlen(k->live_key), strlen(live), 2, strlen(ttl)};
 	kvc_send(q, 5, set, setl);
 	kvc_sent(q);
+	kv_index_each(&k->st->idx, resync_entry, k);
 	if (k->ext_resync)
-		k->ext_resync(k); /* queued: goes out in order after this pipeline */
+		k->ext_resync(k);
+	flush_ops(k);
 }
 
 struct beatreq {
@@ -999,9 +970,9 @@ void kv_cluster_stats_get(const struct kv_store *st, struct kv_cluster_stats *s)
 	s->state = state_name(k->state);
 	s->last_error = k->state == KVC_UP || k->state == KVC_LOCAL ? "" : k->last_error;
 	s->published = k->published;
-	s->queued = k->nops + k->ops_inflight;
+	s->queued = (k->nops - k->ops_head) + k->ops_inflight;
 	uint64_t oldest = k->b_n ? k->batches[k->b_head].oldest_ms : k->ops_oldest_ms;
-	if (!k->b_n && !k->nops)
+	if (!k->b_n && k->nops == k->ops_head)
 		oldest = 0;
 	s->lag_ms = oldest ? kvc_now_ms(k) - oldest : 0;
 	s->round_trips = k->round_trips, s->errors = k->errors, s->resyncs = k->resyncs;

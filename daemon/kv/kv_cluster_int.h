@@ -56,8 +56,8 @@ struct kvc {
 	uint64_t *sent_ms;
 	uint32_t sent_head, sent_n, sent_cap;
 	/* publishing */
-	struct kvc_op **ops;
-	uint32_t nops, capops;
+	struct kvc_op **ops;     /* ops[ops_head..nops) wait, oldest first */
+	uint32_t ops_head, nops, capops;
 	uint64_t ops_oldest_ms;
 	struct { uint32_t nops; uint64_t oldest_ms; } *batches; /* publish batches in flight, FIFO */
 	uint32_t b_head, b_n, b_cap;

@@ -310,3 +310,38 @@ def test_no_store_and_no_daemon(tmp_path):
     finally:
         d.cleanup()
     assert code_of(UMBPClient, runtime_dir=str(tmp_path)) == mori.MORI_ECONN
+
+
+def test_external_kv_local(store, c):
+    """External KV with kv_index local: this node alone answers; reports are the session's own,
+    revoke_all_at_tier counts, hit counters count matched keys once per match and are sparse,
+    and a closed client's reports leave."""
+    ks = ["ext-local-%d" % i for i in range(12)]
+    other = UMBPClient(runtime_dir=store.run)
+    try:
+        c.report_external_kv_blocks(ks[:8], UMBPTierType.HBM)
+        other.report_external_kv_blocks(ks[4:10], UMBPTierType.DRAM)
+        (m,) = c.match_external_kv(ks, count_as_hit=True)
+        assert m.hashes_by_tier == {UMBPTierType.HBM: ks[:8], UMBPTierType.DRAM: ks[4:10]}
+        assert m.matched_hash_count() == 10
+        got = {e.hash: e.hit_count_total for e in c.get_external_kv_hit_counts(ks + ks[:2])}
+        assert got == {k: 1 for k in ks[:10]}
+        other.revoke_external_kv_blocks(ks[:8], UMBPTierType.HBM)  # not its reports: nothing
+        assert c.revoke_all_at_tier(UMBPTierType.SSD) == 0
+        (m,) = c.match_external_kv(ks)
+        assert m.matched_hash_count() == 10
+    finally:
+        other.close()
+    # morid ends the closed session's reports when it sees the socket close
+    import time
+    end = time.monotonic() + 20
+    while c.match_external_kv(ks)[0].hashes_by_tier != {UMBPTierType.HBM: ks[:8]} and time.monotonic() < end:
+        time.sleep(0.02)
+    (m,) = c.match_external_kv(ks)
+    assert m.hashes_by_tier == {UMBPTierType.HBM: ks[:8]}
+    assert c.revoke_all_external_kv_blocks_at_tier(UMBPTierType.HBM) == 8
+    assert c.match_external_kv(ks) == []
+    # counters outlive the reports
+    assert {e.hash: e.hit_count_total for e in c.get_external_kv_hit_counts(ks[:1])} == {ks[0]: 1}
+    with pytest.raises((mori.MoriError, ValueError)):
+        c.report_external_kv_blocks(ks, 7)
