@@ -54,6 +54,13 @@ run() { # MODE DIRS...
 field() { python3 -c 'import json,sys; print(json.loads(sys.stdin.read())[sys.argv[1]])' "$1"; }
 
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); first $REQUESTS requests of $(basename "$TRACE"), blocks of $BLOCK bytes"
+inf=$(head -n "$REQUESTS" "$TRACE" | python3 -c '
+import json, sys
+t = 0; s = set()
+for l in sys.stdin:
+    h = json.loads(l).get("hash_ids") or []; t += len(h); s.update(h)
+print("%.2f %% (%d block references, %d distinct)" % (100.0 * (t - len(s)) / t if t else 0, t, len(s)))')
+echo "# an infinite cache would hit $inf"
 echo "| run | nodes | DRAM tier each (blocks) | hit rate % | seconds |"
 echo "|---|---|---|---|---|"
 start 0 $((3 * CAP * BLOCK))
