@@ -49,7 +49,7 @@ LIBCLIENT := $(filter-out libclient/bench.c,$(wildcard libclient/*.c))
 TOOLS     := moractl mori-bench mori-kvreplay mori-gpubench mori-viz
 TESTS_SRC := $(wildcard tests/test_*.c)
 TESTS     := $(patsubst tests/%.c,$(B)/tests/%,$(TESTS_SRC))
-TEST_TOOLS := $(B)/tests/notify_listener
+TEST_TOOLS := $(B)/tests/notify_listener $(B)/tests/umbp_node
 
 obj = $(patsubst %.c,$(B)/obj/%.o,$(patsubst $(B)/%,%,$(1)))
 COMMON_O   := $(call obj,$(COMMON))

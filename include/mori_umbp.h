@@ -141,6 +141,24 @@ MORI_API int mori_umbp_exists(mori_umbp *u, const void *key, size_t key_len);
 MORI_API int mori_umbp_batch_put(mori_umbp *u, mori_umbp_item *items, size_t n, size_t *n_ok);
 MORI_API int mori_umbp_batch_get(mori_umbp *u, mori_umbp_item *items, size_t n, size_t *n_ok);
 
+/* Across nodes (docs/umbp.md, "Across nodes"). A get whose key this node's store lacks asks
+ * the daemon of the node that holds it: node_address ("host:port" of that node's morid peer
+ * listener) here, or the cluster index where morid runs with one (mori_umbp_get and
+ * mori_umbp_batch_get then ask it by themselves). The holder leases the value, checks that it is
+ * the version the index named, and its bytes travel over the daemons' transports (TCP streams,
+ * RDMA where present) into a slot of this node's DRAM tier, then into buf as for a local get
+ * (item.tier says DRAM). A key the holder lacks, evicted meanwhile, of another generation, only on
+ * its SSD tier, or a holder that restarted since the index named it: MORI_ENOENT, a miss. The
+ * holder unreachable, or gone mid-transfer: MORI_ECONN, MORI_ETIMEDOUT or MORI_EPEERDEAD (within the
+ * call's deadline), mori_client_last_error naming the node; MORI_EPERM where it refused this
+ * node's authentication; MORI_EINVAL for a node_address that is not host:port. Batches ask each
+ * holder once, holders in parallel. Processes of one uid on every node share its keys (uids are
+ * taken to mean the same user across the cluster, as with the cluster key's other grants). */
+MORI_API int mori_umbp_get_from(mori_umbp *u, const char *node_address, const void *key, size_t key_len, void *dst,
+				size_t cap, size_t *len);
+MORI_API int mori_umbp_batch_get_from(mori_umbp *u, const char *node_address, mori_umbp_item *items, size_t n,
+				      size_t *n_ok);
+
 /* present[i] = 1 where keys[i] is in the store, else 0. ROCm/mori: BatchExists. */
 MORI_API int mori_umbp_batch_exists(mori_umbp *u, const mori_umbp_key *keys, size_t n, uint8_t *present);
 

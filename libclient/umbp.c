@@ -465,7 +465,7 @@ out:
 }
 
 /* One round of a get. */
-static int get_round(mori_umbp *u, mori_umbp_item *items, const size_t *idx, size_t n)
+static int get_round(mori_umbp *u, mori_umbp_item *items, const size_t *idx, size_t n, const char *holder)
 {
 	Mori__KvRequest kq = MORI__KV_REQUEST__INIT;
 	Mori__KvItem *ki = calloc(n, sizeof(*ki));
@@ -490,6 +490,9 @@ static int get_round(mori_umbp *u, mori_umbp_item *items, const size_t *idx, siz
 	kq.op = MORI__KV_OP__KV_GET;
 	kq.n_items = n;
 	kq.items = kp;
+	kq.holder = (char *)(holder ? holder : "");
+	/* what morid waits on for other nodes ends before this call stops waiting for its reply */
+	kq.timeout_ms = (uint32_t)(u->timeout_ms / 8 * 7 + 1);
 	if ((rc = kv_rpc_slots(u, &kq, &rep, &cm)) != MORI_OK && !rep)
 		goto out;
 	Mori__KvReply *kr = rep->kv;
@@ -502,6 +505,8 @@ static int get_round(mori_umbp *u, mori_umbp_item *items, const size_t *idx, siz
 		const Mori__KvSlot *sl = kr->slots[i];
 		it->status = sl->status;
 		it->tier = MORI_UMBP_TIER_UNKNOWN;
+		if (sl->status != MORI_OK && sl->status != MORI_ENOENT && rep->message && rep->message[0])
+			set_error(u->c, sl->status, "%s", rep->message); /* morid's reason (a peer's, named) */
 		if (sl->status != MORI_OK)
 			continue;
 		ids[nids] = sl->id; /* every lease goes back, copied or not */
@@ -550,7 +555,7 @@ out:
 
 /* A batch put or get: items checked here, then rounds of at most kv_batch_max; items a reply
  * had no room for (MORI_EAGAIN) go again. */
-static int batch(mori_umbp *u, mori_umbp_item *items, size_t n, size_t *n_ok, int put)
+int umbp_batch(mori_umbp *u, mori_umbp_item *items, size_t n, size_t *n_ok, int put, const char *holder)
 {
 	int rc = umbp_call_check(u);
 	if (rc != MORI_OK)
@@ -594,7 +599,7 @@ static int batch(mori_umbp *u, mori_umbp_item *items, size_t n, size_t *n_ok, in
 		}
 		for (size_t at = 0; at < todo && rc == MORI_OK; at += bmax) {
 			size_t k = todo - at < bmax ? todo - at : bmax;
-			rc = put ? put_round(u, items, idx + at, k) : get_round(u, items, idx + at, k);
+			rc = put ? put_round(u, items, idx + at, k) : get_round(u, items, idx + at, k, holder);
 		}
 		size_t again = 0;
 		for (size_t i = 0; i < todo; i++)
@@ -613,12 +618,12 @@ static int batch(mori_umbp *u, mori_umbp_item *items, size_t n, size_t *n_ok, in
 
 int mori_umbp_batch_put(mori_umbp *u, mori_umbp_item *items, size_t n, size_t *n_ok)
 {
-	return batch(u, items, n, n_ok, 1);
+	return umbp_batch(u, items, n, n_ok, 1, NULL);
 }
 
 int mori_umbp_batch_get(mori_umbp *u, mori_umbp_item *items, size_t n, size_t *n_ok)
 {
-	return batch(u, items, n, n_ok, 0);
+	return umbp_batch(u, items, n, n_ok, 0, NULL);
 }
 
 int mori_umbp_put(mori_umbp *u, const void *key, size_t key_len, const void *src, size_t size)
@@ -628,20 +633,21 @@ int mori_umbp_put(mori_umbp *u, const void *key, size_t key_len, const void *src
 	if (rc == MORI_OK)
 		rc = check_key(u, key, key_len);
 	if (rc == MORI_OK)
-		rc = batch(u, &it, 1, NULL, 1);
+		rc = umbp_batch(u, &it, 1, NULL, 1, NULL);
 	if (rc == MORI_OK && it.status != MORI_OK)
 		rc = it.status;
 	return rc;
 }
 
-int mori_umbp_get(mori_umbp *u, const void *key, size_t key_len, void *dst, size_t cap, size_t *len)
+int umbp_get_one(mori_umbp *u, const char *holder, const void *key, size_t key_len, void *dst, size_t cap,
+		 size_t *len)
 {
 	mori_umbp_item it = {.key = {key, key_len}, .buf = dst, .size = cap};
 	int rc = umbp_call_check(u);
 	if (rc == MORI_OK)
 		rc = check_key(u, key, key_len);
 	if (rc == MORI_OK)
-		rc = batch(u, &it, 1, NULL, 0);
+		rc = umbp_batch(u, &it, 1, NULL, 0, holder);
 	if (len)
 		*len = it.len;
 	if (rc == MORI_OK && it.status != MORI_OK) {
@@ -652,6 +658,11 @@ int mori_umbp_get(mori_umbp *u, const void *key, size_t key_len, void *dst, size
 			set_error(u->c, rc, "no such key");
 	}
 	return rc;
+}
+
+int mori_umbp_get(mori_umbp *u, const void *key, size_t key_len, void *dst, size_t cap, size_t *len)
+{
+	return umbp_get_one(u, NULL, key, key_len, dst, cap, len);
 }
 
 /* Keys only: exists, remove, pin. out gets the reply (caller frees). */

@@ -163,7 +163,7 @@ void moractl_print_json(cJSON *o)
  * so a list of names replaces a cJSON call per field and its cast. */
 void moractl_json_fields(cJSON *o, const ProtobufCMessage *m, const char *names)
 {
-	char list[512], *save = NULL;
+	char list[1024], *save = NULL;
 	MORI_REQUIRE(strlen(names) < sizeof(list), "field list of %s too long", m->descriptor->name);
 	memcpy(list, names, strlen(names) + 1);
 	for (char *key = strtok_r(list, " ", &save); key; key = strtok_r(NULL, " ", &save)) {

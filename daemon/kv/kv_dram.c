@@ -44,6 +44,8 @@ struct kv_dram {
 	uint32_t next_id;
 	struct arena *arenas;
 	uint32_t narenas;
+	void (*on_close)(void *arg, const struct kv_slab *s);
+	void *on_close_arg;
 };
 
 static int log2_floor(uint32_t n) { return 31 - __builtin_clz(n); }
@@ -148,8 +150,16 @@ struct kv_dram *kv_dram_new(uint64_t slab_bytes, uint64_t limit_bytes)
 	return t;
 }
 
+void kv_dram_on_close(struct kv_dram *t, void (*fn)(void *arg, const struct kv_slab *s), void *arg)
+{
+	t->on_close = fn;
+	t->on_close_arg = arg;
+}
+
 static void slab_close(struct kv_dram *t, struct kv_slab *s)
 {
+	if (t->on_close)
+		t->on_close(t->on_close_arg, s);
 	munmap(s->base, s->bytes);
 	close(s->fd);
 	t->total_bytes -= s->bytes;

@@ -50,6 +50,9 @@ int kv_dram_alloc(struct kv_dram *t, uid_t uid, uint64_t bytes, struct kv_ext *e
 void kv_dram_release(struct kv_dram *t, struct kv_ext *ext);
 static inline uint64_t kv_ext_bytes(const struct kv_ext *e) { return (uint64_t)e->len * KV_GRANULE; }
 static inline uint64_t kv_ext_offset(const struct kv_ext *e) { return (uint64_t)e->off * KV_GRANULE; }
+/* fn runs for every slab just before it is closed (freed, or the tier freed), before its
+ * index can be reused: what others keep of it (a region over its fd) goes there. */
+void kv_dram_on_close(struct kv_dram *t, void (*fn)(void *arg, const struct kv_slab *s), void *arg);
 struct kv_slab *kv_dram_slab(const struct kv_dram *t, uint32_t index);
 /* Slots of the slab table (for clients' per-slab records). */
 uint32_t kv_dram_slots(const struct kv_dram *t);

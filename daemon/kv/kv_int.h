@@ -145,6 +145,10 @@ struct kv_store {
 	uint64_t hits, misses, evictions, spills, promotions, puts, expired, zombies, ssd_errors;
 	uint64_t leases, reservations;
 	uint64_t dram_keys, dram_bytes, ssd_keys, ssd_bytes;
+	struct kv_remote *remote; /* kv_remote.c's state (gets across nodes); NULL: none */
+	/* kv_remote.c's: 1 when a put of size bytes past the high watermark can be placed on another
+	 * node (make_room then evicts only what the capacity needs); NULL: never */
+	int (*can_place)(struct kv_store *st, uint64_t size);
 };
 
 /* kv_store.c, for kv_req.c. Statuses are MORI_* codes; msg (may be NULL) gets why it failed. */
@@ -183,6 +187,24 @@ struct kv_entry *kv_lookup(struct kv_store *st, uid_t uid, const void *key, size
 int kv_remove(struct kv_store *st, uid_t uid, const void *key, size_t klen);
 int kv_pin(struct kv_store *st, uid_t uid, const void *key, size_t klen, int pin, char *msg, size_t msglen);
 uint64_t kv_clear(struct kv_store *st, uid_t uid);
+/* kv_store.c, for kv_remote.c. A peer's lease: *e is key's DRAM version (a reference taken, a
+ * hit counted), or MORI_ENOENT: absent, of another generation than gen (0: any), or only on SSD. */
+int kv_peer_hold(struct kv_store *st, uid_t uid, const void *key, size_t klen, uint64_t gen, struct kv_entry **e);
+/* Let go of a reference kv_peer_hold or kv_temp_new took (the last one of a temporary or replaced
+ * version frees it). */
+void kv_unref(struct kv_store *st, struct kv_entry *e);
+/* A DRAM run of size bytes for uid that a value fetched from a peer lands in, room made as for a
+ * put: *e is in no index, with one reference (kv_unref frees it). */
+int kv_temp_new(struct kv_store *st, uid_t uid, const void *key, size_t klen, uint64_t size, struct kv_entry **e,
+		char *msg, size_t msglen);
+/* Temporary e (kv_temp_new, its bytes written) becomes key's version here, replacing an older
+ * one: MORI_OK, or MORI_EINVAL for an entry that is not temporary. */
+int kv_temp_commit(struct kv_store *st, struct kv_entry *e);
+/* Live version e leaves this node (placed on another): MORI_OK, or MORI_ENOENT where it is no
+ * longer key's version or is hard-pinned (it stays). */
+int kv_drop(struct kv_store *st, struct kv_entry *e);
+/* Lease temporary e to kc as a get's (it then lives until its last reference goes). */
+int kv_temp_lease(struct kv_store *st, struct kv_client *kc, struct kv_entry *e, uint64_t *id);
 /* kv_reply.c: 1 when kc must be sent slab s's fd with this reply (and it is now marked sent); 0
  * when it has it; <0 ENOMEM. */
 int kv_slab_send(struct kv_client *kc, const struct kv_slab *s);

@@ -7,6 +7,7 @@
 
 #include "kv/kv_cluster.h"
 #include "kv/kv_int.h"
+#include "kv/kv_remote.h"
 #include "kv/kv_store.h"
 #include "log.h"
 
@@ -117,18 +118,39 @@ static int do_get(struct kv_store *st, struct kv_client *kc, Mori__KvRequest *kq
 		else if (rc != MORI_ENOENT)
 			kv_first_error(rep, r, msg[0] ? msg : mori_strerror(rc));
 	}
-	if (g->waiting == 1 || rep->code != 0) {
-		if (g->waiting == 1) {
-			free(g);
-			return 0;
-		}
+	/* misses asked of another node's daemon where the request names one (kv_remote.c) */
+	struct kv_remote_key *rk = NULL;
+	uint32_t nrk = 0;
+	int named = kq->holder && kq->holder[0];
+	if ((named || kv_cluster_on(st)) && kr->n_slots == kq->n_items && rep->code == 0) {
+		rk = calloc(kr->n_slots, sizeof(*rk));
+		for (size_t i = 0; rk && i < kr->n_slots; i++)
+			if (kr->slots[i]->status == MORI_ENOENT)
+				rk[nrk++] = (struct kv_remote_key){kr->slots[i], kq->items[i]->key, 0};
 	}
-	/* reads are in flight: the reply waits for them in g (the dispatcher's copies are dropped) */
+	if (g->waiting == 1 && nrk == 0) {
+		free(rk);
+		free(g);
+		return 0;
+	}
+	/* reads or fetches are in flight: the reply waits for them in g (the dispatcher's copies are
+	 * dropped) */
 	g->kc = kc;
 	g->rep = *rep;
 	g->r = *r;
 	list_add(&kc->pgets, &g->link);
-	g->waiting--;
+	if (nrk) {
+		uint32_t ms = kq->timeout_ms && kq->timeout_ms < (uint64_t)st->d->cfg.kv_timeout_ms ?
+			kq->timeout_ms : (uint32_t)st->d->cfg.kv_timeout_ms;
+		int rc = named ? kv_remote_get(st, g, kc->c->uid, kq->holder, 0, rk, nrk, ms)
+			       : kv_remote_locate_get(st, g, kc->c->uid, rk, nrk, ms);
+		if (named && rc != MORI_EINPROGRESS && rc != MORI_ENOENT)
+			for (uint32_t i = 0; i < nrk; i++)
+				rk[i].sl->status = rc;
+	}
+	free(rk);
+	if (--g->waiting == 0)
+		kv_pget_done(st, g);
 	return 1;
 }
 
@@ -149,6 +171,8 @@ static void do_ids(struct kv_store *st, struct kv_client *kc, Mori__KvRequest *k
 			struct kv_entry *e = NULL;
 			rc = kv_put_commit(st, kc, kq->ids[i], kq->abort, parent, &e, msg, sizeof(msg));
 			parent = rc == MORI_OK ? e : NULL;
+			if (rc == MORI_OK && e && !kq->abort)
+				kv_remote_place(st, e); /* past the high watermark: to the node with most room */
 		} else {
 			rc = kv_release(st, kc, kq->ids[i]);
 			if (rc == MORI_EINVAL)
@@ -300,6 +324,19 @@ int kv_stats_fill(struct morid *d, Mori__KvStats *s, struct rctx *r, int all_uid
 	s->index_bytes = kv_index_bytes(&st->idx) + st->entry_bytes + ds.meta_bytes;
 	s->policy = (char *)kv_policy_name(st->policy);
 	kv_cluster_stats_fill(st, s, r);
+	struct kv_remote_stats rs;
+	kv_remote_stats(st, &rs);
+	s->remote_fetched = rs.fetched;
+	s->remote_fetched_bytes = rs.fetched_bytes;
+	s->remote_misses = rs.fetch_misses;
+	s->remote_errors = rs.fetch_errors;
+	s->remote_served = rs.served;
+	s->remote_served_bytes = rs.served_bytes;
+	s->remote_leases = rs.peer_leases;
+	s->placed = rs.placed;
+	s->placed_bytes = rs.placed_bytes;
+	s->place_failed = rs.place_failed;
+	s->placed_here = rs.placed_here;
 	s->uids = ALLOC(r, Mori__KvUidStats *, st->nuids);
 	if (!s->uids)
 		return MORI_ENOMEM;
@@ -438,6 +475,11 @@ int kv_start(struct morid *d)
 		kv_stop(d);
 		return -1;
 	}
+	if (kv_remote_start(d->kv) != MORI_OK) {
+		mlog_err("kv", "out of memory for the store's remote gets");
+		kv_stop(d);
+		return -1;
+	}
 	if (d->kv->ssd)
 		mlog_info("kv", "SSD tier in %s: %llu keys found", d->cfg.kv_ssd_dir, (unsigned long long)d->kv->ssd_keys);
 	if (kv_cluster_start(d, d->kv) != 0 || kv_ext_start(d->kv) != 0) {
@@ -452,7 +494,9 @@ int kv_start(struct morid *d)
 void kv_stop(struct morid *d)
 {
 	kv_ext_stop(d->kv);
-	kv_cluster_stop(d->kv);
+	kv_cluster_stop(d->kv); /* lookups end first: a get waiting for one then asks no holder */
+	if (d->kv)
+		kv_remote_stop(d->kv);
 	kv_store_free(d->kv);
 	d->kv = NULL;
 }

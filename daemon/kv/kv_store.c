@@ -281,7 +281,9 @@ static int make_room(struct kv_store *st, uid_t uid, uint64_t size, int pin, str
 	struct evict_ctx any = {0};
 	/* bytes still to be freed by spills in flight count as free: a put does not spill twice */
 #define HELD (ds.allocated - st->spilling)
-	if (HELD + need > high)
+	/* past the high watermark a put may go to another node instead (kv_remote.c): no eviction
+	 * down to the low one then, only what the tier's capacity needs */
+	if (HELD + need > high && !(st->can_place && st->can_place(st, need)))
 		while (HELD + need > low && evict_one(st, &any))
 			kv_dram_stats_get(st->dram, &ds);
 	while (HELD + need > cap) {
@@ -510,6 +512,8 @@ int kv_put_alloc(struct kv_store *st, struct kv_client *kc, const void *key, siz
 	return MORI_OK;
 }
 
+static void commit_entry(struct kv_store *st, struct kv_entry *e, struct kv_entry *parent);
+
 int kv_put_commit(struct kv_store *st, struct kv_client *kc, uint64_t id, int abort, struct kv_entry *parent,
 		  struct kv_entry **out, char *msg, size_t msglen)
 {
@@ -532,6 +536,15 @@ int kv_put_commit(struct kv_store *st, struct kv_client *kc, uint64_t id, int ab
 	list_del(&h->link);
 	st->reservations--;
 	hold_drop(st, h);
+	commit_entry(st, e, parent);
+	if (out)
+		*out = e;
+	return MORI_OK;
+}
+
+/* e (reserved, in no index) becomes key's version, replacing the older one. */
+static void commit_entry(struct kv_store *st, struct kv_entry *e, struct kv_entry *parent)
+{
 	struct kv_entry *old = kv_index_find(&st->idx, e->uid, e->key, e->key_len, e->hash);
 	if (old)
 		entry_unlink(st, old, U_REMOVED);
@@ -546,9 +559,6 @@ int kv_put_commit(struct kv_store *st, struct kv_client *kc, uint64_t id, int ab
 	if (e->pin == 2)
 		u->hard_pinned += e->size;
 	policy_in(st, e, parent && parent->depth >= 0 && e->depth == parent->depth + 1 ? parent : NULL);
-	if (out)
-		*out = e;
-	return MORI_OK;
 }
 
 static void read_done(void *arg, int rc, const struct kv_ssd_loc *loc, const char *msg);
@@ -718,6 +728,84 @@ int kv_get(struct kv_store *st, struct kv_client *kc, const void *key, size_t kl
 		kv_policy_hit(st->pol, &e->pn);
 	*out = e;
 	return MORI_OK;
+}
+
+int kv_peer_hold(struct kv_store *st, uid_t uid, const void *key, size_t klen, uint64_t gen, struct kv_entry **out)
+{
+	struct kv_uid *u = kv_uid_get(st, uid);
+	struct kv_entry *e = kv_lookup(st, uid, key, klen);
+	if (!e || (gen && e->gen != gen) || e->tier != KV_TIER_DRAM) {
+		u->misses++;
+		st->misses++;
+		return MORI_ENOENT;
+	}
+	u->hits++;
+	st->hits++;
+	e->refs++;
+	if (e->flags & KV_F_IN_POLICY)
+		kv_policy_hit(st->pol, &e->pn);
+	*out = e;
+	return MORI_OK;
+}
+
+void kv_unref(struct kv_store *st, struct kv_entry *e)
+{
+	MORI_REQUIRE(e->refs > 0, "reference dropped on an entry without references");
+	if (--e->refs == 0 && e->state == KV_ZOMBIE)
+		entry_free(st, e);
+}
+
+int kv_temp_new(struct kv_store *st, uid_t uid, const void *key, size_t klen, uint64_t size, struct kv_entry **out,
+		char *msg, size_t msglen)
+{
+	struct kv_entry *e = calloc(1, sizeof(*e) + klen);
+	if (!e) {
+		snprintf(msg, msglen, "out of memory");
+		return MORI_ENOMEM;
+	}
+	int rc = make_room(st, uid, size, 0, &e->u.ext, msg, msglen);
+	if (rc != MORI_OK) {
+		free(e);
+		return rc;
+	}
+	e->tier = KV_TIER_DRAM;
+	e->size = size;
+	e->uid = uid;
+	e->key_len = (uint16_t)klen;
+	memcpy(e->key, key, klen);
+	e->depth = -1;
+	e->state = KV_ZOMBIE; /* in no index: freed at its last reference */
+	e->refs = 1;
+	st->zombies++;
+	st->entry_bytes += sizeof(*e) + klen;
+	*out = e;
+	return MORI_OK;
+}
+
+int kv_temp_commit(struct kv_store *st, struct kv_entry *e)
+{
+	if (e->state != KV_ZOMBIE || e->tier != KV_TIER_DRAM)
+		return MORI_EINVAL;
+	st->zombies--;
+	e->hash = (uint32_t)kv_index_hash(&st->idx, e->uid, e->key, e->key_len);
+	commit_entry(st, e, NULL);
+	return MORI_OK;
+}
+
+int kv_drop(struct kv_store *st, struct kv_entry *e)
+{
+	if (e->state != KV_LIVE || e->pin == 2 || kv_lookup(st, e->uid, e->key, e->key_len) != e)
+		return MORI_ENOENT;
+	entry_unlink(st, e, U_EVICTED);
+	return MORI_OK;
+}
+
+int kv_temp_lease(struct kv_store *st, struct kv_client *kc, struct kv_entry *e, uint64_t *id)
+{
+	int rc = hold_add(st, kc, KV_HOLD_LEASE, e, id);
+	if (rc == MORI_OK)
+		e->refs++;
+	return rc;
 }
 
 int kv_release(struct kv_store *st, struct kv_client *kc, uint64_t id)

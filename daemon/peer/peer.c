@@ -669,6 +669,21 @@ void peer_rpcs_tick(struct peer *p, uint64_t now)
 {
 	if (p->rpcs.next == &p->rpcs)
 		return;
+	/* requests queued behind the head (one is on the wire at a time) keep their own deadlines */
+	for (struct list *it = p->rpcs.next->next, *nx; it != &p->rpcs; it = nx) {
+		struct rpc *w = list_entry(it, struct rpc, link);
+		nx = it->next;
+		if (!w->sent && !w->auth_step && now >= w->deadline_us) {
+			char m[600];
+			snprintf(m, sizeof(m), "peer daemon %s did not take the request within %u ms (%s)", p->addr,
+				 w->timeout_ms, p->state == PS_UP ? "requests before it were still waiting for answers" :
+				 p->why[0] ? p->why : "not connected");
+			rpc_end(p, w, NULL, p->state == PS_UP ? MORI_ETIMEDOUT : MORI_ECONN, m);
+			nx = p->rpcs.next->next; /* done may have queued or ended others: walk again */
+		}
+	}
+	if (p->rpcs.next == &p->rpcs)
+		return;
 	struct rpc *q = list_entry(p->rpcs.next, struct rpc, link);
 	if (now >= q->deadline_us) {
 		char m[600];

@@ -67,6 +67,10 @@ extern int (*peers_group_serve)(struct peers *P, const Mori__Request *req, const
  * by the layer above while it runs; 1 when it answered rep. */
 extern int (*peers_shmem_serve)(struct peers *P, const Mori__Request *req, const char *from, Mori__Reply *rep,
 				struct rctx *r);
+/* PeerKv requests (UMBP across nodes, kv/kv_remote.c): set by the layer above while it runs; 1
+ * when it answered rep. */
+extern int (*peers_kv_serve)(struct peers *P, const Mori__Request *req, const char *from, Mori__Reply *rep,
+			     struct rctx *r);
 /* A transfer's signal after the data (peer_xfer_args.sig) at the target: the 8-byte SET (add 0)
  * or ADD of value at off of g (checked: inside g, aligned), applied as the proxy applies its
  * atomics; set by shmem/shmem_proxy.c while it runs (NULL: such transfers are refused). */

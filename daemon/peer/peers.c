@@ -41,6 +41,8 @@ int (*peers_shmem_serve)(struct peers *P, const Mori__Request *req, const char *
 			 struct rctx *r);
 int (*peers_group_serve)(struct peers *P, const Mori__Request *req, const char *from, Mori__Reply *rep,
 			 struct rctx *r);
+int (*peers_kv_serve)(struct peers *P, const Mori__Request *req, const char *from, Mori__Reply *rep,
+		      struct rctx *r);
 
 /* A request from another daemon (or anyone who reached the listener) on connection k. */
 static void serve_one(struct sp_conn *k, const uint8_t *body, size_t len)
@@ -150,6 +152,10 @@ static void serve_one(struct sp_conn *k, const uint8_t *body, size_t len)
 		case MORI__REQUEST__BODY_PEER_SHMEM_AMO:
 			if (!peers_shmem_serve || !peers_shmem_serve(P, req, from, &rep, &r))
 				reply_error(&rep, MORI_ENOTSUP, "MORI-SHMEM's proxy is not served at %s", P->self);
+			break;
+		case MORI__REQUEST__BODY_PEER_KV:
+			if (!peers_kv_serve || !peers_kv_serve(P, req, from, &rep, &r))
+				reply_error(&rep, MORI_ENOTSUP, "the KV store is not served at %s", P->self);
 			break;
 		case MORI__REQUEST__BODY_PEER_NOTIFY:
 			xnotif_serve(P, req->peer_notify, &rep, &r);

@@ -441,6 +441,8 @@ int mori_umbp_flush(mori_umbp *u);
 int mori_umbp_register_memory(mori_umbp *u, void *ptr, size_t size);
 int mori_umbp_deregister_memory(mori_umbp *u, void *ptr);
 int mori_umbp_stats_get(mori_umbp *u, mori_umbp_stats *out);
+int mori_umbp_get_from(mori_umbp *u, const char *node_address, const void *key, size_t key_len, void *dst, size_t cap, size_t *len);
+int mori_umbp_batch_get_from(mori_umbp *u, const char *node_address, mori_umbp_item *items, size_t n, size_t *n_ok);
 int mori_umbp_report_external_kv_blocks(mori_umbp *u, const mori_umbp_key *keys, size_t n, mori_umbp_tier tier);
 int mori_umbp_revoke_external_kv_blocks(mori_umbp *u, const mori_umbp_key *keys, size_t n, mori_umbp_tier tier);
 int mori_umbp_revoke_all_at_tier(mori_umbp *u, mori_umbp_tier tier, size_t *count);

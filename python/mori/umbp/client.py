@@ -251,8 +251,23 @@ class UMBPClient:
         if st.status < 0:
             raise MoriError(st.status, "put %r: %s" % (key, _status_text(st.status)))
 
-    def get(self, key, out=None):
+    def _get_fns(self, node):
+        """(get, batch_get) of libmori for node: this node's store, whose misses go to the
+        cluster index where morid has one (None), or that node's morid ("host:port")."""
+        if node is None:
+            return self._lib.mori_umbp_get, self._lib.mori_umbp_batch_get
+        if isinstance(node, str):
+            node = node.encode()
+        if not isinstance(node, bytes) or not node or b"\0" in node:
+            raise MoriError(MORI_EINVAL, "node %r is not host:port" % (node,))
+        lib = self._lib
+        return (lambda u, *a: lib.mori_umbp_get_from(u, node, *a),
+                lambda u, *a: lib.mori_umbp_batch_get_from(u, node, *a))
+
+    def get(self, key, out=None, *, node=None):
         """Copy key's value out (ROCm/mori: Get).
+        node: "host:port" of another node's morid to ask for a key this node lacks (None: this
+        node's store, and the cluster index's holders where morid runs with kv_index redis).
         out None: returns the value as bytes, or None for a miss.
         out a writable buffer, array or tensor: fills its first bytes and returns the value's
         length in bytes, or None for a miss; MoriError(MORI_EMSGSIZE) when out is smaller than
@@ -261,7 +276,7 @@ class UMBPClient:
         got = ctypes.c_size_t()
         if out is not None:
             addr, cap, keep = span(out, True, "get(%r)" % (key,))
-            rc = self._get(k, addr, cap, got)
+            rc = self._get(k, addr, cap, got, node)
             del keep
             if rc == MORI_ENOENT:
                 return None
@@ -273,7 +288,7 @@ class UMBPClient:
         for _ in range(8):  # a value replaced by a larger one between tries: try again
             buf = bytearray(cap)
             addr, _, keep = span(buf, True, "get")
-            rc = self._get(k, addr, cap, got)
+            rc = self._get(k, addr, cap, got, node)
             if rc == MORI_ENOENT:
                 return None
             if rc != MORI_EMSGSIZE:
@@ -283,10 +298,11 @@ class UMBPClient:
             del keep
         raise MoriError(MORI_EMSGSIZE, "get %r: the value kept growing between tries" % (key,))
 
-    def _get(self, k, addr, cap, got):
+    def _get(self, k, addr, cap, got, node=None):
+        fn = self._get_fns(node)[0]
         u = self._enter()
         try:
-            rc = self._lib.mori_umbp_get(u, k, len(k), addr, cap, ctypes.byref(got))
+            rc = fn(u, k, len(k), addr, cap, ctypes.byref(got))
         finally:
             self._leave()
         if rc < 0 and rc not in (MORI_ENOENT, MORI_EMSGSIZE):
@@ -354,18 +370,19 @@ class UMBPClient:
         """batch_put with each key's prefix-chain depth (ROCm/mori: BatchPutWithDepth)."""
         return self.batch_put(keys, values, depths=depths)
 
-    def batch_get(self, keys, outs=None, details=False):
+    def batch_get(self, keys, outs=None, details=False, *, node=None):
         """Copy the values of keys out in one round trip for the leases and one for their release
         (ROCm/mori: BatchGet).
         outs None: returns a list of bytes, None for a miss; any other failure of a key raises.
         outs a list of writable buffers, arrays or tensors (one per key): fills them and returns
         one status per key (MORI_OK, MORI_ENOENT for a miss, MORI_EMSGSIZE when the buffer is
         smaller than the value, ...); details=True returns (status, length in bytes, UMBPTierType
-        it was found on) per key instead."""
+        it was found on) per key instead. node: as get's (a remote get: the key's holder unreachable
+        or gone mid-transfer is MORI_ECONN, MORI_ETIMEDOUT or MORI_EPEERDEAD)."""
         keys = list(keys)
         if outs is not None:
             spans = self._spans(list(outs), True, "batch_get outs", len(keys))
-            items = self._batch(self._lib.mori_umbp_batch_get, "batch_get", keys, [s[0] for s in spans],
+            items = self._batch(self._get_fns(node)[1], "batch_get", keys, [s[0] for s in spans],
                                 [s[1] for s in spans])
             del spans
             if details:
@@ -376,7 +393,7 @@ class UMBPClient:
         todo = list(range(len(keys)))
         for _ in range(8):
             bufs = [bytearray(caps[i]) for i in todo]
-            st = self.batch_get([keys[i] for i in todo], bufs, details=True)
+            st = self.batch_get([keys[i] for i in todo], bufs, details=True, node=node)
             again = []
             for j, i in enumerate(todo):
                 status, n, _ = st[j]
@@ -498,14 +515,15 @@ class UMBPClient:
             self._leave()
         return _ok(rc, "put_from_ptr")
 
-    def get_into_ptr(self, key, dst, size):
+    def get_into_ptr(self, key, dst, size, *, node=None):
         """Copy key's value to address dst (capacity size bytes). True, or False for a miss or
-        a refused key (ROCm/mori: Get)."""
+        a refused key (ROCm/mori: Get). node: as get's."""
         k = key_bytes(key)
         got = ctypes.c_size_t()
+        fn = self._get_fns(node)[0]
         u = self._enter()
         try:
-            rc = self._lib.mori_umbp_get(u, k, len(k), pointer(dst, "dst"), _lib.ival(size, "size", ctypes.c_size_t),
+            rc = fn(u, k, len(k), pointer(dst, "dst"), _lib.ival(size, "size", ctypes.c_size_t),
                                          ctypes.byref(got))
         finally:
             self._leave()
@@ -533,10 +551,10 @@ class UMBPClient:
         return self._ptr_batch(self._lib.mori_umbp_batch_put, "batch_put_from_ptr_with_depth", keys, ptrs, sizes,
                                depths)
 
-    def batch_get_into_ptr(self, keys, ptrs, sizes):
+    def batch_get_into_ptr(self, keys, ptrs, sizes, *, node=None):
         """ROCm/mori's BatchGet: [True where keys[i]'s value was copied to ptrs[i] (capacity
-        sizes[i] bytes)]."""
-        return self._ptr_batch(self._lib.mori_umbp_batch_get, "batch_get_into_ptr", keys, ptrs, sizes)
+        sizes[i] bytes)]. node: as get's."""
+        return self._ptr_batch(self._get_fns(node)[1], "batch_get_into_ptr", keys, ptrs, sizes)
 
     # ---- the store ----
 

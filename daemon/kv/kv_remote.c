@@ -1,0 +1,1066 @@
+/* UMBP across nodes: gets of values another node's daemon holds (docs/umbp.md, "Across nodes").
+ *
+ * The asker (the daemon where a client's get missed) sends the holder a PeerKv LEASE for the keys
+ * over the authenticated peer link. The holder takes a reference on each value's DRAM version
+ * (a peer lease, ended by RELEASE or after its deadline), refuses a generation or an epoch other
+ * than the asker expects (a stale index entry, a restarted holder: MORI_ENOENT, a miss), and
+ * answers where each value lies: a region over its slab, made once per slab and removed when the
+ * slab closes. The asker makes a temporary DRAM slot per value (room made as for a put), reads the
+ * bytes into it over the transports (peer_xfer_start: TCP streams, RDMA where present, by the
+ * transport table), releases the holder's leases and hands the slots to its client as the leases
+ * of an ordinary get; the client copies out and releases as for a local value. A batch asks each
+ * holder once, holders in parallel; every step has the get's deadline; errors name the peer.
+ * Below kv_req.c, above kv_store.c. */
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kv/kv_cluster.h"
+#include "kv/kv_int.h"
+#include "kv/kv_remote.h"
+#include "log.h"
+#include "peer/peer.h"
+#include "peer/peer_int.h"
+#include "region/region.h"
+
+#define LEASE_BUCKETS 1024
+#define LIST_EMPTY(l) ((l)->next == (l))
+#define PEER_KV_MAX 512 /* keys of one PeerKv request (kv_batch_max's bound) */
+
+/* A value of this node that a peer reads: a reference on its version until released or expired. */
+struct plea {
+	struct list hlink, elink;
+	uint64_t id;
+	uint64_t deadline_ms;     /* loop time */
+	struct kv_entry *e;
+};
+
+struct slab_region {
+	uint32_t slab_id;         /* the slab it maps (slab ids are never reused) */
+	struct region *g;
+};
+
+struct rget;
+
+struct kv_remote {
+	struct kv_store *st;
+	struct morid *d;
+	struct slab_region *sr;   /* by slab index */
+	uint32_t nsr;
+	struct list lb[LEASE_BUCKETS];
+	struct list expiry;       /* struct plea by deadline */
+	uint64_t lease_seq, nleases;
+	uv_timer_t timer;
+	struct list rgets;        /* the asker's fetches in flight */
+	struct list rputs;        /* placements in flight */
+	/* counters (moractl kv, metrics) */
+	uint64_t fetched, fetched_bytes, fetch_misses, fetch_errors, served, served_bytes, expired;
+	uint64_t placed, placed_bytes, place_failed, placed_here;
+	uint32_t placing;         /* placements in flight */
+};
+
+/* ---- regions over slabs ---- */
+
+static void slab_closed(void *arg, const struct kv_slab *s)
+{
+	struct kv_remote *R = arg;
+	if (s->index < R->nsr && R->sr[s->index].g && R->sr[s->index].slab_id == s->id) {
+		/* transfers still reading or writing it hold it (inflight) until they end */
+		region_remove(R->d, R->sr[s->index].g, "its KV slab was freed");
+		R->sr[s->index].g = NULL;
+	}
+}
+
+/* The region over slab index (the owner of a value's run), made on first use; NULL ENOMEM. */
+static struct region *slab_region(struct kv_remote *R, uint32_t index)
+{
+	struct kv_slab *s = kv_dram_slab(R->st->dram, index);
+	if (!s)
+		return NULL;
+	if (index >= R->nsr) {
+		uint32_t n = index + 16;
+		struct slab_region *ns = realloc(R->sr, sizeof(*ns) * n);
+		if (!ns)
+			return NULL;
+		memset(ns + R->nsr, 0, sizeof(*ns) * (n - R->nsr));
+		R->sr = ns;
+		R->nsr = n;
+	}
+	struct slab_region *x = &R->sr[index];
+	if (x->g && x->slab_id == s->id)
+		return x->g;
+	int fd = dup(s->fd);
+	if (fd < 0)
+		return NULL;
+	x->g = region_add(R->d, NULL, MORI_MEM_HOST, s->bytes, fd, 0, 0); /* owns fd */
+	x->slab_id = s->id;
+	return x->g;
+}
+
+/* ---- the holder: leases for peers ---- */
+
+static void on_expiry(uv_timer_t *t);
+
+/* The timer for the first lease's deadline (uv_timer_start restarts a started timer). */
+static void timer_arm(struct kv_remote *R)
+{
+	if (LIST_EMPTY(&R->expiry))
+		return;
+	struct plea *l = list_entry(R->expiry.next, struct plea, elink);
+	uint64_t now = uv_now(R->d->loop);
+	uv_timer_start(&R->timer, on_expiry, l->deadline_ms > now ? l->deadline_ms - now : 0, 0);
+}
+
+static void lease_end(struct kv_remote *R, struct plea *l)
+{
+	list_del(&l->hlink);
+	list_del(&l->elink);
+	kv_unref(R->st, l->e);
+	R->nleases--;
+	free(l);
+}
+
+static void on_expiry(uv_timer_t *t)
+{
+	struct kv_remote *R = t->data;
+	uint64_t now = uv_now(R->d->loop);
+	while (!LIST_EMPTY(&R->expiry)) {
+		struct plea *l = list_entry(R->expiry.next, struct plea, elink);
+		if (l->deadline_ms > now)
+			break;
+		R->expired++;
+		lease_end(R, l);
+	}
+	timer_arm(R);
+}
+
+static struct plea *lease_find(struct kv_remote *R, uint64_t id)
+{
+	list_each(it, &R->lb[hmix(id) & (LEASE_BUCKETS - 1)]) {
+		struct plea *l = list_entry(it, struct plea, hlink);
+		if (l->id == id)
+			return l;
+	}
+	return NULL;
+}
+
+static int lease_add(struct kv_remote *R, struct kv_entry *e, uint32_t ms, uint64_t *id)
+{
+	struct plea *l = calloc(1, sizeof(*l));
+	if (!l)
+		return MORI_ENOMEM;
+	uint64_t r = 0;
+	if (auth_random(&r, sizeof(r)) != 0)
+		r = 0;
+	l->id = (++R->lease_seq << 20) ^ (r & 0xfffff); /* unguessable enough: a peer names only its own */
+	l->e = e;
+	l->deadline_ms = uv_now(R->d->loop) + ms;
+	list_add(&R->lb[hmix(l->id) & (LEASE_BUCKETS - 1)], &l->hlink);
+	/* by deadline: a later one goes at the tail, the usual case */
+	struct list *pos = R->expiry.prev;
+	while (pos != &R->expiry && list_entry(pos, struct plea, elink)->deadline_ms > l->deadline_ms)
+		pos = pos->prev;
+	list_add(pos, &l->elink);
+	R->nleases++;
+	*id = l->id;
+	if (R->expiry.next == &l->elink)
+		timer_arm(R);
+	return MORI_OK;
+}
+
+static uint64_t dram_free(struct kv_store *st)
+{
+	const struct config *cfg = &st->d->cfg;
+	struct kv_dram_stats ds;
+	kv_dram_stats_get(st->dram, &ds);
+	uint64_t high = (uint64_t)cfg->kv_dram_bytes / 100 * (uint64_t)cfg->kv_high_watermark;
+	return ds.allocated < high ? high - ds.allocated : 0;
+}
+
+static void serve_lease(struct kv_remote *R, const Mori__PeerKv *q, Mori__PeerKvReply *kr, Mori__Reply *rep,
+			struct rctx *r, const char *self)
+{
+	struct kv_store *st = R->st;
+	const struct config *cfg = &R->d->cfg;
+	if (q->n_keys == 0 || q->n_keys > PEER_KV_MAX || (q->n_gens && q->n_gens != q->n_keys)) {
+		reply_error(rep, MORI_EINVAL, "lease of %zu keys with %zu generations (1..%d keys, as many generations "
+			    "or none)", q->n_keys, q->n_gens, PEER_KV_MAX);
+		return;
+	}
+	kr->items = rctx_alloc(r, sizeof(*kr->items) * q->n_keys);
+	if (!kr->items) {
+		reply_error(rep, MORI_ENOMEM, "out of memory");
+		return;
+	}
+	uint32_t ms = q->lease_ms && q->lease_ms < (uint64_t)cfg->kv_lease_max_ms ? q->lease_ms
+										: (uint32_t)cfg->kv_lease_max_ms;
+	int restarted = q->epoch && q->epoch != R->d->epoch;
+	for (size_t i = 0; i < q->n_keys; i++) {
+		Mori__PeerKvItem *it = rctx_alloc(r, sizeof(*it));
+		if (!it) {
+			reply_error(rep, MORI_ENOMEM, "out of memory");
+			return;
+		}
+		mori__peer_kv_item__init(it);
+		kr->items[kr->n_items++] = it;
+		const ProtobufCBinaryData *k = &q->keys[i];
+		struct kv_entry *e = NULL;
+		int rc = k->len == 0 || k->len > KV_KEY_MAX ? MORI_EINVAL
+		       : restarted ? MORI_ENOENT
+				   : kv_peer_hold(st, (uid_t)q->uid, k->data, k->len, q->n_gens ? q->gens[i] : 0, &e);
+		struct region *g = rc == MORI_OK ? slab_region(R, e->u.ext.slab) : NULL;
+		if (rc == MORI_OK && (!g || (rc = lease_add(R, e, ms, &it->lease)) != MORI_OK)) {
+			kv_unref(st, e);
+			rc = MORI_ENOMEM;
+		}
+		it->status = rc;
+		if (rc != MORI_OK) {
+			if (rc != MORI_ENOENT)
+				kv_first_error(rep, r, rc == MORI_EINVAL ? "key empty or over 256 bytes" : "out of memory");
+			continue;
+		}
+		it->size = e->size;
+		it->gen = e->gen;
+		it->tier = KV_TIER_DRAM;
+		it->region_id = g->id;
+		it->region_gen = g->gen;
+		it->secret.data = g->secret; /* the asker keeps it to itself (a peer link is authenticated) */
+		it->secret.len = sizeof(g->secret);
+		it->offset = kv_ext_offset(&e->u.ext);
+		R->served++;
+		R->served_bytes += e->size;
+	}
+	(void)self;
+}
+
+/* Slots for values another node places here: temporary entries written by the asker, leased
+ * until its PUT_COMMIT (an uncommitted one goes with its lease). Room is made as for a local put,
+ * so a node asked past its own high watermark evicts as it would for its own puts. */
+static void serve_put_alloc(struct kv_remote *R, const Mori__PeerKv *q, Mori__PeerKvReply *kr, Mori__Reply *rep,
+			    struct rctx *r)
+{
+	struct kv_store *st = R->st;
+	const struct config *cfg = &R->d->cfg;
+	if (q->n_keys == 0 || q->n_keys > PEER_KV_MAX || q->n_sizes != q->n_keys) {
+		reply_error(rep, MORI_EINVAL, "placement of %zu keys with %zu sizes (1..%d keys, a size each)", q->n_keys,
+			    q->n_sizes, PEER_KV_MAX);
+		return;
+	}
+	kr->items = rctx_alloc(r, sizeof(*kr->items) * q->n_keys);
+	if (!kr->items) {
+		reply_error(rep, MORI_ENOMEM, "out of memory");
+		return;
+	}
+	uint32_t ms = q->lease_ms && q->lease_ms < (uint64_t)cfg->kv_lease_max_ms ? q->lease_ms
+										: (uint32_t)cfg->kv_lease_max_ms;
+	for (size_t i = 0; i < q->n_keys; i++) {
+		Mori__PeerKvItem *it = rctx_alloc(r, sizeof(*it));
+		if (!it) {
+			reply_error(rep, MORI_ENOMEM, "out of memory");
+			return;
+		}
+		mori__peer_kv_item__init(it);
+		kr->items[kr->n_items++] = it;
+		const ProtobufCBinaryData *k = &q->keys[i];
+		char msg[300] = "";
+		struct kv_entry *e = NULL;
+		int rc = MORI_OK;
+		if (k->len == 0 || k->len > KV_KEY_MAX || q->sizes[i] == 0 || q->sizes[i] > (uint64_t)cfg->kv_value_max) {
+			rc = MORI_EINVAL;
+			snprintf(msg, sizeof(msg), "placement of a key of %zu bytes, value of %llu bytes", k->len,
+				 (unsigned long long)q->sizes[i]);
+		} else {
+			rc = kv_temp_new(st, (uid_t)q->uid, k->data, k->len, q->sizes[i], &e, msg, sizeof(msg));
+		}
+		struct region *g = rc == MORI_OK ? slab_region(R, e->u.ext.slab) : NULL;
+		if (rc == MORI_OK && (!g || (rc = lease_add(R, e, ms, &it->lease)) != MORI_OK)) {
+			kv_unref(st, e);
+			rc = MORI_ENOMEM;
+			snprintf(msg, sizeof(msg), "out of memory");
+		}
+		/* from here the lease holds kv_temp_new's reference */
+		it->status = rc;
+		if (rc != MORI_OK) {
+			kv_first_error(rep, r, msg);
+			continue;
+		}
+		it->size = q->sizes[i];
+		it->tier = KV_TIER_DRAM;
+		it->region_id = g->id;
+		it->region_gen = g->gen;
+		it->secret.data = g->secret;
+		it->secret.len = sizeof(g->secret);
+		it->offset = kv_ext_offset(&e->u.ext);
+	}
+}
+
+static int serve(struct peers *P, const Mori__Request *req, const char *from, Mori__Reply *rep, struct rctx *r)
+{
+	struct kv_store *st = P->d->kv;
+	struct kv_remote *R = st ? st->remote : NULL;
+	const Mori__PeerKv *q = req->peer_kv;
+	if (!R)
+		return 0;
+	Mori__PeerKvReply *kr = rctx_alloc(r, sizeof(*kr));
+	if (!kr) {
+		reply_error(rep, MORI_ENOMEM, "out of memory");
+		return 1;
+	}
+	mori__peer_kv_reply__init(kr);
+	kr->epoch = P->d->epoch;
+	kr->dram_free = dram_free(st);
+	rep->body_case = MORI__REPLY__BODY_PEER_KV;
+	rep->peer_kv = kr;
+	if (q->op == MORI__PEER_KV_OP__PEER_KV_LEASE) {
+		serve_lease(R, q, kr, rep, r, from);
+	} else if (q->op == MORI__PEER_KV_OP__PEER_KV_PUT_ALLOC) {
+		serve_put_alloc(R, q, kr, rep, r);
+	} else if (q->op == MORI__PEER_KV_OP__PEER_KV_RELEASE || q->op == MORI__PEER_KV_OP__PEER_KV_PUT_COMMIT) {
+		kr->status = rctx_alloc(r, sizeof(*kr->status) * (q->n_leases ? q->n_leases : 1));
+		if (!kr->status) {
+			reply_error(rep, MORI_ENOMEM, "out of memory");
+			return 1;
+		}
+		for (size_t i = 0; i < q->n_leases; i++) {
+			struct plea *l = lease_find(R, q->leases[i]);
+			int rc = l ? MORI_OK : MORI_ETIMEDOUT; /* expired (or never ours) */
+			if (l && q->op == MORI__PEER_KV_OP__PEER_KV_PUT_COMMIT && (rc = kv_temp_commit(st, l->e)) == MORI_OK)
+				R->placed_here++;
+			if (l)
+				lease_end(R, l);
+			kr->status[kr->n_status++] = rc;
+		}
+	} else {
+		reply_error(rep, MORI_EINVAL, "unknown PeerKv op %d", (int)q->op);
+	}
+	if (rep->code != 0) {
+		rep->body_case = MORI__REPLY__BODY__NOT_SET;
+		rep->peer_kv = NULL;
+	}
+	return 1;
+}
+
+/* ---- the asker: fetches from holders ---- */
+
+struct ritem {
+	Mori__KvSlot *sl;
+	ProtobufCBinaryData key;  /* the request's bytes (alive in the get's rctx) */
+	uint64_t gen;             /* expected (0: any) */
+	struct kv_entry *tmp;     /* the local slot it lands in */
+	uint64_t lease, size, roff, rregion;
+	uint32_t rgen;
+	uint8_t secret[REGION_SECRET_BYTES];
+	int rc;
+};
+
+struct rget {
+	struct list link;         /* R->rgets */
+	struct kv_remote *R;      /* NULL once the store stopped: the callbacks left only free it */
+	struct kv_pget *g;
+	uid_t uid;
+	char node[128];
+	uint64_t epoch, holder_epoch;
+	uint64_t deadline_us;
+	uint32_t n, xfers;
+	uint64_t *xids;           /* transfers in flight, for the store's stop */
+	uint32_t nx;
+	char why[300];
+	struct ritem it[];
+};
+
+static uint32_t ms_left(const struct rget *rg)
+{
+	uint64_t now = mori_now_us();
+	return rg->deadline_us > now ? (uint32_t)((rg->deadline_us - now + 999) / 1000) : 1;
+}
+
+static void rget_error(struct rget *rg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void rget_error(struct rget *rg, const char *fmt, ...)
+{
+	if (rg->why[0])
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(rg->why, sizeof(rg->why), fmt, ap);
+	va_end(ap);
+}
+
+static void release_done(struct rpc *q, struct peer *p, const Mori__Reply *rep, int code, const char *msg)
+{
+	(void)q, (void)p, (void)rep, (void)code, (void)msg; /* the leases expire at the holder otherwise */
+}
+
+/* Every item of rg is settled: release the holder's leases, answer the items, free rg. */
+static void rget_finish(struct rget *rg)
+{
+	struct kv_remote *R = rg->R;
+	struct peers *P = R ? R->d->peers : NULL;
+	uint64_t *leases = calloc(rg->n ? rg->n : 1, sizeof(*leases));
+	size_t nl = 0;
+	for (uint32_t i = 0; i < rg->n; i++)
+		if (rg->it[i].lease && leases)
+			leases[nl++] = rg->it[i].lease;
+	struct peer *p = nl && P ? peer_get(P, rg->node, 0) : NULL;
+	if (p) {
+		Mori__PeerKv q = MORI__PEER_KV__INIT;
+		Mori__Request req = MORI__REQUEST__INIT;
+		q.op = MORI__PEER_KV_OP__PEER_KV_RELEASE;
+		q.leases = leases;
+		q.n_leases = nl;
+		req.body_case = MORI__REQUEST__BODY_PEER_KV;
+		req.peer_kv = &q;
+		peer_rpc(p, &req, PEER_LOOKUP_TIMEOUT_MS, release_done, NULL);
+	}
+	free(leases);
+	if (R) {
+		struct kv_store *st = R->st;
+		struct kv_pget *g = rg->g;
+		for (uint32_t i = 0; i < rg->n; i++) {
+			struct ritem *x = &rg->it[i];
+			if (x->rc == MORI_OK && g->kc) {
+				uint64_t id = 0;
+				x->rc = kv_temp_lease(st, g->kc, x->tmp, &id);
+				if (x->rc == MORI_OK) {
+					x->rc = kv_fill_slot(st, g->kc, &g->rep, &g->r, x->sl, x->tmp);
+					if (x->rc != MORI_OK)
+						kv_release(st, g->kc, id);
+					else
+						x->sl->id = id;
+				}
+			}
+			if (x->tmp)
+				kv_unref(st, x->tmp);
+			x->sl->status = x->rc;
+			if (x->rc == MORI_OK) {
+				x->sl->tier = KV_TIER_DRAM;
+				x->sl->node = rctx_strdup(&g->r, rg->node);
+				R->fetched++;
+				R->fetched_bytes += x->size;
+			} else if (x->rc == MORI_ENOENT) {
+				R->fetch_misses++;
+			} else {
+				R->fetch_errors++;
+			}
+		}
+		if (rg->why[0])
+			kv_first_error(&g->rep, &g->r, rg->why);
+		list_del(&rg->link);
+		if (--g->waiting == 0)
+			kv_pget_done(st, g);
+	}
+	free(rg->xids);
+	free(rg);
+}
+
+struct rx {
+	struct rget *rg;
+	uint32_t *idx, n;
+};
+
+static void xfer_done(void *arg, int code, const char *msg)
+{
+	struct rx *x = arg;
+	struct rget *rg = x->rg;
+	for (uint32_t i = 0; i < x->n; i++) {
+		struct ritem *it = &rg->it[x->idx[i]];
+		/* a holder that restarted since its lease: its regions are gone, the bytes with them */
+		it->rc = code == MORI_OK ? MORI_OK : code == MORI_ESTALE ? MORI_ENOENT : code;
+	}
+	if (code != MORI_OK && code != MORI_ESTALE)
+		rget_error(rg, "fetch from node %s: %s", rg->node, msg && msg[0] ? msg : mori_strerror(code));
+	free(x->idx);
+	free(x);
+	if (--rg->xfers == 0)
+		rget_finish(rg);
+}
+
+/* Read items idx[0..n) (same holder region, same local slab) in one transfer. */
+static void xfer_group(struct rget *rg, struct region *local, uint32_t *idx, uint32_t n)
+{
+	struct kv_remote *R = rg->R;
+	struct rx *x = calloc(1, sizeof(*x));
+	mori_desc *descs = calloc(n, sizeof(*descs));
+	if (!x || !descs) {
+		for (uint32_t i = 0; i < n; i++)
+			rg->it[idx[i]].rc = MORI_ENOMEM;
+		free(x), free(descs), free(idx);
+		return;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		struct ritem *it = &rg->it[idx[i]];
+		descs[i].local_offset = kv_ext_offset(&it->tmp->u.ext);
+		descs[i].remote_offset = it->roff;
+		descs[i].length = it->size;
+	}
+	struct ritem *f = &rg->it[idx[0]];
+	*x = (struct rx){rg, idx, n};
+	struct peer_xfer_args a = {
+		.local = local, .node = rg->node, .epoch = rg->holder_epoch, .region = f->rregion, .gen = f->rgen,
+		.secret = f->secret, .read = 1, .descs = descs, .n = n, .timeout_ms = ms_left(rg),
+		.done = xfer_done, .arg = x,
+	};
+	uint64_t id = 0;
+	rg->xfers++;
+	int rc = peer_xfer_start(R->d, &a, &id); /* takes descs; done may run before it returns */
+	if (rc != MORI_OK) {
+		rg->xfers--;
+		for (uint32_t i = 0; i < n; i++)
+			rg->it[idx[i]].rc = rc;
+		rget_error(rg, "fetch from node %s: no transport takes it (%s)", rg->node, mori_strerror(rc));
+		free(idx);
+		free(x);
+		return;
+	}
+	if (rg->xids)
+		rg->xids[rg->nx++] = id;
+}
+
+static void lease_done(struct rpc *q, struct peer *p, const Mori__Reply *rep, int code, const char *msg)
+{
+	struct rget *rg = q->arg;
+	(void)p;
+	if (!rg->R) { /* the store stopped meanwhile */
+		free(rg->xids);
+		free(rg);
+		return;
+	}
+	struct kv_remote *R = rg->R;
+	const Mori__PeerKvReply *kr = rep && rep->body_case == MORI__REPLY__BODY_PEER_KV ? rep->peer_kv : NULL;
+	if (code == MORI_OK && (!kr || kr->n_items != rg->n))
+		code = MORI_EPROTO, msg = "a lease reply of another length than asked";
+	if (code != MORI_OK) {
+		for (uint32_t i = 0; i < rg->n; i++)
+			rg->it[i].rc = code;
+		rget_error(rg, "node %s: %s", rg->node, msg && msg[0] ? msg : mori_strerror(code));
+		rget_finish(rg);
+		return;
+	}
+	rg->holder_epoch = kr->epoch;
+	for (uint32_t i = 0; i < rg->n; i++) {
+		struct ritem *it = &rg->it[i];
+		const Mori__PeerKvItem *ki = kr->items[i];
+		it->rc = ki->status;
+		if (ki->status != MORI_OK)
+			continue;
+		it->lease = ki->lease;
+		char why[300];
+		if (ki->secret.len != REGION_SECRET_BYTES || ki->size == 0) {
+			it->rc = MORI_EPROTO;
+			rget_error(rg, "node %s: a lease with a malformed region", rg->node);
+			continue;
+		}
+		if (ki->size > (uint64_t)R->d->cfg.kv_value_max) {
+			it->rc = MORI_EMSGSIZE;
+			rget_error(rg, "node %s holds a value of %llu bytes, over kv_value_max here", rg->node,
+				   (unsigned long long)ki->size);
+			continue;
+		}
+		it->size = ki->size;
+		it->roff = ki->offset;
+		it->rregion = ki->region_id;
+		it->rgen = ki->region_gen;
+		memcpy(it->secret, ki->secret.data, REGION_SECRET_BYTES);
+		it->rc = kv_temp_new(R->st, rg->uid, it->key.data, it->key.len, it->size, &it->tmp, why, sizeof(why));
+		if (it->rc != MORI_OK) {
+			it->tmp = NULL;
+			rget_error(rg, "no room here for a value of node %s: %s", rg->node, why);
+		}
+	}
+	/* one transfer per (holder region, local slab) */
+	uint8_t *done = calloc(rg->n, 1);
+	rg->xids = calloc(rg->n, sizeof(*rg->xids));
+	rg->xfers = 1; /* this function's own, dropped at its end */
+	for (uint32_t i = 0; done && i < rg->n; i++) {
+		struct ritem *a = &rg->it[i];
+		if (done[i] || a->rc != MORI_OK)
+			continue;
+		struct region *local = slab_region(R, a->tmp->u.ext.slab);
+		if (!local) {
+			a->rc = MORI_ENOMEM;
+			continue;
+		}
+		uint32_t *grp = malloc(sizeof(*grp) * rg->n), n = 0;
+		if (!grp) {
+			a->rc = MORI_ENOMEM;
+			continue;
+		}
+		for (uint32_t j = i; j < rg->n; j++) {
+			struct ritem *b = &rg->it[j];
+			if (!done[j] && b->rc == MORI_OK && b->rregion == a->rregion &&
+			    b->tmp->u.ext.slab == a->tmp->u.ext.slab) {
+				grp[n++] = j;
+				done[j] = 1;
+			}
+		}
+		xfer_group(rg, local, grp, n); /* takes grp */
+	}
+	if (!done)
+		for (uint32_t i = 0; i < rg->n; i++)
+			if (rg->it[i].rc == MORI_OK)
+				rg->it[i].rc = MORI_ENOMEM;
+	free(done);
+	if (--rg->xfers == 0)
+		rget_finish(rg);
+}
+
+int kv_remote_get(struct kv_store *st, struct kv_pget *g, uid_t uid, const char *node, uint64_t epoch,
+		  const struct kv_remote_key *keys, uint32_t n, uint32_t timeout_ms)
+{
+	struct kv_remote *R = st->remote;
+	struct peers *P = st->d->peers;
+	if (!R || !P || !P->on)
+		return MORI_ENOTSUP;
+	if (!strcmp(node, P->self))
+		return MORI_ENOENT; /* this node: what it has, the local get found */
+	int code = MORI_OK;
+	char why[300] = "";
+	struct peer *p = peer_get_client(P, node, &code, why, sizeof(why));
+	if (!p) {
+		for (uint32_t i = 0; i < n; i++) {
+			keys[i].sl->status = code;
+		}
+		kv_first_error(&g->rep, &g->r, why);
+		return code;
+	}
+	size_t kbytes = 0;
+	for (uint32_t i = 0; i < n; i++)
+		kbytes += keys[i].key.len;
+	/* the keys are copied: the request they came in is freed when the get's reply is deferred */
+	struct rget *rg = calloc(1, sizeof(*rg) + sizeof(struct ritem) * n + kbytes);
+	uint64_t *kb = calloc(n, sizeof(*kb));
+	ProtobufCBinaryData *ks = calloc(n, sizeof(*ks));
+	if (!rg || !kb || !ks) {
+		free(rg), free(kb), free(ks);
+		return MORI_ENOMEM;
+	}
+	uint8_t *kcopy = (uint8_t *)&rg->it[n];
+	rg->R = R;
+	rg->g = g;
+	rg->uid = uid;
+	snprintf(rg->node, sizeof(rg->node), "%s", node);
+	rg->epoch = epoch;
+	rg->n = n;
+	rg->deadline_us = mori_now_us() + (uint64_t)timeout_ms * 1000;
+	for (uint32_t i = 0; i < n; i++) {
+		rg->it[i].sl = keys[i].sl;
+		memcpy(kcopy, keys[i].key.data, keys[i].key.len);
+		rg->it[i].key.data = kcopy;
+		rg->it[i].key.len = keys[i].key.len;
+		kcopy += keys[i].key.len;
+		rg->it[i].gen = keys[i].gen;
+		ks[i] = rg->it[i].key;
+		kb[i] = keys[i].gen;
+	}
+	Mori__PeerKv q = MORI__PEER_KV__INIT;
+	Mori__Request req = MORI__REQUEST__INIT;
+	q.op = MORI__PEER_KV_OP__PEER_KV_LEASE;
+	q.uid = (uint32_t)uid;
+	q.keys = ks;
+	q.n_keys = n;
+	q.gens = kb;
+	q.n_gens = n;
+	q.epoch = epoch;
+	q.lease_ms = timeout_ms;
+	req.body_case = MORI__REQUEST__BODY_PEER_KV;
+	req.peer_kv = &q;
+	list_add(&R->rgets, &rg->link);
+	g->waiting++;
+	struct rpc *rq = peer_rpc(p, &req, timeout_ms, lease_done, rg);
+	free(kb);
+	free(ks);
+	if (!rq) {
+		g->waiting--;
+		list_del(&rg->link);
+		free(rg);
+		return MORI_ENOMEM;
+	}
+	peer_use(p);
+	return MORI_EINPROGRESS;
+}
+
+/* ---- gets through the cluster index ---- */
+
+/* A get's misses waiting for the index to say who holds them. */
+struct rloc {
+	struct kv_store *st;
+	struct kv_pget *g;
+	uid_t uid;
+	uint64_t deadline_us;
+	uint32_t n;
+	struct kv_remote_key k[];  /* key bytes copied after them */
+};
+
+static void loc_done(void *arg, int status, const char *msg, const struct kv_located *res, size_t n)
+{
+	struct rloc *rl = arg;
+	struct kv_store *st = rl->st;
+	struct kv_pget *g = rl->g;
+	if (status != MORI_OK || n != rl->n) {
+		for (uint32_t i = 0; i < rl->n; i++)
+			rl->k[i].sl->status = status != MORI_OK ? status : MORI_EPROTO;
+		kv_first_error(&g->rep, &g->r, msg && msg[0] ? msg : "the cluster index answered another count of keys");
+	} else {
+		/* each key from one holder that has it in DRAM (SSD copies are not served to peers),
+		 * a batch's keys of one holder in one request */
+		const char **node = calloc(n ? n : 1, sizeof(*node));
+		uint64_t *epoch = calloc(n ? n : 1, sizeof(*epoch));
+		struct kv_remote_key *grp = calloc(n ? n : 1, sizeof(*grp));
+		for (size_t i = 0; node && epoch && i < n; i++)
+			for (uint32_t h = 0; h < res[i].n; h++)
+				if (!res[i].holders[h].self && res[i].holders[h].tier == KV_TIER_DRAM) {
+					node[i] = res[i].holders[h].node;
+					epoch[i] = res[i].holders[h].epoch;
+					rl->k[i].gen = res[i].holders[h].gen;
+					break;
+				}
+		uint64_t now = mori_now_us();
+		uint32_t ms = rl->deadline_us > now ? (uint32_t)((rl->deadline_us - now) / 1000) + 1 : 1;
+		for (size_t i = 0; node && epoch && grp && i < n; i++) {
+			if (!node[i])
+				continue;
+			uint32_t m = 0;
+			const char *nd = node[i];
+			uint64_t ep = epoch[i];
+			for (size_t j = i; j < n; j++)
+				if (node[j] && epoch[j] == ep && !strcmp(node[j], nd)) {
+					grp[m++] = rl->k[j];
+					node[j] = NULL;
+				}
+			int rc = kv_remote_get(st, g, rl->uid, nd, ep, grp, m, ms);
+			if (rc != MORI_EINPROGRESS)
+				for (uint32_t j = 0; j < m; j++)
+					grp[j].sl->status = rc;
+		}
+		if (!node || !epoch || !grp)
+			for (uint32_t i = 0; i < rl->n; i++)
+				rl->k[i].sl->status = MORI_ENOMEM;
+		free(node), free(epoch), free(grp);
+	}
+	free(rl);
+	if (--g->waiting == 0)
+		kv_pget_done(st, g);
+}
+
+int kv_remote_locate_get(struct kv_store *st, struct kv_pget *g, uid_t uid, const struct kv_remote_key *keys,
+			 uint32_t n, uint32_t timeout_ms)
+{
+	size_t kbytes = 0;
+	for (uint32_t i = 0; i < n; i++)
+		kbytes += keys[i].key.len;
+	struct rloc *rl = calloc(1, sizeof(*rl) + sizeof(*keys) * n + kbytes);
+	struct kv_key *kk = calloc(n ? n : 1, sizeof(*kk));
+	if (!rl || !kk) {
+		free(rl), free(kk);
+		return MORI_ENOMEM;
+	}
+	uint8_t *kcopy = (uint8_t *)&rl->k[n];
+	*rl = (struct rloc){st, g, uid, mori_now_us() + (uint64_t)timeout_ms * 1000, n};
+	for (uint32_t i = 0; i < n; i++) {
+		rl->k[i] = keys[i];
+		memcpy(kcopy, keys[i].key.data, keys[i].key.len);
+		rl->k[i].key.data = kcopy;
+		kcopy += keys[i].key.len;
+		kk[i] = (struct kv_key){rl->k[i].key.data, rl->k[i].key.len};
+	}
+	char msg[300] = "";
+	g->waiting++;
+	int rc = kv_cluster_locate(st->d, uid, kk, n, KV_LOCATE_REMOTE, loc_done, rl, msg, sizeof(msg));
+	free(kk);
+	if (rc != MORI_OK) {
+		g->waiting--;
+		free(rl);
+		if (rc != MORI_ENOTSUP) {
+			for (uint32_t i = 0; i < n; i++)
+				keys[i].sl->status = rc;
+			kv_first_error(&g->rep, &g->r, msg);
+		}
+		return rc;
+	}
+	return MORI_EINPROGRESS;
+}
+
+/* ---- placement: puts past the high watermark go to the node with the most room ---- */
+
+#define PLACING_MAX 64 /* placements in flight from this node */
+
+struct rput {
+	struct list link;         /* R->rputs */
+	struct kv_remote *R;      /* NULL once the store stopped: the callbacks left only free it */
+	struct kv_entry *e;       /* the local version, referenced while it is placed */
+	char node[KV_NODE_MAX];
+	uint64_t epoch, lease, rregion, roff, xid;
+	uint32_t rgen;
+	uint8_t secret[REGION_SECRET_BYTES];
+};
+
+static uint64_t high_bytes(const struct config *cfg, uint64_t cap)
+{
+	return cap / 100 * (uint64_t)cfg->kv_high_watermark;
+}
+
+/* The live node with the most free DRAM that stays under its high watermark with size more
+ * (the same kv_high_watermark assumed there), and has more room than this node; NULL: none (a
+ * full cluster: the put stays here and this node evicts as it always does). */
+static const struct kv_node_info *place_target(struct kv_remote *R, uint64_t size)
+{
+	const struct kv_node_info *nodes = NULL, *best = NULL;
+	size_t n = 0;
+	if (!kv_cluster_on(R->st) || kv_cluster_nodes(R->d, &nodes, &n) != MORI_OK)
+		return NULL;
+	const struct config *cfg = &R->d->cfg;
+	uint64_t here = dram_free(R->st);
+	for (size_t i = 0; i < n; i++) {
+		const struct kv_node_info *x = &nodes[i];
+		uint64_t reserve = x->dram_capacity - high_bytes(cfg, x->dram_capacity);
+		if (x->self || x->dram_free < reserve + size || x->dram_free <= here)
+			continue;
+		if (!best || x->dram_free > best->dram_free)
+			best = x;
+	}
+	return best;
+}
+
+static int can_place(struct kv_store *st, uint64_t size)
+{
+	struct kv_remote *R = st->remote;
+	return R && R->placing < PLACING_MAX && place_target(R, size) != NULL;
+}
+
+static void rput_end(struct rput *x, int ok, const char *why)
+{
+	struct kv_remote *R = x->R;
+	if (R) {
+		if (ok && kv_drop(R->st, x->e) == MORI_OK) {
+			R->placed++;
+			R->placed_bytes += x->e->size;
+		} else if (!ok) {
+			R->place_failed++;
+			mlog_ratelimited(MLOG_WARN, "kv", "a put placed on node %s stays here: %s", x->node, why);
+		}
+		kv_unref(R->st, x->e);
+		R->placing--;
+		list_del(&x->link);
+	}
+	free(x);
+}
+
+static void put_commit_done(struct rpc *q, struct peer *p, const Mori__Reply *rep, int code, const char *msg)
+{
+	struct rput *x = q->arg;
+	const Mori__PeerKvReply *kr = rep && rep->body_case == MORI__REPLY__BODY_PEER_KV ? rep->peer_kv : NULL;
+	(void)p;
+	if (code == MORI_OK && (!kr || kr->n_status != 1))
+		code = MORI_EPROTO, msg = "a commit reply without its status";
+	if (code == MORI_OK && kr->status[0] != MORI_OK)
+		code = kr->status[0], msg = "its slot there expired before the commit";
+	rput_end(x, code == MORI_OK, msg && msg[0] ? msg : mori_strerror(code));
+}
+
+static void put_xfer_done(void *arg, int code, const char *msg)
+{
+	struct rput *x = arg;
+	struct kv_remote *R = x->R;
+	struct peer *p = R && code == MORI_OK ? peer_get(R->d->peers, x->node, 0) : NULL;
+	if (!p) {
+		rput_end(x, 0, code != MORI_OK ? (msg && msg[0] ? msg : mori_strerror(code)) : "the peer is gone");
+		return;
+	}
+	Mori__PeerKv q = MORI__PEER_KV__INIT;
+	Mori__Request req = MORI__REQUEST__INIT;
+	q.op = MORI__PEER_KV_OP__PEER_KV_PUT_COMMIT;
+	q.leases = &x->lease;
+	q.n_leases = 1;
+	req.body_case = MORI__REQUEST__BODY_PEER_KV;
+	req.peer_kv = &q;
+	if (!peer_rpc(p, &req, (uint32_t)R->d->cfg.kv_timeout_ms, put_commit_done, x))
+		rput_end(x, 0, "out of memory");
+}
+
+static void put_alloc_done(struct rpc *q, struct peer *p, const Mori__Reply *rep, int code, const char *msg)
+{
+	struct rput *x = q->arg;
+	struct kv_remote *R = x->R;
+	const Mori__PeerKvReply *kr = rep && rep->body_case == MORI__REPLY__BODY_PEER_KV ? rep->peer_kv : NULL;
+	(void)p;
+	if (!R) {
+		free(x);
+		return;
+	}
+	if (code == MORI_OK && (!kr || kr->n_items != 1 || kr->items[0]->secret.len != REGION_SECRET_BYTES))
+		code = kr && kr->n_items == 1 && kr->items[0]->status != MORI_OK ? kr->items[0]->status : MORI_EPROTO,
+		msg = rep && rep->message && rep->message[0] ? rep->message : "no slot there";
+	if (code != MORI_OK) {
+		rput_end(x, 0, msg && msg[0] ? msg : mori_strerror(code));
+		return;
+	}
+	const Mori__PeerKvItem *it = kr->items[0];
+	x->epoch = kr->epoch;
+	x->lease = it->lease;
+	x->rregion = it->region_id;
+	x->rgen = it->region_gen;
+	x->roff = it->offset;
+	memcpy(x->secret, it->secret.data, REGION_SECRET_BYTES);
+	struct region *local = slab_region(R, x->e->u.ext.slab);
+	mori_desc *d = calloc(1, sizeof(*d));
+	if (!local || !d) {
+		free(d);
+		rput_end(x, 0, "out of memory");
+		return;
+	}
+	d->local_offset = kv_ext_offset(&x->e->u.ext);
+	d->remote_offset = x->roff;
+	d->length = x->e->size;
+	struct peer_xfer_args a = {
+		.local = local, .node = x->node, .epoch = x->epoch, .region = x->rregion, .gen = x->rgen,
+		.secret = x->secret, .read = 0, .descs = d, .n = 1, .timeout_ms = (uint32_t)R->d->cfg.kv_timeout_ms,
+		.done = put_xfer_done, .arg = x,
+	};
+	int rc = peer_xfer_start(R->d, &a, &x->xid); /* takes d; done may run before it returns */
+	if (rc != MORI_OK)
+		rput_end(x, 0, mori_strerror(rc));
+}
+
+void kv_remote_place(struct kv_store *st, struct kv_entry *e)
+{
+	struct kv_remote *R = st->remote;
+	const struct config *cfg = &st->d->cfg;
+	struct kv_dram_stats ds;
+	if (!R || e->tier != KV_TIER_DRAM || e->pin == 2 || R->placing >= PLACING_MAX)
+		return;
+	kv_dram_stats_get(st->dram, &ds);
+	if (ds.allocated <= high_bytes(cfg, (uint64_t)cfg->kv_dram_bytes))
+		return; /* node affinity: below the high watermark every put stays here */
+	const struct kv_node_info *t = place_target(R, e->size);
+	struct peer *p = t ? peer_get(st->d->peers, t->node, 1) : NULL;
+	struct rput *x = p ? calloc(1, sizeof(*x)) : NULL;
+	if (!x)
+		return;
+	x->R = R;
+	x->e = e;
+	snprintf(x->node, sizeof(x->node), "%s", t->node);
+	ProtobufCBinaryData key = {e->key_len, e->key};
+	uint64_t size = e->size;
+	Mori__PeerKv q = MORI__PEER_KV__INIT;
+	Mori__Request req = MORI__REQUEST__INIT;
+	q.op = MORI__PEER_KV_OP__PEER_KV_PUT_ALLOC;
+	q.uid = (uint32_t)e->uid;
+	q.keys = &key;
+	q.n_keys = 1;
+	q.sizes = &size;
+	q.n_sizes = 1;
+	q.lease_ms = (uint32_t)cfg->kv_timeout_ms * 2;
+	req.body_case = MORI__REQUEST__BODY_PEER_KV;
+	req.peer_kv = &q;
+	if (!peer_rpc(p, &req, (uint32_t)cfg->kv_timeout_ms, put_alloc_done, x)) {
+		free(x);
+		return;
+	}
+	e->refs++;
+	R->placing++;
+	list_add(&R->rputs, &x->link);
+	peer_use(p);
+}
+
+/* ---- life cycle ---- */
+
+int kv_remote_start(struct kv_store *st)
+{
+	struct kv_remote *R = calloc(1, sizeof(*R));
+	if (!R)
+		return MORI_ENOMEM;
+	R->st = st;
+	R->d = st->d;
+	for (int i = 0; i < LEASE_BUCKETS; i++)
+		LIST_INIT(&R->lb[i]);
+	LIST_INIT(&R->expiry);
+	LIST_INIT(&R->rgets);
+	LIST_INIT(&R->rputs);
+	st->can_place = can_place;
+	uv_timer_init(st->d->loop, &R->timer);
+	R->timer.data = R;
+	kv_dram_on_close(st->dram, slab_closed, R);
+	st->remote = R;
+	peers_kv_serve = serve;
+	return MORI_OK;
+}
+
+static void timer_closed(uv_handle_t *h)
+{
+	free(h->data);
+}
+
+void kv_remote_stop(struct kv_store *st)
+{
+	struct kv_remote *R = st->remote;
+	if (!R)
+		return;
+	peers_kv_serve = NULL;
+	/* fetches reading now end (their slots freed while the store lives); those waiting for a
+	 * lease reply are let go: their reply frees them */
+	while (!LIST_EMPTY(&R->rgets)) {
+		struct rget *rg = list_entry(R->rgets.next, struct rget, link);
+		if (rg->xfers) { /* reading: cancelling its transfers finishes it (each done runs now) */
+			uint32_t nx = rg->nx;
+			uint64_t *ids = malloc(sizeof(*ids) * (nx ? nx : 1));
+			if (ids)
+				memcpy(ids, rg->xids, sizeof(*ids) * nx);
+			for (uint32_t i = 0; ids && i < nx; i++)
+				peer_xfer_cancel(R->d, ids[i]);
+			free(ids);
+			if (!LIST_EMPTY(&R->rgets) && list_entry(R->rgets.next, struct rget, link) == rg) {
+				list_del(&rg->link); /* not all cancelled (out of memory): let it leak its slots */
+				rg->R = NULL;
+			}
+			continue;
+		}
+		list_del(&rg->link);
+		rg->R = NULL; /* its lease reply frees it */
+		for (uint32_t i = 0; i < rg->n; i++)
+			rg->it[i].sl->status = MORI_ECANCELED;
+		if (--rg->g->waiting == 0)
+			kv_pget_done(st, rg->g);
+	}
+	while (!LIST_EMPTY(&R->rputs)) { /* writing: cancelled (done runs now); else let go */
+		struct rput *x = list_entry(R->rputs.next, struct rput, link);
+		if (x->xid)
+			peer_xfer_cancel(R->d, x->xid);
+		if (!LIST_EMPTY(&R->rputs) && list_entry(R->rputs.next, struct rput, link) == x) {
+			list_del(&x->link);
+			kv_unref(st, x->e);
+			x->R = NULL;
+		}
+	}
+	st->can_place = NULL;
+	for (int i = 0; i < LEASE_BUCKETS; i++)
+		while (!LIST_EMPTY(&R->lb[i]))
+			lease_end(R, list_entry(R->lb[i].next, struct plea, hlink));
+	kv_dram_on_close(st->dram, NULL, NULL);
+	for (uint32_t i = 0; i < R->nsr; i++)
+		if (R->sr[i].g)
+			region_remove(R->d, R->sr[i].g, "the KV store stopped");
+	free(R->sr);
+	st->remote = NULL;
+	uv_timer_stop(&R->timer);
+	uv_close((uv_handle_t *)&R->timer, timer_closed);
+}
+
+void kv_remote_stats(const struct kv_store *st, struct kv_remote_stats *out)
+{
+	memset(out, 0, sizeof(*out));
+	const struct kv_remote *R = st->remote;
+	if (!R)
+		return;
+	out->fetched = R->fetched;
+	out->fetched_bytes = R->fetched_bytes;
+	out->fetch_misses = R->fetch_misses;
+	out->fetch_errors = R->fetch_errors;
+	out->served = R->served;
+	out->served_bytes = R->served_bytes;
+	out->peer_leases = R->nleases;
+	out->expired = R->expired;
+	out->placed = R->placed;
+	out->placed_bytes = R->placed_bytes;
+	out->place_failed = R->place_failed;
+	out->placed_here = R->placed_here;
+}

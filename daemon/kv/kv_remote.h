@@ -1,0 +1,50 @@
+/* UMBP across nodes (kv_remote.c): gets of values another node's daemon holds, and serving this
+ * node's values to other daemons. Everything runs on morid's loop. */
+#ifndef MORID_KV_REMOTE_H
+#define MORID_KV_REMOTE_H
+#include "kv/kv_int.h"
+
+/* Serve PeerKv requests and keep regions over the DRAM tier's slabs for peers' reads. 0 or
+ * MORI_ENOMEM. */
+int kv_remote_start(struct kv_store *st);
+/* Before the store is freed: fetches end (MORI_ECANCELED), peers' leases end, the slabs' regions go. */
+void kv_remote_stop(struct kv_store *st);
+
+/* One key of a remote get: where its answer goes (a slot of g's reply), its bytes (copied) and
+ * the generation the index named (0: any). */
+struct kv_remote_key {
+	Mori__KvSlot *sl;
+	ProtobufCBinaryData key;
+	uint64_t gen;
+};
+/* Fetch keys[0..n) of uid from node's daemon (host:port; epoch: the one the index named, 0 any)
+ * into temporary DRAM slots leased to g's client, the whole within timeout_ms. MORI_EINPROGRESS:
+ * g->waiting counts it and each slot is filled (status MORI_OK, MORI_ENOENT for a miss or a stale
+ * entry, or the error, the reason naming the node in g's reply) before g completes. Else nothing
+ * started: MORI_ENOTSUP (no peer service), MORI_ENOENT (node is this one), MORI_ENOMEM, or the
+ * peer table's refusal (MORI_EINVAL, MORI_EBUSY), the slots' statuses set to it. */
+int kv_remote_get(struct kv_store *st, struct kv_pget *g, uid_t uid, const char *node, uint64_t epoch,
+		  const struct kv_remote_key *keys, uint32_t n, uint32_t timeout_ms);
+
+/* The same for keys this node lacks, their holders asked of the cluster index (kv_cluster.h):
+ * each key from a holder with it in DRAM, a holder's keys in one request, holders in parallel;
+ * keys no other node holds stay misses. MORI_EINPROGRESS as kv_remote_get; else nothing started:
+ * MORI_ENOTSUP (kv_index local: the slots untouched), or the index's failure (MORI_ECONN naming
+ * Redis, MORI_EINVAL, MORI_ENOMEM) set on the slots. */
+int kv_remote_locate_get(struct kv_store *st, struct kv_pget *g, uid_t uid, const struct kv_remote_key *keys,
+			 uint32_t n, uint32_t timeout_ms);
+
+/* Placement, after e was committed here: with the cluster index on and this node's DRAM tier past
+ * its high watermark, e is sent to the live node with the most free DRAM that stays under its
+ * own high watermark with it (PeerKv PUT_ALLOC, a write over a transport, PUT_COMMIT), and
+ * dropped here once committed there (a version replaced meanwhile stays). No such node (a full
+ * cluster), a hard pin, or a failure on the way: e stays here and this node evicts as always. */
+void kv_remote_place(struct kv_store *st, struct kv_entry *e);
+
+struct kv_remote_stats {
+	uint64_t fetched, fetched_bytes, fetch_misses, fetch_errors; /* as the asker */
+	uint64_t served, served_bytes, peer_leases, expired;         /* as the holder */
+	uint64_t placed, placed_bytes, place_failed, placed_here;    /* placement: sent, refused, taken */
+};
+void kv_remote_stats(const struct kv_store *st, struct kv_remote_stats *out);
+#endif
