@@ -194,11 +194,15 @@ int kv_release(struct kv_store *st, struct kv_client *kc, uint64_t id);
 struct kv_entry *kv_lookup(struct kv_store *st, uid_t uid, const void *key, size_t klen);
 int kv_remove(struct kv_store *st, uid_t uid, const void *key, size_t klen);
 int kv_pin(struct kv_store *st, uid_t uid, const void *key, size_t klen, int pin, char *msg, size_t msglen);
-/* Removes every value of uid committed so far, a slice a loop turn; done(arg, MORI_OK, values
+/* kv_clear.c: removes every value of uid committed so far, a slice a loop turn; done(arg, MORI_OK, values
  * removed) runs once complete, or with MORI_ECANCELED when the store stops first. MORI_OK (done
  * will run), MORI_ENOMEM or MORI_ECANCELED (it will not). */
 typedef void (*kv_clear_cb)(void *arg, int rc, uint64_t n);
 int kv_clear(struct kv_store *st, uid_t uid, kv_clear_cb done, void *arg);
+/* kv_clear.c: clears under way end (done with MORI_ECANCELED); before kv_store_free. */
+void kv_clear_stop(struct kv_store *st);
+/* e (live) leaves the index as a remove does (a tombstone for its SSD record). */
+void kv_entry_remove(struct kv_store *st, struct kv_entry *e);
 /* kv_reply.c: 1 when kc must be sent slab s's fd with this reply (and it is now marked sent); 0
  * when it has it; <0 ENOMEM. */
 int kv_slab_send(struct kv_client *kc, const struct kv_slab *s);

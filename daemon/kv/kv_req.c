@@ -456,6 +456,8 @@ int kv_start(struct morid *d)
 
 void kv_stop(struct morid *d)
 {
+	if (d->kv)
+		kv_clear_stop(d->kv);
 	kv_store_free(d->kv);
 	d->kv = NULL;
 }

@@ -762,88 +762,9 @@ int kv_pin(struct kv_store *st, uid_t uid, const void *key, size_t klen, int pin
 	return MORI_OK;
 }
 
-static void timer_closed(uv_handle_t *h);
-
-/* A clear walks the index a slice a loop turn (an idle handle: other requests are served
- * between slices); values committed after it began stay. */
-#define CLEAR_BUCKETS 16384
-
-struct kv_clear {
-	struct list link;
-	struct kv_store *st;
-	uid_t uid;
-	uint64_t gen;
-	struct kv_index_cursor cur;
-	uint64_t n;
-	kv_clear_cb done;
-	void *arg;
-};
-
-struct kv_clearer {
-	uv_idle_t h;
-	struct list jobs;
-};
-
-static void clear_one(struct kv_entry *e, void *arg)
+void kv_entry_remove(struct kv_store *st, struct kv_entry *e)
 {
-	struct kv_clear *j = arg;
-	if (e->uid == j->uid && e->gen <= j->gen) {
-		entry_unlink(j->st, e, U_REMOVED);
-		j->n++;
-	}
-}
-
-static void clear_turn(uv_idle_t *h)
-{
-	struct kv_store *st = h->data;
-	struct kv_clearer *k = st->clearer;
-	struct kv_clear *j = list_entry(k->jobs.next, struct kv_clear, link);
-	if (!kv_index_walk(&st->idx, &j->cur, CLEAR_BUCKETS, clear_one, j))
-		return;
-	list_del(&j->link);
-	if (k->jobs.next == &k->jobs)
-		uv_idle_stop(&k->h);
-	j->done(j->arg, MORI_OK, j->n);
-	free(j);
-}
-
-int kv_clear(struct kv_store *st, uid_t uid, kv_clear_cb done, void *arg)
-{
-	if (st->closing)
-		return MORI_ECANCELED;
-	if (!st->clearer) {
-		if (!(st->clearer = calloc(1, sizeof(*st->clearer))))
-			return MORI_ENOMEM;
-		LIST_INIT(&st->clearer->jobs);
-		uv_idle_init(st->d->loop, &st->clearer->h);
-		st->clearer->h.data = st;
-	}
-	struct kv_clear *j = calloc(1, sizeof(*j));
-	if (!j)
-		return MORI_ENOMEM;
-	*j = (struct kv_clear){.st = st, .uid = uid, .gen = st->gen, .done = done, .arg = arg};
-	if (st->clearer->jobs.next == &st->clearer->jobs)
-		uv_idle_start(&st->clearer->h, clear_turn);
-	list_add(&st->clearer->jobs, &j->link);
-	return MORI_OK;
-}
-
-/* Clears under way end (MORI_ECANCELED) and the handle goes. */
-static void clearer_free(struct kv_store *st)
-{
-	struct kv_clearer *k = st->clearer;
-	if (!k)
-		return;
-	st->clearer = NULL;
-	list_each(it, &k->jobs) {
-		struct kv_clear *j = list_entry(it, struct kv_clear, link);
-		list_del(&j->link);
-		j->done(j->arg, MORI_ECANCELED, j->n);
-		free(j);
-	}
-	uv_idle_stop(&k->h);
-	k->h.data = k;
-	uv_close((uv_handle_t *)&k->h, timer_closed);
+	entry_unlink(st, e, U_REMOVED);
 }
 
 /* ---- the SSD tier ---- */
@@ -995,7 +916,6 @@ void kv_store_free(struct kv_store *st)
 		}
 	}
 	st->closing = 1;
-	clearer_free(st);
 	if (st->dram)
 		kv_index_each(&st->idx, free_entry_cb, st);
 	st->ssd_ops++; /* callbacks run inside kv_ssd_close must not finish the store under us */
