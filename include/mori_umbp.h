@@ -174,7 +174,9 @@ MORI_API int mori_umbp_remove(mori_umbp *u, const void *key, size_t key_len);
  * pin would take the uid past its quota. */
 MORI_API int mori_umbp_pin(mori_umbp *u, const void *key, size_t key_len, mori_umbp_pin_kind pin);
 
-/* Remove every key of the caller's uid, on every tier. ROCm/mori: Clear. */
+/* Remove every key of the caller's uid committed before the call, on every tier; returns once all
+ * are gone (morid removes them a slice per loop turn, serving other requests between; values put
+ * meanwhile stay). ROCm/mori: Clear. */
 MORI_API int mori_umbp_clear(mori_umbp *u);
 
 /* Wait until every value spilled to SSD so far is durable there (written and fdatasync'd).

@@ -165,47 +165,91 @@ struct copy {
 	int *status;
 };
 
-/* VRAM copies through the GPU's copy engine, on the device's own stream, synchronously. */
-static int copy_vram(mori_umbp *u, struct copy *k)
+/* VRAM copies through the GPU's copy engine: a batch's copies to or from one device go on its
+ * stream back to back, one synchronize for them all (a run of items on one device at a time);
+ * an item whose copy could not start, or whose stream failed, gets the error. */
+struct vram_run {
+	const struct gpu_api *g;
+	struct gpu_dev *d;            /* pushed while set */
+	int ordinal;
+	struct copy **k;              /* copies on d's stream since its last synchronize */
+	size_t nk;
+};
+
+static int vram_run_end(mori_umbp *u, struct vram_run *r)
 {
-	const struct gpu_api *g = gpu_api();
-	if (!g)
-		return set_error(u->c, MORI_ENOGPU, "no GPU runtime for a VRAM buffer");
+	int rc = MORI_OK;
+	if (!r->d)
+		return rc;
+	int e = r->nk ? r->g->stream_synchronize(r->d->stream) : 0;
+	gpu_pop(r->g);
+	if (e) {
+		rc = set_error(u->c, MORI_EIO, "GPU copies of a batch (%zu values) failed (%d)", r->nk, e);
+		for (size_t i = 0; i < r->nk; i++)
+			*r->k[i]->status = rc;
+	}
+	r->d = NULL;
+	r->nk = 0;
+	return rc;
+}
+
+static int vram_enqueue(mori_umbp *u, struct vram_run *r, struct copy *k)
+{
+	const struct gpu_api *g = r->g;
 	const void *dev = k->to_slab ? (const void *)k->src : (const void *)k->dst;
 	int ordinal = -1;
 	if (g->pointer_get_attribute(&ordinal, GPU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, (gpu_dptr)(uintptr_t)dev) != 0 ||
 	    ordinal < 0)
 		return set_error(u->c, MORI_EINVAL, "no device ordinal for %p", dev);
-	struct gpu_ctx *x;
-	struct gpu_dev *d;
-	int rc = gpu_ctx_get(u->c, &x);
-	if (rc == MORI_OK)
-		rc = gpu_dev_get(u->c, x, ordinal, &d);
-	if (rc != MORI_OK)
-		return rc;
-	if (gpu_push(g, d) != 0)
-		return set_error(u->c, MORI_EIO, "cannot make GPU %d's context current", ordinal);
+	if (!r->d || r->ordinal != ordinal) {
+		vram_run_end(u, r);
+		struct gpu_ctx *x;
+		struct gpu_dev *d;
+		int rc = gpu_ctx_get(u->c, &x);
+		if (rc == MORI_OK)
+			rc = gpu_dev_get(u->c, x, ordinal, &d);
+		if (rc != MORI_OK)
+			return rc;
+		if (gpu_push(g, d) != 0)
+			return set_error(u->c, MORI_EIO, "cannot make GPU %d's context current", ordinal);
+		r->d = d;
+		r->ordinal = ordinal;
+	}
 	if (k->map && !k->map->registered && g->mem_host_register(k->map->base, k->map->bytes, GPU_MEMHOSTREGISTER_PORTABLE) == 0)
 		k->map->registered = 1; /* pinned: the copy engine reads it directly, no staging */
-	int e = k->to_slab ? g->memcpy_dtoh_async(k->dst, (gpu_dptr)(uintptr_t)k->src, k->len, d->stream)
-			   : g->memcpy_htod_async((gpu_dptr)(uintptr_t)k->dst, k->src, k->len, d->stream);
-	if (e == 0)
-		e = g->stream_synchronize(d->stream);
-	gpu_pop(g);
-	return e ? set_error(u->c, MORI_EIO, "GPU copy of %llu bytes failed (%d)", (unsigned long long)k->len, e)
-		 : MORI_OK;
+	int e = k->to_slab ? g->memcpy_dtoh_async(k->dst, (gpu_dptr)(uintptr_t)k->src, k->len, r->d->stream)
+			   : g->memcpy_htod_async((gpu_dptr)(uintptr_t)k->dst, k->src, k->len, r->d->stream);
+	if (e)
+		return set_error(u->c, MORI_EIO, "GPU copy of %llu bytes failed to start (%d)", (unsigned long long)k->len, e);
+	r->k[r->nk++] = k;
+	return MORI_OK;
+}
+
+/* Every VRAM copy of ks[0..n). */
+static void copy_vram_all(mori_umbp *u, struct copy *ks, size_t n, size_t nv)
+{
+	struct vram_run r = {.g = gpu_api(), .k = malloc(sizeof(struct copy *) * (nv ? nv : 1))};
+	for (size_t i = 0; i < n; i++) {
+		if (!ks[i].vram)
+			continue;
+		int rc = !r.g ? set_error(u->c, MORI_ENOGPU, "no GPU runtime for a VRAM buffer")
+			: !r.k ? set_error(u->c, MORI_ENOMEM, "out of memory") : vram_enqueue(u, &r, &ks[i]);
+		if (rc != MORI_OK)
+			*ks[i].status = rc;
+	}
+	if (r.g)
+		vram_run_end(u, &r);
+	free(r.k);
 }
 
 static void copy_all(mori_umbp *u, struct copy *ks, size_t n)
 {
 	uint64_t total = 0;
-	size_t big = 0, nh = 0;
+	size_t big = 0, nh = 0, nv = 0;
 	struct copy_op *ops = malloc(sizeof(*ops) * (n ? n : 1));
 	for (size_t i = 0; i < n; i++) {
 		if (ks[i].vram) {
-			int rc = copy_vram(u, &ks[i]);
-			if (rc != MORI_OK)
-				*ks[i].status = rc;
+			nv++;
 			continue;
 		}
 		if (!ops) {
@@ -231,6 +275,8 @@ static void copy_all(mori_umbp *u, struct copy *ks, size_t n)
 	for (size_t i = 0; ops && i < nh; i++)
 		memcpy(ops[i].dst, ops[i].src, ops[i].len);
 	free(ops);
+	if (nv)
+		copy_vram_all(u, ks, n, nv);
 }
 
 /* ---- requests ---- */

@@ -4,7 +4,8 @@
 # allocator and with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (a tensor over several
 # segments registers as one region; a refusal fails with libmori's reason), the rest of the
 # Python suite with torch (CPU tensors, libmori's VRAM), and examples/kv_cache_transfer.py on
-# CUDA tensors: one morid, two morids (cross-node staging), and under expandable segments.
+# CUDA tensors: one morid, two morids (cross-node staging), and under expandable segments; UMBP's
+# put/get of CUDA tensors beside pinned copies (tools/bench_umbp_torch.py).
 #
 #   tests/device-python.sh bundle [--bundle DIR]   here: make (B, default build), then bundle
 #                                   morid, moractl, libmori.so and the libraries they need into
@@ -91,6 +92,19 @@ PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True timeout -k 5 180 $EX --runtime-
 rc=$?
 cat "$O/example-expandable.log"
 outcome "example (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)" $rc "$O/example-expandable.log"
+stop_all
+echo
+echo "== UMBP: put/get of CUDA tensors (64 x 1 MiB) beside pinned host<->device copies, same run"
+start_morid "$RT" || exit 1
+timeout -k 5 180 python3 tools/bench_umbp_torch.py --runtime-dir "$RT" --device cuda --size 1M --n 64 \
+	> "$O/umbp-torch.log" 2>&1
+rc=$?
+cat "$O/umbp-torch.log"
+if [ $rc = 0 ]; then
+	note "umbp torch: ok: $(grep -E 'batch|verified' "$O/umbp-torch.log" | tr -s ' ' | paste -sd ';' -)"
+else
+	note "umbp torch: FAILED (exit $rc): $(tail -n 3 "$O/umbp-torch.log" | cut -c1-400 | paste -sd ';' -)"
+fi
 stop_all
 echo
 echo "== example across two morids (VRAM staged through the daemons' TCP streams)"

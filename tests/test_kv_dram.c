@@ -42,9 +42,10 @@ START_TEST(random_alloc_free)
 		if (round % 1000 == 0) { /* no two live runs of a slab overlap */
 			for (int a = 0; a < N; a++)
 				for (int b = a + 1; live[a] && b < N; b++)
-					if (live[b] && ext[a].slab == ext[b].slab)
-						ck_assert(kv_ext_offset(&ext[a]) + kv_ext_bytes(&ext[a]) <= kv_ext_offset(&ext[b]) ||
-							  kv_ext_offset(&ext[b]) + kv_ext_bytes(&ext[b]) <= kv_ext_offset(&ext[a]));
+					if (live[b] && ext[a].slab == ext[b].slab &&
+					    !(kv_ext_offset(&ext[a]) + kv_ext_bytes(&ext[a]) <= kv_ext_offset(&ext[b]) ||
+					      kv_ext_offset(&ext[b]) + kv_ext_bytes(&ext[b]) <= kv_ext_offset(&ext[a])))
+						ck_abort_msg("values %d and %d overlap in slab %u", a, b, ext[a].slab);
 			struct kv_dram_stats st;
 			kv_dram_stats_get(t, &st);
 			ck_assert_uint_eq(st.allocated, used);
@@ -56,7 +57,7 @@ START_TEST(random_alloc_free)
 	struct kv_dram_stats st;
 	kv_dram_stats_get(t, &st);
 	ck_assert_uint_eq(st.allocated, 0);
-	ck_assert_uint_le(st.slabs, 2);     /* one kept per uid */
+	ck_assert_uint_le(st.slab_bytes, 8 * SLAB); /* empty slabs kept, within the limit */
 	ck_assert_uint_eq(st.free_runs, st.slabs); /* each coalesced whole */
 	kv_dram_free(t);
 }
@@ -88,6 +89,34 @@ START_TEST(waste_per_value)
 }
 END_TEST
 
+/* Emptied slabs stay while the tier has room; another uid needing a slab takes them back, all but
+ * the uid's last. */
+START_TEST(empty_slabs_reclaimed)
+{
+	struct kv_dram *t = kv_dram_new(SLAB, 3 * SLAB);
+	struct kv_ext a[12], b[9];
+	struct kv_dram_stats st;
+	for (int i = 0; i < 12; i++) /* four a slab: three slabs of uid 0 */
+		OK(kv_dram_alloc(t, 0, SLAB / 4, &a[i]));
+	ck_assert_int_eq(kv_dram_alloc(t, 1, 64, &b[0]), MORI_ENOMEM);
+	for (int i = 0; i < 12; i++)
+		kv_dram_release(t, &a[i]);
+	kv_dram_stats_get(t, &st);
+	ck_assert_uint_eq(st.slabs, 3);
+	for (int i = 0; i < 8; i++) /* two of uid 0's empty slabs become uid 1's */
+		OK(kv_dram_alloc(t, 1, SLAB / 4, &b[i]));
+	ck_assert_int_eq(kv_dram_alloc(t, 1, SLAB / 4, &b[8]), MORI_ENOMEM);
+	kv_dram_stats_get(t, &st);
+	ck_assert_uint_eq(st.slabs, 3);
+	ck_assert_uint_eq(st.allocated, 2 * SLAB);
+	OK(kv_dram_alloc(t, 0, SLAB / 4, &a[0])); /* uid 0 kept its last */
+	kv_dram_release(t, &a[0]);
+	for (int i = 0; i < 8; i++)
+		kv_dram_release(t, &b[i]);
+	kv_dram_free(t);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("kv_dram");
@@ -95,6 +124,7 @@ int main(void)
 	tcase_set_timeout(t, 120);
 	tcase_add_test(t, random_alloc_free);
 	tcase_add_test(t, waste_per_value);
+	tcase_add_test(t, empty_slabs_reclaimed);
 	suite_add_tcase(s, t);
 	return run_suite(s);
 }

@@ -3,6 +3,7 @@
  * readers keep, pins, quotas, eviction under the watermarks, clients dying between the steps of a
  * put or a get, forged ids, and a million keys. Expected bytes come from the tests' own generator
  * and checksum (harness.h), never from libmori. */
+#include <pthread.h>
 #include <check.h>
 #include <sys/mman.h>
 
@@ -582,6 +583,19 @@ START_TEST(quota_per_uid)
 }
 END_TEST
 
+struct clear_arg {
+	mori_umbp *u;
+	int rc, done;
+};
+
+static void *clear_thread(void *arg)
+{
+	struct clear_arg *a = arg;
+	a->rc = mori_umbp_clear(a->u);
+	__atomic_store_n(&a->done, 1, __ATOMIC_RELEASE);
+	return NULL;
+}
+
 /* A million small keys: morid's memory per key, and the loop keeps answering others meanwhile. */
 START_TEST(million_keys)
 {
@@ -633,6 +647,25 @@ START_TEST(million_keys)
 	OK(mori_umbp_get(u2, k, strlen(k), got, sizeof(got), &len));
 	ck_assert_uint_eq(got[0], 777777);
 	ck_assert_uint_eq(got[1], ~(uint64_t)777777);
+	/* Clearing them goes a slice a loop turn: the watcher's stats, asked while the clear runs,
+	 * are answered with part of the keys gone (counted; the clear takes many turns). */
+	struct clear_arg ca = {.u = e.u};
+	pthread_t th;
+	ck_assert_int_eq(pthread_create(&th, NULL, clear_thread, &ca), 0);
+	uint64_t mid = 0, asked = 0;
+	while (!__atomic_load_n(&ca.done, __ATOMIC_ACQUIRE)) {
+		uint64_t n = stats(u2).dram_keys;
+		asked++;
+		mid += n > 0 && n < (uint64_t)N;
+	}
+	pthread_join(th, NULL);
+	ck_assert_int_eq(ca.rc, MORI_OK);
+	ck_assert_uint_eq(stats(u2).dram_keys, 0);
+	ck_assert_int_eq(mori_umbp_get(u2, k, strlen(k), got, sizeof(got), &len), MORI_ENOENT);
+	printf("# million_keys: clear of %d keys: %llu of %llu stats requests answered mid-clear\n", N,
+	       (unsigned long long)mid, (unsigned long long)asked);
+	fflush(stdout);
+	ck_assert_msg(mid > 0, "no stats request was answered while the clear ran (%llu asked)", (unsigned long long)asked);
 	OK(mori_umbp_close(u2));
 	mori_client_close(c2);
 	env_down(&e);

@@ -4,6 +4,7 @@
  *
  *   mori-bench kv --sim TRACE [--capacity 1000,10000,50000] [--policy lru,s3fifo,...|all]
  *   mori-bench kv --sim synthetic ...     (a built-in multi-turn workload, when no trace is at hand)
+ *   mori-bench kv --sim TRACE --store RUNDIR --policy P   (also through morid, its policy P)
  *
  * TRACE: JSON lines with a "hash_ids" array per request (the Mooncake trace format: ids of the
  * prompt's blocks, equal ids = shared prefix). Capacities count blocks.
@@ -24,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_kv.h"
 #include "kv/kv_policy.h"
 
 struct trace {
@@ -408,6 +410,133 @@ static struct rates sim_policy(const struct trace *t, enum kv_policy_kind kind, 
 	return r;
 }
 
+/* ---- the same requests through morid ---- */
+
+struct store_run {
+	mori_umbp *u;
+	uint64_t vbytes;
+	uint8_t *bufs;              /* a value's room per position of the longest request */
+	char (*keys)[24];
+	mori_umbp_item *it;
+	uint64_t get_errors;
+};
+
+static void store_key(struct store_run *s, size_t at, uint32_t id, mori_umbp_item *it, int32_t depth)
+{
+	snprintf(s->keys[at], sizeof(s->keys[at]), "mooncake/%u", id);
+	memset(it, 0, sizeof(*it));
+	it->key = (mori_umbp_key){s->keys[at], strlen(s->keys[at])};
+	it->buf = s->bufs + at * s->vbytes;
+	it->size = s->vbytes;
+	it->depth = depth;
+}
+
+/* Puts ids[from..to) (positions in the request), each value its id repeated. */
+static void store_put(struct store_run *s, const uint32_t *ids, const size_t *pos, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		store_key(s, i, ids[pos[i]], &s->it[i], (int32_t)pos[i]);
+		for (size_t b = 0; b + 4 <= s->vbytes; b += 4)
+			memcpy((uint8_t *)s->it[i].buf + b, &ids[pos[i]], 4);
+	}
+	size_t ok = 0;
+	int rc = n ? mori_umbp_batch_put(s->u, s->it, n, &ok) : MORI_OK;
+	if (rc || ok != n)
+		kv_die("store replay: batch put", rc ? rc : s->it[0].status);
+}
+
+/* The trace through a running morid, fed as sim_policy feeds a policy: per request an exists of
+ * its ids, then in request order gets of the runs found (a get that finds the key is the hit:
+ * the store's policy sees it as a use) and puts of the rest with depths; a key found by the
+ * exists but evicted before its get (by this request's own puts) is a miss and put. Every got
+ * value is checked against its id. */
+static struct rates store_replay(const struct trace *t, const char *rundir, uint64_t vbytes, uint64_t *cap)
+{
+	struct store_run s = {.vbytes = vbytes};
+	mori_client *c;
+	s.u = kv_open(rundir, "bench-kv-store-replay", &c);
+	mori_umbp_stats st = {.size = sizeof(st)};
+	int rc = mori_umbp_stats_get(s.u, &st);
+	if (rc)
+		kv_die("store stats", rc);
+	if (st.dram_keys || st.ssd_keys) {
+		fprintf(stderr, "mori-bench kv: --store: the store holds %llu keys already: start from an empty one\n",
+			(unsigned long long)(st.dram_keys + st.ssd_keys));
+		exit(1);
+	}
+	*cap = st.dram_capacity / vbytes;
+	size_t longest = 0;
+	for (size_t q = 0; q < t->nreq; q++)
+		longest = t->off[q + 1] - t->off[q] > longest ? t->off[q + 1] - t->off[q] : longest;
+	s.bufs = xalloc(longest * vbytes);
+	s.keys = xalloc(longest * sizeof(*s.keys));
+	s.it = xalloc(longest * sizeof(*s.it));
+	mori_umbp_key *ks = xalloc(longest * sizeof(*ks));
+	uint8_t *present = xalloc(longest), *hit = xalloc(longest);
+	size_t *pos = xalloc(longest * sizeof(*pos));
+	struct rates r = {0, 0};
+	for (size_t q = 0; q < t->nreq; q++) {
+		const uint32_t *ids = t->id + t->off[q];
+		size_t n = t->off[q + 1] - t->off[q];
+		if (!n)
+			continue;
+		for (size_t i = 0; i < n; i++) {
+			store_key(&s, i, ids[i], &s.it[i], (int32_t)i);
+			ks[i] = s.it[i].key;
+		}
+		if ((rc = mori_umbp_batch_exists(s.u, ks, n, present)))
+			kv_die("store replay: batch exists", rc);
+		memset(hit, 0, n);
+		for (size_t i = 0; i < n;) {
+			size_t j = i;
+			while (j < n && present[j] == present[i])
+				j++;
+			size_t np = 0;
+			if (present[i]) {
+				for (size_t k = i; k < j; k++)
+					store_key(&s, k - i, ids[k], &s.it[k - i], (int32_t)k);
+				size_t ok;
+				rc = mori_umbp_batch_get(s.u, s.it, j - i, &ok);
+				if (rc)
+					kv_die("store replay: batch get", rc);
+				for (size_t k = i; k < j; k++) {
+					const mori_umbp_item *g = &s.it[k - i];
+					uint32_t v = 0;
+					if (g->status == MORI_OK)
+						memcpy(&v, g->buf, 4);
+					if (g->status == MORI_OK && g->len == vbytes && v == ids[k])
+						hit[k] = 1;
+					else if (g->status == MORI_ENOENT)
+						pos[np++] = k;
+					else
+						s.get_errors++;
+				}
+			} else {
+				for (size_t k = i; k < j; k++)
+					pos[np++] = k;
+			}
+			store_put(&s, ids, pos, np);
+			i = j;
+		}
+		size_t k = 0;
+		while (k < n && hit[k])
+			k++;
+		r.prefix += k;
+		for (size_t i = 0; i < n; i++)
+			r.block += hit[i];
+	}
+	if (s.get_errors) {
+		fprintf(stderr, "mori-bench kv: store replay: %llu gets failed or returned wrong bytes\n",
+			(unsigned long long)s.get_errors);
+		exit(1);
+	}
+	if ((rc = mori_umbp_clear(s.u)))
+		kv_die("store replay: clear", rc);
+	free(s.bufs), free(s.keys), free(s.it), free(ks), free(present), free(hit), free(pos);
+	kv_close(s.u, c);
+	return r;
+}
+
 /* ---- the command ---- */
 
 static void usage(int code)
@@ -416,7 +545,10 @@ static void usage(int code)
 		"usage: mori-bench kv --sim TRACE|synthetic [--capacity N[,N...]] [--policy NAME[,NAME...]|all]\n"
 		"  TRACE: JSON lines with hash_ids (the Mooncake trace format); capacities in blocks\n"
 		"  (default 1000,10000,50000); policies of the KV store: lru, default, s3fifo, tinylfu,\n"
-		"  prefix-lru, prefix-slru (default all).\n");
+		"  prefix-lru, prefix-slru (default all).\n"
+		"  --store RUNDIR [--value-bytes 64]: the requests also go through the morid of RUNDIR (its store\n"
+		"  empty, its policy named by --policy; capacity: its DRAM tier / value bytes, so run it with\n"
+		"  --kv-high-watermark 100 --kv-low-watermark 100 and kv_dram_bytes = blocks x value bytes).\n");
 	exit(code);
 }
 
@@ -440,7 +572,8 @@ static size_t parse_list(const char *s, uint64_t *out, size_t max, int policies)
 
 int bench_kv_sim_main(int argc, char **argv)
 {
-	const char *path = NULL;
+	const char *path = NULL, *store = NULL;
+	uint64_t vbytes = 64;
 	uint64_t caps[16] = {1000, 10000, 50000}, pol[KV_POLICY_NKINDS * 2];
 	size_t ncap = 3, npol = 0;
 	for (int i = 2; i < argc; i++) {
@@ -451,6 +584,10 @@ int bench_kv_sim_main(int argc, char **argv)
 			path = v, i++;
 		else if (!strcmp(a, "--capacity") && v)
 			ncap = parse_list(v, caps, 16, 0), i++;
+		else if (!strcmp(a, "--store") && v)
+			store = v, i++;
+		else if (!strcmp(a, "--value-bytes") && v && (vbytes = strtoull(v, NULL, 10)) >= 4)
+			i++;
 		else if (!strcmp(a, "--policy") && v)
 			npol = strcmp(v, "all") ? parse_list(v, pol, KV_POLICY_NKINDS * 2, 1) : 0, i++;
 		else
@@ -475,9 +612,23 @@ int bench_kv_sim_main(int argc, char **argv)
 	printf("# per-block: %% of references found (a miss inserts); prefix: %% of references in their\n"
 	       "# request's leading found run. References: exact LRU, Belady's MIN, infinite, over the id\n"
 	       "# sequence; policies: kv_policy.c fed exists/get/put per request as a store sees them.\n");
-	printf("%-16s %-22s %12s %12s\n", "capacity/blocks", "policy", "per-block/%", "prefix/%");
 	uint8_t *hit = xalloc(t.nref);
 	double N = (double)t.nref / 100.0;
+	struct rates sr;
+	if (store) {
+		/* the store's capacity decides the only capacity, its policy the only policy */
+		if (npol != 1) {
+			fprintf(stderr, "mori-bench kv: --store needs --policy naming morid's kv_policy\n");
+			return 2;
+		}
+		double t0 = now_s();
+		sr = store_replay(&t, store, vbytes, &caps[0]);
+		ncap = 1;
+		printf("# store: morid of %s, %llu-byte values: capacity %llu blocks; %.1f s, %.0f block references/s\n",
+		       store, (unsigned long long)vbytes, (unsigned long long)caps[0], now_s() - t0,
+		       (double)t.nref / (now_s() - t0));
+	}
+	printf("%-16s %-22s %12s %12s\n", "capacity/blocks", "policy", "per-block/%", "prefix/%");
 	for (size_t c = 0; c < ncap; c++) {
 		struct rates r;
 		r = ref_lru(&t, caps[c], hit);
@@ -495,6 +646,11 @@ int bench_kv_sim_main(int argc, char **argv)
 			else
 				snprintf(label, sizeof(label), "%s", kv_policy_name(ran));
 			printf("%-16llu %-22s %12.2f %12.2f\n", (unsigned long long)caps[c], label, r.block / N, r.prefix / N);
+			if (store) {
+				snprintf(label, sizeof(label), "morid: %s", kv_policy_name(ran));
+				printf("%-16llu %-22s %12.2f %12.2f\n", (unsigned long long)caps[c], label, sr.block / N,
+				       sr.prefix / N);
+			}
 		}
 	}
 	free(hit);

@@ -242,13 +242,57 @@ fail:
 	return NULL;
 }
 
+static void punch(struct kv_slab *s, uint64_t off, uint64_t len)
+{
+	uint64_t a = (off + 4095) & ~4095ull, b = (off + len) & ~4095ull;
+	if (b > a && fallocate(s->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)a, (off_t)(b - a)) != 0)
+		mlog_ratelimited(MLOG_WARN, "kv", "slab %u: giving pages back: %s", s->id, strerror(errno));
+}
+
+/* An empty regular slab of arena a leaves it; its memory goes back whole (clients may still map
+ * it: the pages go now). */
+static void slab_drop(struct kv_dram *t, struct arena *a, struct kv_slab *s)
+{
+	for (struct kv_slab **pp = &a->slabs; *pp; pp = &(*pp)->next_of_uid)
+		if (*pp == s) {
+			*pp = s->next_of_uid;
+			break;
+		}
+	a->nslabs--;
+	punch(s, 0, s->bytes);
+	slab_close(t, s);
+}
+
+/* Room for another slab of bytes: an empty slab of any uid (but for its last) is given back.
+ * 1 when the tier has room now. */
+static int reclaim_empty(struct kv_dram *t, uint64_t bytes)
+{
+	uint32_t whole = (uint32_t)(t->slab_bytes / KV_GRANULE);
+	int fl, sl;
+	mapping(whole, &fl, &sl);
+	for (uint32_t k = 0; k < t->narenas && t->total_bytes + bytes > t->limit; k++) {
+		struct arena *a = &t->arenas[k];
+		for (struct kv_free *f = a->bins[fl][sl], *nx; f && a->nslabs > 1 && t->total_bytes + bytes > t->limit;
+		     f = nx) {
+			nx = f->fnext;
+			struct kv_slab *s = t->slots[f->e.slab];
+			if (f->e.len != whole || s->used)
+				continue;
+			bin_remove(t, a, f);
+			free(f);
+			slab_drop(t, a, s);
+		}
+	}
+	return t->total_bytes + bytes <= t->limit;
+}
+
 int kv_dram_alloc(struct kv_dram *t, uid_t uid, uint64_t bytes, struct kv_ext *ext)
 {
 	uint64_t g = (bytes + KV_GRANULE - 1) / KV_GRANULE;
 	memset(ext, 0, sizeof(*ext));
 	if (bytes > t->slab_bytes / 4) {
 		uint64_t sz = (bytes + 4095) & ~4095ull;
-		if (t->total_bytes + sz > t->limit)
+		if (t->total_bytes + sz > t->limit && !reclaim_empty(t, sz))
 			return MORI_ENOMEM;
 		struct kv_slab *s = slab_new(t, uid, sz, 1);
 		if (!s)
@@ -264,7 +308,7 @@ int kv_dram_alloc(struct kv_dram *t, uid_t uid, uint64_t bytes, struct kv_ext *e
 		return MORI_ENOMEM;
 	struct kv_free *f = bin_find(a, (uint32_t)g);
 	if (!f) {
-		if (t->total_bytes + t->slab_bytes > t->limit)
+		if (t->total_bytes + t->slab_bytes > t->limit && !reclaim_empty(t, t->slab_bytes))
 			return MORI_ENOMEM;
 		struct kv_free *nf = calloc(1, sizeof(*nf));
 		if (!nf)
@@ -309,12 +353,6 @@ int kv_dram_alloc(struct kv_dram *t, uid_t uid, uint64_t bytes, struct kv_ext *e
 	return MORI_OK;
 }
 
-static void punch(struct kv_slab *s, uint64_t off, uint64_t len)
-{
-	uint64_t a = (off + 4095) & ~4095ull, b = (off + len) & ~4095ull;
-	if (b > a && fallocate(s->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)a, (off_t)(b - a)) != 0)
-		mlog_ratelimited(MLOG_WARN, "kv", "slab %u: giving pages back: %s", s->id, strerror(errno));
-}
 
 void kv_dram_release(struct kv_dram *t, struct kv_ext *ext)
 {
@@ -378,24 +416,12 @@ void kv_dram_release(struct kv_dram *t, struct kv_ext *ext)
 		free(g);
 	}
 	memset(ext, 0, sizeof(*ext));
-	/* An emptied slab stays as the uid's one spare while the tier has room, so a put and free
-	 * cycle around a slab boundary does not create and destroy (allocate and zero) a slab each
-	 * turn; a second empty one, or any past the limit, goes. */
-	int spare = 0;
-	for (struct kv_slab *o = a->slabs; o && !spare; o = o->next_of_uid)
-		spare = o != s && o->used == 0;
-	if (s->used == 0 && a->nslabs > 1 && (spare || t->total_bytes > t->limit)) {
-		/* empty, and not the uid's last slab: its memory goes back whole (f, its one run, is in no
-		 * bin yet) */
-		free(f);
-		for (struct kv_slab **pp = &a->slabs; *pp; pp = &(*pp)->next_of_uid)
-			if (*pp == s) {
-				*pp = s->next_of_uid;
-				break;
-			}
-		a->nslabs--;
-		punch(s, 0, s->bytes); /* clients may still map it: the pages go now */
-		slab_close(t, s);
+	/* An emptied slab stays while the tier is within its limit: its pages are allocated and warm
+	 * in every mapping (a new slab zeroes its bytes on the loop, and each process then faults
+	 * every page in again); an allocation short of room takes it back (reclaim_empty). */
+	if (s->used == 0 && a->nslabs > 1 && t->total_bytes > t->limit) {
+		free(f); /* its one run, in no bin yet */
+		slab_drop(t, a, s);
 		return;
 	}
 	bin_insert(t, a, f);

@@ -45,8 +45,9 @@ void kv_dram_free(struct kv_dram *t);
  * MORI_ENOMEM (no free run fits and no room for another slab: evict, then retry), MORI_ESYS
  * (memfd_create or mmap failed; errno kept). */
 int kv_dram_alloc(struct kv_dram *t, uid_t uid, uint64_t bytes, struct kv_ext *ext);
-/* The run is free again (coalesced; a run of 256 KiB or more gives its pages back to the
- * kernel; an emptied slab is closed, but for the uid's last one). ext is the caller's again. */
+/* The run is free again (coalesced; its pages stay). An emptied slab stays while the tier is
+ * within its limit; an allocation that needs a slab and finds no room closes empty ones of any
+ * uid (but a uid's last) first. ext is the caller's again. */
 void kv_dram_release(struct kv_dram *t, struct kv_ext *ext);
 static inline uint64_t kv_ext_bytes(const struct kv_ext *e) { return (uint64_t)e->len * KV_GRANULE; }
 static inline uint64_t kv_ext_offset(const struct kv_ext *e) { return (uint64_t)e->off * KV_GRANULE; }

@@ -49,6 +49,7 @@ static void move_some(struct kv_index *x, int n)
 	while (n-- > 0 && x->moved < x->size[1]) {
 		struct kv_entry *e = x->t[1][x->moved];
 		x->t[1][x->moved++] = NULL;
+		x->epoch++;
 		while (e) {
 			struct kv_entry *nx = e->hnext;
 			uint64_t b = e->hash & (x->size[0] - 1);
@@ -98,6 +99,7 @@ int kv_index_insert(struct kv_index *x, struct kv_entry *e)
 			x->moved = 0;
 			x->t[0] = nt;
 			x->size[0] *= 2;
+			x->epoch++;
 		} else {
 			rc = MORI_ENOMEM;
 		}
@@ -129,6 +131,38 @@ void kv_index_each(struct kv_index *x, int (*fn)(struct kv_entry *e, void *arg),
 				if (fn(e, arg))
 					return;
 			}
+}
+
+int kv_index_walk(struct kv_index *x, struct kv_index_cursor *c, uint64_t budget,
+		  void (*fn)(struct kv_entry *e, void *arg), void *arg)
+{
+	if (c->epoch != x->epoch) {
+		c->again |= c->phase != 0 || c->b != 0; /* a pass already under way */
+		c->epoch = x->epoch;
+	}
+	while (budget) {
+		int t = c->phase == 0 ? 1 : 0;
+		uint64_t size = x->t[t] ? x->size[t] : 0;
+		if (t == 1 && c->b < x->moved)
+			c->b = x->moved; /* those buckets are in t[0] now */
+		if (c->b >= size) {
+			if (c->phase == 0) {
+				c->phase = 1, c->b = 0;
+				continue;
+			}
+			if (!c->again)
+				return 1;
+			c->phase = 0, c->b = 0, c->again = 0;
+			continue;
+		}
+		for (struct kv_entry *e = x->t[t][c->b], *nx; e; e = nx) {
+			nx = e->hnext;
+			fn(e, arg);
+		}
+		c->b++;
+		budget--;
+	}
+	return 0;
 }
 
 uint64_t kv_index_bytes(const struct kv_index *x)

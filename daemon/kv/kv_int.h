@@ -51,7 +51,15 @@ struct kv_index {
 	uint64_t size[2];
 	uint64_t count;
 	uint64_t moved;          /* t[1]'s buckets moved so far */
+	uint64_t epoch;          /* counts bucket moves and growths: a paused walk may have missed entries */
 	unsigned char seed[16];  /* SipHash key: a client cannot pick colliding keys */
+};
+/* Where a walk paused between loop turns (kv_index_walk); zeroed to start one. */
+struct kv_index_cursor {
+	uint64_t b;              /* next bucket of the table the phase walks */
+	uint64_t epoch;
+	int phase;               /* 0: t[1]'s unmoved buckets, 1: t[0] */
+	int again;               /* entries moved while paused: walk once more */
 };
 int kv_index_init(struct kv_index *x);
 void kv_index_fini(struct kv_index *x);
@@ -63,6 +71,12 @@ int kv_index_insert(struct kv_index *x, struct kv_entry *e);
 void kv_index_remove(struct kv_index *x, struct kv_entry *e);
 /* Every entry, fn may remove the one it is given. Stops when fn returns non-zero. */
 void kv_index_each(struct kv_index *x, int (*fn)(struct kv_entry *e, void *arg), void *arg);
+/* Part of a walk over every entry: at most budget buckets, resuming at c. fn may remove the entry
+ * it is given (not others). Entries moved by a rehash while the walk paused may be missed or seen
+ * twice, so a pass that saw one is followed by another: every entry present from the walk's
+ * start to its end is seen at least once. Returns 1 once the walk is complete. */
+int kv_index_walk(struct kv_index *x, struct kv_index_cursor *c, uint64_t budget,
+		  void (*fn)(struct kv_entry *e, void *arg), void *arg);
 uint64_t kv_index_bytes(const struct kv_index *x);
 
 /* What one uid holds and did. */
@@ -140,6 +154,7 @@ struct kv_store {
 	uv_timer_t timer;
 	uint64_t timer_at;       /* loop ms the timer is set for, 0 none */
 	uint64_t gen, hold_seq;
+	struct kv_clearer *clearer; /* clears under way (NULL until the first) */
 	uint64_t entry_bytes;    /* malloc'd for entries */
 	/* node-wide counters */
 	uint64_t hits, misses, evictions, spills, promotions, puts, expired, zombies, ssd_errors;
@@ -186,7 +201,6 @@ int kv_release(struct kv_store *st, struct kv_client *kc, uint64_t id);
 struct kv_entry *kv_lookup(struct kv_store *st, uid_t uid, const void *key, size_t klen);
 int kv_remove(struct kv_store *st, uid_t uid, const void *key, size_t klen);
 int kv_pin(struct kv_store *st, uid_t uid, const void *key, size_t klen, int pin, char *msg, size_t msglen);
-uint64_t kv_clear(struct kv_store *st, uid_t uid);
 /* kv_store.c, for kv_remote.c. A peer's lease: *e is key's DRAM version (a reference taken, a
  * hit counted), or MORI_ENOENT: absent, of another generation than gen (0: any), or only on SSD. */
 int kv_peer_hold(struct kv_store *st, uid_t uid, const void *key, size_t klen, uint64_t gen, struct kv_entry **e);
@@ -205,6 +219,15 @@ int kv_temp_commit(struct kv_store *st, struct kv_entry *e);
 int kv_drop(struct kv_store *st, struct kv_entry *e);
 /* Lease temporary e to kc as a get's (it then lives until its last reference goes). */
 int kv_temp_lease(struct kv_store *st, struct kv_client *kc, struct kv_entry *e, uint64_t *id);
+/* kv_clear.c: removes every value of uid committed so far, a slice a loop turn; done(arg, MORI_OK, values
+ * removed) runs once complete, or with MORI_ECANCELED when the store stops first. MORI_OK (done
+ * will run), MORI_ENOMEM or MORI_ECANCELED (it will not). */
+typedef void (*kv_clear_cb)(void *arg, int rc, uint64_t n);
+int kv_clear(struct kv_store *st, uid_t uid, kv_clear_cb done, void *arg);
+/* kv_clear.c: clears under way end (done with MORI_ECANCELED); before kv_store_free. */
+void kv_clear_stop(struct kv_store *st);
+/* e (live) leaves the index as a remove does (a tombstone for its SSD record). */
+void kv_entry_remove(struct kv_store *st, struct kv_entry *e);
 /* kv_reply.c: 1 when kc must be sent slab s's fd with this reply (and it is now marked sent); 0
  * when it has it; <0 ENOMEM. */
 int kv_slab_send(struct kv_client *kc, const struct kv_slab *s);

@@ -234,9 +234,9 @@ struct pflush {
 	uint64_t req_id;
 };
 
-static void flush_done(void *arg, int rc, const struct kv_ssd_loc *loc, const char *msg)
+/* The deferred answer to a flush or clear, to its client if still there; frees f. */
+static void pending_reply(struct pflush *f, int rc, uint64_t count, const char *what, const char *msg)
 {
-	struct pflush *f = arg;
 	struct client *c = client_find(f->d, f->client_id);
 	if (c) {
 		Mori__Reply rep = MORI__REPLY__INIT;
@@ -245,14 +245,44 @@ static void flush_done(void *arg, int rc, const struct kv_ssd_loc *loc, const ch
 		rep.id = f->req_id;
 		rep.body_case = MORI__REPLY__BODY_KV;
 		rep.kv = &kr;
+		kr.count = count;
 		if (rc != MORI_OK) {
 			rep.body_case = MORI__REPLY__BODY__NOT_SET;
-			reply_error(&rep, rc, "flush of the SSD tier: %s", msg);
+			reply_error(&rep, rc, "%s: %s", what, msg);
 		}
 		client_reply(c, &rep, &r);
 		rctx_free(&r);
 	}
 	free(f);
+}
+
+static void flush_done(void *arg, int rc, const struct kv_ssd_loc *loc, const char *msg)
+{
+	(void)loc;
+	pending_reply(arg, rc, 0, "flush of the SSD tier", msg);
+}
+
+static void clear_done(void *arg, int rc, uint64_t n)
+{
+	pending_reply(arg, rc, n, "clear", "the store stopped first");
+}
+
+/* Clear: answered once the store's walk has removed every value the uid had committed. */
+static int do_clear(struct kv_store *st, struct kv_client *kc, Mori__Reply *rep, struct rctx *r)
+{
+	struct pflush *f = calloc(1, sizeof(*f));
+	int rc = f ? MORI_OK : MORI_ENOMEM;
+	if (f) {
+		*f = (struct pflush){kc, kc->c->id, st->d, rep->id};
+		rc = kv_clear(st, kc->c->uid, clear_done, f);
+	}
+	if (rc == MORI_OK) {
+		rctx_free(r);
+		return 1;
+	}
+	free(f);
+	reply_error(rep, rc, rc == MORI_ENOMEM ? "out of memory" : "the store is closing");
+	return 0;
 }
 
 /* Flush: answered when every spill so far is durable (at once without an SSD tier). */
@@ -419,8 +449,7 @@ int kv_handle_request(struct morid *d, struct client *c, uid_t uid, Mori__KvRequ
 		do_keys(st, c->uid, kq, kr, rep, r);
 		return 0;
 	case MORI__KV_OP__KV_CLEAR:
-		kr->count = kv_clear(st, c->uid);
-		return 0;
+		return do_clear(st, kc, rep, r);
 	case MORI__KV_OP__KV_FLUSH:
 		return do_flush(st, kc, rep, r);
 	case MORI__KV_OP__KV_STATS: {
@@ -495,8 +524,10 @@ void kv_stop(struct morid *d)
 {
 	kv_ext_stop(d->kv);
 	kv_cluster_stop(d->kv); /* lookups end first: a get waiting for one then asks no holder */
-	if (d->kv)
+	if (d->kv) {
 		kv_remote_stop(d->kv);
+		kv_clear_stop(d->kv);
+	}
 	kv_store_free(d->kv);
 	d->kv = NULL;
 }

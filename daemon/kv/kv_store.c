@@ -855,27 +855,9 @@ int kv_pin(struct kv_store *st, uid_t uid, const void *key, size_t klen, int pin
 	return MORI_OK;
 }
 
-struct clear_ctx {
-	struct kv_store *st;
-	uid_t uid;
-	uint64_t n;
-};
-
-static int clear_one(struct kv_entry *e, void *arg)
+void kv_entry_remove(struct kv_store *st, struct kv_entry *e)
 {
-	struct clear_ctx *x = arg;
-	if (e->uid == x->uid) {
-		entry_unlink(x->st, e, 0);
-		x->n++;
-	}
-	return 0;
-}
-
-uint64_t kv_clear(struct kv_store *st, uid_t uid)
-{
-	struct clear_ctx x = {st, uid, 0};
-	kv_index_each(&st->idx, clear_one, &x);
-	return x.n;
+	entry_unlink(st, e, U_REMOVED);
 }
 
 /* ---- the SSD tier ---- */
