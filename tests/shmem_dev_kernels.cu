@@ -134,9 +134,9 @@ extern "C" __global__ void sdev_ring(const struct sdev_args *a)
 
 /* Ordering, hammered: each round r (1..rounds) every PE writes maxlen 64-bit words of value r into
  * its right neighbour's buf and then tells it, one of four ways by r % 4: put_signal SET r at
- * block scope; putmem_nbi at warp scope, fence, then a p of r into the signal; put_signal ADD 1 at
- * thread scope; putmem_nbi at block scope then barrier_all (the signal follows by p, unordered,
- * and is not what the reader waits on). The reader waits (signal_wait_until, or the barrier) and
+ * block scope; putmem_nbi at warp scope, the block synchronised, thread 0's fence, then its p of
+ * r into the signal; put_signal ADD 1 at thread scope; putmem_nbi at block scope then barrier_all
+ * (the signal follows by p, unordered, and is not what the reader waits on). The reader waits (signal_wait_until, or the barrier) and
  * then reads every word with plain loads, which L1 may serve from the previous round: a word
  * that is not r is a flag (or barrier) seen before its data, i.e. ordering at too weak a scope.
  * The reader acks the writer (an atomic add after a fence) before the writer's next round. */
@@ -164,6 +164,7 @@ extern "C" __global__ void sdev_order(const struct sdev_args *a)
 		case 1:
 			if (threadIdx.x < MORI_WARP_SIZE)
 				rc = mori_shmem_putmem_nbi_warp(buf, src, bytes, right);
+			__syncthreads(); /* the warp's stores are thread 0's to fence */
 			if (threadIdx.x == 0 && !rc && !(rc = mori_shmem_fence_thread()))
 				rc = mori_shmem_uint64_p(sig, v, right);
 			break;

@@ -485,7 +485,7 @@ static int one_rank(int me, int n, const char *dir, uint64_t maxb, int iters)
 static void nv_coll_line(const char *l, void *arg)
 {
 	(void)arg;
-	char kind[32], form[16], label[48];
+	char kind[32], form[16], label[64];
 	int np;
 	unsigned long long S;
 	double us;
