@@ -11,11 +11,11 @@
 #               scope; over several GPUs where there are: system scope) and test_gpu_shmem_proxy
 #               (4 processes over two morids: system scope through the proxy)
 #       coll    test_gpu_coll: every collective against the reference (flat forms, one-shot in one
-#               launch), 2 3 4 8 ranks, no 64 Mi-element cases
+#               launch), ${SPEED_COLL_SIZES:-2 3 8} ranks, no 64 Mi-element cases
 #       lat     mori-bench shmem --lat beside NVSHMEM (built here from the wheel): put+signal and
 #               p + wait_until ping-pong at GPU and system scope, fetch-add, barrier
-#       bench   mori-bench coll --pes "2 4 8" --max ${SPEED_COLL_MAX:-128M} --nvshmem: every
-#               collective, kernel forms, beside NVSHMEM's team collectives (host and kernel)
+#       bench   mori-bench coll --pes "2 4 8" --max ${SPEED_COLL_MAX:-128M} --no-overlap --nvshmem:
+#               every collective beside NVSHMEM's team collectives (host and kernel), the graph rows
 # Logs to $OUT/log (or /tmp/device-gpuspeed/log); a summary ends the output.
 set -u
 cd "$(dirname "$0")/.."
@@ -42,12 +42,13 @@ for p in $parts; do
 	order)
 		echo "== ordering: test_gpu_shmem (ordering case, 8 PEs) and test_gpu_shmem_proxy (4 PEs, 2 morids)" | tee -a "$SUM"
 		B=$BIN CK_RUN_CASE=ordering dev_run 120 "ordering|PEs on one GPU|[0-9]+%|Checks|skipped" "$BIN/test_gpu_shmem"
-		B=$BIN dev_run 100 "proxy|[0-9]+%|Checks|skipped" "$BIN/test_gpu_shmem_proxy"
+		B=$BIN dev_run 130 "proxy|[0-9]+%|Checks|skipped" "$BIN/test_gpu_shmem_proxy"
 		;;
 	coll)
-		echo "== test_gpu_coll (sizes 2 3 4 8)" | tee -a "$SUM"
+		echo "== test_gpu_coll (sizes ${SPEED_COLL_SIZES:-2 3 8})" | tee -a "$SUM"
 		mps_start
-		B=$BIN MORI_COLL_SIZES="2 3 4 8" dev_run 150 "^coll gpu|[0-9]+%|Checks|skipped" "$BIN/test_gpu_coll"
+		B=$BIN MORI_COLL_SIZES="${SPEED_COLL_SIZES:-2 3 8}" dev_run 150 "^coll gpu|[0-9]+%|Checks|skipped" \
+			env -u MORI_COLL_HUGE "$BIN/test_gpu_coll"
 		mps_stop
 		;;
 	lat)
@@ -63,8 +64,8 @@ for p in $parts; do
 		RT=/tmp/mori-gpuspeed-rt
 		morid_start "$RT" || continue
 		echo "== mori-bench coll${NVB:+ --nvshmem $NVB}" | tee -a "$SUM"
-		dev_run "${SPEED_COLL_SECS:-150}" "^ |^#" "$BIN/mori-bench" coll --dir "$RT" --pes "${SPEED_COLL_PES:-2 4 8}" \
-			--max "${SPEED_COLL_MAX:-134217728}" --iters "${SPEED_COLL_ITERS:-20}" ${NVB:+--nvshmem $NVB}
+		dev_run "${SPEED_COLL_SECS:-240}" "^ |^#" "$BIN/mori-bench" coll --dir "$RT" --pes "${SPEED_COLL_PES:-2 4 8}" \
+			--max "${SPEED_COLL_MAX:-134217728}" --iters "${SPEED_COLL_ITERS:-20}" --no-overlap ${NVB:+--nvshmem $NVB}
 		morids_stop
 		mps_stop
 		;;

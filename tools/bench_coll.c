@@ -28,7 +28,7 @@
  *   "nv <coll> kernel", with the bound of the matching mori row (all-reduce: two-shot's traffic).
  *
  * mori-bench coll [--dir RUNTIME_DIR] [--pes "2 4 8"] [--max BYTES] [--iters N] [--min BYTES] [--only LABEL]
- *                 [--nvshmem PATH]
+ *                 [--nvshmem PATH] [--no-overlap]
  *   --only: the rows whose label starts with LABEL (e.g. "allreduce twoshot") and no graph or overlap
  *   rows; --min: sizes from BYTES (to compare kernel settings, $MORI_COLL_*, in one call). */
 #include <dlfcn.h>
@@ -92,6 +92,7 @@ static double *shared_t; /* MAP_SHARED: [1] the copy ceiling rank 0 measured (by
 			  * concurrent ceiling's copies */
 static const char *only;  /* --only LABEL */
 static uint64_t minb;     /* --min BYTES */
+static int no_overlap;    /* --no-overlap: no overlap rows */
 #define NSPECS (sizeof(specs) / sizeof(specs[0]))
 /* Row k runs: no --only, or its label starts with it. */
 static int picked(size_t k) { return !only || !strncmp(specs[k].label, only, strlen(only)); }
@@ -471,7 +472,7 @@ static int one_rank(int me, int n, const char *dir, uint64_t maxb, int iters)
 				return 1;
 		}
 	}
-	if (!only && (graph_rows(r) || overlap(r)))
+	if (!only && (graph_rows(r) || (!no_overlap && overlap(r))))
 		return 1;
 	MOK(mori_comm_window_deregister(r->k, wa));
 	MOK(mori_comm_window_deregister(r->k, wb));
@@ -527,11 +528,13 @@ int bench_coll_main(int argc, char **argv)
 			only = argv[++i];
 		else if (!strcmp(argv[i], "--nvshmem") && i + 1 < argc)
 			nvshmem = argv[++i];
+		else if (!strcmp(argv[i], "--no-overlap"))
+			no_overlap = 1;
 		else {
 			int help = !strcmp(argv[i], "--help") || !strcmp(argv[i], "-h");
 			fprintf(help ? stdout : stderr, "usage: mori-bench coll [--dir RUNTIME_DIR] [--pes \"2 4 8\"] [--max BYTES] "
-					"[--iters 1..%d] [--min BYTES] [--only LABEL] [--nvshmem PATH/bench_nvshmem]   (BYTES: 4096, "
-					"64K, 1G...)\n", MAXIT);
+					"[--iters 1..%d] [--min BYTES] [--only LABEL] [--nvshmem PATH/bench_nvshmem] [--no-overlap]   "
+					"(BYTES: 4096, 64K, 1G...)\n", MAXIT);
 			return help ? 0 : 2;
 		}
 	}

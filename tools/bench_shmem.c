@@ -87,8 +87,6 @@ static double pct(double *v, size_t n, double p)
 	return v[i < n ? i : n - 1];
 }
 
-/* n PEs of heap bytes each, every heap mapped by every PE; the control page gives the abort
- * word (no proxy ring) */
 /* Every PE's state, ordering at `scope` (enum mori_shmem_scope) towards every PE and in its waits:
  * GPU is what libmori decides for PEs on one GPU, SYS what it decides towards another GPU. */
 static void rig_scope(struct brig *r, int scope)
@@ -110,6 +108,8 @@ static void rig_scope(struct brig *r, int scope)
 	CK(g->stream_synchronize(NULL));
 }
 
+/* n PEs of heap bytes each, every heap mapped by every PE; the control page gives the abort
+ * word (no proxy ring) */
 static void rig_open(struct brig *r, int n, uint64_t heap)
 {
 	memset(r, 0, sizeof(*r));

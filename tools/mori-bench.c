@@ -427,7 +427,7 @@ static void usage_exit(int code)
 		"       mori-bench io-target --runtime-dir DIR [--name NAME] [--region 1G]\n"
 		"       mori-bench shmem [--nvshmem PATH/bench_nvshmem] [--reps 200] [--lat]   (tools/bench_shmem.c)\n"
 		"       mori-bench shmem --proxy [--iters 2000] [--max 16M] [--only PHASES]   (the proxy path, no GPU: tools/bench_shmem_proxy.c)\n"
-		"       mori-bench coll [--dir RUNTIME_DIR] [--pes \"2 4 8\"] [--max 1G] [--min 8] [--iters 40] [--only LABEL] [--nvshmem PATH]   (tools/bench_coll.c)\n"
+		"       mori-bench coll [--dir RUNTIME_DIR] [--pes \"2 4 8\"] [--max 1G] [--min 8] [--iters 40] [--only LABEL] [--nvshmem PATH] [--no-overlap]   (tools/bench_coll.c)\n"
 		"       mori-bench ep [--dir RUNTIME_DIR] [--pes \"2 4 8\"] [--mode normal|ll|both] [--iters 30]   (tools/bench_ep.c)\n"
 		"       mori-bench kv --sim TRACE|synthetic [--capacity 1000,10000,50000] [--policy NAME,...|all]\n"
 		"                     (the KV store's eviction policies on a trace, offline: tools/bench_kv_sim.c)\n"
