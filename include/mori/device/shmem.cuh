@@ -36,8 +36,7 @@
  * system scope (the writer may be another GPU or morid); a barrier acquires each PE's flag at
  * that PE's scope; quiet and fence complete stores at the wait scope. A release at GPU scope
  * paired with an acquire at system scope (or the reverse) is still a synchronisation when both
- * sides run on this GPU, so mixing groups stays correct. MIG slices count as separate GPUs only
- * where they cannot map each other's memory, which is always.
+ * sides run on this GPU, so a group mixing both kinds of peer stays correct.
  *
  * Errors. Functions returning int return 0 or a negative MORI_E* code: MORI_EINVAL (PE out of
  * range, bad op, no state), MORI_ERANGE (a symmetric range outside the heap), MORI_ENOTSUP (a PE
