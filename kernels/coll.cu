@@ -15,8 +15,9 @@ struct ctx {
 };
 
 /* One-shot all-reduce: stage this block's tiles of the chunk (unless src is a window), barrier,
- * reduce every rank's tiles into dst, barrier (peers are done reading before the next chunk). */
-MORI_DEVICE void ar_oneshot(ctx &c, const mori_coll_args &a)
+ * reduce every rank's tiles into dst, barrier (peers are done reading before the next chunk).
+ * The small-call kernel runs it from its small argument block (mori_coll_small_kernel). */
+MORI_DEVICE void ar_oneshot(ctx &c, const mori_coll_flat_args &a)
 {
 	dev_t *d = c.d;
 	const uint64_t es = esize(a.dtype), al = 16 / es, tu = a.tile / es;
@@ -204,14 +205,12 @@ MORI_DEVICE void pulls(ctx &c, const mori_coll_args &a)
 		c.bar();
 	}
 }
-} // namespace mori_coll
-
-MORI_DEVICE void mori_coll_body(const struct mori_coll_dev *d, const struct mori_coll_args &a)
+/* Run body(ctx) as block `slot` of the barriers: its generation read from (and written back to)
+ * gens[slot], nothing run once the communicator has failed (a failed one runs nothing that waits). */
+template <typename Body> MORI_DEVICE void with_ctx(dev_t *d, unsigned slot, Body body)
 {
-	using namespace mori_coll;
 	__shared__ uint64_t gen_s;
 	__shared__ int failed_s;
-	unsigned slot = a.kind == MORI_COLL_K_BARRIER ? a.slot : blockIdx.x;
 	uint64_t *gens = (uint64_t *)d->gens;
 	if (threadIdx.x == 0) { /* one read of the status word (host memory) a block */
 		gen_s = gens[slot];
@@ -219,20 +218,43 @@ MORI_DEVICE void mori_coll_body(const struct mori_coll_dev *d, const struct mori
 	}
 	__syncthreads();
 	if (failed_s)
-		return; /* a failed communicator runs nothing that waits */
+		return;
 	ctx c = {d, gen_s, 0};
-	switch (a.kind) {
-	case MORI_COLL_K_BARRIER:
-		mori_complete_stores_sys(); /* the stream's copies before the flags */
-		c.rc = barrier(d, slot, &c.gen);
-		break;
-	case MORI_COLL_K_AR_ONESHOT: ar_oneshot(c, a); break;
-	case MORI_COLL_K_AR_TWOSHOT: ar_twoshot(c, a); break;
-	case MORI_COLL_K_REDSCAT: redscat(c, a); break;
-	default: pulls(c, a); break;
-	}
+	body(c);
 	if (threadIdx.x == 0)
 		gens[slot] = c.gen;
+}
+} // namespace mori_coll
+
+MORI_DEVICE void mori_coll_body(const struct mori_coll_dev *d, const struct mori_coll_args &a)
+{
+	using namespace mori_coll;
+	unsigned slot = a.kind == MORI_COLL_K_BARRIER ? a.slot : blockIdx.x;
+	with_ctx(d, slot, [&](ctx &c) {
+		switch (a.kind) {
+		case MORI_COLL_K_BARRIER:
+			mori_complete_stores_sys(); /* the stream's copies before the flags */
+			c.rc = barrier(d, slot, &c.gen);
+			break;
+		case MORI_COLL_K_AR_ONESHOT: {
+			mori_coll_flat_args f = {a.kind, a.dtype, a.op, a.flags, a.src, a.dst, a.count, 0, 0, a.chunk, a.tile, a.root, 0};
+			ar_oneshot(c, f);
+			break;
+		}
+		case MORI_COLL_K_AR_TWOSHOT: ar_twoshot(c, a); break;
+		case MORI_COLL_K_REDSCAT: redscat(c, a); break;
+		default: pulls(c, a); break;
+		}
+	});
+}
+
+/* One-shot all-reduce of a small call in one launch, from a small argument block (a launch's
+ * cost grows with its parameters: mori_coll_args carries all-to-all-v's 2 KiB of tables). */
+MORI_KERNEL void __launch_bounds__(MORI_COLL_THREADS, MORI_COLL_BLOCKS_PER_SM)
+	mori_coll_small_kernel(const struct mori_coll_dev *d, struct mori_coll_flat_args f)
+{
+	using namespace mori_coll;
+	with_ctx(d, blockIdx.x, [&](ctx &c) { ar_oneshot(c, f); });
 }
 
 /* Two register budgets of one body: 2 blocks of 256 threads an SM (128 registers, no spills) and
@@ -287,9 +309,12 @@ MORI_DEVICE void flat_reduce(dev_t *d, const mori_coll_flat_args &f, uint64_t of
 		reduce1<T>((int)f.op, n, dst, dst2, srcs, off, i);
 }
 
-MORI_DEVICE void flat_copy(uint8_t *dst, const uint8_t *src, uint64_t len)
+/* len bytes over the grid; vector 0 goes to the grid's thread `shift` (mod the grid), so that
+ * several short copies in a row land on different blocks. */
+MORI_DEVICE void flat_copy(uint8_t *dst, const uint8_t *src, uint64_t len, uint64_t shift)
 {
-	const uint64_t nt = (uint64_t)gridDim.x * blockDim.x, t0 = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+	const uint64_t nt = (uint64_t)gridDim.x * blockDim.x;
+	const uint64_t t0 = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x + nt - shift % nt) % nt;
 	uint64_t nv = (((uintptr_t)dst | (uintptr_t)src) & 15) ? 0 : len / 16;
 	uint64_t j = t0;
 	for (; j + 3 * nt < nv; j += 4 * nt) { /* 4 loads in flight a thread */
@@ -313,15 +338,29 @@ MORI_KERNEL void __launch_bounds__(MORI_COLL_THREADS, 3) /* up to 80 registers (
 {
 	using namespace mori_coll;
 	const int n = d->n, me = d->rank;
+	if (f.kind == MORI_COLL_K_ALLGATHER || f.kind == MORI_COLL_K_ALLTOALL || f.kind == MORI_COLL_K_BCAST) {
+		const uint64_t nv = f.count / 16 + 1;
+		for (int k = 0; k < n; k++) {
+			int r = (me + k) % n;
+			if (f.kind == MORI_COLL_K_BCAST && r != f.root)
+				continue;
+			const uint8_t *from = (const uint8_t *)(peer(d, f.src, r) + f.soff);
+			uint8_t *to = (uint8_t *)(f.dst + (uint64_t)r * f.dstride);
+			if (from != to) /* in place */
+				flat_copy(to, from, f.count, (uint64_t)k * nv);
+		}
+		return;
+	}
 	const uint64_t es = esize(f.dtype), al = 16 / es, m = f.count;
 	const uint64_t P = MORI_COLL_PART_SIZE(m, (uint64_t)n, al);
 #define PART(r) MORI_COLL_PART_LEN(r, P, m)
-	if (f.kind == MORI_COLL_K_AR_PART) {
+	if (f.kind == MORI_COLL_K_AR_PART || f.kind == MORI_COLL_K_REDSCAT) {
+		const bool rs = f.kind == MORI_COLL_K_REDSCAT;
 		__shared__ uint64_t srcs[MORI_COLL_MAX_RANKS];
 		if (threadIdx.x < (unsigned)n)
-			srcs[threadIdx.x] = peer(d, f.src, threadIdx.x);
+			srcs[threadIdx.x] = peer(d, f.src, threadIdx.x) + (rs ? f.soff : 0);
 		__syncthreads();
-		const uint64_t off = (uint64_t)me * P * es, len = PART(me);
+		const uint64_t off = rs ? 0 : (uint64_t)me * P * es, len = rs ? m : PART(me);
 		if (f.dtype == MORI_COLL_DT_F32)
 			flat_reduce<float>(d, f, off, len, srcs);
 		else if (f.dtype == MORI_COLL_DT_F16)
@@ -334,7 +373,7 @@ MORI_KERNEL void __launch_bounds__(MORI_COLL_THREADS, 3) /* up to 80 registers (
 	for (int k = 1; k < n; k++) {
 		int r = (me + k) % n;
 		uint64_t o = (uint64_t)r * P * es;
-		flat_copy((uint8_t *)(f.dst + o), (const uint8_t *)(peer(d, rbase, r) + o), PART(r) * es);
+		flat_copy((uint8_t *)(f.dst + o), (const uint8_t *)(peer(d, rbase, r) + o), PART(r) * es, 0);
 	}
 #undef PART
 }

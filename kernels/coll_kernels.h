@@ -42,16 +42,31 @@ enum mori_coll_kind {
 #define MORI_COLL_PART_LEN(r, P, m)                                                                            \
 	((uint64_t)(r) * (P) >= (m) ? 0 : (m) - (uint64_t)(r) * (P) < (P) ? (m) - (uint64_t)(r) * (P) : (P))
 
-/* The flat two-shot all-reduce's kernel: no barrier inside, any grid (ranks' grids may differ),
- * launched between barrier kernels. void *params[] = {&dev, &f}. */
+/* The flat kernel: no barrier inside, any grid (ranks' grids may differ), launched between
+ * barrier kernels (coll_gpu.c: the flat forms of every collective but all-to-all-v).
+ * void *params[] = {&dev, &f}. f.kind says what it does:
+ *   AR_PART     reduce part `rank` (two-shot's cut) of every rank's input at src into dst, and
+ *               into the scratch unless MORI_COLL_F_DST_WIN (where peers gather it from)
+ *   AR_GATHER   copy every other rank's reduced part from it (dst if DST_WIN, else its scratch)
+ *   REDSCAT     reduce count elements at src + soff of every rank into dst
+ *   ALLGATHER, ALLTOALL, BCAST  pulls: count bytes from src + soff of each rank r (BCAST: of
+ *               root only) to dst + r x dstride
+ * The small-call kernel (MORI_COLL_SMALL_KERNEL_NAME) takes the same block for a whole one-shot
+ * all-reduce in one launch: kind AR_ONESHOT, count elements, chunk the elements a round, tile. */
 #define MORI_COLL_FLAT_KERNEL_NAME "mori_coll_flat_kernel"
+#define MORI_COLL_SMALL_KERNEL_NAME "mori_coll_small_kernel"
 struct mori_coll_flat_args {
-	uint32_t kind;             /* MORI_COLL_K_AR_PART or MORI_COLL_K_AR_GATHER */
+	uint32_t kind;             /* enum mori_coll_kind */
 	uint32_t dtype, op;
-	uint32_t flags;            /* MORI_COLL_F_DST_WIN: the reduced parts are in dst (else the scratch) */
-	uint64_t src;              /* AR_PART: where every rank's input is (this rank's address: window or scratch) */
-	uint64_t dst;              /* the chunk's dst */
-	uint64_t count;            /* the chunk's elements */
+	uint32_t flags;            /* MORI_COLL_F_* */
+	uint64_t src;              /* this rank's address of the data every rank reads (window or scratch) */
+	uint64_t dst;              /* the round's dst */
+	uint64_t count;            /* reductions: elements; pulls: bytes a rank */
+	uint64_t soff;             /* REDSCAT, pulls: bytes past src where this rank's share lies at every rank */
+	uint64_t dstride;          /* pulls: bytes between consecutive ranks' data in dst (0: broadcast) */
+	uint64_t chunk, tile;      /* AR_ONESHOT: elements a round, bytes a block takes at a time */
+	int32_t root;              /* BCAST: the rank read */
+	uint32_t pad;
 };
 
 /* mori_dtype and mori_redop values (include/mori_coll.h: NCCL's numbers) the kernels reduce */

@@ -237,14 +237,16 @@ COLL_CALL void reduce(dev_t *d, int op, T *dst, T *dst2, const uint64_t *srcs, u
 
 MORI_DEVICE int esize(uint32_t dt) { return dt == MORI_COLL_DT_F32 ? 4 : 2; }
 
-template <typename T>
-MORI_DEVICE void reduce_dt(dev_t *d, const mori_coll_args &a, uint64_t dst, uint64_t dst2, const uint64_t *srcs,
-			   uint64_t soff, uint64_t m)
+/* A: mori_coll_args or mori_coll_flat_args (their dtype, op and flags) */
+template <typename T, typename A>
+MORI_DEVICE void reduce_dt(dev_t *d, const A &a, uint64_t dst, uint64_t dst2, const uint64_t *srcs, uint64_t soff,
+			   uint64_t m)
 {
 	reduce<T>(d, (int)a.op, (T *)dst, (T *)dst2, srcs, soff, m, a.flags & MORI_COLL_F_VEC);
 }
-MORI_DEVICE void reduce_any(dev_t *d, const mori_coll_args &a, uint64_t dst, uint64_t dst2, const uint64_t *srcs,
-			    uint64_t soff, uint64_t m)
+template <typename A>
+MORI_DEVICE void reduce_any(dev_t *d, const A &a, uint64_t dst, uint64_t dst2, const uint64_t *srcs, uint64_t soff,
+			    uint64_t m)
 {
 	if (a.dtype == MORI_COLL_DT_F32)
 		reduce_dt<float>(d, a, dst, dst2, srcs, soff, m);

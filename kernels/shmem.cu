@@ -3,6 +3,8 @@
 // names and MORI-IR's ABI (pointers as uint64_t, int32 status returns), instantiated from the
 // one table in mori/device/shmem.cuh. In libmori's whole-program image the wrappers are unused and
 // dropped; built with -rdc (static device library) or as bitcode (MORI-IR) they are the exports.
+// They order as the inline API does: at the scope the PE's state chose per peer (GPU scope towards
+// heaps on this GPU, system scope otherwise: "Ordering scope" in mori/device/shmem.cuh).
 #define MORI_SHMEM_NO_CXX_API
 #include "mori/device/shmem.cuh"
 #include "mori_shmem_kernels.h"

@@ -22,6 +22,7 @@ struct coll_gpu {
 	const struct gpu_api *api;
 	gpu_function fn;
 	gpu_function fn_flat;             /* mori_coll_flat_kernel */
+	gpu_function fn_small;            /* mori_coll_small_kernel: a one-shot all-reduce in one launch */
 	gpu_dptr dev;                     /* struct mori_coll_dev */
 	struct mori_coll_status *st;      /* mapped host memory */
 	gpu_dptr st_d;
@@ -75,7 +76,8 @@ int coll_gpu_init(mori_comm *k)
 	const char *ag = getenv("MORI_COLL_AR_GATHER");
 	p->ce_gather = ag && !strcmp(ag, "ce");
 	/* $MORI_COLL_AR_FLAT: "kernel" (the default), "ce" (gather by the copy engine), "0" (the
-	 * one-kernel two-shot with per-block barriers, as before) */
+	 * one-kernel forms with per-block barriers, as before: two-shot, reduce-scatter, all-gather,
+	 * all-to-all and broadcast; one-shot from the large argument block) */
 	const char *fl = getenv("MORI_COLL_AR_FLAT"), *fb = getenv("MORI_COLL_FLAT_BLOCKS");
 	p->flat = !fl || !strcmp(fl, "kernel") ? FLAT_KERNEL : !strcmp(fl, "ce") ? FLAT_CE : FLAT_OFF;
 	p->flat_max = fb && atoi(fb) > 0 && atoi(fb) <= 65535 ? (unsigned)atoi(fb) : FLAT_MAX_BLOCKS;
@@ -132,6 +134,9 @@ int coll_gpu_init(mori_comm *k)
 			     "cuModuleGetFunction", msg, sizeof(msg));
 	if (!rc)
 		rc = gpu_err(a->module_get_function(&p->fn_flat, p->d->module, MORI_COLL_FLAT_KERNEL_NAME),
+			     "cuModuleGetFunction", msg, sizeof(msg));
+	if (!rc)
+		rc = gpu_err(a->module_get_function(&p->fn_small, p->d->module, MORI_COLL_SMALL_KERNEL_NAME),
 			     "cuModuleGetFunction", msg, sizeof(msg));
 	gpu_pop(a);
 	if (rc)
@@ -351,9 +356,9 @@ static int twoshot_flat(mori_comm *k, struct coll_gpu *p, const struct coll_call
 			rc = dtod(k, p, h->scratch, src + c0 * es, m * es, cc->stream);
 		if (!rc)
 			rc = barrier_kernel(k, p, cc->stream);
-		struct mori_coll_flat_args f = {MORI_COLL_K_AR_PART, (uint32_t)cc->dtype, (uint32_t)cc->op,
-						dwin ? MORI_COLL_F_DST_WIN : 0u, swin ? src + c0 * es : h->scratch,
-						dst + c0 * es, m};
+		struct mori_coll_flat_args f = {.kind = MORI_COLL_K_AR_PART, .dtype = (uint32_t)cc->dtype,
+						.op = (uint32_t)cc->op, .flags = dwin ? MORI_COLL_F_DST_WIN : 0u,
+						.src = swin ? src + c0 * es : h->scratch, .dst = dst + c0 * es, .count = m};
 		if (!rc)
 			rc = flat_launch(k, p, &f, P * es, cc->stream);
 		if (!rc)
@@ -368,6 +373,90 @@ static int twoshot_flat(mori_comm *k, struct coll_gpu *p, const struct coll_call
 			rc = barrier_kernel(k, p, cc->stream);
 	}
 	return rc;
+}
+
+/* The flat reduce-scatter: per chunk of m of the count elements, every rank's m-element slice for
+ * each rank r staged into the scratch at r x M (none from a window), a barrier kernel, the reduce
+ * kernel (slice `rank` of every rank into dst), a barrier kernel. */
+static int redscat_flat(mori_comm *k, struct coll_gpu *p, const struct coll_call *cc)
+{
+	const struct mori_coll_dev *h = &p->host;
+	const uint64_t n = (uint64_t)k->n, es = cc->es, al = 16 / es, me = (uint64_t)k->rank;
+	const int win = cc->src_win;
+	const uint64_t M = win ? cc->count : k->scratch_bytes / (n * es) / al * al;
+	const uint64_t src = (uint64_t)(uintptr_t)cc->src, dst = (uint64_t)(uintptr_t)cc->dst;
+	if (!M)
+		return set_error(k->c, MORI_ENOMEM, "coll: %llu bytes of scratch hold no slice for %d ranks",
+				 (unsigned long long)k->scratch_bytes, k->n);
+	int rc = MORI_OK;
+	for (uint64_t c0 = 0; c0 < cc->count && !rc; c0 += M) {
+		const uint64_t m = cc->count - c0 < M ? cc->count - c0 : M;
+		for (uint64_t r = 0; r < n && !win && !rc; r++)
+			rc = dtod(k, p, h->scratch + r * M * es, src + (r * cc->count + c0) * es, m * es, cc->stream);
+		if (!rc)
+			rc = barrier_kernel(k, p, cc->stream);
+		struct mori_coll_flat_args f = {.kind = MORI_COLL_K_REDSCAT, .dtype = (uint32_t)cc->dtype,
+						.op = (uint32_t)cc->op, .flags = MORI_COLL_F_DST_WIN /* no second copy */,
+						.src = win ? src : h->scratch, .dst = dst + c0 * es, .count = m,
+						.soff = win ? (me * cc->count + c0) * es : me * M * es};
+		if (!rc)
+			rc = flat_launch(k, p, &f, m * es * n, cc->stream);
+		if (!rc)
+			rc = barrier_kernel(k, p, cc->stream);
+	}
+	return rc;
+}
+
+/* The flat all-gather, all-to-all and broadcast: per round of W bytes a segment, the rank's
+ * segments staged into its scratch (none from a window; broadcast: the root's only), a barrier
+ * kernel, the copy kernel (each rank's segment for this rank into dst), a barrier kernel (peers
+ * are done reading before the next round or the caller's next write). */
+static int pulls_flat(mori_comm *k, struct coll_gpu *p, const struct coll_call *cc)
+{
+	const struct mori_coll_dev *h = &p->host;
+	const int n = k->n, me = k->rank, a2a = cc->kind == MORI_COLL_K_ALLTOALL, bc = cc->kind == MORI_COLL_K_BCAST;
+	const int nseg = a2a ? n : 1, win = cc->src_win;
+	const uint64_t bytes = cc->count * cc->es, src = (uint64_t)(uintptr_t)cc->src, dst = (uint64_t)(uintptr_t)cc->dst;
+	const uint64_t W = win ? bytes : (k->scratch_bytes / (uint64_t)nseg) & ~15ull;
+	if (!W && bytes)
+		return set_error(k->c, MORI_ENOMEM, "coll: %llu bytes of scratch hold no segment for %d ranks",
+				 (unsigned long long)k->scratch_bytes, n);
+	int rc = MORI_OK;
+	for (uint64_t k0 = 0; k0 < bytes && !rc; k0 += W) {
+		const uint64_t len = bytes - k0 < W ? bytes - k0 : W;
+		for (int s = 0; s < nseg && !win && (!bc || me == cc->root) && !rc; s++)
+			rc = dtod(k, p, h->scratch + (uint64_t)s * W, src + (a2a ? (uint64_t)s * bytes : 0) + k0, len, cc->stream);
+		if (!rc)
+			rc = barrier_kernel(k, p, cc->stream);
+		struct mori_coll_flat_args f = {.kind = (uint32_t)cc->kind, .dtype = (uint32_t)cc->dtype,
+						.src = win ? src : h->scratch, .dst = dst + k0, .count = len,
+						.soff = (a2a ? (uint64_t)me * (win ? bytes : W) : 0) + (win ? k0 : 0),
+						.dstride = bc ? 0 : bytes, .root = bc ? cc->root : -1};
+		if (!rc)
+			rc = flat_launch(k, p, &f, len * (bc ? 1 : (uint64_t)n), cc->stream);
+		if (!rc)
+			rc = barrier_kernel(k, p, cc->stream);
+	}
+	return rc;
+}
+
+/* A one-shot all-reduce in one launch of mori_coll_small_kernel (its barriers inside, grids equal
+ * on every rank as mori_coll_kernel's), from the small argument block. */
+static int oneshot_small(mori_comm *k, struct coll_gpu *p, const struct coll_call *cc)
+{
+	const uint64_t es = cc->es, al = 16 / es;
+	uint64_t chunk = cc->src_win ? cc->count : k->scratch_bytes / es / al * al;
+	struct mori_coll_flat_args f = {.kind = MORI_COLL_K_AR_ONESHOT, .dtype = (uint32_t)cc->dtype, .op = (uint32_t)cc->op,
+					.flags = (cc->src_win ? MORI_COLL_F_SRC_WIN : 0u) | (p->vec ? MORI_COLL_F_VEC : 0u),
+					.src = (uint64_t)(uintptr_t)cc->src, .dst = (uint64_t)(uintptr_t)cc->dst,
+					.count = cc->count, .chunk = chunk ? chunk : 1, .tile = k->tile};
+	char msg[160];
+	gpu_dptr dev = p->dev;
+	void *params[] = {&dev, &f};
+	int rc = gpu_err(p->api->launch_kernel(p->fn_small, grid_for(k, cc->count * es), 1, 1, MORI_COLL_THREADS, 1, 1, 0,
+					       cc->stream, params, NULL),
+			 "launch " MORI_COLL_SMALL_KERNEL_NAME, msg, sizeof(msg));
+	return rc ? set_error(k->c, rc, "coll: %s", msg) : MORI_OK;
 }
 
 /* The cross-node form (kernels/coll_xnode.cu): whatever the algorithm table picked, one launch
@@ -417,8 +506,14 @@ int coll_gpu_run(mori_comm *k, const struct coll_call *cc)
 		gpu_pop(p->api);
 		return rc;
 	}
-	if (cc->kind == MORI_COLL_K_AR_TWOSHOT && p->flat != FLAT_OFF && k->n > 1) {
-		rc = twoshot_flat(k, p, cc);
+	/* every collective but all-to-all-v (whose receive sizes differ between ranks) in its flat form */
+	if (p->flat != FLAT_OFF && k->n > 1 && cc->kind != MORI_COLL_K_ALLTOALLV) {
+		switch (cc->kind) {
+		case MORI_COLL_K_AR_TWOSHOT: rc = twoshot_flat(k, p, cc); break;
+		case MORI_COLL_K_AR_ONESHOT: rc = oneshot_small(k, p, cc); break;
+		case MORI_COLL_K_REDSCAT: rc = redscat_flat(k, p, cc); break;
+		default: rc = pulls_flat(k, p, cc); break; /* all-gather, all-to-all, broadcast */
+		}
 		gpu_pop(p->api);
 		return rc;
 	}

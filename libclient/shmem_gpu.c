@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../kernels/mori_shmem_kernels.h"
 #include "gpu_int.h"
@@ -18,10 +19,42 @@ struct shm_gpu {
 	struct gpu_dev *d;
 	mori_mem ctrl_mem;        /* the control page as a host region pinned for the GPU */
 	gpu_dptr ctrl_d;          /* its device address */
-	gpu_dptr buf;             /* state, then peer_base[n_pes], then node_team[node_pes] */
+	gpu_dptr buf;             /* state, then peer_base[n_pes], node_team[node_pes + 1], peer_scope[n_pes] */
 	size_t buf_len;
 	gpu_function barrier_fn, quiet_fn; /* kernels of libmori's image, looked up once */
 };
+
+/* The identity of d as a heap's GPU_ID word holds it (device_host/shmem_layout.h): its PCI bus id,
+ * the same in every process whatever its device numbering; all zero when the driver cannot say
+ * (every peer is then ordered at system scope). */
+static void gpu_id(const struct gpu_api *api, const struct gpu_dev *d, char id[MORI_SHMEM_GPU_ID_BYTES])
+{
+	memset(id, 0, MORI_SHMEM_GPU_ID_BYTES);
+	if (!api->device_get_pci_bus_id || api->device_get_pci_bus_id(id, MORI_SHMEM_GPU_ID_BYTES - 1, d->dev))
+		memset(id, 0, MORI_SHMEM_GPU_ID_BYTES);
+}
+
+/* Write this GPU's identity into the new heap's GPU_ID (the heap is zero-filled already). */
+static int heap_write_gpu_id(mori_client *c, int ordinal, mori_mem *m)
+{
+	struct gpu_ctx *x;
+	struct gpu_dev *d;
+	int rc = gpu_ctx_get(c, &x);
+	if (rc == MORI_OK)
+		rc = gpu_dev_get(c, x, ordinal, &d);
+	if (rc)
+		return rc;
+	char id[MORI_SHMEM_GPU_ID_BYTES], msg[200];
+	gpu_id(x->g, d, id);
+	if ((rc = gpu_err(gpu_push(x->g, d), "push context", msg, sizeof(msg))) == MORI_OK) {
+		rc = gpu_err(x->g->memcpy_htod_async(m->dptr + MORI_SHMEM_OFF_GPU_ID, id, sizeof(id), NULL), "GPU id", msg,
+			     sizeof(msg));
+		if (rc == MORI_OK)
+			rc = gpu_err(x->g->stream_synchronize(NULL), "GPU id", msg, sizeof(msg));
+		gpu_pop(x->g);
+	}
+	return rc ? set_error(c, rc, "VRAM heap: writing its GPU id: %s", msg) : MORI_OK;
+}
 
 int shmem_gpu_heap_alloc(mori_client *c, int ordinal, uint64_t *size, mori_mem **own, int *fd, void *blob,
 			 size_t *bloblen)
@@ -34,10 +67,16 @@ int shmem_gpu_heap_alloc(mori_client *c, int ordinal, uint64_t *size, mori_mem *
 	Mori__MemRegister mr = MORI__MEM_REGISTER__INIT;
 	uint8_t ipc[128];
 	size_t sz = (size_t)*size;
-	int rc = gpu_mem_alloc_on(c, m, ordinal, &sz, 1, &mr, ipc, sizeof(ipc), fd);
-	if (rc == MORI_OK && (mr.gpu_handle_type != GPU_HANDLE_POSIX_FD || *fd < 0 || mr.gpu_ipc.len > 64)) {
+	int rc = gpu_mem_alloc_on(c, m, ordinal, &sz, 1, &mr, ipc, sizeof(ipc), fd), made = rc == MORI_OK;
+	if (rc == MORI_OK && (mr.gpu_handle_type != GPU_HANDLE_POSIX_FD || *fd < 0 || mr.gpu_ipc.len > 64))
 		rc = set_error(c, MORI_ENOTSUP, "VRAM heap: the allocation has no POSIX fd handle");
+	else if (rc == MORI_OK)
+		rc = heap_write_gpu_id(c, ordinal, m);
+	if (rc && made) {
 		gpu_mem_close(c, m);
+		if (*fd >= 0)
+			close(*fd);
+		*fd = -1;
 	}
 	if (rc) {
 		free(m);
@@ -67,6 +106,38 @@ static int push(mori_group *g, const struct gpu_api **api, struct gpu_dev **dev)
 	return MORI_OK;
 }
 
+/* The ordering scope towards each PE (mori_shmem_state.peer_scope, .wait_scope), decided here once:
+ * GPU where the PE's heap is mapped here and its GPU_ID is this GPU's, else SYS. Called with
+ * the group's context current. */
+static int peer_scopes(mori_group *g, const struct gpu_api *api, const struct gpu_dev *d, int32_t *scope,
+		       int32_t *wait_scope, char *msg, size_t cap)
+{
+	char mine[MORI_SHMEM_GPU_ID_BYTES], theirs[MORI_SHMEM_GPU_ID_BYTES];
+	gpu_id(api, d, mine);
+	int all = 1;
+	for (int i = 0; i < g->n_pes; i++) {
+		scope[i] = MORI_SHMEM_SCOPE_SYS;
+		if (i == g->my_pe) {
+			scope[i] = MORI_SHMEM_SCOPE_GPU;
+			continue;
+		}
+		if (mine[0] && g->peers[i].local && g->state_peer_base[i]) {
+			int rc = gpu_err(api->memcpy_dtoh_async(theirs, g->state_peer_base[i] + MORI_SHMEM_OFF_GPU_ID,
+								 sizeof(theirs), NULL), "read a peer's GPU id", msg, cap);
+			if (rc == MORI_OK)
+				rc = gpu_err(api->stream_synchronize(NULL), "read a peer's GPU id", msg, cap);
+			if (rc)
+				return rc;
+			theirs[sizeof(theirs) - 1] = 0;
+			if (!strcmp(mine, theirs))
+				scope[i] = MORI_SHMEM_SCOPE_GPU;
+		}
+		all &= scope[i] == MORI_SHMEM_SCOPE_GPU;
+	}
+	*wait_scope = all ? MORI_SHMEM_SCOPE_GPU : MORI_SHMEM_SCOPE_SYS;
+	return MORI_OK;
+}
+
 int shmem_gpu_state(mori_group *g)
 {
 	struct shm_gpu *s = calloc(1, sizeof(*s));
@@ -88,7 +159,8 @@ int shmem_gpu_state(mori_group *g)
 		return rc;
 	size_t off_peer = (sizeof(struct mori_shmem_state) + 63) & ~(size_t)63;
 	size_t off_team = off_peer + sizeof(uint64_t) * (size_t)g->n_pes;
-	s->buf_len = off_team + sizeof(int32_t) * (size_t)(g->team_n + 1);
+	size_t off_scope = off_team + sizeof(int32_t) * (size_t)(g->team_n + 1);
+	s->buf_len = off_scope + sizeof(int32_t) * (size_t)g->n_pes;
 	uint8_t *img = calloc(1, s->buf_len);
 	if (!img)
 		return set_error(g->c, MORI_ENOMEM, "out of memory");
@@ -96,10 +168,13 @@ int shmem_gpu_state(mori_group *g)
 	char msg[200];
 	if ((rc = gpu_err(gpu_push(api, s->d), "push context", msg, sizeof(msg))) == MORI_OK) {
 		rc = gpu_err(api->mem_alloc(&s->buf, s->buf_len), "cuMemAlloc", msg, sizeof(msg));
+		if (rc == MORI_OK)
+			rc = peer_scopes(g, api, s->d, (int32_t *)(img + off_scope), &g->state.wait_scope, msg, sizeof(msg));
 		if (rc == MORI_OK) {
 			struct mori_shmem_state st = g->state;
 			st.peer_base = (uint64_t *)(uintptr_t)(s->buf + off_peer);
 			st.node_team = (int32_t *)(uintptr_t)(s->buf + off_team);
+			st.peer_scope = (int32_t *)(uintptr_t)(s->buf + off_scope);
 			st.ctrl = (struct mori_shmem_ctrl *)(uintptr_t)s->ctrl_d;
 			st.ring = (struct mori_shmem_preq *)(uintptr_t)(s->ctrl_d + MORI_SHMEM_CTRL_BYTES);
 			memcpy(img, &st, sizeof(st));

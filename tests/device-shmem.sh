@@ -60,19 +60,7 @@ for p in $parts; do
 		mps_stop
 		;;
 	bench)
-		NV=$(python3 -c 'import nvidia.nvshmem as m, os; print(list(m.__path__)[0])' 2>/dev/null)
-		echo "== NVSHMEM wheel: ${NV:-not found}" | tee -a "$SUM"
-		NVB=
-		if [ -n "$NV" ]; then
-			(cd "$NV" && find . -maxdepth 3 | sort | head -80) > "$O/nvshmem-files.txt"
-			grep -E "include/nvshmem.h|lib/" "$O/nvshmem-files.txt" | head -20 | tee -a "$SUM"
-			run 90 "error|warning: .*nvshmem" /usr/local/cuda/bin/nvcc -rdc=true -O3 -std=c++17 \
-				-gencode arch=compute_90,code=sm_90 -I"$NV/include" "$DEV_BUNDLE/bench_nvshmem.cu" \
-				-L"$NV/lib" -l:libnvshmem_host.so.3 -lnvshmem_device -lcuda -o /tmp/bench_nvshmem &&
-				[ -x /tmp/bench_nvshmem ] && NVB=/tmp/bench_nvshmem
-			export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$NV/lib
-			export NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME=lo NVSHMEM_REMOTE_TRANSPORT=none NVSHMEM_SYMMETRIC_SIZE=1G
-		fi
+		nvshmem_build "$DEV_BUNDLE/bench_nvshmem.cu" /tmp/bench_nvshmem
 		mps_start
 		echo "== mori-bench shmem${NVB:+ --nvshmem $NVB}" | tee -a "$SUM"
 		run 240 "^ |^#" "$BIN/mori-bench" shmem ${NVB:+--nvshmem $NVB}

@@ -26,6 +26,10 @@
 #   mps_stop                  stop it (after the morids this script started)
 #   morid_start DIR [ARG...]  a morid on runtime dir DIR (emptied), waiting for its session socket
 #   morids_stop               stop every morid this script started
+#   nvshmem_build SRC OUT     there: SRC (tools/bench_nvshmem.cu, bundled) built into OUT against
+#                             the nvidia-nvshmem wheel of its python3; NVB=OUT on success (else
+#                             empty), its libraries on LD_LIBRARY_PATH and NVSHMEM's options set
+#                             for PEs that are processes on one GPU
 #   dev_summary               print the summary
 [ -n "${DEVLIB_NAME:-}" ] && return 0
 
@@ -143,6 +147,22 @@ morids_stop() {
 	local p
 	for p in "${DEV_PIDS[@]}"; do kill "$p" 2> /dev/null && wait "$p" 2> /dev/null; done
 	DEV_PIDS=()
+}
+
+nvshmem_build() {
+	local src=$1 out=$2 nv
+	NVB=
+	nv=$(python3 -c 'import nvidia.nvshmem as m; print(list(m.__path__)[0])' 2> /dev/null)
+	note "NVSHMEM wheel: ${nv:-not found}"
+	[ -n "$nv" ] && [ -f "$src" ] || return 1
+	(cd "$nv" && find . -maxdepth 3 | sort | head -80) > "$O/nvshmem-files.txt"
+	grep -E "include/nvshmem.h|lib/" "$O/nvshmem-files.txt" | head -20 | tee -a "$SUM"
+	dev_run 120 "error|warning: .*nvshmem" /usr/local/cuda/bin/nvcc -rdc=true -O3 -std=c++17 \
+		-gencode arch=compute_90,code=sm_90 -I"$nv/include" "$src" \
+		-L"$nv/lib" -l:libnvshmem_host.so.3 -lnvshmem_device -lcuda -o "$out" && [ -x "$out" ] && NVB=$out
+	export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$nv/lib
+	export NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME=lo NVSHMEM_REMOTE_TRANSPORT=none NVSHMEM_SYMMETRIC_SIZE=1G
+	[ -n "$NVB" ]
 }
 
 dev_cleanup() {

@@ -132,6 +132,83 @@ extern "C" __global__ void sdev_ring(const struct sdev_args *a)
 	}
 }
 
+/* Ordering, hammered: each round r (1..rounds) every PE writes maxlen 64-bit words of value r into
+ * its right neighbour's buf and then tells it, one of four ways by r % 4: put_signal SET r at
+ * block scope; putmem_nbi at warp scope, the block synchronised, thread 0's fence, then its p of
+ * r into the signal; put_signal ADD 1 at thread scope; putmem_nbi at block scope then barrier_all
+ * (the signal follows by p, unordered, and is not what the reader waits on). The reader waits (signal_wait_until, or the barrier) and
+ * then reads every word with plain loads, which L1 may serve from the previous round: a word
+ * that is not r is a flag (or barrier) seen before its data, i.e. ordering at too weak a scope.
+ * The reader acks the writer (an atomic add after a fence) before the writer's next round. */
+extern "C" __global__ void sdev_order(const struct sdev_args *a)
+{
+	int me = mori_shmem_my_pe(), n = mori_shmem_n_pes();
+	int right = (me + 1) % n, left = (me + n - 1) % n;
+	uint64_t *src = (uint64_t *)(uintptr_t)a->src, *buf = (uint64_t *)(uintptr_t)a->buf;
+	uint64_t *sig = (uint64_t *)(uintptr_t)a->sig, *ack = (uint64_t *)(uintptr_t)a->ack;
+	const uint32_t words = a->maxlen, bytes = words * 8;
+	__shared__ unsigned long long bad;
+	if (threadIdx.x == 0)
+		bad = 0;
+	__syncthreads();
+	for (int r = 1; r <= a->rounds; r++) {
+		const uint64_t v = (uint64_t)r;
+		if (threadIdx.x == 0) /* the right neighbour has read round r - 1 */
+			note_rc(a, mori_shmem_uint64_wait_until(ack, MORI_SHMEM_CMP_GE, v - 1), r);
+		for (uint32_t i = threadIdx.x; i < words; i += blockDim.x)
+			src[i] = v;
+		__syncthreads();
+		int rc = 0;
+		switch (r % 4) {
+		case 0: rc = mori_shmem_putmem_nbi_signal_block(buf, src, bytes, sig, v, MORI_SHMEM_SIGNAL_SET, right); break;
+		case 1:
+			if (threadIdx.x < MORI_WARP_SIZE)
+				rc = mori_shmem_putmem_nbi_warp(buf, src, bytes, right);
+			__syncthreads(); /* the warp's stores are thread 0's to fence */
+			if (threadIdx.x == 0 && !rc && !(rc = mori_shmem_fence_thread()))
+				rc = mori_shmem_uint64_p(sig, v, right);
+			break;
+		case 2:
+			if (threadIdx.x == 0)
+				rc = mori_shmem_putmem_nbi_signal_thread(buf, src, bytes, sig, 1, MORI_SHMEM_SIGNAL_ADD, right);
+			break;
+		default:
+			rc = mori_shmem_putmem_nbi_block(buf, src, bytes, right);
+			__syncthreads();
+			if (threadIdx.x == 0 && !rc)
+				rc = mori_shmem_uint64_p(sig, v, right);
+			if (!rc)
+				rc = mori_shmem_barrier_all_block();
+			break;
+		}
+		note_rc(a, rc, r);
+		if (threadIdx.x == 0 && r % 4 != 3) {
+			uint64_t got = mori_shmem_signal_wait_until(sig, MORI_SHMEM_CMP_GE, v);
+			note_rc(a, mori_shmem_status(), r);
+			if (got != v)
+				note_rc(a, -1000, r);
+		}
+		__syncthreads();
+		unsigned long long b = 0;
+		for (uint32_t i = threadIdx.x; i < words; i += blockDim.x)
+			b += buf[i] != v; /* plain loads: L1 may still hold round r - 1 */
+		if (b) {
+			atomicAdd(&bad, b);
+			atomicCAS((unsigned long long *)&OUT(a)[SDEV_OUT_FIRST_BAD], 0ull, (unsigned long long)r + 1);
+		}
+		__syncthreads(); /* every thread has read the buffer */
+		if (threadIdx.x == 0) {
+			note_rc(a, mori_shmem_fence_thread(), r);
+			note_rc(a, mori_shmem_uint64_atomic_add(ack, 1, left), r);
+		}
+	}
+	if (threadIdx.x == 0) {
+		note_rc(a, mori_shmem_quiet_thread(), -1);
+		OUT(a)[SDEV_OUT_BAD] = (long long)bad;
+		OUT(a)[SDEV_OUT_DONE] = 1;
+	}
+}
+
 /* Every thread of every block fetch-adds the 64- and 32-bit counters at target_pe (and adds to a
  * third without fetching); the fetched 64-bit values mark a bitmap shared by all PEs (maxlen
  * words), a bit seen set twice is a duplicate. The PE adds `total` in all. */

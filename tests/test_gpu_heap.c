@@ -96,12 +96,20 @@ static int pe_vram(int pe, int n, void *arg)
 	GOK(pe, api->pointer_get_attribute(&type, GPU_POINTER_ATTRIBUTE_MEMORY_TYPE, base));
 	PCHECK(pe, type == GPU_MEMORYTYPE_DEVICE, "the heap is not device memory (%u)", type);
 	PCHECK(pe, mori_shmem_heap_size(g) == HEAP, "heap %llu", (unsigned long long)mori_shmem_heap_size(g));
-	/* the reserved area is zero (the device API's barrier words) */
+	/* the reserved area is zero (the device API's barrier words) but for GPU_ID: this GPU's PCI bus id */
 	static uint8_t z[MORI_SHMEM_RESERVED];
+	char bus[MORI_SHMEM_GPU_ID_BYTES] = {0};
+	gpu_device dev;
+	GOK(pe, api->device_get(&dev, 0));
+	if (api->device_get_pci_bus_id)
+		GOK(pe, api->device_get_pci_bus_id(bus, MORI_SHMEM_GPU_ID_BYTES - 1, dev));
 	GOK(pe, api->memcpy_dtoh_async(z, base, sizeof(z), NULL));
 	GOK(pe, api->stream_synchronize(NULL));
-	for (size_t i = 0; i < sizeof(z); i++)
-		PCHECK(pe, z[i] == 0, "reserved byte %zu is %u", i, z[i]);
+	for (size_t i = 0; i < sizeof(z); i++) {
+		size_t k = i - MORI_SHMEM_OFF_GPU_ID;
+		uint8_t want = k < MORI_SHMEM_GPU_ID_BYTES ? (uint8_t)bus[k] : 0;
+		PCHECK(pe, z[i] == want, "reserved byte %zu is %u, not %u", i, z[i], want);
+	}
 	uint8_t *buf;
 	POK(pe, mori_shmem_calloc(g, (size_t)n * SLOT, 4096, (void **)&buf));
 	uint64_t boff = (uint64_t)mori_shmem_offset(g, buf);

@@ -5,7 +5,10 @@
  * (1 000 rounds, every PE checking its neighbour's bytes at the signal), every PE fetch-adding
  * one word 100 000 times (exact total, no value fetched twice), the atomics against a model, a
  * compare-swap lock, wait_until on every comparison, barriers, and a PE killed while its peers
- * wait: their kernels return MORI_EPEERDEAD within a second.
+ * wait: their kernels return MORI_EPEERDEAD within a second. Ordering (sdev_order): the scopes the
+ * state chose (GPU towards PEs on this GPU, system otherwise: checked against which device each PE
+ * opened) and 20 000 rounds of data then flag, the reader checking every word at the flag, on one
+ * GPU and, where the machine has several, with the PEs spread over them.
  * Kernels of different processes run concurrently only under MPS: the test starts its own MPS
  * control daemon (its own pipe and log directories) where nvidia-cuda-mps-control exists and none
  * was given ($CUDA_MPS_PIPE_DIRECTORY), gives each PE CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = 100 / N,
@@ -39,6 +42,10 @@ extern const size_t mori_kernels_shmemtest_image_len;
 #define A_WAIT (A_SIG + 4096)
 #define A_AMO (A_SIG + 8192)
 #define A_BAR (A_SIG + 12288)
+#define A_OSIG (A_SIG + 320) /* ordering: its signal and ack words (zero until then) */
+#define A_OACK (A_SIG + 384)
+#define ORDER_ROUNDS 20000
+#define ORDER_WORDS 512
 #define A_BITS (256u << 10)  /* fetch-add bitmap: 8 x 100 000 bits */
 #define FADD_PER_PE 100000
 
@@ -50,6 +57,7 @@ struct shared {
 	char msg[MAXPE][PE_MSG_LEN];
 	double killed_at;
 	double waited[MAXPE];
+	int gpus; /* devices the PEs saw (the ordering case across GPUs) */
 };
 static struct shared *SH;
 
@@ -87,7 +95,7 @@ struct pe {
 	long long out[SDEV_OUT_N];
 };
 
-static int pe_open(struct pe *p, int me, int n, const char *name)
+static int pe_open_on(struct pe *p, int me, int n, const char *name, int ordinal)
 {
 	gpu_mps_share(n); /* before the driver starts */
 	memset(p, 0, sizeof(*p));
@@ -96,7 +104,7 @@ static int pe_open(struct pe *p, int me, int n, const char *name)
 	gpu_device dev;
 	gpu_context ctx;
 	p->g = gpu_api();
-	PCHECK(me, p->g && !p->g->device_get(&dev, 0) && !p->g->primary_ctx_retain(&ctx, dev) &&
+	PCHECK(me, p->g && !p->g->device_get(&dev, ordinal) && !p->g->primary_ctx_retain(&ctx, dev) &&
 			   !p->g->ctx_push_current(ctx),
 	       "no GPU context: %s", gpu_unavailable_reason());
 	POK(me, mori_client_open(D.dir, "shmem-pe", &p->c));
@@ -104,7 +112,7 @@ static int pe_open(struct pe *p, int me, int n, const char *name)
 	mori_shmem_opts_init(&o, sizeof(o));
 	o.heap_kind = MORI_MEM_VRAM;
 	o.heap_size = HEAP;
-	o.gpu_device = 0;
+	o.gpu_device = ordinal;
 	o.timeout_us = 60000000;
 	POK(me, mori_shmem_init(p->c, name, me, n, &o, &p->grp));
 	GOK(me, p->g->module_load_data(&p->mod, mori_kernels_shmemtest_image));
@@ -115,6 +123,8 @@ static int pe_open(struct pe *p, int me, int n, const char *name)
 	GOK(me, p->g->mem_alloc(&p->out_d, sizeof(p->out)));
 	return 0;
 }
+
+static int pe_open(struct pe *p, int me, int n, const char *name) { return pe_open_on(p, me, n, name, 0); }
 
 static uint64_t A(const struct pe *p, uint64_t off) { return (uint64_t)(uintptr_t)(p->area + off); }
 
@@ -208,6 +218,48 @@ static int pe_cases(int me, int n, void *arg)
 	return 0;
 }
 
+/* Ordering: PE q on device q % gpus (gpus 1: all on device 0). The state says GPU scope towards
+ * exactly the PEs on this PE's device and waits at GPU scope only when all are; then sdev_order. */
+static int pe_order(int me, int n, void *arg)
+{
+	int gpus = *(const int *)arg;
+	if (gpus > 1) {
+		int cnt = 0;
+		const struct gpu_api *g = gpu_api();
+		PCHECK(me, g && !g->device_get_count(&cnt), "no GPU: %s", gpu_unavailable_reason());
+		SH->gpus = cnt;
+		if (cnt < 2)
+			return 0; /* one GPU: the case is skipped (main says so) */
+		gpus = cnt < n ? cnt : n;
+	}
+	struct pe P, *p = &P;
+	if (pe_open_on(p, me, n, gpus > 1 ? "dev-order-gpus" : "dev-order", me % gpus))
+		return 1;
+	struct mori_shmem_state st;
+	int32_t scope[MAXPE];
+	GOK(me, p->g->memcpy_dtoh_async(&st, (gpu_dptr)(uintptr_t)mori_shmem_state(p->grp), sizeof(st), NULL));
+	GOK(me, p->g->stream_synchronize(NULL));
+	PCHECK(me, st.peer_scope != NULL, "the state has no peer_scope table");
+	GOK(me, p->g->memcpy_dtoh_async(scope, (gpu_dptr)(uintptr_t)st.peer_scope, sizeof(int32_t) * (size_t)n, NULL));
+	GOK(me, p->g->stream_synchronize(NULL));
+	for (int q = 0; q < n; q++) {
+		int want = q % gpus == me % gpus ? MORI_SHMEM_SCOPE_GPU : MORI_SHMEM_SCOPE_SYS;
+		PCHECK(me, scope[q] == want, "peer_scope[%d] = %d, want %d (PE %d on device %d, this one on %d)", q,
+		       scope[q], want, q, q % gpus, me % gpus);
+	}
+	int want = gpus == 1 ? MORI_SHMEM_SCOPE_GPU : MORI_SHMEM_SCOPE_SYS;
+	PCHECK(me, st.wait_scope == want, "wait_scope = %d, want %d", st.wait_scope, want);
+	POK(me, mori_shmem_barrier_all(p->grp));
+	struct sdev_args a = {.rounds = ORDER_ROUNDS, .buf = A(p, A_RBUF), .src = A(p, A_RSRC), .sig = A(p, A_OSIG),
+			      .ack = A(p, A_OACK), .maxlen = ORDER_WORDS};
+	if (pe_run(p, "sdev_order", 1, &a))
+		return 1;
+	POK(me, mori_shmem_barrier_all(p->grp));
+	mori_shmem_finalize(p->grp);
+	mori_client_close(p->c);
+	return 0;
+}
+
 /* A PE killed while the others wait on a word nobody sets: their kernels end, MORI_EPEERDEAD. */
 static int pe_killed(int me, int n, void *arg)
 {
@@ -246,6 +298,29 @@ START_TEST(device_api_across_processes)
 }
 END_TEST
 
+START_TEST(ordering_one_gpu)
+{
+	int gpus = 1;
+	double dt = pe_run_all(NPES, pe_order, &gpus, 150, 0);
+	printf("ordering, %d processes as PEs on one GPU (%s): scopes GPU, %d rounds of %d words then a flag, "
+	       "every word right at the flag: %.1f s\n", NPES, mps_note, ORDER_ROUNDS, ORDER_WORDS, dt);
+}
+END_TEST
+
+START_TEST(ordering_across_gpus)
+{
+	int gpus = 2;
+	SH->gpus = 0;
+	double dt = pe_run_all(NPES, pe_order, &gpus, 150, 0);
+	if (SH->gpus < 2)
+		printf("ordering across GPUs: skipped (%d GPU on this machine)\n", SH->gpus);
+	else
+		printf("ordering, %d processes as PEs over %d GPUs (%s): scopes GPU / system as placed, %d rounds "
+		       "every word right at the flag: %.1f s\n", NPES, SH->gpus < NPES ? SH->gpus : NPES, mps_note,
+		       ORDER_ROUNDS, dt);
+}
+END_TEST
+
 START_TEST(pe_killed_ends_waits)
 {
 	pe_run_all(NPES, pe_killed, NULL, 150, 1);
@@ -276,6 +351,12 @@ int main(void)
 	tcase_add_test(t, device_api_across_processes);
 	tcase_add_test(t, pe_killed_ends_waits);
 	suite_add_tcase(s, t);
+	TCase *o = tcase_create("ordering"); /* CK_RUN_CASE=ordering runs it alone */
+	tcase_add_checked_fixture(o, setup, teardown);
+	tcase_set_timeout(o, 200);
+	tcase_add_test(o, ordering_one_gpu);
+	tcase_add_test(o, ordering_across_gpus);
+	suite_add_tcase(s, o);
 	SRunner *r = srunner_create(s);
 	srunner_run_all(r, CK_NORMAL);
 	int failed = srunner_ntests_failed(r);

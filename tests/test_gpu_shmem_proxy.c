@@ -42,6 +42,9 @@ extern const size_t mori_kernels_shmemtest_image_len;
 #define A_CNF (A_SIG + 256)
 #define A_WAIT (A_SIG + 4096)
 #define A_BAR (A_SIG + 12288)
+#define A_OSIG (A_SIG + 320) /* ordering: its signal and ack words (zero until then) */
+#define A_OACK (A_SIG + 384)
+#define ORDER_ROUNDS 200
 #define A_BITS (256u << 10)  /* this PE's own bitmap of the values it fetched */
 #define FADD_PER_PE 3000
 #define BITWORDS ((FADD_PER_PE * MAXPE + 31) / 32)
@@ -181,6 +184,23 @@ static int pe_cases(int me, int n, void *arg)
 		return 1;
 	if (me == 0)
 		SH->ring_s = now_s() - t0;
+	/* ordering: the state orders at system scope towards the other node's PEs (the proxy) and
+	 * waits at system scope; then data-then-flag rounds, every hop through the proxy */
+	struct mori_shmem_state st;
+	int32_t scope[MAXPE];
+	GOK(me, p->g->memcpy_dtoh_async(&st, (gpu_dptr)(uintptr_t)mori_shmem_state(p->grp), sizeof(st), NULL));
+	GOK(me, p->g->stream_synchronize(NULL));
+	GOK(me, p->g->memcpy_dtoh_async(scope, (gpu_dptr)(uintptr_t)st.peer_scope, sizeof(int32_t) * (size_t)n, NULL));
+	GOK(me, p->g->stream_synchronize(NULL));
+	for (int q = 0; q < n; q++)
+		PCHECK(me, scope[q] == ((q & 1) == (me & 1) ? MORI_SHMEM_SCOPE_GPU : MORI_SHMEM_SCOPE_SYS),
+		       "peer_scope[%d] = %d", q, scope[q]);
+	PCHECK(me, st.wait_scope == MORI_SHMEM_SCOPE_SYS, "wait_scope = %d with PEs behind the proxy", st.wait_scope);
+	POK(me, mori_shmem_barrier_all(p->grp));
+	a = (struct sdev_args){.rounds = ORDER_ROUNDS, .buf = A(p, A_RBUF), .src = A(p, A_RSRC), .sig = A(p, A_OSIG),
+			       .ack = A(p, A_OACK), .maxlen = 512};
+	if (pe_run(p, "sdev_order", 1, &a))
+		return 1;
 	/* fetch-adds: node A's PEs on target's words; each marks its own bitmap */
 	POK(me, mori_shmem_barrier_all(p->grp));
 	int adder = !(me & 1);
@@ -234,9 +254,9 @@ static int pe_cases(int me, int n, void *arg)
 START_TEST(device_api_through_the_proxy)
 {
 	double dt = pe_run_all(NPES, pe_cases, NULL, 80, 0);
-	printf("device API through morid's proxy, %d PEs on 2 morids (%s): ring %d rounds %.1f ms a round, %d x %d "
-	       "fetch-adds exact (%.2f s), barrier_all %.0f us, barrier_on_stream: %.1f s in all\n",
-	       NPES, mps_note, RING_ROUNDS, SH->ring_s * 1e3 / RING_ROUNDS, (NPES + 1) / 2, FADD_PER_PE, SH->fadd_s,
+	printf("device API through morid's proxy, %d PEs on 2 morids (%s): ring %d rounds %.1f ms a round, ordering "
+	       "%d rounds at system scope, %d x %d fetch-adds exact (%.2f s), barrier_all %.0f us, barrier_on_stream: %.1f s in all\n",
+	       NPES, mps_note, RING_ROUNDS, SH->ring_s * 1e3 / RING_ROUNDS, ORDER_ROUNDS, (NPES + 1) / 2, FADD_PER_PE, SH->fadd_s,
 	       SH->bar_s * 1e6, dt);
 }
 END_TEST

@@ -21,7 +21,14 @@
  *   and how many all-gathers completed while the GEMMs ran (a form the GEMM starves slows it little
  *   because it barely runs).
  *
+ *   NVSHMEM beside (--nvshmem PATH, tools/bench_nvshmem.cu built as tests/device-shmem.sh builds
+ *   it): after mori's rows for N ranks, N processes of NVSHMEM (MPS shares as mori's) run its team
+ *   collectives (sum reduce, fcollect, alltoall, broadcast, reducescatter where it has one) of the
+ *   same sizes, host-initiated on a stream and from a kernel (one block); rows "nv <coll> host" and
+ *   "nv <coll> kernel", with the bound of the matching mori row (all-reduce: two-shot's traffic).
+ *
  * mori-bench coll [--dir RUNTIME_DIR] [--pes "2 4 8"] [--max BYTES] [--iters N] [--min BYTES] [--only LABEL]
+ *                 [--nvshmem PATH] [--no-overlap]
  *   --only: the rows whose label starts with LABEL (e.g. "allreduce twoshot") and no graph or overlap
  *   rows; --min: sizes from BYTES (to compare kernel settings, $MORI_COLL_*, in one call). */
 #include <dlfcn.h>
@@ -41,6 +48,8 @@
 extern const unsigned char mori_kernels_collbench_image[];
 extern const size_t mori_kernels_collbench_image_len;
 int bench_coll_main(int argc, char **argv);
+int nvshmem_run(const char *path, const char *mode, int npes, const char *const *tail, int ntail, int timeout_s,
+		void (*line)(const char *, void *), void *arg); /* tools/bench_shmem.c */
 
 #define MAXIT 60
 #define GEMM_N 2048
@@ -78,10 +87,12 @@ static const struct spec specs[] = {
 	{B_BC, "broadcast=ce", "broadcast ce"},
 };
 
-static double *shared_t; /* MAP_SHARED: [8] overlap's all-gather count, [16+rank] and [32+rank]
-			  * each rank's start and end of the concurrent ceiling's copies */
+static double *shared_t; /* MAP_SHARED: [1] the copy ceiling rank 0 measured (bytes/s), [8] overlap's
+			  * all-gather count, [16+rank] and [32+rank] each rank's start and end of the
+			  * concurrent ceiling's copies */
 static const char *only;  /* --only LABEL */
 static uint64_t minb;     /* --min BYTES */
+static int no_overlap;    /* --no-overlap: no overlap rows */
 #define NSPECS (sizeof(specs) / sizeof(specs[0]))
 /* Row k runs: no --only, or its label starts with it. */
 static int picked(size_t k) { return !only || !strncmp(specs[k].label, only, strlen(only)); }
@@ -130,6 +141,15 @@ static double busf(int coll, double n)
 	return coll == B_AR ? 2 * (n - 1) / n : coll == B_BC ? 1 : (n - 1) / n;
 }
 
+/* One result row: label, ranks, size, p50, then algbw, busbw, the bound and the share of it */
+static void print_row(const char *label, int coll, const char *algo, int n, uint64_t S, double p50, double ceil_bps)
+{
+	double alg = S / p50 / 1e9, bound = S / (n * traffic(coll, algo, (double)S, n) / (2 * ceil_bps)) / 1e9;
+	printf("  %-18s %2d %11llu %10.1f %9.2f %9.2f %9.1f %5.0f%%\n", label, n, (unsigned long long)S, p50 * 1e6, alg,
+	       alg * busf(coll, n), bound, 100 * alg / bound);
+	fflush(stdout);
+}
+
 static int row(struct rk *r, const struct spec *sp, uint64_t S, int iters, double ceil_bps)
 {
 	int me = r->me;
@@ -159,13 +179,8 @@ static int row(struct rk *r, const struct spec *sp, uint64_t S, int iters, doubl
 		t[i] = ms * 1e-3;
 	}
 	qsort(t, (size_t)iters, sizeof(double), cmpd);
-	double p50 = t[iters / 2], n = r->n;
-	if (me == 0) {
-		double alg = S / p50 / 1e9, bound = S / (n * traffic(sp->coll, sp->algo, (double)S, n) / (2 * ceil_bps)) / 1e9;
-		printf("  %-18s %2d %11llu %10.1f %9.2f %9.2f %9.1f %5.0f%%\n", sp->label, r->n, (unsigned long long)S,
-		       p50 * 1e6, alg, alg * busf(sp->coll, n), bound, 100 * alg / bound);
-		fflush(stdout);
-	}
+	if (me == 0)
+		print_row(sp->label, sp->coll, sp->algo, r->n, S, t[iters / 2], ceil_bps);
 	return 0;
 }
 
@@ -434,6 +449,7 @@ static int one_rank(int me, int n, const char *dir, uint64_t maxb, int iters)
 	if (me == 0) {
 		double alone = ceil_bps;
 		ceil_bps = (double)n * CEIL_COPIES * (double)cb / win;
+		shared_t[1] = ceil_bps;
 		printf("# %d ranks on one GPU; copy ceiling (cuMemcpyDtoDAsync %llu MiB): every rank at once %.0f GB/s in all "
 		       "(rank 0 alone %.0f GB/s); the bound below uses the former\n", n, (unsigned long long)(cb >> 20),
 		       ceil_bps / 1e9, alone / 1e9);
@@ -456,7 +472,7 @@ static int one_rank(int me, int n, const char *dir, uint64_t maxb, int iters)
 				return 1;
 		}
 	}
-	if (!only && (graph_rows(r) || overlap(r)))
+	if (!only && (graph_rows(r) || (!no_overlap && overlap(r))))
 		return 1;
 	MOK(mori_comm_window_deregister(r->k, wa));
 	MOK(mori_comm_window_deregister(r->k, wb));
@@ -466,9 +482,28 @@ static int one_rank(int me, int n, const char *dir, uint64_t maxb, int iters)
 	return 0;
 }
 
+/* NVSHMEM's rows: rank 0's "nvshmem coll KIND FORM NPES BYTES P50_US" lines (tools/bench_nvshmem.cu) */
+static void nv_coll_line(const char *l, void *arg)
+{
+	(void)arg;
+	char kind[32], form[16], label[64];
+	int np;
+	unsigned long long S;
+	double us;
+	if (sscanf(l, "nvshmem coll %31s %15s %d %llu %lf", kind, form, &np, &S, &us) != 5 || us <= 0)
+		return;
+	static const struct { const char *name; int coll; } k[] = {
+		{"allreduce", B_AR}, {"allgather", B_AG}, {"alltoall", B_A2A}, {"broadcast", B_BC}, {"reducescatter", B_RS}};
+	for (size_t i = 0; i < sizeof(k) / sizeof(k[0]); i++)
+		if (!strcmp(kind, k[i].name)) {
+			snprintf(label, sizeof(label), "nv %s %s", kind, form);
+			print_row(label, k[i].coll, "twoshot", np, S, us * 1e-6, shared_t[1] > 0 ? shared_t[1] : 1e12);
+		}
+}
+
 int bench_coll_main(int argc, char **argv)
 {
-	const char *dir = getenv("MORI_RUNTIME_DIR"), *pes = "2 4 8";
+	const char *dir = getenv("MORI_RUNTIME_DIR"), *pes = "2 4 8", *nvshmem = NULL;
 	uint64_t maxb = 1ull << 30;
 	int iters = 40;
 	for (int i = 2; i < argc; i++) {
@@ -491,10 +526,15 @@ int bench_coll_main(int argc, char **argv)
 			minb = parse_size(argv[++i]);
 		else if (!strcmp(argv[i], "--only") && i + 1 < argc)
 			only = argv[++i];
+		else if (!strcmp(argv[i], "--nvshmem") && i + 1 < argc)
+			nvshmem = argv[++i];
+		else if (!strcmp(argv[i], "--no-overlap"))
+			no_overlap = 1;
 		else {
 			int help = !strcmp(argv[i], "--help") || !strcmp(argv[i], "-h");
 			fprintf(help ? stdout : stderr, "usage: mori-bench coll [--dir RUNTIME_DIR] [--pes \"2 4 8\"] [--max BYTES] "
-					"[--iters 1..%d] [--min BYTES] [--only LABEL]   (BYTES: 4096, 64K, 1G...)\n", MAXIT);
+					"[--iters 1..%d] [--min BYTES] [--only LABEL] [--nvshmem PATH/bench_nvshmem] [--no-overlap]   "
+					"(BYTES: 4096, 64K, 1G...)\n", MAXIT);
 			return help ? 0 : 2;
 		}
 	}
@@ -570,6 +610,18 @@ int bench_coll_main(int argc, char **argv)
 			waitpid(pids[i], &st, 0);
 			if (!WIFEXITED(st) || WEXITSTATUS(st))
 				fails++;
+		}
+		if (nvshmem && n > 1) {
+			char mb[24], it[16];
+			snprintf(mb, sizeof(mb), "%llu", (unsigned long long)maxb);
+			snprintf(it, sizeof(it), "%d", iters);
+			const char *tail[] = {mb, it};
+			printf("# NVSHMEM's team collectives, %d PEs (processes, as mori's ranks), f32, the same sizes\n", n);
+			fflush(stdout);
+			if (nvshmem_run(nvshmem, "coll", n, tail, 2, 280, nv_coll_line, NULL)) {
+				fprintf(stderr, "mori-bench coll: NVSHMEM with %d PEs failed (its stderr is above)\n", n);
+				fails++;
+			}
 		}
 	}
 	return fails ? 1 : 0;

@@ -5,14 +5,24 @@
 //   nvcc -rdc=true -O3 -std=c++17 -arch=sm_90 -I$NV/include tools/bench_nvshmem.cu \
 //        -L$NV/lib -l:libnvshmem_host.so.3 -lnvshmem_device -lcuda -o bench_nvshmem
 // mori-bench shmem --nvshmem PATH starts it: `bench_nvshmem RANK NPES UID_FILE [reps [sms]]` per PE
+// (reps 0: no put rows)
 // (sms: the GPU's SMs as mori-bench sees them, for k_put_warp's grid; MPS may show fewer here).
 // Rank 0 makes the unique id and writes it to UID_FILE; the others read it. Each rank prints
 // lines "nvshmem <what> ..." on stdout that mori-bench shmem reads:
 //   nvshmem put_bw BYTES GBPS            (rank 0, two PEs: PE 0 -> PE 1, block scope)
 //   nvshmem put_warp WARPS_PER_SM BYTES GBPS (rank 0, two PEs: many messages, warp scope)
 //   nvshmem pingpong P50_US P99_US MEAN_US (rank 0, two PEs: put+signal, half the round trip)
+//   nvshmem waitpp P50_US P99_US MEAN_US (the same with a p and wait_until, no data)
 //   nvshmem fadd RANK NPES OPS START_NS END_NS (every rank: fetch-adds on PE 0's word; globaltimer)
 //   nvshmem barrier NPES P50_US P99_US   (rank 0: barrier_all_block)
+// The side of `mori-bench coll --nvshmem PATH`: `bench_nvshmem coll RANK NPES UID_FILE MAX_BYTES
+// ITERS`: NVSHMEM's team collectives on NVSHMEM_TEAM_WORLD, f32, of the sizes mori-bench coll
+// measures (8 B .. MAX_BYTES, x8; size as nccl-tests gives it), each host-initiated on a stream
+// (nvshmemx_*_on_stream; p50 of ITERS calls, events around each) and from a kernel (one block of
+// 1024 threads calling nvshmemx_*_block ITERS times in a loop, launched collectively: time per
+// call; up to DEV_MAX bytes, a block's collective being slow beyond):
+//   nvshmem coll KIND FORM NPES BYTES P50_US (rank 0; KIND allreduce|allgather|alltoall|broadcast|
+//                                               reducescatter (host only, NVSHMEM 3.2 on), FORM host|kernel)
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <nvshmem.h>
@@ -70,7 +80,7 @@ __device__ long long globaltimer_ns(void)
 
 /* cyc[0..iters): cycles of each iteration; cyc[iters], cyc[iters + 1]: cycles and nanoseconds
  * of the whole loop (the host converts cycles with their ratio: the clock the SM really ran). */
-__global__ void k_pingpong(uint8_t *buf, uint64_t *sig, int iters, long long *cyc)
+__global__ void k_pingpong(uint8_t *buf, uint64_t *sig, int iters, long long *cyc, int mode)
 {
 	if (threadIdx.x)
 		return;
@@ -78,12 +88,21 @@ __global__ void k_pingpong(uint8_t *buf, uint64_t *sig, int iters, long long *cy
 	long long c0 = clock64(), n0 = globaltimer_ns();
 	for (int i = 0; i < iters; i++) {
 		long long t0 = clock64();
-		if (me == 0) {
-			nvshmem_putmem_signal_nbi(buf, buf + 64, 8, sig, (uint64_t)i + 1, NVSHMEM_SIGNAL_SET, peer);
-			nvshmem_signal_wait_until(sig, NVSHMEM_CMP_GE, (uint64_t)i + 1);
+		uint64_t v = (uint64_t)i + 1;
+		if (mode == 1) { /* a p of the value, the peer's wait_until */
+			if (me == 0) {
+				nvshmem_uint64_p(sig, v, peer);
+				nvshmem_uint64_wait_until(sig, NVSHMEM_CMP_GE, v);
+			} else {
+				nvshmem_uint64_wait_until(sig, NVSHMEM_CMP_GE, v);
+				nvshmem_uint64_p(sig, v, peer);
+			}
+		} else if (me == 0) {
+			nvshmem_putmem_signal_nbi(buf, buf + 64, 8, sig, v, NVSHMEM_SIGNAL_SET, peer);
+			nvshmem_signal_wait_until(sig, NVSHMEM_CMP_GE, v);
 		} else {
-			nvshmem_signal_wait_until(sig, NVSHMEM_CMP_GE, (uint64_t)i + 1);
-			nvshmem_putmem_signal_nbi(buf, buf + 64, 8, sig, (uint64_t)i + 1, NVSHMEM_SIGNAL_SET, peer);
+			nvshmem_signal_wait_until(sig, NVSHMEM_CMP_GE, v);
+			nvshmem_putmem_signal_nbi(buf, buf + 64, 8, sig, v, NVSHMEM_SIGNAL_SET, peer);
 		}
 		cyc[i] = clock64() - t0;
 	}
@@ -223,7 +242,8 @@ static double us_per_cycle(const std::vector<long long> &c, int iters)
 	return c[iters] > 0 ? (double)c[iters + 1] / (double)c[iters] / 1e3 : 0;
 }
 
-static void pingpong(int me, cudaStream_t s, int iters)
+/* mode 0: put+signal ("nvshmem pingpong"), 1: p + wait_until ("nvshmem waitpp") */
+static void pingpong(int me, cudaStream_t s, int iters, int mode)
 {
 	uint8_t *buf = (uint8_t *)nvshmem_malloc(4096);
 	uint64_t *sig = (uint64_t *)nvshmem_malloc(64);
@@ -232,7 +252,7 @@ static void pingpong(int me, cudaStream_t s, int iters)
 	CK(cudaMalloc(&cyc, sizeof(long long) * (iters + 2)));
 	CK(cudaDeviceSynchronize());
 	nvshmem_barrier_all();
-	void *args[] = {&buf, &sig, &iters, &cyc};
+	void *args[] = {&buf, &sig, &iters, &cyc, &mode};
 	float ms = time_ms(s, [&] { collective((const void *)k_pingpong, 1, 32, args, s); });
 	std::vector<long long> c(iters + 2);
 	CK(cudaMemcpy(c.data(), cyc, sizeof(long long) * (iters + 2), cudaMemcpyDeviceToHost));
@@ -240,7 +260,8 @@ static void pingpong(int me, cudaStream_t s, int iters)
 		std::vector<double> us;
 		for (int i = iters / 10; i < iters; i++)
 			us.push_back(c[i] * us_per_cycle(c, iters) / 2);
-		printf("nvshmem pingpong %.2f %.2f %.2f\n", pct(us, 0.5), pct(us, 0.99), ms * 1e3 / iters / 2);
+		printf("nvshmem %s %.2f %.2f %.2f\n", mode ? "waitpp" : "pingpong", pct(us, 0.5), pct(us, 0.99),
+		       ms * 1e3 / iters / 2);
 		fflush(stdout);
 	}
 	nvshmem_barrier_all();
@@ -293,8 +314,127 @@ static void barrier(int me, int npes, cudaStream_t s, int iters)
 	cudaFree(cyc);
 }
 
+/* ---- team collectives (mori-bench coll --nvshmem) ---- */
+/* reduce-scatter (host-initiated only) where this NVSHMEM has it (3.2 on) */
+#if defined(NVSHMEM_VENDOR_MAJOR_VERSION) && defined(NVSHMEM_VENDOR_MINOR_VERSION) &&                     \
+	(NVSHMEM_VENDOR_MAJOR_VERSION > 3 || (NVSHMEM_VENDOR_MAJOR_VERSION == 3 && NVSHMEM_VENDOR_MINOR_VERSION >= 2))
+#define NV_HAS_RS 1
+#else
+#define NV_HAS_RS 0
+#endif
+enum { C_AR, C_AG, C_A2A, C_BC, C_RS, C_N };
+static const char *const cnames[C_N] = {"allreduce", "allgather", "alltoall", "broadcast", "reducescatter"};
+static const uint64_t DEV_MAX = 64ull << 20;
+
+/* elements each call passes for size S (nccl-tests' size: all-reduce and broadcast buffer,
+ * all-gather's output, all-to-all's buffer) */
+static size_t coll_elems(int kind, uint64_t S, int npes)
+{
+	return kind == C_AR || kind == C_BC ? S / 4 : S / 4 / (uint64_t)npes; /* reduce-scatter: each PE's output */
+}
+
+__global__ void k_coll(int kind, float *dst, const float *src, size_t nelems, int iters)
+{
+	for (int i = 0; i < iters; i++) {
+		switch (kind) {
+		case C_AR: nvshmemx_float_sum_reduce_block(NVSHMEM_TEAM_WORLD, dst, src, nelems); break;
+		case C_AG: nvshmemx_float_fcollect_block(NVSHMEM_TEAM_WORLD, dst, src, nelems); break;
+		case C_A2A: nvshmemx_float_alltoall_block(NVSHMEM_TEAM_WORLD, dst, src, nelems); break;
+		default: nvshmemx_float_broadcast_block(NVSHMEM_TEAM_WORLD, dst, src, nelems, 0); break;
+		}
+	}
+}
+
+static void coll_host(int kind, float *dst, const float *src, size_t nelems, cudaStream_t s)
+{
+	switch (kind) {
+	case C_AR: nvshmemx_float_sum_reduce_on_stream(NVSHMEM_TEAM_WORLD, dst, src, nelems, s); break;
+	case C_AG: nvshmemx_float_fcollect_on_stream(NVSHMEM_TEAM_WORLD, dst, src, nelems, s); break;
+	case C_A2A: nvshmemx_float_alltoall_on_stream(NVSHMEM_TEAM_WORLD, dst, src, nelems, s); break;
+#if NV_HAS_RS
+	case C_RS: nvshmemx_float_sum_reducescatter_on_stream(NVSHMEM_TEAM_WORLD, dst, src, nelems, s); break;
+#endif
+	default: nvshmemx_float_broadcast_on_stream(NVSHMEM_TEAM_WORLD, dst, src, nelems, 0, s); break;
+	}
+}
+
+static void colls(int me, int npes, cudaStream_t s, uint64_t maxb, int iters)
+{
+	float *src = (float *)nvshmem_malloc(maxb), *dst = (float *)nvshmem_malloc(maxb);
+	if (!src || !dst) {
+		fprintf(stderr, "bench_nvshmem: no 2 x %llu bytes of symmetric heap\n", (unsigned long long)maxb);
+		exit(1);
+	}
+	CK(cudaMemset(src, 0, maxb));
+	CK(cudaDeviceSynchronize());
+	nvshmem_barrier_all();
+	std::vector<cudaEvent_t> ev(2 * (size_t)iters);
+	for (auto &e : ev)
+		CK(cudaEventCreate(&e));
+	for (int kind = 0; kind < C_N; kind++)
+		for (uint64_t S = 8; S <= (kind == C_AR ? maxb : maxb / 4) && (kind != C_RS || NV_HAS_RS); S *= 8) {
+			size_t ne = coll_elems(kind, S, npes);
+			if (!ne)
+				continue;
+			int it = S <= (1u << 20) ? iters : S <= (64u << 20) ? 10 : 3;
+			for (int w = 0; w < 2; w++)
+				coll_host(kind, dst, src, ne, s);
+			CK(cudaStreamSynchronize(s));
+			nvshmem_barrier_all();
+			for (int i = 0; i < it; i++) {
+				CK(cudaEventRecord(ev[2 * i], s));
+				coll_host(kind, dst, src, ne, s);
+				CK(cudaEventRecord(ev[2 * i + 1], s));
+			}
+			CK(cudaStreamSynchronize(s));
+			std::vector<double> t;
+			for (int i = 0; i < it; i++) {
+				float ms;
+				CK(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]));
+				t.push_back(ms * 1e3);
+			}
+			if (me == 0) {
+				printf("nvshmem coll %s host %d %llu %.2f\n", cnames[kind], npes, (unsigned long long)S, pct(t, 0.5));
+				fflush(stdout);
+			}
+			if (S > DEV_MAX || kind == C_RS)
+				continue;
+			int kit = it, k = kind;
+			void *args[] = {&k, &dst, &src, &ne, &kit};
+			collective((const void *)k_coll, 1, 1024, args, s); /* warm */
+			CK(cudaStreamSynchronize(s));
+			nvshmem_barrier_all();
+			float ms = time_ms(s, [&] { collective((const void *)k_coll, 1, 1024, args, s); });
+			if (me == 0) {
+				printf("nvshmem coll %s kernel %d %llu %.2f\n", cnames[kind], npes, (unsigned long long)S,
+				       ms * 1e3 / kit);
+				fflush(stdout);
+			}
+			nvshmem_barrier_all();
+		}
+	for (auto &e : ev)
+		cudaEventDestroy(e);
+	nvshmem_free(dst);
+	nvshmem_free(src);
+}
+
 int main(int argc, char **argv)
 {
+	int coll_mode = argc > 1 && !strcmp(argv[1], "coll");
+	uint64_t coll_max = 0;
+	int coll_iters = 20;
+	if (coll_mode) { /* bench_nvshmem coll RANK NPES UID_FILE MAX_BYTES ITERS */
+		if (argc < 7) {
+			fprintf(stderr, "usage: bench_nvshmem coll RANK NPES UID_FILE MAX_BYTES ITERS\n");
+			return 2;
+		}
+		coll_max = strtoull(argv[5], NULL, 10);
+		coll_iters = atoi(argv[6]);
+		if (coll_iters < 1)
+			coll_iters = 1;
+		argv++;
+		argc = 4;
+	}
 	if (argc < 4) {
 		fprintf(stderr, "usage: bench_nvshmem RANK NPES UID_FILE [reps]\n");
 		return 2;
@@ -305,7 +445,12 @@ int main(int argc, char **argv)
 	CK(cudaSetDevice(0));
 	if (sms <= 0)
 		CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-	if (npes == 2) { /* put_warp's two buffers; set before anything of NVSHMEM reads its options */
+	if (coll_mode) { /* the two buffers; set before anything of NVSHMEM reads its options */
+		char v[32];
+		unsigned long long need = 2 * coll_max + (512ull << 20);
+		snprintf(v, sizeof(v), "%lluG", (need + (1ull << 30) - 1) >> 30);
+		setenv("NVSHMEM_SYMMETRIC_SIZE", v, 1);
+	} else if (npes == 2) { /* put_warp's two buffers; set before anything of NVSHMEM reads its options */
 		char v[32];
 		unsigned long long need = 2 * many_bytes(sms) + (256ull << 20); /* + NVSHMEM's own */
 		snprintf(v, sizeof(v), "%lluG", (need + (1ull << 30) - 1) >> 30);
@@ -340,10 +485,19 @@ int main(int argc, char **argv)
 	int me = nvshmem_my_pe();
 	cudaStream_t s;
 	CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+	if (coll_mode) {
+		colls(me, npes, s, coll_max, coll_iters);
+		nvshmem_barrier_all();
+		nvshmem_finalize();
+		return 0;
+	}
 	if (npes == 2) {
-		put_bw(me, s, reps);
-		put_warp(me, s, sms);
-		pingpong(me, s, 20000);
+		if (reps > 0) { /* reps 0: the latency rows only (mori-bench shmem --lat) */
+			put_bw(me, s, reps);
+			put_warp(me, s, sms);
+		}
+		pingpong(me, s, 20000, 0);
+		pingpong(me, s, 20000, 1);
 	}
 	fadd(me, npes, s, 1000);
 	barrier(me, npes, s, 5000);

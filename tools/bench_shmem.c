@@ -2,7 +2,8 @@
  * patterns in the same run.
  *
  * mori rows: N PEs (2, 4, 8) are N heaps of this process, each PE's state in device memory with
- * every other heap mapped (the direct path), each PE its own module instance of the bench
+ * every other heap mapped (the direct path) and, as libmori decides for PEs on one GPU, GPU
+ * ordering scope towards each (mori_shmem_state.peer_scope), each PE its own module instance of the bench
  * kernels (tools/bench_shmem_kernels.cu) and its own stream; kernels of the PEs run concurrently.
  * nvshmem rows (--nvshmem PATH, tools/bench_nvshmem.cu): N processes, one PE each, started here
  * after the mori rows (several on one GPU: under MPS, each given 100/N percent of the SMs).
@@ -12,7 +13,9 @@
  *     perftest's shape, one put split over the grid's blocks per rep (latency-bound below 16 MiB)
  *   put bandwidth, many messages in flight: every warp of the grid puts whole messages of the
  *     size at warp scope, 8 and 32 warps per SM (how ib_write_bw or NCCL measure a message size)
- *   put+signal ping-pong, 8 bytes, thread scope: half the round trip, p50/p99/mean
+ *   put+signal ping-pong, 8 bytes, thread scope: half the round trip, p50/p99/mean, with the
+ *     ordering scope libmori gives PEs on one GPU (GPU) and the one towards another GPU (system),
+ *     and the hop taken apart; then the same with a p and wait_until (no data)
  *   fetch-add throughput: every PE's 4 x 256 threads on one word at PE 0
  *   barrier_all_block latency for 2, 4, 8 PEs: p50/p99/mean
  *
@@ -32,6 +35,8 @@
 extern const unsigned char mori_kernels_shmembench_image[];
 extern const size_t mori_kernels_shmembench_image_len;
 int bench_shmem_main(int argc, char **argv);
+int nvshmem_run(const char *path, const char *mode, int npes, const char *const *tail, int ntail, int timeout_s,
+		void (*line)(const char *, void *), void *arg);
 
 #define MAXPE 8
 #define HEAP (160ull << 20)
@@ -51,12 +56,13 @@ struct bpe {
 	gpu_function fn[B_N];
 	gpu_stream s;
 	gpu_event e0, e1;
-	gpu_dptr heap, state, peers;
+	gpu_dptr heap, state, peers, scope;
 	void *ctrl;
 	gpu_dptr ctrl_d;
 };
 struct brig {
 	int n;
+	uint64_t heap;
 	struct bpe pe[MAXPE];
 };
 
@@ -79,6 +85,27 @@ static double pct(double *v, size_t n, double p)
 	qsort(v, n, sizeof(*v), cmp_d);
 	size_t i = (size_t)(p * (double)n);
 	return v[i < n ? i : n - 1];
+}
+
+/* Every PE's state, ordering at `scope` (enum mori_shmem_scope) towards every PE and in its waits:
+ * GPU is what libmori decides for PEs on one GPU, SYS what it decides towards another GPU. */
+static void rig_scope(struct brig *r, int scope)
+{
+	int32_t sc[MAXPE];
+	for (int q = 0; q < MAXPE; q++)
+		sc[q] = scope;
+	for (int p = 0; p < r->n; p++) {
+		struct bpe *e = &r->pe[p];
+		CK(g->memcpy_htod_async(e->scope, sc, sizeof(sc), NULL));
+		struct mori_shmem_state st = {
+			.magic = MORI_SHMEM_MAGIC, .my_pe = p, .n_pes = r->n, .node_pes = r->n, .heap_size = r->heap,
+			.heap_base = e->heap, .peer_base = (uint64_t *)(uintptr_t)e->peers,
+			.ctrl = (struct mori_shmem_ctrl *)(uintptr_t)e->ctrl_d,
+			.peer_scope = (int32_t *)(uintptr_t)e->scope, .wait_scope = scope,
+		};
+		CK(g->memcpy_htod_async(e->state, &st, sizeof(st), NULL));
+	}
+	CK(g->stream_synchronize(NULL));
 }
 
 /* n PEs of heap bytes each, every heap mapped by every PE; the control page gives the abort
@@ -109,20 +136,16 @@ static void rig_open(struct brig *r, int n, uint64_t heap)
 	for (int p = 0; p < n; p++) {
 		struct bpe *e = &r->pe[p];
 		CK(g->mem_alloc(&e->peers, sizeof(peers)));
+		CK(g->mem_alloc(&e->scope, sizeof(int32_t) * MAXPE));
 		CK(g->mem_alloc(&e->state, sizeof(struct mori_shmem_state)));
 		CK(g->memcpy_htod_async(e->peers, peers, sizeof(peers), NULL));
-		struct mori_shmem_state st = {
-			.magic = MORI_SHMEM_MAGIC, .my_pe = p, .n_pes = n, .node_pes = n, .heap_size = heap,
-			.heap_base = e->heap, .peer_base = (uint64_t *)(uintptr_t)e->peers,
-			.ctrl = (struct mori_shmem_ctrl *)(uintptr_t)e->ctrl_d,
-		};
-		CK(g->memcpy_htod_async(e->state, &st, sizeof(st), NULL));
 		gpu_dptr gp;
 		size_t gsz;
 		CK(get_global(&gp, &gsz, e->mod, "mori_shmem_state_ptr"));
 		CK(g->memcpy_htod_async(gp, &e->state, sizeof(e->state), NULL));
 	}
-	CK(g->stream_synchronize(NULL));
+	r->heap = heap;
+	rig_scope(r, MORI_SHMEM_SCOPE_GPU);
 }
 
 static void rig_close(struct brig *r)
@@ -137,6 +160,7 @@ static void rig_close(struct brig *r)
 		g->mem_free(e->heap);
 		g->mem_free(e->state);
 		g->mem_free(e->peers);
+		g->mem_free(e->scope);
 		g->mem_free_host(e->ctrl);
 	}
 }
@@ -149,6 +173,7 @@ static void launch(struct bpe *e, int k, unsigned grid, unsigned block, void **p
 /* ---- the patterns ---- */
 
 #define NSIZES 8 /* 4 KiB .. 64 MiB, x4 */
+#define PP_ROWS 7 /* ping-pong rows (pp_rows) */
 #define SPAN (64ull << 20) /* puts and copies rotate through this much of source and destination */
 #define NDEPTH 2 /* b_put_warp at 8 and 32 warps per SM */
 #define LANE (256ull << 10) /* b_put_warp: bytes between neighbouring warps' messages */
@@ -157,7 +182,7 @@ static const int wps[NDEPTH] = {8, 32};
 struct results {
 	double put[NSIZES], ceil[NSIZES], nv_put[NSIZES], ceiling; /* ceiling: one 64 MiB copy */
 	double warp[NDEPTH][NSIZES], nv_warp[NDEPTH][NSIZES];
-	double pp[5][3], nv_pp[3];     /* [mode] p50 p99 mean, us (b_pingpong's modes) */
+	double pp[PP_ROWS][3], nv_pp[3], nv_wpp[3]; /* [row] p50 p99 mean, us (pp_rows) */
 	double fadd[3], nv_fadd[3];    /* M ops/s for 2, 4, 8 PEs */
 	double bar[3][3], nv_bar[3][3]; /* [npes 2 4 8][p50 p99 mean] */
 };
@@ -263,6 +288,20 @@ static void lat_stats(const long long *cyc, int iters, double scale, double out[
 	free(us);
 }
 
+/* The ping-pong's rows: b_pingpong's mode and the rig's scope */
+static const struct {
+	int mode, scope;
+	const char *what;
+} pp_rows[PP_ROWS] = {
+	{0, MORI_SHMEM_SCOPE_GPU, "mori put+signal (the API, GPU scope: this GPU)"},
+	{0, MORI_SHMEM_SCOPE_SYS, "mori put+signal, system scope (another GPU)"},
+	{1, MORI_SHMEM_SCOPE_GPU, "  taken apart: release sys, acquire gpu"},
+	{2, MORI_SHMEM_SCOPE_GPU, "  taken apart: release gpu, acquire gpu"},
+	{3, MORI_SHMEM_SCOPE_GPU, "  taken apart: release sys, no acquire"},
+	{4, MORI_SHMEM_SCOPE_GPU, "  taken apart: release gpu, no acquire"},
+	{5, MORI_SHMEM_SCOPE_GPU, "mori p + wait_until (the API, GPU scope)"},
+};
+
 static void pingpong(struct brig *r, struct results *res, int iters)
 {
 	gpu_dptr cyc[2];
@@ -273,8 +312,10 @@ static void pingpong(struct brig *r, struct results *res, int iters)
 		CK(g->memset_d8_async(e->heap + WORD_OFF, 0, 4096, NULL));
 	}
 	CK(g->stream_synchronize(NULL));
-	for (int mode = 0; mode < 5; mode++) {
-		uint64_t base = (uint64_t)mode * (uint64_t)iters;
+	for (int row = 0; row < PP_ROWS; row++) {
+		int mode = pp_rows[row].mode;
+		uint64_t base = (uint64_t)row * (uint64_t)iters;
+		rig_scope(r, pp_rows[row].scope);
 		for (int p = 1; p >= 0; p--) { /* the responder first: it waits */
 			struct bpe *e = &r->pe[p];
 			uint64_t buf = e->heap + WORD_OFF, sig = e->heap + WORD_OFF + 1024;
@@ -285,8 +326,9 @@ static void pingpong(struct brig *r, struct results *res, int iters)
 		CK(g->stream_synchronize(r->pe[1].s));
 		CK(g->memcpy_dtoh_async(h, cyc[0], sizeof(long long) * (size_t)(iters + 2), NULL));
 		CK(g->stream_synchronize(NULL));
-		lat_stats(h, iters, 0.5, res->pp[mode]);
+		lat_stats(h, iters, 0.5, res->pp[row]);
 	}
+	rig_scope(r, MORI_SHMEM_SCOPE_GPU);
 	g->mem_free(cyc[0]);
 	g->mem_free(cyc[1]);
 	free(h);
@@ -361,6 +403,8 @@ static void nv_line(const char *l, struct results *res, double *fadd_ops, uint64
 					res->nv_warp[d][i] = x;
 	} else if (sscanf(l, "nvshmem pingpong %lf %lf %lf", &x, &y, &z) == 3) {
 		res->nv_pp[0] = x, res->nv_pp[1] = y, res->nv_pp[2] = z;
+	} else if (sscanf(l, "nvshmem waitpp %lf %lf %lf", &x, &y, &z) == 3) {
+		res->nv_wpp[0] = x, res->nv_wpp[1] = y, res->nv_wpp[2] = z;
 	} else if (sscanf(l, "nvshmem fadd %d %d %llu %llu %llu", &rank, &np, &ops, &t0, &t1) == 5) {
 		*fadd_ops += (double)ops;
 		if (t0 < span[0])
@@ -373,16 +417,32 @@ static void nv_line(const char *l, struct results *res, double *fadd_ops, uint64
 	}
 }
 
-static int run_nvshmem(const char *path, int npes, int reps, struct results *res)
+/* The shmem rows' parse state */
+struct nv_shmem_ctx {
+	struct results *res;
+	double ops;
+	uint64_t span[2];
+};
+static void nv_shmem_line(const char *l, void *arg)
 {
-	char dir[] = "/tmp/mori-nvshmem.XXXXXX", uid[64], arg_r[16], arg_n[16], arg_reps[16], arg_sms[16], pctv[16];
-	if (!mkdtemp(dir))
+	struct nv_shmem_ctx *x = arg;
+	nv_line(l, x->res, &x->ops, x->span);
+}
+
+/* npes processes of tools/bench_nvshmem.cu: `path [mode] RANK NPES UID_FILE tail...` each (mode
+ * NULL: the shmem rows; "coll": mori-bench coll's), under MPS with 100 / npes percent of the SMs
+ * each, NVLink multicast off, each ended after timeout_s; every line of their stdout goes to
+ * line(l, arg). 0, or -1 when one failed (its stderr went to ours). */
+int nvshmem_run(const char *path, const char *mode, int npes, const char *const *tail, int ntail, int timeout_s,
+		void (*line)(const char *, void *), void *arg)
+{
+	char dir[] = "/tmp/mori-nvshmem.XXXXXX", uid[64], arg_r[16], arg_n[16], pctv[16], tmo[16];
+	if (npes > MAXPE || ntail > 4 || !mkdtemp(dir))
 		return -1;
 	snprintf(uid, sizeof(uid), "%s/uid", dir);
 	snprintf(arg_n, sizeof(arg_n), "%d", npes);
-	snprintf(arg_reps, sizeof(arg_reps), "%d", reps);
-	snprintf(arg_sms, sizeof(arg_sms), "%d", sms); /* under MPS it may see fewer */
 	snprintf(pctv, sizeof(pctv), "%d", 100 / npes);
+	snprintf(tmo, sizeof(tmo), "%d", timeout_s);
 	int fds[MAXPE];
 	pid_t pids[MAXPE];
 	for (int p = 0; p < npes; p++) {
@@ -397,21 +457,27 @@ static int run_nvshmem(const char *path, int npes, int reps, struct results *res
 			close(pp[1]);
 			setenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", pctv, 1);
 			setenv("NVSHMEM_DISABLE_NVLS", "1", 1); /* never NVLink multicast */
-			execlp("timeout", "timeout", "-k", "5", "90", path, arg_r, arg_n, uid, arg_reps, arg_sms,
-			       (char *)NULL);
+			const char *av[16];
+			int k = 0;
+			av[k++] = "timeout", av[k++] = "-k", av[k++] = "5", av[k++] = tmo, av[k++] = path;
+			if (mode)
+				av[k++] = mode;
+			av[k++] = arg_r, av[k++] = arg_n, av[k++] = uid;
+			for (int i = 0; i < ntail; i++)
+				av[k++] = tail[i];
+			av[k] = NULL;
+			execvp("timeout", (char *const *)av);
 			_exit(127);
 		}
 		close(pp[1]);
 		fds[p] = pp[0];
 	}
-	double ops = 0;
-	uint64_t span[2] = {~0ull, 0};
 	int bad = 0;
 	for (int p = 0; p < npes; p++) {
 		FILE *f = fdopen(fds[p], "r");
-		char line[256];
-		while (f && fgets(line, sizeof(line), f))
-			nv_line(line, res, &ops, span);
+		char l[256];
+		while (f && fgets(l, sizeof(l), f))
+			line(l, arg);
 		if (f)
 			fclose(f);
 		int st;
@@ -420,11 +486,22 @@ static int run_nvshmem(const char *path, int npes, int reps, struct results *res
 	}
 	unlink(uid);
 	rmdir(dir);
-	if (span[1] > span[0])
-		res->nv_fadd[npes == 2 ? 0 : npes == 4 ? 1 : 2] = ops / ((double)(span[1] - span[0]) * 1e-9) / 1e6;
-	if (bad)
-		fprintf(stderr, "mori-bench shmem: NVSHMEM with %d PEs failed (its stderr is above)\n", npes);
 	return bad ? -1 : 0;
+}
+
+static int run_nvshmem(const char *path, int npes, int reps, struct results *res)
+{
+	char arg_reps[16], arg_sms[16];
+	snprintf(arg_reps, sizeof(arg_reps), "%d", reps);
+	snprintf(arg_sms, sizeof(arg_sms), "%d", sms); /* under MPS it may see fewer */
+	const char *tail[] = {arg_reps, arg_sms};
+	struct nv_shmem_ctx x = {res, 0, {~0ull, 0}};
+	int rc = nvshmem_run(path, NULL, npes, tail, 2, 90, nv_shmem_line, &x);
+	if (x.span[1] > x.span[0])
+		res->nv_fadd[npes == 2 ? 0 : npes == 4 ? 1 : 2] = x.ops / ((double)(x.span[1] - x.span[0]) * 1e-9) / 1e6;
+	if (rc)
+		fprintf(stderr, "mori-bench shmem: NVSHMEM with %d PEs failed (its stderr is above)\n", npes);
+	return rc;
 }
 
 /* ---- the report ---- */
@@ -439,6 +516,8 @@ static void col(double v, const char *fmt)
 
 static void report(const struct results *r, int nv)
 {
+	if (r->ceiling <= 0) /* --lat: no put rows */
+		goto lat;
 	printf("# put bandwidth, block scope, PE 0 -> PE 1 (GB/s of payload). cuMemcpy: cuMemcpyDtoDAsync of the same "
 	       "bytes between the same heaps (one call per put: launch-bound below 1 MiB); ceiling: the 64 MiB copy, "
 	       "%.1f GB/s. Each rep moves the next bytes of a 64 MiB window (no L2 reuse)\n",
@@ -468,16 +547,16 @@ static void report(const struct results *r, int nv)
 				printf(" %15.0f%%", 100 * r->nv_warp[d][i] / r->ceiling);
 			printf("\n");
 		}
+lat:
 	printf("# put+signal ping-pong, 8 bytes, thread scope, PE 0 <-> PE 1: half the round trip (us)\n");
-	printf("#                                                   p50      p99     mean\n");
-	static const char *const modes[5] = {
-		"mori (the API: release sys, acquire sys)", "  taken apart: release sys, acquire gpu",
-		"  taken apart: release gpu, acquire gpu", "  taken apart: release sys, no acquire",
-		"  taken apart: release gpu, no acquire"};
-	for (int m = 0; m < 5; m++)
-		printf("  %-44s %8.2f %8.2f %8.2f\n", modes[m], r->pp[m][0], r->pp[m][1], r->pp[m][2]);
+	printf("#                                                       p50      p99     mean\n");
+	for (int m = 0; m < PP_ROWS; m++) {
+		printf("  %-48s %8.2f %8.2f %8.2f\n", pp_rows[m].what, r->pp[m][0], r->pp[m][1], r->pp[m][2]);
+		if (nv && m == PP_ROWS - 2)
+			printf("  %-48s %8.2f %8.2f %8.2f\n", "nvshmem put+signal", r->nv_pp[0], r->nv_pp[1], r->nv_pp[2]);
+	}
 	if (nv)
-		printf("  %-44s %8.2f %8.2f %8.2f\n", "nvshmem", r->nv_pp[0], r->nv_pp[1], r->nv_pp[2]);
+		printf("  %-48s %8.2f %8.2f %8.2f\n", "nvshmem p + wait_until", r->nv_wpp[0], r->nv_wpp[1], r->nv_wpp[2]);
 	printf("# fetch-add throughput, every PE's 4 x 256 threads on one 64-bit word at PE 0 (M ops/s: all PEs' ops "
 	       "over first start to last end, globaltimer)\n");
 	printf("#  PEs     mori  nvshmem\n");
@@ -502,7 +581,7 @@ int bench_shmem_proxy_main(int argc, char **argv); /* tools/bench_shmem_proxy.c 
 int bench_shmem_main(int argc, char **argv)
 {
 	const char *nvshmem = NULL;
-	int reps = 200;
+	int reps = 200, lat = 0;
 	for (int i = 2; i < argc; i++)
 		if (!strcmp(argv[i], "--proxy"))
 			return bench_shmem_proxy_main(argc, argv); /* the proxy path, no GPU */
@@ -511,8 +590,10 @@ int bench_shmem_main(int argc, char **argv)
 			nvshmem = argv[++i];
 		else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
 			reps = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--lat"))
+			lat = 1; /* the latency rows only: ping-pong, fetch-add, barrier */
 		else {
-			fprintf(stderr, "usage: mori-bench shmem [--nvshmem PATH/bench_nvshmem] [--reps 200]\n"
+			fprintf(stderr, "usage: mori-bench shmem [--nvshmem PATH/bench_nvshmem] [--reps 200] [--lat]\n"
 					"       mori-bench shmem --proxy [--help]   (the proxy path, no GPU)\n");
 			return 2;
 		}
@@ -541,11 +622,12 @@ int bench_shmem_main(int argc, char **argv)
 	for (int k = 0; k < 3; k++) {
 		int n = 2 << k;
 		rig_open(&r, n, n == 2 ? HEAP + 2 * many_bytes() : HEAP);
-		if (n == 2) {
+		if (n == 2 && !lat) {
 			put_bw(&r, &res, reps);
 			put_warp(&r, &res);
-			pingpong(&r, &res, 20000);
 		}
+		if (n == 2)
+			pingpong(&r, &res, 20000);
 		fadd(&r, 100); /* warm-up */
 		res.fadd[k] = fadd(&r, 1000);
 		barrier(&r, 500, res.bar[k]);
@@ -557,7 +639,7 @@ int bench_shmem_main(int argc, char **argv)
 		printf("# nvshmem: %s, one process per PE under MPS (100/N %% of the SMs each)\n", nvshmem);
 		fflush(stdout);
 		for (int k = 0; k < 3; k++)
-			run_nvshmem(nvshmem, 2 << k, reps, &res);
+			run_nvshmem(nvshmem, 2 << k, lat ? 0 : reps, &res); /* reps 0: no put rows */
 	}
 	report(&res, nvshmem != NULL);
 	gpu_ctx_free(&C);

@@ -42,14 +42,19 @@ extern "C" __global__ void b_put_warp(uint64_t dst, uint64_t src, uint64_t bytes
 		mori_shmem_quiet_thread();
 }
 
-/* One hop of the ping-pong: 8 bytes and a SET signal to peer. mode 0: the API. The others take
- * it apart to see what a hop costs (peer addresses from mori_shmem_ptr): 1 the same stores and
- * a release store at system scope, 2 the release at GPU scope (formally enough only when the peer
- * is on this GPU, as here). */
+/* One hop of the ping-pong: 8 bytes and a SET signal to peer. mode 0: the API (its ordering
+ * scope the state's: the host runs it with GPU and with system scope). 1-4 take it apart (peer
+ * addresses from mori_shmem_ptr): the same stores and a release store at system scope (1, 3) or
+ * at GPU scope (2, 4; formally enough only when the peer is on this GPU, as here). 5: no data, a
+ * p of the value and the peer's uint64_wait_until on it (the API). */
 __device__ void hop_put(int mode, uint8_t *b, uint64_t *s, uint64_t v, int peer)
 {
 	if (mode == 0) {
 		mori_shmem_putmem_nbi_signal_thread(b, b + 64, 8, s, v, MORI_SHMEM_SIGNAL_SET, peer);
+		return;
+	}
+	if (mode == 5) {
+		mori_shmem_uint64_p(s, v, peer);
 		return;
 	}
 	*(uint64_t *)mori_shmem_ptr((uint64_t)b, peer) = *(const uint64_t *)(b + 64);
@@ -59,13 +64,17 @@ __device__ void hop_put(int mode, uint8_t *b, uint64_t *s, uint64_t v, int peer)
 	else
 		mori_release_store_sys(ps, v);
 }
-/* mode 0: the API (relaxed polls, then an acquire fence at system scope); 1, 2: the same polls
- * then an acquire fence at GPU scope; 3, 4: no acquire at all (what NVSHMEM's
- * signal_wait_until does: volatile polls). */
+/* mode 0: the API's signal_wait_until; 5: its uint64_wait_until; 1, 2: relaxed polls then an
+ * acquire fence at GPU scope; 3, 4: no acquire at all (volatile polls, as NVSHMEM's
+ * signal_wait_until). */
 __device__ void hop_wait(int mode, uint64_t *s, uint64_t v)
 {
 	if (mode == 0) {
 		mori_shmem_signal_wait_until(s, MORI_SHMEM_CMP_GE, v);
+		return;
+	}
+	if (mode == 5) {
+		mori_shmem_uint64_wait_until(s, MORI_SHMEM_CMP_GE, v);
 		return;
 	}
 	while (mori_relaxed_load_sys(s) < v)

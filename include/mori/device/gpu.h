@@ -295,6 +295,65 @@ MORI_DEVICE void mori_acquire_after_wait_gpu(void)
 #endif
 }
 
+/* ---- the same, scoped to the other side ----
+ * `gpu`: every thread the order is for runs on this GPU (other blocks, other processes' kernels
+ * under MPS), so GPU scope is enough and costs far less than system scope (no wait for the
+ * system-wide performance of earlier stores, no system-scope invalidation on acquire). The
+ * device API decides it once per peer (mori_shmem_state.peer_scope, .wait_scope). */
+MORI_DEVICE uint32_t mori_acquire_load_gpu(const uint32_t *flag)
+{
+#ifdef MORI_HIP
+	return __hip_atomic_load(flag, __ATOMIC_ACQUIRE, __HIP_MEMORY_SCOPE_AGENT);
+#else
+	uint32_t v;
+	asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
+	return v;
+#endif
+}
+MORI_DEVICE void mori_release_add_gpu(uint64_t *sig, uint64_t v)
+{
+#ifdef MORI_HIP
+	__hip_atomic_fetch_add(sig, v, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_AGENT);
+#else
+	asm volatile("red.release.gpu.global.add.u64 [%0], %1;" ::"l"(sig), "l"(v) : "memory");
+#endif
+}
+MORI_DEVICE void mori_release_store_scoped(uint64_t *flag, uint64_t v, bool gpu)
+{
+	if (gpu)
+		mori_release_store_gpu(flag, v);
+	else
+		mori_release_store_sys(flag, v);
+}
+MORI_DEVICE void mori_release_add_scoped(uint64_t *sig, uint64_t v, bool gpu)
+{
+	if (gpu)
+		mori_release_add_gpu(sig, v);
+	else
+		mori_release_add_sys(sig, v);
+}
+MORI_DEVICE uint64_t mori_acquire_load_scoped(const uint64_t *flag, bool gpu)
+{
+	return gpu ? mori_acquire_load_gpu(flag) : mori_acquire_load_sys(flag);
+}
+MORI_DEVICE uint32_t mori_acquire_load_scoped(const uint32_t *flag, bool gpu)
+{
+	return gpu ? mori_acquire_load_gpu(flag) : mori_acquire_load_sys(flag);
+}
+/* quiet and fence (mori_complete_stores_sys, mori_order_stores_sys) where every PE is on this GPU. */
+MORI_DEVICE void mori_complete_stores_scoped(bool gpu)
+{
+	if (!gpu) {
+		__threadfence_system();
+		return;
+	}
+#ifdef MORI_HIP
+	__builtin_amdgcn_fence(__ATOMIC_SEQ_CST, "agent");
+#else
+	asm volatile("fence.sc.gpu;" ::: "memory");
+#endif
+}
+
 /* System-scope atomics on 32- and 64-bit words of any heap (peers' too), relaxed: OpenSHMEM
  * atomics order nothing by themselves (fence and quiet do). */
 #ifdef MORI_HIP

@@ -28,6 +28,16 @@
  * Atomics are relaxed (they order nothing); a lock built on compare_swap uses fence after taking
  * it and before giving it back.
  *
+ * Ordering scope, decided once per peer when libmori builds the state (mori_shmem_state's
+ * peer_scope and wait_scope, device_host/shmem_layout.h), never per call: a signal or barrier
+ * flag to a PE whose heap lives on this GPU is released at GPU scope, to any other PE (another
+ * GPU, or the proxy) at system scope. Waits on this PE's own words (wait_until, signal_wait_until,
+ * test, signal_fetch) acquire at GPU scope when every PE of the group is on this GPU, else at
+ * system scope (the writer may be another GPU or morid); a barrier acquires each PE's flag at
+ * that PE's scope; quiet and fence complete stores at the wait scope. A release at GPU scope
+ * paired with an acquire at system scope (or the reverse) is still a synchronisation when both
+ * sides run on this GPU, so a group mixing both kinds of peer stays correct.
+ *
  * Errors. Functions returning int return 0 or a negative MORI_E* code: MORI_EINVAL (PE out of
  * range, bad op, no state), MORI_ERANGE (a symmetric range outside the heap), MORI_ENOTSUP (a PE
  * to reach through the proxy when this PE has no ring), and, from every wait (wait_until,
@@ -143,6 +153,17 @@ MORI_DEVICE uint64_t peer_base(state st, int pe)
 	return mori_load_const(pb + pe);
 }
 MORI_DEVICE uint8_t *reserved(state st, unsigned off) { return (uint8_t *)heap_base(st) + off; }
+/* The scopes the state decided: towards pe (true: GPU scope, its heap is on this GPU), and of
+ * waits on this PE's heap, quiet and fence (true: every PE is on this GPU). */
+MORI_DEVICE bool gpu_scope_to(state st, int pe)
+{
+	const int32_t *t = (const int32_t *)mori_load_const((const uint64_t *)&st->peer_scope);
+	return t && mori_load_const(t + pe) == MORI_SHMEM_SCOPE_GPU;
+}
+MORI_DEVICE bool gpu_scope_here(state st)
+{
+	return st && mori_load_const(&st->wait_scope) == MORI_SHMEM_SCOPE_GPU;
+}
 
 /* 0, or the MORI_E* code of the abort morid set (the group is dead or torn down). */
 MORI_DEVICE int abort_code(state st)
@@ -263,15 +284,16 @@ MORI_DEVICE int quiet_proxy(state st)
 	int rc = proxy_post(st, r, &seq);
 	return rc ? rc : proxy_wait(st, seq);
 }
-/* quiet: this thread's direct stores are performed system-wide, and the proxy's part. */
+/* quiet: this thread's direct stores are performed at the wait scope (system-wide unless every
+ * PE is on this GPU), and the proxy's part. */
 MORI_DEVICE int quiet(state st)
 {
-	mori_complete_stores_sys();
+	mori_complete_stores_scoped(gpu_scope_here(st));
 	return quiet_proxy(st);
 }
 MORI_DEVICE int fence(state st)
 {
-	mori_order_stores_sys(); /* this thread's direct stores, in order */
+	mori_complete_stores_scoped(gpu_scope_here(st)); /* this thread's direct stores, in order */
 	if (!st)
 		return MORI_EINVAL;
 	/* morid carries consecutive puts of the ring as one transfer whose parts land in any order:
@@ -340,10 +362,11 @@ MORI_DEVICE int put_signal(state st, void *dest, const void *source, uint64_t by
 		group_sync<S>(); /* every thread's bytes precede the leader's signal */
 		if (tid<S>() == 0) {
 			uint64_t *rs = (uint64_t *)peer_addr(st, sig_off, pe);
+			bool gpu = gpu_scope_to(st, pe);
 			if (sig_op == MORI_SHMEM_SIGNAL_SET)
-				mori_release_store_sys(rs, value);
+				mori_release_store_scoped(rs, value, gpu);
 			else
-				mori_release_add_sys(rs, value);
+				mori_release_add_scoped(rs, value, gpu);
 		}
 		return 0;
 	}
@@ -515,27 +538,34 @@ template <typename T> MORI_DEVICE bool cmp_true(T v, int cmp, T x)
 	default: return v <= x; /* LE */
 	}
 }
-template <typename T> MORI_DEVICE T load_acquire(const T *p)
+/* An acquire load of a word of this PE's heap, at the scope of its writers (gpu: all on this GPU). */
+template <typename T> MORI_DEVICE T load_acquire(const T *p, bool gpu)
 {
 	if (sizeof(T) == 8)
-		return (T)mori_acquire_load_sys((const uint64_t *)p);
-	return (T)mori_acquire_load_sys((const uint32_t *)p);
+		return (T)mori_acquire_load_scoped((const uint64_t *)p, gpu);
+	return (T)mori_acquire_load_scoped((const uint32_t *)p, gpu);
 }
-/* Until *ivar cmp x holds (0), or the abort word is set (its code); *seen: the last value read. */
-template <typename T> MORI_DEVICE int wait_until(state st, T *ivar, int cmp, T x, T *seen)
+template <typename T> MORI_DEVICE T load_acquire(state st, const T *p) { return load_acquire(p, gpu_scope_here(st)); }
+/* Until *ivar cmp x holds (0), or the abort word is set (its code); *seen: the last value read.
+ * gpu: every writer of *ivar runs on this GPU (GPU-scope acquires). */
+template <typename T> MORI_DEVICE int wait_until_scoped(state st, T *ivar, int cmp, T x, T *seen, bool gpu)
 {
 	if ((unsigned)cmp > MORI_SHMEM_CMP_LE)
 		return MORI_EINVAL;
 	/* Every poll an acquire load: relaxed polls and one acquire fence after them cost more a
-	 * wait (~0.5 us: a system-scope fence orders everything). */
+	 * wait (a fence orders everything, an acquire load only what follows it). */
 	T v;
 	int rc = wait_abortable(st, [&] {
-		v = load_acquire(ivar);
+		v = load_acquire(ivar, gpu);
 		return cmp_true(v, cmp, x);
 	});
 	if (seen)
 		*seen = v;
 	return rc;
+}
+template <typename T> MORI_DEVICE int wait_until(state st, T *ivar, int cmp, T x, T *seen)
+{
+	return wait_until_scoped(st, ivar, cmp, x, seen, gpu_scope_here(st));
 }
 template <typename T> MORI_DEVICE T wait_value(state st, T *ivar, int cmp, T x)
 {
@@ -571,7 +601,7 @@ template <scope S> MORI_DEVICE int barrier(state st, bool complete_puts)
 	for (int q = (int)t; q < st_n_pes(st) && !rc; q += (int)nt) {
 		uint64_t *w = (uint64_t *)peer_addr(st, MORI_SHMEM_OFF_BAR_FLAG + 8ull * st_my_pe(st), q);
 		if (w) {
-			mori_release_store_sys(w, e);
+			mori_release_store_scoped(w, e, gpu_scope_to(st, q));
 		} else {
 			preq r = {MORI_SHMEM_OP_AMO, MORI_SHMEM_AMO_SET, 8, q, MORI_SHMEM_OFF_BAR_FLAG + 8ull * st_my_pe(st),
 				  0, 0, 0, e, 0};
@@ -579,8 +609,9 @@ template <scope S> MORI_DEVICE int barrier(state st, bool complete_puts)
 			rc = proxy_post(st, r, &seq);
 		}
 	}
+	/* flag[q] is written by q only: acquired at q's scope */
 	for (int q = (int)t; q < st_n_pes(st) && !rc; q += (int)nt)
-		rc = wait_until<uint64_t>(st, flag + q, MORI_SHMEM_CMP_GE, e, nullptr);
+		rc = wait_until_scoped<uint64_t>(st, flag + q, MORI_SHMEM_CMP_GE, e, nullptr, gpu_scope_to(st, q));
 	return group_any<S>(rc);
 }
 
@@ -696,7 +727,7 @@ MORI_DEVICE int status(state st)
 	X(int, TN##_wait_until, (T *ivar, int cmp, T cmp_value), (uint64_t ivar, int cmp, T cmp_value),     \
 	  (MORI_SHMEM_I::wait_until<T>(MORI_SHMEM_ST, (T *)ivar, cmp, cmp_value, nullptr)))                 \
 	X(int, TN##_test, (T *ivar, int cmp, T cmp_value), (uint64_t ivar, int cmp, T cmp_value),           \
-	  ((int)MORI_SHMEM_I::cmp_true<T>(MORI_SHMEM_I::load_acquire<T>((const T *)ivar), cmp, cmp_value))) \
+	  ((int)MORI_SHMEM_I::cmp_true<T>(MORI_SHMEM_I::load_acquire<T>(MORI_SHMEM_ST, (const T *)ivar), cmp, cmp_value))) \
 	X(T, TN##_wait_until_greater_than, (T *addr, T val), (uint64_t addr, T val),                        \
 	  (MORI_SHMEM_I::wait_value<T>(MORI_SHMEM_ST, (T *)addr, MORI_SHMEM_CMP_GT, val)))                  \
 	X(int, TN##_wait_until_equals, (T *addr, T val), (uint64_t addr, T val),                            \
@@ -744,7 +775,7 @@ MORI_DEVICE int status(state st)
 	MORI_SHMEM_API_AMO_SHMEM(X, int64, int64_t, uint64_t)                                                \
 	MORI_SHMEM_API_AMO_SHMEM(X, uint64, uint64_t, uint64_t)                                              \
 	X(uint64_t, signal_fetch, (const uint64_t *sig_addr), (uint64_t sig_addr),                          \
-	  (MORI_SHMEM_I::load_acquire<uint64_t>((const uint64_t *)sig_addr)))                               \
+	  (MORI_SHMEM_I::load_acquire<uint64_t>(MORI_SHMEM_ST, (const uint64_t *)sig_addr)))                               \
 	X(uint64_t, signal_wait_until, (uint64_t *sig_addr, int cmp, uint64_t cmp_value),                   \
 	  (uint64_t sig_addr, int cmp, uint64_t cmp_value),                                                 \
 	  (MORI_SHMEM_I::wait_value<uint64_t>(MORI_SHMEM_ST, (uint64_t *)sig_addr, cmp, cmp_value)))

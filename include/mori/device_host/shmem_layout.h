@@ -36,12 +36,15 @@
 
 /* The reserved area (the first MORI_SHMEM_RESERVED bytes of every heap), as the device API
  * (include/mori/device/shmem.cuh) uses it. Offsets from the heap's start; every word is 8 bytes. The
- * host side zeroes a PE's reserved area before that PE's join completes (a peer may write its
- * barrier flag there as soon as the group exists) and never touches it afterwards.
+ * host side zeroes a PE's reserved area and writes its GPU_ID before that PE's join completes (a
+ * peer may write its barrier flag there as soon as the group exists) and never touches it afterwards.
  *   BAR_EPOCH      barriers (barrier_all, sync_all, barrier_on_stream) this PE has entered;
  *                  written by this PE only.
  *   PROXY_USED     non-zero once this PE posted a proxy request: until then quiet skips the ring.
  *   AMO_TICKET     hands out AMO result slots round-robin.
+ *   GPU_ID         the PCI bus id of the GPU the heap lives on (a NUL-terminated string), written
+ *                  by its owner before it joins: a PE that maps the heap compares it with its own
+ *                  GPU's to choose the ordering scope towards that PE (mori_shmem_state.peer_scope).
  *   BAR_FLAG[q]    the last barrier generation PE q reached, written by PE q (a release store, or
  *                  a proxy AMO_SET); q < MORI_SHMEM_MAX_PES.
  *   AMO_BUSY[i]    result slot i is held by a thread waiting for a fetching proxy AMO.
@@ -51,12 +54,15 @@
 #define MORI_SHMEM_OFF_BAR_EPOCH 0x0000u
 #define MORI_SHMEM_OFF_PROXY_USED 0x0040u
 #define MORI_SHMEM_OFF_AMO_TICKET 0x0080u
+#define MORI_SHMEM_OFF_GPU_ID 0x00c0u                        /* [MORI_SHMEM_GPU_ID_BYTES] */
+#define MORI_SHMEM_GPU_ID_BYTES 32u
 #define MORI_SHMEM_OFF_BAR_FLAG 0x1000u                      /* [MORI_SHMEM_MAX_PES] */
 #define MORI_SHMEM_AMO_SLOTS 512u
 #define MORI_SHMEM_OFF_AMO_BUSY 0x3000u                      /* [MORI_SHMEM_AMO_SLOTS] */
 #define MORI_SHMEM_OFF_AMO_VALUE 0x4000u                     /* [MORI_SHMEM_AMO_SLOTS] */
 #define MORI_SHMEM_OFF_FREE 0x5000u
-MORI_SHMEM_STATIC_ASSERT(MORI_SHMEM_OFF_BAR_FLAG + 8u * MORI_SHMEM_MAX_PES <= MORI_SHMEM_OFF_AMO_BUSY &&
+MORI_SHMEM_STATIC_ASSERT(MORI_SHMEM_OFF_GPU_ID + MORI_SHMEM_GPU_ID_BYTES <= MORI_SHMEM_OFF_BAR_FLAG &&
+	       MORI_SHMEM_OFF_BAR_FLAG + 8u * MORI_SHMEM_MAX_PES <= MORI_SHMEM_OFF_AMO_BUSY &&
 	       MORI_SHMEM_OFF_AMO_BUSY + 8u * MORI_SHMEM_AMO_SLOTS <= MORI_SHMEM_OFF_AMO_VALUE &&
 	       MORI_SHMEM_OFF_AMO_VALUE + 8u * MORI_SHMEM_AMO_SLOTS <= MORI_SHMEM_OFF_FREE &&
 	       MORI_SHMEM_OFF_FREE <= MORI_SHMEM_RESERVED, "reserved area layout");
@@ -153,10 +159,22 @@ struct mori_shmem_ctrl {
 MORI_SHMEM_STATIC_ASSERT(sizeof(struct mori_shmem_ctrl) == 192, "control header layout");
 #define MORI_SHMEM_CTRL_BYTES 4096u /* the page the header sits in; the ring follows */
 
+/* The memory-model scope the device API orders at towards a peer (mori_shmem_state.peer_scope,
+ * .wait_scope). SYS is the zero value: a state that does not say orders at system scope. */
+enum mori_shmem_scope {
+	MORI_SHMEM_SCOPE_SYS = 0, /* another GPU, the host, or morid's proxy may be the other side */
+	MORI_SHMEM_SCOPE_GPU = 1, /* the other side runs on this GPU (another process's kernel under MPS too) */
+};
+
 /* What a kernel sees of its PE (device memory, built by libmori). peer_base has n_pes entries:
  * this PE's address of each PE's heap where it maps it (same node), else 0: that PE is
  * reached through the proxy. Heaps are symmetric: the object at heap offset o of PE a is at
- * offset o of every PE. */
+ * offset o of every PE.
+ * Scopes, decided once when the state is built: peer_scope[pe] is MORI_SHMEM_SCOPE_GPU where pe's
+ * heap is mapped and lives on this PE's GPU (signals and barrier flags to pe release at GPU
+ * scope), else SYS; NULL means SYS for every PE. wait_scope is GPU when every PE of the group is
+ * (so no other GPU and no proxy writes this PE's heap): waits on this PE's words acquire, and
+ * quiet and fence complete stores, at GPU scope; else SYS. */
 struct mori_shmem_state {
 	uint32_t magic;                 /* MORI_SHMEM_MAGIC */
 	int32_t my_pe, n_pes;
@@ -168,5 +186,8 @@ struct mori_shmem_state {
 	struct mori_shmem_ctrl *ctrl;   /* device address of the control page (mapped host memory) */
 	struct mori_shmem_preq *ring;   /* device address of the proxy ring */
 	uint64_t barrier_epoch;         /* device-side barrier generation (block/grid barriers) */
+	int32_t *peer_scope;            /* device array [n_pes]: enum mori_shmem_scope per PE, or NULL (all SYS) */
+	int32_t wait_scope;             /* enum mori_shmem_scope of waits on this PE's heap, quiet and fence */
+	int32_t pad;
 };
 #endif
