@@ -198,6 +198,12 @@ $(B)/obj/kernels/%.o: $(B)/kernels/%.c $(B)/.flags
 deps:
 	@tools/install-deps
 
+# libmori_xla.so (mori.jax's XLA FFI handlers) where jaxlib's FFI headers are: mk/xla.mk
+# (XLA_FFI_INCLUDE=DIR, else jax.ffi.include_dir() of $(PYTHON)); says so and skips without them.
+xla: $(B)/libmori.so
+	@$(MAKE) -s --no-print-directory -f mk/xla.mk B=$(B) CC=$(CC) SONAME=$(SONAME) OPT="$(OPT)" SANITIZE=$(SANITIZE) \
+	  $(if $(filter command line environment,$(origin XLA_FFI_INCLUDE)),XLA_FFI_INCLUDE=$(XLA_FFI_INCLUDE))
+
 check: deps
 	@$(MAKE) --no-print-directory all
 	@B=$(B) tests/run-all
@@ -259,6 +265,6 @@ install-python:
 clean:
 	rm -rf $(B) build-asan
 
-.PHONY: all check check-asan check-gpu demo install clean deps kernels FORCE
+.PHONY: all check check-asan check-gpu demo install clean deps kernels xla FORCE
 .SECONDARY:
 -include $(shell find $(B)/obj -name '*.d' 2>/dev/null)
