@@ -10,9 +10,11 @@
 #                               XLA's FFI headers ($XLA_FFI_INCLUDE, else jax.ffi.include_dir() of
 #                               python3), then bundle morid, libmori.so and libmori_xla.so into DIR
 #                               (default $B/jaxbundle, git-ignored)
-#   tests/device-jax.sh run [--bundle DIR]   there: everything above ($JAX_ITERS: steps, default
-#                               100); logs and the ranks' logs go to $OUT (or /tmp/device-jax); the
-#                               summary ends the output. About 3-6 minutes.
+#   tests/device-jax.sh run [--bundle DIR] [PART...]   there: the PARTs (w2 w4 example dist; default
+#                               all: 2 and 4 ranks, examples/jax_moe.py at 2 ranks, the
+#                               jax.distributed group) ($JAX_ITERS: steps, default 100); logs and the
+#                               ranks' logs go to $OUT (or /tmp/device-jax); the summary ends the
+#                               output. About 3-5 minutes; each part's deadline bounds a hang.
 set -u
 cd "$(dirname "$0")/.."
 . tests/devicelib.bash
@@ -57,18 +59,28 @@ mps_start
 RT=/tmp/device-jax-rt
 morid_start "$RT" || exit 1
 rc_all=0
-# each part's deadline (the ranks killed past it, named) keeps the whole run under 10 minutes
+PARTS=" ${DEV_ARGS[*]:-w2 w4 example dist} "
+# each part's deadline (the ranks killed past it, named) bounds a hang
 for W in 2 4; do
-	secs=$((W == 2 ? 200 : 240))
+	[[ $PARTS == *" w$W "* ]] || continue
+	secs=$((W == 2 ? 180 : 220))
 	echo
 	echo "== $W ranks: jitted dispatch -> expert matmul -> combine (${JAX_ITERS:-100} steps a layout), collectives vs jax.lax"
 	dev_run $((secs + 20)) "^main-w|ALL OK|FAILED" python3 tests/device_jax.py --world $W --runtime-dir "$RT" \
 		--iters "${JAX_ITERS:-100}" --deadline $secs --logdir "$O/ranks" || rc_all=1
 done
-echo
-echo "== 2 ranks, the group from jax.distributed (process index and count, unique id through its key-value store)"
-dev_run 110 "^dist-w|ALL OK|FAILED" python3 tests/device_jax.py --world 2 --dist --runtime-dir "$RT" \
-	--deadline 90 --logdir "$O/ranks" || rc_all=1
+if [[ $PARTS == *" example "* ]]; then
+	echo
+	echo "== examples/jax_moe.py, 2 ranks"
+	dev_run 90 "steps ok|all ranks ok|failed" python3 examples/jax_moe.py --runtime-dir "$RT" --world-size 2 \
+		--steps 5 || rc_all=1
+fi
+if [[ $PARTS == *" dist "* ]]; then
+	echo
+	echo "== 2 ranks, the group from jax.distributed (process index and count, unique id through its key-value store)"
+	dev_run 100 "^dist-w|ALL OK|FAILED" python3 tests/device_jax.py --world 2 --dist --runtime-dir "$RT" \
+		--deadline 80 --logdir "$O/ranks" || rc_all=1
+fi
 morids_stop
 note "device-jax: $([ $rc_all = 0 ] && echo "every part passed" || echo "SOME PART FAILED (above)")"
 dev_summary
