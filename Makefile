@@ -235,6 +235,8 @@ install: $(B)/morid $(addprefix $(B)/,$(TOOLS)) $(B)/libmori.so $(B)/libmori.a
 	ln -sf libmori.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/$(SONAME)
 	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libmori.so
 	install -m 644 $(B)/libmori.a $(DESTDIR)$(PREFIX)/lib/
+	@# mori.jax's XLA handlers, where `make xla` built them (mori.jax finds them beside libmori)
+	[ ! -f $(B)/libmori_xla.so ] || install -m 755 $(B)/libmori_xla.so $(DESTDIR)$(PREFIX)/lib/
 	sed $(PC_SED) libclient/mori.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/mori.pc
 	@# an existing morid.conf is the admin's (cluster key, listen, ...): a reinstall never
 	@# overwrites it; the shipped one goes beside it as morid.conf.new when they differ
