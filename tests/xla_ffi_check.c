@@ -244,14 +244,14 @@ static int pe_colls(int pe, int n, void *arg)
 	const char *e;
 
 	/* all-reduce, sum and max */
-	PCHECK(pe, !(e = run(mori_xla_allreduce, &bx, &by, id, MORI_SUM)), "%s", e);
+	PCHECK(pe, !(e = run(mori_xla_allreduce, &bx, &by, id, MORI_SUM)), "%.300s", e);
 	for (int i = 0; i < N; i++) {
 		float s = 0;
 		for (int r = 0; r < n; r++)
 			s += val(r, i);
 		PCHECK(pe, y[i] == s, "allreduce sum [%d] %g, expected %g", i, y[i], s);
 	}
-	PCHECK(pe, !(e = run(mori_xla_allreduce, &bx, &by, id, MORI_MAX)), "%s", e);
+	PCHECK(pe, !(e = run(mori_xla_allreduce, &bx, &by, id, MORI_MAX)), "%.300s", e);
 	for (int i = 0; i < N; i++) {
 		float m = val(0, i);
 		for (int r = 1; r < n; r++)
@@ -260,13 +260,13 @@ static int pe_colls(int pe, int n, void *arg)
 	}
 	/* all-gather: NE in, [n, NE] out (rank-major) */
 	XLA_FFI_Buffer bxp = buf(XLA_FFI_DataType_F32, x, 1, dp), by2 = buf(XLA_FFI_DataType_F32, y, 2, d2);
-	PCHECK(pe, !(e = run(mori_xla_allgather, &bxp, &by2, id, 0)), "%s", e);
+	PCHECK(pe, !(e = run(mori_xla_allgather, &bxp, &by2, id, 0)), "%.300s", e);
 	for (int r = 0; r < n; r++)
 		for (int i = 0; i < NE; i++)
 			PCHECK(pe, y[r * NE + i] == val(r, i), "allgather [%d][%d] %g", r, i, y[r * NE + i]);
 	/* reduce-scatter: [n, NE] in, NE out: this PE's part summed */
 	XLA_FFI_Buffer bx2 = buf(XLA_FFI_DataType_F32, x, 2, d2), byp = buf(XLA_FFI_DataType_F32, y, 1, dp);
-	PCHECK(pe, !(e = run(mori_xla_reducescatter, &bx2, &byp, id, MORI_SUM)), "%s", e);
+	PCHECK(pe, !(e = run(mori_xla_reducescatter, &bx2, &byp, id, MORI_SUM)), "%.300s", e);
 	for (int i = 0; i < NE; i++) {
 		float s = 0;
 		for (int r = 0; r < n; r++)
@@ -274,7 +274,7 @@ static int pe_colls(int pe, int n, void *arg)
 		PCHECK(pe, y[i] == s, "reducescatter [%d] %g, expected %g", i, y[i], s);
 	}
 	/* all-to-all: part r of x to PE r; part r of y from PE r */
-	PCHECK(pe, !(e = run(mori_xla_alltoall, &bx, &by, id, 0)), "%s", e);
+	PCHECK(pe, !(e = run(mori_xla_alltoall, &bx, &by, id, 0)), "%.300s", e);
 	for (int r = 0; r < n; r++)
 		for (int i = 0; i < NE; i++)
 			PCHECK(pe, y[r * NE + i] == val(r, pe * NE + i), "alltoall [%d][%d] %g", r, i, y[r * NE + i]);
@@ -282,32 +282,32 @@ static int pe_colls(int pe, int n, void *arg)
 	/* refused before anything runs (every PE alike, so none waits for another) */
 	int64_t dn1[] = {N + 1};
 	XLA_FFI_Buffer by1 = buf(XLA_FFI_DataType_F32, y, 1, dn1);
-	PCHECK(pe, (e = run(mori_xla_allgather, &bx, &by1, id, 0)) && strstr(e, "do not fit"), "%s", e ? e : "accepted");
+	PCHECK(pe, (e = run(mori_xla_allgather, &bx, &by1, id, 0)) && strstr(e, "do not fit"), "%.300s", e ? e : "accepted");
 	XLA_FFI_Buffer bi = buf(XLA_FFI_DataType_S64, x, 1, dp);
-	PCHECK(pe, (e = run(mori_xla_allreduce, &bi, &bi, id, 0)) && strstr(e, "element types"), "%s", e ? e : "accepted");
+	PCHECK(pe, (e = run(mori_xla_allreduce, &bi, &bi, id, 0)) && strstr(e, "element types"), "%.300s", e ? e : "accepted");
 	if (n > 1) {
 		int64_t d5[] = {N - 1};
 		XLA_FFI_Buffer bo = buf(XLA_FFI_DataType_F32, x, 1, d5);
-		PCHECK(pe, (e = run(mori_xla_alltoall, &bo, &bo, id, 0)) && strstr(e, "do not fit"), "%s",
+		PCHECK(pe, (e = run(mori_xla_alltoall, &bo, &bo, id, 0)) && strstr(e, "do not fit"), "%.300s",
 		       e ? e : "accepted");
 	}
 	/* libmori's own refusal (an op that does not exist) comes back with its code's name */
 	PCHECK(pe, (e = run(mori_xla_allreduce, &bx, &by, id, 99)) && strstr(e, "MORI_EINVAL") &&
-			   last.code == XLA_FFI_Error_Code_INVALID_ARGUMENT, "%s", e ? e : "accepted");
+			   last.code == XLA_FFI_Error_Code_INVALID_ARGUMENT, "%.300s", e ? e : "accepted");
 	/* a communicator's id where an EP op's goes */
 	struct frame F;
 	frame_init(&F);
 	add_attr(&F, "op", id), add_attr(&F, "has_weights", 0), add_attr(&F, "has_scales", 0);
-	PCHECK(pe, mori_xla_ep_dispatch(&F.f) && strstr(last.msg, "is a communicator, not an EP op"), "%s", last.msg);
+	PCHECK(pe, mori_xla_ep_dispatch(&F.f) && strstr(last.msg, "is a communicator, not an EP op"), "%.300s", last.msg);
 	/* forgotten: the id no longer answers, even once its slot is taken again */
 	POK(pe, mori_xla_unregister(id));
 	PCHECK(pe, mori_xla_unregister(id) == MORI_EINVAL, "unregistered twice");
-	PCHECK(pe, (e = run(mori_xla_allreduce, &bx, &by, id, 0)) && strstr(e, "is not registered"), "%s",
+	PCHECK(pe, (e = run(mori_xla_allreduce, &bx, &by, id, 0)) && strstr(e, "is not registered"), "%.300s",
 	       e ? e : "accepted");
 	int64_t id2;
 	POK(pe, mori_xla_comm_register(k, c, &id2));
 	PCHECK(pe, id2 != id, "a reused slot answered the old id %" PRId64, id);
-	PCHECK(pe, (e = run(mori_xla_allreduce, &bx, &by, id, 0)) && strstr(e, "is not registered"), "%s",
+	PCHECK(pe, (e = run(mori_xla_allreduce, &bx, &by, id, 0)) && strstr(e, "is not registered"), "%.300s",
 	       e ? e : "accepted");
 	POK(pe, mori_xla_unregister(id2));
 	POK(pe, mori_comm_destroy(k));

@@ -272,3 +272,34 @@ def test_library_not_found(monkeypatch, tmp_path):
     with pytest.raises(MoriError) as e:
         _ffi.load()
     assert e.value.code == MORI_ENOENT and missing in e.value.message and "make xla" in e.value.message
+
+
+def _built_xla():
+    from conftest import BUILD
+    return os.path.join(BUILD, "libmori_xla.so")
+
+
+@pytest.mark.skipif(not os.path.exists(_built_xla()), reason="no libmori_xla.so in the build (make xla needs XLA's "
+                    "FFI headers)")
+def test_library_with_a_host_group(fake, daemon, monkeypatch):
+    """The built library: found in the build tree, calling this process's libmori; a communicator
+    of a host-heap group registered (its id in the traced call) and forgotten at destroy; an EP op
+    on a host heap refused by libmori with nothing left registered."""
+    from mori import shmem, MORI_ENOTSUP
+    from mori.jax import _ffi
+    import mori.jax as mj
+    monkeypatch.delenv("MORI_XLA_LIB", raising=False)
+    monkeypatch.setattr(_ffi, "_xla", None)
+    monkeypatch.setattr(_ffi, "_platforms", set())
+    assert os.path.realpath(_ffi.path()) == os.path.realpath(_built_xla())
+    with shmem.join("jax-args-host", 0, 1, heap_size=8 << 20, runtime_dir=daemon.run) as g:
+        comm = mj.Communicator(g, scratch_bytes=1 << 20)
+        assert sorted(r[0] for r in fake.registered) == sorted(_ffi.TARGETS)
+        xid = comm._id
+        comm.all_reduce(np.ones(4, np.float32))
+        assert fake.calls[-1]["attrs"]["comm"] == xid and comm.size() == 1 and comm.rank() == 0
+        comm.destroy()
+        assert _ffi.load().mori_xla_unregister(xid) == MORI_EINVAL  # already forgotten
+        with pytest.raises(MoriError) as e:
+            mj.EpDispatchCombineOp(_cfg(world_size=1), g)
+        assert e.value.code == MORI_ENOTSUP, e.value
