@@ -21,7 +21,8 @@
  * Ordering. Every call enqueues on XLA's stream and returns (no host synchronisation). The
  * handlers are not command-buffer compatible (traits 0): dispatch and combine advance host-side
  * state of their handle at each call, so XLA runs them every time rather than replaying a graph.
- * Calls are serialised by one lock (they only enqueue work).
+ * Calls are serialised by one lock (on GPU heaps they only enqueue work; a host-heap
+ * communicator's collective runs to its end on the calling thread, as libmori runs it).
  *
  * The one driver call libmori's API lacks, a device-to-device copy on a stream, is taken from
  * the driver libmori already loaded (dlopen RTLD_NOLOAD: CUDA's cuMemcpyDtoDAsync in the stream's
@@ -49,7 +50,6 @@ struct ep_rec {
 	int64_t slots;   /* receive rows: max_recv (normal) or experts per rank x max_recv (low-latency) */
 	int64_t max_recv;
 	int nbins;       /* count entries: 1 (normal) or experts per rank (low-latency) */
-	int in_flight;   /* cfg.num_in_flight resolved (0 -> 1) */
 	int pending[MORI_EP_MAX_IN_FLIGHT]; /* tokens of each dispatch waiting for its combine, oldest first */
 	int head, n;
 };
@@ -428,7 +428,6 @@ MORI_XLA_API int mori_xla_ep_register(mori_ep_handle *h, mori_client *c, const m
 		e->nbins = ll ? cfg->num_experts_per_rank : 1;
 		e->max_recv = r.max_recv;
 		e->slots = r.max_recv * e->nbins;
-		e->in_flight = cfg->num_in_flight > 0 ? cfg->num_in_flight : 1;
 	}
 	pthread_mutex_unlock(&lock);
 	return rc;
