@@ -51,9 +51,9 @@ except Exception as e:  # noqa: B902
     j = "no usable jax: %s: %s" % (type(e).__name__, e)
 import mori
 from mori.jax import _ffi
-print("python %s, numpy %s, %s, mori %s (libmori at %s, libmori_xla at %s, XLA FFI API %d)" % (
+print("python %s, numpy %s, %s, mori %s (libmori at %s, libmori_xla at %s, built for XLA FFI API %d.%d)" % (
     sys.version.split()[0], numpy.__version__, j, mori.__version__, mori.lib_path(), _ffi.path(),
-    _ffi.load().mori_xla_ffi_version()))
+    *divmod(_ffi.load().mori_xla_ffi_version(), 1000)))
 PY
 mps_start
 RT=/tmp/device-jax-rt
