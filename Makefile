@@ -199,6 +199,12 @@ $(B)/obj/kernels/%.o: $(B)/kernels/%.c $(B)/.flags
 deps:
 	@tools/install-deps
 
+# libmori_xla.so (mori.jax's XLA FFI handlers) where jaxlib's FFI headers are: mk/xla.mk
+# (XLA_FFI_INCLUDE=DIR, else jax.ffi.include_dir() of $(PYTHON)); says so and skips without them.
+xla: $(B)/libmori.so
+	@$(MAKE) -s --no-print-directory -f mk/xla.mk B=$(B) CC=$(CC) SONAME=$(SONAME) OPT="$(OPT)" SANITIZE=$(SANITIZE) \
+	  $(if $(filter command line environment,$(origin XLA_FFI_INCLUDE)),XLA_FFI_INCLUDE=$(XLA_FFI_INCLUDE))
+
 check: deps
 	@$(MAKE) --no-print-directory all
 	@B=$(B) tests/run-all
@@ -230,6 +236,8 @@ install: $(B)/morid $(addprefix $(B)/,$(TOOLS)) $(B)/libmori.so $(B)/libmori.a
 	ln -sf libmori.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/$(SONAME)
 	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libmori.so
 	install -m 644 $(B)/libmori.a $(DESTDIR)$(PREFIX)/lib/
+	@# mori.jax's XLA handlers, where `make xla` built them (mori.jax finds them beside libmori)
+	[ ! -f $(B)/libmori_xla.so ] || install -m 755 $(B)/libmori_xla.so $(DESTDIR)$(PREFIX)/lib/
 	sed $(PC_SED) libclient/mori.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/mori.pc
 	@# an existing morid.conf is the admin's (cluster key, listen, ...): a reinstall never
 	@# overwrites it; the shipped one goes beside it as morid.conf.new when they differ
@@ -260,6 +268,6 @@ install-python:
 clean:
 	rm -rf $(B) build-asan
 
-.PHONY: all check check-asan check-gpu demo install clean deps kernels FORCE
+.PHONY: all check check-asan check-gpu demo install clean deps kernels xla FORCE
 .SECONDARY:
 -include $(shell find $(B)/obj -name '*.d' 2>/dev/null)

@@ -36,12 +36,12 @@ out=$(make --no-print-directory -C "$ROOT" install-python PREFIX=/usr DESTDIR="$
 site=$("$ROOT/tools/python-sitedir" /usr "$PY")
 for f in _capi.py io/__init__.py io/engine.py io/types.py io/desc.py io/args.py shmem/__init__.py shmem/api.py \
 	shmem/tensor_utils.py ops/__init__.py ops/dispatch_combine.py ccl/__init__.py ccl/collective.py ir/__init__.py \
-	umbp/__init__.py umbp/client.py umbp/buffers.py umbp/sglang.py \
+	umbp/__init__.py umbp/client.py umbp/buffers.py umbp/sglang.py jax/__init__.py jax/_ffi.py jax/ops.py jax/ccl.py \
 	nixl_compat.py; do
 	[ -f "$D$site/mori/$f" ] || fail "mori/$f not installed under $D$site: $out"
 done
 got=$(cd "$T" && PYTHONPATH=$D$site MORI_LIB=$B/libmori.so "$PY" -c \
-	'import mori, mori.io, mori.ops, mori.shmem, mori.ccl, mori.ir, mori.umbp, mori._installed as i
+	'import mori, mori.io, mori.ops, mori.shmem, mori.ccl, mori.ir, mori.umbp, mori.jax, mori._installed as i
 print(mori.__version__, i.LIBDIR, mori.lib_version(), mori.__file__)') ||
 	fail "the installed package does not import"
 read -r v libdir lv file <<< "$got"

@@ -10,6 +10,7 @@ install time).
     mori.ccl                  # MORI-CCL: collectives on a group's heap (include/mori_coll.h)
     mori.ir                   # MORI-IR: the device API's bitcode, its table, Triton wrappers
     mori.umbp                 # UMBP: the node's tiered KV-cache store (include/mori_umbp.h)
+    mori.jax                  # MORI-EP and MORI-CCL as XLA custom calls for jax.jit (libmori_xla.so)
 
 Every failure raises mori.MoriError, carrying the MORI_E* code (e.code, e.name) and libmori's or
 the daemon's message (e.message). libmori is found through $MORI_LIB, a copy inside the package
@@ -43,7 +44,7 @@ def strerror(code):
 
 def __getattr__(name):
     # the subsystems load on first use, so `import mori` stays cheap
-    if name in ("io", "nixl_compat", "shmem", "ops", "ccl", "ir", "umbp"):
+    if name in ("io", "nixl_compat", "shmem", "ops", "ccl", "ir", "umbp", "jax"):
         import importlib
         return importlib.import_module("." + name, __name__)
     raise AttributeError("module 'mori' has no attribute %r" % name)

@@ -31,7 +31,14 @@ _DT_NAMES = {"bfloat16": _DT_BF16, "bf16": _DT_BF16, "float32": _DT_FP32, "fp32"
 
 
 def _dtype_code(dt):
-    """A torch dtype, or its name (no torch needed: config checks on machines without it)."""
+    """A torch dtype, a numpy or JAX dtype (jnp.bfloat16), or its name (only a torch dtype imports
+    torch: config checks on machines without it, and mori.jax)."""
+    if not isinstance(dt, str) and type(dt).__module__.split(".")[0] != "torch":
+        import numpy
+        try:
+            dt = numpy.dtype(dt).name
+        except TypeError:
+            raise MoriError(MORI_EINVAL, "data type %r is none of %s" % (dt, ", ".join(sorted(_DT_NAMES)))) from None
     if isinstance(dt, str):
         if dt not in _DT_NAMES:
             raise MoriError(MORI_EINVAL, "data type %r is none of %s" % (dt, ", ".join(sorted(_DT_NAMES))))
