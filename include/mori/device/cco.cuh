@@ -126,11 +126,13 @@ template <scope S> struct barrier_session {
 		if (!rc)
 			epoch = *(volatile uint64_t *)word(c, base_off, idx);
 	}
+	/* Every thread holds the same epoch here; the leader keeps it, and the group syncs after the
+	 * store so that a next session on this index (its constructor reads the word) sees it. */
 	MORI_DEVICE ~barrier_session()
 	{
-		mori_shmem_impl::group_sync<S>();
 		if (!rc && mori_shmem_impl::tid<S>() == 0)
 			*(volatile uint64_t *)word(c, base_off, index) = epoch;
+		mori_shmem_impl::group_sync<S>();
 	}
 	MORI_DEVICE uint64_t inbox_off(int slot) const { return base_off + 8ull * ((uint64_t)n + (uint64_t)index * slots + slot); }
 	/* Member m's world rank. */
