@@ -64,16 +64,14 @@ static void setup_lsa(void)
 {
 	pe_shared_map(SH);
 	two_nodes = 0;
-	node_init(&NA, "gcco", NULL, NULL, 0);
-	ck_assert_int_eq(node_start(&NA, NULL), 0);
+	ck_assert_int_eq(node_one_start(&NA, "gcco"), 0);
 }
 
 static void setup_proxy(void)
 {
 	pe_shared_map(SH);
 	two_nodes = 1;
-	node_pair_init(&NA, &NB, "gcco", 7300, 0);
-	ck_assert_int_eq(node_pair_start(&NA, &NB, NULL), 0);
+	ck_assert_int_eq(node_two_start(&NA, &NB, "gcco", 7300, 0), 0);
 }
 
 static void teardown(void)
