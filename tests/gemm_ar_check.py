@@ -7,8 +7,9 @@ Every rank holds A_r [M, K] and B_r [K, N] (bf16, from seeds of its rank) and co
 C = sum_r A_r @ B_r three ways in the same run: the fused GEMM + all-reduce (GemmAllReduce, bf16),
 the same with the fp8 all-gather leg, and torch's GEMM followed by MORI-CCL's all-reduce
 (mori.ccl over a mori.shmem group). Each is checked against a reference every rank computes in
-fp32 from every rank's seeds: max |C - ref| / max |ref| within 2^-6 for bf16 (partials and result
-rounded to bf16) and 2^-3 for fp8 (e4m3 with a per-tile scale). Then each is timed (CUDA events,
+fp32 from every rank's seeds: max |C - ref| / max |ref| within 2^-5 for bf16 (up to 8 partials
+rounded to bf16, 2^-9 each, then the result; a missing or misplaced partial is off by far more) and
+2^-3 for fp8 (e4m3 with a per-tile scale: 2^-4 of the tile's largest value). Then each is timed (CUDA events,
 median of $GAR_ITERS launches after two warm-ups, every rank starting together), torch's GEMM
 alone beside them. Shape: $GAR_M x $GAR_N, K $GAR_K (4096 x 7168, K 2048). Prints "PE r: ..."
 lines; exits 1 when a check failed.
@@ -114,8 +115,8 @@ def main():
 
     comm.barrier()
     res = {}
-    for name, fn, out, tol in (("fused bf16", fused16, out16, 2 ** -6), ("fused fp8 all-gather", fused8, out8, 2 ** -3),
-                               ("torch GEMM + MORI-CCL all-reduce", baseline, x, 2 ** -6)):
+    for name, fn, out, tol in (("fused bf16", fused16, out16, 2 ** -5), ("fused fp8 all-gather", fused8, out8, 2 ** -3),
+                               ("torch GEMM + MORI-CCL all-reduce", baseline, x, 2 ** -5)):
         fn()
         torch.cuda.synchronize()
         comm.barrier()
