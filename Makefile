@@ -175,6 +175,13 @@ $(B)/kernels/colltest_image.c: $(B)/kernels/mori_kernels.c ; @:
 $(B)/tests/test_gpu_coll: $(B)/obj/tests/test_gpu_coll.o $(B)/obj/kernels/colltest_image.o $(B)/libmori.a $(B)/libmorid.a
 	@mkdir -p $(dir $@); echo "  LD      $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(B)/libmorid.a $(B)/libmori.a $(PKG_LIBS) $(DAEMON_LIBS) $(CHECK_LIBS) -libverbs -lm
+# tests/test_gpu_cco and its kernels (tests/cco_dev_kernels.cu: MORI-CCO's device API), with
+# mori-bench coll's GEMM for its overlap case.
+$(B)/kernels/ccotest_image.c: $(B)/kernels/mori_kernels.c ; @:
+$(B)/tests/test_gpu_cco: $(B)/obj/tests/test_gpu_cco.o $(B)/obj/kernels/ccotest_image.o \
+		$(B)/obj/kernels/collbench_image.o $(B)/libmori.a $(B)/libmorid.a
+	@mkdir -p $(dir $@); echo "  LD      $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(B)/libmorid.a $(B)/libmori.a $(PKG_LIBS) $(DAEMON_LIBS) $(CHECK_LIBS) -libverbs -lm
 # mori-bench coll (tools/bench_coll.c: MORI-CCL) and its GEMM kernel.
 $(B)/kernels/collbench_image.c: $(B)/kernels/mori_kernels.c ; @:
 $(B)/mori-bench: $(B)/obj/tools/bench_coll.o $(B)/obj/kernels/collbench_image.o

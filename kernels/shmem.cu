@@ -49,3 +49,13 @@ MORI_SHMEM_API(MORI_SHMEM_ABI_FN)
 MORI_COLL_API(MORI_COLL_ABI_FN)
 #undef MORI_COLL_ABI_FN
 #endif
+
+/* MORI-CCO's device API (mori/device/cco.cuh's MORI_CCO_API: the device communicator's address
+ * and windows as (offset, bytes) pairs) in the same exports. */
+#include "mori/device/cco.cuh"
+#ifndef MORI_SHMEM_NO_WRAPPERS
+#define MORI_CCO_ABI_FN(ret, name, cxx, abi, body)                                                         \
+	extern "C" __device__ __attribute__((visibility("default"))) ret mori_cco_##name abi { return body; }
+MORI_CCO_API(MORI_CCO_ABI_FN)
+#undef MORI_CCO_ABI_FN
+#endif

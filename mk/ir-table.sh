@@ -14,11 +14,14 @@ CC=$1
 JSON=$2
 HDR=$3
 # Rows: ret @ name @ abi @ prefix; MORI-CCL's MORI_COLL_API (include/mori/device/coll.cuh) after
-# the shmem table, its functions named mori_coll_NAME (short name coll_NAME).
+# the shmem table, its functions named mori_coll_NAME (short name coll_NAME), then MORI-CCO's
+# MORI_CCO_API (include/mori/device/cco.cuh): mori_cco_NAME (short name cco_NAME).
 rows=$(printf '%s\n' '#define MORI_SHMEM_NO_CXX_API' '#include "mori/device/shmem.cuh"' '#include "mori/device/coll.cuh"' \
+	'#include "mori/device/cco.cuh"' \
 	'#define MORI_IR_ROW(ret, name, cxx, abi, body) @@ROW ret @ name @ abi @ shmem @@' \
 	'#define MORI_IR_CROW(ret, name, cxx, abi, body) @@ROW ret @ name @ abi @ coll @@' \
-	'MORI_SHMEM_API(MORI_IR_ROW)' 'MORI_COLL_API(MORI_IR_CROW)' | $CC -E -P -x c++ -Ikernels -Iinclude - | grep '@@ROW' |
+	'#define MORI_IR_KROW(ret, name, cxx, abi, body) @@ROW ret @ name @ abi @ cco @@' \
+	'MORI_SHMEM_API(MORI_IR_ROW)' 'MORI_COLL_API(MORI_IR_CROW)' 'MORI_CCO_API(MORI_IR_KROW)' | $CC -E -P -x c++ -Ikernels -Iinclude - | grep '@@ROW' |
 	sed 's/@@ROW/\n@@ROW/g' | sed -n 's/^@@ROW \(.*\) @@.*$/\1/p')
 [ -n "$rows" ] || { echo "ir-table.sh: no rows of MORI_SHMEM_API found" >&2; exit 1; }
 consts=$(sed -n 's/^[[:space:]]*MORI_SHMEM_\(SIGNAL_[A-Z_]*\|ATOMIC_[A-Z_]*\|CMP_[A-Z_]*\)[[:space:]]*=[[:space:]]*\([0-9]*\),.*/\1 \2/p' \
@@ -56,7 +59,7 @@ BEGIN {
 	print "{"
 	print "  \"abi\": \"mori-ir\","
 	print "  \"abi_version\": 1,"
-	print "  \"generated_from\": \"include/mori/device/shmem.cuh: MORI_SHMEM_API; include/mori/device/coll.cuh: MORI_COLL_API\","
+	print "  \"generated_from\": \"include/mori/device/shmem.cuh: MORI_SHMEM_API; include/mori/device/coll.cuh: MORI_COLL_API; include/mori/device/cco.cuh: MORI_CCO_API\","
 	print "  \"bitcode\": \"libmori_shmem_device.bc\","
 	print "  \"state_global\": \"mori_shmem_state_ptr\","
 	print "  \"constants\": {" cj "\n  },"
@@ -66,7 +69,7 @@ BEGIN {
 {
 	split($0, f, "@")
 	ret = trim(f[1]); name = trim(f[2]); abi = trim(f[3]); pre = trim(f[4])
-	short = pre == "coll" ? "coll_" name : name
+	short = pre == "shmem" ? name : pre "_" name
 	sub(/^\(/, "", abi); sub(/\)$/, "", abi)
 	na = abi == "" ? 0 : split(abi, a, ",")
 	types = ""; names = ""

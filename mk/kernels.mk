@@ -46,6 +46,8 @@ XNAMES += collbench # mori-bench coll's GEMM (tools/bench_coll_kernels.cu)
 XSRC_collbench := tools/bench_coll_kernels.cu
 XNAMES += colltest # tests/test_gpu_coll's fused kernel: MORI-CCL's device API (mori/device/coll.cuh)
 XSRC_colltest := tests/coll_dev_kernels.cu
+XNAMES += ccotest # tests/test_gpu_cco's kernels: MORI-CCO's device API (mori/device/cco.cuh)
+XSRC_ccotest := tests/cco_dev_kernels.cu
 XGEN   := $(foreach n,$(XNAMES),$(OUT)/$(n)_image.c)
 ARCHS  := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
           -gencode arch=compute_90,code=compute_90
@@ -103,6 +105,7 @@ $(OUT)/$(1)_image.c: $(OUT)/$(1).fatbin mk/embed.sh
 endef
 $(foreach n,$(XNAMES),$(eval $(call xkernel,$(n))))
 $(OUT)/collbench.fatbin $(OUT)/colltest.fatbin: kernels/coll_kernels.h
+$(OUT)/ccotest.fatbin: tests/cco_dev.h
 else
 $(XGEN): mk/embed.sh $(OUT)/.nvcc
 	@sh mk/embed.sh $(patsubst $(OUT)/%_image.c,%,$@) "" "" > $@.tmp && mv $@.tmp $@

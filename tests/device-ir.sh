@@ -7,7 +7,7 @@
 #                                    tests/ir_rdc_ring (tests/test_ir_bitcode.sh does), bundle
 #                                    morid, libmori.so, ir_rdc_ring and the MORI-IR outputs into
 #                                    DIR (default bundle/ir)
-#   tests/device-ir.sh run [--bundle DIR] [PART ...]   there; PARTs (default: rdc triton proxy):
+#   tests/device-ir.sh run [--bundle DIR] [PART ...]   there; PARTs (default: rdc triton proxy cco):
 #       rdc     tests/ir_rdc_ring, CUDA built with nvcc -rdc against libmori_shmem_device.a:
 #               put+signal around the ring, $IR_ROUNDS rounds (1000)
 #       triton  tests/ir_triton_pe.py, Triton kernels linking libmori_shmem_device.bc: the ring
@@ -15,6 +15,9 @@
 #       proxy   the same Triton patterns with the PEs split over two morids on
 #               loopback (even ranks on one, odd on the other): every ring hop and every remote
 #               heap read goes through the proxy rings morid serves; $IR_PROXY_ROUNDS rounds (200)
+#       cco     tests/ir_triton_cco.py: MORI-CCO from Triton (the device communicator's address, the
+#               mori_cco_* functions): put+signal ring with a world barrier a round, LSA peer
+#               pointers against the host's; $IR_ROUNDS rounds
 # $IR_PES PEs (8). Logs to $OUT/log (or /tmp/device-ir/log); a summary ends the output.
 set -u
 cd "$(dirname "$0")/.."
@@ -36,7 +39,7 @@ if [ "$DEV_CMD" = bundle ]; then
 	exit 0
 fi
 [ "$DEV_CMD" = run ] || { sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
-parts=${*:-rdc triton proxy}
+parts=${*:-rdc triton proxy cco}
 N=${IR_PES:-8}
 ROUNDS=${IR_ROUNDS:-1000}
 dev_init ir "$BUNDLE"
@@ -92,6 +95,11 @@ for p in $parts; do
 		ROUNDS=${IR_PROXY_ROUNDS:-200} SPLIT=1 pes 45 rdc-proxy "$BIN/ir_rdc_ring"
 		ROUNDS=${IR_PROXY_ROUNDS:-200} SPLIT=1 pes 120 proxy python3 tests/ir_triton_pe.py
 		unset IR_ROOT ;;
+	cco)
+		note "== cco: MORI-CCO from Triton (mori_cco_* in libmori_shmem_device.bc), $N ranks, ring of $ROUNDS rounds"
+		export TRITON_CACHE_DIR=/tmp/mori-ir-triton-cache CCO_UID_FILE=$O/cco.uid
+		rm -f "$CCO_UID_FILE"
+		pes 120 cco python3 tests/ir_triton_cco.py ;;
 	*) note "unknown part $p" ;;
 	esac
 done

@@ -80,3 +80,19 @@ netns_star() {
 	done
 	echo "# $n namespaces (${STAR_IP[*]}) joined by a bridge in $HUB ($HUBIP)"
 }
+
+# netns_suite TAG NET TEST NAME [VAR=VALUE...]: netns_pair TAG NET, then $B/tests/TEST with the
+# VARs and the namespaces' MORI_XNODE_NS_A/_B and MORI_XNODE_IP_A/_B (its two-node suite across the
+# veth), its output in $T/NAME.out; fails with the tail of the morids' logs (/tmp/mori-NAME-*.log)
+# unless it exits 0 having run checks. The caller says what passed.
+netns_suite() {
+	local tag=$1 net=$2 bin=$B/tests/$3 name=$4 rc
+	shift 4
+	[ -x "$bin" ] || fail "$bin is not built"
+	netns_pair "$tag" "$net"
+	env "$@" MORI_XNODE_NS_A="$NSA" MORI_XNODE_IP_A="$IPA" MORI_XNODE_NS_B="$NSB" MORI_XNODE_IP_B="$IPB" \
+		timeout $((400 * SLOW)) "$bin" 2>&1 | tee "$T/$name.out"
+	rc=${PIPESTATUS[0]}
+	[ "$rc" = 0 ] || { tail -n 30 /tmp/mori-"$name"-*.log 2> /dev/null | tail -n 60; fail "$3 across namespaces: exit $rc"; }
+	grep -q "100%: Checks: [1-9]" "$T/$name.out" || fail "$3 ran no checks"
+}

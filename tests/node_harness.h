@@ -211,6 +211,22 @@ static inline int node_pair_start(struct test_node *a, struct test_node *b, cons
 	return bad ? -1 : 0;
 }
 
+/* The fixtures of the tests that run on one node or on two (test_shmem, test_cco, test_gpu_cco):
+ * one morid without a peer listener; or A and B with listeners (from_env: inside the namespaces
+ * of MORI_XNODE_NS_A/B when the netns scripts set them, --insecure-peers there). 0, or -1 (a morid
+ * did not start: its log named on stderr). Stop either with node_pair_stop. */
+static inline int node_one_start(struct test_node *a, const char *name)
+{
+	node_init(a, name, NULL, NULL, 0);
+	return node_start(a, NULL);
+}
+static inline int node_two_start(struct test_node *a, struct test_node *b, const char *name, int ns_port, int from_env)
+{
+	node_pair_init(a, b, name, ns_port, from_env);
+	node_pair_insecure_in_ns(a, b);
+	return node_pair_start(a, b, NULL);
+}
+
 /* node_stop both (one the test killed, or never started, counts as stopped cleanly); their dirs
  * and logs removed when both stopped cleanly, else kept and named. 0, or -1. */
 static inline int node_pair_stop(struct test_node *a, struct test_node *b)

@@ -94,6 +94,17 @@ static inline double pe_run_all(int n, pe_fn fn, void *arg, int timeout_s, int l
 	return (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
 }
 
+/* Byte i of what rank `from` puts to rank `to` (salt: a round or a case): computed from the
+ * numbers alone, nothing of mori's; the tests' model of every transfer. */
+static inline uint8_t pe_pattern(int from, int to, uint64_t i, uint64_t salt)
+{
+	uint64_t x = (i + 1) * 0x9e3779b97f4a7c15ull ^ ((uint64_t)from << 40) ^ ((uint64_t)to << 20) ^ salt;
+	x ^= x >> 29;
+	x *= 0xbf58476d1ce4e5b9ull;
+	x ^= x >> 32;
+	return (uint8_t)x;
+}
+
 /* A MORI-SHMEM group of one PE (rank 0 of 1) with a host heap of heap_size bytes; must be
  * joined within 5 s. */
 static inline mori_group *join_alone(mori_client *c, const char *name, uint64_t heap_size)

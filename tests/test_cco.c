@@ -33,16 +33,13 @@ static int two_nodes;
 static void setup1(void)
 {
 	two_nodes = 0;
-	node_init(&NA, "cco", NULL, NULL, 0);
-	ck_assert_int_eq(node_start(&NA, NULL), 0);
+	ck_assert_int_eq(node_one_start(&NA, "cco"), 0);
 }
 
 static void setup2(void)
 {
 	two_nodes = 1;
-	node_pair_init(&NA, &NB, "cco", 7300, 1);
-	node_pair_insecure_in_ns(&NA, &NB);
-	ck_assert_int_eq(node_pair_start(&NA, &NB, NULL), 0);
+	ck_assert_int_eq(node_two_start(&NA, &NB, "cco", 7300, 1), 0);
 }
 
 static void teardown(void)
@@ -64,14 +61,6 @@ static void shared_setup(void) { pe_shared_map(SH); }
 static int on_b(int pe, int n) { return two_nodes && pe >= n / 2; }
 static struct test_node *node_of(int pe, int n) { return on_b(pe, n) ? &NB : &NA; }
 
-static uint8_t pattern(int from, int to, uint64_t i, uint64_t salt)
-{
-	uint64_t x = (i + 1) * 0x9e3779b97f4a7c15ull ^ ((uint64_t)from << 40) ^ ((uint64_t)to << 20) ^ salt;
-	x ^= x >> 29;
-	x *= 0xbf58476d1ce4e5b9ull;
-	x ^= x >> 32;
-	return (uint8_t)x;
-}
 
 /* Rank 0 makes k unique ids into SH->uid; every rank opens its client and waits for them. */
 static int open_and_uids(int pe, int n, int k, mori_client **c)
@@ -151,20 +140,20 @@ static int pe_windows(int pe, int n, void *arg)
 	uint8_t buf[SLOT];
 	for (int to = 0; to < n; to++) {
 		for (int i = 0; i < SLOT; i++)
-			buf[i] = pattern(pe, to, (uint64_t)i, salt);
+			buf[i] = pe_pattern(pe, to, (uint64_t)i, salt);
 		POK(pe, mori_cco_put(k, w, (uint64_t)pe * SLOT, buf, SLOT, to));
 	}
 	POK(pe, mori_cco_barrier_all(k));
 	for (int from = 0; from < n; from++)
 		for (int i = 0; i < SLOT; i++)
-			PCHECK(pe, mem[(size_t)from * SLOT + i] == pattern(from, pe, (uint64_t)i, salt),
+			PCHECK(pe, mem[(size_t)from * SLOT + i] == pe_pattern(from, pe, (uint64_t)i, salt),
 			       "byte %d of rank %d's slot", i, from);
 	/* gets: what rank q holds from rank (q+1)%n */
 	for (int q = 0; q < n; q++) {
 		int from = (q + 1) % n;
 		POK(pe, mori_cco_get(k, buf, w, (uint64_t)from * SLOT, SLOT, q));
 		for (int i = 0; i < SLOT; i++)
-			PCHECK(pe, buf[i] == pattern(from, q, (uint64_t)i, salt), "get from rank %d: byte %d", q, i);
+			PCHECK(pe, buf[i] == pe_pattern(from, q, (uint64_t)i, salt), "get from rank %d: byte %d", q, i);
 	}
 	/* out of the window: refused, nothing moved */
 	PCHECK(pe, mori_cco_put(k, w, wbytes - 8, buf, 16, 0) == MORI_ERANGE, "put past the window's end");
@@ -182,12 +171,12 @@ static int pe_windows(int pe, int n, void *arg)
 		PCHECK(pe, (p != NULL) == lsa, "peer pointer of rank %d: %p (LSA: %d)", q, (void *)p, lsa);
 		if (p) /* a store through the mapping into rank q's second window */
 			for (int i = 0; i < SLOT; i++)
-				p[(size_t)pe * SLOT + i] = pattern(pe, q, (uint64_t)i, salt + 1);
+				p[(size_t)pe * SLOT + i] = pe_pattern(pe, q, (uint64_t)i, salt + 1);
 	}
 	POK(pe, mori_cco_barrier_all(k));
 	for (int from = lo; from < lo + cnt; from++)
 		for (int i = 0; i < SLOT; i++)
-			PCHECK(pe, mem2[(size_t)from * SLOT + i] == pattern(from, pe, (uint64_t)i, salt + 1),
+			PCHECK(pe, mem2[(size_t)from * SLOT + i] == pe_pattern(from, pe, (uint64_t)i, salt + 1),
 			       "stored byte %d of rank %d", i, from);
 
 	/* the device communicator: fields, teams, resources */
@@ -254,7 +243,7 @@ static int pe_windows(int pe, int n, void *arg)
 	POK(pe, mori_cco_mem_alloc(k, wbytes, (void **)&mem3));
 	int to = lo + (pe - lo + 1) % cnt;
 	for (int i = 0; i < SLOT; i++)
-		mem3[(size_t)pe * SLOT + i] = pattern(pe, to, (uint64_t)i, salt + 2);
+		mem3[(size_t)pe * SLOT + i] = pe_pattern(pe, to, (uint64_t)i, salt + 2);
 	uint8_t *dst = mori_cco_get_peer_ptr(k, mem3, to);
 	PCHECK(pe, dst != NULL, "no peer pointer for LSA rank %d", to);
 	if (to != pe)
@@ -265,7 +254,7 @@ static int pe_windows(int pe, int n, void *arg)
 	int from = lo + (pe - lo + cnt - 1) % cnt;
 	if (from != pe)
 		for (int i = 0; i < SLOT; i++)
-			PCHECK(pe, mem3[(size_t)from * SLOT + i] == pattern(from, pe, (uint64_t)i, salt + 2),
+			PCHECK(pe, mem3[(size_t)from * SLOT + i] == pe_pattern(from, pe, (uint64_t)i, salt + 2),
 			       "copy-engine byte %d from rank %d", i, from);
 
 	POK(pe, mori_cco_dev_comm_destroy(&d));
@@ -509,13 +498,13 @@ static void *twin_run(void *arg)
 	for (int r = 0; r < t->rounds && !rc; r++) {
 		uint64_t salt = (uint64_t)t->which << 32 | (uint64_t)r;
 		for (int i = 0; i < SLOT; i++)
-			buf[i] = pattern(t->pe, to, (uint64_t)i, salt);
+			buf[i] = pe_pattern(t->pe, to, (uint64_t)i, salt);
 		if ((rc = mori_cco_put(t->k, w, 0, buf, SLOT, to)) || (rc = mori_cco_barrier_all(t->k)))
 			break;
 		for (int i = 0; i < SLOT; i++)
-			if (mem[i] != pattern(from, t->pe, (uint64_t)i, salt)) {
+			if (mem[i] != pe_pattern(from, t->pe, (uint64_t)i, salt)) {
 				snprintf(t->err, sizeof(t->err), "communicator %d round %d byte %d: %u, expected %u", t->which,
-					 r, i, mem[i], pattern(from, t->pe, (uint64_t)i, salt));
+					 r, i, mem[i], pe_pattern(from, t->pe, (uint64_t)i, salt));
 				return NULL;
 			}
 		rc = mori_cco_barrier_all(t->k); /* nobody puts the next round before everyone checked */

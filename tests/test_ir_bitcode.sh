@@ -36,12 +36,18 @@ count_rows() { # TABLE HEADER
 }
 rows=$(count_rows MORI_SHMEM_API mori/device/shmem.cuh)
 crows=$(count_rows MORI_COLL_API mori/device/coll.cuh)
+krows=$(count_rows MORI_CCO_API mori/device/cco.cuh)
 nt=$("$PY" -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["functions"]))' "$J")
-nc=$("$PY" -c 'import json,sys; print(sum(f["name"].startswith("mori_coll_") and f["short"] == f["name"][5:]
-     for f in json.load(open(sys.argv[1]))["functions"]))' "$J")
-[ "$rows" -gt 100 ] && [ "$crows" -ge 4 ] && [ "$((rows + crows))" = "$nt" ] && [ "$crows" = "$nc" ] ||
-	fail "MORI_SHMEM_API has $rows rows and MORI_COLL_API $crows, the table $nt functions ($nc mori_coll_*)"
-pass "table: $nt functions, every row of MORI_SHMEM_API ($rows) and MORI_COLL_API ($crows, as mori_coll_*)"
+count_pre() { # PREFIX: functions named mori_PREFIX_x with short name PREFIX_x
+	"$PY" -c 'import json,sys; p=sys.argv[2]; print(sum(f["name"].startswith("mori_%s_" % p) and f["short"] == f["name"][5:]
+	     for f in json.load(open(sys.argv[1]))["functions"]))' "$J" "$1"
+}
+nc=$(count_pre coll)
+nk=$(count_pre cco)
+[ "$rows" -gt 100 ] && [ "$crows" -ge 4 ] && [ "$krows" -ge 30 ] && [ "$((rows + crows + krows))" = "$nt" ] &&
+	[ "$crows" = "$nc" ] && [ "$krows" = "$nk" ] ||
+	fail "MORI_SHMEM_API has $rows rows, MORI_COLL_API $crows and MORI_CCO_API $krows, the table $nt functions ($nc mori_coll_*, $nk mori_cco_*)"
+pass "table: $nt functions, every row of MORI_SHMEM_API ($rows), MORI_COLL_API ($crows, as mori_coll_*) and MORI_CCO_API ($krows, as mori_cco_*)"
 
 # ROCm/mori's table: the reference list, or a checkout's ops.py when ROCM_MORI names one.
 REF=$T/rocm.txt
@@ -190,6 +196,38 @@ grep -q '^\.func\|call\.uni' "$T/k.ptx" && fail "the linked kernel still calls f
 [ -z "$PTXAS" ] || "$PTXAS" -arch=sm_90 -c "$T/k.ptx" -o "$T/k.o" || fail "ptxas rejects the linked kernel"
 pass "a consumer module (nvvm-reflect-ftz 1, as Triton's) links, inlines every call, keeps mori_shmem_state_ptr visible"
 
+# MORI-CCO's rows the same way: the device communicator's address and windows as (offset, bytes).
+cat > "$T/kc.ll" <<-'EOF'
+	target triple = "nvptx64-nvidia-cuda"
+	declare i32 @mori_cco_gda_put_signal_add_block(i64, i32, i64, i64, i64, i64, i64, i64, i64, i32, i64)
+	declare i32 @mori_cco_lsa_barrier_block(i64, i32)
+	declare i32 @mori_cco_ce_put_thread(i64, i32, i64, i64, i64, i64, i64, i64, i64, i32)
+	declare i64 @mori_cco_lsa_peer_ptr(i64, i64, i64, i32, i64)
+	define void @kc(ptr addrspace(1) %out, i64 %d, i64 %wo, i64 %wb) {
+	  %a = call i32 @mori_cco_gda_put_signal_add_block(i64 %d, i32 1, i64 %wo, i64 %wb, i64 0, i64 %wo, i64 %wb, i64 64, i64 64, i32 0, i64 1)
+	  %b = call i32 @mori_cco_lsa_barrier_block(i64 %d, i32 0)
+	  %c = call i32 @mori_cco_ce_put_thread(i64 %d, i32 0, i64 %wo, i64 %wb, i64 0, i64 %wo, i64 %wb, i64 64, i64 64, i32 0)
+	  %p = call i64 @mori_cco_lsa_peer_ptr(i64 %d, i64 %wo, i64 %wb, i32 0, i64 0)
+	  %x = add i32 %a, %b
+	  %y = add i32 %x, %c
+	  %z = sext i32 %y to i64
+	  %s = add i64 %z, %p
+	  store i64 %s, ptr addrspace(1) %out
+	  ret void
+	}
+	!llvm.module.flags = !{!0}
+	!0 = !{i32 4, !"nvvm-reflect-ftz", i32 1}
+	!nvvm.annotations = !{!1}
+	!1 = !{ptr @kc, !"kernel", i32 1}
+	EOF
+llvm-link-16 --only-needed "$T/kc.ll" "$BC" -o "$T/kc.bc" 2> "$T/linkc.log" || fail "a CCO consumer module does not link: $(cat "$T/linkc.log")"
+opt-16 --internalize-public-api-list=kc,mori_shmem_state_ptr -passes='internalize,default<O3>' "$T/kc.bc" -o "$T/kco.bc" ||
+	fail "opt-16 on the linked CCO module"
+llc-16 -march=nvptx64 -mcpu=sm_90 -mattr=+ptx78 "$T/kco.bc" -o "$T/kc.ptx" || fail "llc-16 on the linked CCO module"
+grep -q '^\.func\|call\.uni' "$T/kc.ptx" && fail "the linked CCO kernel still calls functions (not inlined)"
+[ -z "$PTXAS" ] || "$PTXAS" -arch=sm_90 -c "$T/kc.ptx" -o "$T/kc.o" || fail "ptxas rejects the linked CCO kernel"
+pass "a CCO consumer module (put+signal, LSA barrier, copy-engine put, peer pointer) links, inlines, assembles"
+
 # AMD: the bitcode mk/ir.mk built for each arch, by the compiler of that arch's kernels. Where
 # clang-19 and HIP's headers are, gfx942 must be among them (else the build skipped it silently).
 amd=$(ls "$IR"/libmori_shmem_device_gfx*.bc 2> /dev/null)
@@ -224,7 +262,7 @@ H=$IR/mori_shmem_device.h
 printf '#include "mori/device/gpu.h"\n#include "%s"\n' "$H" > "$T/h.cu"
 # shellcheck disable=SC2086
 clang-16 $IRF --cuda-gpu-arch=sm_80 -fsyntax-only -I"$IR" "$T/h.cu" || fail "$H does not compile"
-nd=$(grep -c '^__device__ .* mori_\(shmem\|coll\)_[a-z0-9_]*(' "$H")
+nd=$(grep -c '^__device__ .* mori_\(shmem\|coll\|cco\)_[a-z0-9_]*(' "$H")
 [ "$nd" = "$nt" ] || fail "$H declares $nd functions, the table has $nt"
 pass "header: $nd declarations, compiles"
 

@@ -39,17 +39,14 @@ static int two_nodes;
 static void setup1(void)
 {
 	two_nodes = 0;
-	node_init(&NA, "shmem", NULL, NULL, 0);
-	ck_assert_int_eq(node_start(&NA, NULL), 0);
+	ck_assert_int_eq(node_one_start(&NA, "shmem"), 0);
 }
 
 /* Two nodes; PEs on B name A's daemon as the root. */
 static void setup2(void)
 {
 	two_nodes = 1;
-	node_pair_init(&NA, &NB, "shmem", 7100, 1);
-	node_pair_insecure_in_ns(&NA, &NB);
-	ck_assert_int_eq(node_pair_start(&NA, &NB, NULL), 0);
+	ck_assert_int_eq(node_two_start(&NA, &NB, "shmem", 7100, 1), 0);
 }
 
 /* Both must exit 0 (every handle closed, nothing leaked); their files stay when one did not. */
@@ -125,17 +122,6 @@ static void assert_all_released(void)
 		}
 		ck_assert_msg(ng == 0 && regions == 0, "node %c still lists %zu groups and %u regions", 'A' + k, ng, regions);
 	}
-}
-
-/* The pattern a byte of a block put by PE `from` to PE `to` at heap offset `off` must have:
- * computed from the numbers alone, nothing of mori's. */
-static uint8_t pattern(int from, int to, uint64_t off, uint64_t salt)
-{
-	uint64_t x = (off + 1) * 0x9e3779b97f4a7c15ull ^ ((uint64_t)from << 40) ^ ((uint64_t)to << 20) ^ salt;
-	x ^= x >> 29;
-	x *= 0xbf58476d1ce4e5b9ull;
-	x ^= x >> 32;
-	return (uint8_t)x;
 }
 
 /* ---- the allocator alone ---- */
@@ -403,7 +389,7 @@ static int pe_putget(int pe, int n, void *arg)
 				len = SLOT_BYTES - o;
 			uint8_t *src = (test_rand(&r) & 1) ? priv : stage;
 			for (uint64_t k = 0; k < len; k++)
-				src[k] = pattern(pe, to, base + o + k, salt);
+				src[k] = pe_pattern(pe, to, base + o + k, salt);
 			POK(pe, mori_shmem_putmem(g, buf + (uint64_t)pe * SLOT_BYTES + o, src, len, to));
 			o += len;
 		}
@@ -413,7 +399,7 @@ static int pe_putget(int pe, int n, void *arg)
 	for (int from = 0; from < n; from++)
 		for (uint64_t k = 0; k < SLOT_BYTES; k++) {
 			uint64_t off = boff + (uint64_t)from * SLOT_BYTES + k;
-			PCHECK(pe, buf[off - boff] == pattern(from, pe, off, salt), "slot of PE %d, byte %llu", from,
+			PCHECK(pe, buf[off - boff] == pe_pattern(from, pe, off, salt), "slot of PE %d, byte %llu", from,
 			       (unsigned long long)k);
 		}
 	/* and what every PE holds, read back with gets (into private memory and into our heap) */
@@ -424,7 +410,7 @@ static int pe_putget(int pe, int n, void *arg)
 		POK(pe, mori_shmem_getmem(g, dst, buf + (uint64_t)from * SLOT_BYTES, SLOT_BYTES, q));
 		for (uint64_t k = 0; k < SLOT_BYTES; k++) {
 			uint64_t off = boff + (uint64_t)from * SLOT_BYTES + k;
-			PCHECK(pe, dst[k] == pattern(from, q, off, salt), "get from PE %d, slot %d, byte %llu", q, from,
+			PCHECK(pe, dst[k] == pe_pattern(from, q, off, salt), "get from PE %d, slot %d, byte %llu", q, from,
 			       (unsigned long long)k);
 		}
 	}

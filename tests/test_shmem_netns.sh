@@ -5,16 +5,7 @@
 # the other node, unique ids) across the veth. Skips (77) where namespaces cannot be made (not
 # root, no CAP_NET_ADMIN, no iproute2).
 source "$(dirname "$0")/testlib.bash"
-
-SHMEM=$B/tests/test_shmem
-[ -x "$SHMEM" ] || fail "$SHMEM is not built"
 source "$(dirname "$0")/netnslib.bash"
-netns_pair s 214
-
-MORI_SHMEM_ONLY=two MORI_XNODE_NS_A=$NSA MORI_XNODE_IP_A=$IPA MORI_XNODE_NS_B=$NSB MORI_XNODE_IP_B=$IPB \
-	timeout $((400 * SLOW)) "$SHMEM" 2>&1 | tee "$T/shmem.out"
-rc=${PIPESTATUS[0]}
-[ "$rc" = 0 ] || { tail -n 30 /tmp/mori-shmem-*.log 2> /dev/null | tail -n 60; fail "test_shmem across namespaces: exit $rc"; }
-grep -q "100%: Checks: [1-9]" "$T/shmem.out" || fail "test_shmem ran no checks"
+netns_suite s 214 test_shmem shmem MORI_SHMEM_ONLY=two
 pass "MORI-SHMEM two-daemon suite across two network namespaces ($IPA <-> $IPB over veth)"
 exit 0

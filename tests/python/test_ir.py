@@ -46,11 +46,18 @@ def test_table_from_the_build():
         "ret": "int32"}
     assert fs["ptr_p2p"]["args"] == ["uint64", "int32", "int32"] and fs["ptr_p2p"]["ret"] == "uint64"
     assert fs["my_pe"]["args"] == [] and fs["my_pe"]["ret"] == "int32"
-    assert all(f["symbol"] == ("mori_" + k if k.startswith("coll_") else "mori_shmem_" + k) for k, f in fs.items())
+    assert all(f["symbol"] == ("mori_" + k if k.startswith(("coll_", "cco_")) else "mori_shmem_" + k) for k, f in fs.items())
     # MORI-CCL's device API (include/mori/device/coll.cuh's MORI_COLL_API) in the same table
     assert fs["coll_peer_ptr"] == {"symbol": "mori_coll_peer_ptr", "args": ["uint64", "uint64", "int32"],
                                    "arg_names": ["d", "p", "rank"], "ret": "uint64"}
     assert fs["coll_barrier_block"]["args"] == ["uint64"] and fs["coll_barrier_block"]["ret"] == "int32"
+    # MORI-CCO's (include/mori/device/cco.cuh's MORI_CCO_API): the device communicator's address, windows as (off, bytes)
+    assert fs["cco_gda_put_signal_add_block"] == {
+        "symbol": "mori_cco_gda_put_signal_add_block",
+        "args": ["uint64", "int32", "uint64", "uint64", "uint64", "uint64", "uint64", "uint64", "uint64", "int32", "uint64"],
+        "arg_names": ["d", "peer", "dw_off", "dw_bytes", "doff", "sw_off", "sw_bytes", "soff", "bytes", "sig", "value"],
+        "ret": "int32"}
+    assert fs["cco_lsa_peer_ptr"]["ret"] == "uint64" and fs["cco_lsa_barrier_warp"]["args"] == ["uint64", "int32"]
     # ROCm/mori's and NVSHMEM's numbers; OpenSHMEM's comparisons
     assert (ir.SIGNAL_SET, ir.SIGNAL_ADD, ir.CMP_EQ, ir.CMP_GE) == (9, 10, 0, 3)
     with pytest.raises(AttributeError):

@@ -126,11 +126,13 @@ template <scope S> struct barrier_session {
 		if (!rc)
 			epoch = *(volatile uint64_t *)word(c, base_off, idx);
 	}
+	/* Every thread holds the same epoch here; the leader keeps it, and the group syncs after the
+	 * store so that a next session on this index (its constructor reads the word) sees it. */
 	MORI_DEVICE ~barrier_session()
 	{
-		mori_shmem_impl::group_sync<S>();
 		if (!rc && mori_shmem_impl::tid<S>() == 0)
 			*(volatile uint64_t *)word(c, base_off, index) = epoch;
+		mori_shmem_impl::group_sync<S>();
 	}
 	MORI_DEVICE uint64_t inbox_off(int slot) const { return base_off + 8ull * ((uint64_t)n + (uint64_t)index * slots + slot); }
 	/* Member m's world rank. */
@@ -449,4 +451,106 @@ template <int S> MORI_DEVICE int mori_cco_ce_drain(const mori_cco_dev_comm &c, i
 	}
 	return mori_shmem_impl::group_bcast<(mori_shmem_impl::scope)S>(rc);
 }
+
+/* ---- MORI-IR: the device API as extern "C" functions (kernels/shmem.cu instantiates this table
+ * into libmori_shmem_device.bc / .a beside MORI_SHMEM_API, mk/ir-table.sh lists it as
+ * mori_cco_<name>). A compiler that cannot pass a struct by value (Triton) passes the device
+ * communicator's address instead: `d` is a device (or GPU-mapped) address holding a copy of the
+ * struct mori_cco_dev_comm (mori.cco's DevComm.device_copy() makes one); a window is its (off,
+ * bytes) pair; pointers are uint64_t addresses; int returns are 0 or a negative MORI_E*. Scoped
+ * calls come as _thread, _warp and _block, made by every thread of the scope; the barrier
+ * sessions as one call (arrive then wait). Rows: ret, name, C++ parameters, ABI parameters, body,
+ * as MORI_SHMEM_API's. */
+namespace mori_cco_impl {
+MORI_DEVICE const mori_cco_dev_comm &dref(uint64_t d) { return *(const mori_cco_dev_comm *)d; }
+MORI_DEVICE mori_cco_win win(uint64_t off, uint64_t bytes)
+{
+	mori_cco_win w;
+	w.off = off;
+	w.bytes = bytes;
+	return w;
+}
+template <int S> MORI_DEVICE int lsa_barrier(uint64_t d, int index)
+{
+	mori_cco_lsa_barrier_session<S> b(dref(d), index);
+	return b.sync();
+}
+template <int S> MORI_DEVICE int gda_barrier(uint64_t d, int index, int rail)
+{
+	mori_cco_gda_barrier_session<S> b(dref(d), index, rail != 0);
+	return b.sync();
+}
+template <typename F> MORI_DEVICE uint64_t read_word(F f, uint64_t d, int id)
+{
+	uint64_t v = 0;
+	return f(dref(d), id, &v) ? 0 : v;
+}
+} /* namespace mori_cco_impl */
+
+#define MORI_CCO_WIN_ARGS(p) uint64_t p##_off, uint64_t p##_bytes
+#define MORI_CCO_WIN(p) mori_cco_impl::win(p##_off, p##_bytes)
+#define MORI_CCO_SCOPED_API(X, sfx, S)                                                                         \
+	X(int, gda_put_##sfx, (uint64_t d, int peer, MORI_CCO_WIN_ARGS(dw), uint64_t doff, MORI_CCO_WIN_ARGS(sw),     \
+			       uint64_t soff, uint64_t bytes),                                                   \
+	  (uint64_t d, int peer, MORI_CCO_WIN_ARGS(dw), uint64_t doff, MORI_CCO_WIN_ARGS(sw), uint64_t soff, uint64_t bytes), \
+	  (mori_cco_gda_put<S>(mori_cco_impl::dref(d), peer, MORI_CCO_WIN(dw), doff, MORI_CCO_WIN(sw), soff, bytes)))   \
+	X(int, gda_put_signal_add_##sfx, (uint64_t d, int peer, MORI_CCO_WIN_ARGS(dw), uint64_t doff,               \
+					  MORI_CCO_WIN_ARGS(sw), uint64_t soff, uint64_t bytes, int sig, uint64_t value), \
+	  (uint64_t d, int peer, MORI_CCO_WIN_ARGS(dw), uint64_t doff, MORI_CCO_WIN_ARGS(sw), uint64_t soff,         \
+	   uint64_t bytes, int sig, uint64_t value),                                                                 \
+	  (mori_cco_gda_put_signal_add<S>(mori_cco_impl::dref(d), peer, MORI_CCO_WIN(dw), doff, MORI_CCO_WIN(sw), soff, \
+					  bytes, sig, value)))                                                       \
+	X(int, gda_get_##sfx, (uint64_t d, int peer, MORI_CCO_WIN_ARGS(dw), uint64_t doff, MORI_CCO_WIN_ARGS(sw),     \
+			       uint64_t soff, uint64_t bytes),                                                   \
+	  (uint64_t d, int peer, MORI_CCO_WIN_ARGS(dw), uint64_t doff, MORI_CCO_WIN_ARGS(sw), uint64_t soff, uint64_t bytes), \
+	  (mori_cco_gda_get<S>(mori_cco_impl::dref(d), peer, MORI_CCO_WIN(dw), doff, MORI_CCO_WIN(sw), soff, bytes)))   \
+	X(int, ce_put_##sfx, (uint64_t d, int peer, MORI_CCO_WIN_ARGS(dw), uint64_t doff, MORI_CCO_WIN_ARGS(sw),      \
+			      uint64_t soff, uint64_t bytes, int q),                                             \
+	  (uint64_t d, int peer, MORI_CCO_WIN_ARGS(dw), uint64_t doff, MORI_CCO_WIN_ARGS(sw), uint64_t soff,         \
+	   uint64_t bytes, int q),                                                                                   \
+	  (mori_cco_ce_put<S>(mori_cco_impl::dref(d), peer, MORI_CCO_WIN(dw), doff, MORI_CCO_WIN(sw), soff, bytes, q)))  \
+	X(int, ce_drain_##sfx, (uint64_t d, int q), (uint64_t d, int q), (mori_cco_ce_drain<S>(mori_cco_impl::dref(d), q))) \
+	X(int, lsa_barrier_##sfx, (uint64_t d, int index), (uint64_t d, int index),                                   \
+	  (mori_cco_impl::lsa_barrier<S>(d, index)))                                                                   \
+	X(int, gda_barrier_##sfx, (uint64_t d, int index, int rail), (uint64_t d, int index, int rail),               \
+	  (mori_cco_impl::gda_barrier<S>(d, index, rail)))
+
+#define MORI_CCO_API(X)                                                                                        \
+	X(int, check, (uint64_t d), (uint64_t d), (mori_cco_check(mori_cco_impl::dref(d))))                        \
+	X(int, status, (uint64_t d), (uint64_t d), (mori_cco_status(mori_cco_impl::dref(d))))                      \
+	X(int, rank, (uint64_t d), (uint64_t d), (mori_cco_impl::dref(d).rank))                                    \
+	X(int, world_size, (uint64_t d), (uint64_t d), (mori_cco_impl::dref(d).world_size))                        \
+	X(int, lsa_rank, (uint64_t d), (uint64_t d), (mori_cco_impl::dref(d).lsa_rank))                            \
+	X(int, lsa_size, (uint64_t d), (uint64_t d), (mori_cco_impl::dref(d).lsa_size))                            \
+	X(uint64_t, lsa_peer_ptr, (uint64_t d, MORI_CCO_WIN_ARGS(w), int peer, uint64_t offset),                   \
+	  (uint64_t d, MORI_CCO_WIN_ARGS(w), int peer, uint64_t offset),                                           \
+	  ((uint64_t)(uintptr_t)mori_cco_lsa_peer_ptr(mori_cco_impl::dref(d), MORI_CCO_WIN(w), peer, offset)))    \
+	X(uint64_t, local_ptr, (uint64_t d, MORI_CCO_WIN_ARGS(w), uint64_t offset),                                \
+	  (uint64_t d, MORI_CCO_WIN_ARGS(w), uint64_t offset),                                                     \
+	  ((uint64_t)(uintptr_t)mori_cco_local_ptr(mori_cco_impl::dref(d), MORI_CCO_WIN(w), offset)))             \
+	X(int, gda_signal_add, (uint64_t d, int peer, int sig, uint64_t value), (uint64_t d, int peer, int sig, uint64_t value), \
+	  (mori_cco_gda_signal_add(mori_cco_impl::dref(d), peer, sig, value)))                                     \
+	X(int, gda_signal_inc, (uint64_t d, int peer, int sig), (uint64_t d, int peer, int sig),                   \
+	  (mori_cco_gda_signal_inc(mori_cco_impl::dref(d), peer, sig)))                                            \
+	X(int, gda_flush, (uint64_t d), (uint64_t d), (mori_cco_gda_flush(mori_cco_impl::dref(d))))                \
+	X(int, gda_counter_inc, (uint64_t d, int id), (uint64_t d, int id),                                        \
+	  (mori_cco_gda_counter_inc(mori_cco_impl::dref(d), id)))                                                  \
+	X(uint64_t, gda_signal_value, (uint64_t d, int sig), (uint64_t d, int sig),                                \
+	  (mori_cco_impl::read_word(mori_cco_gda_read_signal, d, sig)))                                            \
+	X(uint64_t, gda_counter_value, (uint64_t d, int id), (uint64_t d, int id),                                 \
+	  (mori_cco_impl::read_word(mori_cco_gda_read_counter, d, id)))                                            \
+	X(int, gda_wait_signal, (uint64_t d, int sig, uint64_t least), (uint64_t d, int sig, uint64_t least),      \
+	  (mori_cco_gda_wait_signal(mori_cco_impl::dref(d), sig, least)))                                          \
+	X(int, gda_wait_counter, (uint64_t d, int id, uint64_t least), (uint64_t d, int id, uint64_t least),       \
+	  (mori_cco_gda_wait_counter(mori_cco_impl::dref(d), id, least)))                                          \
+	X(int, gda_reset_signal, (uint64_t d, int sig), (uint64_t d, int sig),                                     \
+	  (mori_cco_gda_reset_signal(mori_cco_impl::dref(d), sig)))                                                \
+	X(int, ce_put_grouped, (uint64_t d, int peer, MORI_CCO_WIN_ARGS(dw), uint64_t doff, MORI_CCO_WIN_ARGS(sw), \
+				uint64_t soff, uint64_t bytes, int q),                                           \
+	  (uint64_t d, int peer, MORI_CCO_WIN_ARGS(dw), uint64_t doff, MORI_CCO_WIN_ARGS(sw), uint64_t soff,       \
+	   uint64_t bytes, int q),                                                                                 \
+	  (mori_cco_ce_put_grouped(mori_cco_impl::dref(d), peer, MORI_CCO_WIN(dw), doff, MORI_CCO_WIN(sw), soff, bytes, q))) \
+	MORI_CCO_SCOPED_API(X, thread, MORI_CCO_THREAD)                                                            \
+	MORI_CCO_SCOPED_API(X, warp, MORI_CCO_WARP)                                                                \
+	MORI_CCO_SCOPED_API(X, block, MORI_CCO_BLOCK)
 #endif

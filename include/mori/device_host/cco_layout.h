@@ -26,6 +26,8 @@
 
 #if defined(__CUDACC__) || defined(__HIPCC__)
 #define MORI_CCO_HD __host__ __device__ inline
+#elif defined(__CUDA__) /* clang -x cuda -nocudainc (MORI-IR's bitcode): no __host__ macro */
+#define MORI_CCO_HD __attribute__((host, device)) inline
 #else
 #define MORI_CCO_HD static inline
 #endif

@@ -65,7 +65,8 @@ class RegisteredWindow:
 
 class DevComm:
     """A device communicator: .struct (CcoDevComm, the bytes a kernel takes by value: pass
-    bytes(dc.struct) or ctypes.byref), .rank, .world_size, .lsa_size, .lsa_rank."""
+    bytes(dc.struct) or ctypes.byref), .rank, .world_size, .lsa_size, .lsa_rank; device_copy()
+    for MORI-IR's functions (Triton), which take its address."""
 
     def __init__(self, s):
         self.struct = s
@@ -86,6 +87,16 @@ class DevComm:
         v = ctypes.c_uint64()
         _lib.check(_L().mori_cco_dev_comm_read_counter(ctypes.byref(self.struct), i, ctypes.byref(v)), "read_counter")
         return v.value
+
+    def device_copy(self, device=None):
+        """A copy of the struct in GPU memory (a torch uint8 tensor on `device`, default the current
+        CUDA device), for code that cannot take it by value: MORI-IR's mori_cco_* functions (Triton
+        through mori.ir.triton) take its address, .data_ptr(), as their first argument `d`. Keep
+        the tensor while kernels use it; it goes stale with this DevComm (the calls then return
+        MORI_ESTALE). torch is imported here."""
+        import torch
+        raw = bytes(self.struct)
+        return torch.frombuffer(bytearray(raw), dtype=torch.uint8).to(device or "cuda")
 
     def destroy(self):
         _lib.check(_L().mori_cco_dev_comm_destroy(ctypes.byref(self.struct)), "device communicator destroy")
