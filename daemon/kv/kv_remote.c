@@ -19,46 +19,11 @@
 #include "kv/kv_cluster.h"
 #include "kv/kv_int.h"
 #include "kv/kv_remote.h"
+#include "kv/kv_remote_int.h"
 #include "log.h"
 #include "peer/peer.h"
 #include "peer/peer_int.h"
 #include "region/region.h"
-
-#define LEASE_BUCKETS 1024
-#define LIST_EMPTY(l) ((l)->next == (l))
-#define PEER_KV_MAX 512 /* keys of one PeerKv request (kv_batch_max's bound) */
-
-/* A value of this node that a peer reads: a reference on its version until released or expired. */
-struct plea {
-	struct list hlink, elink;
-	uint64_t id;
-	uint64_t deadline_ms;     /* loop time */
-	struct kv_entry *e;
-};
-
-struct slab_region {
-	uint32_t slab_id;         /* the slab it maps (slab ids are never reused) */
-	struct region *g;
-};
-
-struct rget;
-
-struct kv_remote {
-	struct kv_store *st;
-	struct morid *d;
-	struct slab_region *sr;   /* by slab index */
-	uint32_t nsr;
-	struct list lb[LEASE_BUCKETS];
-	struct list expiry;       /* struct plea by deadline */
-	uint64_t lease_seq, nleases;
-	uv_timer_t timer;
-	struct list rgets;        /* the asker's fetches in flight */
-	struct list rputs;        /* placements in flight */
-	/* counters (moractl kv, metrics) */
-	uint64_t fetched, fetched_bytes, fetch_misses, fetch_errors, served, served_bytes, expired;
-	uint64_t placed, placed_bytes, place_failed, placed_here;
-	uint32_t placing;         /* placements in flight */
-};
 
 /* ---- regions over slabs ---- */
 
@@ -73,7 +38,7 @@ static void slab_closed(void *arg, const struct kv_slab *s)
 }
 
 /* The region over slab index (the owner of a value's run), made on first use; NULL ENOMEM. */
-static struct region *slab_region(struct kv_remote *R, uint32_t index)
+struct region *kv_slab_region(struct kv_remote *R, uint32_t index)
 {
 	struct kv_slab *s = kv_dram_slab(R->st->dram, index);
 	if (!s)
@@ -169,7 +134,7 @@ static int lease_add(struct kv_remote *R, struct kv_entry *e, uint32_t ms, uint6
 	return MORI_OK;
 }
 
-static uint64_t dram_free(struct kv_store *st)
+uint64_t kv_dram_room(struct kv_store *st)
 {
 	const struct config *cfg = &st->d->cfg;
 	struct kv_dram_stats ds;
@@ -209,7 +174,7 @@ static void serve_lease(struct kv_remote *R, const Mori__PeerKv *q, Mori__PeerKv
 		int rc = k->len == 0 || k->len > KV_KEY_MAX ? MORI_EINVAL
 		       : restarted ? MORI_ENOENT
 				   : kv_peer_hold(st, (uid_t)q->uid, k->data, k->len, q->n_gens ? q->gens[i] : 0, &e);
-		struct region *g = rc == MORI_OK ? slab_region(R, e->u.ext.slab) : NULL;
+		struct region *g = rc == MORI_OK ? kv_slab_region(R, e->u.ext.slab) : NULL;
 		if (rc == MORI_OK && (!g || (rc = lease_add(R, e, ms, &it->lease)) != MORI_OK)) {
 			kv_unref(st, e);
 			rc = MORI_ENOMEM;
@@ -273,7 +238,7 @@ static void serve_put_alloc(struct kv_remote *R, const Mori__PeerKv *q, Mori__Pe
 		} else {
 			rc = kv_temp_new(st, (uid_t)q->uid, k->data, k->len, q->sizes[i], &e, msg, sizeof(msg));
 		}
-		struct region *g = rc == MORI_OK ? slab_region(R, e->u.ext.slab) : NULL;
+		struct region *g = rc == MORI_OK ? kv_slab_region(R, e->u.ext.slab) : NULL;
 		if (rc == MORI_OK && (!g || (rc = lease_add(R, e, ms, &it->lease)) != MORI_OK)) {
 			kv_unref(st, e);
 			rc = MORI_ENOMEM;
@@ -309,7 +274,7 @@ static int serve(struct peers *P, const Mori__Request *req, const char *from, Mo
 	}
 	mori__peer_kv_reply__init(kr);
 	kr->epoch = P->d->epoch;
-	kr->dram_free = dram_free(st);
+	kr->dram_free = kv_dram_room(st);
 	rep->body_case = MORI__REPLY__BODY_PEER_KV;
 	rep->peer_kv = kr;
 	if (q->op == MORI__PEER_KV_OP__PEER_KV_LEASE) {
@@ -575,7 +540,7 @@ static void lease_done(struct rpc *q, struct peer *p, const Mori__Reply *rep, in
 		struct ritem *a = &rg->it[i];
 		if (done[i] || a->rc != MORI_OK)
 			continue;
-		struct region *local = slab_region(R, a->tmp->u.ext.slab);
+		struct region *local = kv_slab_region(R, a->tmp->u.ext.slab);
 		if (!local) {
 			a->rc = MORI_ENOMEM;
 			continue;
@@ -780,188 +745,6 @@ int kv_remote_locate_get(struct kv_store *st, struct kv_pget *g, uid_t uid, cons
 	return MORI_EINPROGRESS;
 }
 
-/* ---- placement: puts past the high watermark go to the node with the most room ---- */
-
-#define PLACING_MAX 64 /* placements in flight from this node */
-
-struct rput {
-	struct list link;         /* R->rputs */
-	struct kv_remote *R;      /* NULL once the store stopped: the callbacks left only free it */
-	struct kv_entry *e;       /* the local version, referenced while it is placed */
-	char node[KV_NODE_MAX];
-	uint64_t epoch, lease, rregion, roff, xid;
-	uint32_t rgen;
-	uint8_t secret[REGION_SECRET_BYTES];
-};
-
-static uint64_t high_bytes(const struct config *cfg, uint64_t cap)
-{
-	return cap / 100 * (uint64_t)cfg->kv_high_watermark;
-}
-
-/* The live node with the most free DRAM that stays under its high watermark with size more
- * (the same kv_high_watermark assumed there), and has more room than this node; NULL: none (a
- * full cluster: the put stays here and this node evicts as it always does). */
-static const struct kv_node_info *place_target(struct kv_remote *R, uint64_t size)
-{
-	const struct kv_node_info *nodes = NULL, *best = NULL;
-	size_t n = 0;
-	if (!kv_cluster_on(R->st) || kv_cluster_nodes(R->d, &nodes, &n) != MORI_OK)
-		return NULL;
-	const struct config *cfg = &R->d->cfg;
-	uint64_t here = dram_free(R->st);
-	for (size_t i = 0; i < n; i++) {
-		const struct kv_node_info *x = &nodes[i];
-		uint64_t reserve = x->dram_capacity - high_bytes(cfg, x->dram_capacity);
-		if (x->self || x->dram_free < reserve + size || x->dram_free <= here)
-			continue;
-		if (!best || x->dram_free > best->dram_free)
-			best = x;
-	}
-	return best;
-}
-
-static int can_place(struct kv_store *st, uint64_t size)
-{
-	struct kv_remote *R = st->remote;
-	return R && R->placing < PLACING_MAX && place_target(R, size) != NULL;
-}
-
-static void rput_end(struct rput *x, int ok, const char *why)
-{
-	struct kv_remote *R = x->R;
-	if (R) {
-		if (ok && kv_drop(R->st, x->e) == MORI_OK) {
-			R->placed++;
-			R->placed_bytes += x->e->size;
-		} else if (!ok) {
-			R->place_failed++;
-			mlog_ratelimited(MLOG_WARN, "kv", "a put placed on node %s stays here: %s", x->node, why);
-		}
-		kv_unref(R->st, x->e);
-		R->placing--;
-		list_del(&x->link);
-	}
-	free(x);
-}
-
-static void put_commit_done(struct rpc *q, struct peer *p, const Mori__Reply *rep, int code, const char *msg)
-{
-	struct rput *x = q->arg;
-	const Mori__PeerKvReply *kr = rep && rep->body_case == MORI__REPLY__BODY_PEER_KV ? rep->peer_kv : NULL;
-	(void)p;
-	if (code == MORI_OK && (!kr || kr->n_status != 1))
-		code = MORI_EPROTO, msg = "a commit reply without its status";
-	if (code == MORI_OK && kr->status[0] != MORI_OK)
-		code = kr->status[0], msg = "its slot there expired before the commit";
-	rput_end(x, code == MORI_OK, msg && msg[0] ? msg : mori_strerror(code));
-}
-
-static void put_xfer_done(void *arg, int code, const char *msg)
-{
-	struct rput *x = arg;
-	struct kv_remote *R = x->R;
-	struct peer *p = R && code == MORI_OK ? peer_get(R->d->peers, x->node, 0) : NULL;
-	if (!p) {
-		rput_end(x, 0, code != MORI_OK ? (msg && msg[0] ? msg : mori_strerror(code)) : "the peer is gone");
-		return;
-	}
-	Mori__PeerKv q = MORI__PEER_KV__INIT;
-	Mori__Request req = MORI__REQUEST__INIT;
-	q.op = MORI__PEER_KV_OP__PEER_KV_PUT_COMMIT;
-	q.leases = &x->lease;
-	q.n_leases = 1;
-	req.body_case = MORI__REQUEST__BODY_PEER_KV;
-	req.peer_kv = &q;
-	if (!peer_rpc(p, &req, (uint32_t)R->d->cfg.kv_timeout_ms, put_commit_done, x))
-		rput_end(x, 0, "out of memory");
-}
-
-static void put_alloc_done(struct rpc *q, struct peer *p, const Mori__Reply *rep, int code, const char *msg)
-{
-	struct rput *x = q->arg;
-	struct kv_remote *R = x->R;
-	const Mori__PeerKvReply *kr = rep && rep->body_case == MORI__REPLY__BODY_PEER_KV ? rep->peer_kv : NULL;
-	(void)p;
-	if (!R) {
-		free(x);
-		return;
-	}
-	if (code == MORI_OK && (!kr || kr->n_items != 1 || kr->items[0]->secret.len != REGION_SECRET_BYTES))
-		code = kr && kr->n_items == 1 && kr->items[0]->status != MORI_OK ? kr->items[0]->status : MORI_EPROTO,
-		msg = rep && rep->message && rep->message[0] ? rep->message : "no slot there";
-	if (code != MORI_OK) {
-		rput_end(x, 0, msg && msg[0] ? msg : mori_strerror(code));
-		return;
-	}
-	const Mori__PeerKvItem *it = kr->items[0];
-	x->epoch = kr->epoch;
-	x->lease = it->lease;
-	x->rregion = it->region_id;
-	x->rgen = it->region_gen;
-	x->roff = it->offset;
-	memcpy(x->secret, it->secret.data, REGION_SECRET_BYTES);
-	struct region *local = slab_region(R, x->e->u.ext.slab);
-	mori_desc *d = calloc(1, sizeof(*d));
-	if (!local || !d) {
-		free(d);
-		rput_end(x, 0, "out of memory");
-		return;
-	}
-	d->local_offset = kv_ext_offset(&x->e->u.ext);
-	d->remote_offset = x->roff;
-	d->length = x->e->size;
-	struct peer_xfer_args a = {
-		.local = local, .node = x->node, .epoch = x->epoch, .region = x->rregion, .gen = x->rgen,
-		.secret = x->secret, .read = 0, .descs = d, .n = 1, .timeout_ms = (uint32_t)R->d->cfg.kv_timeout_ms,
-		.done = put_xfer_done, .arg = x,
-	};
-	int rc = peer_xfer_start(R->d, &a, &x->xid); /* takes d; done may run before it returns */
-	if (rc != MORI_OK)
-		rput_end(x, 0, mori_strerror(rc));
-}
-
-void kv_remote_place(struct kv_store *st, struct kv_entry *e)
-{
-	struct kv_remote *R = st->remote;
-	const struct config *cfg = &st->d->cfg;
-	struct kv_dram_stats ds;
-	if (!R || e->tier != KV_TIER_DRAM || e->pin == 2 || R->placing >= PLACING_MAX)
-		return;
-	kv_dram_stats_get(st->dram, &ds);
-	if (ds.allocated <= high_bytes(cfg, (uint64_t)cfg->kv_dram_bytes))
-		return; /* node affinity: below the high watermark every put stays here */
-	const struct kv_node_info *t = place_target(R, e->size);
-	struct peer *p = t ? peer_get(st->d->peers, t->node, 1) : NULL;
-	struct rput *x = p ? calloc(1, sizeof(*x)) : NULL;
-	if (!x)
-		return;
-	x->R = R;
-	x->e = e;
-	snprintf(x->node, sizeof(x->node), "%s", t->node);
-	ProtobufCBinaryData key = {e->key_len, e->key};
-	uint64_t size = e->size;
-	Mori__PeerKv q = MORI__PEER_KV__INIT;
-	Mori__Request req = MORI__REQUEST__INIT;
-	q.op = MORI__PEER_KV_OP__PEER_KV_PUT_ALLOC;
-	q.uid = (uint32_t)e->uid;
-	q.keys = &key;
-	q.n_keys = 1;
-	q.sizes = &size;
-	q.n_sizes = 1;
-	q.lease_ms = (uint32_t)cfg->kv_timeout_ms * 2;
-	req.body_case = MORI__REQUEST__BODY_PEER_KV;
-	req.peer_kv = &q;
-	if (!peer_rpc(p, &req, (uint32_t)cfg->kv_timeout_ms, put_alloc_done, x)) {
-		free(x);
-		return;
-	}
-	e->refs++;
-	R->placing++;
-	list_add(&R->rputs, &x->link);
-	peer_use(p);
-}
-
 /* ---- life cycle ---- */
 
 int kv_remote_start(struct kv_store *st)
@@ -976,7 +759,6 @@ int kv_remote_start(struct kv_store *st)
 	LIST_INIT(&R->expiry);
 	LIST_INIT(&R->rgets);
 	LIST_INIT(&R->rputs);
-	st->can_place = can_place;
 	uv_timer_init(st->d->loop, &R->timer);
 	R->timer.data = R;
 	kv_dram_on_close(st->dram, slab_closed, R);
@@ -1021,17 +803,6 @@ void kv_remote_stop(struct kv_store *st)
 		if (--rg->g->waiting == 0)
 			kv_pget_done(st, rg->g);
 	}
-	while (!LIST_EMPTY(&R->rputs)) { /* writing: cancelled (done runs now); else let go */
-		struct rput *x = list_entry(R->rputs.next, struct rput, link);
-		if (x->xid)
-			peer_xfer_cancel(R->d, x->xid);
-		if (!LIST_EMPTY(&R->rputs) && list_entry(R->rputs.next, struct rput, link) == x) {
-			list_del(&x->link);
-			kv_unref(st, x->e);
-			x->R = NULL;
-		}
-	}
-	st->can_place = NULL;
 	for (int i = 0; i < LEASE_BUCKETS; i++)
 		while (!LIST_EMPTY(&R->lb[i]))
 			lease_end(R, list_entry(R->lb[i].next, struct plea, hlink));

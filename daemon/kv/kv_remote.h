@@ -34,13 +34,6 @@ int kv_remote_get(struct kv_store *st, struct kv_pget *g, uid_t uid, const char 
 int kv_remote_locate_get(struct kv_store *st, struct kv_pget *g, uid_t uid, const struct kv_remote_key *keys,
 			 uint32_t n, uint32_t timeout_ms);
 
-/* Placement, after e was committed here: with the cluster index on and this node's DRAM tier past
- * its high watermark, e is sent to the live node with the most free DRAM that stays under its
- * own high watermark with it (PeerKv PUT_ALLOC, a write over a transport, PUT_COMMIT), and
- * dropped here once committed there (a version replaced meanwhile stays). No such node (a full
- * cluster), a hard pin, or a failure on the way: e stays here and this node evicts as always. */
-void kv_remote_place(struct kv_store *st, struct kv_entry *e);
-
 struct kv_remote_stats {
 	uint64_t fetched, fetched_bytes, fetch_misses, fetch_errors; /* as the asker */
 	uint64_t served, served_bytes, peer_leases, expired;         /* as the holder */

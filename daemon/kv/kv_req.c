@@ -7,6 +7,7 @@
 
 #include "kv/kv_cluster.h"
 #include "kv/kv_int.h"
+#include "kv/kv_place.h"
 #include "kv/kv_remote.h"
 #include "kv/kv_store.h"
 #include "log.h"
@@ -172,7 +173,7 @@ static void do_ids(struct kv_store *st, struct kv_client *kc, Mori__KvRequest *k
 			rc = kv_put_commit(st, kc, kq->ids[i], kq->abort, parent, &e, msg, sizeof(msg));
 			parent = rc == MORI_OK ? e : NULL;
 			if (rc == MORI_OK && e && !kq->abort)
-				kv_remote_place(st, e); /* past the high watermark: to the node with most room */
+				kv_place_put(st, e); /* past the high watermark: to the node with most room */
 		} else {
 			rc = kv_release(st, kc, kq->ids[i]);
 			if (rc == MORI_EINVAL)
@@ -509,6 +510,7 @@ int kv_start(struct morid *d)
 		kv_stop(d);
 		return -1;
 	}
+	kv_place_start(d->kv);
 	if (d->kv->ssd)
 		mlog_info("kv", "SSD tier in %s: %llu keys found", d->cfg.kv_ssd_dir, (unsigned long long)d->kv->ssd_keys);
 	if (kv_cluster_start(d, d->kv) != 0 || kv_ext_start(d->kv) != 0) {
@@ -525,6 +527,7 @@ void kv_stop(struct morid *d)
 	kv_ext_stop(d->kv);
 	kv_cluster_stop(d->kv); /* lookups end first: a get waiting for one then asks no holder */
 	if (d->kv) {
+		kv_place_stop(d->kv);
 		kv_remote_stop(d->kv);
 		kv_clear_stop(d->kv);
 	}

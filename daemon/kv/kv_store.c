@@ -477,17 +477,15 @@ struct kv_entry *kv_lookup(struct kv_store *st, uid_t uid, const void *key, size
 	return kv_index_find(&st->idx, uid, key, klen, kv_index_hash(&st->idx, uid, key, klen));
 }
 
-int kv_put_alloc(struct kv_store *st, struct kv_client *kc, const void *key, size_t klen, uint64_t size, int depth,
-		 int pin, struct kv_entry **out, uint64_t *id, char *msg, size_t msglen)
+/* A new DRAM version of key for uid, reserved (room made), in no index. */
+static int entry_new(struct kv_store *st, uid_t uid, const void *key, size_t klen, uint64_t size, int pin, int depth,
+		     struct kv_entry **out, char *msg, size_t msglen)
 {
-	uid_t uid = kc->c->uid;
 	struct kv_entry *e = calloc(1, sizeof(*e) + klen);
-	if (!e) {
-		snprintf(msg, msglen, "out of memory");
-		return MORI_ENOMEM;
-	}
-	int rc = make_room(st, uid, size, pin, &e->u.ext, msg, msglen);
+	int rc = e ? make_room(st, uid, size, pin, &e->u.ext, msg, msglen) : MORI_ENOMEM;
 	if (rc != MORI_OK) {
+		if (!e)
+			snprintf(msg, msglen, "out of memory");
 		free(e);
 		return rc;
 	}
@@ -501,15 +499,23 @@ int kv_put_alloc(struct kv_store *st, struct kv_client *kc, const void *key, siz
 	e->depth = (int8_t)(depth < -1 ? -1 : depth > 127 ? 127 : depth);
 	e->state = KV_RESERVED;
 	st->entry_bytes += sizeof(*e) + klen;
-	rc = hold_add(st, kc, KV_HOLD_RES, e, id);
-	if (rc != MORI_OK) {
+	*out = e;
+	return MORI_OK;
+}
+
+int kv_put_alloc(struct kv_store *st, struct kv_client *kc, const void *key, size_t klen, uint64_t size, int depth,
+		 int pin, struct kv_entry **out, uint64_t *id, char *msg, size_t msglen)
+{
+	struct kv_entry *e;
+	int rc = entry_new(st, kc->c->uid, key, klen, size, pin, depth, &e, msg, msglen);
+	if (rc == MORI_OK && (rc = hold_add(st, kc, KV_HOLD_RES, e, id)) != MORI_OK) {
 		entry_free(st, e);
 		snprintf(msg, msglen, rc == MORI_EAGAIN ? "client holds %u reservations and leases already" : "out of memory",
 			 KV_HOLDS_MAX);
-		return rc;
 	}
-	*out = e;
-	return MORI_OK;
+	if (rc == MORI_OK)
+		*out = e;
+	return rc;
 }
 
 static void commit_entry(struct kv_store *st, struct kv_entry *e, struct kv_entry *parent);
@@ -574,27 +580,16 @@ static int read_start(struct kv_store *st, struct kv_entry *src, struct kv_pget 
 	}
 	if (!rd) {
 		char msg[200];
-		struct kv_entry *dst = calloc(1, sizeof(*dst) + src->key_len);
-		if (!(rd = calloc(1, sizeof(*rd))) || !dst) {
-			free(rd), free(dst);
+		struct kv_entry *dst = NULL;
+		if (!(rd = calloc(1, sizeof(*rd))))
 			return MORI_ENOMEM;
-		}
-		int rc = make_room(st, src->uid, src->size, 0, &dst->u.ext, msg, sizeof(msg));
+		int rc = entry_new(st, src->uid, src->key, src->key_len, src->size, 0, src->depth, &dst, msg, sizeof(msg));
 		if (rc != MORI_OK) {
-			free(rd), free(dst);
+			free(rd);
 			return rc;
 		}
-		dst->size = src->size;
+		dst->pin = src->pin; /* room was made as for an unpinned value, as before */
 		dst->gen = src->gen;
-		dst->hash = src->hash;
-		dst->uid = src->uid;
-		dst->key_len = src->key_len;
-		dst->pin = src->pin;
-		dst->depth = src->depth;
-		memcpy(dst->key, src->key, src->key_len);
-		dst->tier = KV_TIER_DRAM;
-		dst->state = KV_RESERVED;
-		st->entry_bytes += sizeof(*dst) + dst->key_len;
 		rd->st = st;
 		rd->src = src;
 		rd->dst = dst;
@@ -706,18 +701,29 @@ static void read_done(void *arg, int rc, const struct kv_ssd_loc *loc, const cha
 	free(rd);
 }
 
-int kv_get(struct kv_store *st, struct kv_client *kc, const void *key, size_t klen, struct kv_entry **out,
-	   uint64_t *id, struct kv_pget *g, Mori__KvSlot *slot)
+/* key's live version, a hit or a miss counted; with gen (non-zero) only that generation, with
+ * dram_only only one in DRAM (else a miss). */
+static struct kv_entry *find_hit(struct kv_store *st, uid_t uid, const void *key, size_t klen, uint64_t gen,
+				 int dram_only)
 {
-	struct kv_uid *u = kv_uid_get(st, kc->c->uid);
-	struct kv_entry *e = kv_lookup(st, kc->c->uid, key, klen);
-	if (!e) {
+	struct kv_uid *u = kv_uid_get(st, uid);
+	struct kv_entry *e = kv_lookup(st, uid, key, klen);
+	if (!e || (gen && e->gen != gen) || (dram_only && e->tier != KV_TIER_DRAM)) {
 		u->misses++;
 		st->misses++;
-		return MORI_ENOENT;
+		return NULL;
 	}
 	u->hits++;
 	st->hits++;
+	return e;
+}
+
+int kv_get(struct kv_store *st, struct kv_client *kc, const void *key, size_t klen, struct kv_entry **out,
+	   uint64_t *id, struct kv_pget *g, Mori__KvSlot *slot)
+{
+	struct kv_entry *e = find_hit(st, kc->c->uid, key, klen, 0, 0);
+	if (!e)
+		return MORI_ENOENT;
 	if (e->tier != KV_TIER_DRAM)
 		return read_start(st, e, g, slot);
 	int rc = hold_add(st, kc, KV_HOLD_LEASE, e, id);
@@ -732,15 +738,9 @@ int kv_get(struct kv_store *st, struct kv_client *kc, const void *key, size_t kl
 
 int kv_peer_hold(struct kv_store *st, uid_t uid, const void *key, size_t klen, uint64_t gen, struct kv_entry **out)
 {
-	struct kv_uid *u = kv_uid_get(st, uid);
-	struct kv_entry *e = kv_lookup(st, uid, key, klen);
-	if (!e || (gen && e->gen != gen) || e->tier != KV_TIER_DRAM) {
-		u->misses++;
-		st->misses++;
+	struct kv_entry *e = find_hit(st, uid, key, klen, gen, 1);
+	if (!e)
 		return MORI_ENOENT;
-	}
-	u->hits++;
-	st->hits++;
 	e->refs++;
 	if (e->flags & KV_F_IN_POLICY)
 		kv_policy_hit(st->pol, &e->pn);
@@ -758,28 +758,13 @@ void kv_unref(struct kv_store *st, struct kv_entry *e)
 int kv_temp_new(struct kv_store *st, uid_t uid, const void *key, size_t klen, uint64_t size, struct kv_entry **out,
 		char *msg, size_t msglen)
 {
-	struct kv_entry *e = calloc(1, sizeof(*e) + klen);
-	if (!e) {
-		snprintf(msg, msglen, "out of memory");
-		return MORI_ENOMEM;
+	int rc = entry_new(st, uid, key, klen, size, 0, -1, out, msg, msglen);
+	if (rc == MORI_OK) {
+		(*out)->state = KV_ZOMBIE; /* in no index: freed at its last reference */
+		(*out)->refs = 1;
+		st->zombies++;
 	}
-	int rc = make_room(st, uid, size, 0, &e->u.ext, msg, msglen);
-	if (rc != MORI_OK) {
-		free(e);
-		return rc;
-	}
-	e->tier = KV_TIER_DRAM;
-	e->size = size;
-	e->uid = uid;
-	e->key_len = (uint16_t)klen;
-	memcpy(e->key, key, klen);
-	e->depth = -1;
-	e->state = KV_ZOMBIE; /* in no index: freed at its last reference */
-	e->refs = 1;
-	st->zombies++;
-	st->entry_bytes += sizeof(*e) + klen;
-	*out = e;
-	return MORI_OK;
+	return rc;
 }
 
 int kv_temp_commit(struct kv_store *st, struct kv_entry *e)
@@ -787,7 +772,6 @@ int kv_temp_commit(struct kv_store *st, struct kv_entry *e)
 	if (e->state != KV_ZOMBIE || e->tier != KV_TIER_DRAM)
 		return MORI_EINVAL;
 	st->zombies--;
-	e->hash = (uint32_t)kv_index_hash(&st->idx, e->uid, e->key, e->key_len);
 	commit_entry(st, e, NULL);
 	return MORI_OK;
 }

@@ -675,9 +675,14 @@ void peer_rpcs_tick(struct peer *p, uint64_t now)
 		nx = it->next;
 		if (!w->sent && !w->auth_step && now >= w->deadline_us) {
 			char m[600];
-			snprintf(m, sizeof(m), "peer daemon %s did not take the request within %u ms (%s)", p->addr,
-				 w->timeout_ms, p->state == PS_UP ? "requests before it were still waiting for answers" :
-				 p->why[0] ? p->why : "not connected");
+			if (p->state == PS_UP)
+				snprintf(m, sizeof(m), "peer daemon %s did not take the request within %u ms (requests "
+					 "before it were still waiting for answers)", p->addr, w->timeout_ms);
+			else /* as the head's: the probe's reason, then the link's */
+				snprintf(m, sizeof(m), "cannot reach peer daemon %s within %u ms%s%s%s%s%s", p->addr,
+					 w->timeout_ms, p->probe_why[0] ? " (" : "", p->probe_why, p->probe_why[0] ? ")" : "",
+					 p->why[0] && (!p->probe_why[0] || !strstr(p->why, p->probe_why)) ? ": " : "",
+					 p->why[0] && (!p->probe_why[0] || !strstr(p->why, p->probe_why)) ? p->why : "");
 			rpc_end(p, w, NULL, p->state == PS_UP ? MORI_ETIMEDOUT : MORI_ECONN, m);
 			nx = p->rpcs.next->next; /* done may have queued or ended others: walk again */
 		}
