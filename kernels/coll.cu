@@ -237,7 +237,8 @@ MORI_DEVICE void mori_coll_body(const struct mori_coll_dev *d, const struct mori
 			c.rc = barrier(d, slot, &c.gen);
 			break;
 		case MORI_COLL_K_AR_ONESHOT: {
-			mori_coll_flat_args f = {a.kind, a.dtype, a.op, a.flags, a.src, a.dst, a.count, 0, 0, a.chunk, a.tile, a.root, 0};
+			mori_coll_flat_args f = {a.kind, a.dtype, a.op, a.flags, a.src, a.dst, a.count,
+						 0, 0, a.chunk, a.tile, a.root, 0};
 			ar_oneshot(c, f);
 			break;
 		}

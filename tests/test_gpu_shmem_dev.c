@@ -8,6 +8,8 @@
  * lock, wait_until on every comparison, barriers, the abort word ending waits within a second.
  * The proxy path: PEs split over two "nodes" (no peer_base across them), a host thread playing
  * morid serves each PE's ring (common/shmem_layout.h) with copies and a one-thread AMO kernel.
+ * Each state orders as libmori would decide it: GPU scope towards the PEs of its own "node" (all
+ * heaps are on the one GPU), system scope towards the other; waits at GPU scope without a split.
  * Skips (77) without a GPU or without nvcc-built kernels. */
 #include <check.h>
 #include <dlfcn.h>
@@ -59,7 +61,7 @@ struct pe {
 	gpu_module mod;
 	gpu_function fn[K_N];
 	gpu_stream s;
-	gpu_dptr heap, state, peers, team, args_d, out_d;
+	gpu_dptr heap, state, peers, team, scope, args_d, out_d;
 	struct mori_shmem_ctrl *ctrl; /* host address; ring follows at +MORI_SHMEM_CTRL_BYTES */
 	gpu_dptr ctrl_d;
 	struct sdev_args a;
@@ -121,15 +123,18 @@ static void pe_state(struct rig *r, int p)
 {
 	struct pe *e = &r->pe[p];
 	uint64_t peers[MAXPE];
-	int32_t team[MAXPE];
+	int32_t team[MAXPE], scope[MAXPE];
 	int nt = 0;
 	for (int q = 0; q < r->n; q++) {
 		peers[q] = same_node(r, p, q) ? r->pe[q].heap : 0;
+		scope[q] = same_node(r, p, q) ? MORI_SHMEM_SCOPE_GPU : MORI_SHMEM_SCOPE_SYS;
 		if (same_node(r, p, q))
 			team[nt++] = q;
 	}
 	CKR(g->mem_alloc(&e->peers, sizeof(peers)));
 	CKR(g->mem_alloc(&e->team, sizeof(team)));
+	CKR(g->mem_alloc(&e->scope, sizeof(scope)));
+	CKR(g->memcpy_htod_async(e->scope, scope, sizeof(scope), NULL));
 	CKR(g->mem_alloc(&e->state, sizeof(struct mori_shmem_state)));
 	CKR(g->memcpy_htod_async(e->peers, peers, sizeof(peers), NULL));
 	CKR(g->memcpy_htod_async(e->team, team, sizeof(team), NULL));
@@ -138,6 +143,8 @@ static void pe_state(struct rig *r, int p)
 		.heap_base = e->heap, .peer_base = (uint64_t *)(uintptr_t)e->peers,
 		.node_team = (int32_t *)(uintptr_t)e->team, .ctrl = (struct mori_shmem_ctrl *)(uintptr_t)e->ctrl_d,
 		.ring = (struct mori_shmem_preq *)(uintptr_t)(e->ctrl_d + MORI_SHMEM_CTRL_BYTES),
+		.peer_scope = (int32_t *)(uintptr_t)e->scope,
+		.wait_scope = nt == r->n ? MORI_SHMEM_SCOPE_GPU : MORI_SHMEM_SCOPE_SYS,
 	};
 	CKR(g->memcpy_htod_async(e->state, &st, sizeof(st), NULL));
 	gpu_dptr gp;
@@ -192,6 +199,7 @@ static void rig_close(struct rig *r)
 		g->mem_free(e->state);
 		g->mem_free(e->peers);
 		g->mem_free(e->team);
+		g->mem_free(e->scope);
 		g->mem_free(e->args_d);
 		g->mem_free(e->out_d);
 		g->mem_free_host(e->ctrl);

@@ -727,7 +727,8 @@ MORI_DEVICE int status(state st)
 	X(int, TN##_wait_until, (T *ivar, int cmp, T cmp_value), (uint64_t ivar, int cmp, T cmp_value),     \
 	  (MORI_SHMEM_I::wait_until<T>(MORI_SHMEM_ST, (T *)ivar, cmp, cmp_value, nullptr)))                 \
 	X(int, TN##_test, (T *ivar, int cmp, T cmp_value), (uint64_t ivar, int cmp, T cmp_value),           \
-	  ((int)MORI_SHMEM_I::cmp_true<T>(MORI_SHMEM_I::load_acquire<T>(MORI_SHMEM_ST, (const T *)ivar), cmp, cmp_value))) \
+	  ((int)MORI_SHMEM_I::cmp_true<T>(MORI_SHMEM_I::load_acquire<T>(MORI_SHMEM_ST, (const T *)ivar), cmp,      \
+					  cmp_value)))                                                      \
 	X(T, TN##_wait_until_greater_than, (T *addr, T val), (uint64_t addr, T val),                        \
 	  (MORI_SHMEM_I::wait_value<T>(MORI_SHMEM_ST, (T *)addr, MORI_SHMEM_CMP_GT, val)))                  \
 	X(int, TN##_wait_until_equals, (T *addr, T val), (uint64_t addr, T val),                            \
@@ -775,7 +776,7 @@ MORI_DEVICE int status(state st)
 	MORI_SHMEM_API_AMO_SHMEM(X, int64, int64_t, uint64_t)                                                \
 	MORI_SHMEM_API_AMO_SHMEM(X, uint64, uint64_t, uint64_t)                                              \
 	X(uint64_t, signal_fetch, (const uint64_t *sig_addr), (uint64_t sig_addr),                          \
-	  (MORI_SHMEM_I::load_acquire<uint64_t>(MORI_SHMEM_ST, (const uint64_t *)sig_addr)))                               \
+	  (MORI_SHMEM_I::load_acquire<uint64_t>(MORI_SHMEM_ST, (const uint64_t *)sig_addr)))                 \
 	X(uint64_t, signal_wait_until, (uint64_t *sig_addr, int cmp, uint64_t cmp_value),                   \
 	  (uint64_t sig_addr, int cmp, uint64_t cmp_value),                                                 \
 	  (MORI_SHMEM_I::wait_value<uint64_t>(MORI_SHMEM_ST, (uint64_t *)sig_addr, cmp, cmp_value)))
