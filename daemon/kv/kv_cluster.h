@@ -20,8 +20,8 @@
  * one uid space (as nodes sharing LDAP or NFS do); a key of uid 1000 on node A is the same key
  * as uid 1000's on node B, never uid 1001's.
  *
- * A holder named by a lookup is checked again when it serves: kv_cluster_check says whether the
- * (epoch, gen) a lookup gave is still what the holder has; anything else is a miss, so a node
+ * A holder named by a lookup is checked again when it serves: the holder (kv_remote.c) checks that the
+ * (epoch, gen) a lookup gave is still what it has; anything else is a miss, so a node
  * that restarted, evicted or replaced a key never serves bytes the asker did not look up.
  *
  * Everything here runs on morid's loop; no call blocks on Redis. */
@@ -106,14 +106,6 @@ struct kv_node_info {
  * into the cluster's table, valid until control returns to the loop. MORI_OK, MORI_ENOTSUP
  * (kv_index local), MORI_ECONN (Redis unreachable: the table would be stale, *n 0). */
 int kv_cluster_nodes(struct morid *d, const struct kv_node_info **out, size_t *n);
-
-/* At a holder, before it serves a remote get: the live version of (uid, key) if it is the one
- * a lookup named. MORI_OK with *e set; MORI_ESTALE when epoch is not this morid's (it restarted
- * since it published: its DRAM is another), MORI_ENOENT when the key is absent or its version
- * is not gen (evicted, removed or replaced since). Both are misses for the asker, never errors
- * to retry. The caller takes its own lease on *e (kv_store.c) before the loop runs again. */
-int kv_cluster_check(struct morid *d, uid_t uid, const void *key, size_t klen, uint64_t epoch, uint64_t gen,
-		     struct kv_entry **e);
 
 /* The store's hooks (kv_store.c): e entered the index or changed tier (publish), e leaves the
  * index (unpublish). Queued and sent in pipelined batches; no-ops with kv_index local. */

@@ -166,6 +166,19 @@ struct kv_store {
 	int (*can_place)(struct kv_store *st, uint64_t size);
 };
 
+#define KV_HOLDS_MAX (1u << 20) /* holds one client may have at once (each names a hold slot) */
+#define HOLD_IDX_BITS 24
+/* kv_hold.c: a new hold of kind on e for kc (*id names it; the caller took e's reference for a
+ * lease). MORI_EAGAIN past KV_HOLDS_MAX, MORI_ENOMEM. */
+int kv_hold_add(struct kv_store *st, struct kv_client *kc, int kind, struct kv_entry *e, uint64_t *id);
+/* kv_hold.c: kc's hold named id, of kind; NULL for an id that is not one of kc's (forged, another
+ * client's, already ended). */
+struct kv_hold *kv_hold_find(struct kv_client *kc, uint64_t id, int kind);
+/* kv_hold.c: the hold ends (a reservation's slot freed, a lease's version let go) and leaves kc's table. */
+void kv_hold_drop(struct kv_store *st, struct kv_hold *h);
+/* kv_hold.c: e's memory (its DRAM run or SSD record reference, its bytes) goes. */
+void kv_entry_free(struct kv_store *st, struct kv_entry *e);
+
 /* kv_store.c, for kv_req.c. Statuses are MORI_* codes; msg (may be NULL) gets why it failed. */
 struct kv_store *kv_store_new(struct morid *d, char *err, size_t errlen);
 void kv_store_free(struct kv_store *st);

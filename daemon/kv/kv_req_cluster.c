@@ -254,16 +254,3 @@ void kv_cluster_stats_fill(struct kv_store *st, Mori__KvStats *s, struct rctx *r
 	}
 	s->index_nodes = np;
 }
-
-int kv_cluster_check(struct morid *d, uid_t uid, const void *key, size_t klen, uint64_t epoch, uint64_t gen,
-		     struct kv_entry **e)
-{
-	*e = NULL;
-	if (epoch != d->epoch)
-		return MORI_ESTALE;
-	struct kv_entry *x = d->kv ? kv_lookup(d->kv, uid, key, klen) : NULL;
-	if (!x || x->gen != gen)
-		return MORI_ENOENT;
-	*e = x;
-	return MORI_OK;
-}

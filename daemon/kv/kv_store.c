@@ -11,43 +11,13 @@
 #include "kv/kv_int.h"
 #include "log.h"
 
-#define KV_HOLDS_MAX (1u << 20) /* holds one client may have at once (each names a hold slot) */
-#define HOLD_IDX_BITS 24
 
 static struct kv_entry *entry_of(struct kv_pnode *n)
 {
 	return (struct kv_entry *)((char *)n - offsetof(struct kv_entry, pn));
 }
 
-struct kv_uid *kv_uid_get(struct kv_store *st, uid_t uid)
-{
-	for (uint32_t i = 0; i < st->nuids; i++)
-		if (st->uids[i].uid == uid)
-			return &st->uids[i];
-	struct kv_uid *nu = realloc(st->uids, sizeof(*nu) * (st->nuids + 1));
-	MORI_REQUIRE(nu, "out of memory for a uid's record"); /* tens of bytes, once per uid */
-	st->uids = nu;
-	memset(&nu[st->nuids], 0, sizeof(*nu));
-	nu[st->nuids].uid = uid;
-	return &nu[st->nuids++];
-}
-
 /* ---- entries ---- */
-
-static void entry_free(struct kv_store *st, struct kv_entry *e)
-{
-	struct kv_uid *u = kv_uid_get(st, e->uid);
-	if (e->tier == KV_TIER_DRAM)
-		kv_dram_release(st->dram, &e->u.ext);
-	if (e->flags & KV_F_SPILLING)
-		st->spilling -= kv_ext_bytes(&e->u.ext);
-	MORI_REQUIRE(u->used >= e->size, "uid usage underflow");
-	u->used -= e->size;
-	if (e->state == KV_ZOMBIE)
-		st->zombies--;
-	st->entry_bytes -= sizeof(*e) + e->key_len;
-	free(e);
-}
 
 enum unlink_how {
 	U_REMOVED,      /* removed or replaced: a tombstone keeps a restart from bringing it back */
@@ -116,7 +86,7 @@ static void entry_unlink(struct kv_store *st, struct kv_entry *e, enum unlink_ho
 		st->zombies++;
 		return;
 	}
-	entry_free(st, e);
+	kv_entry_free(st, e);
 }
 
 /* ---- eviction ---- */
@@ -226,14 +196,14 @@ static void spill_done(void *arg, int rc, const struct kv_ssd_loc *loc, const ch
 		if (e->state == KV_LIVE)
 			entry_unlink(st, e, U_EVICTED);
 		else if (!e->refs && e->state == KV_ZOMBIE)
-			entry_free(st, e);
+			kv_entry_free(st, e);
 		return;
 	}
 	if (e->state != KV_LIVE) {
 		/* replaced or removed while it was written: the record is dead at once */
 		kv_ssd_remove(st->ssd, loc, e->key, e->key_len, e->uid, e->gen, (e->flags & KV_F_TOMB) != 0);
 		if (!e->refs)
-			entry_free(st, e);
+			kv_entry_free(st, e);
 		return;
 	}
 	if (e->refs) {
@@ -318,158 +288,6 @@ full:
 
 /* ---- holds ---- */
 
-static void timer_arm(struct kv_store *st);
-
-static int hold_add(struct kv_store *st, struct kv_client *kc, int kind, struct kv_entry *e, uint64_t *id)
-{
-	if (kc->live >= KV_HOLDS_MAX)
-		return MORI_EAGAIN;
-	uint32_t idx;
-	if (kc->nfree) {
-		idx = kc->free_idx[--kc->nfree];
-	} else {
-		if (kc->nholds == kc->cap_holds) {
-			uint32_t ncap = kc->cap_holds ? 2 * kc->cap_holds : 64;
-			struct kv_hold **nh = realloc(kc->holds, sizeof(*nh) * ncap);
-			if (!nh)
-				return MORI_ENOMEM;
-			kc->holds = nh;
-			uint32_t *nf = realloc(kc->free_idx, sizeof(*nf) * ncap);
-			if (!nf)
-				return MORI_ENOMEM;
-			kc->free_idx = nf;
-			kc->cap_holds = ncap;
-		}
-		idx = kc->nholds++;
-	}
-	struct kv_hold *h = calloc(1, sizeof(*h));
-	if (!h) {
-		kc->free_idx[kc->nfree++] = idx;
-		return MORI_ENOMEM;
-	}
-	h->id = (++st->hold_seq << HOLD_IDX_BITS) | idx;
-	h->e = e;
-	h->kc = kc;
-	h->kind = (uint8_t)kind;
-	h->deadline_ms = uv_now(st->d->loop) + (uint64_t)st->d->cfg.kv_lease_max_ms;
-	list_add(&st->expiry, &h->link);
-	kc->holds[idx] = h;
-	kc->live++;
-	if (kind == KV_HOLD_LEASE)
-		st->leases++;
-	else
-		st->reservations++;
-	*id = h->id;
-	timer_arm(st);
-	return MORI_OK;
-}
-
-/* kc's hold named id, of kind; NULL for an id that is not one of kc's (forged, another client's,
- * already ended). */
-static struct kv_hold *hold_find(struct kv_client *kc, uint64_t id, int kind)
-{
-	uint32_t idx = (uint32_t)(id & ((1u << HOLD_IDX_BITS) - 1));
-	if (idx >= kc->nholds || !kc->holds[idx] || kc->holds[idx]->id != id || kc->holds[idx]->kind != kind)
-		return NULL;
-	return kc->holds[idx];
-}
-
-/* What the hold kept ends: a reservation's slot is freed, a lease's version let go. */
-static void hold_let_go(struct kv_store *st, struct kv_hold *h)
-{
-	struct kv_entry *e = h->e;
-	if (!e)
-		return;
-	h->e = NULL;
-	list_del(&h->link);
-	if (h->kind == KV_HOLD_LEASE) {
-		st->leases--;
-		MORI_REQUIRE(e->refs > 0, "lease on an entry without references");
-		if (--e->refs == 0 && e->state == KV_ZOMBIE)
-			entry_free(st, e);
-	} else {
-		st->reservations--;
-		entry_free(st, e);
-	}
-}
-
-static void hold_drop(struct kv_store *st, struct kv_hold *h)
-{
-	struct kv_client *kc = h->kc;
-	hold_let_go(st, h);
-	uint32_t idx = (uint32_t)(h->id & ((1u << HOLD_IDX_BITS) - 1));
-	kc->holds[idx] = NULL;
-	kc->free_idx[kc->nfree++] = idx;
-	kc->live--;
-	free(h);
-}
-
-/* Holds past their deadline end: leases let their version go (a release then says it expired),
- * reservations free their slot (a commit then fails). */
-static void on_expiry(uv_timer_t *t)
-{
-	struct kv_store *st = t->data;
-	uint64_t now = uv_now(st->d->loop);
-	st->timer_at = 0;
-	while (st->expiry.next != &st->expiry) {
-		struct kv_hold *h = list_entry(st->expiry.next, struct kv_hold, link);
-		if (h->deadline_ms > now)
-			break;
-		mlog_info("kv", "client %llu: %s %llx expired after kv_lease_max_ms", (unsigned long long)h->kc->c->id,
-			  h->kind == KV_HOLD_LEASE ? "lease" : "reservation", (unsigned long long)h->id);
-		hold_let_go(st, h);
-		h->expired = 1;
-		st->expired++;
-	}
-	timer_arm(st);
-}
-
-static void timer_arm(struct kv_store *st)
-{
-	if (st->expiry.next == &st->expiry)
-		return;
-	struct kv_hold *h = list_entry(st->expiry.next, struct kv_hold, link);
-	if (st->timer_at && st->timer_at <= h->deadline_ms)
-		return;
-	uint64_t now = uv_now(st->d->loop);
-	st->timer_at = h->deadline_ms;
-	uv_timer_start(&st->timer, on_expiry, h->deadline_ms > now ? h->deadline_ms - now : 0, 0);
-}
-
-/* ---- clients ---- */
-
-struct kv_client *kv_client_of(struct kv_store *st, struct client *c)
-{
-	if (c->kv)
-		return c->kv;
-	struct kv_client *kc = calloc(1, sizeof(*kc));
-	if (!kc)
-		return NULL;
-	kc->c = c;
-	LIST_INIT(&kc->pgets);
-	c->kv = kc;
-	return kc;
-}
-
-void kv_client_reset(struct kv_store *st, struct kv_client *kc)
-{
-	list_each(it, &kc->pgets) { /* their reads land later, for nobody */
-		struct kv_pget *g = list_entry(it, struct kv_pget, link);
-		g->kc = NULL;
-		list_del(&g->link);
-	}
-	for (uint32_t i = 0; i < kc->nholds; i++)
-		if (kc->holds[i])
-			hold_drop(st, kc->holds[i]);
-	free(kc->holds);
-	free(kc->free_idx);
-	free(kc->sent);
-	kc->holds = NULL;
-	kc->free_idx = NULL;
-	kc->sent = NULL;
-	kc->nholds = kc->cap_holds = kc->nfree = kc->live = kc->nsent = 0;
-}
-
 /* ---- operations ---- */
 
 struct kv_entry *kv_lookup(struct kv_store *st, uid_t uid, const void *key, size_t klen)
@@ -508,8 +326,8 @@ int kv_put_alloc(struct kv_store *st, struct kv_client *kc, const void *key, siz
 {
 	struct kv_entry *e;
 	int rc = entry_new(st, kc->c->uid, key, klen, size, pin, depth, &e, msg, msglen);
-	if (rc == MORI_OK && (rc = hold_add(st, kc, KV_HOLD_RES, e, id)) != MORI_OK) {
-		entry_free(st, e);
+	if (rc == MORI_OK && (rc = kv_hold_add(st, kc, KV_HOLD_RES, e, id)) != MORI_OK) {
+		kv_entry_free(st, e);
 		snprintf(msg, msglen, rc == MORI_EAGAIN ? "client holds %u reservations and leases already" : "out of memory",
 			 KV_HOLDS_MAX);
 	}
@@ -523,25 +341,25 @@ static void commit_entry(struct kv_store *st, struct kv_entry *e, struct kv_entr
 int kv_put_commit(struct kv_store *st, struct kv_client *kc, uint64_t id, int abort, struct kv_entry *parent,
 		  struct kv_entry **out, char *msg, size_t msglen)
 {
-	struct kv_hold *h = hold_find(kc, id, KV_HOLD_RES);
+	struct kv_hold *h = kv_hold_find(kc, id, KV_HOLD_RES);
 	if (!h) {
 		snprintf(msg, msglen, "no reservation %llx of this client", (unsigned long long)id);
 		return MORI_EINVAL;
 	}
 	if (h->expired) {
-		hold_drop(st, h);
+		kv_hold_drop(st, h);
 		snprintf(msg, msglen, "reservation %llx expired (kv_lease_max_ms): put again", (unsigned long long)id);
 		return MORI_ETIMEDOUT;
 	}
 	if (abort) {
-		hold_drop(st, h);
+		kv_hold_drop(st, h);
 		return MORI_OK;
 	}
 	struct kv_entry *e = h->e;
 	h->e = NULL; /* the index owns e from here */
 	list_del(&h->link);
 	st->reservations--;
-	hold_drop(st, h);
+	kv_hold_drop(st, h);
 	commit_entry(st, e, parent);
 	if (out)
 		*out = e;
@@ -597,7 +415,7 @@ static int read_start(struct kv_store *st, struct kv_entry *src, struct kv_pget 
 		rc = kv_ssd_read(st->ssd, &src->u.loc, src->key, src->key_len, src->gen, sl->base + kv_ext_offset(&dst->u.ext),
 				 read_done, rd);
 		if (rc != MORI_OK) {
-			entry_free(st, dst);
+			kv_entry_free(st, dst);
 			free(rd);
 			return rc == MORI_ENOENT ? MORI_EIO : rc;
 		}
@@ -646,7 +464,7 @@ static void read_done(void *arg, int rc, const struct kv_ssd_loc *loc, const cha
 	if (rc != MORI_OK) {
 		st->ssd_errors++;
 		mlog_ratelimited(MLOG_WARN, "kv", "read from SSD failed (%s): key dropped", msg);
-		entry_free(st, dst);
+		kv_entry_free(st, dst);
 		dst = NULL;
 		if (src->state == KV_LIVE) {
 			int gone = !src->refs;
@@ -676,13 +494,13 @@ static void read_done(void *arg, int rc, const struct kv_ssd_loc *loc, const cha
 			policy_in(st, src, NULL);
 	}
 	if (src && !src->refs && src->state == KV_ZOMBIE)
-		entry_free(st, src);
+		kv_entry_free(st, src);
 	for (uint32_t i = 0; i < rd->nw; i++) {
 		struct kv_pget *g = rd->w[i].g;
 		Mori__KvSlot *sl = rd->w[i].slot;
 		uint64_t id = 0;
 		int src_rc = dst ? MORI_OK : MORI_EIO;
-		if (dst && g->kc && (src_rc = hold_add(st, g->kc, KV_HOLD_LEASE, dst, &id)) == MORI_OK) {
+		if (dst && g->kc && (src_rc = kv_hold_add(st, g->kc, KV_HOLD_LEASE, dst, &id)) == MORI_OK) {
 			dst->refs++;
 			src_rc = kv_fill_slot(st, g->kc, &g->rep, &g->r, sl, dst);
 			if (src_rc != MORI_OK)
@@ -696,7 +514,7 @@ static void read_done(void *arg, int rc, const struct kv_ssd_loc *loc, const cha
 			kv_pget_done(st, g);
 	}
 	if (dst && dst->state == KV_ZOMBIE && !dst->refs)
-		entry_free(st, dst);
+		kv_entry_free(st, dst);
 	free(rd->w);
 	free(rd);
 }
@@ -726,7 +544,7 @@ int kv_get(struct kv_store *st, struct kv_client *kc, const void *key, size_t kl
 		return MORI_ENOENT;
 	if (e->tier != KV_TIER_DRAM)
 		return read_start(st, e, g, slot);
-	int rc = hold_add(st, kc, KV_HOLD_LEASE, e, id);
+	int rc = kv_hold_add(st, kc, KV_HOLD_LEASE, e, id);
 	if (rc != MORI_OK)
 		return rc;
 	e->refs++;
@@ -752,7 +570,7 @@ void kv_unref(struct kv_store *st, struct kv_entry *e)
 {
 	MORI_REQUIRE(e->refs > 0, "reference dropped on an entry without references");
 	if (--e->refs == 0 && e->state == KV_ZOMBIE)
-		entry_free(st, e);
+		kv_entry_free(st, e);
 }
 
 int kv_temp_new(struct kv_store *st, uid_t uid, const void *key, size_t klen, uint64_t size, struct kv_entry **out,
@@ -786,7 +604,7 @@ int kv_drop(struct kv_store *st, struct kv_entry *e)
 
 int kv_temp_lease(struct kv_store *st, struct kv_client *kc, struct kv_entry *e, uint64_t *id)
 {
-	int rc = hold_add(st, kc, KV_HOLD_LEASE, e, id);
+	int rc = kv_hold_add(st, kc, KV_HOLD_LEASE, e, id);
 	if (rc == MORI_OK)
 		e->refs++;
 	return rc;
@@ -794,11 +612,11 @@ int kv_temp_lease(struct kv_store *st, struct kv_client *kc, struct kv_entry *e,
 
 int kv_release(struct kv_store *st, struct kv_client *kc, uint64_t id)
 {
-	struct kv_hold *h = hold_find(kc, id, KV_HOLD_LEASE);
+	struct kv_hold *h = kv_hold_find(kc, id, KV_HOLD_LEASE);
 	if (!h)
 		return MORI_EINVAL;
 	int expired = h->expired;
-	hold_drop(st, h);
+	kv_hold_drop(st, h);
 	return expired ? MORI_ETIMEDOUT : MORI_OK;
 }
 

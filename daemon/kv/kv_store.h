@@ -2,12 +2,15 @@
  * the model). Files, bottom up (none calls one above it):
  *   kv_policy.c  eviction policies (kv_policy.h)
  *   kv_dram.c    the DRAM tier: memfd slabs per uid and the allocator inside them
- *   kv_ssd.c     the SSD tier (kv_ssd.h)
+ *   kv_ssd*.c    the SSD tier (kv_ssd.h)
  *   kv_index.c   the hash table from (uid, key) to entries, grown incrementally
+ *   kv_hold.c    uids' records, entries' memory, clients' reservations and leases and their expiry
  *   kv_reply.c   slots in replies (a slab's fd where the client lacks it), deferred replies
- *   kv_store.c   entries and their versions, reservations and leases, eviction, pins, quotas,
- *                clients' state
- *   kv_req.c     the KvRequest messages of sessions and moractl, and the stats
+ *   kv_store.c   entries and their versions, eviction, spills, pins, quotas
+ *   kv_clear.c   clear, a slice of the index a loop turn
+ *   kv_cluster.c the cluster index in Redis (kv_cluster.h), kv_ext.c external KV reports
+ *   kv_remote.c  gets from other nodes' stores and serving ours (kv_remote.h), kv_place.c placement
+ *   kv_req*.c    the KvRequest messages of sessions and moractl, and the stats
  * What the layers above call is here. Everything runs on morid's loop. */
 #ifndef MORID_KV_STORE_H
 #define MORID_KV_STORE_H
