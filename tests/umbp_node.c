@@ -120,6 +120,7 @@ int main(int argc, char **argv)
 	uint8_t *buf = malloc(size * bmax);
 	if (!it || !keys || !buf) {
 		fprintf(stderr, "umbp_node: out of memory\n");
+		free(it), free(keys), free(buf);
 		return 2;
 	}
 	uint64_t ok = 0, miss = 0, err = 0, bad = 0, bytes = 0;
@@ -154,6 +155,7 @@ int main(int argc, char **argv)
 		       first_err, first_msg);
 		mori_umbp_close(u);
 		mori_client_close(c);
+		free(it), free(keys), free(buf);
 		return err ? 1 : 0;
 	}
 	do {
