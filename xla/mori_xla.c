@@ -482,6 +482,20 @@ static size_t recv_es(const mori_ep_config *c)
 	return c->quant_type ? 1 : mori_dtype_size(c->data_type);
 }
 
+/* The EP handlers' opening: the frame, the 0/1 attributes a1 and a2, then the op looked up under
+ * the lock. NULL with the lock held and *o set, else the error with the lock not held. */
+static XLA_FFI_Error *ep_enter(XLA_FFI_CallFrame *f, const char *what, const char *a1, int64_t *v1, const char *a2,
+			       int64_t *v2, struct obj **o)
+{
+	XLA_FFI_Error *e = NULL;
+	if ((e = frame_check(f, what)) || (e = need_int(f, what, a1, v1)) || (e = need_int(f, what, a2, v2)))
+		return e;
+	pthread_mutex_lock(&lock);
+	if (!(*o = lookup(f, what, "op", OBJ_EP, &e)))
+		pthread_mutex_unlock(&lock);
+	return e;
+}
+
 /* mori_ep_dispatch. Attributes: op (id), has_weights, has_scales (0/1). Arguments: input [T, H]
  * of data_type, indices [T, K] int32, then weights [T, K] float32 when has_weights, scales
  * [T, scale_dim] (scale_type_size-byte elements) when has_scales. Results (the receive area,
@@ -494,12 +508,8 @@ static XLA_FFI_Error *ep_dispatch(XLA_FFI_CallFrame *f)
 	XLA_FFI_Error *e;
 	struct obj *o;
 	int64_t hw = 0, hs = 0;
-	if ((e = frame_check(f, what)) || (e = need_int(f, what, "has_weights", &hw)) ||
-	    (e = need_int(f, what, "has_scales", &hs)))
+	if ((e = ep_enter(f, what, "has_weights", &hw, "has_scales", &hs, &o)))
 		return e;
-	pthread_mutex_lock(&lock);
-	if (!(o = lookup(f, what, "op", OBJ_EP, &e)))
-		goto out;
 	struct ep_rec *p = &o->ep;
 	const mori_ep_config *c = &p->cfg;
 	const XLA_FFI_Buffer *in = arg(f, 0), *idx = arg(f, 1), *w = hw ? arg(f, 2) : NULL,
@@ -585,12 +595,8 @@ static XLA_FFI_Error *ep_combine(XLA_FFI_CallFrame *f)
 	XLA_FFI_Error *e;
 	struct obj *o;
 	int64_t hw = 0, hi = 0;
-	if ((e = frame_check(f, what)) || (e = need_int(f, what, "has_weights", &hw)) ||
-	    (e = need_int(f, what, "has_indices", &hi)))
+	if ((e = ep_enter(f, what, "has_weights", &hw, "has_indices", &hi, &o)))
 		return e;
-	pthread_mutex_lock(&lock);
-	if (!(o = lookup(f, what, "op", OBJ_EP, &e)))
-		goto out;
 	struct ep_rec *p = &o->ep;
 	const mori_ep_config *c = &p->cfg;
 	const XLA_FFI_Buffer *x = arg(f, 0), *w = hw ? arg(f, 1) : NULL, *idx = hi ? arg(f, 1 + !!hw) : NULL,
