@@ -155,111 +155,75 @@ MORI_DEVICE void mori_store_once16(mori_vec16 *p, mori_vec16 v)
 }
 
 /* ---- memory order, by purpose ----
- * Publishing to another process or to the CPU: every write this thread made before (to any
- * memory) is visible system-wide before the flag is. Pairs with mori_acquire_load_sys on the
- * observer's side (or with a CPU acquire load of the flag). */
-MORI_DEVICE void mori_release_store_sys(uint64_t *flag, uint64_t v)
-{
+ * Each helper says what it is for; the device API never places a bare fence. Most exist at two
+ * scopes, defined once by MORI_ORDER_AT:
+ *   _sys  the other side is another GPU, another process or the CPU (peers' heaps, the proxy ring
+ *         in mapped host memory);
+ *   _gpu  every thread the order is for runs on this GPU (other blocks, other processes' kernels
+ *         under MPS): cheaper (no wait for the system-wide performance of earlier stores, no
+ *         system-scope invalidation on acquire). The device API decides it once per peer
+ *         (mori_shmem_state.peer_scope, .wait_scope) and calls the _scoped forms below.
+ * For scope s:
+ *   mori_release_store_s(flag, v)  publishing: every write this thread made before (to any memory)
+ *                                  is visible at scope s before the flag is. Pairs with
+ *                                  mori_acquire_load_s on the observer's side (or a CPU acquire
+ *                                  load of the flag). 64-bit, and 32-bit (the proxy ring's
+ *                                  `ready`, int waits).
+ *   mori_acquire_load_s(flag)      observing a flag published so: reads after it see what was
+ *                                  written before the release. 64- and 32-bit.
+ *   mori_relaxed_load_s(p)         a word another agent may change at any time, with no ordering
+ *                                  of other accesses (the abort word, a counter only compared):
+ *                                  never served stale from this SM's L1. 64- and 32-bit.
+ *   mori_release_add_s(sig, v)     a signal added after the data (put with SIGNAL_ADD): every write
+ *                                  this thread made before, and every write ordered before them
+ *                                  (a warp or block synchronisation), is visible to any observer
+ *                                  that sees the addition.
+ *   mori_acquire_after_wait_s()    a wait that observed a signal with relaxed loads (cheap polls):
+ *                                  from here on, reads see what the signaller wrote before its
+ *                                  release. (A relaxed load followed by an acquire fence is an
+ *                                  acquire pattern in the PTX memory model.)
+ * MORI_ORDER_AT's arguments: s, PTX's name of the scope; hs, HIP's memory scope; as, amdgcn's
+ * fence scope ("" is system). */
 #ifdef MORI_HIP
-	__hip_atomic_store(flag, v, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_SYSTEM);
+#define MORI_ORDER_HIP_acquire __ATOMIC_ACQUIRE
+#define MORI_ORDER_HIP_relaxed __ATOMIC_RELAXED
+#define MORI_ORDER_ST(s, hs, w, c) __hip_atomic_store(p, v, __ATOMIC_RELEASE, hs)
+#define MORI_ORDER_LD(ord, s, hs, w, c) return __hip_atomic_load((const uint##w##_t *)p, MORI_ORDER_HIP_##ord, hs)
+#define MORI_ORDER_ADD(s, hs) __hip_atomic_fetch_add(p, v, __ATOMIC_RELEASE, hs)
+#define MORI_ORDER_ACQ_FENCE(s, as) __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, as)
 #else
-	asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(flag), "l"(v) : "memory");
+#define MORI_ORDER_ST(s, hs, w, c) asm volatile("st.release." #s ".global.u" #w " [%0], %1;" ::"l"(p), c(v) : "memory")
+#define MORI_ORDER_LD(ord, s, hs, w, c)                                                                  \
+	uint##w##_t v;                                                                                   \
+	asm volatile("ld." #ord "." #s ".global.u" #w " %0, [%1];" : "=" c(v) : "l"(p) : "memory");      \
+	return v
+#define MORI_ORDER_ADD(s, hs) asm volatile("red.release." #s ".global.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory")
+#define MORI_ORDER_ACQ_FENCE(s, as) asm volatile("fence.acq_rel." #s ";" ::: "memory")
 #endif
-}
-/* Observing a flag another process or the CPU published: reads after it see what was written
- * before the release. */
-MORI_DEVICE uint64_t mori_acquire_load_sys(const uint64_t *flag)
-{
-#ifdef MORI_HIP
-	return __hip_atomic_load(flag, __ATOMIC_ACQUIRE, __HIP_MEMORY_SCOPE_SYSTEM);
-#else
-	uint64_t v;
-	asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(flag) : "memory");
-	return v;
-#endif
-}
-/* The same between blocks of kernels on this one GPU (cheaper: no system-scope fence). */
-MORI_DEVICE void mori_release_store_gpu(uint64_t *flag, uint64_t v)
-{
-#ifdef MORI_HIP
-	__hip_atomic_store(flag, v, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_AGENT);
-#else
-	asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(flag), "l"(v) : "memory");
-#endif
-}
-MORI_DEVICE uint64_t mori_acquire_load_gpu(const uint64_t *flag)
-{
-#ifdef MORI_HIP
-	return __hip_atomic_load(flag, __ATOMIC_ACQUIRE, __HIP_MEMORY_SCOPE_AGENT);
-#else
-	uint64_t v;
-	asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(flag) : "memory");
-	return v;
-#endif
-}
+#define MORI_ORDER_AT(s, hs, as)                                                                         \
+	MORI_DEVICE void mori_release_store_##s(uint64_t *p, uint64_t v) { MORI_ORDER_ST(s, hs, 64, "l"); } \
+	MORI_DEVICE void mori_release_store_##s(uint32_t *p, uint32_t v) { MORI_ORDER_ST(s, hs, 32, "r"); } \
+	MORI_DEVICE uint64_t mori_acquire_load_##s(const uint64_t *p) { MORI_ORDER_LD(acquire, s, hs, 64, "l"); } \
+	MORI_DEVICE uint32_t mori_acquire_load_##s(const uint32_t *p) { MORI_ORDER_LD(acquire, s, hs, 32, "r"); } \
+	MORI_DEVICE uint64_t mori_relaxed_load_##s(const volatile uint64_t *p) { MORI_ORDER_LD(relaxed, s, hs, 64, "l"); } \
+	MORI_DEVICE uint32_t mori_relaxed_load_##s(const volatile uint32_t *p) { MORI_ORDER_LD(relaxed, s, hs, 32, "r"); } \
+	MORI_DEVICE void mori_release_add_##s(uint64_t *p, uint64_t v) { MORI_ORDER_ADD(s, hs); }            \
+	MORI_DEVICE void mori_acquire_after_wait_##s(void) { MORI_ORDER_ACQ_FENCE(s, as); }
+MORI_ORDER_AT(sys, __HIP_MEMORY_SCOPE_SYSTEM, "")
+MORI_ORDER_AT(gpu, __HIP_MEMORY_SCOPE_AGENT, "agent")
+#undef MORI_ORDER_AT
+#undef MORI_ORDER_ST
+#undef MORI_ORDER_LD
+#undef MORI_ORDER_ADD
+#undef MORI_ORDER_ACQ_FENCE
+#undef MORI_ORDER_HIP_acquire
+#undef MORI_ORDER_HIP_relaxed
+
 /* Before a plain store that tells the host "data written": orders this thread's data writes
  * (to device or mapped host memory) ahead of it for every observer. */
 MORI_DEVICE void mori_fence_data_before_host_signal(void)
 {
 	__threadfence_system(); /* HIP provides it too */
-}
-
-/* ---- memory order for the symmetric heap (mori/device/shmem.cuh) ----
- * Peers' heaps (other GPUs, other processes on this GPU) and the proxy ring (mapped host memory)
- * are reached at system scope. Each helper says what it is for; the device API never places a
- * bare fence. */
-
-/* 32-bit forms of the publish/observe pair above (the proxy ring's `ready`, int waits). */
-MORI_DEVICE void mori_release_store_sys(uint32_t *flag, uint32_t v)
-{
-#ifdef MORI_HIP
-	__hip_atomic_store(flag, v, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_SYSTEM);
-#else
-	asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(flag), "r"(v) : "memory");
-#endif
-}
-MORI_DEVICE uint32_t mori_acquire_load_sys(const uint32_t *flag)
-{
-#ifdef MORI_HIP
-	return __hip_atomic_load(flag, __ATOMIC_ACQUIRE, __HIP_MEMORY_SCOPE_SYSTEM);
-#else
-	uint32_t v;
-	asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
-	return v;
-#endif
-}
-/* Reading a word another agent may change at any time, with no ordering of other accesses
- * (the abort word, a counter only compared): never served stale from this SM's L1. */
-MORI_DEVICE uint32_t mori_relaxed_load_sys(const volatile uint32_t *p)
-{
-#ifdef MORI_HIP
-	return __hip_atomic_load((const uint32_t *)p, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
-#else
-	uint32_t v;
-	asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-	return v;
-#endif
-}
-MORI_DEVICE uint64_t mori_relaxed_load_sys(const volatile uint64_t *p)
-{
-#ifdef MORI_HIP
-	return __hip_atomic_load((const uint64_t *)p, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
-#else
-	uint64_t v;
-	asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-	return v;
-#endif
-}
-/* A signal added after the data (put with SIGNAL_ADD): every write this thread made before,
- * and every write ordered before them (a warp or block synchronisation), is visible to any
- * observer that sees the addition. */
-MORI_DEVICE void mori_release_add_sys(uint64_t *sig, uint64_t v)
-{
-#ifdef MORI_HIP
-	__hip_atomic_fetch_add(sig, v, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_SYSTEM);
-#else
-	asm volatile("red.release.sys.global.add.u64 [%0], %1;" ::"l"(sig), "l"(v) : "memory");
-#endif
 }
 /* quiet: every store and atomic this thread issued (to its own heap, to peers' heaps, to host
  * memory) is performed system-wide before any later access of this thread. */
@@ -273,51 +237,8 @@ MORI_DEVICE void mori_order_stores_sys(void)
 {
 	__threadfence_system();
 }
-/* A wait that observed a peer's signal with relaxed loads (cheap polls): from here on, reads see
- * what the signaller wrote before its release. (A relaxed load followed by an acquire fence is
- * an acquire pattern in the PTX memory model.) */
-MORI_DEVICE void mori_acquire_after_wait_sys(void)
-{
-#ifdef MORI_HIP
-	__atomic_thread_fence(__ATOMIC_ACQUIRE); /* system scope by default */
-#else
-	asm volatile("fence.acq_rel.sys;" ::: "memory");
-#endif
-}
 
-/* The same for a signaller on this GPU (another kernel or process under MPS): GPU scope. */
-MORI_DEVICE void mori_acquire_after_wait_gpu(void)
-{
-#ifdef MORI_HIP
-	__builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "agent");
-#else
-	asm volatile("fence.acq_rel.gpu;" ::: "memory");
-#endif
-}
-
-/* ---- the same, scoped to the other side ----
- * `gpu`: every thread the order is for runs on this GPU (other blocks, other processes' kernels
- * under MPS), so GPU scope is enough and costs far less than system scope (no wait for the
- * system-wide performance of earlier stores, no system-scope invalidation on acquire). The
- * device API decides it once per peer (mori_shmem_state.peer_scope, .wait_scope). */
-MORI_DEVICE uint32_t mori_acquire_load_gpu(const uint32_t *flag)
-{
-#ifdef MORI_HIP
-	return __hip_atomic_load(flag, __ATOMIC_ACQUIRE, __HIP_MEMORY_SCOPE_AGENT);
-#else
-	uint32_t v;
-	asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
-	return v;
-#endif
-}
-MORI_DEVICE void mori_release_add_gpu(uint64_t *sig, uint64_t v)
-{
-#ifdef MORI_HIP
-	__hip_atomic_fetch_add(sig, v, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_AGENT);
-#else
-	asm volatile("red.release.gpu.global.add.u64 [%0], %1;" ::"l"(sig), "l"(v) : "memory");
-#endif
-}
+/* The scope chosen at run time: gpu true for GPU scope, else system scope. */
 MORI_DEVICE void mori_release_store_scoped(uint64_t *flag, uint64_t v, bool gpu)
 {
 	if (gpu)
