@@ -59,6 +59,18 @@ static inline void gpu_skip_unless(int need_copy)
 
 static inline void gpu_skip_unless_ready(void) { gpu_skip_unless(1); }
 
+/* In a process that starts the driver (a forked PE or rank): the driver's table with device
+ * ordinal's primary context current on this thread, or NULL (gpu_unavailable_reason() says why). */
+static inline const struct gpu_api *gpu_ctx_current(int ordinal)
+{
+	const struct gpu_api *g = gpu_api();
+	gpu_device dev;
+	gpu_context ctx;
+	if (!g || g->device_get(&dev, ordinal) || g->primary_ctx_retain(&ctx, dev) || g->ctx_push_current(ctx))
+		return NULL;
+	return g;
+}
+
 /* ---- MPS: kernels of different processes run concurrently on one GPU only under it ---- */
 
 static char gpu_mps_pipe[64], gpu_mps_log[64];
@@ -99,6 +111,24 @@ static inline const char *gpu_mps_start(void)
 	gpu_mps_owner = getpid();
 	atexit(gpu_mps_stop);
 	return "MPS on: own control daemon";
+}
+
+/* The start of main in a test whose forked processes share the GPU (test_gpu_shmem, _shmem_proxy,
+ * _cco): exit 77 ("skipped: ...") without a GPU or without the test's kernels (image_len 0: built
+ * without nvcc); *n from $env where it names 2 to max, else left; MPS started for them. Returns
+ * gpu_mps_start's note. This process never starts the driver (the probe runs in a child): the
+ * processes are forked. */
+static inline const char *gpu_procs_start(size_t image_len, const char *env, int *n, int max)
+{
+	gpu_skip_unless(0);
+	if (!image_len) {
+		printf("skipped: no test kernels (built without nvcc)\n");
+		exit(77);
+	}
+	const char *e = getenv(env);
+	if (e && atoi(e) >= 2 && atoi(e) <= max)
+		*n = atoi(e);
+	return gpu_mps_start();
 }
 
 /* In one of n processes sharing the GPU, before it starts the driver: an equal share of the SMs. */

@@ -40,6 +40,13 @@ static inline uint64_t test_now_ms(void)
 	clock_gettime(CLOCK_MONOTONIC, &t);
 	return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
 }
+/* Seconds on the monotonic clock, for durations. */
+static inline double test_now_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
 
 /* Evaluate cond every millisecond until it holds or within_ms passed; whether it held. A test
  * waits for the state it needs, never a fixed time: a loaded machine may take long to get there. */
@@ -306,6 +313,18 @@ static inline int run_suite(Suite *s)
 	int failed = srunner_ntests_failed(r);
 	srunner_free(r);
 	return failed ? 1 : 0;
+}
+
+/* A case of suite s, its tests (added by the caller) each between setup and teardown in the
+ * test's own process (a checked fixture) and ended after timeout_s seconds. */
+static inline TCase *suite_fixture_case(Suite *s, const char *name, void (*setup)(void), void (*teardown)(void),
+					double timeout_s)
+{
+	TCase *t = tcase_create(name);
+	tcase_add_checked_fixture(t, setup, teardown);
+	tcase_set_timeout(t, timeout_s);
+	suite_add_tcase(s, t);
+	return t;
 }
 #endif
 

@@ -55,14 +55,9 @@ static inline void *pe_shared_alloc(size_t bytes)
 typedef int (*pe_fn)(int pe, int n, void *arg);
 
 /* Fork n PEs (n <= 64) running fn(pe, n, arg), each ended by SIGALRM after timeout_s and by
- * SIGKILL if this process dies; wait for all. Each must exit 0, except, with last_killed, PE n-1,
- * which must die of SIGKILL (it kills itself to play a crash). Clears the n messages first.
- * Fails the test with each failed PE's message or how it ended. Returns the seconds it took. */
-static inline double pe_run_all(int n, pe_fn fn, void *arg, int timeout_s, int last_killed)
+ * SIGKILL if this process dies; their pids in pids[n]. Clears the n messages first. */
+static inline void pe_fork_all(int n, pe_fn fn, void *arg, int timeout_s, pid_t *pids)
 {
-	pid_t pids[64];
-	struct timespec t0, t1;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
 	ck_assert_int_le(n, 64);
 	memset(pe_msg, 0, (size_t)n * PE_MSG_LEN);
 	for (int i = 0; i < n; i++) {
@@ -73,11 +68,19 @@ static inline double pe_run_all(int n, pe_fn fn, void *arg, int timeout_s, int l
 			_exit(fn(i, n, arg) ? 1 : 0);
 		}
 	}
+}
+
+/* Wait for PEs first, first + step, ... below n of pids[n] (pe_fork_all's): each must exit 0,
+ * except, with last_killed, PE n-1, which must die of SIGKILL (it kills itself to play a crash).
+ * Fails the test with each failed PE's message or how it ended. */
+static inline void pe_wait_all(int n, const pid_t *pids, int first, int step, int last_killed)
+{
 	char why[4096] = "";
 	size_t o = 0;
-	int bad = 0;
-	for (int i = 0; i < n; i++) {
+	int bad = 0, waited = 0;
+	for (int i = first; i < n; i += step) {
 		int st;
+		waited++;
 		ck_assert_int_eq(waitpid(pids[i], &st, 0), pids[i]);
 		int killed = last_killed && i == n - 1;
 		if (killed ? WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL : WIFEXITED(st) && WEXITSTATUS(st) == 0)
@@ -89,7 +92,17 @@ static inline double pe_run_all(int n, pe_fn fn, void *arg, int timeout_s, int l
 		if (o >= sizeof(why))
 			o = sizeof(why) - 1;
 	}
-	ck_assert_msg(bad == 0, "%d of %d PEs failed: %s", bad, n, why);
+	ck_assert_msg(bad == 0, "%d of %d PEs failed: %s", bad, waited, why);
+}
+
+/* pe_fork_all, then pe_wait_all for every PE. Returns the seconds it took. */
+static inline double pe_run_all(int n, pe_fn fn, void *arg, int timeout_s, int last_killed)
+{
+	pid_t pids[64];
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	pe_fork_all(n, fn, arg, timeout_s, pids);
+	pe_wait_all(n, pids, 0, 1, last_killed);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	return (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
 }

@@ -53,13 +53,6 @@ struct shared {
 };
 static struct shared *SH;
 
-static double now_s(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
 static void setup_lsa(void)
 {
 	pe_shared_map(SH);
@@ -113,12 +106,8 @@ static int rank_open_sized(struct rank *p, int me, int n, uint64_t heap, size_t 
 	memset(p, 0, sizeof(*p));
 	p->me = me;
 	p->n = n;
-	gpu_device dev;
-	gpu_context ctx;
-	p->g = gpu_api();
-	PCHECK(me, p->g && !p->g->device_get(&dev, 0) && !p->g->primary_ctx_retain(&ctx, dev) &&
-			   !p->g->ctx_push_current(ctx),
-	       "no GPU context: %s", gpu_unavailable_reason());
+	p->g = gpu_ctx_current(0);
+	PCHECK(me, p->g, "no GPU context: %s", gpu_unavailable_reason());
 	POK(me, mori_client_open(on_b(me, n) ? NB.dir : NA.dir, "cco-gpu", &p->c));
 	if (me == 0) {
 		POK(me, mori_cco_get_unique_id(p->c, &SH->uid));
@@ -256,7 +245,7 @@ static int rank_cases(int me, int n, void *arg)
 	if (rank_open(p, me, n))
 		return 1;
 	int lo = node_lo(me, n), cnt = node_cnt(me, n), left = (me + n - 1) % n;
-	double t0 = now_s();
+	double t0 = test_now_s();
 	/* LSA: peer pointers and the LSA barrier session */
 	if (run(p, "cdev_lsa", ROUNDS_LSA, 0))
 		return 1;
@@ -264,14 +253,14 @@ static int rank_cases(int me, int n, void *arg)
 		if (check_slot(p, q, me, ROUNDS_LSA - 1, CDEV_SLOT, "lsa"))
 			return 1;
 	if (me == 0)
-		SH->t_lsa = (now_s() - t0) / ROUNDS_LSA;
+		SH->t_lsa = (test_now_s() - t0) / ROUNDS_LSA;
 	POK(me, mori_cco_barrier_all(p->k));
 	/* GDA: the ring, get, signals, counters */
-	t0 = now_s();
+	t0 = test_now_s();
 	if (run(p, "cdev_gda", ROUNDS_GDA, 0))
 		return 1;
 	if (me == 0)
-		SH->t_gda = (now_s() - t0) / ROUNDS_GDA;
+		SH->t_gda = (test_now_s() - t0) / ROUNDS_GDA;
 	long long ctr = 0;
 	for (int r = 0; r < ROUNDS_GDA; r++)
 		ctr += r % 3 == 2;
@@ -301,11 +290,11 @@ static int rank_cases(int me, int n, void *arg)
 	for (int kind = CDEV_BAR_LSA; kind <= CDEV_BAR_WORLD; kind++) {
 		if (kind == CDEV_BAR_RAIL && (!two_nodes || n % 2))
 			continue;
-		t0 = now_s();
+		t0 = test_now_s();
 		if (run(p, "cdev_bar", ROUNDS_BAR, kind))
 			return 1;
 		if (me == 0)
-			SH->t_bar[kind] = (now_s() - t0) / ROUNDS_BAR;
+			SH->t_bar[kind] = (test_now_s() - t0) / ROUNDS_BAR;
 		for (int w = 0; w < n; w++) {
 			int member = kind == CDEV_BAR_WORLD || (kind == CDEV_BAR_LSA && same_node(w, me, n)) ||
 				     (kind == CDEV_BAR_RAIL && w - node_lo(w, n) == me - lo);
@@ -315,11 +304,11 @@ static int rank_cases(int me, int n, void *arg)
 		POK(me, mori_cco_barrier_all(p->k));
 	}
 	/* copy-engine puts at every scope, and drain */
-	t0 = now_s();
+	t0 = test_now_s();
 	if (run(p, "cdev_ce", ROUNDS_CE, 0))
 		return 1;
 	if (me == 0)
-		SH->t_ce = (now_s() - t0) / ROUNDS_CE;
+		SH->t_ce = (test_now_s() - t0) / ROUNDS_CE;
 	for (int q = lo; q < lo + cnt; q++)
 		if (check_slot(p, q, me, ROUNDS_CE - 1, CDEV_SLOT, "copy engines"))
 			return 1;
@@ -367,7 +356,7 @@ static int rank_killed(int me, int n, void *arg)
 		while (__atomic_load_n(&SH->waiting, __ATOMIC_ACQUIRE) < n - 1)
 			usleep(1000);
 		usleep(300000); /* their kernels are in the session */
-		SH->killed_at = now_s();
+		SH->killed_at = test_now_s();
 		raise(SIGKILL);
 	}
 	p->a.kind = CDEV_BAR_WORLD;
@@ -376,7 +365,7 @@ static int rank_killed(int me, int n, void *arg)
 	__atomic_fetch_add(&SH->waiting, 1, __ATOMIC_SEQ_CST);
 	GOK(me, p->g->memcpy_dtoh_async(p->out, p->out_d, sizeof(p->out), p->s));
 	GOK(me, p->g->stream_synchronize(p->s));
-	SH->waited[me] = now_s() - SH->killed_at;
+	SH->waited[me] = test_now_s() - SH->killed_at;
 	PCHECK(me, p->out[CDEV_OUT_DONE] == 1 && p->out[CDEV_OUT_VAL] == MORI_EPEERDEAD, "the session returned %lld (%s)",
 	       p->out[CDEV_OUT_VAL], mori_strerror((int)p->out[CDEV_OUT_VAL]));
 	PCHECK(me, SH->killed_at > 0 && SH->waited[me] < 1.0, "the session ended %.3f s after the kill", SH->waited[me]);
@@ -583,37 +572,16 @@ END_TEST
 
 int main(void)
 {
-	gpu_skip_unless(0);
-	if (!mori_kernels_ccotest_image_len) {
-		printf("skipped: no test kernels (built without nvcc)\n");
-		return 77;
-	}
-	const char *e = getenv("MORI_CCO_RANKS");
-	if (e && atoi(e) >= 2 && atoi(e) <= MAXR)
-		NR = atoi(e);
-	mps_note = gpu_mps_start();
+	mps_note = gpu_procs_start(mori_kernels_ccotest_image_len, "MORI_CCO_RANKS", &NR, MAXR);
 	printf("%d ranks on one GPU, %s\n", NR, mps_note);
 	Suite *s = suite_create("gpu_cco");
-	TCase *t = tcase_create("lsa");
-	tcase_add_checked_fixture(t, setup_lsa, teardown);
-	tcase_set_timeout(t, 200);
+	TCase *t = suite_fixture_case(s, "lsa", setup_lsa, teardown, 200);
 	tcase_add_test(t, device_api);
 	tcase_add_test(t, rank_killed_in_barrier);
-	suite_add_tcase(s, t);
-	t = tcase_create("proxy");
-	tcase_add_checked_fixture(t, setup_proxy, teardown);
-	tcase_set_timeout(t, 200);
+	t = suite_fixture_case(s, "proxy", setup_proxy, teardown, 200);
 	tcase_add_test(t, device_api);
 	tcase_add_test(t, rank_killed_in_barrier);
-	suite_add_tcase(s, t);
-	t = tcase_create("overlap");
-	tcase_add_checked_fixture(t, setup_lsa, teardown);
-	tcase_set_timeout(t, 200);
+	t = suite_fixture_case(s, "overlap", setup_lsa, teardown, 200);
 	tcase_add_test(t, overlap_ce_vs_sm);
-	suite_add_tcase(s, t);
-	SRunner *r = srunner_create(s);
-	srunner_run_all(r, CK_NORMAL);
-	int failed = srunner_ntests_failed(r);
-	srunner_free(r);
-	return failed ? 1 : 0;
+	return run_suite(s);
 }

@@ -18,6 +18,7 @@
 #include "gpu.h"
 #include "wire.h"
 #include "harness.h"
+#include "gpu_harness.h"
 #include "node_harness.h"
 #include "pe_harness.h"
 #include "mori_coll.h"
@@ -70,12 +71,8 @@ static int gpe_open(struct gpe *p, int me, int n, const char *name, int64_t time
 	snprintf(pct, sizeof(pct), "%d", 100 / n);
 	setenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", pct, 1);
 	memset(p, 0, sizeof(*p));
-	gpu_device dev;
-	gpu_context ctx;
-	p->g = gpu_api();
-	PCHECK(me, p->g && !p->g->device_get(&dev, 0) && !p->g->primary_ctx_retain(&ctx, dev) &&
-			   !p->g->ctx_push_current(ctx),
-	       "no GPU context: %s", gpu_unavailable_reason());
+	p->g = gpu_ctx_current(0);
+	PCHECK(me, p->g, "no GPU context: %s", gpu_unavailable_reason());
 	POK(me, mori_client_open(NA.dir, "coll-gpu", &p->c));
 	mori_shmem_opts o;
 	mori_shmem_opts_init(&o, sizeof(o));

@@ -72,12 +72,8 @@ static int gpe_open(struct gpe *p, int me, int n, const char *name, size_t scrat
 {
 	gpu_mps_share(n);
 	memset(p, 0, sizeof(*p));
-	gpu_device dev;
-	gpu_context ctx;
-	p->g = gpu_api();
-	PCHECK(me, p->g && !p->g->device_get(&dev, 0) && !p->g->primary_ctx_retain(&ctx, dev) &&
-			   !p->g->ctx_push_current(ctx),
-	       "no GPU context: %s", gpu_unavailable_reason());
+	p->g = gpu_ctx_current(0);
+	PCHECK(me, p->g, "no GPU context: %s", gpu_unavailable_reason());
 	POK(me, mori_client_open(on_a(me, n) ? NA.dir : NB.dir, "coll-xnode", &p->c));
 	mori_shmem_opts o;
 	mori_shmem_opts_init(&o, sizeof(o));

@@ -61,13 +61,6 @@ struct shared {
 };
 static struct shared *SH;
 
-static double now_s(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
 static void setup(void)
 {
 	pe_shared_map(SH);
@@ -101,12 +94,8 @@ static int pe_open_on(struct pe *p, int me, int n, const char *name, int ordinal
 	memset(p, 0, sizeof(*p));
 	p->me = me;
 	p->n = n;
-	gpu_device dev;
-	gpu_context ctx;
-	p->g = gpu_api();
-	PCHECK(me, p->g && !p->g->device_get(&dev, ordinal) && !p->g->primary_ctx_retain(&ctx, dev) &&
-			   !p->g->ctx_push_current(ctx),
-	       "no GPU context: %s", gpu_unavailable_reason());
+	p->g = gpu_ctx_current(ordinal);
+	PCHECK(me, p->g, "no GPU context: %s", gpu_unavailable_reason());
 	POK(me, mori_client_open(D.dir, "shmem-pe", &p->c));
 	mori_shmem_opts o;
 	mori_shmem_opts_init(&o, sizeof(o));
@@ -269,7 +258,7 @@ static int pe_killed(int me, int n, void *arg)
 	POK(me, mori_shmem_barrier_all(p->grp));
 	if (me == n - 1) {
 		usleep(500000); /* the others' kernels are waiting by now */
-		SH->killed_at = now_s();
+		SH->killed_at = test_now_s();
 		raise(SIGKILL);
 	}
 	gpu_function f;
@@ -283,7 +272,7 @@ static int pe_killed(int me, int n, void *arg)
 	GOK(me, p->g->launch_kernel(f, 1, 1, 1, SDEV_THREADS, 1, 1, 0, p->s, params, NULL));
 	GOK(me, p->g->memcpy_dtoh_async(p->out, p->out_d, sizeof(p->out), p->s));
 	GOK(me, p->g->stream_synchronize(p->s));
-	SH->waited[me] = now_s() - SH->killed_at;
+	SH->waited[me] = test_now_s() - SH->killed_at;
 	PCHECK(me, p->out[SDEV_OUT_RC] == MORI_EPEERDEAD, "the wait returned %lld", p->out[SDEV_OUT_RC]);
 	PCHECK(me, SH->killed_at > 0 && SH->waited[me] < 1.0, "the wait ended %.3f s after the kill", SH->waited[me]);
 	return 0;
@@ -334,32 +323,14 @@ END_TEST
 
 int main(void)
 {
-	gpu_skip_unless(0); /* in a child: this process never starts the driver (PEs are forked) */
-	if (!mori_kernels_shmemtest_image_len) {
-		printf("skipped: no test kernels (built without nvcc)\n");
-		return 77;
-	}
-	const char *e = getenv("MORI_SHMEM_PES");
-	if (e && atoi(e) >= 2 && atoi(e) <= MAXPE)
-		NPES = atoi(e);
-	mps_note = gpu_mps_start();
+	mps_note = gpu_procs_start(mori_kernels_shmemtest_image_len, "MORI_SHMEM_PES", &NPES, MAXPE);
 	printf("%d PEs on one GPU, %s\n", NPES, mps_note);
 	Suite *s = suite_create("gpu_shmem");
-	TCase *t = tcase_create("processes");
-	tcase_add_checked_fixture(t, setup, teardown);
-	tcase_set_timeout(t, 200);
+	TCase *t = suite_fixture_case(s, "processes", setup, teardown, 200);
 	tcase_add_test(t, device_api_across_processes);
 	tcase_add_test(t, pe_killed_ends_waits);
-	suite_add_tcase(s, t);
-	TCase *o = tcase_create("ordering"); /* CK_RUN_CASE=ordering runs it alone */
-	tcase_add_checked_fixture(o, setup, teardown);
-	tcase_set_timeout(o, 200);
+	TCase *o = suite_fixture_case(s, "ordering", setup, teardown, 200); /* CK_RUN_CASE=ordering runs it alone */
 	tcase_add_test(o, ordering_one_gpu);
 	tcase_add_test(o, ordering_across_gpus);
-	suite_add_tcase(s, o);
-	SRunner *r = srunner_create(s);
-	srunner_run_all(r, CK_NORMAL);
-	int failed = srunner_ntests_failed(r);
-	srunner_free(r);
-	return failed ? 1 : 0;
+	return run_suite(s);
 }

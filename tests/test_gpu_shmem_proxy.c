@@ -64,13 +64,6 @@ struct shared {
 };
 static struct shared *SH;
 
-static double now_s(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
 static void setup(void)
 {
 	pe_shared_map(SH);
@@ -104,12 +97,8 @@ static int pe_open(struct pe *p, int me, int n, const char *name)
 	memset(p, 0, sizeof(*p));
 	p->me = me;
 	p->n = n;
-	gpu_device dev;
-	gpu_context ctx;
-	p->g = gpu_api();
-	PCHECK(me, p->g && !p->g->device_get(&dev, 0) && !p->g->primary_ctx_retain(&ctx, dev) &&
-			   !p->g->ctx_push_current(ctx),
-	       "no GPU context: %s", gpu_unavailable_reason());
+	p->g = gpu_ctx_current(0);
+	PCHECK(me, p->g, "no GPU context: %s", gpu_unavailable_reason());
 	POK(me, mori_client_open(me & 1 ? NB.dir : NA.dir, "proxy-pe", &p->c));
 	mori_shmem_opts o;
 	mori_shmem_opts_init(&o, sizeof(o));
@@ -177,13 +166,13 @@ static int pe_cases(int me, int n, void *arg)
 	if (pe_open(p, me, n, "proxy-api"))
 		return 1;
 	int target = n - 1; /* on node B */
-	double t0 = now_s();
+	double t0 = test_now_s();
 	struct sdev_args a = {.rounds = RING_ROUNDS, .buf = A(p, A_RBUF), .src = A(p, A_RSRC), .sig = A(p, A_SIG),
 			      .ack = A(p, A_ACK), .maxlen = 16u << 10};
 	if (pe_run(p, "sdev_ring", 1, &a))
 		return 1;
 	if (me == 0)
-		SH->ring_s = now_s() - t0;
+		SH->ring_s = test_now_s() - t0;
 	/* ordering: the state orders at system scope towards the other node's PEs (the proxy) and
 	 * waits at system scope; then data-then-flag rounds, every hop through the proxy */
 	struct mori_shmem_state st;
@@ -206,11 +195,11 @@ static int pe_cases(int me, int n, void *arg)
 	int adder = !(me & 1);
 	a = (struct sdev_args){.target_pe = target, .ctr64 = A(p, A_C64), .ctr32 = A(p, A_C32), .ctr_nf = A(p, A_CNF),
 			       .bitmap = A(p, A_BITS), .total = adder ? FADD_PER_PE : 0, .maxlen = BITWORDS};
-	t0 = now_s();
+	t0 = test_now_s();
 	if (pe_run(p, "sdev_fadd", 2, &a))
 		return 1;
 	if (me == 0)
-		SH->fadd_s = now_s() - t0;
+		SH->fadd_s = test_now_s() - t0;
 	PCHECK(me, p->out[SDEV_OUT_DUPS] == 0, "fadd: %lld values fetched twice here", p->out[SDEV_OUT_DUPS]);
 	GOK(me, p->g->memcpy_dtoh_async(SH->bits[me], A(p, A_BITS), sizeof(SH->bits[me]), NULL));
 	GOK(me, p->g->stream_synchronize(NULL));
@@ -233,12 +222,12 @@ static int pe_cases(int me, int n, void *arg)
 		}
 	}
 	/* barriers in the kernel, through the proxy's AMO_SET flags */
-	t0 = now_s();
+	t0 = test_now_s();
 	a = (struct sdev_args){.rounds = 50, .words = A(p, A_BAR)};
 	if (pe_run(p, "sdev_barrier", 1, &a))
 		return 1;
 	if (me == 0)
-		SH->bar_s = (now_s() - t0) / 50;
+		SH->bar_s = (test_now_s() - t0) / 50;
 	POK(me, mori_shmem_barrier_on_stream(p->grp, p->s));
 	POK(me, mori_shmem_quiet_on_stream(p->grp, p->s));
 	GOK(me, p->g->stream_synchronize(p->s));
@@ -270,7 +259,7 @@ static int pe_wait(struct pe *p, int me)
 	__atomic_fetch_add(&SH->waiting, 1, __ATOMIC_SEQ_CST);
 	GOK(me, p->g->memcpy_dtoh_async(p->out, p->out_d, sizeof(p->out), p->s));
 	GOK(me, p->g->stream_synchronize(p->s));
-	SH->waited[me] = now_s() - SH->killed_at;
+	SH->waited[me] = test_now_s() - SH->killed_at;
 	PCHECK(me, p->out[SDEV_OUT_RC] == MORI_EPEERDEAD, "the wait returned %lld", p->out[SDEV_OUT_RC]);
 	PCHECK(me, SH->killed_at > 0 && SH->waited[me] < 1.0, "the wait ended %.3f s after the kill", SH->waited[me]);
 	return 0;
@@ -285,7 +274,7 @@ static int pe_killed(int me, int n, void *arg)
 	POK(me, mori_shmem_barrier_all(p->grp));
 	if (me == n - 1) {
 		usleep(500000);
-		SH->killed_at = now_s();
+		SH->killed_at = test_now_s();
 		raise(SIGKILL);
 	}
 	return pe_wait(p, me);
@@ -320,39 +309,25 @@ START_TEST(daemon_killed_ends_waits)
 {
 	pid_t pids[MAXPE];
 	int na = (NPES + 1) / 2;
-	for (int i = 0; i < NPES; i++)
-		if ((pids[i] = fork()) == 0) {
-			child_deadline(60);
-			_exit(pe_daemon_gone(i, NPES, NULL) ? 1 : 0);
-		}
-	double t0 = now_s();
-	while (SH->waiting < na && now_s() - t0 < 30)
+	pe_fork_all(NPES, pe_daemon_gone, NULL, 60, pids);
+	double t0 = test_now_s();
+	while (SH->waiting < na && test_now_s() - t0 < 30)
 		usleep(1000);
 	printf("# daemon_killed: %d of %d kernels waiting after %.1f s; killing morid B (pid %d)\n", SH->waiting, na,
-	       now_s() - t0, (int)NB.pid);
+	       test_now_s() - t0, (int)NB.pid);
 	fflush(stdout);
 	ck_assert_int_eq(SH->waiting, na);
 	usleep(200000); /* the kernels are waiting */
-	SH->killed_at = now_s();
+	SH->killed_at = test_now_s();
 	ck_assert_int_gt(NB.pid, 1);
 	node_kill9(&NB);
 	printf("# daemon_killed: morid B killed\n");
 	fflush(stdout);
-	char why[2000] = "";
-	size_t o = 0;
-	for (int i = 0; i < NPES; i++) {
-		int st;
-		if (i & 1)
-			continue;
-		ck_assert_int_eq(waitpid(pids[i], &st, 0), pids[i]);
-		if (!WIFEXITED(st) || WEXITSTATUS(st))
-			o += (size_t)snprintf(why + o, sizeof(why) - o, "[PE %d: %s] ", i, SH->msg[i][0] ? SH->msg[i] : "-");
-	}
+	pe_wait_all(NPES, pids, 0, 2, 0); /* node A's; B's wait in pause() until killed here */
 	for (int i = 1; i < NPES; i += 2) {
 		kill(pids[i], SIGKILL);
 		waitpid(pids[i], NULL, 0);
 	}
-	ck_assert_msg(o == 0, "node A's PEs: %s", why);
 	double worst = 0;
 	for (int i = 0; i < NPES; i += 2)
 		worst = SH->waited[i] > worst ? SH->waited[i] : worst;
@@ -362,27 +337,12 @@ END_TEST
 
 int main(void)
 {
-	gpu_skip_unless(0);
-	if (!mori_kernels_shmemtest_image_len) {
-		printf("skipped: no test kernels (built without nvcc)\n");
-		return 77;
-	}
-	const char *e = getenv("MORI_SHMEM_PES");
-	if (e && atoi(e) >= 2 && atoi(e) <= MAXPE)
-		NPES = atoi(e);
-	mps_note = gpu_mps_start();
+	mps_note = gpu_procs_start(mori_kernels_shmemtest_image_len, "MORI_SHMEM_PES", &NPES, MAXPE);
 	printf("%d PEs on one GPU over 2 morids, %s\n", NPES, mps_note);
 	Suite *s = suite_create("gpu_shmem_proxy");
-	TCase *t = tcase_create("proxy");
-	tcase_add_checked_fixture(t, setup, teardown);
-	tcase_set_timeout(t, 100);
+	TCase *t = suite_fixture_case(s, "proxy", setup, teardown, 100);
 	tcase_add_test(t, device_api_through_the_proxy);
 	tcase_add_test(t, pe_killed_ends_waits);
 	tcase_add_test(t, daemon_killed_ends_waits);
-	suite_add_tcase(s, t);
-	SRunner *r = srunner_create(s);
-	srunner_run_all(r, CK_NORMAL);
-	int failed = srunner_ntests_failed(r);
-	srunner_free(r);
-	return failed ? 1 : 0;
+	return run_suite(s);
 }
