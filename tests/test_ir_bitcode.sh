@@ -161,10 +161,24 @@ done
 if [ -n "$PTXAS" ]; then pass "codegen: llc-16 -> PTX for sm_80 and sm_90, assembled by $PTXAS"
 else pass "codegen: llc-16 -> PTX for sm_80 and sm_90 (ptxas not here: not assembled)"; fi
 
-# A consumer's module, as Triton's link_extern_libs sees it: its own nvvm-reflect-ftz (Triton sets
-# 1, Override), a kernel calling four functions; linked with only what it needs, internalized but
-# for the kernel and the state global, optimized, assembled: everything inlines, the state global
-# stays a visible .global that cuModuleGetGlobal finds.
+# consumer K WHAT: a consumer's module $T/K.ll (kernel K) as Triton's link_extern_libs treats it:
+# linked with only what it needs of the bitcode, internalized but for the kernel and the state
+# global, optimized, codegen for sm_90 into $T/K.ptx, assembled where ptxas is: every call must
+# inline. WHAT names the module in failures.
+consumer() {
+	local k=$1 what=$2
+	llvm-link-16 --only-needed "$T/$k.ll" "$BC" -o "$T/$k.bc" 2> "$T/link_$k.log" ||
+		fail "$what does not link: $(cat "$T/link_$k.log")"
+	opt-16 --internalize-public-api-list="$k",mori_shmem_state_ptr -passes='internalize,default<O3>' "$T/$k.bc" \
+		-o "$T/${k}o.bc" || fail "opt-16 on $what"
+	llc-16 -march=nvptx64 -mcpu=sm_90 -mattr=+ptx78 "$T/${k}o.bc" -o "$T/$k.ptx" || fail "llc-16 on $what"
+	grep -q '^\.func\|call\.uni' "$T/$k.ptx" && fail "$what still calls functions (not inlined)"
+	[ -z "$PTXAS" ] || "$PTXAS" -arch=sm_90 -c "$T/$k.ptx" -o "$T/$k.o" || fail "ptxas rejects $what"
+}
+
+# A consumer's module, as Triton's: its own nvvm-reflect-ftz (Triton sets 1, Override), a kernel
+# calling four functions: everything inlines, the state global stays a visible .global that
+# cuModuleGetGlobal finds.
 cat > "$T/k.ll" <<-'EOF'
 	target triple = "nvptx64-nvidia-cuda"
 	declare i32 @mori_shmem_putmem_nbi_signal_block(i64, i64, i64, i64, i64, i32, i32, i32)
@@ -187,13 +201,8 @@ cat > "$T/k.ll" <<-'EOF'
 	!nvvm.annotations = !{!1}
 	!1 = !{ptr @k, !"kernel", i32 1}
 	EOF
-llvm-link-16 --only-needed "$T/k.ll" "$BC" -o "$T/k.bc" 2> "$T/link.log" || fail "a consumer module does not link: $(cat "$T/link.log")"
-opt-16 --internalize-public-api-list=k,mori_shmem_state_ptr -passes='internalize,default<O3>' "$T/k.bc" -o "$T/ko.bc" ||
-	fail "opt-16 on the linked module"
-llc-16 -march=nvptx64 -mcpu=sm_90 -mattr=+ptx78 "$T/ko.bc" -o "$T/k.ptx" || fail "llc-16 on the linked module"
+consumer k "the consumer module"
 grep -q '^\.visible \.global .*mori_shmem_state_ptr;' "$T/k.ptx" || fail "the linked kernel lost the visible state global"
-grep -q '^\.func\|call\.uni' "$T/k.ptx" && fail "the linked kernel still calls functions (not inlined)"
-[ -z "$PTXAS" ] || "$PTXAS" -arch=sm_90 -c "$T/k.ptx" -o "$T/k.o" || fail "ptxas rejects the linked kernel"
 pass "a consumer module (nvvm-reflect-ftz 1, as Triton's) links, inlines every call, keeps mori_shmem_state_ptr visible"
 
 # MORI-CCO's rows the same way: the device communicator's address and windows as (offset, bytes).
@@ -220,12 +229,7 @@ cat > "$T/kc.ll" <<-'EOF'
 	!nvvm.annotations = !{!1}
 	!1 = !{ptr @kc, !"kernel", i32 1}
 	EOF
-llvm-link-16 --only-needed "$T/kc.ll" "$BC" -o "$T/kc.bc" 2> "$T/linkc.log" || fail "a CCO consumer module does not link: $(cat "$T/linkc.log")"
-opt-16 --internalize-public-api-list=kc,mori_shmem_state_ptr -passes='internalize,default<O3>' "$T/kc.bc" -o "$T/kco.bc" ||
-	fail "opt-16 on the linked CCO module"
-llc-16 -march=nvptx64 -mcpu=sm_90 -mattr=+ptx78 "$T/kco.bc" -o "$T/kc.ptx" || fail "llc-16 on the linked CCO module"
-grep -q '^\.func\|call\.uni' "$T/kc.ptx" && fail "the linked CCO kernel still calls functions (not inlined)"
-[ -z "$PTXAS" ] || "$PTXAS" -arch=sm_90 -c "$T/kc.ptx" -o "$T/kc.o" || fail "ptxas rejects the linked CCO kernel"
+consumer kc "the CCO consumer module"
 pass "a CCO consumer module (put+signal, LSA barrier, copy-engine put, peer pointer) links, inlines, assembles"
 
 # AMD: the bitcode mk/ir.mk built for each arch, by the compiler of that arch's kernels. Where
