@@ -16,27 +16,9 @@ N=${N:-256}
 SIZE=${SIZE:-1048576}
 BATCH=${BATCH:-16}
 for f in morid moractl mori-bench tests/umbp_node; do [ -x "$B/$f" ] || { echo "no $B/$f" >&2; exit 1; }; done
-T=$(mktemp -d /tmp/mori-bench-umbp.XXXXXX)
-PIDS=()
-cleanup() {
-	for p in "${PIDS[@]}"; do kill "$p" 2> /dev/null; done
-	wait 2> /dev/null
-	rm -rf "$T"
-}
-trap cleanup EXIT
-skip() { echo "bench-umbp-remote-netns: $*" >&2; exit 77; }
-fail() { echo "bench-umbp-remote-netns: $*" >&2; exit 1; }
-source tests/netnslib.bash
-netns_pair bu 216 > /dev/null
-"$B/moractl" keygen "$T/cluster.key" > /dev/null || exit 1
-for x in a b; do
-	ns=$NSA ip=$IPA
-	[ $x = b ] && ns=$NSB ip=$IPB
-	ip netns exec "$ns" "$B/morid" --runtime-dir "$T/$x" --listen "$ip:7100" --log-level warn \
-		--cluster-key-file "$T/cluster.key" --kv-dram-bytes $((N * SIZE * 2 + (256 << 20))) 2>> "$T/$x.log" &
-	PIDS+=($!)
-done
-for _ in $(seq 200); do [ -S "$T/a/morid.session" ] && [ -S "$T/b/morid.session" ] && break; sleep 0.05; done
+source tools/netns-bench.bash
+bench_netns bench-umbp-remote-netns bu 216
+bench_morids --cluster-key-file "$T/cluster.key" --kv-dram-bytes $((N * SIZE * 2 + (256 << 20)))
 out=$("$B/tests/umbp_node" "$T/a" put 1 "$N" "$SIZE") || fail "put on A: $out"
 out=$("$B/tests/umbp_node" "$T/b" get 1 "$N" "$SIZE" "$IPA:7100" --batch "$BATCH") || fail "checked get on B: $out"
 [[ $out == *"ok=$N miss=0 err=0 bad=0"* ]] || fail "checked get on B: $out"
@@ -47,16 +29,7 @@ echo "|---|---|---|---|---|"
 for r in $(seq "$ROUNDS"); do
 	g=$("$B/tests/umbp_node" "$T/b" get 1 "$N" "$SIZE" "$IPA:7100" --batch "$BATCH" --no-verify --rounds 4 |
 		sed -n 's/.*gbps=\([^ ]*\).*/\1/p')
-	rm -f "$T/ready"
-	ip netns exec "$NSB" "$B/mori-bench" io-target --runtime-dir "$T/b" --name bench/t --region 256M > "$T/ready" &
-	pt=$!
-	for _ in $(seq 200); do grep -q READY "$T/ready" 2> /dev/null && break; sleep 0.05; done
-	tcp=$(sed -n 's/.*tcp=\([^ ]*\).*/\1/p' "$T/ready")
-	ip netns exec "$NSA" "$B/mori-bench" io --runtime-dir "$T/a" --node "$IPB:7100" --name bench/t --tcp "$tcp" \
-		--op write --block-min 1M --block-max 1M --batch 64 --iters 20 --region 256M > "$T/io.out" 2>&1
-	read -r io base <<< "$(awk '$1 == "1M" { print $4, $7 }' "$T/io.out")"
-	kill "$pt" 2> /dev/null
-	wait "$pt" 2> /dev/null
+	read -r io base <<< "$(bench_io_row write 20)"
 	ratio=$(awk -v a="${g:-0}" -v b="${base:-0}" 'BEGIN { if (b > 0) printf "%.0f%%", 100 * a / b; else print "-" }')
 	echo "| $r | ${g:-fail} | ${io:-fail} | ${base:-fail} | $ratio |"
 done
