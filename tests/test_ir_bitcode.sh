@@ -161,12 +161,19 @@ done
 if [ -n "$PTXAS" ]; then pass "codegen: llc-16 -> PTX for sm_80 and sm_90, assembled by $PTXAS"
 else pass "codegen: llc-16 -> PTX for sm_80 and sm_90 (ptxas not here: not assembled)"; fi
 
-# consumer K WHAT: a consumer's module $T/K.ll (kernel K) as Triton's link_extern_libs treats it:
-# linked with only what it needs of the bitcode, internalized but for the kernel and the state
-# global, optimized, codegen for sm_90 into $T/K.ptx, assembled where ptxas is: every call must
-# inline. WHAT names the module in failures.
+# consumer K WHAT < BODY: a consumer's module $T/K.ll, BODY (declarations and kernel @K) with the
+# target triple and, as Triton sets them, its own nvvm-reflect-ftz (1, Override) and the kernel
+# annotation; treated as Triton's link_extern_libs does: linked with only what it needs of the
+# bitcode, internalized but for the kernel and the state global, optimized, codegen for sm_90 into
+# $T/K.ptx, assembled where ptxas is: every call must inline. WHAT names the module in failures.
 consumer() {
 	local k=$1 what=$2
+	{
+		echo 'target triple = "nvptx64-nvidia-cuda"'
+		cat
+		printf '%s\n' '!llvm.module.flags = !{!0}' '!0 = !{i32 4, !"nvvm-reflect-ftz", i32 1}' '!nvvm.annotations = !{!1}' \
+			"!1 = !{ptr @$k, !\"kernel\", i32 1}"
+	} > "$T/$k.ll"
 	llvm-link-16 --only-needed "$T/$k.ll" "$BC" -o "$T/$k.bc" 2> "$T/link_$k.log" ||
 		fail "$what does not link: $(cat "$T/link_$k.log")"
 	opt-16 --internalize-public-api-list="$k",mori_shmem_state_ptr -passes='internalize,default<O3>' "$T/$k.bc" \
@@ -176,11 +183,9 @@ consumer() {
 	[ -z "$PTXAS" ] || "$PTXAS" -arch=sm_90 -c "$T/$k.ptx" -o "$T/$k.o" || fail "ptxas rejects $what"
 }
 
-# A consumer's module, as Triton's: its own nvvm-reflect-ftz (Triton sets 1, Override), a kernel
-# calling four functions: everything inlines, the state global stays a visible .global that
-# cuModuleGetGlobal finds.
-cat > "$T/k.ll" <<-'EOF'
-	target triple = "nvptx64-nvidia-cuda"
+# A kernel calling four functions: everything inlines, the state global stays a visible .global
+# that cuModuleGetGlobal finds.
+consumer k "the consumer module" <<-'EOF'
 	declare i32 @mori_shmem_putmem_nbi_signal_block(i64, i64, i64, i64, i64, i32, i32, i32)
 	declare i64 @mori_shmem_signal_wait_until(i64, i32, i64)
 	declare i32 @mori_shmem_my_pe()
@@ -196,18 +201,12 @@ cat > "$T/k.ll" <<-'EOF'
 	  store i64 %z, ptr addrspace(1) %out
 	  ret void
 	}
-	!llvm.module.flags = !{!0}
-	!0 = !{i32 4, !"nvvm-reflect-ftz", i32 1}
-	!nvvm.annotations = !{!1}
-	!1 = !{ptr @k, !"kernel", i32 1}
 	EOF
-consumer k "the consumer module"
 grep -q '^\.visible \.global .*mori_shmem_state_ptr;' "$T/k.ptx" || fail "the linked kernel lost the visible state global"
 pass "a consumer module (nvvm-reflect-ftz 1, as Triton's) links, inlines every call, keeps mori_shmem_state_ptr visible"
 
 # MORI-CCO's rows the same way: the device communicator's address and windows as (offset, bytes).
-cat > "$T/kc.ll" <<-'EOF'
-	target triple = "nvptx64-nvidia-cuda"
+consumer kc "the CCO consumer module" <<-'EOF'
 	declare i32 @mori_cco_gda_put_signal_add_block(i64, i32, i64, i64, i64, i64, i64, i64, i64, i32, i64)
 	declare i32 @mori_cco_lsa_barrier_block(i64, i32)
 	declare i32 @mori_cco_ce_put_thread(i64, i32, i64, i64, i64, i64, i64, i64, i64, i32)
@@ -224,12 +223,7 @@ cat > "$T/kc.ll" <<-'EOF'
 	  store i64 %s, ptr addrspace(1) %out
 	  ret void
 	}
-	!llvm.module.flags = !{!0}
-	!0 = !{i32 4, !"nvvm-reflect-ftz", i32 1}
-	!nvvm.annotations = !{!1}
-	!1 = !{ptr @kc, !"kernel", i32 1}
 	EOF
-consumer kc "the CCO consumer module"
 pass "a CCO consumer module (put+signal, LSA barrier, copy-engine put, peer pointer) links, inlines, assembles"
 
 # AMD: the bitcode mk/ir.mk built for each arch, by the compiler of that arch's kernels. Where
