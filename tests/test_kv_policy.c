@@ -503,6 +503,41 @@ START_TEST(arc_matches_reference_small)
 }
 END_TEST
 
+/* A batch put reserves all its values (expect, then room) before committing any (insert): two
+ * keys back from B1 in one batch both enter T2, as one after the other would. The textbook ARC on
+ * the same references (0 1 0 1 2 3 4 5, then 2 3 as a batch, then 6) leaves the same blocks. */
+START_TEST(arc_batch_reserve)
+{
+	const int seq[] = {0, 1, 0, 1, 2, 3, 4, 5, 2, 3, 6};
+	struct ref_arc a = {.c = 4};
+	for (int li = 0; li < 4; li++)
+		a.l[li] = calloc(9, sizeof(int));
+	for (int i = 0; i < 11; i++)
+		ra_ref(&a, seq[i]);
+	struct store *s = store_new(KV_POLICY_ARC, 4);
+	for (int i = 0; i < 8; i++)
+		if (!get(s, seq[i]))
+			put(s, seq[i], -1, 0);
+	const int batch[] = {2, 3};
+	for (int i = 0; i < 2; i++) { /* reserve: expect and make room for each */
+		ck_assert(!s->in[batch[i]]);
+		kv_policy_expect(s->p, (uint64_t)batch[i] * 0x9e3779b97f4a7c15ull + 1);
+		evict_one(s);
+	}
+	for (int i = 0; i < 2; i++) { /* commit */
+		kv_policy_insert(s->p, &s->node[batch[i]], (uint64_t)batch[i] * 0x9e3779b97f4a7c15ull + 1, 1, -1, NULL);
+		s->in[batch[i]] = 1;
+		s->used++;
+	}
+	put(s, 6, -1, 0);
+	for (int k = 0; k < 8; k++)
+		ck_assert_msg(s->in[k] == (ra_find(&a, 0, k) >= 0 || ra_find(&a, 1, k) >= 0), "key %d", k);
+	store_free(s);
+	for (int li = 0; li < 4; li++)
+		free(a.l[li]);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("kv_policy");
@@ -519,6 +554,7 @@ int main(void)
 	tcase_add_test(tc, lru_matches_exact);
 	tcase_add_test(tc, arc_matches_reference);
 	tcase_add_test(tc, arc_matches_reference_small);
+	tcase_add_test(tc, arc_batch_reserve);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

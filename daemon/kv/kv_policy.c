@@ -68,7 +68,8 @@ struct sketch {
 struct gnode {
 	uint64_t hash, bytes;
 	uint32_t prev, next, chain; /* next also links the free nodes */
-	uint32_t list;              /* 0 free, 1 B1, 2 B2 */
+	uint16_t list;              /* 0 free, 1 B1, 2 B2 */
+	uint16_t adapted;           /* kv_policy_expect has adapted the target to it */
 };
 
 struct arc {
@@ -78,7 +79,7 @@ struct arc {
 	uint32_t head[3], tail[3];
 	uint64_t bytes[3], n[3];
 	double target;    /* p: the bytes T1 aims at */
-	uint64_t pend;    /* kv_policy_expect's hash, */
+	uint64_t pend;    /* kv_policy_expect's last hash, */
 	int pend_list;    /* where it was found: -1 none pending, 0 no ghost, 1 B1, 2 B2 */
 };
 
@@ -426,7 +427,7 @@ static void garc_push(struct kv_policy *p, unsigned l, uint64_t hash, uint64_t b
 	uint32_t i = a->free;
 	struct gnode *g = &a->node[i];
 	a->free = g->next;
-	*g = (struct gnode){.hash = hash, .bytes = bytes, .prev = 0, .next = a->head[l], .list = l};
+	*g = (struct gnode){.hash = hash, .bytes = bytes, .prev = 0, .next = a->head[l], .list = (uint16_t)l};
 	if (a->head[l])
 		a->node[a->head[l]].prev = i;
 	else
@@ -441,21 +442,28 @@ static void garc_push(struct kv_policy *p, unsigned l, uint64_t hash, uint64_t b
 }
 
 /* A put of hash: a ghost hit adapts T1's target (towards recency on B1, frequency on B2, by the
- * other list's share) and leaves the ghost. Which list it was in (0 none). */
-static int arc_adapt(struct kv_policy *p, uint64_t hash)
+ * other list's share), once: at kv_policy_expect, or at the insert without one. The insert takes
+ * the ghost out; an expect leaves it for the insert, which may come after other puts' expects
+ * (a batch reserves all its values before committing them). Which list it was in (0 none). */
+static int arc_adapt(struct kv_policy *p, uint64_t hash, int insert)
 {
 	struct arc *a = &p->arc;
 	uint32_t i = garc_find(a, hash);
 	if (!i)
 		return 0;
-	int l = (int)a->node[i].list;
-	uint64_t mine = a->bytes[l], other = a->bytes[3 - l], b = a->node[i].bytes;
-	double delta = (double)b * (other > mine ? (double)other / (double)mine : 1.0);
-	if (l == 1)
-		a->target = a->target + delta < (double)p->capacity ? a->target + delta : (double)p->capacity;
-	else
-		a->target = a->target - delta > 0 ? a->target - delta : 0;
-	garc_unlink(a, i);
+	struct gnode *g = &a->node[i];
+	int l = (int)g->list;
+	if (!g->adapted) {
+		uint64_t mine = a->bytes[l], other = a->bytes[3 - l];
+		double delta = (double)g->bytes * (other > mine ? (double)other / (double)mine : 1.0);
+		if (l == 1)
+			a->target = a->target + delta < (double)p->capacity ? a->target + delta : (double)p->capacity;
+		else
+			a->target = a->target - delta > 0 ? a->target - delta : 0;
+		g->adapted = 1;
+	}
+	if (insert)
+		garc_unlink(a, i);
 	return l;
 }
 
@@ -485,7 +493,7 @@ void kv_policy_expect(struct kv_policy *p, uint64_t hash)
 	if (p->kind != KV_POLICY_ARC)
 		return;
 	p->arc.pend = hash;
-	p->arc.pend_list = arc_adapt(p, hash);
+	p->arc.pend_list = arc_adapt(p, hash, 0);
 }
 
 /* ---- the policies ---- */
@@ -567,8 +575,9 @@ void kv_policy_insert(struct kv_policy *p, struct kv_pnode *n, uint64_t hash, ui
 		break;
 	case KV_POLICY_ARC: {
 		/* ARC: new in T1, back from a ghost list in T2 */
-		int l = p->arc.pend_list >= 0 && p->arc.pend == hash ? p->arc.pend_list : arc_adapt(p, hash);
-		p->arc.pend_list = -1;
+		int l = arc_adapt(p, hash, 1);
+		if (p->arc.pend == hash)
+			p->arc.pend_list = -1;
 		push_head(p, l ? L_B : L_A, n);
 		arc_trim(p);
 		break;
