@@ -475,31 +475,47 @@ START_TEST(arc_matches_reference)
 }
 END_TEST
 
+/* The policy through the store miniature against the textbook ARC: refs references over nkeys
+ * keys (all of them in one half of each 5000, a third of them in the other), hit for hit.
+ * Returns the policy's bytes beyond the nodes at the end. */
+static size_t arc_vs_reference(int cap, int nkeys, int refs, uint64_t *x)
+{
+	struct ref_arc a = {.c = cap};
+	for (int li = 0; li < 4; li++)
+		a.l[li] = calloc(2 * (size_t)cap + 1, sizeof(int));
+	struct store *s = store_new(KV_POLICY_ARC, (uint64_t)cap);
+	for (int r = 0; r < refs; r++) {
+		int k = (int)(rng_next(x) % (uint64_t)(r % 5000 < 2500 ? nkeys : nkeys / 3 + 1));
+		int want = ra_ref(&a, k), got = s->in[k];
+		if (got)
+			get(s, k);
+		else
+			put(s, k, -1, 0);
+		ck_assert_msg(got == want, "cache %d, keys %d, reference %d: arc %d, reference %d", cap, nkeys, r, got,
+			      want);
+	}
+	size_t aux = kv_policy_aux_bytes(s->p);
+	store_free(s);
+	for (int li = 0; li < 4; li++)
+		free(a.l[li]);
+	return aux;
+}
+
 /* Small caches and few keys, many seeds: ARC's corner cases (a full T1, the target at 0 or at the
  * capacity, T1 exactly at the target when a B2 ghost returns) come up, and the hits still agree. */
 START_TEST(arc_matches_reference_small)
 {
 	uint64_t x = 0x9e3779b97f4a7c15ull;
-	for (int t = 0; t < 400; t++) {
-		int cap = 1 + t % 8, nkeys = cap + 1 + t % (2 * cap + 1);
-		struct ref_arc a = {.c = cap};
-		for (int li = 0; li < 4; li++)
-			a.l[li] = calloc(2 * (size_t)cap + 1, sizeof(int));
-		struct store *s = store_new(KV_POLICY_ARC, (uint64_t)cap);
-		for (int r = 0; r < 300; r++) {
-			int k = (int)(rng_next(&x) % (uint64_t)nkeys);
-			int want = ra_ref(&a, k), got = s->in[k];
-			if (got)
-				get(s, k);
-			else
-				put(s, k, -1, 0);
-			ck_assert_msg(got == want, "cache %d, trace %d, reference %d: arc %d, reference %d", cap, t, r, got,
-				      want);
-		}
-		store_free(s);
-		for (int li = 0; li < 4; li++)
-			free(a.l[li]);
-	}
+	for (int t = 0; t < 400; t++)
+		arc_vs_reference(1 + t % 8, 2 + t % 8 + t % (2 * (1 + t % 8) + 1), 300, &x);
+}
+END_TEST
+
+/* A cache of 1100: its ghosts outgrow the pool's first 1024 slots (a rehash), hit for hit still. */
+START_TEST(arc_ghost_growth)
+{
+	uint64_t x = 12345;
+	ck_assert_uint_gt(arc_vs_reference(1100, 3600, 5000, &x), 1024u * 36u);
 }
 END_TEST
 
@@ -554,6 +570,7 @@ int main(void)
 	tcase_add_test(tc, lru_matches_exact);
 	tcase_add_test(tc, arc_matches_reference);
 	tcase_add_test(tc, arc_matches_reference_small);
+	tcase_add_test(tc, arc_ghost_growth);
 	tcase_add_test(tc, arc_batch_reserve);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
