@@ -1,8 +1,10 @@
 /* The KV store's eviction policies (daemon/kv/kv_policy.c) on hand-made sequences, each checked
  * against victims worked out independently: LRU order, skip honoured by every policy, S3-FIFO's
  * main queue surviving a scan, W-TinyLFU keeping a frequent key, prefix-LRU taking chain tails
- * first, the ghost table bounded, and LRU equal to an exact LRU simulation on a small trace. */
+ * first, the ghost table bounded, LRU equal to an exact LRU simulation on a small trace, and ARC
+ * equal to a textbook ARC written here from the paper's pseudocode. */
 #include <check.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +60,7 @@ static void put(struct store *s, int k, int depth, int chained)
 		s->last = &s->node[k];
 		return;
 	}
+	kv_policy_expect(s->p, (uint64_t)k * 0x9e3779b97f4a7c15ull + 1);
 	while (s->used + 1 > s->cap)
 		evict_one(s);
 	struct kv_pnode *par = chained && s->last && s->in[key_of(s, s->last)] ? s->last : NULL;
@@ -347,6 +350,210 @@ START_TEST(lru_matches_exact)
 }
 END_TEST
 
+/* ARC as Megiddo and Modha's figure 4 states it (FAST '03), on arrays in LRU order (index 0 the
+ * least recent), each operation a linear search: T1, T2 in the cache, B1, B2 their ghosts, p the
+ * target size of T1. */
+struct ref_arc {
+	int c;
+	double p;
+	int len[4], *l[4]; /* 0 T1, 1 T2, 2 B1, 3 B2 */
+	int case2, case3;  /* ghost hits seen in B1 and B2 */
+};
+
+static int ra_find(struct ref_arc *a, int li, int x)
+{
+	for (int i = 0; i < a->len[li]; i++)
+		if (a->l[li][i] == x)
+			return i;
+	return -1;
+}
+
+static void ra_del(struct ref_arc *a, int li, int at)
+{
+	memmove(&a->l[li][at], &a->l[li][at + 1], sizeof(int) * (size_t)(a->len[li] - at - 1));
+	a->len[li]--;
+}
+
+static void ra_mru(struct ref_arc *a, int li, int x) { a->l[li][a->len[li]++] = x; }
+
+static void ra_replace(struct ref_arc *a, int x_in_b2)
+{
+	if (a->len[0] >= 1 && ((x_in_b2 && a->len[0] == a->p) || a->len[0] > a->p)) {
+		ra_mru(a, 2, a->l[0][0]);
+		ra_del(a, 0, 0);
+	} else {
+		ra_mru(a, 3, a->l[1][0]);
+		ra_del(a, 1, 0);
+	}
+}
+
+/* 1 on a hit */
+static int ra_ref(struct ref_arc *a, int x)
+{
+	int i;
+	if ((i = ra_find(a, 0, x)) >= 0 || (i = ra_find(a, 1, x)) >= 0) { /* case I */
+		ra_del(a, ra_find(a, 0, x) >= 0 ? 0 : 1, i);
+		ra_mru(a, 1, x);
+		return 1;
+	}
+	double b1 = a->len[2], b2 = a->len[3];
+	if ((i = ra_find(a, 2, x)) >= 0) { /* case II */
+		a->p = fmin(a->c, a->p + (b1 >= b2 ? 1 : b2 / b1));
+		ra_replace(a, 0);
+		ra_del(a, 2, i);
+		ra_mru(a, 1, x);
+		a->case2++;
+		return 0;
+	}
+	if ((i = ra_find(a, 3, x)) >= 0) { /* case III */
+		a->p = fmax(0, a->p - (b2 >= b1 ? 1 : b1 / b2));
+		ra_replace(a, 1);
+		ra_del(a, 3, i);
+		ra_mru(a, 1, x);
+		a->case3++;
+		return 0;
+	}
+	int l1 = a->len[0] + a->len[2], all = l1 + a->len[1] + a->len[3];
+	if (l1 == a->c) { /* case IV A */
+		if (a->len[0] < a->c) {
+			ra_del(a, 2, 0);
+			ra_replace(a, 0);
+		} else {
+			ra_del(a, 0, 0);
+		}
+	} else if (all >= a->c) { /* case IV B */
+		if (all == 2 * a->c)
+			ra_del(a, 3, 0);
+		ra_replace(a, 0);
+	}
+	ra_mru(a, 0, x);
+	return 0;
+}
+
+/* ARC through the store miniature (expect, victims, insert; gets as hits) against the textbook ARC
+ * on a trace that shifts between a looping working set larger than the cache (recency loses), a
+ * zipf-like hot set and scans: the same hit or miss at every reference, the same blocks resident
+ * at the end, and both ghost lists hit (the target moved both ways). */
+START_TEST(arc_matches_reference)
+{
+	enum { CAP = 64, REFS = 60000 };
+	struct ref_arc a = {.c = CAP};
+	for (int li = 0; li < 4; li++)
+		a.l[li] = calloc(2 * CAP + 1, sizeof(int));
+	struct store *s = store_new(KV_POLICY_ARC, CAP);
+	uint64_t x = 0x2545f4914f6cdd1dull;
+	int scan = 2000, hits = 0;
+	for (int r = 0; r < REFS; r++) {
+		int phase = (r / 5000) % 3, k;
+		uint64_t v = rng_next(&x);
+		if (phase == 0) /* a loop over 80 keys mixed with fresh ones */
+			k = v % 4 ? (int)(r % 80) : scan++ % 2000 + 2000;
+		else if (phase == 1) /* hot: key i with weight ~ 1 / (i + 1) over 400 keys */
+			k = (int)((v % 1000) * (v % 1000) / 2500) + (int)(v >> 40) % 2;
+		else /* a scan through 1000 keys with a small hot set */
+			k = v % 3 ? 1000 + (r % 1000) : (int)(v >> 33) % 16;
+		ck_assert_int_lt(k, NKEYS);
+		int want = ra_ref(&a, k), got = s->in[k];
+		if (got)
+			get(s, k);
+		else
+			put(s, k, -1, 0);
+		ck_assert_msg(got == want, "reference %d, key %d: arc %d, reference %d", r, k, got, want);
+		hits += got;
+	}
+	ck_assert_int_eq(a.len[0] + a.len[1], CAP);
+	for (int li = 0; li < 2; li++)
+		for (int i = 0; i < a.len[li]; i++)
+			ck_assert(s->in[a.l[li][i]]);
+	ck_assert_int_gt(a.case2, 0);
+	ck_assert_int_gt(a.case3, 0);
+	ck_assert_int_gt(hits, 0);
+	ck_assert_uint_le(kv_policy_aux_bytes(s->p), 4096u * 36u);
+	store_free(s);
+	for (int li = 0; li < 4; li++)
+		free(a.l[li]);
+}
+END_TEST
+
+/* The policy through the store miniature against the textbook ARC: refs references over nkeys
+ * keys (all of them in one half of each 5000, a third of them in the other), hit for hit.
+ * Returns the policy's bytes beyond the nodes at the end. */
+static size_t arc_vs_reference(int cap, int nkeys, int refs, uint64_t *x)
+{
+	struct ref_arc a = {.c = cap};
+	for (int li = 0; li < 4; li++)
+		a.l[li] = calloc(2 * (size_t)cap + 1, sizeof(int));
+	struct store *s = store_new(KV_POLICY_ARC, (uint64_t)cap);
+	for (int r = 0; r < refs; r++) {
+		int k = (int)(rng_next(x) % (uint64_t)(r % 5000 < 2500 ? nkeys : nkeys / 3 + 1));
+		int want = ra_ref(&a, k), got = s->in[k];
+		if (got)
+			get(s, k);
+		else
+			put(s, k, -1, 0);
+		ck_assert_msg(got == want, "cache %d, keys %d, reference %d: arc %d, reference %d", cap, nkeys, r, got,
+			      want);
+	}
+	size_t aux = kv_policy_aux_bytes(s->p);
+	store_free(s);
+	for (int li = 0; li < 4; li++)
+		free(a.l[li]);
+	return aux;
+}
+
+/* Small caches and few keys, many seeds: ARC's corner cases (a full T1, the target at 0 or at the
+ * capacity, T1 exactly at the target when a B2 ghost returns) come up, and the hits still agree. */
+START_TEST(arc_matches_reference_small)
+{
+	uint64_t x = 0x9e3779b97f4a7c15ull;
+	for (int t = 0; t < 400; t++)
+		arc_vs_reference(1 + t % 8, 2 + t % 8 + t % (2 * (1 + t % 8) + 1), 300, &x);
+}
+END_TEST
+
+/* A cache of 1100: its ghosts outgrow the pool's first 1024 slots (a rehash), hit for hit still. */
+START_TEST(arc_ghost_growth)
+{
+	uint64_t x = 12345;
+	ck_assert_uint_gt(arc_vs_reference(1100, 3600, 5000, &x), 1024u * 36u);
+}
+END_TEST
+
+/* A batch put reserves all its values (expect, then room) before committing any (insert): two
+ * keys back from B1 in one batch both enter T2, as one after the other would. The textbook ARC on
+ * the same references (0 1 0 1 2 3 4 5, then 2 3 as a batch, then 6) leaves the same blocks. */
+START_TEST(arc_batch_reserve)
+{
+	const int seq[] = {0, 1, 0, 1, 2, 3, 4, 5, 2, 3, 6};
+	struct ref_arc a = {.c = 4};
+	for (int li = 0; li < 4; li++)
+		a.l[li] = calloc(9, sizeof(int));
+	for (int i = 0; i < 11; i++)
+		ra_ref(&a, seq[i]);
+	struct store *s = store_new(KV_POLICY_ARC, 4);
+	for (int i = 0; i < 8; i++)
+		if (!get(s, seq[i]))
+			put(s, seq[i], -1, 0);
+	const int batch[] = {2, 3};
+	for (int i = 0; i < 2; i++) { /* reserve: expect and make room for each */
+		ck_assert(!s->in[batch[i]]);
+		kv_policy_expect(s->p, (uint64_t)batch[i] * 0x9e3779b97f4a7c15ull + 1);
+		evict_one(s);
+	}
+	for (int i = 0; i < 2; i++) { /* commit */
+		kv_policy_insert(s->p, &s->node[batch[i]], (uint64_t)batch[i] * 0x9e3779b97f4a7c15ull + 1, 1, -1, NULL);
+		s->in[batch[i]] = 1;
+		s->used++;
+	}
+	put(s, 6, -1, 0);
+	for (int k = 0; k < 8; k++)
+		ck_assert_msg(s->in[k] == (ra_find(&a, 0, k) >= 0 || ra_find(&a, 1, k) >= 0), "key %d", k);
+	store_free(s);
+	for (int li = 0; li < 4; li++)
+		free(a.l[li]);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("kv_policy");
@@ -361,6 +568,10 @@ int main(void)
 	tcase_add_test(tc, prefix_hit_tail_kept);
 	tcase_add_test(tc, ghost_bounded);
 	tcase_add_test(tc, lru_matches_exact);
+	tcase_add_test(tc, arc_matches_reference);
+	tcase_add_test(tc, arc_matches_reference_small);
+	tcase_add_test(tc, arc_ghost_growth);
+	tcase_add_test(tc, arc_batch_reserve);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

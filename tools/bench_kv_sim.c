@@ -389,6 +389,7 @@ static struct rates sim_policy(const struct trace *t, enum kv_policy_kind kind, 
 				r.block++;
 				continue;
 			}
+			kv_policy_expect(p, mix64(ids[i]));
 			while (used + 1 > cap) {
 				struct kv_pnode *v = kv_policy_victim(p, NULL, NULL);
 				if (!v) {
@@ -545,7 +546,7 @@ static void usage(int code)
 		"usage: mori-bench kv --sim TRACE|synthetic [--capacity N[,N...]] [--policy NAME[,NAME...]|all]\n"
 		"  TRACE: JSON lines with hash_ids (the Mooncake trace format); capacities in blocks\n"
 		"  (default 1000,10000,50000); policies of the KV store: lru, default, s3fifo, tinylfu,\n"
-		"  prefix-lru, prefix-slru (default all).\n"
+		"  prefix-lru, prefix-slru, arc (default all).\n"
 		"  --store RUNDIR [--value-bytes 64]: the requests also go through the morid of RUNDIR (its store\n"
 		"  empty, its policy named by --policy; capacity: its DRAM tier / value bytes, so run it with\n"
 		"  --kv-high-watermark 100 --kv-low-watermark 100 and kv_dram_bytes = blocks x value bytes).\n");
@@ -561,7 +562,7 @@ static size_t parse_list(const char *s, uint64_t *out, size_t max, int policies)
 		long long v = policies ? kv_policy_parse(tok) : strtoll(tok, &e, 10);
 		if (n == max || v < (policies ? 0 : 1) || (!policies && *e)) {
 			fprintf(stderr, "mori-bench kv: bad %s '%s' (%s)\n", policies ? "policy" : "capacity", tok,
-				n == max ? "too many" : policies ? "lru, default, s3fifo, tinylfu, prefix-lru, prefix-slru" : "a block count >= 1");
+				n == max ? "too many" : policies ? "lru, default, s3fifo, tinylfu, prefix-lru, prefix-slru, arc" : "a block count >= 1");
 			exit(2);
 		}
 		out[n++] = (uint64_t)v;

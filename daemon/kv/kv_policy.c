@@ -5,8 +5,8 @@
  * A victim is chosen by walking a list from its tail, passing over nodes skip() refuses; they
  * stay where they are. A walk may reorder the nodes it passes (S3-FIFO promotes and reinserts),
  * but the victim it returns stays in place until kv_policy_evicted. Memory beyond the nodes: the
- * ghost table of S3-FIFO and the frequency sketch of TinyLFU, both sized by the number of
- * resident entries and capped (GHOST_MAX_SLOTS, SKETCH_MAX_WIDTH). */
+ * ghost table of S3-FIFO, the frequency sketch of TinyLFU and ARC's ghost lists, all sized by the
+ * number of resident entries and capped (GHOST_MAX_SLOTS, SKETCH_MAX_WIDTH, ARC_GHOST_MAX). */
 #include "kv/kv_policy.h"
 
 #include <stdlib.h>
@@ -30,6 +30,8 @@
 #define SKETCH_MIN_WIDTH 1024u
 #define SKETCH_MAX_WIDTH (1u << 24) /* 64 MiB of one-byte counters at most */
 #define SKETCH_CMAX 15
+#define ARC_GHOST_MIN 1024u
+#define ARC_GHOST_MAX (1u << 21) /* 32-byte nodes and 4-byte buckets: 72 MiB at most */
 
 /* Shares of the capacity (per mille). */
 #define S3_SMALL_PM 100     /* S3-FIFO's small FIFO: 10 % */
@@ -61,6 +63,26 @@ struct sketch {
 	uint64_t adds, period;
 };
 
+/* ARC's ghost lists B1 and B2: evicted hashes with their bytes, most recent at the head; a pool
+ * of nodes linked by index (0: none) and a chained hash table of as many buckets. */
+struct gnode {
+	uint64_t hash, bytes;
+	uint32_t prev, next, chain; /* next also links the free nodes */
+	uint16_t list;              /* 0 free, 1 B1, 2 B2 */
+	uint16_t adapted;           /* kv_policy_expect has adapted the target to it */
+};
+
+struct arc {
+	struct gnode *node;
+	uint32_t *bucket;
+	uint32_t cap, used, free; /* nodes (node[0] unused), in use, free list */
+	uint32_t head[3], tail[3];
+	uint64_t bytes[3], n[3];
+	double target;    /* p: the bytes T1 aims at */
+	uint64_t pend;    /* kv_policy_expect's last hash, */
+	int pend_list;    /* where it was found: -1 none pending, 0 no ghost, 1 B1, 2 B2 */
+};
+
 struct kv_policy {
 	enum kv_policy_kind kind; /* concrete: never KV_POLICY_DEFAULT */
 	uint64_t capacity;
@@ -72,6 +94,7 @@ struct kv_policy {
 	 * last inserted (its chain may still grow: not a tail yet) */
 	struct kv_pnode *cursor, *last_ins;
 	uint64_t protect; /* prefix-SLRU: bytes of the protected segment at most */
+	struct arc arc;
 };
 
 /* The measured best on the Mooncake conversation trace (docs/umbp-policy.md). */
@@ -84,6 +107,7 @@ static const char *const names[KV_POLICY_NKINDS] = {
 	[KV_POLICY_TINYLFU] = "tinylfu",
 	[KV_POLICY_PREFIX_LRU] = "prefix-lru",
 	[KV_POLICY_PREFIX_SLRU] = "prefix-slru",
+	[KV_POLICY_ARC] = "arc",
 };
 
 const char *kv_policy_name(enum kv_policy_kind kind)
@@ -319,6 +343,159 @@ static void sketch_inc(struct kv_policy *p, uint64_t hash)
 	}
 }
 
+/* ---- ARC's ghost lists ---- */
+
+static uint32_t *gbucket(struct arc *a, uint64_t hash)
+{
+	return &a->bucket[mix(hash, 0) & (a->cap - 1)];
+}
+
+static uint32_t garc_find(struct arc *a, uint64_t hash)
+{
+	uint32_t i = a->cap ? *gbucket(a, hash) : 0;
+	while (i && a->node[i].hash != hash)
+		i = a->node[i].chain;
+	return i;
+}
+
+static void garc_unlink(struct arc *a, uint32_t i)
+{
+	struct gnode *g = &a->node[i];
+	uint32_t *c = gbucket(a, g->hash);
+	while (*c != i)
+		c = &a->node[*c].chain;
+	*c = g->chain;
+	if (g->prev)
+		a->node[g->prev].next = g->next;
+	else
+		a->head[g->list] = g->next;
+	if (g->next)
+		a->node[g->next].prev = g->prev;
+	else
+		a->tail[g->list] = g->prev;
+	a->bytes[g->list] -= g->bytes;
+	a->n[g->list]--;
+	g->list = 0;
+	g->next = a->free;
+	a->free = i;
+	a->used--;
+}
+
+/* Doubles the pool and the buckets (indices stay, chains are rebuilt). -1 on ENOMEM. */
+static int garc_grow(struct arc *a)
+{
+	uint32_t ncap = a->cap ? a->cap * 2 : ARC_GHOST_MIN;
+	struct gnode *nd = realloc(a->node, (size_t)ncap * sizeof(*nd));
+	if (!nd)
+		return -1;
+	a->node = nd;
+	uint32_t *b = calloc(ncap, sizeof(*b));
+	if (!b)
+		return -1; /* the pool is larger, the table as before: still consistent */
+	free(a->bucket);
+	a->bucket = b;
+	for (uint32_t i = ncap - 1; i >= (a->cap ? a->cap : 1); i--) { /* new nodes onto the free list */
+		nd[i].list = 0;
+		nd[i].next = a->free;
+		a->free = i;
+	}
+	a->cap = ncap;
+	for (uint32_t l = 1; l <= 2; l++)
+		for (uint32_t i = a->head[l]; i; i = nd[i].next) {
+			uint32_t *c = gbucket(a, nd[i].hash);
+			nd[i].chain = *c;
+			*c = i;
+		}
+	return 0;
+}
+
+/* hash at the head of ghost list l. The pool grows with the resident entries (ARC keeps at most
+ * as many ghosts as the capacity holds values of their sizes); past that, or without memory, the
+ * longer list's oldest ghost makes way. */
+static void garc_push(struct kv_policy *p, unsigned l, uint64_t hash, uint64_t bytes)
+{
+	struct arc *a = &p->arc;
+	if (!a->free) {
+		uint64_t want = 2 * p->nres_max > ARC_GHOST_MIN ? 2 * p->nres_max : ARC_GHOST_MIN;
+		if (a->cap >= ARC_GHOST_MAX || a->cap > want || garc_grow(a)) {
+			unsigned old = a->n[1] >= a->n[2] ? 1 : 2;
+			if (!a->tail[old])
+				return;
+			garc_unlink(a, a->tail[old]);
+		}
+	}
+	uint32_t i = a->free;
+	struct gnode *g = &a->node[i];
+	a->free = g->next;
+	*g = (struct gnode){.hash = hash, .bytes = bytes, .prev = 0, .next = a->head[l], .list = (uint16_t)l};
+	if (a->head[l])
+		a->node[a->head[l]].prev = i;
+	else
+		a->tail[l] = i;
+	a->head[l] = i;
+	uint32_t *c = gbucket(a, hash);
+	g->chain = *c;
+	*c = i;
+	a->bytes[l] += bytes;
+	a->n[l]++;
+	a->used++;
+}
+
+/* A put of hash: a ghost hit adapts T1's target (towards recency on B1, frequency on B2, by the
+ * other list's share), once: at kv_policy_expect, or at the insert without one. The insert takes
+ * the ghost out; an expect leaves it for the insert, which may come after other puts' expects
+ * (a batch reserves all its values before committing them). Which list it was in (0 none). */
+static int arc_adapt(struct kv_policy *p, uint64_t hash, int insert)
+{
+	struct arc *a = &p->arc;
+	uint32_t i = garc_find(a, hash);
+	if (!i)
+		return 0;
+	struct gnode *g = &a->node[i];
+	int l = (int)g->list;
+	if (!g->adapted) {
+		uint64_t mine = a->bytes[l], other = a->bytes[3 - l];
+		double delta = (double)g->bytes * (other > mine ? (double)other / (double)mine : 1.0);
+		if (l == 1)
+			a->target = a->target + delta < (double)p->capacity ? a->target + delta : (double)p->capacity;
+		else
+			a->target = a->target - delta > 0 ? a->target - delta : 0;
+		g->adapted = 1;
+	}
+	if (insert)
+		garc_unlink(a, i);
+	return l;
+}
+
+/* ARC's REPLACE: T1's oldest when T1 is past its target (or at it, for a put that hit B2), else
+ * T2's; the other list when the preferred one has nothing that may go. */
+static struct kv_pnode *arc_victim(struct kv_policy *p, skip_fn skip, void *arg)
+{
+	double t1 = (double)p->l[L_A].bytes;
+	int b2 = p->arc.pend_list == 2;
+	unsigned first = t1 > 0 && (t1 > p->arc.target || (b2 && t1 == p->arc.target)) ? L_A : L_B;
+	struct kv_pnode *v = oldest_free(p, first, skip, arg);
+	return v ? v : oldest_free(p, first == L_A ? L_B : L_A, skip, arg);
+}
+
+/* ARC's bounds once n is in: T1 + B1 within the capacity, all four lists within twice it. */
+static void arc_trim(struct kv_policy *p)
+{
+	struct arc *a = &p->arc;
+	while (a->tail[1] && p->l[L_A].bytes + a->bytes[1] > p->capacity)
+		garc_unlink(a, a->tail[1]);
+	while (a->tail[2] && p->l[L_A].bytes + p->l[L_B].bytes + a->bytes[1] + a->bytes[2] > 2 * p->capacity)
+		garc_unlink(a, a->tail[2]);
+}
+
+void kv_policy_expect(struct kv_policy *p, uint64_t hash)
+{
+	if (p->kind != KV_POLICY_ARC)
+		return;
+	p->arc.pend = hash;
+	p->arc.pend_list = arc_adapt(p, hash, 0);
+}
+
 /* ---- the policies ---- */
 
 struct kv_policy *kv_policy_new(enum kv_policy_kind kind, uint64_t capacity)
@@ -338,6 +515,7 @@ struct kv_policy *kv_policy_new(enum kv_policy_kind kind, uint64_t capacity)
 		return NULL;
 	}
 	p->sk.width = SKETCH_MIN_WIDTH;
+	p->arc.pend_list = -1;
 	if (kind == KV_POLICY_PREFIX_SLRU) {
 		p->protect = capacity / 1000 * PSLRU_PROTECT_PM + capacity % 1000 * PSLRU_PROTECT_PM / 1000;
 	}
@@ -350,12 +528,15 @@ void kv_policy_free(struct kv_policy *p)
 		return;
 	free(p->g.slot);
 	free(p->sk.c);
+	free(p->arc.node);
+	free(p->arc.bucket);
 	free(p);
 }
 
 size_t kv_policy_aux_bytes(const struct kv_policy *p)
 {
-	return (size_t)p->g.nslots * sizeof(*p->g.slot) + (p->sk.c ? (size_t)SKETCH_ROWS * p->sk.width : 0);
+	return (size_t)p->g.nslots * sizeof(*p->g.slot) + (p->sk.c ? (size_t)SKETCH_ROWS * p->sk.width : 0) +
+	       (size_t)p->arc.cap * (sizeof(struct gnode) + sizeof(uint32_t));
 }
 
 void kv_policy_insert(struct kv_policy *p, struct kv_pnode *n, uint64_t hash, uint64_t bytes, int depth,
@@ -392,6 +573,15 @@ void kv_policy_insert(struct kv_policy *p, struct kv_pnode *n, uint64_t hash, ui
 		}
 		p->last_ins = n;
 		break;
+	case KV_POLICY_ARC: {
+		/* ARC: new in T1, back from a ghost list in T2 */
+		int l = arc_adapt(p, hash, 1);
+		if (p->arc.pend == hash)
+			p->arc.pend_list = -1;
+		push_head(p, l ? L_B : L_A, n);
+		arc_trim(p);
+		break;
+	}
 	default:
 		push_head(p, L_A, n);
 		break;
@@ -423,6 +613,9 @@ void kv_policy_hit(struct kv_policy *p, struct kv_pnode *n)
 		break;
 	case KV_POLICY_PREFIX_LRU:
 		touch_chain(p, L_B, n); /* a tail that was hit has proved itself */
+		break;
+	case KV_POLICY_ARC:
+		move_head(p, L_B, n); /* seen twice: T2 */
 		break;
 	case KV_POLICY_PREFIX_SLRU:
 		/* hit: protected; the segment past its share hands its oldest back to probation */
@@ -531,6 +724,8 @@ struct kv_pnode *kv_policy_victim(struct kv_policy *p, int (*skip)(struct kv_pno
 		return s3_victim(p, skip, arg);
 	case KV_POLICY_TINYLFU:
 		return tlfu_victim(p, skip, arg);
+	case KV_POLICY_ARC:
+		return arc_victim(p, skip, arg);
 	case KV_POLICY_PREFIX_LRU:
 	case KV_POLICY_PREFIX_SLRU:
 		/* chain tails never hit first (but not the last put: its chain may be growing), then
@@ -553,5 +748,7 @@ void kv_policy_evicted(struct kv_policy *p, struct kv_pnode *n)
 		return;
 	if (p->kind == KV_POLICY_S3FIFO && li == L_A)
 		ghost_put(p, n->word[1]);
+	if (p->kind == KV_POLICY_ARC)
+		garc_push(p, li == L_A ? 1 : 2, n->word[1], nbytes(n));
 	forget(p, n);
 }

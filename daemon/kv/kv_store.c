@@ -300,6 +300,8 @@ static int entry_new(struct kv_store *st, uid_t uid, const void *key, size_t kle
 		     struct kv_entry **out, char *msg, size_t msglen)
 {
 	struct kv_entry *e = calloc(1, sizeof(*e) + klen);
+	uint32_t hash = (uint32_t)kv_index_hash(&st->idx, uid, key, klen);
+	kv_policy_expect(st->pol, hash); /* the room made next is for this key (ARC adapts first) */
 	int rc = e ? make_room(st, uid, size, pin, &e->u.ext, msg, msglen) : MORI_ENOMEM;
 	if (rc != MORI_OK) {
 		if (!e)
@@ -312,7 +314,7 @@ static int entry_new(struct kv_store *st, uid_t uid, const void *key, size_t kle
 	e->uid = uid;
 	e->key_len = (uint16_t)klen;
 	memcpy(e->key, key, klen);
-	e->hash = (uint32_t)kv_index_hash(&st->idx, uid, key, klen);
+	e->hash = hash;
 	e->pin = (uint8_t)pin;
 	e->depth = (int8_t)(depth < -1 ? -1 : depth > 127 ? 127 : depth);
 	e->state = KV_RESERVED;
