@@ -9,8 +9,9 @@
  * Options after the command: --timeout-ms MS (the handle's deadline), --batch B (items per call,
  * default 16), --loop (get: again and again until an error, a miss or wrong bytes, for fault tests),
  * --part I/P (put: only the keys whose index is I modulo P, so that several nodes share one
- * key range), --no-verify (get: bytes not checked), --rounds R (get: the whole range R times);
- * secs and gbps count the get calls alone.
+ * key range), --no-verify (get: bytes not checked), --rounds R (get: the whole range R times),
+ * --register (get: the buffers are registered with mori_umbp_register_memory first, so that values
+ * from other nodes are written into them by morid); secs and gbps count the get calls alone.
  * Prints one line: "put N" / "get ok=A miss=M err=E bad=B first_error=CODE msg=..." and exits 0
  * when every byte that came back is right (misses and errors are counted, not failures: the
  * test decides what it expects), 1 on wrong bytes, 2 on usage or setup errors. */
@@ -57,7 +58,7 @@ int main(int argc, char **argv)
 	uint32_t bmax = 16;
 	int loop = 0, a = 5;
 	uint32_t part = 0, parts = 1, rounds = 1;
-	int verify = 1;
+	int verify = 1, reg = 0;
 	if (strcmp(cmd, "remove") != 0) {
 		if (argc < 6) {
 			fprintf(stderr, "umbp_node: %s needs SIZE\n", cmd);
@@ -82,6 +83,8 @@ int main(int argc, char **argv)
 			rounds = (uint32_t)strtoul(argv[++a], NULL, 0);
 		else if (!strcmp(argv[a], "--loop"))
 			loop = 1;
+		else if (!strcmp(argv[a], "--register"))
+			reg = 1;
 		else {
 			fprintf(stderr, "umbp_node: unknown option %s\n", argv[a]);
 			return 2;
@@ -158,6 +161,11 @@ int main(int argc, char **argv)
 		free(it), free(keys), free(buf);
 		return err ? 1 : 0;
 	}
+	if (reg && (rc = mori_umbp_register_memory(u, buf, size * bmax)) != MORI_OK) {
+		fprintf(stderr, "umbp_node: register %llu bytes: %s: %s\n", (unsigned long long)(size * bmax),
+			mori_strerror(rc), mori_client_last_error(c));
+		return 2;
+	}
 	do {
 		for (uint32_t at = 0; at < n; at += bmax) {
 			uint32_t m = n - at < bmax ? n - at : bmax;
@@ -202,6 +210,8 @@ int main(int argc, char **argv)
 	printf("get ok=%llu miss=%llu err=%llu bad=%llu first_error=%d secs=%.3f gbps=%.3f msg=%s\n",
 	       (unsigned long long)ok, (unsigned long long)miss, (unsigned long long)err, (unsigned long long)bad,
 	       first_err, dt, dt > 0 ? (double)bytes / dt / 1e9 : 0.0, first_msg);
+	if (reg && (rc = mori_umbp_deregister_memory(u, buf)) != MORI_OK)
+		fprintf(stderr, "umbp_node: deregister: %s\n", mori_strerror(rc));
 	mori_umbp_close(u);
 	mori_client_close(c);
 	free(it), free(keys), free(buf);

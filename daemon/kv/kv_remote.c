@@ -67,21 +67,30 @@ struct region *kv_slab_region(struct kv_remote *R, uint32_t index)
 
 static void on_expiry(uv_timer_t *t);
 
-/* The timer for the first lease's deadline (uv_timer_start restarts a started timer). */
+static uint64_t pending_first_ms(struct kv_remote *R);
+static void pending_expire(struct kv_remote *R);
+static void serve_ready(struct kv_remote *R, const Mori__PeerKv *q, const char *from, Mori__PeerKvReply *kr,
+			Mori__Reply *rep, struct rctx *r);
+
+/* The timer for the first deadline: a lease's, or a fetch's waiting for READY (uv_timer_start
+ * restarts a started timer). */
 static void timer_arm(struct kv_remote *R)
 {
-	if (LIST_EMPTY(&R->expiry))
-		return;
-	struct plea *l = list_entry(R->expiry.next, struct plea, elink);
-	uint64_t now = uv_now(R->d->loop);
-	uv_timer_start(&R->timer, on_expiry, l->deadline_ms > now ? l->deadline_ms - now : 0, 0);
+	uint64_t now = uv_now(R->d->loop), at = pending_first_ms(R);
+	if (!LIST_EMPTY(&R->expiry)) {
+		struct plea *l = list_entry(R->expiry.next, struct plea, elink);
+		at = l->deadline_ms < at ? l->deadline_ms : at;
+	}
+	if (at != UINT64_MAX)
+		uv_timer_start(&R->timer, on_expiry, at > now ? at - now : 0, 0);
 }
 
 static void lease_end(struct kv_remote *R, struct plea *l)
 {
 	list_del(&l->hlink);
 	list_del(&l->elink);
-	kv_unref(R->st, l->e);
+	if (l->e) /* NULL: its value is still being read from SSD */
+		kv_unref(R->st, l->e);
 	R->nleases--;
 	free(l);
 }
@@ -97,6 +106,7 @@ static void on_expiry(uv_timer_t *t)
 		R->expired++;
 		lease_end(R, l);
 	}
+	pending_expire(R);
 	timer_arm(R);
 }
 
@@ -130,7 +140,7 @@ static int lease_add(struct kv_remote *R, struct kv_entry *e, uint32_t ms, uint6
 	R->nleases++;
 	*id = l->id;
 	if (R->expiry.next == &l->elink)
-		timer_arm(R);
+		timer_arm(R); /* now the first */
 	return MORI_OK;
 }
 
@@ -141,6 +151,110 @@ uint64_t kv_dram_room(struct kv_store *st)
 	kv_dram_stats_get(st->dram, &ds);
 	uint64_t high = (uint64_t)cfg->kv_dram_bytes / 100 * (uint64_t)cfg->kv_high_watermark;
 	return ds.allocated < high ? high - ds.allocated : 0;
+}
+
+/* A value of a peer's lease being read back from SSD (the lease pending, its entry NULL). */
+struct pread {
+	struct list link;         /* R->preads */
+	struct kv_remote *R;      /* NULL once the store's remote part stopped */
+	uint64_t lease;
+	char asker[128];
+};
+
+static void ready_sent(struct rpc *q, struct peer *p, const Mori__Reply *rep, int code, const char *msg)
+{
+	(void)q, (void)p, (void)rep, (void)code, (void)msg; /* unanswered: the lease expires here */
+}
+
+/* The read landed (e referenced) or failed: the pending lease takes e and the asker is told where
+ * it lies (READY), or what failed; a lease released or expired meanwhile lets e go. */
+static void ssd_landed(void *arg, struct kv_store *st, struct kv_entry *e, int rc)
+{
+	struct pread *pr = arg;
+	struct kv_remote *R = pr->R;
+	if (R)
+		list_del(&pr->link);
+	struct plea *l = R ? lease_find(R, pr->lease) : NULL;
+	if (!l || l->e) {
+		if (e)
+			kv_unref(st, e);
+		free(pr);
+		return;
+	}
+	Mori__PeerKvItem it = MORI__PEER_KV_ITEM__INIT, *itp = &it;
+	it.lease = pr->lease;
+	it.status = rc;
+	struct region *g = e ? kv_slab_region(R, e->u.ext.slab) : NULL;
+	if (e && !g) {
+		kv_unref(st, e);
+		e = NULL;
+		it.status = MORI_ENOMEM;
+	}
+	if (e) {
+		l->e = e;
+		it.size = e->size;
+		it.gen = e->gen;
+		it.tier = KV_TIER_SSD;
+		it.region_id = g->id;
+		it.region_gen = g->gen;
+		it.secret.data = g->secret;
+		it.secret.len = sizeof(g->secret);
+		it.offset = kv_ext_offset(&e->u.ext);
+		R->served++;
+		R->served_bytes += e->size;
+	} else {
+		lease_end(R, l);
+	}
+	int code = MORI_OK;
+	char why[200];
+	struct peer *p = peer_get_client(R->d->peers, pr->asker, &code, why, sizeof(why));
+	if (p) {
+		Mori__PeerKv q = MORI__PEER_KV__INIT;
+		Mori__Request req = MORI__REQUEST__INIT;
+		q.op = MORI__PEER_KV_OP__PEER_KV_READY;
+		q.leases = &pr->lease;
+		q.n_leases = 1;
+		q.items = &itp;
+		q.n_items = 1;
+		req.body_case = MORI__REQUEST__BODY_PEER_KV;
+		req.peer_kv = &q;
+		if (peer_rpc(p, &req, PEER_LOOKUP_TIMEOUT_MS, ready_sent, NULL))
+			peer_use(p);
+	}
+	free(pr);
+}
+
+/* Read key's SSD copy for a peer (from: the asker, who is told when it lands): MORI_EINPROGRESS
+ * and the pending lease in *id, else what kv_peer_hold said (*e held on MORI_OK). */
+static int hold_or_read(struct kv_remote *R, const Mori__PeerKv *q, size_t i, const char *from, uint32_t ms,
+			struct kv_entry **e, uint64_t *id)
+{
+	const ProtobufCBinaryData *k = &q->keys[i];
+	uint64_t gen = q->n_gens ? q->gens[i] : 0;
+	struct kv_pget *pg = from && from[0] ? calloc(1, sizeof(*pg)) : NULL;
+	struct pread *pr = pg ? calloc(1, sizeof(*pr)) : NULL;
+	if (pg && !pr) {
+		free(pg);
+		pg = NULL;
+	}
+	if (pg) {
+		pg->on_read = ssd_landed;
+		pg->arg = pr;
+		snprintf(pr->asker, sizeof(pr->asker), "%s", from);
+	}
+	int rc = kv_peer_hold(R->st, (uid_t)q->uid, k->data, k->len, gen, e, pg);
+	if (rc != MORI_EINPROGRESS) {
+		free(pg), free(pr);
+		return rc;
+	}
+	/* the store owns pg now; pr goes with its landing */
+	pr->R = R;
+	list_add(&R->preads, &pr->link);
+	if (lease_add(R, NULL, ms, id) != MORI_OK)
+		return MORI_ENOMEM; /* pr->lease 0: the landing lets the value go */
+	pr->lease = *id;
+	R->served_ssd++;
+	return MORI_EINPROGRESS;
 }
 
 static void serve_lease(struct kv_remote *R, const Mori__PeerKv *q, Mori__PeerKvReply *kr, Mori__Reply *rep,
@@ -173,7 +287,12 @@ static void serve_lease(struct kv_remote *R, const Mori__PeerKv *q, Mori__PeerKv
 		struct kv_entry *e = NULL;
 		int rc = k->len == 0 || k->len > KV_KEY_MAX ? MORI_EINVAL
 		       : restarted ? MORI_ENOENT
-				   : kv_peer_hold(st, (uid_t)q->uid, k->data, k->len, q->n_gens ? q->gens[i] : 0, &e);
+				   : hold_or_read(R, q, i, self, ms, &e, &it->lease);
+		if (rc == MORI_EINPROGRESS) { /* READY follows */
+			it->status = rc;
+			it->tier = KV_TIER_SSD;
+			continue;
+		}
 		struct region *g = rc == MORI_OK ? kv_slab_region(R, e->u.ext.slab) : NULL;
 		if (rc == MORI_OK && (!g || (rc = lease_add(R, e, ms, &it->lease)) != MORI_OK)) {
 			kv_unref(st, e);
@@ -196,7 +315,6 @@ static void serve_lease(struct kv_remote *R, const Mori__PeerKv *q, Mori__PeerKv
 		R->served++;
 		R->served_bytes += e->size;
 	}
-	(void)self;
 }
 
 /* Slots for values another node places here: temporary entries written by the asker, leased
@@ -281,6 +399,8 @@ static int serve(struct peers *P, const Mori__Request *req, const char *from, Mo
 		serve_lease(R, q, kr, rep, r, from);
 	} else if (q->op == MORI__PEER_KV_OP__PEER_KV_PUT_ALLOC) {
 		serve_put_alloc(R, q, kr, rep, r);
+	} else if (q->op == MORI__PEER_KV_OP__PEER_KV_READY) {
+		serve_ready(R, q, from, kr, rep, r);
 	} else if (q->op == MORI__PEER_KV_OP__PEER_KV_RELEASE || q->op == MORI__PEER_KV_OP__PEER_KV_PUT_COMMIT) {
 		kr->status = rctx_alloc(r, sizeof(*kr->status) * (q->n_leases ? q->n_leases : 1));
 		if (!kr->status) {
@@ -290,7 +410,8 @@ static int serve(struct peers *P, const Mori__Request *req, const char *from, Mo
 		for (size_t i = 0; i < q->n_leases; i++) {
 			struct plea *l = lease_find(R, q->leases[i]);
 			int rc = l ? MORI_OK : MORI_ETIMEDOUT; /* expired (or never ours) */
-			if (l && q->op == MORI__PEER_KV_OP__PEER_KV_PUT_COMMIT && (rc = kv_temp_commit(st, l->e)) == MORI_OK)
+			if (l && q->op == MORI__PEER_KV_OP__PEER_KV_PUT_COMMIT &&
+			    (rc = l->e ? kv_temp_commit(st, l->e) : MORI_EINVAL) == MORI_OK)
 				R->placed_here++;
 			if (l)
 				lease_end(R, l);
@@ -308,15 +429,29 @@ static int serve(struct peers *P, const Mori__Request *req, const char *from, Mo
 
 /* ---- the asker: fetches from holders ---- */
 
+/* Region id of g's client with [off, off + cap) inside it, or NULL (not its own, gone, outside). */
+static struct region *dest_region(struct kv_remote *R, struct kv_pget *g, uint64_t id, uint64_t off, uint64_t cap)
+{
+	struct region *lg = g->kc ? region_find(R->d, id) : NULL;
+	if (!lg || lg->owner != g->kc->c || off > lg->size || cap > lg->size - off)
+		return NULL;
+	return lg;
+}
+
 struct ritem {
 	Mori__KvSlot *sl;
 	ProtobufCBinaryData key;  /* the request's bytes (alive in the get's rctx) */
 	uint64_t gen;             /* expected (0: any) */
-	struct kv_entry *tmp;     /* the local slot it lands in */
+	struct kv_entry *tmp;     /* the local slot it lands in, or NULL: */
+	uint64_t dst, dst_off, cap; /* the client's region it lands in (dst non-zero) */
+	struct region *lr;        /* where it lands (set once leased), at loff */
+	uint64_t loff;
 	uint64_t lease, size, roff, rregion;
 	uint32_t rgen;
 	uint8_t secret[REGION_SECRET_BYTES];
 	int rc;
+	int pending;              /* leased, being read from the holder's SSD: READY follows */
+	uint32_t tier;            /* where the holder found it */
 };
 
 struct rget {
@@ -328,11 +463,15 @@ struct rget {
 	uint64_t epoch, holder_epoch;
 	uint64_t deadline_us;
 	uint32_t n, xfers;
+	uint32_t pending;         /* items waiting for the holder's READY */
+	int leased;               /* the lease reply came */
 	uint64_t *xids;           /* transfers in flight, for the store's stop */
 	uint32_t nx;
 	char why[300];
 	struct ritem it[];
 };
+
+static void rget_step(struct rget *rg);
 
 static uint32_t ms_left(const struct rget *rg)
 {
@@ -383,7 +522,13 @@ static void rget_finish(struct rget *rg)
 		struct kv_pget *g = rg->g;
 		for (uint32_t i = 0; i < rg->n; i++) {
 			struct ritem *x = &rg->it[i];
-			if (x->rc == MORI_OK && g->kc) {
+			if (x->rc == MORI_OK && x->dst) {
+				x->sl->delivered = 1; /* in the client's region: nothing to lease or copy */
+				x->sl->len = x->size;
+				R->delivered++;
+			} else if (x->rc == MORI_EMSGSIZE && x->dst) {
+				x->sl->len = x->size;
+			} else if (x->rc == MORI_OK && g->kc) {
 				uint64_t id = 0;
 				x->rc = kv_temp_lease(st, g->kc, x->tmp, &id);
 				if (x->rc == MORI_OK) {
@@ -398,7 +543,7 @@ static void rget_finish(struct rget *rg)
 				kv_unref(st, x->tmp);
 			x->sl->status = x->rc;
 			if (x->rc == MORI_OK) {
-				x->sl->tier = KV_TIER_DRAM;
+				x->sl->tier = x->tier ? x->tier : KV_TIER_DRAM;
 				x->sl->node = rctx_strdup(&g->r, rg->node);
 				R->fetched++;
 				R->fetched_bytes += x->size;
@@ -436,11 +581,11 @@ static void xfer_done(void *arg, int code, const char *msg)
 		rget_error(rg, "fetch from node %s: %s", rg->node, msg && msg[0] ? msg : mori_strerror(code));
 	free(x->idx);
 	free(x);
-	if (--rg->xfers == 0)
-		rget_finish(rg);
+	rg->xfers--;
+	rget_step(rg);
 }
 
-/* Read items idx[0..n) (same holder region, same local slab) in one transfer. */
+/* Read items idx[0..n) (same holder region, same local region) in one transfer. */
 static void xfer_group(struct rget *rg, struct region *local, uint32_t *idx, uint32_t n)
 {
 	struct kv_remote *R = rg->R;
@@ -454,7 +599,7 @@ static void xfer_group(struct rget *rg, struct region *local, uint32_t *idx, uin
 	}
 	for (uint32_t i = 0; i < n; i++) {
 		struct ritem *it = &rg->it[idx[i]];
-		descs[i].local_offset = kv_ext_offset(&it->tmp->u.ext);
+		descs[i].local_offset = it->loff;
 		descs[i].remote_offset = it->roff;
 		descs[i].length = it->size;
 	}
@@ -481,6 +626,147 @@ static void xfer_group(struct rget *rg, struct region *local, uint32_t *idx, uin
 		rg->xids[rg->nx++] = id;
 }
 
+/* Where leased item it (ki: the holder's answer) lands: the client's region, or a temporary slot
+ * made here; it->rc says what failed. */
+static void land(struct rget *rg, struct ritem *it, const Mori__PeerKvItem *ki)
+{
+	struct kv_remote *R = rg->R;
+	char why[300];
+	it->lease = ki->lease;
+	it->tier = ki->tier ? ki->tier : KV_TIER_DRAM;
+	if (ki->secret.len != REGION_SECRET_BYTES || ki->size == 0) {
+		it->rc = MORI_EPROTO;
+		rget_error(rg, "node %s: a lease with a malformed region", rg->node);
+		return;
+	}
+	if (ki->size > (uint64_t)R->d->cfg.kv_value_max) {
+		it->rc = MORI_EMSGSIZE;
+		rget_error(rg, "node %s holds a value of %llu bytes, over kv_value_max here", rg->node,
+			   (unsigned long long)ki->size);
+		return;
+	}
+	it->size = ki->size;
+	it->roff = ki->offset;
+	it->rregion = ki->region_id;
+	it->rgen = ki->region_gen;
+	memcpy(it->secret, ki->secret.data, REGION_SECRET_BYTES);
+	if (it->dst) { /* straight into the client's region: no slot here */
+		if (ki->size > it->cap) {
+			it->rc = MORI_EMSGSIZE; /* the slot's len says how much is needed */
+			return;
+		}
+		if (!(it->lr = dest_region(R, rg->g, it->dst, it->dst_off, it->cap))) {
+			it->rc = MORI_ESTALE;
+			rget_error(rg, "region %llx was deregistered during a get from node %s", (unsigned long long)it->dst,
+				   rg->node);
+			return;
+		}
+		it->loff = it->dst_off;
+		return;
+	}
+	it->rc = kv_temp_new(R->st, rg->uid, it->key.data, it->key.len, it->size, &it->tmp, why, sizeof(why));
+	if (it->rc != MORI_OK) {
+		it->tmp = NULL;
+		rget_error(rg, "no room here for a value of node %s: %s", rg->node, why);
+		return;
+	}
+	if (!(it->lr = kv_slab_region(R, it->tmp->u.ext.slab)))
+		it->rc = MORI_ENOMEM;
+	else
+		it->loff = kv_ext_offset(&it->tmp->u.ext);
+}
+
+/* Finish rg once nothing of it is in flight; else, waiting for READY, mind its deadline. */
+static void rget_step(struct rget *rg)
+{
+	if (rg->xfers == 0 && rg->pending == 0)
+		rget_finish(rg);
+	else if (rg->pending && rg->R)
+		timer_arm(rg->R);
+}
+
+static uint64_t pending_first_ms(struct kv_remote *R)
+{
+	uint64_t first = UINT64_MAX, now = uv_now(R->d->loop);
+	list_each(it, &R->rgets) {
+		struct rget *rg = list_entry(it, struct rget, link);
+		uint64_t at = now + ms_left(rg);
+		if (rg->pending && at < first)
+			first = at;
+	}
+	return first;
+}
+
+/* Items still waiting for READY past their get's deadline end (MORI_ETIMEDOUT). */
+static void pending_expire(struct kv_remote *R)
+{
+	uint64_t now = mori_now_us();
+again:
+	list_each(x, &R->rgets) {
+		struct rget *rg = list_entry(x, struct rget, link);
+		if (!rg->pending || rg->deadline_us > now)
+			continue;
+		for (uint32_t i = 0; i < rg->n; i++)
+			if (rg->it[i].pending) {
+				rg->it[i].pending = 0;
+				rg->it[i].rc = MORI_ETIMEDOUT;
+			}
+		rg->pending = 0;
+		rget_error(rg, "node %s did not read a value from its SSD within the get's deadline", rg->node);
+		if (rg->xfers == 0) {
+			rget_finish(rg); /* leaves the list */
+			goto again;
+		}
+	}
+}
+
+/* READY from holder `from`: values its SSD read back for our pending leases now lie where the
+ * items say (or failed); each is fetched as a leased one. An unknown lease: MORI_ENOENT. */
+static void serve_ready(struct kv_remote *R, const Mori__PeerKv *q, const char *from, Mori__PeerKvReply *kr,
+			Mori__Reply *rep, struct rctx *r)
+{
+	kr->status = rctx_alloc(r, sizeof(*kr->status) * (q->n_items ? q->n_items : 1));
+	if (!kr->status) {
+		reply_error(rep, MORI_ENOMEM, "out of memory");
+		return;
+	}
+	for (size_t k = 0; k < q->n_items; k++) {
+		const Mori__PeerKvItem *ki = q->items[k];
+		struct rget *rg = NULL;
+		struct ritem *it = NULL;
+		list_each(x, &R->rgets) {
+			struct rget *c = list_entry(x, struct rget, link);
+			if (!c->pending || !from || strcmp(c->node, from))
+				continue;
+			for (uint32_t i = 0; !it && i < c->n; i++)
+				if (c->it[i].pending && c->it[i].lease == ki->lease)
+					rg = c, it = &c->it[i];
+			if (it)
+				break;
+		}
+		kr->status[kr->n_status++] = it ? MORI_OK : MORI_ENOENT;
+		if (!it)
+			continue;
+		it->pending = 0;
+		rg->pending--;
+		it->rc = ki->status;
+		if (ki->status == MORI_OK)
+			land(rg, it, ki);
+		else
+			rget_error(rg, "node %s: reading a value from its SSD: %s", rg->node, mori_strerror(ki->status));
+		uint32_t *idx = it->rc == MORI_OK ? malloc(sizeof(*idx)) : NULL;
+		if (it->rc == MORI_OK && !idx)
+			it->rc = MORI_ENOMEM;
+		rg->xfers++; /* held across the start: its done may run inside */
+		if (idx) {
+			idx[0] = (uint32_t)(it - rg->it);
+			xfer_group(rg, it->lr, idx, 1); /* takes idx */
+		}
+		rg->xfers--;
+		rget_step(rg);
+	}
+}
+
 static void lease_done(struct rpc *q, struct peer *p, const Mori__Reply *rep, int code, const char *msg)
 {
 	struct rget *rg = q->arg;
@@ -490,7 +776,6 @@ static void lease_done(struct rpc *q, struct peer *p, const Mori__Reply *rep, in
 		free(rg);
 		return;
 	}
-	struct kv_remote *R = rg->R;
 	const Mori__PeerKvReply *kr = rep && rep->body_case == MORI__REPLY__BODY_PEER_KV ? rep->peer_kv : NULL;
 	if (code == MORI_OK && (!kr || kr->n_items != rg->n))
 		code = MORI_EPROTO, msg = "a lease reply of another length than asked";
@@ -502,37 +787,21 @@ static void lease_done(struct rpc *q, struct peer *p, const Mori__Reply *rep, in
 		return;
 	}
 	rg->holder_epoch = kr->epoch;
+	rg->leased = 1;
 	for (uint32_t i = 0; i < rg->n; i++) {
 		struct ritem *it = &rg->it[i];
 		const Mori__PeerKvItem *ki = kr->items[i];
 		it->rc = ki->status;
-		if (ki->status != MORI_OK)
-			continue;
-		it->lease = ki->lease;
-		char why[300];
-		if (ki->secret.len != REGION_SECRET_BYTES || ki->size == 0) {
-			it->rc = MORI_EPROTO;
-			rget_error(rg, "node %s: a lease with a malformed region", rg->node);
+		if (ki->status == MORI_EINPROGRESS) { /* read from the holder's SSD: READY says where */
+			it->lease = ki->lease;
+			it->pending = 1;
+			rg->pending++;
 			continue;
 		}
-		if (ki->size > (uint64_t)R->d->cfg.kv_value_max) {
-			it->rc = MORI_EMSGSIZE;
-			rget_error(rg, "node %s holds a value of %llu bytes, over kv_value_max here", rg->node,
-				   (unsigned long long)ki->size);
-			continue;
-		}
-		it->size = ki->size;
-		it->roff = ki->offset;
-		it->rregion = ki->region_id;
-		it->rgen = ki->region_gen;
-		memcpy(it->secret, ki->secret.data, REGION_SECRET_BYTES);
-		it->rc = kv_temp_new(R->st, rg->uid, it->key.data, it->key.len, it->size, &it->tmp, why, sizeof(why));
-		if (it->rc != MORI_OK) {
-			it->tmp = NULL;
-			rget_error(rg, "no room here for a value of node %s: %s", rg->node, why);
-		}
+		if (ki->status == MORI_OK)
+			land(rg, it, ki);
 	}
-	/* one transfer per (holder region, local slab) */
+	/* one transfer per (holder region, local region) */
 	uint8_t *done = calloc(rg->n, 1);
 	rg->xids = calloc(rg->n, sizeof(*rg->xids));
 	rg->xfers = 1; /* this function's own, dropped at its end */
@@ -540,11 +809,6 @@ static void lease_done(struct rpc *q, struct peer *p, const Mori__Reply *rep, in
 		struct ritem *a = &rg->it[i];
 		if (done[i] || a->rc != MORI_OK)
 			continue;
-		struct region *local = kv_slab_region(R, a->tmp->u.ext.slab);
-		if (!local) {
-			a->rc = MORI_ENOMEM;
-			continue;
-		}
 		uint32_t *grp = malloc(sizeof(*grp) * rg->n), n = 0;
 		if (!grp) {
 			a->rc = MORI_ENOMEM;
@@ -552,21 +816,20 @@ static void lease_done(struct rpc *q, struct peer *p, const Mori__Reply *rep, in
 		}
 		for (uint32_t j = i; j < rg->n; j++) {
 			struct ritem *b = &rg->it[j];
-			if (!done[j] && b->rc == MORI_OK && b->rregion == a->rregion &&
-			    b->tmp->u.ext.slab == a->tmp->u.ext.slab) {
+			if (!done[j] && b->rc == MORI_OK && b->rregion == a->rregion && b->lr == a->lr) {
 				grp[n++] = j;
 				done[j] = 1;
 			}
 		}
-		xfer_group(rg, local, grp, n); /* takes grp */
+		xfer_group(rg, a->lr, grp, n); /* takes grp */
 	}
 	if (!done)
 		for (uint32_t i = 0; i < rg->n; i++)
 			if (rg->it[i].rc == MORI_OK)
 				rg->it[i].rc = MORI_ENOMEM;
 	free(done);
-	if (--rg->xfers == 0)
-		rget_finish(rg);
+	rg->xfers--;
+	rget_step(rg);
 }
 
 int kv_remote_get(struct kv_store *st, struct kv_pget *g, uid_t uid, const char *node, uint64_t epoch,
@@ -588,35 +851,52 @@ int kv_remote_get(struct kv_store *st, struct kv_pget *g, uid_t uid, const char 
 		kv_first_error(&g->rep, &g->r, why);
 		return code;
 	}
+	/* a destination that is not the client's own region (or not all inside it) asks nothing */
 	size_t kbytes = 0;
-	for (uint32_t i = 0; i < n; i++)
+	uint32_t bad = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		if (keys[i].region && !dest_region(R, g, keys[i].region, keys[i].region_off, keys[i].cap)) {
+			keys[i].sl->status = MORI_EINVAL;
+			kv_first_error(&g->rep, &g->r, "a get's destination is not inside a region this client registered");
+			bad++;
+			continue;
+		}
 		kbytes += keys[i].key.len;
+	}
+	if (bad == n)
+		return MORI_EINVAL;
 	/* the keys are copied: the request they came in is freed when the get's reply is deferred */
-	struct rget *rg = calloc(1, sizeof(*rg) + sizeof(struct ritem) * n + kbytes);
+	struct rget *rg = calloc(1, sizeof(*rg) + sizeof(struct ritem) * (n - bad) + kbytes);
 	uint64_t *kb = calloc(n, sizeof(*kb));
 	ProtobufCBinaryData *ks = calloc(n, sizeof(*ks));
 	if (!rg || !kb || !ks) {
 		free(rg), free(kb), free(ks);
 		return MORI_ENOMEM;
 	}
-	uint8_t *kcopy = (uint8_t *)&rg->it[n];
+	uint8_t *kcopy = (uint8_t *)&rg->it[n - bad];
 	rg->R = R;
 	rg->g = g;
 	rg->uid = uid;
 	snprintf(rg->node, sizeof(rg->node), "%s", node);
 	rg->epoch = epoch;
-	rg->n = n;
 	rg->deadline_us = mori_now_us() + (uint64_t)timeout_ms * 1000;
 	for (uint32_t i = 0; i < n; i++) {
-		rg->it[i].sl = keys[i].sl;
+		if (keys[i].region && keys[i].sl->status == MORI_EINVAL)
+			continue;
+		struct ritem *it = &rg->it[rg->n];
+		it->sl = keys[i].sl;
 		memcpy(kcopy, keys[i].key.data, keys[i].key.len);
-		rg->it[i].key.data = kcopy;
-		rg->it[i].key.len = keys[i].key.len;
+		it->key.data = kcopy;
+		it->key.len = keys[i].key.len;
 		kcopy += keys[i].key.len;
-		rg->it[i].gen = keys[i].gen;
-		ks[i] = rg->it[i].key;
-		kb[i] = keys[i].gen;
+		it->gen = keys[i].gen;
+		it->dst = keys[i].region;
+		it->dst_off = keys[i].region_off;
+		it->cap = keys[i].cap;
+		ks[rg->n] = it->key;
+		kb[rg->n++] = keys[i].gen;
 	}
+	n = rg->n;
 	Mori__PeerKv q = MORI__PEER_KV__INIT;
 	Mori__Request req = MORI__REQUEST__INIT;
 	q.op = MORI__PEER_KV_OP__PEER_KV_LEASE;
@@ -666,19 +946,22 @@ static void loc_done(void *arg, int status, const char *msg, const struct kv_loc
 			rl->k[i].sl->status = status != MORI_OK ? status : MORI_EPROTO;
 		kv_first_error(&g->rep, &g->r, msg && msg[0] ? msg : "the cluster index answered another count of keys");
 	} else {
-		/* each key from one holder that has it in DRAM (SSD copies are not served to peers),
-		 * a batch's keys of one holder in one request */
+		/* each key from one holder, one with it in DRAM first (a holder reads an SSD copy back
+		 * before it serves it), a batch's keys of one holder in one request */
 		const char **node = calloc(n ? n : 1, sizeof(*node));
 		uint64_t *epoch = calloc(n ? n : 1, sizeof(*epoch));
 		struct kv_remote_key *grp = calloc(n ? n : 1, sizeof(*grp));
 		for (size_t i = 0; node && epoch && i < n; i++)
-			for (uint32_t h = 0; h < res[i].n; h++)
-				if (!res[i].holders[h].self && res[i].holders[h].tier == KV_TIER_DRAM) {
-					node[i] = res[i].holders[h].node;
-					epoch[i] = res[i].holders[h].epoch;
-					rl->k[i].gen = res[i].holders[h].gen;
+			for (uint32_t h = 0; h < res[i].n; h++) {
+				const struct kv_holder *x = &res[i].holders[h];
+				if (x->self || (node[i] && x->tier != KV_TIER_DRAM))
+					continue;
+				node[i] = x->node;
+				epoch[i] = x->epoch;
+				rl->k[i].gen = x->gen;
+				if (x->tier == KV_TIER_DRAM)
 					break;
-				}
+			}
 		uint64_t now = mori_now_us();
 		uint32_t ms = rl->deadline_us > now ? (uint32_t)((rl->deadline_us - now) / 1000) + 1 : 1;
 		for (size_t i = 0; node && epoch && grp && i < n; i++) {
@@ -759,6 +1042,7 @@ int kv_remote_start(struct kv_store *st)
 	LIST_INIT(&R->expiry);
 	LIST_INIT(&R->rgets);
 	LIST_INIT(&R->rputs);
+	LIST_INIT(&R->preads);
 	uv_timer_init(st->d->loop, &R->timer);
 	R->timer.data = R;
 	kv_dram_on_close(st->dram, slab_closed, R);
@@ -778,10 +1062,29 @@ void kv_remote_stop(struct kv_store *st)
 	if (!R)
 		return;
 	peers_kv_serve = NULL;
+	while (!LIST_EMPTY(&R->preads)) { /* their reads land for nobody */
+		struct pread *pr = list_entry(R->preads.next, struct pread, link);
+		list_del(&pr->link);
+		pr->R = NULL;
+	}
+	/* fetches waiting for READY stop waiting; those with nothing in flight end here */
+	list_each(x, &R->rgets) {
+		struct rget *rg = list_entry(x, struct rget, link);
+		for (uint32_t i = 0; i < rg->n; i++)
+			if (rg->it[i].pending) {
+				rg->it[i].pending = 0;
+				rg->it[i].rc = MORI_ECANCELED;
+			}
+		rg->pending = 0;
+	}
 	/* fetches reading now end (their slots freed while the store lives); those waiting for a
 	 * lease reply are let go: their reply frees them */
 	while (!LIST_EMPTY(&R->rgets)) {
 		struct rget *rg = list_entry(R->rgets.next, struct rget, link);
+		if (rg->leased && !rg->xfers) { /* was waiting for READY */
+			rget_finish(rg);
+			continue;
+		}
 		if (rg->xfers) { /* reading: cancelling its transfers finishes it (each done runs now) */
 			uint32_t nx = rg->nx;
 			uint64_t *ids = malloc(sizeof(*ids) * (nx ? nx : 1));
@@ -834,4 +1137,6 @@ void kv_remote_stats(const struct kv_store *st, struct kv_remote_stats *out)
 	out->placed_bytes = R->placed_bytes;
 	out->place_failed = R->place_failed;
 	out->placed_here = R->placed_here;
+	out->delivered = R->delivered;
+	out->served_ssd = R->served_ssd;
 }

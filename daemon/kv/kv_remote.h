@@ -10,15 +10,20 @@ int kv_remote_start(struct kv_store *st);
 /* Before the store is freed: fetches end (MORI_ECANCELED), peers' leases end, the slabs' regions go. */
 void kv_remote_stop(struct kv_store *st);
 
-/* One key of a remote get: where its answer goes (a slot of g's reply), its bytes (copied) and
- * the generation the index named (0: any). */
+/* One key of a remote get: where its answer goes (a slot of g's reply), its bytes (copied), the
+ * generation the index named (0: any), and where the bytes go: region (a region g's client
+ * registered; 0: a temporary DRAM slot leased to the client), at region_off, at most cap bytes. */
 struct kv_remote_key {
 	Mori__KvSlot *sl;
 	ProtobufCBinaryData key;
 	uint64_t gen;
+	uint64_t region, region_off, cap;
 };
 /* Fetch keys[0..n) of uid from node's daemon (host:port; epoch: the one the index named, 0 any)
- * into temporary DRAM slots leased to g's client, the whole within timeout_ms. MORI_EINPROGRESS:
+ * into the client's regions where keys name one (the slot then says delivered; a region that is
+ * not the client's, or a range outside it, is MORI_EINVAL for that key, a value over cap
+ * MORI_EMSGSIZE with its length), else into temporary DRAM slots leased to g's client, the whole
+ * within timeout_ms. MORI_EINPROGRESS:
  * g->waiting counts it and each slot is filled (status MORI_OK, MORI_ENOENT for a miss or a stale
  * entry, or the error, the reason naming the node in g's reply) before g completes. Else nothing
  * started: MORI_ENOTSUP (no peer service), MORI_ENOENT (node is this one), MORI_ENOMEM, or the
@@ -38,6 +43,7 @@ struct kv_remote_stats {
 	uint64_t fetched, fetched_bytes, fetch_misses, fetch_errors; /* as the asker */
 	uint64_t served, served_bytes, peer_leases, expired;         /* as the holder */
 	uint64_t placed, placed_bytes, place_failed, placed_here;    /* placement: sent, refused, taken */
+	uint64_t delivered, served_ssd; /* of fetched: into clients' regions; of served: read from SSD */
 };
 void kv_remote_stats(const struct kv_store *st, struct kv_remote_stats *out);
 #endif

@@ -33,9 +33,11 @@ struct kv_remote {
 	uv_timer_t timer;
 	struct list rgets;        /* the asker's fetches in flight */
 	struct list rputs;        /* placements in flight */
+	struct list preads;       /* the holder's reads from SSD for peers' leases (struct pread) */
 	/* counters (moractl kv, metrics) */
 	uint64_t fetched, fetched_bytes, fetch_misses, fetch_errors, served, served_bytes, expired;
 	uint64_t placed, placed_bytes, place_failed, placed_here;
+	uint64_t delivered, served_ssd; /* fetched into clients' regions; served from SSD */
 	uint32_t placing;         /* placements in flight */
 };
 
