@@ -69,6 +69,8 @@ static void on_expiry(uv_timer_t *t);
 
 static uint64_t pending_first_ms(struct kv_remote *R);
 static void pending_expire(struct kv_remote *R);
+static uint64_t early_first_ms(struct kv_remote *R);
+static void early_expire(struct kv_remote *R, int all);
 static void serve_ready(struct kv_remote *R, const Mori__PeerKv *q, const char *from, Mori__PeerKvReply *kr,
 			Mori__Reply *rep, struct rctx *r);
 
@@ -77,6 +79,10 @@ static void serve_ready(struct kv_remote *R, const Mori__PeerKv *q, const char *
 static void timer_arm(struct kv_remote *R)
 {
 	uint64_t now = uv_now(R->d->loop), at = pending_first_ms(R);
+	if (!LIST_EMPTY(&R->early)) {
+		uint64_t e = early_first_ms(R);
+		at = e < at ? e : at;
+	}
 	if (!LIST_EMPTY(&R->expiry)) {
 		struct plea *l = list_entry(R->expiry.next, struct plea, elink);
 		at = l->deadline_ms < at ? l->deadline_ms : at;
@@ -107,6 +113,7 @@ static void on_expiry(uv_timer_t *t)
 		lease_end(R, l);
 	}
 	pending_expire(R);
+	early_expire(R, 0);
 	timer_arm(R);
 }
 
@@ -451,6 +458,7 @@ struct ritem {
 	uint8_t secret[REGION_SECRET_BYTES];
 	int rc;
 	int pending;              /* leased, being read from the holder's SSD: READY follows */
+	int started;              /* in a transfer */
 	uint32_t tier;            /* where the holder found it */
 };
 
@@ -599,6 +607,7 @@ static void xfer_group(struct rget *rg, struct region *local, uint32_t *idx, uin
 	}
 	for (uint32_t i = 0; i < n; i++) {
 		struct ritem *it = &rg->it[idx[i]];
+		it->started = 1;
 		descs[i].local_offset = it->loff;
 		descs[i].remote_offset = it->roff;
 		descs[i].length = it->size;
@@ -720,8 +729,115 @@ again:
 	}
 }
 
+/* Pending item it of rg is ready at its holder (ki), or failed there: fetch it as a leased one. */
+static void ready_item(struct rget *rg, struct ritem *it, const Mori__PeerKvItem *ki)
+{
+	it->pending = 0;
+	rg->pending--;
+	it->rc = ki->status;
+	if (ki->status == MORI_OK)
+		land(rg, it, ki);
+	else
+		rget_error(rg, "node %s: reading a value from its SSD: %s", rg->node, mori_strerror(ki->status));
+	uint32_t *idx = it->rc == MORI_OK ? malloc(sizeof(*idx)) : NULL;
+	if (it->rc == MORI_OK && !idx)
+		it->rc = MORI_ENOMEM;
+	rg->xfers++; /* held across the start: its done may run inside */
+	if (idx) {
+		idx[0] = (uint32_t)(it - rg->it);
+		xfer_group(rg, it->lr, idx, 1); /* takes idx */
+	}
+	rg->xfers--;
+	rget_step(rg);
+}
+
+/* A READY that came before the lease reply it answers (the holder's SSD read can beat it: READY
+ * travels on the holder's own link to us), kept until that reply or the lease's end. */
+struct early {
+	struct list link;         /* R->early */
+	char node[128];
+	uint64_t lease, size, gen, region_id, offset, expires_ms;
+	uint32_t region_gen, tier;
+	int32_t status;
+	uint8_t secret[REGION_SECRET_BYTES];
+};
+#define EARLY_MAX 4096
+
+static void early_keep(struct kv_remote *R, const char *from, const Mori__PeerKvItem *ki)
+{
+	struct early *e = R->nearly < EARLY_MAX && (ki->status != MORI_OK || ki->secret.len == REGION_SECRET_BYTES)
+			? calloc(1, sizeof(*e)) : NULL;
+	if (!e)
+		return; /* the item then ends at its get's deadline */
+	snprintf(e->node, sizeof(e->node), "%s", from);
+	e->lease = ki->lease;
+	e->status = ki->status;
+	e->size = ki->size;
+	e->gen = ki->gen;
+	e->region_id = ki->region_id;
+	e->region_gen = ki->region_gen;
+	e->offset = ki->offset;
+	e->tier = ki->tier;
+	if (ki->status == MORI_OK)
+		memcpy(e->secret, ki->secret.data, REGION_SECRET_BYTES);
+	e->expires_ms = uv_now(R->d->loop) + (uint64_t)R->d->cfg.kv_lease_max_ms;
+	list_add(&R->early, &e->link); /* at the tail */
+	R->nearly++;
+	timer_arm(R);
+}
+
+static void early_drop(struct kv_remote *R, struct early *e)
+{
+	list_del(&e->link);
+	R->nearly--;
+	free(e);
+}
+
+static uint64_t early_first_ms(struct kv_remote *R)
+{
+	return list_entry(R->early.next, struct early, link)->expires_ms; /* kept in arrival order */
+}
+
+/* Kept READYs past their lease's longest life go (all: every one). */
+static void early_expire(struct kv_remote *R, int all)
+{
+	uint64_t now = uv_now(R->d->loop);
+	while (!LIST_EMPTY(&R->early) && (all || early_first_ms(R) <= now))
+		early_drop(R, list_entry(R->early.next, struct early, link));
+}
+
+/* rg's lease reply came: its pending items whose READY came first go on. */
+static void early_match(struct kv_remote *R, struct rget *rg)
+{
+	list_each(x, &R->early) {
+		struct early *e = list_entry(x, struct early, link);
+		for (uint32_t i = 0; rg->pending && i < rg->n; i++) {
+			struct ritem *it = &rg->it[i];
+			if (!it->pending || it->lease != e->lease || strcmp(e->node, rg->node))
+				continue;
+			Mori__PeerKvItem ki = MORI__PEER_KV_ITEM__INIT;
+			ki.status = e->status;
+			ki.lease = e->lease;
+			ki.size = e->size;
+			ki.gen = e->gen;
+			ki.region_id = e->region_id;
+			ki.region_gen = e->region_gen;
+			ki.secret.data = e->secret;
+			ki.secret.len = e->status == MORI_OK ? REGION_SECRET_BYTES : 0;
+			ki.offset = e->offset;
+			ki.tier = e->tier;
+			early_drop(R, e);
+			rg->xfers++; /* rg stays until this walk ends */
+			ready_item(rg, it, &ki);
+			rg->xfers--;
+			break;
+		}
+	}
+}
+
 /* READY from holder `from`: values its SSD read back for our pending leases now lie where the
- * items say (or failed); each is fetched as a leased one. An unknown lease: MORI_ENOENT. */
+ * items say (or failed); each is fetched as a leased one. One for a lease whose reply has not
+ * come yet is kept for it. */
 static void serve_ready(struct kv_remote *R, const Mori__PeerKv *q, const char *from, Mori__PeerKvReply *kr,
 			Mori__Reply *rep, struct rctx *r)
 {
@@ -730,40 +846,27 @@ static void serve_ready(struct kv_remote *R, const Mori__PeerKv *q, const char *
 		reply_error(rep, MORI_ENOMEM, "out of memory");
 		return;
 	}
-	for (size_t k = 0; k < q->n_items; k++) {
+	for (size_t k = 0; from && k < q->n_items; k++) {
 		const Mori__PeerKvItem *ki = q->items[k];
 		struct rget *rg = NULL;
 		struct ritem *it = NULL;
+		int waiting = 0; /* a fetch from that node still waits for its lease reply */
 		list_each(x, &R->rgets) {
 			struct rget *c = list_entry(x, struct rget, link);
-			if (!c->pending || !from || strcmp(c->node, from))
+			if (strcmp(c->node, from))
 				continue;
-			for (uint32_t i = 0; !it && i < c->n; i++)
+			waiting |= !c->leased;
+			for (uint32_t i = 0; c->pending && !it && i < c->n; i++)
 				if (c->it[i].pending && c->it[i].lease == ki->lease)
 					rg = c, it = &c->it[i];
 			if (it)
 				break;
 		}
-		kr->status[kr->n_status++] = it ? MORI_OK : MORI_ENOENT;
-		if (!it)
-			continue;
-		it->pending = 0;
-		rg->pending--;
-		it->rc = ki->status;
-		if (ki->status == MORI_OK)
-			land(rg, it, ki);
-		else
-			rget_error(rg, "node %s: reading a value from its SSD: %s", rg->node, mori_strerror(ki->status));
-		uint32_t *idx = it->rc == MORI_OK ? malloc(sizeof(*idx)) : NULL;
-		if (it->rc == MORI_OK && !idx)
-			it->rc = MORI_ENOMEM;
-		rg->xfers++; /* held across the start: its done may run inside */
-		if (idx) {
-			idx[0] = (uint32_t)(it - rg->it);
-			xfer_group(rg, it->lr, idx, 1); /* takes idx */
-		}
-		rg->xfers--;
-		rget_step(rg);
+		kr->status[kr->n_status++] = it || waiting ? MORI_OK : MORI_ENOENT;
+		if (it)
+			ready_item(rg, it, ki);
+		else if (waiting)
+			early_keep(R, from, ki);
 	}
 }
 
@@ -805,9 +908,11 @@ static void lease_done(struct rpc *q, struct peer *p, const Mori__Reply *rep, in
 	uint8_t *done = calloc(rg->n, 1);
 	rg->xids = calloc(rg->n, sizeof(*rg->xids));
 	rg->xfers = 1; /* this function's own, dropped at its end */
+	if (rg->pending)
+		early_match(rg->R, rg);
 	for (uint32_t i = 0; done && i < rg->n; i++) {
 		struct ritem *a = &rg->it[i];
-		if (done[i] || a->rc != MORI_OK)
+		if (done[i] || a->rc != MORI_OK || a->started)
 			continue;
 		uint32_t *grp = malloc(sizeof(*grp) * rg->n), n = 0;
 		if (!grp) {
@@ -816,7 +921,7 @@ static void lease_done(struct rpc *q, struct peer *p, const Mori__Reply *rep, in
 		}
 		for (uint32_t j = i; j < rg->n; j++) {
 			struct ritem *b = &rg->it[j];
-			if (!done[j] && b->rc == MORI_OK && b->rregion == a->rregion && b->lr == a->lr) {
+			if (!done[j] && b->rc == MORI_OK && !b->started && b->rregion == a->rregion && b->lr == a->lr) {
 				grp[n++] = j;
 				done[j] = 1;
 			}
@@ -1043,6 +1148,7 @@ int kv_remote_start(struct kv_store *st)
 	LIST_INIT(&R->rgets);
 	LIST_INIT(&R->rputs);
 	LIST_INIT(&R->preads);
+	LIST_INIT(&R->early);
 	uv_timer_init(st->d->loop, &R->timer);
 	R->timer.data = R;
 	kv_dram_on_close(st->dram, slab_closed, R);
@@ -1109,6 +1215,7 @@ void kv_remote_stop(struct kv_store *st)
 	for (int i = 0; i < LEASE_BUCKETS; i++)
 		while (!LIST_EMPTY(&R->lb[i]))
 			lease_end(R, list_entry(R->lb[i].next, struct plea, hlink));
+	early_expire(R, 1);
 	kv_dram_on_close(st->dram, NULL, NULL);
 	for (uint32_t i = 0; i < R->nsr; i++)
 		if (R->sr[i].g)

@@ -34,6 +34,8 @@ struct kv_remote {
 	struct list rgets;        /* the asker's fetches in flight */
 	struct list rputs;        /* placements in flight */
 	struct list preads;       /* the holder's reads from SSD for peers' leases (struct pread) */
+	struct list early;        /* READYs that came before their lease reply (struct early) */
+	uint32_t nearly;
 	/* counters (moractl kv, metrics) */
 	uint64_t fetched, fetched_bytes, fetch_misses, fetch_errors, served, served_bytes, expired;
 	uint64_t placed, placed_bytes, place_failed, placed_here;
