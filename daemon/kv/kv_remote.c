@@ -160,6 +160,19 @@ uint64_t kv_dram_room(struct kv_store *st)
 	return ds.allocated < high ? high - ds.allocated : 0;
 }
 
+/* Where e lies for a peer (g: its slab's region): the item's size, generation, tier and region. */
+static void item_where(Mori__PeerKvItem *it, struct region *g, const struct kv_entry *e, uint64_t size, uint32_t tier)
+{
+	it->size = size;
+	it->gen = e->gen;
+	it->tier = tier;
+	it->region_id = g->id;
+	it->region_gen = g->gen;
+	it->secret.data = g->secret; /* the asker keeps it to itself (a peer link is authenticated) */
+	it->secret.len = REGION_SECRET_BYTES;
+	it->offset = kv_ext_offset(&e->u.ext);
+}
+
 /* A value of a peer's lease being read back from SSD (the lease pending, its entry NULL). */
 struct pread {
 	struct list link;         /* R->preads */
@@ -199,14 +212,7 @@ static void ssd_landed(void *arg, struct kv_store *st, struct kv_entry *e, int r
 	}
 	if (e) {
 		l->e = e;
-		it.size = e->size;
-		it.gen = e->gen;
-		it.tier = KV_TIER_SSD;
-		it.region_id = g->id;
-		it.region_gen = g->gen;
-		it.secret.data = g->secret;
-		it.secret.len = sizeof(g->secret);
-		it.offset = kv_ext_offset(&e->u.ext);
+		item_where(&it, g, e, e->size, KV_TIER_SSD);
 		R->served++;
 		R->served_bytes += e->size;
 	} else {
@@ -311,14 +317,7 @@ static void serve_lease(struct kv_remote *R, const Mori__PeerKv *q, Mori__PeerKv
 				kv_first_error(rep, r, rc == MORI_EINVAL ? "key empty or over 256 bytes" : "out of memory");
 			continue;
 		}
-		it->size = e->size;
-		it->gen = e->gen;
-		it->tier = KV_TIER_DRAM;
-		it->region_id = g->id;
-		it->region_gen = g->gen;
-		it->secret.data = g->secret; /* the asker keeps it to itself (a peer link is authenticated) */
-		it->secret.len = sizeof(g->secret);
-		it->offset = kv_ext_offset(&e->u.ext);
+		item_where(it, g, e, e->size, KV_TIER_DRAM);
 		R->served++;
 		R->served_bytes += e->size;
 	}
@@ -375,13 +374,7 @@ static void serve_put_alloc(struct kv_remote *R, const Mori__PeerKv *q, Mori__Pe
 			kv_first_error(rep, r, msg);
 			continue;
 		}
-		it->size = q->sizes[i];
-		it->tier = KV_TIER_DRAM;
-		it->region_id = g->id;
-		it->region_gen = g->gen;
-		it->secret.data = g->secret;
-		it->secret.len = sizeof(g->secret);
-		it->offset = kv_ext_offset(&e->u.ext);
+		item_where(it, g, e, q->sizes[i], KV_TIER_DRAM);
 	}
 }
 
