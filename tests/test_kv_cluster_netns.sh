@@ -105,6 +105,18 @@ epoch0=$(rcli get "mori:node:${STAR_IP[0]}:27500" | cut -d' ' -f1)
 published=$(rcli hlen "mori:kv:${STAR_IP[0]}:27500:$epoch0")
 [ "$published" = 300 ] || fail "node 0's hash in Redis holds $published fields, not 300"
 pass "keys put on two nodes are found from the third (300 + 120, a 420-key prefix, a 1000-key lookup)"
+# a 1 000-key prefix over both other nodes' hashes is one pipeline: one Redis round trip (node 2's
+# round-trip counter; a heartbeat may land in between, so up to 10 tries for a clean one)
+rtrips() { "$MORACTL" --runtime-dir "${RUNS[2]}" kv --json | sed -n 's/.*"index_round_trips":[[:space:]]*\([0-9]*\).*/\1/p' | head -n 1; }
+one=
+for _ in $(seq 10); do
+	r0=$(rtrips)
+	[ "$("${DRV[@]}" prefix "${RUNS[2]}" a b 300 700)" = "consecutive 420" ] || fail "a 1000-key prefix over two nodes"
+	r1=$(rtrips)
+	[ $((r1 - r0)) = 1 ] && { one=1; break; }
+done
+[ -n "$one" ] || fail "a 1000-key batch_exists_consecutive took $((r1 - r0)) Redis round trips, not one"
+pass "a 1 000-key batch_exists_consecutive over two nodes' keys is one Redis round trip"
 
 # ---- external KV ----
 out=$("${DRV[@]}" ext "${RUNS[0]}" "${RUNS[1]}" 2>&1) || fail "external KV: $out"
