@@ -70,14 +70,15 @@ done
 pass "40 values each of 3 B, 4 KiB, 64 KiB, 1 MiB put on node 1 came back byte for byte on nodes 2 and 3"
 
 # into registered buffers (mori_umbp_register_memory): node 2's morid writes each value straight
-# into the caller's region, no slot and no copy in the client (its delivered counter says so)
-for size in 3 1048576; do
+# into the caller's region, no slot and no copy in the client (its delivered counter says so);
+# malloc'd buffers (cross-memory attach) and a memfd's shared mapping (morid maps it)
+for mem in "" --memfd; do for size in 3 1048576; do
 	d0=$(kvstat "$T/run2" remote_delivered)
-	get_expect "$T/run2" "${IP[1]}:$PORT" $size 40 $size 40 0 0 --register
+	get_expect "$T/run2" "${IP[1]}:$PORT" $size 40 $size 40 0 0 --register $mem
 	d1=$(kvstat "$T/run2" remote_delivered)
-	[ $((d1 - d0)) = 40 ] || fail "values of $size B into registered buffers: $((d1 - d0)) of 40 delivered into the region"
-done
-pass "40 values of 3 B and of 1 MiB fetched straight into registered buffers, byte for byte"
+	[ $((d1 - d0)) = 40 ] || fail "values of $size B into registered buffers $mem: $((d1 - d0)) of 40 delivered into the region"
+done; done
+pass "40 values of 3 B and of 1 MiB fetched straight into registered buffers (malloc'd, memfd), byte for byte"
 
 # a batch over kv_batch_max items (split by libmori) and keys node 1 never had
 get_expect "$T/run2" "${IP[1]}:$PORT" 4096 40 4096 40 0 0 --batch 40

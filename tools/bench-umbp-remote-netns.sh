@@ -5,7 +5,8 @@
 # with mori_umbp_batch_get_from (BATCH keys a call, the whole range ROUNDS times; bytes checked in
 # a first pass, then timed unchecked: tests/umbp_node), into plain malloc'd buffers (the value lands
 # in a DRAM slot of B, the client copies it out) and into buffers registered with
-# mori_umbp_register_memory (B's morid writes it straight there). Baselines, each round: mori-bench io
+# mori_umbp_register_memory (B's morid writes it straight there: malloc'd buffers by cross-memory
+# attach, a memfd's shared mapping through its own mapping of the memfd). Baselines, each round: mori-bench io
 # writes of SIZE blocks from A to B (the daemons' transfer path) and its plain TCP stream from A
 # to B (4 MiB writes), the figure a remote get is held against.
 #   B=build ROUNDS=3 N=256 SIZE=1048576 BATCH=16 tools/bench-umbp-remote-netns.sh   (root)
@@ -42,17 +43,22 @@ for _ in $(seq 200); do [ -S "$T/a/morid.session" ] && [ -S "$T/b/morid.session"
 out=$("$B/tests/umbp_node" "$T/a" put 1 "$N" "$SIZE") || fail "put on A: $out"
 out=$("$B/tests/umbp_node" "$T/b" get 1 "$N" "$SIZE" "$IPA:7100" --batch "$BATCH") || fail "checked get on B: $out"
 [[ $out == *"ok=$N miss=0 err=0 bad=0"* ]] || fail "checked get on B: $out"
-out=$("$B/tests/umbp_node" "$T/b" get 1 "$N" "$SIZE" "$IPA:7100" --batch "$BATCH" --register) || fail "checked get on B: $out"
-[[ $out == *"ok=$N miss=0 err=0 bad=0"* ]] || fail "checked get into registered buffers on B: $out"
+for mem in "" --memfd; do
+	out=$("$B/tests/umbp_node" "$T/b" get 1 "$N" "$SIZE" "$IPA:7100" --batch "$BATCH" --register $mem) ||
+		fail "checked get on B: $out"
+	[[ $out == *"ok=$N miss=0 err=0 bad=0"* ]] || fail "checked get into registered buffers $mem on B: $out"
+done
 
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); $N values of $SIZE bytes on A, got on B $BATCH a call"
-echo "| round | remote get, malloc'd buffers GB/s | remote get, registered buffers GB/s | mori io write GB/s | TCP stream GB/s | malloc'd / TCP | registered / TCP |"
-echo "|---|---|---|---|---|---|---|"
+echo "| round | get, malloc'd GB/s | get, registered malloc'd GB/s | get, registered memfd GB/s | mori io write GB/s | TCP stream GB/s | malloc'd / TCP | reg. malloc'd / TCP | reg. memfd / TCP |"
+echo "|---|---|---|---|---|---|---|---|---|"
 for r in $(seq "$ROUNDS"); do
 	g=$("$B/tests/umbp_node" "$T/b" get 1 "$N" "$SIZE" "$IPA:7100" --batch "$BATCH" --no-verify --rounds 4 |
 		sed -n 's/.*gbps=\([^ ]*\).*/\1/p')
 	gr=$("$B/tests/umbp_node" "$T/b" get 1 "$N" "$SIZE" "$IPA:7100" --batch "$BATCH" --no-verify --rounds 4 --register |
 		sed -n 's/.*gbps=\([^ ]*\).*/\1/p')
+	gm=$("$B/tests/umbp_node" "$T/b" get 1 "$N" "$SIZE" "$IPA:7100" --batch "$BATCH" --no-verify --rounds 4 --register \
+		--memfd | sed -n 's/.*gbps=\([^ ]*\).*/\1/p')
 	rm -f "$T/ready"
 	ip netns exec "$NSB" "$B/mori-bench" io-target --runtime-dir "$T/b" --name bench/t --region 256M > "$T/ready" &
 	pt=$!
@@ -65,5 +71,6 @@ for r in $(seq "$ROUNDS"); do
 	wait "$pt" 2> /dev/null
 	ratio=$(awk -v a="${g:-0}" -v b="${base:-0}" 'BEGIN { if (b > 0) printf "%.0f%%", 100 * a / b; else print "-" }')
 	rratio=$(awk -v a="${gr:-0}" -v b="${base:-0}" 'BEGIN { if (b > 0) printf "%.0f%%", 100 * a / b; else print "-" }')
-	echo "| $r | ${g:-fail} | ${gr:-fail} | ${io:-fail} | ${base:-fail} | $ratio | $rratio |"
+	mratio=$(awk -v a="${gm:-0}" -v b="${base:-0}" 'BEGIN { if (b > 0) printf "%.0f%%", 100 * a / b; else print "-" }')
+	echo "| $r | ${g:-fail} | ${gr:-fail} | ${gm:-fail} | ${io:-fail} | ${base:-fail} | $ratio | $rratio | $mratio |"
 done
