@@ -9,7 +9,8 @@
 # attach, a memfd's shared mapping through its own mapping of the memfd). Baselines, each round: mori-bench io
 # writes of SIZE blocks from A to B (the daemons' transfer path) and its plain TCP stream from A
 # to B (4 MiB writes), the figure a remote get is held against.
-#   B=build ROUNDS=3 N=256 SIZE=1048576 BATCH=16 tools/bench-umbp-remote-netns.sh   (root)
+#   B=build ROUNDS=3 N=256 SIZE=1048576 BATCH=16 PASSES=4 tools/bench-umbp-remote-netns.sh   (root;
+#   PASSES: how many times each get run goes over the range)
 set -u
 cd "$(dirname "$0")/.." || exit 1
 B=${B:-build}
@@ -18,6 +19,7 @@ ROUNDS=${ROUNDS:-3}
 N=${N:-256}
 SIZE=${SIZE:-1048576}
 BATCH=${BATCH:-16}
+PASSES=${PASSES:-4}
 for f in morid moractl mori-bench tests/umbp_node; do [ -x "$B/$f" ] || { echo "no $B/$f" >&2; exit 1; }; done
 T=$(mktemp -d /tmp/mori-bench-umbp.XXXXXX)
 PIDS=()
@@ -53,11 +55,11 @@ echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs, load $(cut -d' ' -f1-3 
 echo "| round | get, malloc'd GB/s | get, registered malloc'd GB/s | get, registered memfd GB/s | mori io write GB/s | TCP stream GB/s | malloc'd / TCP | reg. malloc'd / TCP | reg. memfd / TCP |"
 echo "|---|---|---|---|---|---|---|---|---|"
 for r in $(seq "$ROUNDS"); do
-	g=$("$B/tests/umbp_node" "$T/b" get 1 "$N" "$SIZE" "$IPA:7100" --batch "$BATCH" --no-verify --rounds 4 |
+	g=$("$B/tests/umbp_node" "$T/b" get 1 "$N" "$SIZE" "$IPA:7100" --batch "$BATCH" --no-verify --rounds "$PASSES" |
 		sed -n 's/.*gbps=\([^ ]*\).*/\1/p')
-	gr=$("$B/tests/umbp_node" "$T/b" get 1 "$N" "$SIZE" "$IPA:7100" --batch "$BATCH" --no-verify --rounds 4 --register |
+	gr=$("$B/tests/umbp_node" "$T/b" get 1 "$N" "$SIZE" "$IPA:7100" --batch "$BATCH" --no-verify --rounds "$PASSES" --register |
 		sed -n 's/.*gbps=\([^ ]*\).*/\1/p')
-	gm=$("$B/tests/umbp_node" "$T/b" get 1 "$N" "$SIZE" "$IPA:7100" --batch "$BATCH" --no-verify --rounds 4 --register \
+	gm=$("$B/tests/umbp_node" "$T/b" get 1 "$N" "$SIZE" "$IPA:7100" --batch "$BATCH" --no-verify --rounds "$PASSES" --register \
 		--memfd | sed -n 's/.*gbps=\([^ ]*\).*/\1/p')
 	rm -f "$T/ready"
 	ip netns exec "$NSB" "$B/mori-bench" io-target --runtime-dir "$T/b" --name bench/t --region 256M > "$T/ready" &
