@@ -35,15 +35,6 @@ struct umbp_maps {
 	pthread_mutex_t take;
 };
 
-/* A range given to mori_umbp_register_memory: its mori region, which values fetched from other
- * nodes are written into by morid (no slot, no copy here). */
-struct umbp_reg {
-	uint8_t *ptr;
-	size_t size;
-	mori_mem *mem;
-	int pinned;                   /* host memory pinned for the GPU copy engine here */
-};
-
 struct mori_umbp {
 	mori_client *c;
 	struct umbp_maps *s;
@@ -51,14 +42,11 @@ struct mori_umbp {
 	uint32_t copy_threads;
 	pthread_mutex_t pool_lock;
 	struct copy_pool *pool;
-	pthread_rwlock_t reg_lock;    /* regs; read-held by a get while it names their regions */
-	struct umbp_reg *regs;
-	size_t nregs;
+	struct umbp_regs regs;        /* mori_umbp_register_memory's ranges */
 };
 
 static pthread_mutex_t maps_lock = PTHREAD_MUTEX_INITIALIZER; /* c->umbp's creation and end */
 
-static void reg_drop(mori_umbp *u, size_t i, int forked);
 
 int mori_umbp_opts_init(mori_umbp_opts *o, size_t size)
 {
@@ -349,7 +337,7 @@ int mori_umbp_open(mori_client *c, const mori_umbp_opts *opts, mori_umbp **out)
 		return set_error(c, MORI_ENOMEM, "out of memory");
 	u->c = c;
 	pthread_mutex_init(&u->pool_lock, NULL);
-	pthread_rwlock_init(&u->reg_lock, NULL);
+	umbp_regs_init(&u->regs);
 	if (opts) {
 		u->copy_threads = opts->copy_threads > 64 ? 64 : opts->copy_threads;
 		u->timeout_ms = opts->timeout_us > 0 ? (int)((opts->timeout_us + 999) / 1000) : 0;
@@ -366,7 +354,7 @@ int mori_umbp_open(mori_client *c, const mori_umbp_opts *opts, mori_umbp **out)
 		if (rep)
 			mori__reply__free_unpacked(rep, NULL);
 		pthread_mutex_destroy(&u->pool_lock);
-		pthread_rwlock_destroy(&u->reg_lock);
+		umbp_regs_fini(&u->regs, c, 1);
 		free(u);
 		return rc;
 	}
@@ -385,7 +373,7 @@ int mori_umbp_open(mori_client *c, const mori_umbp_opts *opts, mori_umbp **out)
 	mori__reply__free_unpacked(rep, NULL);
 	if (!u->s) {
 		pthread_mutex_destroy(&u->pool_lock);
-		pthread_rwlock_destroy(&u->reg_lock);
+		umbp_regs_fini(&u->regs, c, 1);
 		free(u);
 		return set_error(c, MORI_ENOMEM, "out of memory");
 	}
@@ -420,12 +408,9 @@ int mori_umbp_close(mori_umbp *u)
 		pthread_mutex_destroy(&s->take);
 		free(s);
 	}
-	while (u->nregs)
-		reg_drop(u, u->nregs - 1, forked);
-	free(u->regs);
+	umbp_regs_fini(&u->regs, c, forked);
 	copy_pool_free(u->pool);
 	pthread_mutex_destroy(&u->pool_lock);
-	pthread_rwlock_destroy(&u->reg_lock);
 	free(u);
 	return MORI_OK;
 }
@@ -533,16 +518,6 @@ out:
 	return rc;
 }
 
-/* The registered range holding [p, p + len), or NULL; reg_lock held. */
-static const struct umbp_reg *reg_find(mori_umbp *u, const void *p, size_t len)
-{
-	const uint8_t *b = p;
-	for (size_t i = 0; i < u->nregs; i++)
-		if (b >= u->regs[i].ptr && len <= u->regs[i].size && (size_t)(b - u->regs[i].ptr) <= u->regs[i].size - len)
-			return &u->regs[i];
-	return NULL;
-}
-
 /* One round of a get. */
 static int get_round(mori_umbp *u, mori_umbp_item *items, const size_t *idx, size_t n, const char *holder)
 {
@@ -561,14 +536,14 @@ static int get_round(mori_umbp *u, mori_umbp_item *items, const size_t *idx, siz
 		goto out;
 	}
 	/* a buffer inside a registered range: a value from another node is written there by morid;
-	 * the ranges stay registered until the reply is read (deregistration waits for reg_lock) */
-	pthread_rwlock_rdlock(&u->reg_lock);
+	 * the ranges stay registered until the reply is read (deregistration waits for the lock) */
+	pthread_rwlock_rdlock(&u->regs.lock);
 	for (size_t i = 0; i < n; i++) {
 		mori_umbp_item *it = &items[idx[i]];
 		mori__kv_item__init(&ki[i]);
 		ki[i].key.data = (uint8_t *)it->key.data;
 		ki[i].key.len = it->key.len;
-		const struct umbp_reg *g = reg_find(u, it->buf, it->size);
+		const struct umbp_reg *g = umbp_regs_find(&u->regs, it->buf, it->size);
 		if (g && g->mem) {
 			ki[i].region = g->mem->region_id;
 			ki[i].region_offset = (uint64_t)((uint8_t *)it->buf - g->ptr);
@@ -583,7 +558,7 @@ static int get_round(mori_umbp *u, mori_umbp_item *items, const size_t *idx, siz
 	/* what morid waits on for other nodes ends before this call stops waiting for its reply */
 	kq.timeout_ms = (uint32_t)(u->timeout_ms / 8 * 7 + 1);
 	rc = kv_rpc_slots(u, &kq, &rep, &cm);
-	pthread_rwlock_unlock(&u->reg_lock);
+	pthread_rwlock_unlock(&u->regs.lock);
 	if (rc != MORI_OK && !rep)
 		goto out;
 	Mori__KvReply *kr = rep->kv;
@@ -949,104 +924,14 @@ int mori_umbp_stats_get(mori_umbp *u, mori_umbp_stats *out)
 	return MORI_OK;
 }
 
-/* Pinning host memory needs a current context: GPU $MORI_GPU_DEVICE's (default 0) primary one,
- * pushed here (a caller's thread may have none); the pin is portable to every context. */
-static int host_pin_ctx(mori_umbp *u, const struct gpu_api *g, struct gpu_dev **d)
-{
-	const char *e = getenv("MORI_GPU_DEVICE");
-	struct gpu_ctx *x;
-	int rc = gpu_ctx_get(u->c, &x);
-	if (rc == MORI_OK)
-		rc = gpu_dev_get(u->c, x, e && *e ? atoi(e) : 0, d);
-	if (rc == MORI_OK && gpu_push(g, *d) != 0)
-		rc = set_error(u->c, MORI_EIO, "register memory: cannot make the GPU's context current");
-	return rc;
-}
-
-/* Forget range i (reg_lock held for writing, or the handle closing): its region goes (morid's
- * transfers into it end first), its pin with it. After fork the parent's are left alone. */
-static void reg_drop(mori_umbp *u, size_t i, int forked)
-{
-	struct umbp_reg g = u->regs[i];
-	u->regs[i] = u->regs[--u->nregs];
-	if (forked)
-		return;
-	mori_mem_deregister(g.mem);
-	const struct gpu_api *ga = g.pinned ? gpu_api() : NULL;
-	struct gpu_dev *d;
-	if (ga && host_pin_ctx(u, ga, &d) == MORI_OK) {
-		ga->mem_host_unregister(g.ptr);
-		gpu_pop(ga);
-	}
-}
-
-/* A range is registered twice: as a mori region (mori_mem_register), so that morid writes values
- * fetched from other nodes straight into it, and, host memory where a GPU runtime is loaded,
- * pinned for the copy engine. VRAM that morid cannot map (not VMM with POSIX fds nor cudaMalloc
- * memory) stays usable through slots, as unregistered VRAM. */
 int mori_umbp_register_memory(mori_umbp *u, void *ptr, size_t size)
 {
 	int rc = umbp_call_check(u);
-	if (rc != MORI_OK)
-		return rc;
-	if (!ptr || !size)
-		return set_error(u->c, MORI_EINVAL, "register memory: NULL or 0 bytes");
-	int vram = gpu_ptr_is_device(ptr) == 1;
-	pthread_rwlock_wrlock(&u->reg_lock);
-	for (size_t i = 0; i < u->nregs; i++)
-		if ((uint8_t *)ptr < u->regs[i].ptr + u->regs[i].size && u->regs[i].ptr < (uint8_t *)ptr + size) {
-			pthread_rwlock_unlock(&u->reg_lock);
-			return set_error(u->c, MORI_EBUSY, "register memory: %p (+%zu) overlaps a registered range", ptr, size);
-		}
-	struct umbp_reg g = {.ptr = ptr, .size = size};
-	struct umbp_reg *nr = realloc(u->regs, sizeof(*nr) * (u->nregs + 1));
-	if (!nr) {
-		pthread_rwlock_unlock(&u->reg_lock);
-		return set_error(u->c, MORI_ENOMEM, "out of memory");
-	}
-	u->regs = nr;
-	rc = mori_mem_register(u->c, ptr, size, vram ? MORI_MEM_VRAM : MORI_MEM_HOST, &g.mem);
-	if (rc != MORI_OK && vram) {
-		g.mem = NULL;
-		rc = MORI_OK;
-	}
-	const struct gpu_api *ga = !vram && rc == MORI_OK && gpu_runtime_loaded() ? gpu_api() : NULL;
-	struct gpu_dev *d;
-	if (ga && (rc = host_pin_ctx(u, ga, &d)) == MORI_OK) {
-		int e = ga->mem_host_register(ptr, size, GPU_MEMHOSTREGISTER_PORTABLE);
-		gpu_pop(ga);
-		if (e != 0)
-			rc = set_error(u->c, MORI_EBUSY, "register memory: the GPU runtime refused %p (+%zu) (%d): "
-				       "registered already?", ptr, size, e);
-		g.pinned = e == 0;
-	}
-	if (rc != MORI_OK) {
-		if (g.mem)
-			mori_mem_deregister(g.mem);
-		pthread_rwlock_unlock(&u->reg_lock);
-		return rc;
-	}
-	u->regs[u->nregs++] = g;
-	pthread_rwlock_unlock(&u->reg_lock);
-	return MORI_OK;
+	return rc != MORI_OK ? rc : umbp_regs_add(&u->regs, u->c, ptr, size);
 }
 
 int mori_umbp_deregister_memory(mori_umbp *u, void *ptr)
 {
 	int rc = umbp_call_check(u);
-	if (rc != MORI_OK)
-		return rc;
-	if (!ptr)
-		return set_error(u->c, MORI_EINVAL, "deregister memory: NULL");
-	pthread_rwlock_wrlock(&u->reg_lock); /* no get names its region any more */
-	size_t i = 0;
-	while (i < u->nregs && u->regs[i].ptr != ptr)
-		i++;
-	if (i == u->nregs) {
-		pthread_rwlock_unlock(&u->reg_lock);
-		return set_error(u->c, MORI_EINVAL, "deregister memory: %p is not the start of a registered range", ptr);
-	}
-	reg_drop(u, i, 0);
-	pthread_rwlock_unlock(&u->reg_lock);
-	return MORI_OK;
+	return rc != MORI_OK ? rc : umbp_regs_remove(&u->regs, u->c, ptr);
 }

@@ -500,18 +500,6 @@ void kvc_live_all(const redisReply *r, const struct kvc_node *nodes, uint32_t nn
 		ok[j] = (uint8_t)kvc_live_epoch(r, j, nodes[j].info.epoch);
 }
 
-int kvc_elem_str(const redisReply *r, size_t k, char *buf, size_t cap)
-{
-	if (!r || r->type != REDIS_REPLY_ARRAY || k >= r->elements)
-		return 0;
-	const redisReply *e = r->element[k];
-	if (e->type != REDIS_REPLY_STRING || e->len >= cap)
-		return 0;
-	memcpy(buf, e->str, e->len);
-	buf[e->len] = 0;
-	return 1;
-}
-
 int kvc_send_nodes(struct kvc_req *q, const char *kind, const struct kvc_node *nodes, uint32_t nn, char *const *fields,
 		   size_t *flens, size_t n)
 {

@@ -96,7 +96,17 @@ uint64_t kvc_now_ms(const struct kvc *k);
 void kvc_live_all(const redisReply *r, const struct kvc_node *nodes, uint32_t nn, uint8_t *ok);
 /* Element k of array reply r as a C string in buf (cap bytes): 1, or 0 where it is absent, not a
  * string, or does not fit. */
-int kvc_elem_str(const redisReply *r, size_t k, char *buf, size_t cap);
+static inline int kvc_elem_str(const redisReply *r, size_t k, char *buf, size_t cap)
+{
+	if (!r || r->type != REDIS_REPLY_ARRAY || k >= r->elements)
+		return 0;
+	const redisReply *e = r->element[k];
+	if (e->type != REDIS_REPLY_STRING || e->len >= cap)
+		return 0;
+	memcpy(buf, e->str, e->len);
+	buf[e->len] = 0;
+	return 1;
+}
 /* A lookup's pipeline in q: one HMGET of fields[0..n) (their lengths in flens[2..n + 2); flens[0]
  * and [1] are used here) per node of nodes[0..nn) from its hash "mori:KIND:NODE:EPOCH", then one
  * MGET of those nodes' liveness keys (a PING with none): replies 0..nn-1 are the nodes', reply nn
