@@ -421,10 +421,10 @@ static void early_match(struct kv_remote *R, struct rget *rg)
 			ki.secret.len = e->status == MORI_OK ? REGION_SECRET_BYTES : 0;
 			ki.offset = e->offset;
 			ki.tier = e->tier;
-			early_drop(R, e);
 			rg->xfers++; /* rg stays until this walk ends */
-			ready_item(rg, it, &ki);
+			ready_item(rg, it, &ki); /* copies what it keeps of ki (e's secret among it) */
 			rg->xfers--;
+			early_drop(R, e);
 			break;
 		}
 	}
