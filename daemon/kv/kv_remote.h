@@ -1,5 +1,6 @@
-/* UMBP across nodes (kv_remote.c): gets of values another node's daemon holds, and serving this
- * node's values to other daemons. Everything runs on morid's loop. */
+/* UMBP across nodes (kv_remote.c, the asker; kv_serve.c, the holder): gets of values another
+ * node's daemon holds, and serving this node's values to other daemons. Everything runs on
+ * morid's loop. */
 #ifndef MORID_KV_REMOTE_H
 #define MORID_KV_REMOTE_H
 #include "kv/kv_int.h"
@@ -32,7 +33,8 @@ int kv_remote_get(struct kv_store *st, struct kv_pget *g, uid_t uid, const char 
 		  const struct kv_remote_key *keys, uint32_t n, uint32_t timeout_ms);
 
 /* The same for keys this node lacks, their holders asked of the cluster index (kv_cluster.h):
- * each key from a holder with it in DRAM, a holder's keys in one request, holders in parallel;
+ * each key from one holder (one with it in DRAM first, else one that reads it back from its SSD),
+ * a holder's keys in one request, holders in parallel;
  * keys no other node holds stay misses. MORI_EINPROGRESS as kv_remote_get; else nothing started:
  * MORI_ENOTSUP (kv_index local: the slots untouched), or the index's failure (MORI_ECONN naming
  * Redis, MORI_EINVAL, MORI_ENOMEM) set on the slots. */
