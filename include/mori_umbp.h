@@ -145,10 +145,13 @@ MORI_API int mori_umbp_batch_get(mori_umbp *u, mori_umbp_item *items, size_t n, 
  * the daemon of the node that holds it: node_address ("host:port" of that node's morid peer
  * listener) here, or the cluster index where morid runs with one (mori_umbp_get and
  * mori_umbp_batch_get then ask it by themselves). The holder leases the value, checks that it is
- * the version the index named, and its bytes travel over the daemons' transports (TCP streams,
- * RDMA where present) into a slot of this node's DRAM tier, then into buf as for a local get
- * (item.tier says DRAM). A key the holder lacks, evicted meanwhile, of another generation, only on
- * its SSD tier, or a holder that restarted since the index named it: MORI_ENOENT, a miss. The
+ * the version the index named (reading it back from its SSD tier first where it is only there),
+ * and its bytes travel over the daemons' transports (TCP streams, RDMA where present): straight
+ * into buf where buf lies inside a range given to mori_umbp_register_memory (this node's morid
+ * writes it; nothing is copied here), else into a slot of this node's DRAM tier and from there
+ * into buf as for a local get (one copy). item.tier says where the holder found it. A key the
+ * holder lacks, evicted meanwhile, of another generation, or a holder that restarted since the
+ * index named it: MORI_ENOENT, a miss. The
  * holder unreachable, or gone mid-transfer: MORI_ECONN, MORI_ETIMEDOUT or MORI_EPEERDEAD (within the
  * call's deadline), mori_client_last_error naming the node; MORI_EPERM where it refused this
  * node's authentication; MORI_EINVAL for a node_address that is not host:port. Batches ask each
@@ -183,10 +186,16 @@ MORI_API int mori_umbp_clear(mori_umbp *u);
  * MORI_OK at once without an SSD tier. ROCm/mori: Flush. */
 MORI_API int mori_umbp_flush(mori_umbp *u);
 
-/* Register size bytes at ptr (host or VRAM) that later gets and puts will use: host memory is
- * pinned for the GPU copy engine, VRAM is noted so that copies need no pointer query. Optional:
- * unregistered buffers work too, at the cost of staging. ROCm/mori: RegisterMemory. Errors:
- * MORI_EINVAL, MORI_EBUSY (overlaps a registered range), MORI_ENOGPU. */
+/* Register size bytes at ptr (host or VRAM) that later gets and puts will use: the range becomes
+ * a mori region of this client (mori_mem_register) that morid writes values fetched from other
+ * nodes straight into, and host memory is pinned for the GPU copy engine where a GPU runtime is
+ * loaded. VRAM morid cannot map (neither VMM with POSIX fds nor cudaMalloc memory) is accepted and
+ * served through slots. Optional: unregistered buffers work too, at the cost of one copy out of
+ * a slot of this node's DRAM tier. The memory must stay valid until
+ * mori_umbp_deregister_memory(ptr) (the start of the range) or mori_umbp_close. ROCm/mori:
+ * RegisterMemory. Errors: MORI_EINVAL, MORI_ERANGE (host memory not mapped here), MORI_EBUSY
+ * (overlaps a registered range), MORI_ENOMEM, MORI_ENOGPU; deregister: MORI_EINVAL for a ptr that
+ * does not start a registered range. */
 MORI_API int mori_umbp_register_memory(mori_umbp *u, void *ptr, size_t size);
 MORI_API int mori_umbp_deregister_memory(mori_umbp *u, void *ptr);
 

@@ -42,9 +42,11 @@ struct mori_umbp {
 	uint32_t copy_threads;
 	pthread_mutex_t pool_lock;
 	struct copy_pool *pool;
+	struct umbp_regs regs;        /* mori_umbp_register_memory's ranges */
 };
 
 static pthread_mutex_t maps_lock = PTHREAD_MUTEX_INITIALIZER; /* c->umbp's creation and end */
+
 
 int mori_umbp_opts_init(mori_umbp_opts *o, size_t size)
 {
@@ -335,6 +337,7 @@ int mori_umbp_open(mori_client *c, const mori_umbp_opts *opts, mori_umbp **out)
 		return set_error(c, MORI_ENOMEM, "out of memory");
 	u->c = c;
 	pthread_mutex_init(&u->pool_lock, NULL);
+	umbp_regs_init(&u->regs);
 	if (opts) {
 		u->copy_threads = opts->copy_threads > 64 ? 64 : opts->copy_threads;
 		u->timeout_ms = opts->timeout_us > 0 ? (int)((opts->timeout_us + 999) / 1000) : 0;
@@ -350,6 +353,8 @@ int mori_umbp_open(mori_client *c, const mori_umbp_opts *opts, mori_umbp **out)
 	if (rc != MORI_OK) {
 		if (rep)
 			mori__reply__free_unpacked(rep, NULL);
+		pthread_mutex_destroy(&u->pool_lock);
+		umbp_regs_fini(&u->regs, c, 1);
 		free(u);
 		return rc;
 	}
@@ -367,6 +372,8 @@ int mori_umbp_open(mori_client *c, const mori_umbp_opts *opts, mori_umbp **out)
 	pthread_mutex_unlock(&maps_lock);
 	mori__reply__free_unpacked(rep, NULL);
 	if (!u->s) {
+		pthread_mutex_destroy(&u->pool_lock);
+		umbp_regs_fini(&u->regs, c, 1);
 		free(u);
 		return set_error(c, MORI_ENOMEM, "out of memory");
 	}
@@ -401,6 +408,7 @@ int mori_umbp_close(mori_umbp *u)
 		pthread_mutex_destroy(&s->take);
 		free(s);
 	}
+	umbp_regs_fini(&u->regs, c, forked);
 	copy_pool_free(u->pool);
 	pthread_mutex_destroy(&u->pool_lock);
 	free(u);
@@ -527,10 +535,20 @@ static int get_round(mori_umbp *u, mori_umbp_item *items, const size_t *idx, siz
 		rc = set_error(u->c, MORI_ENOMEM, "out of memory");
 		goto out;
 	}
+	/* a buffer inside a registered range: a value from another node is written there by morid;
+	 * the ranges stay registered until the reply is read (deregistration waits for the lock) */
+	pthread_rwlock_rdlock(&u->regs.lock);
 	for (size_t i = 0; i < n; i++) {
+		mori_umbp_item *it = &items[idx[i]];
 		mori__kv_item__init(&ki[i]);
-		ki[i].key.data = (uint8_t *)items[idx[i]].key.data;
-		ki[i].key.len = items[idx[i]].key.len;
+		ki[i].key.data = (uint8_t *)it->key.data;
+		ki[i].key.len = it->key.len;
+		const struct umbp_reg *g = umbp_regs_find(&u->regs, it->buf, it->size);
+		if (g && g->mem) {
+			ki[i].region = g->mem->region_id;
+			ki[i].region_offset = (uint64_t)((uint8_t *)it->buf - g->ptr);
+			ki[i].cap = it->size;
+		}
 		kp[i] = &ki[i];
 	}
 	kq.op = MORI__KV_OP__KV_GET;
@@ -539,7 +557,9 @@ static int get_round(mori_umbp *u, mori_umbp_item *items, const size_t *idx, siz
 	kq.holder = (char *)(holder ? holder : "");
 	/* what morid waits on for other nodes ends before this call stops waiting for its reply */
 	kq.timeout_ms = (uint32_t)(u->timeout_ms / 8 * 7 + 1);
-	if ((rc = kv_rpc_slots(u, &kq, &rep, &cm)) != MORI_OK && !rep)
+	rc = kv_rpc_slots(u, &kq, &rep, &cm);
+	pthread_rwlock_unlock(&u->regs.lock);
+	if (rc != MORI_OK && !rep)
 		goto out;
 	Mori__KvReply *kr = rep->kv;
 	if (rc == MORI_OK && kr->n_slots != n)
@@ -553,6 +573,11 @@ static int get_round(mori_umbp *u, mori_umbp_item *items, const size_t *idx, siz
 		it->tier = MORI_UMBP_TIER_UNKNOWN;
 		if (sl->status != MORI_OK && sl->status != MORI_ENOENT && rep->message && rep->message[0])
 			set_error(u->c, sl->status, "%s", rep->message); /* morid's reason (a peer's, named) */
+		if (sl->delivered || (sl->status == MORI_EMSGSIZE && ki[i].region)) {
+			it->len = sl->len; /* written into the caller's region by morid: no lease, no copy */
+			it->tier = (uint8_t)sl->tier;
+			continue;
+		}
 		if (sl->status != MORI_OK)
 			continue;
 		ids[nids] = sl->id; /* every lease goes back, copied or not */
@@ -899,57 +924,14 @@ int mori_umbp_stats_get(mori_umbp *u, mori_umbp_stats *out)
 	return MORI_OK;
 }
 
-/* Registration is advice here: host buffers are pinned for the copy engine, VRAM noted. Without
- * a GPU there is nothing to do for host memory. */
-/* Pinning host memory needs a current context: GPU $MORI_GPU_DEVICE's (default 0) primary one,
- * pushed here (a caller's thread may have none); the pin is portable to every context. */
-static int host_pin_ctx(mori_umbp *u, const struct gpu_api *g, struct gpu_dev **d)
-{
-	const char *e = getenv("MORI_GPU_DEVICE");
-	struct gpu_ctx *x;
-	int rc = gpu_ctx_get(u->c, &x);
-	if (rc == MORI_OK)
-		rc = gpu_dev_get(u->c, x, e && *e ? atoi(e) : 0, d);
-	if (rc == MORI_OK && gpu_push(g, *d) != 0)
-		rc = set_error(u->c, MORI_EIO, "register memory: cannot make the GPU's context current");
-	return rc;
-}
-
 int mori_umbp_register_memory(mori_umbp *u, void *ptr, size_t size)
 {
 	int rc = umbp_call_check(u);
-	if (rc != MORI_OK)
-		return rc;
-	if (!ptr || !size)
-		return set_error(u->c, MORI_EINVAL, "register memory: NULL or 0 bytes");
-	if (gpu_ptr_is_device(ptr) == 1 || !gpu_runtime_loaded())
-		return MORI_OK;
-	const struct gpu_api *g = gpu_api();
-	struct gpu_dev *d;
-	if (!g || (rc = host_pin_ctx(u, g, &d)) != MORI_OK)
-		return g ? rc : MORI_OK;
-	int e = g->mem_host_register(ptr, size, GPU_MEMHOSTREGISTER_PORTABLE);
-	gpu_pop(g);
-	if (e != 0)
-		return set_error(u->c, MORI_EBUSY, "register memory: the GPU runtime refused %p (+%zu) (%d): registered already?",
-				 ptr, size, e);
-	return MORI_OK;
+	return rc != MORI_OK ? rc : umbp_regs_add(&u->regs, u->c, ptr, size);
 }
 
 int mori_umbp_deregister_memory(mori_umbp *u, void *ptr)
 {
 	int rc = umbp_call_check(u);
-	if (rc != MORI_OK)
-		return rc;
-	if (!ptr)
-		return set_error(u->c, MORI_EINVAL, "deregister memory: NULL");
-	if (gpu_ptr_is_device(ptr) == 1 || !gpu_runtime_loaded())
-		return MORI_OK;
-	const struct gpu_api *g = gpu_api();
-	struct gpu_dev *d;
-	if (g && host_pin_ctx(u, g, &d) == MORI_OK) {
-		g->mem_host_unregister(ptr);
-		gpu_pop(g);
-	}
-	return MORI_OK;
+	return rc != MORI_OK ? rc : umbp_regs_remove(&u->regs, u->c, ptr);
 }

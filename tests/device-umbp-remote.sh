@@ -2,7 +2,8 @@
 # UMBP remote gets into torch CUDA tensors on the GPU machine: two morids on loopback (each with a
 # peer listener and a DRAM store), values put through one, got through the other into CUDA
 # tensors (the bytes land in a DRAM slot of the getter's node, then its GPU copy engine moves them:
-# one tensor of 16 MiB, a batch of eight of 1 MiB), every byte compared on the host
+# one tensor of 16 MiB, a batch of eight of 1 MiB; then a tensor registered with register_memory,
+# which the getter's morid writes straight into), every byte compared on the host
 # (tests/python/test_umbp_remote.py, test_cuda_tensor, with the rest of that file). The bundle and
 # the run are tests/device-python.sh's (tests/devicelib.bash says how the scripts run there).
 #

@@ -21,13 +21,14 @@ NSS=$HUB IPS=$HUBIP
 "$MORACTL" keygen "$T/other.key" > /dev/null || fail "moractl keygen (a second key)"
 PORT=7100
 PIDS=()
-# start_node I [KEY] [PORT]: morid I in namespace I, runtime dir $T/run$I
+# start_node I [KEY] [PORT] [MORID OPTIONS...]: morid I in namespace I, runtime dir $T/run$I
 start_node() {
 	local i=$1 key=${2:-$T/cluster.key} port=${3:-$PORT} rt=$T/run$1
-	[ "$port" = "$PORT" ] || rt=$T/run$1-$port
+	shift $(($# < 3 ? $# : 3))
+	[ "$port" = "$PORT" ] || rt=$T/run$i-$port
 	mkdir -p "$rt"
 	ip netns exec "${NS[$i]}" "$MORID" --foreground --runtime-dir "$rt" --listen "${IP[$i]}:$port" \
-		--cluster-key-file "$key" --kv-dram-bytes $((256 << 20)) --kv-slab-bytes $((16 << 20)) \
+		--cluster-key-file "$key" --kv-dram-bytes $((256 << 20)) --kv-slab-bytes $((16 << 20)) "$@" \
 		2>> "$T/morid$i-$port.log" &
 	PIDS[$i$port]=$!
 	local deadline=$(($(now_ms) + 10000 * SLOW))
@@ -46,6 +47,8 @@ for i in 1 2 3; do start_node $i; done
 
 # field NAME LINE: NAME=value from umbp_node's summary line
 field() { sed -n "s/.*\\b$1=\\([^ ]*\\).*/\\1/p" <<< "$2"; }
+# kvstat RUN NAME: a counter of moractl kv --json
+kvstat() { "$MORACTL" --runtime-dir "$1" kv --json | sed -n "s/.*\"$2\":[[:space:]]*\([0-9]*\).*/\1/p" | head -n 1; }
 msg_of() { sed -n "s/.* msg=//p" <<< "$1"; }
 # get_expect RUN NODE SEED N SIZE OK MISS ERR [options]: a get whose counts must be exactly these
 get_expect() {
@@ -65,6 +68,17 @@ for size in 4096 65536 1048576 3; do
 	done
 done
 pass "40 values each of 3 B, 4 KiB, 64 KiB, 1 MiB put on node 1 came back byte for byte on nodes 2 and 3"
+
+# into registered buffers (mori_umbp_register_memory): node 2's morid writes each value straight
+# into the caller's region, no slot and no copy in the client (its delivered counter says so);
+# malloc'd buffers (cross-memory attach) and a memfd's shared mapping (morid maps it)
+for mem in "" --memfd; do for size in 3 1048576; do
+	d0=$(kvstat "$T/run2" remote_delivered)
+	get_expect "$T/run2" "${IP[1]}:$PORT" $size 40 $size 40 0 0 --register $mem
+	d1=$(kvstat "$T/run2" remote_delivered)
+	[ $((d1 - d0)) = 40 ] || fail "values of $size B into registered buffers $mem: $((d1 - d0)) of 40 delivered into the region"
+done; done
+pass "40 values of 3 B and of 1 MiB fetched straight into registered buffers (malloc'd, memfd), byte for byte"
 
 # a batch over kv_batch_max items (split by libmori) and keys node 1 never had
 get_expect "$T/run2" "${IP[1]}:$PORT" 4096 40 4096 40 0 0 --batch 40
@@ -127,4 +141,27 @@ until out=$("$NODE" "$T/run1" get 88 8 65536 "${IP[2]}:$PORT" --timeout-ms 2000)
 	sleep 0.2
 done
 pass "after the partition heals, the same get returns every byte"
+
+# 6. values only on the holder's SSD tier: a holder of 24 MiB of DRAM over an SSD tier takes 64
+# values of 1 MiB (the older ones spill); node 2 gets all of them, the SSD ones read back at the
+# holder under its peer lease and sent, every byte checked (node 2 into slots, node 1 into
+# registered buffers)
+S=7102
+mkdir -p "$T/ssd1"
+start_node 1 "$T/cluster.key" $S --kv-dram-bytes $((24 << 20)) --kv-slab-bytes $((8 << 20)) \
+	--kv-ssd-dir "$T/ssd1" --kv-ssd-bytes $((1 << 30))
+out=$("$NODE" "$T/run1-$S" put 66 64 1048576 --batch 4) || fail "put on the SSD holder: $out"
+deadline=$(($(now_ms) + 20000 * SLOW))
+until [ "$(kvstat "$T/run1-$S" ssd_keys)" -ge 32 ] 2> /dev/null; do
+	[ "$(now_ms)" -lt "$deadline" ] || fail "the holder spilled $(kvstat "$T/run1-$S" ssd_keys) values to SSD, not 32"
+	sleep 0.1
+done
+ssd=$(kvstat "$T/run1-$S" ssd_keys)
+get_expect "$T/run2" "${IP[1]}:$S" 66 64 1048576 64 0 0 --batch 8
+s1=$(kvstat "$T/run1-$S" remote_served_ssd)
+[ "${s1:-0}" -ge 1 ] || fail "the holder served no value from its SSD tier (ssd_keys $ssd)"
+get_expect "$T/run1" "${IP[1]}:$S" 66 64 1048576 64 0 0 --batch 8 --register
+s2=$(kvstat "$T/run1-$S" remote_served_ssd)
+[ "$s2" -gt "$s1" ] || fail "the second get read nothing from the holder's SSD tier"
+pass "64 values of 1 MiB from a holder with $ssd on SSD: every byte back through two other morids ($s1, then $((s2 - s1)) read from its SSD)"
 exit 0

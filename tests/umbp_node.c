@@ -9,8 +9,11 @@
  * Options after the command: --timeout-ms MS (the handle's deadline), --batch B (items per call,
  * default 16), --loop (get: again and again until an error, a miss or wrong bytes, for fault tests),
  * --part I/P (put: only the keys whose index is I modulo P, so that several nodes share one
- * key range), --no-verify (get: bytes not checked), --rounds R (get: the whole range R times);
- * secs and gbps count the get calls alone.
+ * key range), --no-verify (get: bytes not checked), --rounds R (get: the whole range R times),
+ * --register (get: the buffers are registered with mori_umbp_register_memory first, so that values
+ * from other nodes are written into them by morid), --memfd (get: the buffers are a shared mapping
+ * of a memfd, which morid maps when they are registered, rather than malloc'd memory it reaches by
+ * cross-memory attach); secs and gbps count the get calls alone.
  * Prints one line: "put N" / "get ok=A miss=M err=E bad=B first_error=CODE msg=..." and exits 0
  * when every byte that came back is right (misses and errors are counted, not failures: the
  * test decides what it expects), 1 on wrong bytes, 2 on usage or setup errors. */
@@ -18,7 +21,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "mori.h"
 #include "mori_umbp.h"
@@ -57,7 +62,7 @@ int main(int argc, char **argv)
 	uint32_t bmax = 16;
 	int loop = 0, a = 5;
 	uint32_t part = 0, parts = 1, rounds = 1;
-	int verify = 1;
+	int verify = 1, reg = 0, memfd = 0;
 	if (strcmp(cmd, "remove") != 0) {
 		if (argc < 6) {
 			fprintf(stderr, "umbp_node: %s needs SIZE\n", cmd);
@@ -82,6 +87,10 @@ int main(int argc, char **argv)
 			rounds = (uint32_t)strtoul(argv[++a], NULL, 0);
 		else if (!strcmp(argv[a], "--loop"))
 			loop = 1;
+		else if (!strcmp(argv[a], "--register"))
+			reg = 1;
+		else if (!strcmp(argv[a], "--memfd"))
+			memfd = 1;
 		else {
 			fprintf(stderr, "umbp_node: unknown option %s\n", argv[a]);
 			return 2;
@@ -117,10 +126,20 @@ int main(int argc, char **argv)
 	}
 	mori_umbp_item *it = calloc(bmax, sizeof(*it));
 	char (*keys)[64] = calloc(bmax, 64);
-	uint8_t *buf = malloc(size * bmax);
+	uint8_t *buf = NULL;
+	if (memfd) {
+		int fd = memfd_create("umbp_node", MFD_CLOEXEC);
+		void *m = fd >= 0 && ftruncate(fd, (off_t)(size * bmax)) == 0
+				  ? mmap(NULL, size * bmax, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+		if (fd >= 0)
+			close(fd);
+		buf = m == MAP_FAILED ? NULL : m;
+	} else {
+		buf = malloc(size * bmax);
+	}
 	if (!it || !keys || !buf) {
 		fprintf(stderr, "umbp_node: out of memory\n");
-		free(it), free(keys), free(buf);
+		free(it), free(keys), memfd ? (void)(buf && munmap(buf, size * bmax)) : free(buf);
 		return 2;
 	}
 	uint64_t ok = 0, miss = 0, err = 0, bad = 0, bytes = 0;
@@ -155,8 +174,13 @@ int main(int argc, char **argv)
 		       first_err, first_msg);
 		mori_umbp_close(u);
 		mori_client_close(c);
-		free(it), free(keys), free(buf);
+		free(it), free(keys), memfd ? (void)(buf && munmap(buf, size * bmax)) : free(buf);
 		return err ? 1 : 0;
+	}
+	if (reg && (rc = mori_umbp_register_memory(u, buf, size * bmax)) != MORI_OK) {
+		fprintf(stderr, "umbp_node: register %llu bytes: %s: %s\n", (unsigned long long)(size * bmax),
+			mori_strerror(rc), mori_client_last_error(c));
+		return 2;
 	}
 	do {
 		for (uint32_t at = 0; at < n; at += bmax) {
@@ -202,8 +226,10 @@ int main(int argc, char **argv)
 	printf("get ok=%llu miss=%llu err=%llu bad=%llu first_error=%d secs=%.3f gbps=%.3f msg=%s\n",
 	       (unsigned long long)ok, (unsigned long long)miss, (unsigned long long)err, (unsigned long long)bad,
 	       first_err, dt, dt > 0 ? (double)bytes / dt / 1e9 : 0.0, first_msg);
+	if (reg && (rc = mori_umbp_deregister_memory(u, buf)) != MORI_OK)
+		fprintf(stderr, "umbp_node: deregister: %s\n", mori_strerror(rc));
 	mori_umbp_close(u);
 	mori_client_close(c);
-	free(it), free(keys), free(buf);
+	free(it), free(keys), memfd ? (void)(buf && munmap(buf, size * bmax)) : free(buf);
 	return bad ? 1 : 0;
 }

@@ -14,7 +14,7 @@
 	"index_bytes policy index_backend index_state index_error index_published index_queued index_lag_ms "     \
 	"index_round_trips index_errors index_resyncs index_lookups index_lookup_us remote_fetched "             \
 	"remote_fetched_bytes remote_misses remote_errors remote_served remote_served_bytes remote_leases placed " \
-	"placed_bytes place_failed placed_here"
+	"placed_bytes place_failed placed_here remote_delivered remote_served_ssd"
 #define NODE_FIELDS "node epoch dram_free dram_capacity keys"
 #define UID_FIELDS                                                                                            \
 	"uid keys used_bytes quota_bytes hard_pinned_bytes dram_keys dram_bytes ssd_keys ssd_bytes hits misses " \
@@ -85,10 +85,11 @@ int moractl_kv(const char *url, int timeout_ms, int json)
 		       " lookups (mean %.0f us)\n",
 		       s->index_round_trips, s->index_errors, s->index_resyncs, s->index_lookups,
 		       s->index_lookups ? (double)s->index_lookup_us / (double)s->index_lookups : 0.0);
-		printf("across nodes %" PRIu64 " values fetched (%" PRIu64 " bytes), %" PRIu64 " misses, %" PRIu64
-		       " errors; %" PRIu64 " served to others (%" PRIu64 " bytes, %" PRIu64 " leases held)\n",
-		       s->remote_fetched, s->remote_fetched_bytes, s->remote_misses, s->remote_errors, s->remote_served,
-		       s->remote_served_bytes, s->remote_leases);
+		printf("across nodes %" PRIu64 " values fetched (%" PRIu64 " bytes, %" PRIu64 " into registered regions), %"
+		       PRIu64 " misses, %" PRIu64 " errors; %" PRIu64 " served to others (%" PRIu64 " bytes, %" PRIu64
+		       " from SSD, %" PRIu64 " leases held)\n",
+		       s->remote_fetched, s->remote_fetched_bytes, s->remote_delivered, s->remote_misses, s->remote_errors,
+		       s->remote_served, s->remote_served_bytes, s->remote_served_ssd, s->remote_leases);
 		printf("placement    %" PRIu64 " puts placed on other nodes (%" PRIu64 " bytes), %" PRIu64 " stayed here; %"
 		       PRIu64 " of theirs placed here\n", s->placed, s->placed_bytes, s->place_failed, s->placed_here);
 		if (s->n_index_nodes)

@@ -494,6 +494,47 @@ int kvc_live_epoch(const redisReply *r, uint32_t j, uint64_t epoch)
 	return e->type == REDIS_REPLY_STRING && parse_live(e->str, e->len, &in) == 0 && in.epoch == epoch;
 }
 
+void kvc_live_all(const redisReply *r, const struct kvc_node *nodes, uint32_t nn, uint8_t *ok)
+{
+	for (uint32_t j = 0; j < nn; j++)
+		ok[j] = (uint8_t)kvc_live_epoch(r, j, nodes[j].info.epoch);
+}
+
+int kvc_send_nodes(struct kvc_req *q, const char *kind, const struct kvc_node *nodes, uint32_t nn, char *const *fields,
+		   size_t *flens, size_t n)
+{
+	const char **argv = malloc(sizeof(*argv) * (n + 2 > nn + 1 ? n + 2 : nn + 1));
+	size_t *ml = malloc(sizeof(*ml) * (nn + 1));
+	char (*lk)[KV_NODE_MAX + 20] = malloc(sizeof(*lk) * (nn ? nn : 1));
+	if (!argv || !ml || !lk) {
+		free(argv), free(ml), free(lk);
+		return MORI_ENOMEM;
+	}
+	char hname[KV_NODE_MAX + 40];
+	argv[0] = "HMGET", flens[0] = 5;
+	for (size_t i = 0; i < n; i++)
+		argv[i + 2] = fields[i];
+	for (uint32_t j = 0; j < nn; j++) {
+		snprintf(hname, sizeof(hname), "mori:%s:%s:%" PRIx64, kind, nodes[j].name, nodes[j].info.epoch);
+		argv[1] = hname, flens[1] = strlen(hname);
+		kvc_send(q, (int)n + 2, argv, flens);
+	}
+	if (nn) {
+		argv[0] = "MGET", ml[0] = 4;
+		for (uint32_t j = 0; j < nn; j++) {
+			snprintf(lk[j], sizeof(lk[j]), "mori:node:%s", nodes[j].name);
+			argv[j + 1] = lk[j], ml[j + 1] = strlen(lk[j]);
+		}
+		kvc_send(q, (int)nn + 1, argv, ml);
+	} else {
+		const char *ping[] = {"PING"};
+		size_t pl[] = {4};
+		kvc_send(q, 1, ping, pl);
+	}
+	free(argv), free(ml), free(lk);
+	return MORI_OK;
+}
+
 static void beat_reply(struct kvc_req *q, uint32_t i, redisReply *r)
 {
 	struct beatreq *b = (struct beatreq *)q;
@@ -679,22 +720,14 @@ static void loc_reply(struct kvc_req *q, uint32_t i, redisReply *r)
 	if (!r)
 		return;
 	if (i == l->nn) { /* the MGET of the nodes' liveness keys (or PING with none) */
-		for (uint32_t j = 0; j < l->nn; j++)
-			l->node_ok[j] = (uint8_t)kvc_live_epoch(r, j, l->nodes[j].info.epoch);
+		kvc_live_all(r, l->nodes, l->nn, l->node_ok);
 		return;
 	}
-	if (r->type != REDIS_REPLY_ARRAY)
-		return;
-	for (size_t k = 0; k < l->n && k < r->elements; k++) {
-		const redisReply *e = r->element[k];
+	for (size_t k = 0; k < l->n; k++) {
 		unsigned tier;
 		unsigned long long size, gen;
 		char buf[64];
-		if (e->type != REDIS_REPLY_STRING || e->len >= sizeof(buf))
-			continue;
-		memcpy(buf, e->str, e->len);
-		buf[e->len] = 0;
-		if (sscanf(buf, "%u %llu %llu", &tier, &size, &gen) != 3)
+		if (!kvc_elem_str(r, k, buf, sizeof(buf)) || sscanf(buf, "%u %llu %llu", &tier, &size, &gen) != 3)
 			continue;
 		struct kv_holder *h = &l->h[k * l->nn + l->nh[k]++];
 		*h = (struct kv_holder){.node = l->nodes[i].name, .epoch = l->nodes[i].info.epoch, .gen = gen,
@@ -782,47 +815,23 @@ int kv_cluster_locate(struct morid *d, uid_t uid, const struct kv_key *keys, siz
 		l->fields = calloc(n, sizeof(*l->fields));
 		l->flens = calloc(n + 2, sizeof(*l->flens));
 	}
-	const char **argv = malloc(sizeof(*argv) * (n + 2 > nn + 1 ? n + 2 : nn + 1));
-	char (*lk)[KV_NODE_MAX + 20] = malloc(sizeof(*lk) * (nn ? nn : 1));
-	int ok = l && l->nodes && l->h && l->nh && l->node_ok && l->fields && l->flens && argv && lk;
+	int ok = l && l->nodes && l->h && l->nh && l->node_ok && l->fields && l->flens;
 	for (size_t i = 0; ok && i < n; i++) {
 		l->fields[i] = malloc(keys[i].len + 4);
 		ok = l->fields[i] != NULL;
 		if (ok)
 			l->flens[i + 2] = kvc_field(uid, keys[i].data, keys[i].len, l->fields[i]);
 	}
-	if (!ok) {
+	if (ok)
+		l->q = (struct kvc_req){.k = k, .reply = loc_reply, .done = loc_done, .t0_us = uv_hrtime() / 1000,
+					.sending = 1};
+	/* one pipeline, one round trip, however many keys and nodes */
+	if (!ok || kvc_send_nodes(&l->q, "kv", l->nodes, nn, l->fields, l->flens, n) != MORI_OK) {
 		if (l)
 			loc_free(l);
-		free(argv), free(lk);
 		snprintf(msg, msglen, "out of memory for a lookup of %zu keys", n);
 		return MORI_ENOMEM;
 	}
-	l->q = (struct kvc_req){.k = k, .reply = loc_reply, .done = loc_done, .t0_us = uv_hrtime() / 1000,
-				.sending = 1};
-	char hname[KV_NODE_MAX + 40];
-	argv[0] = "HMGET", l->flens[0] = 5;
-	for (size_t i = 0; i < n; i++)
-		argv[i + 2] = l->fields[i];
-	for (uint32_t j = 0; j < nn; j++) {
-		snprintf(hname, sizeof(hname), "mori:kv:%s:%" PRIx64, l->nodes[j].name, l->nodes[j].info.epoch);
-		argv[1] = hname, l->flens[1] = strlen(hname);
-		kvc_send(&l->q, (int)n + 2, argv, l->flens);
-	}
-	size_t *ml = malloc(sizeof(*ml) * (nn + 1));
-	if (nn && ml) {
-		argv[0] = "MGET", ml[0] = 4;
-		for (uint32_t j = 0; j < nn; j++) {
-			snprintf(lk[j], sizeof(lk[j]), "mori:node:%s", l->nodes[j].name);
-			argv[j + 1] = lk[j], ml[j + 1] = strlen(lk[j]);
-		}
-		kvc_send(&l->q, (int)nn + 1, argv, ml);
-	} else {
-		const char *ping[] = {"PING"};
-		size_t pl[] = {4};
-		kvc_send(&l->q, 1, ping, pl);
-	}
-	free(ml), free(argv), free(lk);
 	kvc_sent(&l->q);
 	return MORI_OK;
 }

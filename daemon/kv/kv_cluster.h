@@ -20,7 +20,7 @@
  * one uid space (as nodes sharing LDAP or NFS do); a key of uid 1000 on node A is the same key
  * as uid 1000's on node B, never uid 1001's.
  *
- * A holder named by a lookup is checked again when it serves: the holder (kv_remote.c) checks that the
+ * A holder named by a lookup is checked again when it serves: the holder (kv_serve.c) checks that the
  * (epoch, gen) a lookup gave is still what it has; anything else is a miss, so a node
  * that restarted, evicted or replaced a key never serves bytes the asker did not look up.
  *

@@ -92,6 +92,27 @@ size_t kvc_field(uid_t uid, const void *key, size_t klen, char *out);
  * its epoch is still snap's. */
 int kvc_live_epoch(const redisReply *r, uint32_t j, uint64_t epoch);
 uint64_t kvc_now_ms(const struct kvc *k);
+/* The liveness MGET's reply r: ok[j] for node j of nodes[0..nn) (kvc_live_epoch of each). */
+void kvc_live_all(const redisReply *r, const struct kvc_node *nodes, uint32_t nn, uint8_t *ok);
+/* Element k of array reply r as a C string in buf (cap bytes): 1, or 0 where it is absent, not a
+ * string, or does not fit. */
+static inline int kvc_elem_str(const redisReply *r, size_t k, char *buf, size_t cap)
+{
+	if (!r || r->type != REDIS_REPLY_ARRAY || k >= r->elements)
+		return 0;
+	const redisReply *e = r->element[k];
+	if (e->type != REDIS_REPLY_STRING || e->len >= cap)
+		return 0;
+	memcpy(buf, e->str, e->len);
+	buf[e->len] = 0;
+	return 1;
+}
+/* A lookup's pipeline in q: one HMGET of fields[0..n) (their lengths in flens[2..n + 2); flens[0]
+ * and [1] are used here) per node of nodes[0..nn) from its hash "mori:KIND:NODE:EPOCH", then one
+ * MGET of those nodes' liveness keys (a PING with none): replies 0..nn-1 are the nodes', reply nn
+ * the liveness. MORI_OK, or MORI_ENOMEM with nothing sent. */
+int kvc_send_nodes(struct kvc_req *q, const char *kind, const struct kvc_node *nodes, uint32_t nn, char *const *fields,
+		   size_t *flens, size_t n);
 
 
 

@@ -475,30 +475,22 @@ static void mq_reply(struct kvc_req *q, uint32_t i, redisReply *r)
 	struct matchreq *m = (struct matchreq *)q;
 	if (!r)
 		return;
+	char b[32];
 	if (m->hcb) { /* MGET of the hit counters */
-		for (size_t k = 0; r->type == REDIS_REPLY_ARRAY && k < r->elements && k < m->n; k++) {
-			const redisReply *e = r->element[k];
-			if (e->type == REDIS_REPLY_STRING) {
-				char b[32];
-				size_t l = e->len < sizeof(b) - 1 ? e->len : sizeof(b) - 1;
-				memcpy(b, e->str, l);
-				b[l] = 0;
+		for (size_t k = 0; k < m->n; k++)
+			if (kvc_elem_str(r, k, b, sizeof(b))) {
 				m->counts[k] = strtoull(b, NULL, 10);
 				m->present[k] = 1;
 			}
-		}
 		return;
 	}
 	if (i == m->nn) {
-		for (uint32_t j = 0; j < m->nn; j++)
-			m->node_ok[j] = (uint8_t)kvc_live_epoch(r, j, m->nodes[j].info.epoch);
+		kvc_live_all(r, m->nodes, m->nn, m->node_ok);
 		return;
 	}
-	for (size_t k = 0; r->type == REDIS_REPLY_ARRAY && k < r->elements && k < m->n; k++) {
-		const redisReply *e = r->element[k];
-		if (e->type == REDIS_REPLY_STRING && e->len && e->len < 4)
-			m->masks[i * m->n + k] = (uint8_t)atoi(e->str) & 0x0e;
-	}
+	for (size_t k = 0; k < m->n; k++)
+		if (kvc_elem_str(r, k, b, 4) && b[0])
+			m->masks[i * m->n + k] = (uint8_t)atoi(b) & 0x0e;
 }
 
 static void mq_done(struct kvc_req *q)
@@ -592,38 +584,13 @@ int kv_ext_match(struct morid *d, uid_t uid, const struct kv_key *keys, size_t n
 		later(m, k);
 		return MORI_OK;
 	}
-	const char **argv = malloc(sizeof(*argv) * (n + 2 > m->nn + 1 ? n + 2 : m->nn + 1));
-	size_t *ml = malloc(sizeof(*ml) * (m->nn + 1));
-	char (*lk)[KV_NODE_MAX + 20] = malloc(sizeof(*lk) * (m->nn ? m->nn : 1));
-	if (!argv || !ml || !lk) {
-		free(argv), free(ml), free(lk);
+	for (uint32_t j = 0; j < m->nn; j++)
+		m->nodes[j] = k->nodes[j];
+	if (kvc_send_nodes(&m->q, "ext", m->nodes, m->nn, m->fields, m->flens, n) != MORI_OK) {
 		mq_free(m);
 		snprintf(msg, msglen, "out of memory for a match of %zu keys", n);
 		return MORI_ENOMEM;
 	}
-	char hname[KV_NODE_MAX + 40];
-	argv[0] = "HMGET", m->flens[0] = 5;
-	for (size_t i = 0; i < n; i++)
-		argv[i + 2] = m->fields[i];
-	for (uint32_t j = 0; j < m->nn; j++) {
-		m->nodes[j] = k->nodes[j];
-		snprintf(hname, sizeof(hname), "mori:ext:%s:%" PRIx64, m->nodes[j].name, m->nodes[j].info.epoch);
-		argv[1] = hname, m->flens[1] = strlen(hname);
-		kvc_send(&m->q, (int)n + 2, argv, m->flens);
-	}
-	if (m->nn) {
-		argv[0] = "MGET", ml[0] = 4;
-		for (uint32_t j = 0; j < m->nn; j++) {
-			snprintf(lk[j], sizeof(lk[j]), "mori:node:%s", m->nodes[j].name);
-			argv[j + 1] = lk[j], ml[j + 1] = strlen(lk[j]);
-		}
-		kvc_send(&m->q, (int)m->nn + 1, argv, ml);
-	} else {
-		const char *ping[] = {"PING"};
-		size_t pl[] = {4};
-		kvc_send(&m->q, 1, ping, pl);
-	}
-	free(argv), free(ml), free(lk);
 	kvc_sent(&m->q);
 	return MORI_OK;
 }

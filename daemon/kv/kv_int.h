@@ -120,6 +120,11 @@ struct kv_pget {
 	Mori__Reply rep;
 	struct rctx r;
 	uint32_t waiting;
+	/* Set instead of kc for a peer's read (kv_peer_hold): called when the value is in DRAM (e,
+	 * referenced for the callee) or failed (e NULL: MORI_EIO, MORI_ECANCELED when the store
+	 * stops); g is freed after it. */
+	void (*on_read)(void *arg, struct kv_store *st, struct kv_entry *e, int rc);
+	void *arg;
 };
 
 /* A value being read back from SSD into a DRAM run (dst, a temporary entry: the promoted version
@@ -215,8 +220,11 @@ struct kv_entry *kv_lookup(struct kv_store *st, uid_t uid, const void *key, size
 int kv_remove(struct kv_store *st, uid_t uid, const void *key, size_t klen);
 int kv_pin(struct kv_store *st, uid_t uid, const void *key, size_t klen, int pin, char *msg, size_t msglen);
 /* kv_store.c, for kv_remote.c. A peer's lease: *e is key's DRAM version (a reference taken, a
- * hit counted), or MORI_ENOENT: absent, of another generation than gen (0: any), or only on SSD. */
-int kv_peer_hold(struct kv_store *st, uid_t uid, const void *key, size_t klen, uint64_t gen, struct kv_entry **e);
+ * hit counted), or MORI_ENOENT: absent, of another generation than gen (0: any), or only on SSD
+ * with g NULL. With g (on_read set, waiting 0), a value only on SSD is read back into DRAM:
+ * MORI_EINPROGRESS, and g->on_read runs when it lands (g is the store's until then). */
+int kv_peer_hold(struct kv_store *st, uid_t uid, const void *key, size_t klen, uint64_t gen, struct kv_entry **e,
+		 struct kv_pget *g);
 /* Let go of a reference kv_peer_hold or kv_temp_new took (the last one of a temporary or replaced
  * version frees it). */
 void kv_unref(struct kv_store *st, struct kv_entry *e);

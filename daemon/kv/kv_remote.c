@@ -1,16 +1,14 @@
-/* UMBP across nodes: gets of values another node's daemon holds (docs/umbp.md, "Across nodes").
+/* UMBP across nodes, the asker's side: gets of values another node's daemon holds (docs/umbp.md,
+ * "Across nodes"; the holder's side is kv_serve.c).
  *
  * The asker (the daemon where a client's get missed) sends the holder a PeerKv LEASE for the keys
- * over the authenticated peer link. The holder takes a reference on each value's DRAM version
- * (a peer lease, ended by RELEASE or after its deadline), refuses a generation or an epoch other
- * than the asker expects (a stale index entry, a restarted holder: MORI_ENOENT, a miss), and
- * answers where each value lies: a region over its slab, made once per slab and removed when the
- * slab closes. The asker makes a temporary DRAM slot per value (room made as for a put), reads the
- * bytes into it over the transports (peer_xfer_start: TCP streams, RDMA where present, by the
- * transport table), releases the holder's leases and hands the slots to its client as the leases
- * of an ordinary get; the client copies out and releases as for a local value. A batch asks each
- * holder once, holders in parallel; every step has the get's deadline; errors name the peer.
- * Below kv_req.c, above kv_store.c. */
+ * over the authenticated peer link; the holder answers where each value lies (or, for a value it
+ * reads back from SSD first, sends READY when it landed). The asker reads the bytes over the
+ * transports (peer_xfer_start: TCP streams, RDMA where present, by the transport table) straight
+ * into the client's registered region where the item names one, else into a temporary DRAM slot
+ * (room made as for a put) that it hands to its client as an ordinary get's lease; then it
+ * releases the holder's leases. A batch asks each holder once, holders in parallel; every step
+ * has the get's deadline; errors name the peer. Below kv_req.c, above kv_serve.c. */
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,298 +23,32 @@
 #include "peer/peer_int.h"
 #include "region/region.h"
 
-/* ---- regions over slabs ---- */
-
-static void slab_closed(void *arg, const struct kv_slab *s)
-{
-	struct kv_remote *R = arg;
-	if (s->index < R->nsr && R->sr[s->index].g && R->sr[s->index].slab_id == s->id) {
-		/* transfers still reading or writing it hold it (inflight) until they end */
-		region_remove(R->d, R->sr[s->index].g, "its KV slab was freed");
-		R->sr[s->index].g = NULL;
-	}
-}
-
-/* The region over slab index (the owner of a value's run), made on first use; NULL ENOMEM. */
-struct region *kv_slab_region(struct kv_remote *R, uint32_t index)
-{
-	struct kv_slab *s = kv_dram_slab(R->st->dram, index);
-	if (!s)
-		return NULL;
-	if (index >= R->nsr) {
-		uint32_t n = index + 16;
-		struct slab_region *ns = realloc(R->sr, sizeof(*ns) * n);
-		if (!ns)
-			return NULL;
-		memset(ns + R->nsr, 0, sizeof(*ns) * (n - R->nsr));
-		R->sr = ns;
-		R->nsr = n;
-	}
-	struct slab_region *x = &R->sr[index];
-	if (x->g && x->slab_id == s->id)
-		return x->g;
-	int fd = dup(s->fd);
-	if (fd < 0)
-		return NULL;
-	x->g = region_add(R->d, NULL, MORI_MEM_HOST, s->bytes, fd, 0, 0); /* owns fd */
-	x->slab_id = s->id;
-	return x->g;
-}
-
-/* ---- the holder: leases for peers ---- */
-
-static void on_expiry(uv_timer_t *t);
-
-/* The timer for the first lease's deadline (uv_timer_start restarts a started timer). */
-static void timer_arm(struct kv_remote *R)
-{
-	if (LIST_EMPTY(&R->expiry))
-		return;
-	struct plea *l = list_entry(R->expiry.next, struct plea, elink);
-	uint64_t now = uv_now(R->d->loop);
-	uv_timer_start(&R->timer, on_expiry, l->deadline_ms > now ? l->deadline_ms - now : 0, 0);
-}
-
-static void lease_end(struct kv_remote *R, struct plea *l)
-{
-	list_del(&l->hlink);
-	list_del(&l->elink);
-	kv_unref(R->st, l->e);
-	R->nleases--;
-	free(l);
-}
-
-static void on_expiry(uv_timer_t *t)
-{
-	struct kv_remote *R = t->data;
-	uint64_t now = uv_now(R->d->loop);
-	while (!LIST_EMPTY(&R->expiry)) {
-		struct plea *l = list_entry(R->expiry.next, struct plea, elink);
-		if (l->deadline_ms > now)
-			break;
-		R->expired++;
-		lease_end(R, l);
-	}
-	timer_arm(R);
-}
-
-static struct plea *lease_find(struct kv_remote *R, uint64_t id)
-{
-	list_each(it, &R->lb[hmix(id) & (LEASE_BUCKETS - 1)]) {
-		struct plea *l = list_entry(it, struct plea, hlink);
-		if (l->id == id)
-			return l;
-	}
-	return NULL;
-}
-
-static int lease_add(struct kv_remote *R, struct kv_entry *e, uint32_t ms, uint64_t *id)
-{
-	struct plea *l = calloc(1, sizeof(*l));
-	if (!l)
-		return MORI_ENOMEM;
-	uint64_t r = 0;
-	if (auth_random(&r, sizeof(r)) != 0)
-		r = 0;
-	l->id = (++R->lease_seq << 20) ^ (r & 0xfffff); /* unguessable enough: a peer names only its own */
-	l->e = e;
-	l->deadline_ms = uv_now(R->d->loop) + ms;
-	list_add(&R->lb[hmix(l->id) & (LEASE_BUCKETS - 1)], &l->hlink);
-	/* by deadline: a later one goes at the tail, the usual case */
-	struct list *pos = R->expiry.prev;
-	while (pos != &R->expiry && list_entry(pos, struct plea, elink)->deadline_ms > l->deadline_ms)
-		pos = pos->prev;
-	list_add(pos, &l->elink);
-	R->nleases++;
-	*id = l->id;
-	if (R->expiry.next == &l->elink)
-		timer_arm(R);
-	return MORI_OK;
-}
-
-uint64_t kv_dram_room(struct kv_store *st)
-{
-	const struct config *cfg = &st->d->cfg;
-	struct kv_dram_stats ds;
-	kv_dram_stats_get(st->dram, &ds);
-	uint64_t high = (uint64_t)cfg->kv_dram_bytes / 100 * (uint64_t)cfg->kv_high_watermark;
-	return ds.allocated < high ? high - ds.allocated : 0;
-}
-
-static void serve_lease(struct kv_remote *R, const Mori__PeerKv *q, Mori__PeerKvReply *kr, Mori__Reply *rep,
-			struct rctx *r, const char *self)
-{
-	struct kv_store *st = R->st;
-	const struct config *cfg = &R->d->cfg;
-	if (q->n_keys == 0 || q->n_keys > PEER_KV_MAX || (q->n_gens && q->n_gens != q->n_keys)) {
-		reply_error(rep, MORI_EINVAL, "lease of %zu keys with %zu generations (1..%d keys, as many generations "
-			    "or none)", q->n_keys, q->n_gens, PEER_KV_MAX);
-		return;
-	}
-	kr->items = rctx_alloc(r, sizeof(*kr->items) * q->n_keys);
-	if (!kr->items) {
-		reply_error(rep, MORI_ENOMEM, "out of memory");
-		return;
-	}
-	uint32_t ms = q->lease_ms && q->lease_ms < (uint64_t)cfg->kv_lease_max_ms ? q->lease_ms
-										: (uint32_t)cfg->kv_lease_max_ms;
-	int restarted = q->epoch && q->epoch != R->d->epoch;
-	for (size_t i = 0; i < q->n_keys; i++) {
-		Mori__PeerKvItem *it = rctx_alloc(r, sizeof(*it));
-		if (!it) {
-			reply_error(rep, MORI_ENOMEM, "out of memory");
-			return;
-		}
-		mori__peer_kv_item__init(it);
-		kr->items[kr->n_items++] = it;
-		const ProtobufCBinaryData *k = &q->keys[i];
-		struct kv_entry *e = NULL;
-		int rc = k->len == 0 || k->len > KV_KEY_MAX ? MORI_EINVAL
-		       : restarted ? MORI_ENOENT
-				   : kv_peer_hold(st, (uid_t)q->uid, k->data, k->len, q->n_gens ? q->gens[i] : 0, &e);
-		struct region *g = rc == MORI_OK ? kv_slab_region(R, e->u.ext.slab) : NULL;
-		if (rc == MORI_OK && (!g || (rc = lease_add(R, e, ms, &it->lease)) != MORI_OK)) {
-			kv_unref(st, e);
-			rc = MORI_ENOMEM;
-		}
-		it->status = rc;
-		if (rc != MORI_OK) {
-			if (rc != MORI_ENOENT)
-				kv_first_error(rep, r, rc == MORI_EINVAL ? "key empty or over 256 bytes" : "out of memory");
-			continue;
-		}
-		it->size = e->size;
-		it->gen = e->gen;
-		it->tier = KV_TIER_DRAM;
-		it->region_id = g->id;
-		it->region_gen = g->gen;
-		it->secret.data = g->secret; /* the asker keeps it to itself (a peer link is authenticated) */
-		it->secret.len = sizeof(g->secret);
-		it->offset = kv_ext_offset(&e->u.ext);
-		R->served++;
-		R->served_bytes += e->size;
-	}
-	(void)self;
-}
-
-/* Slots for values another node places here: temporary entries written by the asker, leased
- * until its PUT_COMMIT (an uncommitted one goes with its lease). Room is made as for a local put,
- * so a node asked past its own high watermark evicts as it would for its own puts. */
-static void serve_put_alloc(struct kv_remote *R, const Mori__PeerKv *q, Mori__PeerKvReply *kr, Mori__Reply *rep,
-			    struct rctx *r)
-{
-	struct kv_store *st = R->st;
-	const struct config *cfg = &R->d->cfg;
-	if (q->n_keys == 0 || q->n_keys > PEER_KV_MAX || q->n_sizes != q->n_keys) {
-		reply_error(rep, MORI_EINVAL, "placement of %zu keys with %zu sizes (1..%d keys, a size each)", q->n_keys,
-			    q->n_sizes, PEER_KV_MAX);
-		return;
-	}
-	kr->items = rctx_alloc(r, sizeof(*kr->items) * q->n_keys);
-	if (!kr->items) {
-		reply_error(rep, MORI_ENOMEM, "out of memory");
-		return;
-	}
-	uint32_t ms = q->lease_ms && q->lease_ms < (uint64_t)cfg->kv_lease_max_ms ? q->lease_ms
-										: (uint32_t)cfg->kv_lease_max_ms;
-	for (size_t i = 0; i < q->n_keys; i++) {
-		Mori__PeerKvItem *it = rctx_alloc(r, sizeof(*it));
-		if (!it) {
-			reply_error(rep, MORI_ENOMEM, "out of memory");
-			return;
-		}
-		mori__peer_kv_item__init(it);
-		kr->items[kr->n_items++] = it;
-		const ProtobufCBinaryData *k = &q->keys[i];
-		char msg[300] = "";
-		struct kv_entry *e = NULL;
-		int rc = MORI_OK;
-		if (k->len == 0 || k->len > KV_KEY_MAX || q->sizes[i] == 0 || q->sizes[i] > (uint64_t)cfg->kv_value_max) {
-			rc = MORI_EINVAL;
-			snprintf(msg, sizeof(msg), "placement of a key of %zu bytes, value of %llu bytes", k->len,
-				 (unsigned long long)q->sizes[i]);
-		} else {
-			rc = kv_temp_new(st, (uid_t)q->uid, k->data, k->len, q->sizes[i], &e, msg, sizeof(msg));
-		}
-		struct region *g = rc == MORI_OK ? kv_slab_region(R, e->u.ext.slab) : NULL;
-		if (rc == MORI_OK && (!g || (rc = lease_add(R, e, ms, &it->lease)) != MORI_OK)) {
-			kv_unref(st, e);
-			rc = MORI_ENOMEM;
-			snprintf(msg, sizeof(msg), "out of memory");
-		}
-		/* from here the lease holds kv_temp_new's reference */
-		it->status = rc;
-		if (rc != MORI_OK) {
-			kv_first_error(rep, r, msg);
-			continue;
-		}
-		it->size = q->sizes[i];
-		it->tier = KV_TIER_DRAM;
-		it->region_id = g->id;
-		it->region_gen = g->gen;
-		it->secret.data = g->secret;
-		it->secret.len = sizeof(g->secret);
-		it->offset = kv_ext_offset(&e->u.ext);
-	}
-}
-
-static int serve(struct peers *P, const Mori__Request *req, const char *from, Mori__Reply *rep, struct rctx *r)
-{
-	struct kv_store *st = P->d->kv;
-	struct kv_remote *R = st ? st->remote : NULL;
-	const Mori__PeerKv *q = req->peer_kv;
-	if (!R)
-		return 0;
-	Mori__PeerKvReply *kr = rctx_alloc(r, sizeof(*kr));
-	if (!kr) {
-		reply_error(rep, MORI_ENOMEM, "out of memory");
-		return 1;
-	}
-	mori__peer_kv_reply__init(kr);
-	kr->epoch = P->d->epoch;
-	kr->dram_free = kv_dram_room(st);
-	rep->body_case = MORI__REPLY__BODY_PEER_KV;
-	rep->peer_kv = kr;
-	if (q->op == MORI__PEER_KV_OP__PEER_KV_LEASE) {
-		serve_lease(R, q, kr, rep, r, from);
-	} else if (q->op == MORI__PEER_KV_OP__PEER_KV_PUT_ALLOC) {
-		serve_put_alloc(R, q, kr, rep, r);
-	} else if (q->op == MORI__PEER_KV_OP__PEER_KV_RELEASE || q->op == MORI__PEER_KV_OP__PEER_KV_PUT_COMMIT) {
-		kr->status = rctx_alloc(r, sizeof(*kr->status) * (q->n_leases ? q->n_leases : 1));
-		if (!kr->status) {
-			reply_error(rep, MORI_ENOMEM, "out of memory");
-			return 1;
-		}
-		for (size_t i = 0; i < q->n_leases; i++) {
-			struct plea *l = lease_find(R, q->leases[i]);
-			int rc = l ? MORI_OK : MORI_ETIMEDOUT; /* expired (or never ours) */
-			if (l && q->op == MORI__PEER_KV_OP__PEER_KV_PUT_COMMIT && (rc = kv_temp_commit(st, l->e)) == MORI_OK)
-				R->placed_here++;
-			if (l)
-				lease_end(R, l);
-			kr->status[kr->n_status++] = rc;
-		}
-	} else {
-		reply_error(rep, MORI_EINVAL, "unknown PeerKv op %d", (int)q->op);
-	}
-	if (rep->code != 0) {
-		rep->body_case = MORI__REPLY__BODY__NOT_SET;
-		rep->peer_kv = NULL;
-	}
-	return 1;
-}
-
 /* ---- the asker: fetches from holders ---- */
+
+/* Region id of g's client with [off, off + cap) inside it, or NULL (not its own, gone, outside). */
+static struct region *dest_region(struct kv_remote *R, struct kv_pget *g, uint64_t id, uint64_t off, uint64_t cap)
+{
+	struct region *lg = g->kc ? region_find(R->d, id) : NULL;
+	if (!lg || lg->owner != g->kc->c || off > lg->size || cap > lg->size - off)
+		return NULL;
+	return lg;
+}
 
 struct ritem {
 	Mori__KvSlot *sl;
 	ProtobufCBinaryData key;  /* the request's bytes (alive in the get's rctx) */
 	uint64_t gen;             /* expected (0: any) */
-	struct kv_entry *tmp;     /* the local slot it lands in */
+	struct kv_entry *tmp;     /* the local slot it lands in, or NULL: */
+	uint64_t dst, dst_off, cap; /* the client's region it lands in (dst non-zero) */
+	struct region *lr;        /* where it lands (set once leased), at loff */
+	uint64_t loff;
 	uint64_t lease, size, roff, rregion;
 	uint32_t rgen;
 	uint8_t secret[REGION_SECRET_BYTES];
 	int rc;
+	int pending;              /* leased, being read from the holder's SSD: READY follows */
+	int started;              /* in a transfer */
+	uint32_t tier;            /* where the holder found it */
 };
 
 struct rget {
@@ -328,11 +60,15 @@ struct rget {
 	uint64_t epoch, holder_epoch;
 	uint64_t deadline_us;
 	uint32_t n, xfers;
+	uint32_t pending;         /* items waiting for the holder's READY */
+	int leased;               /* the lease reply came */
 	uint64_t *xids;           /* transfers in flight, for the store's stop */
 	uint32_t nx;
 	char why[300];
 	struct ritem it[];
 };
+
+static void rget_step(struct rget *rg);
 
 static uint32_t ms_left(const struct rget *rg)
 {
@@ -383,7 +119,13 @@ static void rget_finish(struct rget *rg)
 		struct kv_pget *g = rg->g;
 		for (uint32_t i = 0; i < rg->n; i++) {
 			struct ritem *x = &rg->it[i];
-			if (x->rc == MORI_OK && g->kc) {
+			if (x->rc == MORI_OK && x->dst) {
+				x->sl->delivered = 1; /* in the client's region: nothing to lease or copy */
+				x->sl->len = x->size;
+				R->delivered++;
+			} else if (x->rc == MORI_EMSGSIZE && x->dst) {
+				x->sl->len = x->size;
+			} else if (x->rc == MORI_OK && g->kc) {
 				uint64_t id = 0;
 				x->rc = kv_temp_lease(st, g->kc, x->tmp, &id);
 				if (x->rc == MORI_OK) {
@@ -398,7 +140,7 @@ static void rget_finish(struct rget *rg)
 				kv_unref(st, x->tmp);
 			x->sl->status = x->rc;
 			if (x->rc == MORI_OK) {
-				x->sl->tier = KV_TIER_DRAM;
+				x->sl->tier = x->tier ? x->tier : KV_TIER_DRAM;
 				x->sl->node = rctx_strdup(&g->r, rg->node);
 				R->fetched++;
 				R->fetched_bytes += x->size;
@@ -436,11 +178,11 @@ static void xfer_done(void *arg, int code, const char *msg)
 		rget_error(rg, "fetch from node %s: %s", rg->node, msg && msg[0] ? msg : mori_strerror(code));
 	free(x->idx);
 	free(x);
-	if (--rg->xfers == 0)
-		rget_finish(rg);
+	rg->xfers--;
+	rget_step(rg);
 }
 
-/* Read items idx[0..n) (same holder region, same local slab) in one transfer. */
+/* Read items idx[0..n) (same holder region, same local region) in one transfer. */
 static void xfer_group(struct rget *rg, struct region *local, uint32_t *idx, uint32_t n)
 {
 	struct kv_remote *R = rg->R;
@@ -454,7 +196,8 @@ static void xfer_group(struct rget *rg, struct region *local, uint32_t *idx, uin
 	}
 	for (uint32_t i = 0; i < n; i++) {
 		struct ritem *it = &rg->it[idx[i]];
-		descs[i].local_offset = kv_ext_offset(&it->tmp->u.ext);
+		it->started = 1;
+		descs[i].local_offset = it->loff;
 		descs[i].remote_offset = it->roff;
 		descs[i].length = it->size;
 	}
@@ -481,6 +224,247 @@ static void xfer_group(struct rget *rg, struct region *local, uint32_t *idx, uin
 		rg->xids[rg->nx++] = id;
 }
 
+/* Where leased item it (ki: the holder's answer) lands: the client's region, or a temporary slot
+ * made here; it->rc says what failed. */
+static void land(struct rget *rg, struct ritem *it, const Mori__PeerKvItem *ki)
+{
+	struct kv_remote *R = rg->R;
+	char why[300];
+	it->lease = ki->lease;
+	it->tier = ki->tier ? ki->tier : KV_TIER_DRAM;
+	if (ki->secret.len != REGION_SECRET_BYTES || ki->size == 0) {
+		it->rc = MORI_EPROTO;
+		rget_error(rg, "node %s: a lease with a malformed region", rg->node);
+		return;
+	}
+	if (ki->size > (uint64_t)R->d->cfg.kv_value_max) {
+		it->rc = MORI_EMSGSIZE;
+		rget_error(rg, "node %s holds a value of %llu bytes, over kv_value_max here", rg->node,
+			   (unsigned long long)ki->size);
+		return;
+	}
+	it->size = ki->size;
+	it->roff = ki->offset;
+	it->rregion = ki->region_id;
+	it->rgen = ki->region_gen;
+	memcpy(it->secret, ki->secret.data, REGION_SECRET_BYTES);
+	if (it->dst) { /* straight into the client's region: no slot here */
+		if (ki->size > it->cap) {
+			it->rc = MORI_EMSGSIZE; /* the slot's len says how much is needed */
+			return;
+		}
+		if (!(it->lr = dest_region(R, rg->g, it->dst, it->dst_off, it->cap))) {
+			it->rc = MORI_ESTALE;
+			rget_error(rg, "region %llx was deregistered during a get from node %s", (unsigned long long)it->dst,
+				   rg->node);
+			return;
+		}
+		it->loff = it->dst_off;
+		return;
+	}
+	it->rc = kv_temp_new(R->st, rg->uid, it->key.data, it->key.len, it->size, &it->tmp, why, sizeof(why));
+	if (it->rc != MORI_OK) {
+		it->tmp = NULL;
+		rget_error(rg, "no room here for a value of node %s: %s", rg->node, why);
+		return;
+	}
+	if (!(it->lr = kv_slab_region(R, it->tmp->u.ext.slab)))
+		it->rc = MORI_ENOMEM;
+	else
+		it->loff = kv_ext_offset(&it->tmp->u.ext);
+}
+
+/* Finish rg once nothing of it is in flight; else, waiting for READY, mind its deadline. */
+static void rget_step(struct rget *rg)
+{
+	if (rg->xfers == 0 && rg->pending == 0)
+		rget_finish(rg);
+	else if (rg->pending && rg->R)
+		kv_remote_arm(rg->R);
+}
+
+static uint64_t early_first_ms(struct kv_remote *R);
+static void early_expire(struct kv_remote *R, int all);
+
+/* The asker's first deadline (loop ms): a fetch waiting for READY, a kept READY; UINT64_MAX none. */
+static uint64_t pending_first_ms(struct kv_remote *R)
+{
+	uint64_t first = LIST_EMPTY(&R->early) ? UINT64_MAX : early_first_ms(R), now = uv_now(R->d->loop);
+	list_each(it, &R->rgets) {
+		struct rget *rg = list_entry(it, struct rget, link);
+		uint64_t at = now + ms_left(rg);
+		if (rg->pending && at < first)
+			first = at;
+	}
+	return first;
+}
+
+/* Items still waiting for READY past their get's deadline end (MORI_ETIMEDOUT); kept READYs
+ * past their life go. */
+static void pending_expire(struct kv_remote *R)
+{
+	uint64_t now = mori_now_us();
+	early_expire(R, 0);
+again:
+	list_each(x, &R->rgets) {
+		struct rget *rg = list_entry(x, struct rget, link);
+		if (!rg->pending || rg->deadline_us > now)
+			continue;
+		for (uint32_t i = 0; i < rg->n; i++)
+			if (rg->it[i].pending) {
+				rg->it[i].pending = 0;
+				rg->it[i].rc = MORI_ETIMEDOUT;
+			}
+		rg->pending = 0;
+		rget_error(rg, "node %s did not read a value from its SSD within the get's deadline", rg->node);
+		if (rg->xfers == 0) {
+			rget_finish(rg); /* leaves the list */
+			goto again;
+		}
+	}
+}
+
+/* Pending item it of rg is ready at its holder (ki), or failed there: fetch it as a leased one. */
+static void ready_item(struct rget *rg, struct ritem *it, const Mori__PeerKvItem *ki)
+{
+	it->pending = 0;
+	rg->pending--;
+	it->rc = ki->status;
+	if (ki->status == MORI_OK)
+		land(rg, it, ki);
+	else
+		rget_error(rg, "node %s: reading a value from its SSD: %s", rg->node, mori_strerror(ki->status));
+	uint32_t *idx = it->rc == MORI_OK ? malloc(sizeof(*idx)) : NULL;
+	if (it->rc == MORI_OK && !idx)
+		it->rc = MORI_ENOMEM;
+	rg->xfers++; /* held across the start: its done may run inside */
+	if (idx) {
+		idx[0] = (uint32_t)(it - rg->it);
+		xfer_group(rg, it->lr, idx, 1); /* takes idx */
+	}
+	rg->xfers--;
+	rget_step(rg);
+}
+
+/* A READY that came before the lease reply it answers (the holder's SSD read can beat it: READY
+ * travels on the holder's own link to us), kept until that reply or the lease's end. */
+struct early {
+	struct list link;         /* R->early */
+	char node[128];
+	uint64_t lease, size, gen, region_id, offset, expires_ms;
+	uint32_t region_gen, tier;
+	int32_t status;
+	uint8_t secret[REGION_SECRET_BYTES];
+};
+#define EARLY_MAX 4096
+
+static void early_keep(struct kv_remote *R, const char *from, const Mori__PeerKvItem *ki)
+{
+	struct early *e = R->nearly < EARLY_MAX && (ki->status != MORI_OK || ki->secret.len == REGION_SECRET_BYTES)
+			? calloc(1, sizeof(*e)) : NULL;
+	if (!e)
+		return; /* the item then ends at its get's deadline */
+	snprintf(e->node, sizeof(e->node), "%s", from);
+	e->lease = ki->lease;
+	e->status = ki->status;
+	e->size = ki->size;
+	e->gen = ki->gen;
+	e->region_id = ki->region_id;
+	e->region_gen = ki->region_gen;
+	e->offset = ki->offset;
+	e->tier = ki->tier;
+	if (ki->status == MORI_OK)
+		memcpy(e->secret, ki->secret.data, REGION_SECRET_BYTES);
+	e->expires_ms = uv_now(R->d->loop) + (uint64_t)R->d->cfg.kv_lease_max_ms;
+	list_add(&R->early, &e->link); /* at the tail */
+	R->nearly++;
+	kv_remote_arm(R);
+}
+
+static void early_drop(struct kv_remote *R, struct early *e)
+{
+	list_del(&e->link);
+	R->nearly--;
+	free(e);
+}
+
+static uint64_t early_first_ms(struct kv_remote *R)
+{
+	return list_entry(R->early.next, struct early, link)->expires_ms; /* kept in arrival order */
+}
+
+/* Kept READYs past their lease's longest life go (all: every one). */
+static void early_expire(struct kv_remote *R, int all)
+{
+	uint64_t now = uv_now(R->d->loop);
+	while (!LIST_EMPTY(&R->early) && (all || early_first_ms(R) <= now))
+		early_drop(R, list_entry(R->early.next, struct early, link));
+}
+
+/* rg's lease reply came: its pending items whose READY came first go on. */
+static void early_match(struct kv_remote *R, struct rget *rg)
+{
+	list_each(x, &R->early) {
+		struct early *e = list_entry(x, struct early, link);
+		for (uint32_t i = 0; rg->pending && i < rg->n; i++) {
+			struct ritem *it = &rg->it[i];
+			if (!it->pending || it->lease != e->lease || strcmp(e->node, rg->node))
+				continue;
+			Mori__PeerKvItem ki = MORI__PEER_KV_ITEM__INIT;
+			ki.status = e->status;
+			ki.lease = e->lease;
+			ki.size = e->size;
+			ki.gen = e->gen;
+			ki.region_id = e->region_id;
+			ki.region_gen = e->region_gen;
+			ki.secret.data = e->secret;
+			ki.secret.len = e->status == MORI_OK ? REGION_SECRET_BYTES : 0;
+			ki.offset = e->offset;
+			ki.tier = e->tier;
+			rg->xfers++; /* rg stays until this walk ends */
+			ready_item(rg, it, &ki); /* copies what it keeps of ki (e's secret among it) */
+			rg->xfers--;
+			early_drop(R, e);
+			break;
+		}
+	}
+}
+
+/* READY from holder `from`: values its SSD read back for our pending leases now lie where the
+ * items say (or failed); each is fetched as a leased one. One for a lease whose reply has not
+ * come yet is kept for it. */
+static void serve_ready(struct kv_remote *R, const Mori__PeerKv *q, const char *from, Mori__PeerKvReply *kr,
+			Mori__Reply *rep, struct rctx *r)
+{
+	kr->status = rctx_alloc(r, sizeof(*kr->status) * (q->n_items ? q->n_items : 1));
+	if (!kr->status) {
+		reply_error(rep, MORI_ENOMEM, "out of memory");
+		return;
+	}
+	for (size_t k = 0; from && k < q->n_items; k++) {
+		const Mori__PeerKvItem *ki = q->items[k];
+		struct rget *rg = NULL;
+		struct ritem *it = NULL;
+		int waiting = 0; /* a fetch from that node still waits for its lease reply */
+		list_each(x, &R->rgets) {
+			struct rget *c = list_entry(x, struct rget, link);
+			if (strcmp(c->node, from))
+				continue;
+			waiting |= !c->leased;
+			for (uint32_t i = 0; c->pending && !it && i < c->n; i++)
+				if (c->it[i].pending && c->it[i].lease == ki->lease)
+					rg = c, it = &c->it[i];
+			if (it)
+				break;
+		}
+		kr->status[kr->n_status++] = it || waiting ? MORI_OK : MORI_ENOENT;
+		if (it)
+			ready_item(rg, it, ki);
+		else if (waiting)
+			early_keep(R, from, ki);
+	}
+}
+
 static void lease_done(struct rpc *q, struct peer *p, const Mori__Reply *rep, int code, const char *msg)
 {
 	struct rget *rg = q->arg;
@@ -490,7 +474,6 @@ static void lease_done(struct rpc *q, struct peer *p, const Mori__Reply *rep, in
 		free(rg);
 		return;
 	}
-	struct kv_remote *R = rg->R;
 	const Mori__PeerKvReply *kr = rep && rep->body_case == MORI__REPLY__BODY_PEER_KV ? rep->peer_kv : NULL;
 	if (code == MORI_OK && (!kr || kr->n_items != rg->n))
 		code = MORI_EPROTO, msg = "a lease reply of another length than asked";
@@ -502,49 +485,30 @@ static void lease_done(struct rpc *q, struct peer *p, const Mori__Reply *rep, in
 		return;
 	}
 	rg->holder_epoch = kr->epoch;
+	rg->leased = 1;
 	for (uint32_t i = 0; i < rg->n; i++) {
 		struct ritem *it = &rg->it[i];
 		const Mori__PeerKvItem *ki = kr->items[i];
 		it->rc = ki->status;
-		if (ki->status != MORI_OK)
-			continue;
-		it->lease = ki->lease;
-		char why[300];
-		if (ki->secret.len != REGION_SECRET_BYTES || ki->size == 0) {
-			it->rc = MORI_EPROTO;
-			rget_error(rg, "node %s: a lease with a malformed region", rg->node);
+		if (ki->status == MORI_EINPROGRESS) { /* read from the holder's SSD: READY says where */
+			it->lease = ki->lease;
+			it->pending = 1;
+			rg->pending++;
 			continue;
 		}
-		if (ki->size > (uint64_t)R->d->cfg.kv_value_max) {
-			it->rc = MORI_EMSGSIZE;
-			rget_error(rg, "node %s holds a value of %llu bytes, over kv_value_max here", rg->node,
-				   (unsigned long long)ki->size);
-			continue;
-		}
-		it->size = ki->size;
-		it->roff = ki->offset;
-		it->rregion = ki->region_id;
-		it->rgen = ki->region_gen;
-		memcpy(it->secret, ki->secret.data, REGION_SECRET_BYTES);
-		it->rc = kv_temp_new(R->st, rg->uid, it->key.data, it->key.len, it->size, &it->tmp, why, sizeof(why));
-		if (it->rc != MORI_OK) {
-			it->tmp = NULL;
-			rget_error(rg, "no room here for a value of node %s: %s", rg->node, why);
-		}
+		if (ki->status == MORI_OK)
+			land(rg, it, ki);
 	}
-	/* one transfer per (holder region, local slab) */
+	/* one transfer per (holder region, local region) */
 	uint8_t *done = calloc(rg->n, 1);
 	rg->xids = calloc(rg->n, sizeof(*rg->xids));
 	rg->xfers = 1; /* this function's own, dropped at its end */
+	if (rg->pending)
+		early_match(rg->R, rg);
 	for (uint32_t i = 0; done && i < rg->n; i++) {
 		struct ritem *a = &rg->it[i];
-		if (done[i] || a->rc != MORI_OK)
+		if (done[i] || a->rc != MORI_OK || a->started)
 			continue;
-		struct region *local = kv_slab_region(R, a->tmp->u.ext.slab);
-		if (!local) {
-			a->rc = MORI_ENOMEM;
-			continue;
-		}
 		uint32_t *grp = malloc(sizeof(*grp) * rg->n), n = 0;
 		if (!grp) {
 			a->rc = MORI_ENOMEM;
@@ -552,21 +516,20 @@ static void lease_done(struct rpc *q, struct peer *p, const Mori__Reply *rep, in
 		}
 		for (uint32_t j = i; j < rg->n; j++) {
 			struct ritem *b = &rg->it[j];
-			if (!done[j] && b->rc == MORI_OK && b->rregion == a->rregion &&
-			    b->tmp->u.ext.slab == a->tmp->u.ext.slab) {
+			if (!done[j] && b->rc == MORI_OK && !b->started && b->rregion == a->rregion && b->lr == a->lr) {
 				grp[n++] = j;
 				done[j] = 1;
 			}
 		}
-		xfer_group(rg, local, grp, n); /* takes grp */
+		xfer_group(rg, a->lr, grp, n); /* takes grp */
 	}
 	if (!done)
 		for (uint32_t i = 0; i < rg->n; i++)
 			if (rg->it[i].rc == MORI_OK)
 				rg->it[i].rc = MORI_ENOMEM;
 	free(done);
-	if (--rg->xfers == 0)
-		rget_finish(rg);
+	rg->xfers--;
+	rget_step(rg);
 }
 
 int kv_remote_get(struct kv_store *st, struct kv_pget *g, uid_t uid, const char *node, uint64_t epoch,
@@ -588,35 +551,52 @@ int kv_remote_get(struct kv_store *st, struct kv_pget *g, uid_t uid, const char 
 		kv_first_error(&g->rep, &g->r, why);
 		return code;
 	}
+	/* a destination that is not the client's own region (or not all inside it) asks nothing */
 	size_t kbytes = 0;
-	for (uint32_t i = 0; i < n; i++)
+	uint32_t bad = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		if (keys[i].region && !dest_region(R, g, keys[i].region, keys[i].region_off, keys[i].cap)) {
+			keys[i].sl->status = MORI_EINVAL;
+			kv_first_error(&g->rep, &g->r, "a get's destination is not inside a region this client registered");
+			bad++;
+			continue;
+		}
 		kbytes += keys[i].key.len;
+	}
+	if (bad == n)
+		return MORI_EINVAL;
 	/* the keys are copied: the request they came in is freed when the get's reply is deferred */
-	struct rget *rg = calloc(1, sizeof(*rg) + sizeof(struct ritem) * n + kbytes);
+	struct rget *rg = calloc(1, sizeof(*rg) + sizeof(struct ritem) * (n - bad) + kbytes);
 	uint64_t *kb = calloc(n, sizeof(*kb));
 	ProtobufCBinaryData *ks = calloc(n, sizeof(*ks));
 	if (!rg || !kb || !ks) {
 		free(rg), free(kb), free(ks);
 		return MORI_ENOMEM;
 	}
-	uint8_t *kcopy = (uint8_t *)&rg->it[n];
+	uint8_t *kcopy = (uint8_t *)&rg->it[n - bad];
 	rg->R = R;
 	rg->g = g;
 	rg->uid = uid;
 	snprintf(rg->node, sizeof(rg->node), "%s", node);
 	rg->epoch = epoch;
-	rg->n = n;
 	rg->deadline_us = mori_now_us() + (uint64_t)timeout_ms * 1000;
 	for (uint32_t i = 0; i < n; i++) {
-		rg->it[i].sl = keys[i].sl;
+		if (keys[i].region && keys[i].sl->status == MORI_EINVAL)
+			continue;
+		struct ritem *it = &rg->it[rg->n];
+		it->sl = keys[i].sl;
 		memcpy(kcopy, keys[i].key.data, keys[i].key.len);
-		rg->it[i].key.data = kcopy;
-		rg->it[i].key.len = keys[i].key.len;
+		it->key.data = kcopy;
+		it->key.len = keys[i].key.len;
 		kcopy += keys[i].key.len;
-		rg->it[i].gen = keys[i].gen;
-		ks[i] = rg->it[i].key;
-		kb[i] = keys[i].gen;
+		it->gen = keys[i].gen;
+		it->dst = keys[i].region;
+		it->dst_off = keys[i].region_off;
+		it->cap = keys[i].cap;
+		ks[rg->n] = it->key;
+		kb[rg->n++] = keys[i].gen;
 	}
+	n = rg->n;
 	Mori__PeerKv q = MORI__PEER_KV__INIT;
 	Mori__Request req = MORI__REQUEST__INIT;
 	q.op = MORI__PEER_KV_OP__PEER_KV_LEASE;
@@ -666,19 +646,22 @@ static void loc_done(void *arg, int status, const char *msg, const struct kv_loc
 			rl->k[i].sl->status = status != MORI_OK ? status : MORI_EPROTO;
 		kv_first_error(&g->rep, &g->r, msg && msg[0] ? msg : "the cluster index answered another count of keys");
 	} else {
-		/* each key from one holder that has it in DRAM (SSD copies are not served to peers),
-		 * a batch's keys of one holder in one request */
+		/* each key from one holder, one with it in DRAM first (a holder reads an SSD copy back
+		 * before it serves it), a batch's keys of one holder in one request */
 		const char **node = calloc(n ? n : 1, sizeof(*node));
 		uint64_t *epoch = calloc(n ? n : 1, sizeof(*epoch));
 		struct kv_remote_key *grp = calloc(n ? n : 1, sizeof(*grp));
 		for (size_t i = 0; node && epoch && i < n; i++)
-			for (uint32_t h = 0; h < res[i].n; h++)
-				if (!res[i].holders[h].self && res[i].holders[h].tier == KV_TIER_DRAM) {
-					node[i] = res[i].holders[h].node;
-					epoch[i] = res[i].holders[h].epoch;
-					rl->k[i].gen = res[i].holders[h].gen;
+			for (uint32_t h = 0; h < res[i].n; h++) {
+				const struct kv_holder *x = &res[i].holders[h];
+				if (x->self || (node[i] && x->tier != KV_TIER_DRAM))
+					continue;
+				node[i] = x->node;
+				epoch[i] = x->epoch;
+				rl->k[i].gen = x->gen;
+				if (x->tier == KV_TIER_DRAM)
 					break;
-				}
+			}
 		uint64_t now = mori_now_us();
 		uint32_t ms = rl->deadline_us > now ? (uint32_t)((rl->deadline_us - now) / 1000) + 1 : 1;
 		for (size_t i = 0; node && epoch && grp && i < n; i++) {
@@ -754,22 +737,15 @@ int kv_remote_start(struct kv_store *st)
 		return MORI_ENOMEM;
 	R->st = st;
 	R->d = st->d;
-	for (int i = 0; i < LEASE_BUCKETS; i++)
-		LIST_INIT(&R->lb[i]);
-	LIST_INIT(&R->expiry);
 	LIST_INIT(&R->rgets);
 	LIST_INIT(&R->rputs);
-	uv_timer_init(st->d->loop, &R->timer);
-	R->timer.data = R;
-	kv_dram_on_close(st->dram, slab_closed, R);
+	LIST_INIT(&R->early);
+	R->asker_ready = serve_ready;
+	R->asker_first_ms = pending_first_ms;
+	R->asker_tick = pending_expire;
+	kv_serve_start(R);
 	st->remote = R;
-	peers_kv_serve = serve;
 	return MORI_OK;
-}
-
-static void timer_closed(uv_handle_t *h)
-{
-	free(h->data);
 }
 
 void kv_remote_stop(struct kv_store *st)
@@ -777,11 +753,25 @@ void kv_remote_stop(struct kv_store *st)
 	struct kv_remote *R = st->remote;
 	if (!R)
 		return;
-	peers_kv_serve = NULL;
+	peers_kv_serve = NULL; /* no READY comes in meanwhile */
+	/* fetches waiting for READY stop waiting; those with nothing in flight end here */
+	list_each(x, &R->rgets) {
+		struct rget *rg = list_entry(x, struct rget, link);
+		for (uint32_t i = 0; i < rg->n; i++)
+			if (rg->it[i].pending) {
+				rg->it[i].pending = 0;
+				rg->it[i].rc = MORI_ECANCELED;
+			}
+		rg->pending = 0;
+	}
 	/* fetches reading now end (their slots freed while the store lives); those waiting for a
 	 * lease reply are let go: their reply frees them */
 	while (!LIST_EMPTY(&R->rgets)) {
 		struct rget *rg = list_entry(R->rgets.next, struct rget, link);
+		if (rg->leased && !rg->xfers) { /* was waiting for READY */
+			rget_finish(rg);
+			continue;
+		}
 		if (rg->xfers) { /* reading: cancelling its transfers finishes it (each done runs now) */
 			uint32_t nx = rg->nx;
 			uint64_t *ids = malloc(sizeof(*ids) * (nx ? nx : 1));
@@ -803,17 +793,9 @@ void kv_remote_stop(struct kv_store *st)
 		if (--rg->g->waiting == 0)
 			kv_pget_done(st, rg->g);
 	}
-	for (int i = 0; i < LEASE_BUCKETS; i++)
-		while (!LIST_EMPTY(&R->lb[i]))
-			lease_end(R, list_entry(R->lb[i].next, struct plea, hlink));
-	kv_dram_on_close(st->dram, NULL, NULL);
-	for (uint32_t i = 0; i < R->nsr; i++)
-		if (R->sr[i].g)
-			region_remove(R->d, R->sr[i].g, "the KV store stopped");
-	free(R->sr);
+	early_expire(R, 1);
 	st->remote = NULL;
-	uv_timer_stop(&R->timer);
-	uv_close((uv_handle_t *)&R->timer, timer_closed);
+	kv_serve_stop(R); /* frees R once its timer closed */
 }
 
 void kv_remote_stats(const struct kv_store *st, struct kv_remote_stats *out)
@@ -834,4 +816,6 @@ void kv_remote_stats(const struct kv_store *st, struct kv_remote_stats *out)
 	out->placed_bytes = R->placed_bytes;
 	out->place_failed = R->place_failed;
 	out->placed_here = R->placed_here;
+	out->delivered = R->delivered;
+	out->served_ssd = R->served_ssd;
 }

@@ -33,11 +33,27 @@ struct kv_remote {
 	uv_timer_t timer;
 	struct list rgets;        /* the asker's fetches in flight */
 	struct list rputs;        /* placements in flight */
+	struct list preads;       /* the holder's reads from SSD for peers' leases (struct pread) */
+	struct list early;        /* READYs that came before their lease reply (struct early) */
+	uint32_t nearly;
 	/* counters (moractl kv, metrics) */
 	uint64_t fetched, fetched_bytes, fetch_misses, fetch_errors, served, served_bytes, expired;
 	uint64_t placed, placed_bytes, place_failed, placed_here;
+	uint64_t delivered, served_ssd; /* fetched into clients' regions; served from SSD */
 	uint32_t placing;         /* placements in flight */
+	/* the asker's side (kv_remote.c), called by kv_serve.c: a READY from a holder; its first
+	 * deadline (loop ms, UINT64_MAX none); its deadlines' work when the timer fires */
+	void (*asker_ready)(struct kv_remote *R, const Mori__PeerKv *q, const char *from, Mori__PeerKvReply *kr,
+			    Mori__Reply *rep, struct rctx *r);
+	uint64_t (*asker_first_ms)(struct kv_remote *R);
+	void (*asker_tick)(struct kv_remote *R);
 };
+
+/* kv_serve.c: the holder's side, started and stopped by kv_remote_start / kv_remote_stop (stop
+ * closes the timer, which frees R); (re)arm the timer for the first deadline of either side. */
+void kv_serve_start(struct kv_remote *R);
+void kv_serve_stop(struct kv_remote *R);
+void kv_remote_arm(struct kv_remote *R);
 
 /* The region over slab index (where a value's run lies), made on first use and removed when the
  * slab closes; NULL out of memory. */

@@ -127,7 +127,8 @@ static int do_get(struct kv_store *st, struct kv_client *kc, Mori__KvRequest *kq
 		rk = calloc(kr->n_slots, sizeof(*rk));
 		for (size_t i = 0; rk && i < kr->n_slots; i++)
 			if (kr->slots[i]->status == MORI_ENOENT)
-				rk[nrk++] = (struct kv_remote_key){kr->slots[i], kq->items[i]->key, 0};
+				rk[nrk++] = (struct kv_remote_key){kr->slots[i], kq->items[i]->key, 0, kq->items[i]->region,
+								   kq->items[i]->region_offset, kq->items[i]->cap};
 	}
 	if (g->waiting == 1 && nrk == 0) {
 		free(rk);
@@ -368,6 +369,8 @@ int kv_stats_fill(struct morid *d, Mori__KvStats *s, struct rctx *r, int all_uid
 	s->placed_bytes = rs.placed_bytes;
 	s->place_failed = rs.place_failed;
 	s->placed_here = rs.placed_here;
+	s->remote_delivered = rs.delivered;
+	s->remote_served_ssd = rs.served_ssd;
 	s->uids = ALLOC(r, Mori__KvUidStats *, st->nuids);
 	if (!s->uids)
 		return MORI_ENOMEM;

@@ -456,8 +456,14 @@ static void read_done(void *arg, int rc, const struct kv_ssd_loc *loc, const cha
 		if (src->state == KV_ZOMBIE)
 			free(src);
 		free(dst);
-		for (uint32_t i = 0; i < rd->nw; i++)
-			rd->w[i].g->waiting--; /* freed with their clients' reset */
+		for (uint32_t i = 0; i < rd->nw; i++) {
+			struct kv_pget *g = rd->w[i].g;
+			g->waiting--; /* a client's: freed with its reset */
+			if (g->on_read) {
+				g->on_read(g->arg, st, NULL, MORI_ECANCELED);
+				free(g);
+			}
+		}
 		free(rd->w);
 		free(rd);
 		kv_store_finish(st);
@@ -501,6 +507,13 @@ static void read_done(void *arg, int rc, const struct kv_ssd_loc *loc, const cha
 		struct kv_pget *g = rd->w[i].g;
 		Mori__KvSlot *sl = rd->w[i].slot;
 		uint64_t id = 0;
+		if (g->on_read) { /* a peer's: the reference is its own */
+			if (dst)
+				dst->refs++;
+			g->on_read(g->arg, st, dst, dst ? MORI_OK : MORI_EIO);
+			free(g);
+			continue;
+		}
 		int src_rc = dst ? MORI_OK : MORI_EIO;
 		if (dst && g->kc && (src_rc = kv_hold_add(st, g->kc, KV_HOLD_LEASE, dst, &id)) == MORI_OK) {
 			dst->refs++;
@@ -556,11 +569,14 @@ int kv_get(struct kv_store *st, struct kv_client *kc, const void *key, size_t kl
 	return MORI_OK;
 }
 
-int kv_peer_hold(struct kv_store *st, uid_t uid, const void *key, size_t klen, uint64_t gen, struct kv_entry **out)
+int kv_peer_hold(struct kv_store *st, uid_t uid, const void *key, size_t klen, uint64_t gen, struct kv_entry **out,
+		 struct kv_pget *g)
 {
-	struct kv_entry *e = find_hit(st, uid, key, klen, gen, 1);
+	struct kv_entry *e = find_hit(st, uid, key, klen, gen, !g);
 	if (!e)
 		return MORI_ENOENT;
+	if (e->tier != KV_TIER_DRAM)
+		return read_start(st, e, g, NULL);
 	e->refs++;
 	if (e->flags & KV_F_IN_POLICY)
 		kv_policy_hit(st->pol, &e->pn);

@@ -136,3 +136,12 @@ def test_cuda_tensor(clients):
     torch.cuda.synchronize()
     for k, o in zip(keys, outs):
         assert o.cpu().numpy().tobytes() == value(k, 4, 1 << 20)
+    # into a registered tensor: this node's morid writes the value straight into its VRAM
+    reg = torch.zeros(n, dtype=torch.uint8, device="cuda")
+    cb.register_memory(reg)
+    try:
+        assert cb.get("cuda", reg, node=node) == n
+        torch.cuda.synchronize()
+        assert reg.cpu().numpy().tobytes() == src
+    finally:
+        cb.deregister_memory(reg)
