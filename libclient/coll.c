@@ -188,11 +188,13 @@ int mori_comm_create(mori_group *g, const mori_comm_opts *opts, mori_comm **out)
 			       MORI_COLL_MAX_RANKS, k->n);
 		goto fail;
 	}
-	/* the heap area: flags, generations, all-to-all-v tables, the exchange slot, scratch */
+	/* the heap area: flags, signatures, generations and the skip word, all-to-all-v tables, the
+	 * exchange slot, scratch (include/mori/device_host/coll_dev.h) */
 	uint64_t nn = (uint64_t)k->n;
 	k->off_flags = 0;
-	k->off_gens = k->off_flags + 8ull * MORI_COLL_SLOTS * nn;
-	k->off_meta = k->off_gens + 8ull * MORI_COLL_SLOTS;
+	k->off_sigs = k->off_flags + 8ull * MORI_COLL_SLOTS * nn;
+	k->off_gens = k->off_sigs + 16ull * MORI_COLL_SLOTS * nn;
+	k->off_meta = k->off_gens + 8ull * (MORI_COLL_SLOTS + 1);
 	k->off_exch = k->off_meta + 24ull * nn; /* [n] (displacement, bytes) sent, then [n] bytes expected */
 	k->off_scratch = (k->off_exch + 64 + 4095) & ~4095ull;
 	uint64_t free_heap = g->heap_size > MORI_SHMEM_RESERVED ? g->heap_size - MORI_SHMEM_RESERVED : 0;
@@ -404,6 +406,8 @@ static int check(mori_comm *k, const void *src, void *dst, mori_dtype dt, int re
 							    "bfloat16 reduce)", op == MORI_SUM ? "sum" : op == MORI_MAX ? "max" : "min",
 				       (int)dt);
 	}
+	if (k->gpu) /* a new call: the last one's mismatch (which left the communicator in step) is past */
+		coll_gpu_new_call(k);
 	mori_status st;
 	int rc = mori_comm_status(k, &st);
 	if (rc)
