@@ -285,14 +285,14 @@ int mori_comm_destroy(mori_comm *k)
 int mori_comm_rank(const mori_comm *k) { return k ? k->rank : -1; }
 int mori_comm_size(const mori_comm *k) { return k ? k->n : 0; }
 
-int mori_comm_status(mori_comm *k, mori_status *out)
+static int comm_status(mori_comm *k, mori_status *out, int take_mismatch)
 {
 	if (!k)
 		return status_set(out, MORI_EINVAL, -1, "NULL communicator");
 	if (shmem_check(k->g)) /* a child after fork: the parent's */
 		return status_set(out, MORI_ESTALE, -1, mori_client_last_error(k->c));
 	if (k->gpu) {
-		int pe = -1, rc = coll_gpu_status(k, &pe);
+		int pe = -1, rc = coll_gpu_status(k, &pe, take_mismatch);
 		if (rc)
 			return status_set(out, rc, pe, mori_client_last_error(k->c));
 	}
@@ -300,6 +300,11 @@ int mori_comm_status(mori_comm *k, mori_status *out)
 	if (!rc && k->failed)
 		return status_set(out, k->failed, -1, "a collective on this communicator failed earlier");
 	return rc;
+}
+
+int mori_comm_status(mori_comm *k, mori_status *out)
+{
+	return comm_status(k, out, 1);
 }
 
 /* ---- windows ---- */
@@ -406,10 +411,8 @@ static int check(mori_comm *k, const void *src, void *dst, mori_dtype dt, int re
 							    "bfloat16 reduce)", op == MORI_SUM ? "sum" : op == MORI_MAX ? "max" : "min",
 				       (int)dt);
 	}
-	if (k->gpu) /* a new call: the last one's mismatch (which left the communicator in step) is past */
-		coll_gpu_new_call(k);
 	mori_status st;
-	int rc = mori_comm_status(k, &st);
+	int rc = comm_status(k, &st, 0); /* an earlier call's mismatch alone refuses nothing */
 	if (rc)
 		return set_error(k->c, rc, "collective: the communicator failed earlier (%s, PE %d): destroy it",
 				 mori_strerror(rc), st.pe);

@@ -207,25 +207,21 @@ static void sig_describe(char *buf, size_t len, uint64_t sig)
 					   MORI_COLL_SIG_ROOT(sig)));
 }
 
-void coll_gpu_new_call(mori_comm *k)
-{
-	struct coll_gpu *p = k->gpu_priv;
-	/* a mismatch that also failed the communicator (code set) stays to be reported */
-	if (p && p->st && !__atomic_load_n(&p->st->code, __ATOMIC_ACQUIRE))
-		__atomic_store_n(&p->st->mm_state, 0, __ATOMIC_RELEASE);
-}
-
-int coll_gpu_status(mori_comm *k, int *pe)
+int coll_gpu_status(mori_comm *k, int *pe, int take_mismatch)
 {
 	struct coll_gpu *p = k->gpu_priv;
 	if (!p || !p->st)
 		return MORI_OK;
 	int code = __atomic_load_n(&p->st->code, __ATOMIC_ACQUIRE);
-	if ((!code || code == MORI_EINVAL) && __atomic_load_n(&p->st->mm_state, __ATOMIC_ACQUIRE) == 2) {
+	/* a mismatch that left the communicator in step (code 0) is reported once; one that failed
+	 * it (code MORI_EINVAL) every time */
+	if ((code == MORI_EINVAL || (!code && take_mismatch)) && __atomic_load_n(&p->st->mm_state, __ATOMIC_ACQUIRE) == 2) {
 		int q = p->st->mm_pe;
 		char a[128], b[128];
 		sig_describe(a, sizeof(a), p->st->mm_sig);
 		sig_describe(b, sizeof(b), p->st->mm_ref);
+		if (!code) /* the device records the next mismatch only once this one is taken */
+			__atomic_store_n(&p->st->mm_state, 0, __ATOMIC_RELEASE);
 		if (pe)
 			*pe = q;
 		return set_error(k->c, MORI_EINVAL, "coll: a collective's arguments differ: rank %d calls %s, rank 0 calls "

@@ -59,8 +59,8 @@ int coll_parse_algo(mori_comm *k, const char *spec);
 int coll_gpu_init(mori_comm *k);
 void coll_gpu_fini(mori_comm *k);
 int coll_gpu_run(mori_comm *k, const struct coll_call *cc);
-int coll_gpu_status(mori_comm *k, int *pe);
-void coll_gpu_new_call(mori_comm *k);     /* forget the last call's signature mismatch */
+/* take_mismatch: report (once) a call whose arguments differed but left the communicator working */
+int coll_gpu_status(mori_comm *k, int *pe, int take_mismatch);
 int coll_gpu_unmapped(const mori_comm *k); /* some rank's heap is not mapped here */
 int coll_gpu_xnode(mori_comm *k);          /* take the cross-node path (every rank, when any must) */
 
