@@ -21,6 +21,10 @@
 //   5. compute from my own slots only: reduce slots 0..n-1 in rank order (coll.cu's reduce: f32
 //      accumulation, one rounding; the same bits as the intranode kernels and the CPU reference)
 //      or copy each slot to its place in dst.
+// The call's first barrier also carries its signature (coll_dev.h), into every rank's
+// sigs[0][g & 1][me] before the flag (a proxied AMO_SET, ordered before the flag's, where
+// unmapped); a rank whose signature differs from rank 0's ends the call there on every rank
+// (MORI_EINVAL naming it, coll.cuh's sig_check), the generations in step.
 // Every wait polls with acquire loads and, every MORI_COLL_POLL polls, reads the group's abort
 // word, the ring's error word, the status word and the clock against dev->timeout_ns; a wait that
 // fails records its code in the status word (a rank that never came: MORI_ETIMEDOUT and its bit
