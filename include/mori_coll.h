@@ -130,9 +130,9 @@ MORI_API int mori_comm_algo(const mori_comm *comm, const char *coll, uint64_t by
  * missing rank, and the message lists them all; MORI_EPEERDEAD: pe the dead PE's rank; the
  * group's abort codes, as mori_shmem_status). GPU communicators: MORI_EINVAL, pe the first rank
  * whose call's arguments differ from rank 0's and the message both calls, reported once where
- * the communicator kept working (see the top of this file). Reads a word the kernels write in mapped host
- * memory: no synchronisation, so an error shows once the failing kernel ended. Returns the code;
- * MORI_EINVAL for NULL comm. */
+ * the communicator kept working (see the top of this file). Reads a word the kernels write in
+ * mapped host memory: no synchronisation, so an error shows once the failing kernel ended.
+ * Returns the code; MORI_EINVAL for NULL comm. */
 MORI_API int mori_comm_status(mori_comm *comm, mori_status *out);
 
 /* The device address of this rank's communicator state (struct mori_coll_dev, kernels/
