@@ -42,15 +42,14 @@
  * for a host one. Found while running: on host heaps, a collective whose operation, count, dtype,
  * reduction or root differs on some rank fails with MORI_EINVAL on every rank, naming the first
  * rank that differs and what it called, before anything moves (all-to-all-v: the first pair whose
- * counts disagree). GPU heaps do not compare them: a GPU collective is launches on the stream
- * and nothing else (no host round trip, so that it can be captured in a graph), so no step of the
- * call sees another rank's arguments. A mismatch there is undefined: wrong results on some or
- * every rank, or, where the ranks launched different numbers of barrier rounds (counts that
- * split into different numbers of scratch chunks, different collectives), waits that end at the
- * communicator's deadline with MORI_ETIMEDOUT, or that a later call completes out of step. The
- * kernels reach peers' memory only inside the communicator's scratch and windows (the same on
- * every rank), so a mismatch corrupts results, not memory outside the heap.
- * a rank that does not call the collective makes its peers' waits end at the communicator's
+ * counts disagree). GPU heaps compare them on the device at the call's first barrier (no host
+ * round trip, so a captured graph checks them too): MORI_EINVAL on every rank naming the first rank that differs
+ * from rank 0, reported once by mori_comm_status(); the call ends before recvbuf is written
+ * (except under the copy-engine forms, whose copies still run: recvbuf undefined) and the
+ * communicator keeps working, unless the ranks launched different grids (counts in different
+ * 128 KiB size classes), which fails it. Ranks whose calls take different forms (a count across
+ * the algorithm table's thresholds) meet at no barrier: MORI_ETIMEDOUT at the deadline.
+ * A rank that does not call the collective makes its peers' waits end at the communicator's
  * deadline (opts.timeout_us) with MORI_ETIMEDOUT naming the missing ranks; a PE killed mid-
  * collective ends its peers' waits with MORI_EPEERDEAD (the group's abort word); GPU waits are
  * bounded by both. On the GPU such an error is reported by mori_comm_status() (and by every
@@ -129,9 +128,11 @@ MORI_API int mori_comm_algo(const mori_comm *comm, const char *coll, uint64_t by
 
 /* code 0 while healthy (pe -1, message ""); else the first failure (MORI_ETIMEDOUT: pe the first
  * missing rank, and the message lists them all; MORI_EPEERDEAD: pe the dead PE's rank; the
- * group's abort codes, as mori_shmem_status). Reads a word the kernels write in mapped host
- * memory: no synchronisation, so an error shows once the failing kernel ended. Returns the code;
- * MORI_EINVAL for NULL comm. */
+ * group's abort codes, as mori_shmem_status). GPU communicators: MORI_EINVAL, pe the first rank
+ * whose call's arguments differ from rank 0's and the message both calls, reported once where
+ * the communicator kept working (see the top of this file). Reads a word the kernels write in
+ * mapped host memory: no synchronisation, so an error shows once the failing kernel ended.
+ * Returns the code; MORI_EINVAL for NULL comm. */
 MORI_API int mori_comm_status(mori_comm *comm, mori_status *out);
 
 /* The device address of this rank's communicator state (struct mori_coll_dev, kernels/

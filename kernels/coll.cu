@@ -11,7 +11,13 @@ struct ctx {
 	dev_t *d;
 	uint64_t gen;
 	int rc;
-	MORI_DEVICE int bar(void) { return rc = barrier(d, blockIdx.x, &gen); }
+	uint64_t sig; /* the call's signature until its first barrier has compared it */
+	MORI_DEVICE int bar(void)
+	{
+		rc = barrier(d, blockIdx.x, &gen, sig);
+		sig = 0;
+		return rc;
+	}
 };
 
 /* One-shot all-reduce: stage this block's tiles of the chunk (unless src is a window), barrier,
@@ -206,8 +212,9 @@ MORI_DEVICE void pulls(ctx &c, const mori_coll_args &a)
 	}
 }
 /* Run body(ctx) as block `slot` of the barriers: its generation read from (and written back to)
- * gens[slot], nothing run once the communicator has failed (a failed one runs nothing that waits). */
-template <typename Body> MORI_DEVICE void with_ctx(dev_t *d, unsigned slot, Body body)
+ * gens[slot], nothing run once the communicator has failed (a failed one runs nothing that waits);
+ * sig: the call's signature, which the body's first barrier compares. */
+template <typename Body> MORI_DEVICE void with_ctx(dev_t *d, unsigned slot, uint64_t sig, Body body)
 {
 	__shared__ uint64_t gen_s;
 	__shared__ int failed_s;
@@ -219,7 +226,7 @@ template <typename Body> MORI_DEVICE void with_ctx(dev_t *d, unsigned slot, Body
 	__syncthreads();
 	if (failed_s)
 		return;
-	ctx c = {d, gen_s, 0};
+	ctx c = {d, gen_s, 0, sig};
 	body(c);
 	if (threadIdx.x == 0)
 		gens[slot] = c.gen;
@@ -230,12 +237,20 @@ MORI_DEVICE void mori_coll_body(const struct mori_coll_dev *d, const struct mori
 {
 	using namespace mori_coll;
 	unsigned slot = a.kind == MORI_COLL_K_BARRIER ? a.slot : blockIdx.x;
-	with_ctx(d, slot, [&](ctx &c) {
+	with_ctx(d, slot, a.sig, [&](ctx &c) {
 		switch (a.kind) {
-		case MORI_COLL_K_BARRIER:
+		case MORI_COLL_K_BARRIER: {
+			/* a flat or copy-engine form: its first barrier kernel (a.sig) says in dev->skip
+			 * whether the signatures differed; its later ones and its data kernels then do nothing */
+			volatile uint64_t *skip = (volatile uint64_t *)d->skip;
+			if ((a.flags & MORI_COLL_F_LATER) && *skip)
+				break;
 			mori_complete_stores_sys(); /* the stream's copies before the flags */
-			c.rc = barrier(d, slot, &c.gen);
+			c.rc = barrier(d, slot, &c.gen, a.sig);
+			if (a.sig && threadIdx.x == 0)
+				*skip = c.rc == MORI_EINVAL;
 			break;
+		}
 		case MORI_COLL_K_AR_ONESHOT: {
 			mori_coll_flat_args f = {a.kind, a.dtype, a.op, a.flags, a.src, a.dst, a.count,
 						 0, 0, a.chunk, a.tile, a.root, 0};
@@ -255,7 +270,7 @@ MORI_KERNEL void __launch_bounds__(MORI_COLL_THREADS, MORI_COLL_BLOCKS_PER_SM)
 	mori_coll_small_kernel(const struct mori_coll_dev *d, struct mori_coll_flat_args f)
 {
 	using namespace mori_coll;
-	with_ctx(d, blockIdx.x, [&](ctx &c) { ar_oneshot(c, f); });
+	with_ctx(d, blockIdx.x, f.sig, [&](ctx &c) { ar_oneshot(c, f); });
 }
 
 /* Two register budgets of one body: 2 blocks of 256 threads an SM (128 registers, no spills) and
@@ -339,6 +354,8 @@ MORI_KERNEL void __launch_bounds__(MORI_COLL_THREADS, 3) /* up to 80 registers (
 {
 	using namespace mori_coll;
 	const int n = d->n, me = d->rank;
+	if (*(volatile const uint64_t *)d->skip) /* the call's first barrier found the signatures differ */
+		return;
 	if (f.kind == MORI_COLL_K_ALLGATHER || f.kind == MORI_COLL_K_ALLTOALL || f.kind == MORI_COLL_K_BCAST) {
 		const uint64_t nv = f.count / 16 + 1;
 		for (int k = 0; k < n; k++) {

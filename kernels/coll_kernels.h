@@ -67,6 +67,7 @@ struct mori_coll_flat_args {
 	uint64_t chunk, tile;      /* AR_ONESHOT: elements a round, bytes a block takes at a time */
 	int32_t root;              /* BCAST: the rank read */
 	uint32_t pad;
+	uint64_t sig;              /* AR_ONESHOT: the call's signature (MORI_COLL_SIG, coll_dev.h) */
 };
 
 /* mori_dtype and mori_redop values (include/mori_coll.h: NCCL's numbers) the kernels reduce */
@@ -83,6 +84,8 @@ struct mori_coll_flat_args {
 #define MORI_COLL_F_VEC 4u         /* reductions: 2 or 4 vectors a thread at 4 or 2 ranks ($MORI_COLL_VEC) */
 #define MORI_COLL_F_NO_GATHER 8u   /* two-shot, one chunk: end after the reduced parts' barrier (the
 				      copy engine gathers them: coll_gpu.c) */
+#define MORI_COLL_F_LATER 16u      /* barrier kernel: not the call's first; does nothing when the
+				      first found the signatures differ (dev->skip) */
 
 struct mori_coll_args {
 	uint32_t kind;             /* enum mori_coll_kind */
@@ -94,6 +97,7 @@ struct mori_coll_args {
 	uint64_t count;            /* elements per rank (see mori_coll.h for each collective) */
 	uint64_t chunk;            /* reductions: elements per chunk; pulls: bytes per segment window */
 	uint64_t tile;             /* bytes a block takes at a time, blocks interleaved; 0: one range a block */
+	uint64_t sig;              /* the call's signature for its first barrier (coll_dev.h); 0: none */
 	/* all-to-all-v, in bytes: */
 	uint64_t sdispl[MORI_COLL_MAX_RANKS], scount[MORI_COLL_MAX_RANKS];
 	uint64_t rdispl[MORI_COLL_MAX_RANKS], rcount[MORI_COLL_MAX_RANKS];

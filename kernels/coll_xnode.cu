@@ -21,6 +21,10 @@
 //   5. compute from my own slots only: reduce slots 0..n-1 in rank order (coll.cu's reduce: f32
 //      accumulation, one rounding; the same bits as the intranode kernels and the CPU reference)
 //      or copy each slot to its place in dst.
+// The call's first barrier also carries its signature (coll_dev.h), into every rank's
+// sigs[0][g & 1][me] before the flag (a proxied AMO_SET, ordered before the flag's, where
+// unmapped); a rank whose signature differs from rank 0's ends the call there on every rank
+// (MORI_EINVAL naming it, coll.cuh's sig_check), the generations in step.
 // Every wait polls with acquire loads and, every MORI_COLL_POLL polls, reads the group's abort
 // word, the ring's error word, the status word and the clock against dev->timeout_ns; a wait that
 // fails records its code in the status word (a rank that never came: MORI_ETIMEDOUT and its bit
@@ -55,8 +59,29 @@ MORI_DEVICE int wait_flags(dev_t *d, unsigned slot, uint64_t g, uint64_t mask)
 	return rc_s;
 }
 
-/* Round g's barrier among all ranks (step 1). */
-MORI_DEVICE int barrier(dev_t *d, sst_t st, uint64_t g)
+/* Set rank t's word at heap offset off to v: a store where mapped (ordered before a later
+ * release store of the thread), else a proxy AMO_SET, which morid applies at rank t after every
+ * earlier request of mine to it. 0 or the proxy's error (recorded). */
+MORI_DEVICE int set_word(dev_t *d, sst_t st, int t, uint64_t off, uint64_t v, bool release)
+{
+	if (d->peer_base[t]) {
+		if (release)
+			mori_release_store_sys((uint64_t *)(d->peer_base[t] + off), v);
+		else
+			*(volatile uint64_t *)(d->peer_base[t] + off) = v;
+		return 0;
+	}
+	mori_shmem_impl::preq r = {MORI_SHMEM_OP_AMO, MORI_SHMEM_AMO_SET, 8, d->pe_of[t], off, 0, 0, 0, v, 0};
+	uint64_t seq;
+	int rc = mori_shmem_impl::proxy_post(st, r, &seq);
+	if (rc)
+		fail(d, rc, d->pe_of[t]);
+	return rc;
+}
+
+/* Round g's barrier among all ranks (step 1); sig (the call's first round): its signature, into
+ * every rank's sigs[0][g & 1][me] before the flag, compared after (coll.cuh's sig_check). */
+MORI_DEVICE int barrier(dev_t *d, sst_t st, uint64_t g, uint64_t sig)
 {
 	__shared__ int rc_s;
 	unsigned t = threadIdx.x;
@@ -66,22 +91,22 @@ MORI_DEVICE int barrier(dev_t *d, sst_t st, uint64_t g)
 	__syncthreads(); /* every thread's reads of the slots precede the flags (release: cumulative) */
 	if ((int)t < n) {
 		uint64_t off = (uint64_t)flag(d, XN_SLOT_BAR, d->rank) - d->heap_base;
-		if (d->peer_base[t]) {
-			mori_release_store_sys((uint64_t *)(d->peer_base[t] + off), g);
-		} else { /* morid applies it at rank t after every earlier request of mine to it */
-			mori_shmem_impl::preq r = {MORI_SHMEM_OP_AMO, MORI_SHMEM_AMO_SET, 8, d->pe_of[t], off, 0, 0, 0, g, 0};
-			uint64_t seq;
-			int rc = mori_shmem_impl::proxy_post(st, r, &seq);
-			if (rc) {
-				fail(d, rc, d->pe_of[t]);
-				rc_s = rc;
-			}
-		}
+		uint64_t soff = (uint64_t)sig_word(d, XN_SLOT_BAR, g, d->rank) - d->heap_base;
+		int rc = sig ? set_word(d, st, (int)t, soff, sig, false) : 0;
+		if (!rc)
+			rc = set_word(d, st, (int)t, off, g, true);
+		if (rc)
+			rc_s = rc;
 	}
 	__syncthreads();
 	if (rc_s)
 		return rc_s;
-	return wait_flags(d, XN_SLOT_BAR, g, n == 64 ? ~0ull : (1ull << n) - 1);
+	int rc = wait_flags(d, XN_SLOT_BAR, g, n == 64 ? ~0ull : (1ull << n) - 1);
+	if (rc || !sig)
+		return rc;
+	/* thread t acquired rank t's flag in wait_flags: its word is there */
+	uint64_t w = (int)t < n ? *(volatile uint64_t *)sig_word(d, XN_SLOT_BAR, g, (int)t) : 0;
+	return sig_check(d, w);
 }
 
 /* a.count: bytes of the segment each rank sends each peer; a.chunk: W, bytes a slot (16-byte
@@ -101,7 +126,7 @@ MORI_DEVICE void run(dev_t *d, sst_t st, const mori_coll_args &a, uint64_t *gen)
 	__shared__ uint64_t srcs[MORI_COLL_MAX_RANKS];
 	for (uint64_t k0 = 0; k0 < L; k0 += W) {
 		const uint64_t len = L - k0 < W ? L - k0 : W, g = ++*gen;
-		if (barrier(d, st, g))
+		if (barrier(d, st, g, k0 ? 0 : a.sig))
 			return;
 		uint8_t *mine = recv + (uint64_t)me * W;
 		if (!bcast || me == a.root) {

@@ -188,11 +188,13 @@ int mori_comm_create(mori_group *g, const mori_comm_opts *opts, mori_comm **out)
 			       MORI_COLL_MAX_RANKS, k->n);
 		goto fail;
 	}
-	/* the heap area: flags, generations, all-to-all-v tables, the exchange slot, scratch */
+	/* the heap area: flags, signatures, generations and the skip word, all-to-all-v tables, the
+	 * exchange slot, scratch (include/mori/device_host/coll_dev.h) */
 	uint64_t nn = (uint64_t)k->n;
 	k->off_flags = 0;
-	k->off_gens = k->off_flags + 8ull * MORI_COLL_SLOTS * nn;
-	k->off_meta = k->off_gens + 8ull * MORI_COLL_SLOTS;
+	k->off_sigs = k->off_flags + 8ull * MORI_COLL_SLOTS * nn;
+	k->off_gens = k->off_sigs + 16ull * MORI_COLL_SLOTS * nn;
+	k->off_meta = k->off_gens + 8ull * (MORI_COLL_SLOTS + 1);
 	k->off_exch = k->off_meta + 24ull * nn; /* [n] (displacement, bytes) sent, then [n] bytes expected */
 	k->off_scratch = (k->off_exch + 64 + 4095) & ~4095ull;
 	uint64_t free_heap = g->heap_size > MORI_SHMEM_RESERVED ? g->heap_size - MORI_SHMEM_RESERVED : 0;
@@ -283,14 +285,14 @@ int mori_comm_destroy(mori_comm *k)
 int mori_comm_rank(const mori_comm *k) { return k ? k->rank : -1; }
 int mori_comm_size(const mori_comm *k) { return k ? k->n : 0; }
 
-int mori_comm_status(mori_comm *k, mori_status *out)
+static int comm_status(mori_comm *k, mori_status *out, int take_mismatch)
 {
 	if (!k)
 		return status_set(out, MORI_EINVAL, -1, "NULL communicator");
 	if (shmem_check(k->g)) /* a child after fork: the parent's */
 		return status_set(out, MORI_ESTALE, -1, mori_client_last_error(k->c));
 	if (k->gpu) {
-		int pe = -1, rc = coll_gpu_status(k, &pe);
+		int pe = -1, rc = coll_gpu_status(k, &pe, take_mismatch);
 		if (rc)
 			return status_set(out, rc, pe, mori_client_last_error(k->c));
 	}
@@ -298,6 +300,11 @@ int mori_comm_status(mori_comm *k, mori_status *out)
 	if (!rc && k->failed)
 		return status_set(out, k->failed, -1, "a collective on this communicator failed earlier");
 	return rc;
+}
+
+int mori_comm_status(mori_comm *k, mori_status *out)
+{
+	return comm_status(k, out, 1);
 }
 
 /* ---- windows ---- */
@@ -405,7 +412,7 @@ static int check(mori_comm *k, const void *src, void *dst, mori_dtype dt, int re
 				       (int)dt);
 	}
 	mori_status st;
-	int rc = mori_comm_status(k, &st);
+	int rc = comm_status(k, &st, 0); /* an earlier call's mismatch alone refuses nothing */
 	if (rc)
 		return set_error(k->c, rc, "collective: the communicator failed earlier (%s, PE %d): destroy it",
 				 mori_strerror(rc), st.pe);

@@ -12,6 +12,7 @@
 
 #include "coll_int.h"
 #include "gpu_int.h"
+#include "shmem_wire.h"
 
 enum { FLAT_OFF, FLAT_KERNEL, FLAT_CE };
 #define FLAT_MAX_BLOCKS 1024u /* a block per FLAT_BLOCK_BYTES of a rank's work, at most */
@@ -89,7 +90,9 @@ int coll_gpu_init(mori_comm *k)
 	uint64_t base = (uint64_t)(uintptr_t)k->area;
 	h->heap_base = g->base;
 	h->flags = base + k->off_flags;
+	h->sigs = base + k->off_sigs;
 	h->gens = base + k->off_gens;
+	h->skip = base + k->off_gens + 8ull * MORI_COLL_SLOTS;
 	h->meta = base + k->off_meta;
 	h->scratch = base + k->off_scratch;
 	h->scratch_bytes = k->scratch_bytes;
@@ -196,12 +199,36 @@ void *mori_comm_device_state(const mori_comm *k)
 	return p && !p->xnode ? (void *)(uintptr_t)p->dev : NULL;
 }
 
-int coll_gpu_status(mori_comm *k, int *pe)
+/* "allreduce (one-shot)(count 100, float32, sum)" for a signature (MORI_COLL_SIG) */
+static void sig_describe(char *buf, size_t len, uint64_t sig)
+{
+	shmem_coll_describe(buf, len, MORI_COLL_SIG_COUNT(sig),
+			    shmem_coll_tag(MORI_COLL_SIG_KIND(sig), MORI_COLL_SIG_DTYPE(sig), MORI_COLL_SIG_OP(sig),
+					   MORI_COLL_SIG_ROOT(sig)));
+}
+
+int coll_gpu_status(mori_comm *k, int *pe, int take_mismatch)
 {
 	struct coll_gpu *p = k->gpu_priv;
 	if (!p || !p->st)
 		return MORI_OK;
 	int code = __atomic_load_n(&p->st->code, __ATOMIC_ACQUIRE);
+	/* a mismatch that left the communicator in step (code 0) is reported once; one that failed
+	 * it (code MORI_EINVAL) every time */
+	if ((code == MORI_EINVAL || (!code && take_mismatch)) && __atomic_load_n(&p->st->mm_state, __ATOMIC_ACQUIRE) == 2) {
+		int q = p->st->mm_pe;
+		char a[128], b[128];
+		sig_describe(a, sizeof(a), p->st->mm_sig);
+		sig_describe(b, sizeof(b), p->st->mm_ref);
+		if (!code) /* the device records the next mismatch only once this one is taken */
+			__atomic_store_n(&p->st->mm_state, 0, __ATOMIC_RELEASE);
+		if (pe)
+			*pe = q;
+		return set_error(k->c, MORI_EINVAL, "coll: a collective's arguments differ: rank %d calls %s, rank 0 calls "
+						     "%s (rank %d is the first that differs; the call ended before its data "
+						     "moved)%s", q, a, b, q,
+				 code ? "; the ranks launched different grids, so the communicator failed: destroy it" : "");
+	}
 	if (!code)
 		return MORI_OK;
 	int who = p->st->pe;
@@ -245,11 +272,27 @@ static int launch(mori_comm *k, struct coll_gpu *p, unsigned grid, void *stream)
 	return rc ? set_error(k->c, rc, "coll: %s", msg) : MORI_OK;
 }
 
-static int barrier_kernel(mori_comm *k, struct coll_gpu *p, void *stream)
+/* The call's signature (coll_dev.h) for its first barrier; grid: a one-kernel form's, else 0. */
+static uint64_t call_sig(const struct coll_call *cc, unsigned grid)
+{
+	return MORI_COLL_SIG((unsigned)cc->kind, (unsigned)cc->dtype, (unsigned)cc->op,
+			     cc->kind == MORI_COLL_K_BCAST ? (unsigned)cc->root : 0u, grid,
+			     cc->kind == MORI_COLL_K_ALLTOALLV ? 0 : (uint64_t)cc->count);
+}
+
+/* A one-block barrier kernel. *sig nonzero: the call's first, which compares the signature
+ * (*sig is then 0: the call's later ones, which do nothing after a mismatch); sig NULL: neither. */
+static int barrier_kernel(mori_comm *k, struct coll_gpu *p, void *stream, uint64_t *sig)
 {
 	memset(&p->a, 0, offsetof(struct mori_coll_args, sdispl));
 	p->a.kind = MORI_COLL_K_BARRIER;
 	p->a.slot = MORI_COLL_SLOT_BAR;
+	if (sig && *sig)
+		p->a.sig = *sig;
+	else if (sig)
+		p->a.flags = MORI_COLL_F_LATER;
+	if (sig)
+		*sig = 0;
 	return launch(k, p, 1, stream);
 }
 
@@ -271,7 +314,7 @@ static int run_ce(mori_comm *k, struct coll_gpu *p, const struct coll_call *cc)
 	int n = k->n, me = k->rank, nseg = cc->kind == MORI_COLL_K_ALLTOALL ? n : 1;
 	uint64_t bytes = cc->count * cc->es, src = (uint64_t)(uintptr_t)cc->src, dst = (uint64_t)(uintptr_t)cc->dst;
 	int win = cc->src_win;
-	uint64_t W = win ? bytes : (k->scratch_bytes / (uint64_t)nseg) & ~15ull;
+	uint64_t W = win ? bytes : (k->scratch_bytes / (uint64_t)nseg) & ~15ull, sig = call_sig(cc, 0);
 	int rc = MORI_OK;
 	for (uint64_t k0 = 0; k0 < bytes && !rc; k0 += W) {
 		uint64_t len = bytes - k0 < W ? bytes - k0 : W;
@@ -279,7 +322,7 @@ static int run_ce(mori_comm *k, struct coll_gpu *p, const struct coll_call *cc)
 			for (int s = 0; s < nseg && !rc; s++)
 				rc = dtod(k, p, h->scratch + (uint64_t)s * W, src + (uint64_t)s * bytes + k0, len, cc->stream);
 		if (!rc)
-			rc = barrier_kernel(k, p, cc->stream);
+			rc = barrier_kernel(k, p, cc->stream, &sig);
 		for (int j = 0; j < n && !rc; j++) {
 			int r = (me + j) % n;
 			if (cc->kind == MORI_COLL_K_BCAST && r != cc->root)
@@ -290,7 +333,7 @@ static int run_ce(mori_comm *k, struct coll_gpu *p, const struct coll_call *cc)
 			rc = dtod(k, p, dst + doff + k0, from, len, cc->stream);
 		}
 		if (!rc)
-			rc = barrier_kernel(k, p, cc->stream);
+			rc = barrier_kernel(k, p, cc->stream, &sig);
 	}
 	return rc;
 }
@@ -319,7 +362,7 @@ static int twoshot_ce_gather(mori_comm *k, struct coll_gpu *p, const struct coll
 {
 	uint64_t es = cc->es, m = cc->count, dst = (uint64_t)(uintptr_t)cc->dst;
 	int rc = ce_gather_parts(k, p, dst, dst, m, MORI_COLL_PART_SIZE(m, (uint64_t)k->n, 16 / es), es, cc->stream);
-	return rc ? rc : barrier_kernel(k, p, cc->stream);
+	return rc ? rc : barrier_kernel(k, p, cc->stream, NULL); /* after the kernel's own barriers */
 }
 
 /* mori_coll_flat_kernel with a block per FLAT_BLOCK_BYTES of the rank's work, at most flat_max */
@@ -348,6 +391,7 @@ static int twoshot_flat(mori_comm *k, struct coll_gpu *p, const struct coll_call
 	const int swin = cc->src_win, dwin = cc->dst_win;
 	const uint64_t chunk = swin && dwin ? cc->count : (k->scratch_bytes / es - n * al) / (n * al) * (n * al);
 	const uint64_t src = (uint64_t)(uintptr_t)cc->src, dst = (uint64_t)(uintptr_t)cc->dst;
+	uint64_t sig = call_sig(cc, 0);
 	int rc = MORI_OK;
 	for (uint64_t c0 = 0; c0 < cc->count && !rc; c0 += chunk) {
 		const uint64_t m = cc->count - c0 < chunk ? cc->count - c0 : chunk;
@@ -355,14 +399,14 @@ static int twoshot_flat(mori_comm *k, struct coll_gpu *p, const struct coll_call
 		if (!swin)
 			rc = dtod(k, p, h->scratch, src + c0 * es, m * es, cc->stream);
 		if (!rc)
-			rc = barrier_kernel(k, p, cc->stream);
+			rc = barrier_kernel(k, p, cc->stream, &sig);
 		struct mori_coll_flat_args f = {.kind = MORI_COLL_K_AR_PART, .dtype = (uint32_t)cc->dtype,
 						.op = (uint32_t)cc->op, .flags = dwin ? MORI_COLL_F_DST_WIN : 0u,
 						.src = swin ? src + c0 * es : h->scratch, .dst = dst + c0 * es, .count = m};
 		if (!rc)
 			rc = flat_launch(k, p, &f, P * es, cc->stream);
 		if (!rc)
-			rc = barrier_kernel(k, p, cc->stream);
+			rc = barrier_kernel(k, p, cc->stream, &sig);
 		if (!rc && p->flat == FLAT_CE)
 			rc = ce_gather_parts(k, p, dst + c0 * es, dwin ? dst + c0 * es : h->scratch, m, P, es, cc->stream);
 		else if (!rc) {
@@ -370,7 +414,7 @@ static int twoshot_flat(mori_comm *k, struct coll_gpu *p, const struct coll_call
 			rc = flat_launch(k, p, &f, (n - 1) * P * es, cc->stream);
 		}
 		if (!rc)
-			rc = barrier_kernel(k, p, cc->stream);
+			rc = barrier_kernel(k, p, cc->stream, &sig);
 	}
 	return rc;
 }
@@ -388,13 +432,14 @@ static int redscat_flat(mori_comm *k, struct coll_gpu *p, const struct coll_call
 	if (!M)
 		return set_error(k->c, MORI_ENOMEM, "coll: %llu bytes of scratch hold no slice for %d ranks",
 				 (unsigned long long)k->scratch_bytes, k->n);
+	uint64_t sig = call_sig(cc, 0);
 	int rc = MORI_OK;
 	for (uint64_t c0 = 0; c0 < cc->count && !rc; c0 += M) {
 		const uint64_t m = cc->count - c0 < M ? cc->count - c0 : M;
 		for (uint64_t r = 0; r < n && !win && !rc; r++)
 			rc = dtod(k, p, h->scratch + r * M * es, src + (r * cc->count + c0) * es, m * es, cc->stream);
 		if (!rc)
-			rc = barrier_kernel(k, p, cc->stream);
+			rc = barrier_kernel(k, p, cc->stream, &sig);
 		struct mori_coll_flat_args f = {.kind = MORI_COLL_K_REDSCAT, .dtype = (uint32_t)cc->dtype,
 						.op = (uint32_t)cc->op, .flags = MORI_COLL_F_DST_WIN /* no second copy */,
 						.src = win ? src : h->scratch, .dst = dst + c0 * es, .count = m,
@@ -402,7 +447,7 @@ static int redscat_flat(mori_comm *k, struct coll_gpu *p, const struct coll_call
 		if (!rc)
 			rc = flat_launch(k, p, &f, m * es * n, cc->stream);
 		if (!rc)
-			rc = barrier_kernel(k, p, cc->stream);
+			rc = barrier_kernel(k, p, cc->stream, &sig);
 	}
 	return rc;
 }
@@ -421,13 +466,14 @@ static int pulls_flat(mori_comm *k, struct coll_gpu *p, const struct coll_call *
 	if (!W && bytes)
 		return set_error(k->c, MORI_ENOMEM, "coll: %llu bytes of scratch hold no segment for %d ranks",
 				 (unsigned long long)k->scratch_bytes, n);
+	uint64_t sig = call_sig(cc, 0);
 	int rc = MORI_OK;
 	for (uint64_t k0 = 0; k0 < bytes && !rc; k0 += W) {
 		const uint64_t len = bytes - k0 < W ? bytes - k0 : W;
 		for (int s = 0; s < nseg && !win && (!bc || me == cc->root) && !rc; s++)
 			rc = dtod(k, p, h->scratch + (uint64_t)s * W, src + (a2a ? (uint64_t)s * bytes : 0) + k0, len, cc->stream);
 		if (!rc)
-			rc = barrier_kernel(k, p, cc->stream);
+			rc = barrier_kernel(k, p, cc->stream, &sig);
 		struct mori_coll_flat_args f = {.kind = (uint32_t)cc->kind, .dtype = (uint32_t)cc->dtype,
 						.src = win ? src : h->scratch, .dst = dst + k0, .count = len,
 						.soff = (a2a ? (uint64_t)me * (win ? bytes : W) : 0) + (win ? k0 : 0),
@@ -435,7 +481,7 @@ static int pulls_flat(mori_comm *k, struct coll_gpu *p, const struct coll_call *
 		if (!rc)
 			rc = flat_launch(k, p, &f, len * (bc ? 1 : (uint64_t)n), cc->stream);
 		if (!rc)
-			rc = barrier_kernel(k, p, cc->stream);
+			rc = barrier_kernel(k, p, cc->stream, &sig);
 	}
 	return rc;
 }
@@ -446,14 +492,16 @@ static int oneshot_small(mori_comm *k, struct coll_gpu *p, const struct coll_cal
 {
 	const uint64_t es = cc->es, al = 16 / es;
 	uint64_t chunk = cc->src_win ? cc->count : k->scratch_bytes / es / al * al;
+	const unsigned grid = grid_for(k, cc->count * es);
 	struct mori_coll_flat_args f = {.kind = MORI_COLL_K_AR_ONESHOT, .dtype = (uint32_t)cc->dtype, .op = (uint32_t)cc->op,
 					.flags = (cc->src_win ? MORI_COLL_F_SRC_WIN : 0u) | (p->vec ? MORI_COLL_F_VEC : 0u),
 					.src = (uint64_t)(uintptr_t)cc->src, .dst = (uint64_t)(uintptr_t)cc->dst,
-					.count = cc->count, .chunk = chunk ? chunk : 1, .tile = k->tile};
+					.count = cc->count, .chunk = chunk ? chunk : 1, .tile = k->tile,
+					.sig = call_sig(cc, grid)};
 	char msg[160];
 	gpu_dptr dev = p->dev;
 	void *params[] = {&dev, &f};
-	int rc = gpu_err(p->api->launch_kernel(p->fn_small, grid_for(k, cc->count * es), 1, 1, MORI_COLL_THREADS, 1, 1, 0,
+	int rc = gpu_err(p->api->launch_kernel(p->fn_small, grid, 1, 1, MORI_COLL_THREADS, 1, 1, 0,
 					       cc->stream, params, NULL),
 			 "launch " MORI_COLL_SMALL_KERNEL_NAME, msg, sizeof(msg));
 	return rc ? set_error(k->c, rc, "coll: %s", msg) : MORI_OK;
@@ -473,6 +521,7 @@ static int run_xnode(mori_comm *k, struct coll_gpu *p, const struct coll_call *c
 	a->dtype = (uint32_t)cc->dtype;
 	a->op = (uint32_t)cc->op;
 	a->root = cc->root;
+	a->sig = call_sig(cc, 1);
 	a->src = (uint64_t)(uintptr_t)cc->src;
 	a->dst = (uint64_t)(uintptr_t)cc->dst;
 	a->count = cc->count * cc->es; /* coll.c checked that this does not overflow */
@@ -567,7 +616,9 @@ int coll_gpu_run(mori_comm *k, const struct coll_call *cc)
 	int ce_gather = cc->kind == MORI_COLL_K_AR_TWOSHOT && cc->src_win && cc->dst_win && p->ce_gather && k->n > 1;
 	if (ce_gather)
 		a->flags |= MORI_COLL_F_NO_GATHER;
-	rc = launch(k, p, grid_for(k, work), cc->stream);
+	const unsigned grid = grid_for(k, work);
+	a->sig = call_sig(cc, grid);
+	rc = launch(k, p, grid, cc->stream);
 	if (!rc && ce_gather)
 		rc = twoshot_ce_gather(k, p, cc);
 	gpu_pop(p->api);

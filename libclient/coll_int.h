@@ -40,7 +40,7 @@ struct mori_comm {
 	int gpu;                /* a VRAM heap: the GPU paths */
 	uint8_t *area;          /* this rank's heap allocation: flags, gens, meta, exch, scratch */
 	uint64_t area_bytes;
-	uint64_t off_flags, off_gens, off_meta, off_exch, off_scratch, scratch_bytes;
+	uint64_t off_flags, off_sigs, off_gens, off_meta, off_exch, off_scratch, scratch_bytes;
 	int64_t timeout_us;
 	uint64_t oneshot_max, kernel_max; /* the size table's thresholds (bytes) */
 	int force[CO_N];        /* mori_coll_algo forced per collective, 0 none */
@@ -59,7 +59,8 @@ int coll_parse_algo(mori_comm *k, const char *spec);
 int coll_gpu_init(mori_comm *k);
 void coll_gpu_fini(mori_comm *k);
 int coll_gpu_run(mori_comm *k, const struct coll_call *cc);
-int coll_gpu_status(mori_comm *k, int *pe);
+/* take_mismatch: report (once) a call whose arguments differed but left the communicator working */
+int coll_gpu_status(mori_comm *k, int *pe, int take_mismatch);
 int coll_gpu_unmapped(const mori_comm *k); /* some rank's heap is not mapped here */
 int coll_gpu_xnode(mori_comm *k);          /* take the cross-node path (every rank, when any must) */
 

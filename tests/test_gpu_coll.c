@@ -7,7 +7,9 @@
  * also 64 Mi elements, all-reduce and all-gather at 2 and 8 ranks); buffers
  * registered as windows (read in place at peers); 1000 replays of a CUDA graph of one small
  * all-reduce with new inputs before each, every result checked; a rank that does not call (its
- * peers' kernels end at the deadline, MORI_ETIMEDOUT naming it) and a rank killed mid-collective;
+ * peers' kernels end at the deadline, MORI_ETIMEDOUT naming it), a rank killed mid-collective and
+ * an all-reduce whose count differs on one rank (MORI_EINVAL naming it on every rank, enqueued and
+ * in graphs, then a well-formed one on the same communicator);
  * the device API (include/mori/device/coll.cuh) from a kernel of the test's own (tests/coll_dev_kernels.cu)
  * (MORI_EPEERDEAD). Without a GPU: "skipped: no GPU" (77). */
 #include <check.h>
@@ -289,6 +291,137 @@ static int pe_fused(int pe, int n, void *arg)
 	return 0;
 }
 
+/* ---- a collective whose count differs on the last rank ---- */
+#define MM_N 1024
+
+/* The call's arguments differ: every rank gets MORI_EINVAL naming the last rank, recvbuf is as
+ * it was (the call ended before its data moved). */
+static int mm_expect(int pe, int n, struct gpe *P, gpu_dptr dout, const char *form)
+{
+	float out[MM_N];
+	GOK(pe, P->g->memcpy_dtoh_async(out, dout, sizeof(out), P->s));
+	GOK(pe, P->g->stream_synchronize(P->s));
+	mori_status st;
+	int rc = mori_comm_status(P->k, &st);
+	const char *m = mori_client_last_error(P->c);
+	char want[32];
+	snprintf(want, sizeof(want), "rank %d calls", n - 1);
+	PCHECK(pe, rc == MORI_EINVAL && st.pe == n - 1 && strstr(m, want), "%s: status %s pe %d (%s)", form,
+	       mori_strerror(rc), st.pe, m);
+	for (int i = 0; i < MM_N; i++)
+		PCHECK(pe, out[i] == -7.0f, "%s: recvbuf[%d] = %g after a refused call", form, i, out[i]);
+	return 0;
+}
+
+/* A well-formed all-reduce on the same communicator after it: each element against the sum in
+ * rank order computed here; exec: a graph of it to launch, else enqueued. */
+static int mm_after(int pe, int n, struct gpe *P, gpu_dptr din, gpu_dptr dout, uint32_t seed, void *exec,
+		    fn_launch glaunch, const char *form)
+{
+	float in[MM_N], out[MM_N];
+	for (int i = 0; i < MM_N; i++)
+		in[i] = cc_valf((uint32_t)pe, (uint64_t)i, seed);
+	GOK(pe, P->g->memcpy_htod_async(din, in, sizeof(in), P->s));
+	if (exec)
+		GOK(pe, glaunch(exec, P->s));
+	else
+		POK(pe, mori_allreduce(P->k, (void *)(uintptr_t)din, (void *)(uintptr_t)dout, MM_N, MORI_FLOAT32, MORI_SUM,
+				       P->s));
+	GOK(pe, P->g->memcpy_dtoh_async(out, dout, sizeof(out), P->s));
+	GOK(pe, P->g->stream_synchronize(P->s));
+	for (int i = 0; i < MM_N; i++) {
+		float e = 0;
+		for (int r = 0; r < n; r++)
+			e = r ? e + cc_valf((uint32_t)r, (uint64_t)i, seed) : cc_valf(0, (uint64_t)i, seed);
+		PCHECK(pe, out[i] == e, "%s: the all-reduce after it: element %d %g, want %g", form, i, out[i], e);
+	}
+	return 0;
+}
+
+static int mm_fill(int pe, struct gpe *P, gpu_dptr dout)
+{
+	float s[MM_N];
+	for (int i = 0; i < MM_N; i++)
+		s[i] = -7.0f;
+	GOK(pe, P->g->memcpy_htod_async(dout, s, sizeof(s), P->s));
+	return 0;
+}
+
+/* arg "stream": the mismatched all-reduce enqueued, under the one-shot (one kernel) and the
+ * two-shot (barrier kernels around flat kernels) forms, each followed by a well-formed one; then
+ * counts whose grids differ (the communicator fails, its blocks end without the deadline).
+ * arg "graph": the mismatched and a well-formed all-reduce each captured in a CUDA graph. */
+static int pe_mismatch(int pe, int n, void *arg)
+{
+	const int graph = !strcmp((const char *)arg, "graph");
+	struct gpe P;
+	if (gpe_open(&P, pe, n, graph ? "gcoll-mmg" : "gcoll-mm", 20000000))
+		return 1;
+	gpu_dptr din, dout;
+	GOK(pe, P.g->mem_alloc(&din, 4u << 20));
+	GOK(pe, P.g->mem_alloc(&dout, 4u << 20));
+	void *vi = (void *)(uintptr_t)din, *vo = (void *)(uintptr_t)dout;
+	const size_t bad = pe == n - 1 ? MM_N - 24 : MM_N; /* one grid either way */
+	if (graph) {
+		void *cu = dlopen("libcuda.so.1", RTLD_NOW);
+		fn_begin begin = cu ? (fn_begin)dlsym(cu, "cuStreamBeginCapture_v2") : NULL;
+		fn_end end = cu ? (fn_end)dlsym(cu, "cuStreamEndCapture") : NULL;
+		fn_inst inst = cu ? (fn_inst)dlsym(cu, "cuGraphInstantiateWithFlags") : NULL;
+		fn_launch glaunch = cu ? (fn_launch)dlsym(cu, "cuGraphLaunch") : NULL;
+		PCHECK(pe, begin && end && inst && glaunch, "libcuda has no graph API: %s", dlerror());
+		void *g1 = NULL, *g2 = NULL, *e1 = NULL, *e2 = NULL;
+		GOK(pe, begin(P.s, 0));
+		int rc = mori_allreduce(P.k, vi, vo, bad, MORI_FLOAT32, MORI_SUM, P.s);
+		GOK(pe, end(P.s, &g1));
+		POK(pe, rc);
+		GOK(pe, begin(P.s, 0));
+		rc = mori_allreduce(P.k, vi, vo, MM_N, MORI_FLOAT32, MORI_SUM, P.s);
+		GOK(pe, end(P.s, &g2));
+		POK(pe, rc);
+		GOK(pe, inst(&e1, g1, 0));
+		GOK(pe, inst(&e2, g2, 0));
+		for (uint32_t it = 0; it < 3; it++) { /* the check is the graph's own: every replay finds it */
+			if (mm_fill(pe, &P, dout))
+				return 1;
+			GOK(pe, glaunch(e1, P.s));
+			if (mm_expect(pe, n, &P, dout, "graph") || mm_after(pe, n, &P, din, dout, 40 + it, e2, glaunch, "graph"))
+				return 1;
+		}
+		SH->cases[pe] = 3;
+	} else {
+		static const char *const forms[] = {"allreduce=oneshot", "allreduce=twoshot"};
+		for (int f = 0; f < 2; f++) {
+			POK(pe, mori_comm_set_algo(P.k, forms[f]));
+			if (mm_fill(pe, &P, dout))
+				return 1;
+			POK(pe, mori_allreduce(P.k, vi, vo, bad, MORI_FLOAT32, MORI_SUM, P.s));
+			if (mm_expect(pe, n, &P, dout, forms[f]) || mm_after(pe, n, &P, din, dout, 30 + f, NULL, NULL, forms[f]))
+				return 1;
+			PCHECK(pe, mori_comm_status(P.k, NULL) == 0, "%s: status after the well-formed call", forms[f]);
+		}
+		/* grids of 1 and 8 blocks (one-shot, 128 KiB a block): the last rank's extra blocks wait
+		 * for nobody; the mismatch ends them and fails the communicator */
+		POK(pe, mori_comm_set_algo(P.k, "allreduce=oneshot"));
+		double t0 = mori_now_us();
+		POK(pe, mori_allreduce(P.k, vi, vo, pe == n - 1 ? 256u << 10 : MM_N, MORI_FLOAT32, MORI_SUM, P.s));
+		GOK(pe, P.g->stream_synchronize(P.s));
+		SH->waited[pe] = (mori_now_us() - t0) * 1e-6;
+		mori_status st;
+		int rc = mori_comm_status(P.k, &st);
+		const char *m = mori_client_last_error(P.c);
+		PCHECK(pe, rc == MORI_EINVAL && st.pe == n - 1 && strstr(m, "different grids"), "grids: %s pe %d (%s)",
+		       mori_strerror(rc), st.pe, m);
+		PCHECK(pe, SH->waited[pe] < 10, "grids: the kernels ended after %.1f s (deadline 20 s)", SH->waited[pe]);
+		rc = mori_allreduce(P.k, vi, vo, MM_N, MORI_FLOAT32, MORI_SUM, P.s);
+		PCHECK(pe, rc == MORI_EINVAL, "grids: the failed communicator took a collective: %s", mori_strerror(rc));
+		SH->cases[pe] = 3;
+	}
+	P.g->mem_free(din);
+	P.g->mem_free(dout);
+	gpe_close(&P);
+	return 0;
+}
+
 /* ---- faults ---- */
 static int pe_missing(int pe, int n, void *arg)
 {
@@ -409,6 +542,17 @@ START_TEST(missing_rank)
 }
 END_TEST
 
+START_TEST(mismatched_args)
+{
+	double dt = pe_run_all(3, pe_mismatch, "stream", 120, 0);
+	printf("coll gpu: an all-reduce whose count differs on rank 2 of 3: MORI_EINVAL naming it on every rank, "
+	       "recvbuf untouched, under one-shot and two-shot, then a well-formed all-reduce checked; different "
+	       "grids: the communicator failed, kernels ended after %.2f s: %.1f s\n", SH->waited[0], dt);
+	dt = pe_run_all(3, pe_mismatch, "graph", 120, 0);
+	printf("coll gpu: the same captured in CUDA graphs, 3 replays of each: %.1f s\n", dt);
+}
+END_TEST
+
 START_TEST(killed_rank)
 {
 	pe_run_all(3, pe_killed, NULL, 60, 1);
@@ -499,6 +643,7 @@ int main(void)
 	tcase_add_test(t, fused_kernel);
 	tcase_add_test(t, missing_rank);
 	tcase_add_test(t, killed_rank);
+	tcase_add_test(t, mismatched_args);
 	suite_add_tcase(s, t);
 	SRunner *r = srunner_create(s);
 	srunner_run_all(r, CK_NORMAL);

@@ -9,7 +9,8 @@
  * (so the large counts run in rounds) and again a few with the smallest scratch (hundreds of
  * rounds); the refusals (all-to-all-v, the fused-kernel device state); a CUDA graph of one
  * all-reduce replayed with new inputs; a rank that never calls (MORI_ETIMEDOUT naming it, within
- * the deadline) and a rank killed before a collective (MORI_EPEERDEAD, or the deadline).
+ * the deadline), a rank killed before a collective (MORI_EPEERDEAD, or the deadline) and an
+ * all-reduce whose count differs on one rank (MORI_EINVAL naming it everywhere, then a good one).
  * The device-buffer helpers are test_gpu_coll's (kept apart so that test stays as it ran).
  * Without a GPU: "skipped: no GPU" (77). MPS as in the other GPU tests. */
 #include <check.h>
@@ -342,6 +343,54 @@ static int pe_killed(int pe, int n, void *arg)
 	return 0;
 }
 
+/* An all-reduce whose count differs on the last rank (on B): MORI_EINVAL naming it on every
+ * rank (the signature reached A's ranks through the proxy), recvbuf untouched; then a
+ * well-formed one on the same communicator, each element against the sum in rank order. */
+#define MM_N 1024
+static int pe_mismatch(int pe, int n, void *arg)
+{
+	struct gpe P;
+	if (gpe_open(&P, pe, n, "gcollx-mm", SCRATCH, 20000000))
+		return 1;
+	gpu_dptr din, dout;
+	GOK(pe, P.g->mem_alloc(&din, MM_N * 4));
+	GOK(pe, P.g->mem_alloc(&dout, MM_N * 4));
+	float in[MM_N], out[MM_N];
+	for (int i = 0; i < MM_N; i++)
+		out[i] = -7.0f;
+	GOK(pe, P.g->memcpy_htod_async(dout, out, sizeof(out), P.s));
+	POK(pe, mori_allreduce(P.k, (void *)(uintptr_t)din, (void *)(uintptr_t)dout, pe == n - 1 ? MM_N - 24 : MM_N,
+			       MORI_FLOAT32, MORI_SUM, P.s));
+	GOK(pe, P.g->memcpy_dtoh_async(out, dout, sizeof(out), P.s));
+	GOK(pe, P.g->stream_synchronize(P.s));
+	mori_status st;
+	int rc = mori_comm_status(P.k, &st);
+	const char *m = mori_client_last_error(P.c);
+	char want[32];
+	snprintf(want, sizeof(want), "rank %d calls", n - 1);
+	PCHECK(pe, rc == MORI_EINVAL && st.pe == n - 1 && strstr(m, want), "status %s pe %d (%s)", mori_strerror(rc),
+	       st.pe, m);
+	for (int i = 0; i < MM_N; i++)
+		PCHECK(pe, out[i] == -7.0f, "recvbuf[%d] = %g after a refused call", i, out[i]);
+	for (int i = 0; i < MM_N; i++)
+		in[i] = cc_valf((uint32_t)pe, (uint64_t)i, 50);
+	GOK(pe, P.g->memcpy_htod_async(din, in, sizeof(in), P.s));
+	POK(pe, mori_allreduce(P.k, (void *)(uintptr_t)din, (void *)(uintptr_t)dout, MM_N, MORI_FLOAT32, MORI_SUM, P.s));
+	GOK(pe, P.g->memcpy_dtoh_async(out, dout, sizeof(out), P.s));
+	GOK(pe, P.g->stream_synchronize(P.s));
+	for (int i = 0; i < MM_N; i++) {
+		float e = 0;
+		for (int r = 0; r < n; r++)
+			e = r ? e + cc_valf((uint32_t)r, (uint64_t)i, 50) : cc_valf(0, (uint64_t)i, 50);
+		PCHECK(pe, out[i] == e, "the all-reduce after it: element %d %g, want %g", i, out[i], e);
+	}
+	PCHECK(pe, mori_comm_status(P.k, NULL) == 0, "status after the well-formed call");
+	P.g->mem_free(din);
+	P.g->mem_free(dout);
+	gpe_close(&P);
+	return 0;
+}
+
 static int sizes[8] = {8, 2, 3}, nsizes = 3;
 
 static const char *split(int n)
@@ -401,6 +450,14 @@ START_TEST(killed_rank)
 }
 END_TEST
 
+START_TEST(mismatched_args)
+{
+	double dt = pe_run_all(8, pe_mismatch, NULL, 120, 0);
+	printf("coll gpu xnode: an all-reduce whose count differs on rank 7 of 8 (4 + 4): MORI_EINVAL naming it on "
+	       "every rank, recvbuf untouched, then a well-formed all-reduce checked: %.1f s\n", dt);
+}
+END_TEST
+
 int main(void)
 {
 	gpu_skip_unless(0);
@@ -426,6 +483,7 @@ int main(void)
 	tcase_add_test(t, graph_replays);
 	tcase_add_test(t, missing_rank);
 	tcase_add_test(t, killed_rank);
+	tcase_add_test(t, mismatched_args);
 	suite_add_tcase(s, t);
 	SRunner *r = srunner_create(s);
 	srunner_run_all(r, CK_NORMAL);

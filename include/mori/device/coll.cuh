@@ -91,8 +91,48 @@ MORI_DEVICE int wait_flag(dev_t *d, const uint64_t *w, uint64_t g, unsigned t, b
 	}
 }
 
-/* Block barrier on slot `slot` (see coll_dev.h). Every thread calls it; 0 or a MORI_E*. */
-MORI_DEVICE int barrier(dev_t *d, unsigned slot, uint64_t *gen)
+/* This rank's own heap address of its signature word sigs[slot][g & 1][q] (coll_dev.h). */
+MORI_DEVICE uint64_t *sig_word(dev_t *d, unsigned slot, uint64_t g, int q)
+{
+	return (uint64_t *)d->sigs + ((uint64_t)slot * 2 + (g & 1)) * (uint64_t)d->n + (uint64_t)q;
+}
+
+/* After a call's first barrier (every thread; thread t < n read rank t's signature word, w, after
+ * its own acquire of t's flag): 0, or MORI_EINVAL when some rank's signature differs from rank 0's, the
+ * first such rank recorded in the status word's mismatch record (and in code where the grids
+ * differ: coll_dev.h). Out of line: only a call's first barrier runs it. */
+static __device__ __noinline__ int sig_check(dev_t *d, uint64_t w)
+{
+	__shared__ uint64_t ws[MORI_COLL_MAX_RANKS];
+	const unsigned t = threadIdx.x;
+	const int n = d->n;
+	if ((int)t < n)
+		ws[t] = w;
+	__syncthreads();
+	if (!__syncthreads_or((int)t < n && w != ws[0]))
+		return 0;
+	if (t == 0) { /* a mismatch: off the fast path, one thread finds the first */
+		int q = 1;
+		while (ws[q] == ws[0])
+			q++;
+		struct mori_coll_status *s = (struct mori_coll_status *)d->status;
+		if (atomicCAS_system((unsigned int *)&s->mm_state, 0u, 1u) == 0) {
+			s->mm_pe = q;
+			s->mm_sig = ws[q];
+			s->mm_ref = ws[0];
+			mori_fence_data_before_host_signal();
+			s->mm_state = 2;
+		}
+		if (MORI_COLL_SIG_GRID(ws[q]) != MORI_COLL_SIG_GRID(ws[0]))
+			fail(d, MORI_EINVAL, q); /* blocks some rank lacks wait for nobody: end them */
+		mori_fence_data_before_host_signal();
+	}
+	return MORI_EINVAL;
+}
+
+/* Block barrier on slot `slot` (see coll_dev.h). Every thread calls it; 0 or a MORI_E*. sig
+ * (nonzero on a call's first barrier): the call's signature, compared among the ranks. */
+MORI_DEVICE int barrier(dev_t *d, unsigned slot, uint64_t *gen, uint64_t sig = 0)
 {
 	__shared__ int rc_s;
 	unsigned t = threadIdx.x;
@@ -101,15 +141,22 @@ MORI_DEVICE int barrier(dev_t *d, unsigned slot, uint64_t *gen)
 		rc_s = 0;
 	__syncthreads(); /* every thread's writes precede the flags' release stores (cumulative) */
 	uint64_t *flags = (uint64_t *)d->flags + (uint64_t)slot * (uint64_t)n;
-	uint64_t g = ++*gen;
+	uint64_t g = ++*gen, w = 0;
 	if ((int)t < n) {
+		if (sig) /* before the flag: the release store below orders it */
+			*(volatile uint64_t *)peer(d, (uint64_t)sig_word(d, slot, g, d->rank), (int)t) = sig;
 		mori_release_store_sys((uint64_t *)peer(d, (uint64_t)(flags + d->rank), (int)t), g);
 		int rc = wait_flag(d, flags + t, g, t, false);
 		if (rc)
 			rc_s = rc;
+		else if (sig) /* peer t's, after my acquire of its flag */
+			w = *(volatile uint64_t *)sig_word(d, slot, g, (int)t);
 	}
 	__syncthreads();
-	return rc_s;
+	int rc = rc_s;
+	if (sig && !rc) /* rc_s is the block's: every thread or none */
+		rc = sig_check(d, w);
+	return rc;
 }
 
 } // namespace mori_coll

@@ -11,10 +11,26 @@
  * copy-engine forms). Waits poll with acquire loads and read, every MORI_COLL_POLL polls, the
  * group's abort word, the communicator's status word and the clock against dev->timeout_ns.
  *
+ * Signatures. A call's first barrier carries its signature (MORI_COLL_SIG_*: kind, count, dtype,
+ * op, root, grid; computed by libmori into the launch arguments): before its release store of g
+ * into flags[b][rank] of rank q, block b stores the signature into sigs[b][g & 1][rank] of rank q;
+ * after the barrier it reads sigs[b][g & 1][q] of its own heap for every q and compares each
+ * with rank 0's. Two words a slot by parity suffice: rank q can be one generation ahead at most
+ * (it passed barrier g, whose flags every rank sent, and its barrier g + 1 needs this rank's
+ * flag g + 1, sent only after this rank read its words of g), so q's store for g + 1 lands in
+ * the other word. A call whose signatures differ ends before its data moves: MORI_EINVAL in
+ * dev->status's mismatch record. Where the grids differ too (blocks one rank launched and
+ * another did not wait at a barrier no peer comes to), it also sets code, which ends those
+ * waits and fails the communicator; otherwise every block passed exactly the one barrier on
+ * every rank, the generations stay in step and the next call runs. A flat or copy-engine form's
+ * first barrier kernel writes dev->skip (1: its signatures differed), which the call's later
+ * kernels read to do nothing.
+ *
  * Status. A failing wait records into dev->status (mapped host memory): code (MORI_ETIMEDOUT,
  * MORI_EPEERDEAD, MORI_ECANCELED, MORI_EINVAL; first writer wins), pe (the dead PE, or the first
  * missing rank) and missing[] (bit q: rank q never reached the barrier). A kernel that finds the
- * code set returns at once. */
+ * code set returns at once. The mismatch record (mm_*) says which rank's signature differed
+ * from rank 0's; libmori reports it until the next collective call (which clears it). */
 #ifndef MORI_COLL_DEV_H
 #define MORI_COLL_DEV_H
 #include <stdint.h>
@@ -27,10 +43,28 @@
 #define MORI_COLL_POLL 256u
 #define MORI_COLL_MAGIC 0x4d43434cu                /* "MCCL" */
 
+/* A call's signature, a nonzero 64-bit word: the kind (enum mori_coll_kind of kernels/
+ * coll_kernels.h), dtype, reduction op, root (broadcast), the grid of a one-kernel form (0 for a
+ * barrier kernel's) and the count in elements (exact below 2^37: higher bits are folded in). */
+#define MORI_COLL_SIG(kind, dtype, op, root, grid, count)                                                  \
+	((uint64_t)((kind) & 15u) | (uint64_t)((dtype) & 15u) << 4 | (uint64_t)((op) & 3u) << 8 |            \
+	 (uint64_t)((root) & 63u) << 10 | (uint64_t)((grid) & 0x7ffu) << 16 |                                  \
+	 (((uint64_t)(count) ^ (uint64_t)(count) >> 37) & ((1ull << 37) - 1)) << 27)
+#define MORI_COLL_SIG_KIND(s) ((unsigned)((s) & 15u))
+#define MORI_COLL_SIG_DTYPE(s) ((unsigned)((s) >> 4 & 15u))
+#define MORI_COLL_SIG_OP(s) ((unsigned)((s) >> 8 & 3u))
+#define MORI_COLL_SIG_ROOT(s) ((int)((s) >> 10 & 63u))
+#define MORI_COLL_SIG_GRID(s) ((unsigned)((s) >> 16 & 0x7ffu))
+#define MORI_COLL_SIG_COUNT(s) ((s) >> 27)
+
 struct mori_coll_status {
 	volatile int32_t code;
 	volatile int32_t pe;
 	volatile uint64_t missing[MORI_COLL_MAX_RANKS / 64];
+	volatile int32_t mm_state;  /* 0 none, 1 being written, 2 written (mm_pe, mm_sig, mm_ref) */
+	volatile int32_t mm_pe;     /* the first rank whose signature differs from rank 0's */
+	volatile uint64_t mm_sig;   /* its signature */
+	volatile uint64_t mm_ref;   /* rank 0's */
 };
 
 struct mori_coll_dev {
@@ -48,5 +82,7 @@ struct mori_coll_dev {
 	uint64_t scratch_bytes;
 	uint64_t peer_base[MORI_COLL_MAX_RANKS]; /* rank q's heap in this process */
 	int32_t pe_of[MORI_COLL_MAX_RANKS];      /* rank q's PE number in the group */
+	uint64_t sigs;             /* own heap: uint64_t [MORI_COLL_SLOTS][2][n] (signatures) */
+	uint64_t skip;             /* own heap: uint64_t, 1 after a flat form's first barrier failed */
 };
 #endif
