@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -102,6 +103,12 @@ static struct seg *seg_for(struct kv_ssd *s, uint64_t ext)
 		errno = e;
 		return NULL;
 	}
+	/* The whole segment allocated up front: appends then write inside the file's size, which
+	 * ext4 runs in parallel (writes that extend a file take its inode lock one at a time). A
+	 * filesystem that cannot (no fallocate, short of space) gets plain appends. */
+	if (fallocate(fd, 0, 0, (off_t)s->seg_max) != 0 && ftruncate(fd, 0) != 0)
+		mlog_ratelimited(MLOG_WARN, "kv", "%s/%s: cannot drop a partial preallocation: %s", s->dir, name,
+				 strerror(errno));
 	g = segs_add(&s->segs, no, fd);
 	if (!g) {
 		close(fd);
@@ -710,6 +717,12 @@ static void maybe_free(struct kv_ssd *s)
 	if (!s->closing || s->inflight || s->in_poll || s->freed)
 		return;
 	s->freed = 1;
+	struct seg *a = s->active;
+	struct stat sb;
+	if (a && !a->doomed && a->fd >= 0 && fstat(a->fd, &sb) == 0 && (uint64_t)sb.st_size > a->end &&
+	    ftruncate(a->fd, (off_t)a->end) != 0) /* its preallocated rest */
+		mlog_ratelimited(MLOG_WARN, "kv", "%s/" SSD_SEG_FMT ": cannot cut the unwritten tail: %s", s->dir, a->no,
+				 strerror(errno));
 	while (s->segs.n)
 		ssd_seg_release(s, s->segs.v[s->segs.n - 1]);
 	free(s->segs.v);
@@ -821,15 +834,32 @@ int kv_ssd_write(struct kv_ssd *s, const void *key, size_t key_len, uint32_t uid
 	return MORI_OK;
 }
 
+/* The index of loc's live record in its segment (*gp), or -1. */
+static int live_ent(const struct kv_ssd *s, const struct kv_ssd_loc *loc, size_t key_len, struct seg **gp)
+{
+	struct seg *g = segs_find(&s->segs, loc->seg);
+	int i = g && !(loc->off % SSD_ALIGN) && !g->doomed ? seg_ent_find(g, (uint32_t)(loc->off / SSD_ALIGN)) : -1;
+	if (i < 0 || (g->ent[i].flags & (ENT_TOMB | ENT_PENDING)) ||
+	    (uint64_t)g->ent[i].nblk * SSD_ALIGN != ssd_extent(key_len, loc->len))
+		return -1;
+	*gp = g;
+	return i;
+}
+
+int kv_ssd_live(const struct kv_ssd *s, const struct kv_ssd_loc *loc, size_t key_len)
+{
+	struct seg *g;
+	return s && !s->closing && loc && live_ent(s, loc, key_len, &g) >= 0;
+}
+
 int kv_ssd_read(struct kv_ssd *s, const struct kv_ssd_loc *loc, const void *key, size_t key_len,
 		uint64_t gen, void *dst, kv_ssd_done_cb done, void *arg)
 {
 	if (!s || s->closing || !loc || !key_ok(key, key_len) || (!dst && loc->len))
 		return MORI_EINVAL;
-	struct seg *g = segs_find(&s->segs, loc->seg);
-	int i = g && !(loc->off % SSD_ALIGN) && !g->doomed ? seg_ent_find(g, (uint32_t)(loc->off / SSD_ALIGN)) : -1;
-	if (i < 0 || (g->ent[i].flags & (ENT_TOMB | ENT_PENDING)) ||
-	    (uint64_t)g->ent[i].nblk * SSD_ALIGN != ssd_extent(key_len, loc->len))
+	struct seg *g;
+	int i = live_ent(s, loc, key_len, &g);
+	if (i < 0)
 		return MORI_ENOENT;
 	struct op *o = calloc(1, sizeof(*o));
 	if (!o)

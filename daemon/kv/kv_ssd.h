@@ -99,6 +99,10 @@ int kv_ssd_remove(struct kv_ssd *s, const struct kv_ssd_loc *loc, const void *ke
  * fsync of the directory when segments were added). MORI_OK, or MORI_EINVAL (s closing). */
 int kv_ssd_flush(struct kv_ssd *s, kv_ssd_done_cb done, void *arg);
 
+/* 1 when loc names a live record of value_len bytes with a key of key_len bytes (its write has
+ * landed, it is not removed), else 0. */
+int kv_ssd_live(const struct kv_ssd *s, const struct kv_ssd_loc *loc, size_t key_len);
+
 /* Space the tier could still take (bytes), counting what compaction would reclaim. */
 uint64_t kv_ssd_free_bytes(const struct kv_ssd *s);
 void kv_ssd_stats_get(const struct kv_ssd *s, struct kv_ssd_stats *out);

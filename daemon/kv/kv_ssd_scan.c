@@ -2,7 +2,8 @@
  * verified (header CRC, then data CRC streamed over key and value), the newest generation of each
  * (uid, key) kept in a temporary map; what the map holds at the end is the live set. A stretch
  * without a valid header is skipped to the next one (a failed write leaves a hole); one reaching
- * the end of the file is a torn tail and is cut off. */
+ * the end of the file is a torn tail (or, all zeros, the unwritten rest of a preallocated segment)
+ * and is cut off. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -167,7 +168,14 @@ static uint64_t resync(struct win *w, uint64_t off)
 	return w->size;
 }
 
-/* Scan one segment into the map. Returns 0, or -1 with errno (ENOMEM, EIO from the window). */
+static int hdr_zero(const struct rec_hdr *h)
+{
+	static const struct rec_hdr zero;
+	return !memcmp(h, &zero, sizeof(zero));
+}
+
+/* Scan one segment into the map. A stretch of zeros to the end is the unwritten rest of a
+ * preallocated segment: cut off, not counted as torn. Returns 0, or -1 with errno (ENOMEM, EIO from the window). */
 static int scan_seg(struct win *w, uint32_t no, const char *dir, struct map *m, struct kv_ssd_stats *st)
 {
 	uint64_t off = 0;
@@ -182,6 +190,14 @@ static int scan_seg(struct win *w, uint32_t no, const char *dir, struct map *m, 
 			uint64_t next = p && rec_hdr_ok(&h) ? w->size : resync(w, off);
 			if (w->err)
 				goto io_error;
+			if (next == w->size && p && hdr_zero(&h)) {
+				/* never written: the rest of a preallocated segment (kv_ssd.c) */
+				if (ftruncate(w->fd, (off_t)off) != 0)
+					mlog_warn("kv", "%s/" SSD_SEG_FMT ": cannot cut the unwritten tail: %s", dir, no,
+						  strerror(errno));
+				w->size = off;
+				break;
+			}
 			st->torn_dropped++;
 			mlog_warn("kv", "%s/" SSD_SEG_FMT ": bytes %llu..%llu hold no whole record (torn or never written): "
 				  "dropped%s", dir, no, (unsigned long long)off, (unsigned long long)next,
