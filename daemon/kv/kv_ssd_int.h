@@ -109,7 +109,7 @@ struct buf_pool {
 	struct pbuf {
 		void *p;
 		size_t size;
-	} idle[32];
+	} idle[SSD_RING]; /* as many as can be at the disk at once */
 	int n;
 	size_t bytes;
 };

@@ -211,8 +211,9 @@ void seg_ent_sort(struct seg *g)
 
 static void *buf_alloc(size_t size)
 {
-	/* mmap: page-aligned, and given back to the system whole when freed */
-	void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	/* mmap: page-aligned, and given back to the system whole when freed; populated in one call
+	 * (the copy into it would otherwise fault each page in) */
+	void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
 	return p == MAP_FAILED ? NULL : p;
 }
 
