@@ -19,6 +19,7 @@
 
 #define SSD_CHUNK (1u << 30)   /* bytes of one read or write submission (io_uring takes 32 bits) */
 #define SSD_MOVES 4            /* records compaction moves at once */
+#define SSD_OFFLOAD_MIN (64u << 10) /* records this big are copied and checksummed on libuv's threads */
 
 enum op_kind { OP_WRITE, OP_TOMB, OP_READ, OP_SYNC, OP_CREAD, OP_CWRITE };
 enum { FL_WAITING, FL_SYNCING, FL_DONE };
@@ -51,6 +52,9 @@ struct op {
 	struct flush *fl;          /* OP_SYNC */
 	kv_ssd_done_cb done;
 	void *arg;
+	struct kv_ssd *s;          /* for the work on libuv's threads */
+	uv_work_t work;
+	const char *why;           /* OP_READ checked off the loop: what was wrong, NULL when whole */
 	unsigned char key[KV_SSD_KEY_MAX];
 };
 
@@ -66,6 +70,7 @@ static void pump(struct kv_ssd *s);
 static void op_finish(struct kv_ssd *s, struct op *o, int res);
 static void compact_step(struct kv_ssd *s);
 static void flush_advance(struct kv_ssd *s);
+static void maybe_free(struct kv_ssd *s);
 
 static int mori_of_errno(int e)
 {
@@ -203,6 +208,38 @@ static void submit(struct kv_ssd *s, struct op *o)
 		mlog_ratelimited(MLOG_ERR, "kv", "%s: io_uring_submit: %s", s->dir, strerror(-r));
 }
 
+/* A write's record image in its buffer: header, key, value, zeros to the extent's end. */
+static void rec_image(struct op *o)
+{
+	struct rec_hdr *h = (struct rec_hdr *)o->buf;
+	char *k = o->buf + sizeof(*h), *v = k + o->key_len;
+	memcpy(k, o->key, o->key_len);
+	uint64_t vlen = o->kind == OP_WRITE ? o->loc.len : 0;
+	if (vlen)
+		memcpy(v, o->src, vlen);
+	memset(v + vlen, 0, o->len - sizeof(*h) - o->key_len - vlen);
+	rec_fill(h, o->kind == OP_WRITE ? REC_VALUE : REC_TOMB, o->uid, o->gen, k, o->key_len, v, vlen);
+}
+
+/* On a libuv thread: touches only o's own buffer and its (leased) source. */
+static void fill_work(uv_work_t *w)
+{
+	rec_image(w->data);
+}
+
+/* Back on the loop: to the disk, or answered as cancelled once the tier is closing. */
+static void fill_done(uv_work_t *w, int status)
+{
+	struct op *o = w->data;
+	struct kv_ssd *s = o->s;
+	if (s->closing || status) {
+		op_finish(s, o, -ECANCELED);
+		maybe_free(s);
+		return;
+	}
+	submit(s, o);
+}
+
 /* Take a slot and a buffer and go to the disk, or 0 when o must wait. */
 static int start(struct kv_ssd *s, struct op *o)
 {
@@ -214,20 +251,19 @@ static int start(struct kv_ssd *s, struct op *o)
 		if (!o->buf)
 			return 0; /* retried when a buffer comes back */
 	}
-	if (o->kind == OP_WRITE || o->kind == OP_TOMB) {
-		struct rec_hdr *h = (struct rec_hdr *)o->buf;
-		char *k = o->buf + sizeof(*h), *v = k + o->key_len;
-		memcpy(k, o->key, o->key_len);
-		uint64_t vlen = o->kind == OP_WRITE ? o->loc.len : 0;
-		if (vlen)
-			memcpy(v, o->src, vlen);
-		memset(v + vlen, 0, o->len - sizeof(*h) - o->key_len - vlen);
-		rec_fill(h, o->kind == OP_WRITE ? REC_VALUE : REC_TOMB, o->uid, o->gen, k, o->key_len, v, vlen);
-	}
 	s->inflight++;
 	s->inflight_bytes += o->bufcap;
 	if (o->seg)
 		o->seg->inflight++;
+	if (o->kind == OP_WRITE && o->len >= SSD_OFFLOAD_MIN) {
+		/* the copy and the checksum off the loop, which meanwhile serves clients and the disk */
+		o->s = s;
+		o->work.data = o;
+		if (uv_queue_work(s->loop, &o->work, fill_work, fill_done) == 0)
+			return 1;
+	}
+	if (o->kind == OP_WRITE || o->kind == OP_TOMB)
+		rec_image(o);
 	submit(s, o);
 	return 1;
 }
@@ -286,7 +322,46 @@ static void write_failed(struct kv_ssd *s, struct op *o, int e, char *msg, size_
 	mlog_ratelimited(MLOG_ERR, "kv", "%s", msg);
 }
 
-static void read_done(struct kv_ssd *s, struct op *o, int e)
+/* A read record checked (header, key, generation, checksum) and, whole, its value copied to
+ * o->dst: NULL, or what was wrong. Touches only o (runs on a libuv thread for big records). */
+static const char *read_check(struct op *o)
+{
+	struct rec_hdr h;
+	memcpy(&h, o->buf, sizeof(h));
+	if (!rec_hdr_ok(&h) || h.type != REC_VALUE)
+		return "no valid record header";
+	if (h.key_len != o->key_len || memcmp(o->buf + sizeof(h), o->key, o->key_len))
+		return "another key's record";
+	if (h.gen != o->gen || h.val_len != o->loc.len)
+		return "another generation or length";
+	if (ssd_extent(h.key_len, h.val_len) != o->len || !rec_data_ok(o->buf))
+		return "checksum mismatch";
+	memcpy(o->dst, o->buf + sizeof(h) + h.key_len, h.val_len);
+	return NULL;
+}
+
+static void read_work(uv_work_t *w)
+{
+	struct op *o = w->data;
+	o->why = read_check(o);
+}
+
+static void read_done(struct kv_ssd *s, struct op *o, int e, int checked);
+
+static void read_work_done(uv_work_t *w, int status)
+{
+	struct op *o = w->data;
+	struct kv_ssd *s = o->s;
+	s->working--;
+	if (status) /* not run (cannot happen: nothing cancels it): checked here */
+		o->why = read_check(o);
+	read_done(s, o, 0, 1);
+	release(s, o);
+	maybe_free(s);
+}
+
+/* o's read answered (e: errno); checked: read_check ran already (o->why). */
+static void read_done(struct kv_ssd *s, struct op *o, int e, int checked)
 {
 	char msg[400] = "";
 	int rc = MORI_OK;
@@ -296,17 +371,7 @@ static void read_done(struct kv_ssd *s, struct op *o, int e)
 		snprintf(msg, sizeof(msg), "%s/" SSD_SEG_FMT ": read at offset %llu failed: %s", s->dir, o->seg->no,
 			 (unsigned long long)o->off, strerror(e));
 	} else {
-		struct rec_hdr h;
-		memcpy(&h, o->buf, sizeof(h));
-		const char *why = NULL;
-		if (!rec_hdr_ok(&h) || h.type != REC_VALUE)
-			why = "no valid record header";
-		else if (h.key_len != o->key_len || memcmp(o->buf + sizeof(h), o->key, o->key_len))
-			why = "another key's record";
-		else if (h.gen != o->gen || h.val_len != o->loc.len)
-			why = "another generation or length";
-		else if (ssd_extent(h.key_len, h.val_len) != o->len || !rec_data_ok(o->buf))
-			why = "checksum mismatch";
+		const char *why = checked ? o->why : read_check(o);
 		if (why) {
 			s->st.crc_errors++;
 			rc = MORI_EIO;
@@ -314,7 +379,6 @@ static void read_done(struct kv_ssd *s, struct op *o, int e)
 				 (unsigned long long)o->off, why);
 			mlog_ratelimited(MLOG_WARN, "kv", "%s", msg);
 		} else {
-			memcpy(o->dst, o->buf + sizeof(h) + h.key_len, h.val_len);
 			s->st.reads++;
 			s->st.read_bytes += o->len;
 		}
@@ -453,7 +517,15 @@ static void op_finish(struct kv_ssd *s, struct op *o, int res)
 		release(s, o);
 		break;
 	case OP_READ:
-		read_done(s, o, e);
+		if (!e && o->len >= SSD_OFFLOAD_MIN) { /* checked and copied off the loop */
+			o->s = s;
+			o->work.data = o;
+			if (uv_queue_work(s->loop, &o->work, read_work, read_work_done) == 0) {
+				s->working++;
+				break;
+			}
+		}
+		read_done(s, o, e, 0);
 		release(s, o);
 		break;
 	case OP_SYNC:
@@ -677,7 +749,6 @@ void ssd_compact_maybe(struct kv_ssd *s, int pressed)
 
 /* ---- the loop side ---- */
 
-static void maybe_free(struct kv_ssd *s);
 
 void ssd_on_poll(uv_poll_t *h, int status, int events)
 {
@@ -714,7 +785,7 @@ void ssd_on_closed(uv_handle_t *h)
 
 static void maybe_free(struct kv_ssd *s)
 {
-	if (!s->closing || s->inflight || s->in_poll || s->freed)
+	if (!s->closing || s->inflight || s->working || s->in_poll || s->freed)
 		return;
 	s->freed = 1;
 	struct seg *a = s->active;

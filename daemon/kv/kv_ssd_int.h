@@ -138,6 +138,7 @@ struct kv_ssd {
 	struct flush *fl_head, *fl_tail;
 	struct compact *cp;
 	struct buf_pool pool;
+	uint32_t working;           /* reads being checked on libuv's threads */
 	int dir_dirty, closing, in_poll, freed;
 	kv_ssd_moved_cb moved;
 	void *arg;
