@@ -42,6 +42,8 @@ struct op {
 	size_t bufcap;
 	uint64_t seq;
 	const void *src;           /* OP_WRITE: the value */
+	int direct;                /* OP_WRITE of a version-2 record: buf holds its header page and
+				    * its value's last partial page; the rest goes from src */
 	void *dst;                 /* OP_READ */
 	uint32_t uid;
 	uint64_t gen;
@@ -195,12 +197,22 @@ static void submit(struct kv_ssd *s, struct op *o)
 			io_uring_prep_nop(sqe);
 	} else {
 		uint64_t n = o->len - o->moved;
+		char *p = o->buf + o->moved;
+		if (o->direct) { /* header page, the value's whole pages from src, its last page */
+			uint64_t whole = o->loc.len & ~(uint64_t)(SSD_ALIGN - 1);
+			if (o->moved < SSD_ALIGN)
+				n = SSD_ALIGN - o->moved;
+			else if (o->moved < SSD_ALIGN + whole)
+				p = (char *)o->src + (o->moved - SSD_ALIGN), n = SSD_ALIGN + whole - o->moved;
+			else
+				p = o->buf + SSD_ALIGN + (o->moved - SSD_ALIGN - whole);
+		}
 		if (n > SSD_CHUNK)
 			n = SSD_CHUNK;
 		if (is_write(o))
-			io_uring_prep_write(sqe, o->seg->fd, o->buf + o->moved, (unsigned)n, o->off + o->moved);
+			io_uring_prep_write(sqe, o->seg->fd, p, (unsigned)n, o->off + o->moved);
 		else
-			io_uring_prep_read(sqe, o->seg->fd, o->buf + o->moved, (unsigned)n, o->off + o->moved);
+			io_uring_prep_read(sqe, o->seg->fd, p, (unsigned)n, o->off + o->moved);
 	}
 	io_uring_sqe_set_data(sqe, o);
 	int r = io_uring_submit(&s->ring);
@@ -212,13 +224,22 @@ static void submit(struct kv_ssd *s, struct op *o)
 static void rec_image(struct op *o)
 {
 	struct rec_hdr *h = (struct rec_hdr *)o->buf;
+	if (o->direct) { /* only the header page and the value's last partial page are copied */
+		uint64_t len = o->loc.len, tail = len % SSD_ALIGN;
+		memset(o->buf, 0, 2 * SSD_ALIGN);
+		memcpy(o->buf + sizeof(*h), o->key, o->key_len);
+		if (tail)
+			memcpy(o->buf + SSD_ALIGN, (const char *)o->src + len - tail, tail);
+		rec_fill(h, REC_VALUE, o->uid, o->gen, o->buf + sizeof(*h), o->key_len, o->src, len, SSD_ALIGN);
+		return;
+	}
 	char *k = o->buf + sizeof(*h), *v = k + o->key_len;
 	memcpy(k, o->key, o->key_len);
 	uint64_t vlen = o->kind == OP_WRITE ? o->loc.len : 0;
 	if (vlen)
 		memcpy(v, o->src, vlen);
 	memset(v + vlen, 0, o->len - sizeof(*h) - o->key_len - vlen);
-	rec_fill(h, o->kind == OP_WRITE ? REC_VALUE : REC_TOMB, o->uid, o->gen, k, o->key_len, v, vlen);
+	rec_fill(h, o->kind == OP_WRITE ? REC_VALUE : REC_TOMB, o->uid, o->gen, k, o->key_len, v, vlen, 0);
 }
 
 /* On a libuv thread: touches only o's own buffer and its (leased) source. */
@@ -243,7 +264,7 @@ static void fill_done(uv_work_t *w, int status)
 /* Take a slot and a buffer and go to the disk, or 0 when o must wait. */
 static int start(struct kv_ssd *s, struct op *o)
 {
-	size_t need = o->kind == OP_SYNC || o->kind == OP_CWRITE ? 0 : o->len;
+	size_t need = o->kind == OP_SYNC || o->kind == OP_CWRITE ? 0 : o->direct ? 2 * SSD_ALIGN : o->len;
 	if (s->inflight >= SSD_RING || (s->inflight && s->inflight_bytes + need > SSD_INFLIGHT_BYTES))
 		return 0;
 	if (need) {
@@ -334,9 +355,9 @@ static const char *read_check(struct op *o)
 		return "another key's record";
 	if (h.gen != o->gen || h.val_len != o->loc.len)
 		return "another generation or length";
-	if (ssd_extent(h.key_len, h.val_len) != o->len || !rec_data_ok(o->buf))
+	if (rec_extent(&h) != o->len || !rec_data_ok(o->buf))
 		return "checksum mismatch";
-	memcpy(o->dst, o->buf + sizeof(h) + h.key_len, h.val_len);
+	memcpy(o->dst, o->buf + rec_val_off(&h), h.val_len);
 	return NULL;
 }
 
@@ -396,7 +417,7 @@ static void compact_read_done(struct kv_ssd *s, struct op *o, int e)
 		if (e)
 			s->st.io_errors++;
 		c->failed = 1;
-	} else if (!rec_hdr_ok(&h) || ssd_extent(h.key_len, h.val_len) != o->len || !rec_data_ok(o->buf)) {
+	} else if (!rec_hdr_ok(&h) || rec_extent(&h) != o->len || !rec_data_ok(o->buf)) {
 		s->st.crc_errors++;
 		mlog_warn("kv", "%s/" SSD_SEG_FMT ": record at offset %llu fails its checksum while compacted: dropped",
 			  s->dir, o->seg->no, (unsigned long long)o->off);
@@ -858,9 +879,9 @@ static int key_ok(const void *key, size_t key_len)
 }
 
 static struct op *write_op(struct kv_ssd *s, int kind, const void *key, size_t key_len, uint32_t uid,
-			   uint64_t gen, uint64_t len, uint64_t room, int *rc)
+			   uint64_t gen, uint64_t len, int direct, uint64_t room, int *rc)
 {
-	uint64_t ext = ssd_extent(key_len, len);
+	uint64_t ext = direct ? ssd_extent_direct(len) : ssd_extent(key_len, len);
 	if (s->used + ext > room) {
 		ssd_compact_maybe(s, 1);
 		*rc = MORI_ENOMEM;
@@ -875,6 +896,7 @@ static struct op *write_op(struct kv_ssd *s, int kind, const void *key, size_t k
 		return NULL;
 	}
 	o->kind = kind;
+	o->direct = direct;
 	o->seg = g;
 	o->off = off;
 	o->len = ext;
@@ -895,7 +917,9 @@ int kv_ssd_write(struct kv_ssd *s, const void *key, size_t key_len, uint32_t uid
 		return MORI_EINVAL;
 	int rc;
 	uint64_t room = s->capacity > s->reserve ? s->capacity - s->reserve : 0;
-	struct op *o = write_op(s, OP_WRITE, key, key_len, uid, gen, len, room, &rc);
+	/* a page-aligned value of some size goes to the disk straight from src (version 2) */
+	int direct = !((uintptr_t)src % SSD_ALIGN) && len >= SSD_OFFLOAD_MIN;
+	struct op *o = write_op(s, OP_WRITE, key, key_len, uid, gen, len, direct, room, &rc);
 	if (!o)
 		return rc;
 	o->src = src;
@@ -910,8 +934,9 @@ static int live_ent(const struct kv_ssd *s, const struct kv_ssd_loc *loc, size_t
 {
 	struct seg *g = segs_find(&s->segs, loc->seg);
 	int i = g && !(loc->off % SSD_ALIGN) && !g->doomed ? seg_ent_find(g, (uint32_t)(loc->off / SSD_ALIGN)) : -1;
+	uint64_t ext = i < 0 ? 0 : (uint64_t)g->ent[i].nblk * SSD_ALIGN;
 	if (i < 0 || (g->ent[i].flags & (ENT_TOMB | ENT_PENDING)) ||
-	    (uint64_t)g->ent[i].nblk * SSD_ALIGN != ssd_extent(key_len, loc->len))
+	    (ext != ssd_extent(key_len, loc->len) && ext != ssd_extent_direct(loc->len)))
 		return -1;
 	*gp = g;
 	return i;
@@ -964,7 +989,7 @@ int kv_ssd_remove(struct kv_ssd *s, const struct kv_ssd_loc *loc, const void *ke
 	}
 	if (tombstone) {
 		int wrc;
-		struct op *o = write_op(s, OP_TOMB, key, key_len, uid, gen, 0, s->capacity, &wrc);
+		struct op *o = write_op(s, OP_TOMB, key, key_len, uid, gen, 0, 0, s->capacity, &wrc);
 		if (!o)
 			return wrc;
 		run(s, o);

@@ -186,7 +186,7 @@ static int scan_seg(struct win *w, uint32_t no, const char *dir, struct map *m, 
 		struct rec_hdr h;
 		if (p)
 			memcpy(&h, p, sizeof(h));
-		if (!p || !rec_hdr_ok(&h) || off + ssd_extent(h.key_len, h.val_len) > w->size) {
+		if (!p || !rec_hdr_ok(&h) || off + rec_extent(&h) > w->size) {
 			uint64_t next = p && rec_hdr_ok(&h) ? w->size : resync(w, off);
 			if (w->err)
 				goto io_error;
@@ -212,7 +212,7 @@ static int scan_seg(struct win *w, uint32_t no, const char *dir, struct map *m, 
 			off = next;
 			continue;
 		}
-		uint64_t ext = ssd_extent(h.key_len, h.val_len);
+		uint64_t ext = rec_extent(&h);
 		char key[KV_SSD_KEY_MAX];
 		p = win_at(w, off, sizeof(h) + h.key_len, NULL);
 		if (!p)
@@ -221,16 +221,19 @@ static int scan_seg(struct win *w, uint32_t no, const char *dir, struct map *m, 
 		struct rec_hdr z = h;
 		z.data_crc = z.hdr_crc = 0;
 		uint32_t c = ssd_crc(ssd_crc_init, &z, sizeof(z));
-		uint64_t pos = off + sizeof(h), left = h.key_len + h.val_len;
-		while (left) {
-			uint64_t avail;
-			p = win_at(w, pos, 1, &avail);
-			if (!p)
-				goto io_error;
-			uint64_t n = avail < left ? avail : left;
-			c = ssd_crc(c, p, n);
-			pos += n;
-			left -= n;
+		/* the key, then the value (right after it, or at val_off) */
+		for (int part = 0; part < 2; part++) {
+			uint64_t pos = part ? off + rec_val_off(&h) : off + sizeof(h), left = part ? h.val_len : h.key_len;
+			while (left) {
+				uint64_t avail;
+				p = win_at(w, pos, 1, &avail);
+				if (!p)
+					goto io_error;
+				uint64_t n = avail < left ? avail : left;
+				c = ssd_crc(c, p, n);
+				pos += n;
+				left -= n;
+			}
 		}
 		if (ssd_crc_final(c) != h.data_crc) {
 			st->crc_errors++;

@@ -21,11 +21,12 @@ uint32_t ssd_crc(uint32_t state, const void *p, uint64_t n)
 }
 
 void rec_fill(struct rec_hdr *h, int type, uint32_t uid, uint64_t gen, const void *key, uint32_t key_len,
-	      const void *val, uint64_t val_len)
+	      const void *val, uint64_t val_len, uint32_t val_off)
 {
 	memset(h, 0, sizeof(*h));
 	h->magic = SSD_MAGIC;
-	h->version = SSD_VERSION;
+	h->version = val_off ? SSD_VERSION_DIRECT : SSD_VERSION;
+	h->val_off = val_off;
 	h->type = (uint16_t)type;
 	h->uid = uid;
 	h->key_len = key_len;
@@ -41,7 +42,10 @@ void rec_fill(struct rec_hdr *h, int type, uint32_t uid, uint64_t gen, const voi
 
 int rec_hdr_ok(const struct rec_hdr *h)
 {
-	if (h->magic != SSD_MAGIC || h->version != SSD_VERSION || (h->type != REC_VALUE && h->type != REC_TOMB))
+	if (h->magic != SSD_MAGIC || (h->type != REC_VALUE && h->type != REC_TOMB))
+		return 0;
+	if (h->version == SSD_VERSION ? h->val_off != 0 :
+	    h->version != SSD_VERSION_DIRECT || h->val_off != SSD_ALIGN || h->type != REC_VALUE)
 		return 0;
 	if (h->key_len < 1 || h->key_len > KV_SSD_KEY_MAX || h->val_len > (1ull << 44) ||
 	    (h->type == REC_TOMB && h->val_len) || (h->type == REC_VALUE && !h->val_len))
@@ -58,7 +62,8 @@ int rec_data_ok(const void *p)
 	uint32_t want = h.data_crc;
 	h.data_crc = h.hdr_crc = 0;
 	uint32_t c = ssd_crc(ssd_crc_init, &h, sizeof(h));
-	c = ssd_crc(c, (const char *)p + sizeof(h), h.key_len + h.val_len);
+	c = ssd_crc(c, (const char *)p + sizeof(h), h.key_len);
+	c = ssd_crc(c, (const char *)p + rec_val_off(&h), h.val_len);
 	return ssd_crc_final(c) == want;
 }
 
