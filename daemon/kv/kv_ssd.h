@@ -73,7 +73,8 @@ int kv_ssd_open(uv_loop_t *loop, const char *dir, uint64_t bytes, kv_ssd_found_c
 		kv_ssd_moved_cb moved, void *arg, struct kv_ssd **out, char *err, size_t errlen);
 
 /* Append a record (key of 1..KV_SSD_KEY_MAX bytes, copied; uid, gen, the value's len >= 1 bytes
- * at src). src must stay valid and unchanged until done runs (the store holds a lease on it).
+ * at src). src must stay valid and unchanged until done runs (the store holds a lease on it): a
+ * page-aligned src of 64 KiB or more goes to the disk straight from there, others are copied.
  * done gets the new location. Returns MORI_OK (done will run), or without calling done:
  * MORI_EINVAL (key or len out of range, s closing), MORI_ENOMEM (the tier is full: no room
  * within capacity even after compaction; kv_ssd_free_bytes says how much there is). */
