@@ -1,5 +1,6 @@
 /* The SSD tier's helpers below its I/O path and its scan: CRC32C and the record format,
- * the segment table and each segment's entries, the pool of aligned buffers. */
+ * the segment table and each segment's entries, the pool of aligned buffers, the tier's space
+ * and statistics. */
 #include <isa-l/crc.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -265,4 +266,30 @@ void pool_drain(struct buf_pool *bp)
 		munmap(bp->idle[i].p, bp->idle[i].size);
 	bp->n = 0;
 	bp->bytes = 0;
+}
+
+/* ---- space and statistics (kv_ssd.h) ---- */
+
+uint64_t kv_ssd_free_bytes(const struct kv_ssd *s)
+{
+	uint64_t held = s->reserve;
+	for (uint32_t i = 0; i < s->segs.n; i++)
+		held += s->segs.v[i]->live_bytes + s->segs.v[i]->tomb_bytes;
+	return s->capacity > held ? s->capacity - held : 0;
+}
+
+void kv_ssd_stats_get(const struct kv_ssd *s, struct kv_ssd_stats *out)
+{
+	*out = s->st;
+	out->capacity = s->capacity;
+	out->used_bytes = s->used;
+	out->live_bytes = out->records = 0;
+	out->segments = s->segs.n;
+	for (uint32_t i = 0; i < s->segs.n; i++) {
+		const struct seg *g = s->segs.v[i];
+		out->live_bytes += g->live_bytes;
+		for (uint32_t k = 0; k < g->nent; k++)
+			out->records += !(g->ent[k].flags & ENT_TOMB);
+	}
+	out->o_direct = s->odirect;
 }
