@@ -3,7 +3,9 @@
  * readers keep, pins, quotas, eviction under the watermarks, clients dying between the steps of a
  * put or a get, forged ids, and a million keys. Expected bytes come from the tests' own generator
  * and checksum (harness.h), never from libmori. */
+#include <dirent.h>
 #include <pthread.h>
+#include <sys/stat.h>
 #include <check.h>
 #include <sys/mman.h>
 
@@ -733,6 +735,112 @@ START_TEST(ssd_tier)
 }
 END_TEST
 
+/* Bytes of the SSD tier's segment files under dir (after a clean stop: what was written). */
+static uint64_t seg_bytes(const char *dir)
+{
+	DIR *d = opendir(dir);
+	ck_assert_ptr_nonnull(d);
+	uint64_t n = 0;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		char p[PATH_MAX];
+		struct stat sb;
+		snprintf(p, sizeof(p), "%s/%s", dir, de->d_name);
+		if (!strncmp(de->d_name, "seg-", 4) && stat(p, &sb) == 0)
+			n += (uint64_t)sb.st_size;
+	}
+	closedir(d);
+	return n;
+}
+
+static int get_one(mori_umbp *u, const char *key, uint8_t *v, size_t cap, int *tier)
+{
+	mori_umbp_item it = {.key = {key, strlen(key)}, .buf = v, .size = cap};
+	OK(mori_umbp_batch_get(u, &it, 1, NULL));
+	if (it.status == MORI_OK) {
+		ck_assert_uint_eq(it.len, cap);
+		*tier = it.tier;
+	}
+	return it.status;
+}
+
+/* A value read back from SSD keeps its record while its DRAM copy is unchanged: evicting it again
+ * writes nothing, and after a restart it is still whole. One overwritten or removed after it was
+ * read back never returns its old bytes after a restart. */
+START_TEST(ssd_clean_copies)
+{
+	char ssd[] = "/tmp/mori-kvssd-XXXXXX";
+	ck_assert_ptr_nonnull(mkdtemp(ssd));
+	struct env e;
+	const char *extra[] = {"--kv-dram-bytes", "4194304", "--kv-slab-bytes", "1048576", "--kv-ssd-dir", ssd,
+			       "--kv-ssd-bytes", "268435456", NULL};
+	enum { V = 65536, N = 160 };
+	uint8_t *v = malloc(V);
+	char key[N][16];
+	env_up(&e, extra);
+	for (int i = 0; i < N; i++) {
+		snprintf(key[i], sizeof(key[i]), "c%03d", i);
+		fill(v, V, 900 + (uint64_t)i);
+		OK(mori_umbp_put(e.u, key[i], strlen(key[i]), v, V));
+	}
+	OK(mori_umbp_flush(e.u));
+	env_down(&e);
+	uint64_t written = seg_bytes(ssd);
+	/* after a restart every kept key is on SSD (DRAM's are lost); two rounds of gets promote each
+	 * and evict the others again and again */
+	env_up(&e, extra);
+	mori_umbp_stats s = stats(e.u);
+	uint64_t kept = s.ssd_keys;
+	ck_assert_uint_gt(kept, 80);
+	ck_assert_uint_eq(s.dram_keys, 0);
+	int present[N], tier, from_ssd = 0;
+	for (int round = 0; round < 2; round++)
+		for (int i = 0; i < N; i++) {
+			int rc = get_one(e.u, key[i], v, V, &tier);
+			present[i] = rc == MORI_OK;
+			ck_assert_msg(rc == MORI_OK || rc == MORI_ENOENT, "get %s: %s", key[i], mori_strerror(rc));
+			if (rc == MORI_OK) {
+				ck_assert_msg(same(v, V, 900 + (uint64_t)i), "%s came back different (tier %d)", key[i], tier);
+				from_ssd += tier == MORI_UMBP_TIER_SSD;
+			}
+		}
+	ck_assert_int_gt(from_ssd, (int)kept); /* the second round read back values the first evicted */
+	ck_assert_uint_gt(stats(e.u).promotions, kept);
+	/* the last two present keys: read back once more, then one overwritten, one removed */
+	int x = -1, y = -1;
+	for (int i = N - 1; i >= 0 && y < 0; i--)
+		if (present[i])
+			*(x < 0 ? &x : &y) = i;
+	ck_assert_int_ge(y, 0);
+	ck_assert_int_eq(get_one(e.u, key[x], v, V, &tier), MORI_OK);
+	fill(v, V, 7777);
+	OK(mori_umbp_put(e.u, key[x], strlen(key[x]), v, V));
+	ck_assert_int_eq(get_one(e.u, key[y], v, V, &tier), MORI_OK);
+	OK(mori_umbp_remove(e.u, key[y], strlen(key[y])));
+	OK(mori_umbp_flush(e.u));
+	env_down(&e);
+	/* evicting an unchanged copy wrote nothing: only the two tombstones (a page each) were added */
+	uint64_t after = seg_bytes(ssd);
+	ck_assert_msg(after <= written + 16384, "segments grew from %llu to %llu bytes", (unsigned long long)written,
+		      (unsigned long long)after);
+	env_up(&e, extra);
+	ck_assert_uint_eq(stats(e.u).ssd_keys, kept - 2);
+	ck_assert_int_eq(get_one(e.u, key[x], v, V, &tier), MORI_ENOENT); /* its new value was in DRAM only */
+	ck_assert_int_eq(get_one(e.u, key[y], v, V, &tier), MORI_ENOENT);
+	for (int i = 0; i < N; i++) {
+		if (!present[i] || i == x || i == y)
+			continue;
+		ck_assert_int_eq(get_one(e.u, key[i], v, V, &tier), MORI_OK);
+		ck_assert_msg(same(v, V, 900 + (uint64_t)i), "%s came back different after a restart", key[i]);
+	}
+	env_down(&e);
+	free(v);
+	char cmd[300];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", ssd);
+	ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 START_TEST(no_store)
 {
 	struct test_daemon D;
@@ -760,7 +868,8 @@ int main(void)
 		{"roundtrip_sizes", roundtrip_sizes}, {"batches_and_keys", batches_and_keys}, {"bad_input", bad_input},
 		{"lease_keeps_version", lease_keeps_version}, {"client_killed_mid_put_and_get", client_killed_mid_put_and_get},
 		{"lease_expiry", lease_expiry}, {"eviction_and_pins", eviction_and_pins}, {"quota_per_uid", quota_per_uid},
-		{"million_keys", million_keys}, {"ssd_tier", ssd_tier}, {"no_store", no_store},
+		{"million_keys", million_keys}, {"ssd_tier", ssd_tier}, {"ssd_clean_copies", ssd_clean_copies},
+		{"no_store", no_store},
 	};
 	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
 		TCase *t = tcase_create(tests[i].name);

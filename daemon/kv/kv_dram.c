@@ -221,7 +221,9 @@ static struct kv_slab *slab_new(struct kv_dram *t, uid_t uid, uint64_t bytes, in
 	 * fault in on that copy. */
 	if (!dedicated && fallocate(s->fd, 0, 0, (off_t)bytes) != 0)
 		goto fail_fd;
-	s->base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
+	/* morid's own page tables filled now too (MAP_POPULATE): its copies of a shared slab's values
+	 * (spills to SSD, reads back) would otherwise fault each page in on first touch */
+	s->base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | (dedicated ? 0 : MAP_POPULATE), s->fd, 0);
 	if (s->base == MAP_FAILED)
 		goto fail_fd;
 	s->id = t->next_id++;

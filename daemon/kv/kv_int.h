@@ -23,6 +23,8 @@ enum kv_flag {
 	KV_F_READING = 1 << 1,  /* an SSD read into DRAM is in flight */
 	KV_F_IN_POLICY = 1 << 2,    /* in the policy of its tier (DRAM's, or the SSD tier's) */
 	KV_F_TOMB = 1 << 3,         /* removed mid-spill: its record gets a tombstone */
+	KV_F_CLEAN = 1 << 4,        /* in DRAM, and its record on SSD (clean_seg, clean_blk) is live and
+				     * holds the same bytes: an eviction writes nothing */
 };
 
 /* One version of one key. The key's bytes follow the struct. */
@@ -38,6 +40,7 @@ struct kv_entry {
 	uint32_t hash;           /* the index's hash, low 32 bits */
 	uid_t uid;
 	uint32_t refs;           /* leases and in-flight I/O: the version stays while > 0 */
+	uint32_t clean_seg, clean_blk; /* KV_F_CLEAN: its SSD record (segment, offset / 4096) */
 	uint16_t key_len;
 	uint8_t tier, pin, state, flags;
 	int8_t depth;

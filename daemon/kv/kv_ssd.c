@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -18,6 +19,7 @@
 
 #define SSD_CHUNK (1u << 30)   /* bytes of one read or write submission (io_uring takes 32 bits) */
 #define SSD_MOVES 4            /* records compaction moves at once */
+#define SSD_OFFLOAD_MIN (64u << 10) /* records this big are copied and checksummed on libuv's threads */
 
 enum op_kind { OP_WRITE, OP_TOMB, OP_READ, OP_SYNC, OP_CREAD, OP_CWRITE };
 enum { FL_WAITING, FL_SYNCING, FL_DONE };
@@ -40,6 +42,8 @@ struct op {
 	size_t bufcap;
 	uint64_t seq;
 	const void *src;           /* OP_WRITE: the value */
+	int direct;                /* OP_WRITE of a version-2 record: buf holds its header page and
+				    * its value's last partial page; the rest goes from src */
 	void *dst;                 /* OP_READ */
 	uint32_t uid;
 	uint64_t gen;
@@ -50,6 +54,9 @@ struct op {
 	struct flush *fl;          /* OP_SYNC */
 	kv_ssd_done_cb done;
 	void *arg;
+	struct kv_ssd *s;          /* for the work on libuv's threads */
+	uv_work_t work;
+	const char *why;           /* OP_READ checked off the loop: what was wrong, NULL when whole */
 	unsigned char key[KV_SSD_KEY_MAX];
 };
 
@@ -65,6 +72,7 @@ static void pump(struct kv_ssd *s);
 static void op_finish(struct kv_ssd *s, struct op *o, int res);
 static void compact_step(struct kv_ssd *s);
 static void flush_advance(struct kv_ssd *s);
+static void maybe_free(struct kv_ssd *s);
 
 static int mori_of_errno(int e)
 {
@@ -102,6 +110,12 @@ static struct seg *seg_for(struct kv_ssd *s, uint64_t ext)
 		errno = e;
 		return NULL;
 	}
+	/* The whole segment allocated up front: appends then write inside the file's size, which
+	 * ext4 runs in parallel (writes that extend a file take its inode lock one at a time). A
+	 * filesystem that cannot (no fallocate, short of space) gets plain appends. */
+	if (fallocate(fd, 0, 0, (off_t)s->seg_max) != 0 && ftruncate(fd, 0) != 0)
+		mlog_ratelimited(MLOG_WARN, "kv", "%s/%s: cannot drop a partial preallocation: %s", s->dir, name,
+				 strerror(errno));
 	g = segs_add(&s->segs, no, fd);
 	if (!g) {
 		close(fd);
@@ -183,12 +197,22 @@ static void submit(struct kv_ssd *s, struct op *o)
 			io_uring_prep_nop(sqe);
 	} else {
 		uint64_t n = o->len - o->moved;
+		char *p = o->buf + o->moved;
+		if (o->direct) { /* header page, the value's whole pages from src, its last page */
+			uint64_t whole = o->loc.len & ~(uint64_t)(SSD_ALIGN - 1);
+			if (o->moved < SSD_ALIGN)
+				n = SSD_ALIGN - o->moved;
+			else if (o->moved < SSD_ALIGN + whole)
+				p = (char *)o->src + (o->moved - SSD_ALIGN), n = SSD_ALIGN + whole - o->moved;
+			else
+				p = o->buf + SSD_ALIGN + (o->moved - SSD_ALIGN - whole);
+		}
 		if (n > SSD_CHUNK)
 			n = SSD_CHUNK;
 		if (is_write(o))
-			io_uring_prep_write(sqe, o->seg->fd, o->buf + o->moved, (unsigned)n, o->off + o->moved);
+			io_uring_prep_write(sqe, o->seg->fd, p, (unsigned)n, o->off + o->moved);
 		else
-			io_uring_prep_read(sqe, o->seg->fd, o->buf + o->moved, (unsigned)n, o->off + o->moved);
+			io_uring_prep_read(sqe, o->seg->fd, p, (unsigned)n, o->off + o->moved);
 	}
 	io_uring_sqe_set_data(sqe, o);
 	int r = io_uring_submit(&s->ring);
@@ -196,10 +220,51 @@ static void submit(struct kv_ssd *s, struct op *o)
 		mlog_ratelimited(MLOG_ERR, "kv", "%s: io_uring_submit: %s", s->dir, strerror(-r));
 }
 
+/* A write's record image in its buffer: header, key, value, zeros to the extent's end. */
+static void rec_image(struct op *o)
+{
+	struct rec_hdr *h = (struct rec_hdr *)o->buf;
+	if (o->direct) { /* only the header page and the value's last partial page are copied */
+		uint64_t len = o->loc.len, tail = len % SSD_ALIGN;
+		memset(o->buf, 0, 2 * SSD_ALIGN);
+		memcpy(o->buf + sizeof(*h), o->key, o->key_len);
+		if (tail)
+			memcpy(o->buf + SSD_ALIGN, (const char *)o->src + len - tail, tail);
+		rec_fill(h, REC_VALUE, o->uid, o->gen, o->buf + sizeof(*h), o->key_len, o->src, len, SSD_ALIGN);
+		return;
+	}
+	char *k = o->buf + sizeof(*h), *v = k + o->key_len;
+	memcpy(k, o->key, o->key_len);
+	uint64_t vlen = o->kind == OP_WRITE ? o->loc.len : 0;
+	if (vlen)
+		memcpy(v, o->src, vlen);
+	memset(v + vlen, 0, o->len - sizeof(*h) - o->key_len - vlen);
+	rec_fill(h, o->kind == OP_WRITE ? REC_VALUE : REC_TOMB, o->uid, o->gen, k, o->key_len, v, vlen, 0);
+}
+
+/* On a libuv thread: touches only o's own buffer and its (leased) source. */
+static void fill_work(uv_work_t *w)
+{
+	rec_image(w->data);
+}
+
+/* Back on the loop: to the disk, or answered as cancelled once the tier is closing. */
+static void fill_done(uv_work_t *w, int status)
+{
+	struct op *o = w->data;
+	struct kv_ssd *s = o->s;
+	if (s->closing || status) {
+		op_finish(s, o, -ECANCELED);
+		maybe_free(s);
+		return;
+	}
+	submit(s, o);
+}
+
 /* Take a slot and a buffer and go to the disk, or 0 when o must wait. */
 static int start(struct kv_ssd *s, struct op *o)
 {
-	size_t need = o->kind == OP_SYNC || o->kind == OP_CWRITE ? 0 : o->len;
+	size_t need = o->kind == OP_SYNC || o->kind == OP_CWRITE ? 0 : o->direct ? 2 * SSD_ALIGN : o->len;
 	if (s->inflight >= SSD_RING || (s->inflight && s->inflight_bytes + need > SSD_INFLIGHT_BYTES))
 		return 0;
 	if (need) {
@@ -207,20 +272,19 @@ static int start(struct kv_ssd *s, struct op *o)
 		if (!o->buf)
 			return 0; /* retried when a buffer comes back */
 	}
-	if (o->kind == OP_WRITE || o->kind == OP_TOMB) {
-		struct rec_hdr *h = (struct rec_hdr *)o->buf;
-		char *k = o->buf + sizeof(*h), *v = k + o->key_len;
-		memcpy(k, o->key, o->key_len);
-		uint64_t vlen = o->kind == OP_WRITE ? o->loc.len : 0;
-		if (vlen)
-			memcpy(v, o->src, vlen);
-		memset(v + vlen, 0, o->len - sizeof(*h) - o->key_len - vlen);
-		rec_fill(h, o->kind == OP_WRITE ? REC_VALUE : REC_TOMB, o->uid, o->gen, k, o->key_len, v, vlen);
-	}
 	s->inflight++;
 	s->inflight_bytes += o->bufcap;
 	if (o->seg)
 		o->seg->inflight++;
+	if (o->kind == OP_WRITE && o->len >= SSD_OFFLOAD_MIN) {
+		/* the copy and the checksum off the loop, which meanwhile serves clients and the disk */
+		o->s = s;
+		o->work.data = o;
+		if (uv_queue_work(s->loop, &o->work, fill_work, fill_done) == 0)
+			return 1;
+	}
+	if (o->kind == OP_WRITE || o->kind == OP_TOMB)
+		rec_image(o);
 	submit(s, o);
 	return 1;
 }
@@ -279,7 +343,46 @@ static void write_failed(struct kv_ssd *s, struct op *o, int e, char *msg, size_
 	mlog_ratelimited(MLOG_ERR, "kv", "%s", msg);
 }
 
-static void read_done(struct kv_ssd *s, struct op *o, int e)
+/* A read record checked (header, key, generation, checksum) and, whole, its value copied to
+ * o->dst: NULL, or what was wrong. Touches only o (runs on a libuv thread for big records). */
+static const char *read_check(struct op *o)
+{
+	struct rec_hdr h;
+	memcpy(&h, o->buf, sizeof(h));
+	if (!rec_hdr_ok(&h) || h.type != REC_VALUE)
+		return "no valid record header";
+	if (h.key_len != o->key_len || memcmp(o->buf + sizeof(h), o->key, o->key_len))
+		return "another key's record";
+	if (h.gen != o->gen || h.val_len != o->loc.len)
+		return "another generation or length";
+	if (rec_extent(&h) != o->len || !rec_data_ok(o->buf))
+		return "checksum mismatch";
+	memcpy(o->dst, o->buf + rec_val_off(&h), h.val_len);
+	return NULL;
+}
+
+static void read_work(uv_work_t *w)
+{
+	struct op *o = w->data;
+	o->why = read_check(o);
+}
+
+static void read_done(struct kv_ssd *s, struct op *o, int e, int checked);
+
+static void read_work_done(uv_work_t *w, int status)
+{
+	struct op *o = w->data;
+	struct kv_ssd *s = o->s;
+	s->working--;
+	if (status) /* not run (cannot happen: nothing cancels it): checked here */
+		o->why = read_check(o);
+	read_done(s, o, 0, 1);
+	release(s, o);
+	maybe_free(s);
+}
+
+/* o's read answered (e: errno); checked: read_check ran already (o->why). */
+static void read_done(struct kv_ssd *s, struct op *o, int e, int checked)
 {
 	char msg[400] = "";
 	int rc = MORI_OK;
@@ -289,17 +392,7 @@ static void read_done(struct kv_ssd *s, struct op *o, int e)
 		snprintf(msg, sizeof(msg), "%s/" SSD_SEG_FMT ": read at offset %llu failed: %s", s->dir, o->seg->no,
 			 (unsigned long long)o->off, strerror(e));
 	} else {
-		struct rec_hdr h;
-		memcpy(&h, o->buf, sizeof(h));
-		const char *why = NULL;
-		if (!rec_hdr_ok(&h) || h.type != REC_VALUE)
-			why = "no valid record header";
-		else if (h.key_len != o->key_len || memcmp(o->buf + sizeof(h), o->key, o->key_len))
-			why = "another key's record";
-		else if (h.gen != o->gen || h.val_len != o->loc.len)
-			why = "another generation or length";
-		else if (ssd_extent(h.key_len, h.val_len) != o->len || !rec_data_ok(o->buf))
-			why = "checksum mismatch";
+		const char *why = checked ? o->why : read_check(o);
 		if (why) {
 			s->st.crc_errors++;
 			rc = MORI_EIO;
@@ -307,7 +400,6 @@ static void read_done(struct kv_ssd *s, struct op *o, int e)
 				 (unsigned long long)o->off, why);
 			mlog_ratelimited(MLOG_WARN, "kv", "%s", msg);
 		} else {
-			memcpy(o->dst, o->buf + sizeof(h) + h.key_len, h.val_len);
 			s->st.reads++;
 			s->st.read_bytes += o->len;
 		}
@@ -325,7 +417,7 @@ static void compact_read_done(struct kv_ssd *s, struct op *o, int e)
 		if (e)
 			s->st.io_errors++;
 		c->failed = 1;
-	} else if (!rec_hdr_ok(&h) || ssd_extent(h.key_len, h.val_len) != o->len || !rec_data_ok(o->buf)) {
+	} else if (!rec_hdr_ok(&h) || rec_extent(&h) != o->len || !rec_data_ok(o->buf)) {
 		s->st.crc_errors++;
 		mlog_warn("kv", "%s/" SSD_SEG_FMT ": record at offset %llu fails its checksum while compacted: dropped",
 			  s->dir, o->seg->no, (unsigned long long)o->off);
@@ -446,7 +538,15 @@ static void op_finish(struct kv_ssd *s, struct op *o, int res)
 		release(s, o);
 		break;
 	case OP_READ:
-		read_done(s, o, e);
+		if (!e && o->len >= SSD_OFFLOAD_MIN) { /* checked and copied off the loop */
+			o->s = s;
+			o->work.data = o;
+			if (uv_queue_work(s->loop, &o->work, read_work, read_work_done) == 0) {
+				s->working++;
+				break;
+			}
+		}
+		read_done(s, o, e, 0);
 		release(s, o);
 		break;
 	case OP_SYNC:
@@ -670,7 +770,6 @@ void ssd_compact_maybe(struct kv_ssd *s, int pressed)
 
 /* ---- the loop side ---- */
 
-static void maybe_free(struct kv_ssd *s);
 
 void ssd_on_poll(uv_poll_t *h, int status, int events)
 {
@@ -707,9 +806,15 @@ void ssd_on_closed(uv_handle_t *h)
 
 static void maybe_free(struct kv_ssd *s)
 {
-	if (!s->closing || s->inflight || s->in_poll || s->freed)
+	if (!s->closing || s->inflight || s->working || s->in_poll || s->freed)
 		return;
 	s->freed = 1;
+	struct seg *a = s->active;
+	struct stat sb;
+	if (a && !a->doomed && a->fd >= 0 && fstat(a->fd, &sb) == 0 && (uint64_t)sb.st_size > a->end &&
+	    ftruncate(a->fd, (off_t)a->end) != 0) /* its preallocated rest */
+		mlog_ratelimited(MLOG_WARN, "kv", "%s/" SSD_SEG_FMT ": cannot cut the unwritten tail: %s", s->dir, a->no,
+				 strerror(errno));
 	while (s->segs.n)
 		ssd_seg_release(s, s->segs.v[s->segs.n - 1]);
 	free(s->segs.v);
@@ -774,9 +879,9 @@ static int key_ok(const void *key, size_t key_len)
 }
 
 static struct op *write_op(struct kv_ssd *s, int kind, const void *key, size_t key_len, uint32_t uid,
-			   uint64_t gen, uint64_t len, uint64_t room, int *rc)
+			   uint64_t gen, uint64_t len, int direct, uint64_t room, int *rc)
 {
-	uint64_t ext = ssd_extent(key_len, len);
+	uint64_t ext = direct ? ssd_extent_direct(len) : ssd_extent(key_len, len);
 	if (s->used + ext > room) {
 		ssd_compact_maybe(s, 1);
 		*rc = MORI_ENOMEM;
@@ -791,6 +896,7 @@ static struct op *write_op(struct kv_ssd *s, int kind, const void *key, size_t k
 		return NULL;
 	}
 	o->kind = kind;
+	o->direct = direct;
 	o->seg = g;
 	o->off = off;
 	o->len = ext;
@@ -811,7 +917,9 @@ int kv_ssd_write(struct kv_ssd *s, const void *key, size_t key_len, uint32_t uid
 		return MORI_EINVAL;
 	int rc;
 	uint64_t room = s->capacity > s->reserve ? s->capacity - s->reserve : 0;
-	struct op *o = write_op(s, OP_WRITE, key, key_len, uid, gen, len, room, &rc);
+	/* a page-aligned value of some size goes to the disk straight from src (version 2) */
+	int direct = !((uintptr_t)src % SSD_ALIGN) && len >= SSD_OFFLOAD_MIN;
+	struct op *o = write_op(s, OP_WRITE, key, key_len, uid, gen, len, direct, room, &rc);
 	if (!o)
 		return rc;
 	o->src = src;
@@ -821,15 +929,33 @@ int kv_ssd_write(struct kv_ssd *s, const void *key, size_t key_len, uint32_t uid
 	return MORI_OK;
 }
 
+/* The index of loc's live record in its segment (*gp), or -1. */
+static int live_ent(const struct kv_ssd *s, const struct kv_ssd_loc *loc, size_t key_len, struct seg **gp)
+{
+	struct seg *g = segs_find(&s->segs, loc->seg);
+	int i = g && !(loc->off % SSD_ALIGN) && !g->doomed ? seg_ent_find(g, (uint32_t)(loc->off / SSD_ALIGN)) : -1;
+	uint64_t ext = i < 0 ? 0 : (uint64_t)g->ent[i].nblk * SSD_ALIGN;
+	if (i < 0 || (g->ent[i].flags & (ENT_TOMB | ENT_PENDING)) ||
+	    (ext != ssd_extent(key_len, loc->len) && ext != ssd_extent_direct(loc->len)))
+		return -1;
+	*gp = g;
+	return i;
+}
+
+int kv_ssd_live(const struct kv_ssd *s, const struct kv_ssd_loc *loc, size_t key_len)
+{
+	struct seg *g;
+	return s && !s->closing && loc && live_ent(s, loc, key_len, &g) >= 0;
+}
+
 int kv_ssd_read(struct kv_ssd *s, const struct kv_ssd_loc *loc, const void *key, size_t key_len,
 		uint64_t gen, void *dst, kv_ssd_done_cb done, void *arg)
 {
 	if (!s || s->closing || !loc || !key_ok(key, key_len) || (!dst && loc->len))
 		return MORI_EINVAL;
-	struct seg *g = segs_find(&s->segs, loc->seg);
-	int i = g && !(loc->off % SSD_ALIGN) && !g->doomed ? seg_ent_find(g, (uint32_t)(loc->off / SSD_ALIGN)) : -1;
-	if (i < 0 || (g->ent[i].flags & (ENT_TOMB | ENT_PENDING)) ||
-	    (uint64_t)g->ent[i].nblk * SSD_ALIGN != ssd_extent(key_len, loc->len))
+	struct seg *g;
+	int i = live_ent(s, loc, key_len, &g);
+	if (i < 0)
 		return MORI_ENOENT;
 	struct op *o = calloc(1, sizeof(*o));
 	if (!o)
@@ -863,35 +989,11 @@ int kv_ssd_remove(struct kv_ssd *s, const struct kv_ssd_loc *loc, const void *ke
 	}
 	if (tombstone) {
 		int wrc;
-		struct op *o = write_op(s, OP_TOMB, key, key_len, uid, gen, 0, s->capacity, &wrc);
+		struct op *o = write_op(s, OP_TOMB, key, key_len, uid, gen, 0, 0, s->capacity, &wrc);
 		if (!o)
 			return wrc;
 		run(s, o);
 	}
 	ssd_compact_maybe(s, 0);
 	return rc;
-}
-
-uint64_t kv_ssd_free_bytes(const struct kv_ssd *s)
-{
-	uint64_t held = s->reserve;
-	for (uint32_t i = 0; i < s->segs.n; i++)
-		held += s->segs.v[i]->live_bytes + s->segs.v[i]->tomb_bytes;
-	return s->capacity > held ? s->capacity - held : 0;
-}
-
-void kv_ssd_stats_get(const struct kv_ssd *s, struct kv_ssd_stats *out)
-{
-	*out = s->st;
-	out->capacity = s->capacity;
-	out->used_bytes = s->used;
-	out->live_bytes = out->records = 0;
-	out->segments = s->segs.n;
-	for (uint32_t i = 0; i < s->segs.n; i++) {
-		const struct seg *g = s->segs.v[i];
-		out->live_bytes += g->live_bytes;
-		for (uint32_t k = 0; k < g->nent; k++)
-			out->records += !(g->ent[k].flags & ENT_TOMB);
-	}
-	out->o_direct = s->odirect;
 }

@@ -73,7 +73,8 @@ int kv_ssd_open(uv_loop_t *loop, const char *dir, uint64_t bytes, kv_ssd_found_c
 		kv_ssd_moved_cb moved, void *arg, struct kv_ssd **out, char *err, size_t errlen);
 
 /* Append a record (key of 1..KV_SSD_KEY_MAX bytes, copied; uid, gen, the value's len >= 1 bytes
- * at src). src must stay valid and unchanged until done runs (the store holds a lease on it).
+ * at src). src must stay valid and unchanged until done runs (the store holds a lease on it): a
+ * page-aligned src of 64 KiB or more goes to the disk straight from there, others are copied.
  * done gets the new location. Returns MORI_OK (done will run), or without calling done:
  * MORI_EINVAL (key or len out of range, s closing), MORI_ENOMEM (the tier is full: no room
  * within capacity even after compaction; kv_ssd_free_bytes says how much there is). */
@@ -98,6 +99,10 @@ int kv_ssd_remove(struct kv_ssd *s, const struct kv_ssd_loc *loc, const void *ke
 /* done runs once every write issued before the call is durable (fdatasync of the segments written,
  * fsync of the directory when segments were added). MORI_OK, or MORI_EINVAL (s closing). */
 int kv_ssd_flush(struct kv_ssd *s, kv_ssd_done_cb done, void *arg);
+
+/* 1 when loc names a live record of value_len bytes with a key of key_len bytes (its write has
+ * landed, it is not removed), else 0. */
+int kv_ssd_live(const struct kv_ssd *s, const struct kv_ssd_loc *loc, size_t key_len);
 
 /* Space the tier could still take (bytes), counting what compaction would reclaim. */
 uint64_t kv_ssd_free_bytes(const struct kv_ssd *s);

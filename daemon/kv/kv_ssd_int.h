@@ -18,12 +18,15 @@
 #define SSD_SCAN_WINDOW (8u << 20)    /* bytes the open-time scan reads at once */
 #define SSD_COMPACT_LIVE 50           /* compact a closed segment below this live percentage */
 
-/* The on-disk record: this header, the key, the value, zeros up to the next multiple of 4096.
- * Little-endian. data_crc covers the header (both CRC fields zero), key and value; hdr_crc the
- * header alone (hdr_crc zero), so a scan can trust a record's length and step over it even when
- * its value is damaged. */
+/* The on-disk record: this header, the key, the value, zeros up to the next multiple of 4096
+ * (version 1); or (version 2, val_off 4096) header, key, zeros to 4096, then the value from
+ * there, zeros to the next multiple of 4096: a value whose DRAM run is page-aligned is then
+ * written straight from it, with no copy. Little-endian. data_crc covers the header (both CRC
+ * fields zero), key and value; hdr_crc the header alone (hdr_crc zero), so a scan can trust a
+ * record's length and step over it even when its value is damaged. */
 #define SSD_MAGIC 0x3153564bu /* "KVS1" */
 #define SSD_VERSION 1
+#define SSD_VERSION_DIRECT 2
 enum { REC_VALUE = 1, REC_TOMB = 2 };
 struct rec_hdr {
 	uint32_t magic;
@@ -35,13 +38,29 @@ struct rec_hdr {
 	uint64_t val_len;
 	uint32_t data_crc;
 	uint32_t hdr_crc;
-	uint8_t reserved[24];
+	uint32_t val_off; /* version 2: the value's offset in the record (4096); 0 in version 1 */
+	uint8_t reserved[20];
 };
 _Static_assert(sizeof(struct rec_hdr) == 64, "record header is 64 bytes");
 
 static inline uint64_t ssd_extent(uint64_t key_len, uint64_t val_len)
 {
 	return (sizeof(struct rec_hdr) + key_len + val_len + SSD_ALIGN - 1) & ~(uint64_t)(SSD_ALIGN - 1);
+}
+
+/* A version-2 record's extent: its header page, the value, zeros to a multiple of 4096. */
+static inline uint64_t ssd_extent_direct(uint64_t val_len)
+{
+	return SSD_ALIGN + ((val_len + SSD_ALIGN - 1) & ~(uint64_t)(SSD_ALIGN - 1));
+}
+/* The extent and the value's offset of the record h heads (h passed rec_hdr_ok). */
+static inline uint64_t rec_extent(const struct rec_hdr *h)
+{
+	return h->val_off ? ssd_extent_direct(h->val_len) : ssd_extent(h->key_len, h->val_len);
+}
+static inline uint64_t rec_val_off(const struct rec_hdr *h)
+{
+	return h->val_off ? h->val_off : sizeof(*h) + h->key_len;
 }
 
 /* CRC32C (Castagnoli, as iSCSI and ext4): running state starts at ssd_crc_init, ends with
@@ -52,12 +71,13 @@ static inline uint32_t ssd_crc_final(uint32_t state)
 {
 	return ~state;
 }
-/* Fill h and compute both CRCs over h, key and value (value may be NULL for a tombstone). */
+/* Fill h and compute both CRCs over h, key and value (value may be NULL for a tombstone); val_off
+ * 0 (version 1) or SSD_ALIGN (version 2). */
 void rec_fill(struct rec_hdr *h, int type, uint32_t uid, uint64_t gen, const void *key, uint32_t key_len,
-	      const void *val, uint64_t val_len);
+	      const void *val, uint64_t val_len, uint32_t val_off);
 /* 1 when h has the magic, the version, a known type, sane lengths and a good hdr_crc. */
 int rec_hdr_ok(const struct rec_hdr *h);
-/* data_crc of a whole record image at p (header, key, value contiguous) matches. */
+/* data_crc of a whole record image at p (either version) matches. */
 int rec_data_ok(const void *p);
 
 /* A record a segment holds, in offset order: a live value or a tombstone (dead records are not
@@ -109,7 +129,7 @@ struct buf_pool {
 	struct pbuf {
 		void *p;
 		size_t size;
-	} idle[32];
+	} idle[SSD_RING]; /* as many as can be at the disk at once */
 	int n;
 	size_t bytes;
 };
@@ -138,6 +158,7 @@ struct kv_ssd {
 	struct flush *fl_head, *fl_tail;
 	struct compact *cp;
 	struct buf_pool pool;
+	uint32_t working;           /* reads being checked on libuv's threads */
 	int dir_dirty, closing, in_poll, freed;
 	kv_ssd_moved_cb moved;
 	void *arg;

@@ -2,7 +2,8 @@
  * verified (header CRC, then data CRC streamed over key and value), the newest generation of each
  * (uid, key) kept in a temporary map; what the map holds at the end is the live set. A stretch
  * without a valid header is skipped to the next one (a failed write leaves a hole); one reaching
- * the end of the file is a torn tail and is cut off. */
+ * the end of the file is a torn tail (or, all zeros, the unwritten rest of a preallocated segment)
+ * and is cut off. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -167,7 +168,14 @@ static uint64_t resync(struct win *w, uint64_t off)
 	return w->size;
 }
 
-/* Scan one segment into the map. Returns 0, or -1 with errno (ENOMEM, EIO from the window). */
+static int hdr_zero(const struct rec_hdr *h)
+{
+	static const struct rec_hdr zero;
+	return !memcmp(h, &zero, sizeof(zero));
+}
+
+/* Scan one segment into the map. A stretch of zeros to the end is the unwritten rest of a
+ * preallocated segment: cut off, not counted as torn. Returns 0, or -1 with errno (ENOMEM, EIO from the window). */
 static int scan_seg(struct win *w, uint32_t no, const char *dir, struct map *m, struct kv_ssd_stats *st)
 {
 	uint64_t off = 0;
@@ -178,10 +186,18 @@ static int scan_seg(struct win *w, uint32_t no, const char *dir, struct map *m, 
 		struct rec_hdr h;
 		if (p)
 			memcpy(&h, p, sizeof(h));
-		if (!p || !rec_hdr_ok(&h) || off + ssd_extent(h.key_len, h.val_len) > w->size) {
+		if (!p || !rec_hdr_ok(&h) || off + rec_extent(&h) > w->size) {
 			uint64_t next = p && rec_hdr_ok(&h) ? w->size : resync(w, off);
 			if (w->err)
 				goto io_error;
+			if (next == w->size && p && hdr_zero(&h)) {
+				/* never written: the rest of a preallocated segment (kv_ssd.c) */
+				if (ftruncate(w->fd, (off_t)off) != 0)
+					mlog_warn("kv", "%s/" SSD_SEG_FMT ": cannot cut the unwritten tail: %s", dir, no,
+						  strerror(errno));
+				w->size = off;
+				break;
+			}
 			st->torn_dropped++;
 			mlog_warn("kv", "%s/" SSD_SEG_FMT ": bytes %llu..%llu hold no whole record (torn or never written): "
 				  "dropped%s", dir, no, (unsigned long long)off, (unsigned long long)next,
@@ -196,7 +212,7 @@ static int scan_seg(struct win *w, uint32_t no, const char *dir, struct map *m, 
 			off = next;
 			continue;
 		}
-		uint64_t ext = ssd_extent(h.key_len, h.val_len);
+		uint64_t ext = rec_extent(&h);
 		char key[KV_SSD_KEY_MAX];
 		p = win_at(w, off, sizeof(h) + h.key_len, NULL);
 		if (!p)
@@ -205,16 +221,19 @@ static int scan_seg(struct win *w, uint32_t no, const char *dir, struct map *m, 
 		struct rec_hdr z = h;
 		z.data_crc = z.hdr_crc = 0;
 		uint32_t c = ssd_crc(ssd_crc_init, &z, sizeof(z));
-		uint64_t pos = off + sizeof(h), left = h.key_len + h.val_len;
-		while (left) {
-			uint64_t avail;
-			p = win_at(w, pos, 1, &avail);
-			if (!p)
-				goto io_error;
-			uint64_t n = avail < left ? avail : left;
-			c = ssd_crc(c, p, n);
-			pos += n;
-			left -= n;
+		/* the key, then the value (right after it, or at val_off) */
+		for (int part = 0; part < 2; part++) {
+			uint64_t pos = part ? off + rec_val_off(&h) : off + sizeof(h), left = part ? h.val_len : h.key_len;
+			while (left) {
+				uint64_t avail;
+				p = win_at(w, pos, 1, &avail);
+				if (!p)
+					goto io_error;
+				uint64_t n = avail < left ? avail : left;
+				c = ssd_crc(c, p, n);
+				pos += n;
+				left -= n;
+			}
 		}
 		if (ssd_crc_final(c) != h.data_crc) {
 			st->crc_errors++;

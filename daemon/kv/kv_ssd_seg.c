@@ -1,5 +1,6 @@
 /* The SSD tier's helpers below its I/O path and its scan: CRC32C and the record format,
- * the segment table and each segment's entries, the pool of aligned buffers. */
+ * the segment table and each segment's entries, the pool of aligned buffers, the tier's space
+ * and statistics. */
 #include <isa-l/crc.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,11 +22,12 @@ uint32_t ssd_crc(uint32_t state, const void *p, uint64_t n)
 }
 
 void rec_fill(struct rec_hdr *h, int type, uint32_t uid, uint64_t gen, const void *key, uint32_t key_len,
-	      const void *val, uint64_t val_len)
+	      const void *val, uint64_t val_len, uint32_t val_off)
 {
 	memset(h, 0, sizeof(*h));
 	h->magic = SSD_MAGIC;
-	h->version = SSD_VERSION;
+	h->version = val_off ? SSD_VERSION_DIRECT : SSD_VERSION;
+	h->val_off = val_off;
 	h->type = (uint16_t)type;
 	h->uid = uid;
 	h->key_len = key_len;
@@ -41,7 +43,10 @@ void rec_fill(struct rec_hdr *h, int type, uint32_t uid, uint64_t gen, const voi
 
 int rec_hdr_ok(const struct rec_hdr *h)
 {
-	if (h->magic != SSD_MAGIC || h->version != SSD_VERSION || (h->type != REC_VALUE && h->type != REC_TOMB))
+	if (h->magic != SSD_MAGIC || (h->type != REC_VALUE && h->type != REC_TOMB))
+		return 0;
+	if (h->version == SSD_VERSION ? h->val_off != 0 :
+	    h->version != SSD_VERSION_DIRECT || h->val_off != SSD_ALIGN || h->type != REC_VALUE)
 		return 0;
 	if (h->key_len < 1 || h->key_len > KV_SSD_KEY_MAX || h->val_len > (1ull << 44) ||
 	    (h->type == REC_TOMB && h->val_len) || (h->type == REC_VALUE && !h->val_len))
@@ -58,7 +63,8 @@ int rec_data_ok(const void *p)
 	uint32_t want = h.data_crc;
 	h.data_crc = h.hdr_crc = 0;
 	uint32_t c = ssd_crc(ssd_crc_init, &h, sizeof(h));
-	c = ssd_crc(c, (const char *)p + sizeof(h), h.key_len + h.val_len);
+	c = ssd_crc(c, (const char *)p + sizeof(h), h.key_len);
+	c = ssd_crc(c, (const char *)p + rec_val_off(&h), h.val_len);
 	return ssd_crc_final(c) == want;
 }
 
@@ -211,8 +217,9 @@ void seg_ent_sort(struct seg *g)
 
 static void *buf_alloc(size_t size)
 {
-	/* mmap: page-aligned, and given back to the system whole when freed */
-	void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	/* mmap: page-aligned, and given back to the system whole when freed; populated in one call
+	 * (the copy into it would otherwise fault each page in) */
+	void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
 	return p == MAP_FAILED ? NULL : p;
 }
 
@@ -259,4 +266,30 @@ void pool_drain(struct buf_pool *bp)
 		munmap(bp->idle[i].p, bp->idle[i].size);
 	bp->n = 0;
 	bp->bytes = 0;
+}
+
+/* ---- space and statistics (kv_ssd.h) ---- */
+
+uint64_t kv_ssd_free_bytes(const struct kv_ssd *s)
+{
+	uint64_t held = s->reserve;
+	for (uint32_t i = 0; i < s->segs.n; i++)
+		held += s->segs.v[i]->live_bytes + s->segs.v[i]->tomb_bytes;
+	return s->capacity > held ? s->capacity - held : 0;
+}
+
+void kv_ssd_stats_get(const struct kv_ssd *s, struct kv_ssd_stats *out)
+{
+	*out = s->st;
+	out->capacity = s->capacity;
+	out->used_bytes = s->used;
+	out->live_bytes = out->records = 0;
+	out->segments = s->segs.n;
+	for (uint32_t i = 0; i < s->segs.n; i++) {
+		const struct seg *g = s->segs.v[i];
+		out->live_bytes += g->live_bytes;
+		for (uint32_t k = 0; k < g->nent; k++)
+			out->records += !(g->ent[k].flags & ENT_TOMB);
+	}
+	out->o_direct = s->odirect;
 }

@@ -24,7 +24,38 @@ enum unlink_how {
 	U_EVICTED,      /* evicted from DRAM: its policy's victim */
 	U_EVICTED_SSD,  /* evicted from the SSD tier: gone */
 	U_DROPPED,      /* its SSD record failed its checksum */
+	U_PROMOTED,     /* read back into DRAM: its record stays, the DRAM copy's clean record */
 };
+
+/* The SSD record of a clean DRAM value (KV_F_CLEAN). Records sit at multiples of 4096 bytes. */
+static struct kv_ssd_loc clean_loc(const struct kv_entry *e)
+{
+	return (struct kv_ssd_loc){.seg = e->clean_seg, .off = (uint64_t)e->clean_blk * 4096, .len = e->size};
+}
+
+static void clean_set(struct kv_entry *e, const struct kv_ssd_loc *loc)
+{
+	e->clean_seg = loc->seg;
+	e->clean_blk = (uint32_t)(loc->off / 4096);
+	e->flags |= KV_F_CLEAN;
+}
+
+/* A value read back or left in DRAM keeps its SSD record (clean) while the SSD tier could still
+ * take the whole DRAM tier beside the records it holds. */
+static int keep_clean(struct kv_store *st)
+{
+	return kv_ssd_free_bytes(st->ssd) >= (uint64_t)st->d->cfg.kv_dram_bytes;
+}
+
+/* e's clean record goes (with a tombstone where e was removed or replaced: a restart must not
+ * bring back its bytes). */
+static void clean_drop(struct kv_store *st, struct kv_entry *e, int tombstone)
+{
+	struct kv_ssd_loc loc = clean_loc(e);
+	e->flags &= (uint8_t)~KV_F_CLEAN;
+	if (st->ssd)
+		kv_ssd_remove(st->ssd, &loc, e->key, e->key_len, e->uid, e->gen, tombstone);
+}
 
 static struct kv_policy *policy_of(struct kv_store *st, const struct kv_entry *e)
 {
@@ -77,8 +108,11 @@ static void entry_unlink(struct kv_store *st, struct kv_entry *e, enum unlink_ho
 	tier_count(st, e, -1);
 	if (e->pin == 2)
 		u->hard_pinned -= e->size;
-	if (e->tier == KV_TIER_SSD && st->ssd)
-		kv_ssd_remove(st->ssd, &e->u.loc, e->key, e->key_len, e->uid, e->gen, how == U_REMOVED);
+	if (e->tier == KV_TIER_SSD) {
+		if (st->ssd && how != U_PROMOTED)
+			kv_ssd_remove(st->ssd, &e->u.loc, e->key, e->key_len, e->uid, e->gen, how == U_REMOVED);
+	} else if (e->flags & KV_F_CLEAN)
+		clean_drop(st, e, how == U_REMOVED);
 	else if ((e->flags & KV_F_SPILLING) && how == U_REMOVED)
 		e->flags |= KV_F_TOMB; /* its record, once written, goes with a tombstone */
 	if (e->refs) {
@@ -87,6 +121,21 @@ static void entry_unlink(struct kv_store *st, struct kv_entry *e, enum unlink_ho
 		return;
 	}
 	kv_entry_free(st, e);
+}
+
+/* Live e leaves DRAM for its record at loc on SSD (its run is freed). */
+static void to_ssd(struct kv_store *st, struct kv_entry *e, const struct kv_ssd_loc *loc)
+{
+	struct kv_uid *u = kv_uid_get(st, e->uid);
+	tier_count(st, e, -1);
+	kv_dram_release(st->dram, &e->u.ext);
+	e->tier = KV_TIER_SSD;
+	e->u.loc = *loc;
+	tier_count(st, e, +1);
+	kv_cluster_publish(st, e);
+	policy_in(st, e, NULL);
+	u->spills++;
+	st->spills++;
 }
 
 /* ---- eviction ---- */
@@ -144,6 +193,16 @@ static int evict_one(struct kv_store *st, struct evict_ctx *x)
 	struct kv_uid *u = kv_uid_get(st, e->uid);
 	u->evictions++;
 	st->evictions++;
+	if (st->ssd && !st->closing && (e->flags & KV_F_CLEAN)) {
+		/* read back from SSD and unchanged since: its record is still there, nothing to write */
+		struct kv_ssd_loc loc = clean_loc(e);
+		e->flags &= (uint8_t)~KV_F_CLEAN;
+		if (kv_ssd_live(st->ssd, &loc, e->key_len)) {
+			policy_out(st, e, 1);
+			to_ssd(st, e, &loc);
+			return 1;
+		}
+	}
 	if (st->ssd && !st->closing) {
 		struct kv_slab *sl = kv_dram_slab(st->dram, e->u.ext.slab);
 		const uint8_t *src = sl->base + kv_ext_offset(&e->u.ext);
@@ -189,7 +248,6 @@ static void spill_done(void *arg, int rc, const struct kv_ssd_loc *loc, const ch
 	e->flags &= (uint8_t)~KV_F_SPILLING;
 	st->spilling -= kv_ext_bytes(&e->u.ext);
 	e->refs--;
-	struct kv_uid *u = kv_uid_get(st, e->uid);
 	if (rc != MORI_OK) {
 		st->ssd_errors++;
 		mlog_ratelimited(MLOG_WARN, "kv", "spill to SSD failed (%s): value dropped", msg);
@@ -207,20 +265,16 @@ static void spill_done(void *arg, int rc, const struct kv_ssd_loc *loc, const ch
 		return;
 	}
 	if (e->refs) {
-		/* leased again meanwhile (a get while it was written): keep it in DRAM, the record dead */
-		kv_ssd_remove(st->ssd, loc, e->key, e->key_len, e->uid, e->gen, 0);
+		/* leased again meanwhile (a get while it was written): it stays in DRAM, clean where
+		 * there is room, else the record is dead */
+		if (keep_clean(st))
+			clean_set(e, loc);
+		else
+			kv_ssd_remove(st->ssd, loc, e->key, e->key_len, e->uid, e->gen, 0);
 		policy_in(st, e, NULL);
 		return;
 	}
-	tier_count(st, e, -1);
-	kv_dram_release(st->dram, &e->u.ext);
-	e->tier = KV_TIER_SSD;
-	e->u.loc = *loc;
-	tier_count(st, e, +1);
-	kv_cluster_publish(st, e);
-	policy_in(st, e, NULL);
-	u->spills++;
-	st->spills++;
+	to_ssd(st, e, loc);
 }
 
 /* Room for a value of size bytes for uid (quota, then the watermarks), then its DRAM run. */
@@ -480,11 +534,17 @@ static void read_done(void *arg, int rc, const struct kv_ssd_loc *loc, const cha
 			src = gone ? NULL : src;
 		}
 	} else if (src->state == KV_LIVE && st->d->cfg.kv_promote_on_read) {
-		/* dst becomes the key's version in DRAM; the SSD record goes (no tombstone: the same bytes) */
+		/* dst becomes the key's version in DRAM. Its record stays while the SSD tier has room for
+		 * the whole DRAM tier beside it (an eviction of the unchanged copy then writes nothing);
+		 * else it goes (no tombstone: the same bytes). */
 		struct kv_uid *u = kv_uid_get(st, src->uid);
+		struct kv_ssd_loc kept = src->u.loc;
+		int keep = keep_clean(st);
 		int gone = !src->refs;
-		entry_unlink(st, src, U_EVICTED_SSD);
+		entry_unlink(st, src, keep ? U_PROMOTED : U_EVICTED_SSD);
 		src = gone ? NULL : src;
+		if (keep)
+			clean_set(dst, &kept);
 		dst->state = KV_LIVE;
 		kv_index_insert(&st->idx, dst);
 		kv_cluster_publish(st, dst);
@@ -719,6 +779,16 @@ static void ssd_moved(void *arg, const void *key, size_t klen, uint32_t uid, uin
 {
 	struct kv_store *st = arg;
 	struct kv_entry *e = kv_lookup(st, uid, key, klen);
+	if (e && e->tier == KV_TIER_DRAM && (e->flags & KV_F_CLEAN) && e->gen == gen) {
+		struct kv_ssd_loc was = clean_loc(e);
+		if (was.seg != old->seg || was.off != old->off)
+			return;
+		if (now)
+			clean_set(e, now);
+		else
+			e->flags &= (uint8_t)~KV_F_CLEAN; /* the record failed its checksum: the DRAM copy is still good */
+		return;
+	}
 	if (!e || e->tier != KV_TIER_SSD || e->gen != gen || e->u.loc.seg != old->seg || e->u.loc.off != old->off)
 		return;
 	if (now) {
