@@ -193,7 +193,7 @@ int mori_comm_create(mori_group *g, const mori_comm_opts *opts, mori_comm **out)
 	uint64_t nn = (uint64_t)k->n;
 	k->off_flags = 0;
 	k->off_sigs = k->off_flags + 8ull * MORI_COLL_SLOTS * nn;
-	k->off_gens = k->off_sigs + 16ull * MORI_COLL_SLOTS * nn;
+	k->off_gens = k->off_sigs + (k->gpu ? 16ull * MORI_COLL_SLOTS * nn : 0); /* the GPU calls' check only */
 	k->off_meta = k->off_gens + 8ull * (MORI_COLL_SLOTS + 1);
 	k->off_exch = k->off_meta + 24ull * nn; /* [n] (displacement, bytes) sent, then [n] bytes expected */
 	k->off_scratch = (k->off_exch + 64 + 4095) & ~4095ull;

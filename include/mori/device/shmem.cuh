@@ -559,6 +559,8 @@ template <typename T> MORI_DEVICE int wait_until_scoped(state st, T *ivar, int c
 		v = load_acquire(ivar, gpu);
 		return cmp_true(v, cmp, x);
 	});
+	if (!gpu)
+		mori_acquire_after_wait_sys();
 	if (seen)
 		*seen = v;
 	return rc;
