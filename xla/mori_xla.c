@@ -148,7 +148,8 @@ static XLA_FFI_Error *lib_err(const XLA_FFI_Api *api, const struct obj *o, const
  * traits 0 (not command-buffer compatible), no state. 1 when f was that query (*out set). */
 static int metadata(XLA_FFI_CallFrame *f, XLA_FFI_Error **out)
 {
-	XLA_FFI_Extension_Base *e = f->extension_start;
+	/* the base's type by its pointer: XLA renamed it (XLA_FFI_Extension_Base, later XLA_FFI_Extension) */
+	__typeof__(f->extension_start) e = f->extension_start;
 	if (!e || e->type != XLA_FFI_Extension_Metadata)
 		return 0;
 	XLA_FFI_Metadata_Extension *m = (XLA_FFI_Metadata_Extension *)e;
