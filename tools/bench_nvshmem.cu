@@ -166,7 +166,7 @@ template <typename F> static float time_ms(cudaStream_t s, F launch)
 
 static void collective(const void *fn, unsigned grid, unsigned block, void **args, cudaStream_t s)
 {
-	if (nvshmemx_collective_launch(fn, dim3(grid), dim3(block), args, 0, s) != 0) {
+	if (nvshmemx_collective_launch(fn, dim3(grid), dim3(block), args, 0, s) != 0 || cudaGetLastError() != cudaSuccess) {
 		fprintf(stderr, "bench_nvshmem: collective launch failed\n");
 		exit(1);
 	}
@@ -401,10 +401,21 @@ static void colls(int me, int npes, cudaStream_t s, uint64_t maxb, int iters)
 				continue;
 			int kit = it, k = kind;
 			void *args[] = {&k, &dst, &src, &ne, &kit};
-			collective((const void *)k_coll, 1, 1024, args, s); /* warm */
+			/* the widest block that fits an SM (a collective launch refuses one that cannot be
+			 * resident, and a refused launch must not print a figure) */
+			unsigned kb = 1024;
+			for (int nb = 0; kb >= 128; kb /= 2)
+				if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k_coll, (int)kb, 0) == cudaSuccess && nb > 0)
+					break;
+			if (kb < 128) {
+				if (me == 0)
+					printf("nvshmem coll %s kernel %d %llu launch-refused\n", cnames[kind], npes, (unsigned long long)S);
+				continue;
+			}
+			collective((const void *)k_coll, 1, kb, args, s); /* warm */
 			CK(cudaStreamSynchronize(s));
 			nvshmem_barrier_all();
-			float ms = time_ms(s, [&] { collective((const void *)k_coll, 1, 1024, args, s); });
+			float ms = time_ms(s, [&] { collective((const void *)k_coll, 1, kb, args, s); });
 			if (me == 0) {
 				printf("nvshmem coll %s kernel %d %llu %.2f\n", cnames[kind], npes, (unsigned long long)S,
 				       ms * 1e3 / kit);
