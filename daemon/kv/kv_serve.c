@@ -250,32 +250,53 @@ static int hold_or_read(struct kv_remote *R, const Mori__PeerKv *q, size_t i, co
 	return MORI_EINPROGRESS;
 }
 
+/* The reply's item array for q's keys (0), or -1 with the error in rep. */
+static int items_alloc(const Mori__PeerKv *q, Mori__PeerKvReply *kr, Mori__Reply *rep, struct rctx *r)
+{
+	kr->items = rctx_alloc(r, sizeof(*kr->items) * q->n_keys);
+	if (kr->items)
+		return 0;
+	reply_error(rep, MORI_ENOMEM, "out of memory");
+	return -1;
+}
+
+/* The next item of the reply, appended; NULL with the error in rep. */
+static Mori__PeerKvItem *item_add(Mori__PeerKvReply *kr, Mori__Reply *rep, struct rctx *r)
+{
+	Mori__PeerKvItem *it = rctx_alloc(r, sizeof(*it));
+	if (!it) {
+		reply_error(rep, MORI_ENOMEM, "out of memory");
+		return NULL;
+	}
+	mori__peer_kv_item__init(it);
+	kr->items[kr->n_items++] = it;
+	return it;
+}
+
+/* The lease the asker wants, at most kv_lease_max_ms (its default). */
+static uint32_t lease_ms_of(const struct kv_remote *R, const Mori__PeerKv *q)
+{
+	uint64_t max = (uint64_t)R->d->cfg.kv_lease_max_ms;
+	return (uint32_t)(q->lease_ms && q->lease_ms < max ? q->lease_ms : max);
+}
+
 static void serve_lease(struct kv_remote *R, const Mori__PeerKv *q, Mori__PeerKvReply *kr, Mori__Reply *rep,
 			struct rctx *r, const char *self)
 {
 	struct kv_store *st = R->st;
-	const struct config *cfg = &R->d->cfg;
 	if (q->n_keys == 0 || q->n_keys > PEER_KV_MAX || (q->n_gens && q->n_gens != q->n_keys)) {
 		reply_error(rep, MORI_EINVAL, "lease of %zu keys with %zu generations (1..%d keys, as many generations "
 			    "or none)", q->n_keys, q->n_gens, PEER_KV_MAX);
 		return;
 	}
-	kr->items = rctx_alloc(r, sizeof(*kr->items) * q->n_keys);
-	if (!kr->items) {
-		reply_error(rep, MORI_ENOMEM, "out of memory");
+	if (items_alloc(q, kr, rep, r))
 		return;
-	}
-	uint32_t ms = q->lease_ms && q->lease_ms < (uint64_t)cfg->kv_lease_max_ms ? q->lease_ms
-										: (uint32_t)cfg->kv_lease_max_ms;
+	uint32_t ms = lease_ms_of(R, q);
 	int restarted = q->epoch && q->epoch != R->d->epoch;
 	for (size_t i = 0; i < q->n_keys; i++) {
-		Mori__PeerKvItem *it = rctx_alloc(r, sizeof(*it));
-		if (!it) {
-			reply_error(rep, MORI_ENOMEM, "out of memory");
+		Mori__PeerKvItem *it = item_add(kr, rep, r);
+		if (!it)
 			return;
-		}
-		mori__peer_kv_item__init(it);
-		kr->items[kr->n_items++] = it;
 		const ProtobufCBinaryData *k = &q->keys[i];
 		struct kv_entry *e = NULL;
 		int rc = k->len == 0 || k->len > KV_KEY_MAX ? MORI_EINVAL
@@ -316,21 +337,13 @@ static void serve_put_alloc(struct kv_remote *R, const Mori__PeerKv *q, Mori__Pe
 			    q->n_sizes, PEER_KV_MAX);
 		return;
 	}
-	kr->items = rctx_alloc(r, sizeof(*kr->items) * q->n_keys);
-	if (!kr->items) {
-		reply_error(rep, MORI_ENOMEM, "out of memory");
+	if (items_alloc(q, kr, rep, r))
 		return;
-	}
-	uint32_t ms = q->lease_ms && q->lease_ms < (uint64_t)cfg->kv_lease_max_ms ? q->lease_ms
-										: (uint32_t)cfg->kv_lease_max_ms;
+	uint32_t ms = lease_ms_of(R, q);
 	for (size_t i = 0; i < q->n_keys; i++) {
-		Mori__PeerKvItem *it = rctx_alloc(r, sizeof(*it));
-		if (!it) {
-			reply_error(rep, MORI_ENOMEM, "out of memory");
+		Mori__PeerKvItem *it = item_add(kr, rep, r);
+		if (!it)
 			return;
-		}
-		mori__peer_kv_item__init(it);
-		kr->items[kr->n_items++] = it;
 		const ProtobufCBinaryData *k = &q->keys[i];
 		char msg[300] = "";
 		struct kv_entry *e = NULL;
