@@ -235,6 +235,20 @@ static struct rec *put(struct kv_ssd *s, const char *key, uint64_t len, uint64_t
 	return r;
 }
 
+/* n values keyed PREFIX0.. PREFIX(n-1), value i of size0 + i * step bytes, put and written. */
+static void put_n(struct kv_ssd *s, const char *prefix, int n, uint64_t size0, uint64_t step, uint64_t gen)
+{
+	for (int i = 0; i < n; i++) {
+		char key[16];
+		int rc;
+		snprintf(key, sizeof(key), "%s%d", prefix, i);
+		put(s, key, size0 + (uint64_t)i * step, gen, &rc);
+		ck_assert_int_eq(rc, MORI_OK);
+	}
+	wait_for(&W.n, n, "writes");
+}
+
+
 /* Read every live record of the table at once and compare each with its pattern. */
 static void check_all(struct kv_ssd *s)
 {
@@ -371,14 +385,8 @@ END_TEST
 START_TEST(tombstones)
 {
 	struct kv_ssd *s = tier_open(base, 256 * MIB);
-	int rc;
 	W = (struct wait){0};
-	for (int i = 0; i < 10; i++) {
-		char key[16];
-		snprintf(key, sizeof(key), "k%d", i);
-		put(s, key, 10000 + (uint64_t)i, 5, &rc);
-	}
-	wait_for(&W.n, 10, "writes");
+	put_n(s, "k", 10, 10000, 1, 5);
 	ck_assert_int_eq(kv_ssd_remove(s, &recs[3].loc, "k3", 2, 1000, 5, 1), MORI_OK);
 	ck_assert_int_eq(kv_ssd_remove(s, &recs[5].loc, "k5", 2, 1000, 5, 1), MORI_OK);
 	recs[3].live = recs[5].live = 0;
@@ -401,12 +409,7 @@ START_TEST(torn_tail)
 	struct kv_ssd *s = tier_open(base, 256 * MIB);
 	int rc;
 	W = (struct wait){0};
-	for (int i = 0; i < 20; i++) {
-		char key[16];
-		snprintf(key, sizeof(key), "t%d", i);
-		put(s, key, 100000, 1, &rc);
-	}
-	wait_for(&W.n, 20, "writes");
+	put_n(s, "t", 20, 100000, 0, 1);
 	flush(s);
 	tier_close(s);
 	struct rec *last = &recs[0];
@@ -442,14 +445,8 @@ END_TEST
 START_TEST(flipped_bit)
 {
 	struct kv_ssd *s = tier_open(base, 256 * MIB);
-	int rc;
 	W = (struct wait){0};
-	for (int i = 0; i < 10; i++) {
-		char key[16];
-		snprintf(key, sizeof(key), "f%d", i);
-		put(s, key, 20000, 1, &rc);
-	}
-	wait_for(&W.n, 10, "writes");
+	put_n(s, "f", 10, 20000, 0, 1);
 	flush(s);
 	struct rec *r = &recs[4];
 	char p[PATH_MAX];
@@ -605,14 +602,8 @@ START_TEST(buffered_fallback)
 	struct kv_ssd_stats st;
 	kv_ssd_stats_get(s, &st);
 	ck_assert_int_eq(st.o_direct, 0);
-	int rc;
 	W = (struct wait){0};
-	for (int i = 0; i < 12; i++) {
-		char key[16];
-		snprintf(key, sizeof(key), "b%d", i);
-		put(s, key, 1 + (uint64_t)i * 77777, 1, &rc);
-	}
-	wait_for(&W.n, 12, "writes");
+	put_n(s, "b", 12, 1, 77777, 1);
 	ck_assert_int_eq(W.rc_bad, 0);
 	flush(s);
 	check_all(s);
@@ -653,16 +644,9 @@ END_TEST
 START_TEST(compaction)
 {
 	struct kv_ssd *s = tier_open(base, 64 * MIB); /* 4 MiB segments */
-	int rc;
 	n_moved = 0;
 	W = (struct wait){0};
-	for (int i = 0; i < 60; i++) {
-		char key[16];
-		snprintf(key, sizeof(key), "c%d", i);
-		put(s, key, 256 * 1024 + (uint64_t)i, 1, &rc);
-		ck_assert_int_eq(rc, MORI_OK);
-	}
-	wait_for(&W.n, 60, "writes");
+	put_n(s, "c", 60, 256 * 1024, 1, 1);
 	struct kv_ssd_stats st;
 	kv_ssd_stats_get(s, &st);
 	uint64_t segs = st.segments;
@@ -728,14 +712,8 @@ END_TEST
 START_TEST(preallocated_tail)
 {
 	struct kv_ssd *s = tier_open(base, 256 * MIB);
-	int rc;
 	W = (struct wait){0};
-	for (int i = 0; i < 5; i++) {
-		char key[16];
-		snprintf(key, sizeof(key), "p%d", i);
-		put(s, key, 30000 + (uint64_t)i, 1, &rc);
-	}
-	wait_for(&W.n, 5, "writes");
+	put_n(s, "p", 5, 30000, 1, 1);
 	flush(s);
 	char p[PATH_MAX], cmd[2 * PATH_MAX + 64];
 	snprintf(p, sizeof(p), "%s/seg-%08u.kv", base, recs[0].loc.seg);
