@@ -235,6 +235,29 @@ static struct rec *put(struct kv_ssd *s, const char *key, uint64_t len, uint64_t
 	return r;
 }
 
+/* Bits `mask` of the byte at `at` of r's segment file flipped on disk (synced). */
+static void flip_in_segment(const struct rec *r, off_t at, uint8_t mask)
+{
+	char p[PATH_MAX];
+	snprintf(p, sizeof(p), "%s/seg-%08u.kv", base, r->loc.seg);
+	int fd = open(p, O_RDWR);
+	ck_assert_int_ge(fd, 0);
+	uint8_t b;
+	ck_assert_int_eq(pread(fd, &b, 1, at), 1);
+	b ^= mask;
+	ck_assert_int_eq(pwrite(fd, &b, 1, at), 1);
+	ck_assert_int_eq(fsync(fd), 0);
+	close(fd);
+}
+
+/* r read back into dst and waited for; its code in W.last_rc. */
+static void read_into(struct kv_ssd *s, const struct rec *r, uint8_t *dst)
+{
+	W = (struct wait){0};
+	ck_assert_int_eq(kv_ssd_read(s, &r->loc, r->key, strlen(r->key), r->gen, dst, on_read, NULL), MORI_OK);
+	wait_for(&W.n, 1, "read");
+}
+
 /* n values keyed PREFIX0.. PREFIX(n-1), value i of size0 + i * step bytes, put and written. */
 static void put_n(struct kv_ssd *s, const char *prefix, int n, uint64_t size0, uint64_t step, uint64_t gen)
 {
@@ -449,21 +472,9 @@ START_TEST(flipped_bit)
 	put_n(s, "f", 10, 20000, 0, 1);
 	flush(s);
 	struct rec *r = &recs[4];
-	char p[PATH_MAX];
-	snprintf(p, sizeof(p), "%s/seg-%08u.kv", base, r->loc.seg);
-	int fd = open(p, O_RDWR);
-	ck_assert_int_ge(fd, 0);
-	off_t at = (off_t)(r->loc.off + 64 + strlen(r->key) + 1234);
-	uint8_t b;
-	ck_assert_int_eq(pread(fd, &b, 1, at), 1);
-	b ^= 0x10;
-	ck_assert_int_eq(pwrite(fd, &b, 1, at), 1);
-	ck_assert_int_eq(fsync(fd), 0);
-	close(fd);
+	flip_in_segment(r, (off_t)(r->loc.off + 64 + strlen(r->key) + 1234), 0x10);
 	uint8_t *dst = malloc(r->len);
-	W = (struct wait){0};
-	ck_assert_int_eq(kv_ssd_read(s, &r->loc, r->key, strlen(r->key), r->gen, dst, on_read, NULL), MORI_OK);
-	wait_for(&W.n, 1, "read");
+	read_into(s, r, dst);
 	ck_assert_int_eq(W.last_rc, MORI_EIO);
 	char want[64];
 	snprintf(want, sizeof(want), "seg-%08u.kv: record at offset %llu", r->loc.seg, (unsigned long long)r->loc.off);
@@ -789,27 +800,16 @@ START_TEST(direct_records)
 	check_all(s);
 	/* a flipped bit in the value of d2 (version 2: the value starts at 4096) */
 	struct rec *r = &recs[2];
-	char p[PATH_MAX];
-	snprintf(p, sizeof(p), "%s/seg-%08u.kv", base, r->loc.seg);
-	int fd = open(p, O_RDWR);
-	ck_assert_int_ge(fd, 0);
-	off_t at = (off_t)(r->loc.off + 4096 + 777);
-	uint8_t b;
-	ck_assert_int_eq(pread(fd, &b, 1, at), 1);
-	b ^= 0x01;
-	ck_assert_int_eq(pwrite(fd, &b, 1, at), 1);
-	ck_assert_int_eq(fsync(fd), 0);
-	close(fd);
+	flip_in_segment(r, (off_t)(r->loc.off + 4096 + 777), 0x01);
 	uint8_t *dst = malloc(r->len);
-	W = (struct wait){0};
-	ck_assert_int_eq(kv_ssd_read(s, &r->loc, r->key, strlen(r->key), r->gen, dst, on_read, NULL), MORI_OK);
-	wait_for(&W.n, 1, "read");
+	read_into(s, r, dst);
 	ck_assert_int_eq(W.last_rc, MORI_EIO);
 	free(dst);
 	r->live = 0;
 	tier_close(s);
 	/* the last record cut mid-value */
 	struct rec *last = &recs[NS - 1];
+	char p[PATH_MAX];
 	snprintf(p, sizeof(p), "%s/seg-%08u.kv", base, last->loc.seg);
 	ck_assert_int_eq(truncate(p, (off_t)(last->loc.off + 4096 + MIB)), 0);
 	last->live = 0;
